@@ -1,0 +1,70 @@
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "imgstat/engine.hpp"
+
+namespace imgstat {
+
+const char* to_string(SampleType t) {
+  switch (t) {
+    case SampleType::kUint8: return "uint8";
+    case SampleType::kUint16: return "uint16";
+    case SampleType::kInt8: return "int8";
+    case SampleType::kInt16: return "int16";
+    case SampleType::kFloat32: return "float32";
+    case SampleType::kFloat64: return "float64";
+  }
+  return "unknown";
+}
+
+bool parse_sample_type(const char* name, SampleType* out) {
+  for (SampleType t : {SampleType::kUint8, SampleType::kUint16, SampleType::kInt8, SampleType::kInt16,
+                       SampleType::kFloat32, SampleType::kFloat64}) {
+    if (std::strcmp(name, to_string(t)) == 0) {
+      *out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+// 2^40 samples per channel keep the exact integer moments inside 128 bits.
+constexpr uint64_t kMaxPixels = uint64_t{1} << 40;
+
+void validate(const Layout& layout, const StatsRequest& request) {
+  auto invalid = [](const std::string& m) { fail(ErrorCode::kInvalidArgument, m); };
+  if (layout.channels < 1 || layout.channels > 4)
+    invalid("channels must be 1 to 4, got " + std::to_string(layout.channels));
+  if (layout.width == 0 || layout.height == 0)
+    invalid("width and height must be at least 1, got " + std::to_string(layout.width) + "x" +
+            std::to_string(layout.height));
+  if (layout.width > kMaxPixels || layout.height > kMaxPixels || layout.width * layout.height > kMaxPixels)
+    fail(ErrorCode::kResourceExhausted, "images of more than 2^40 pixels are not supported");
+  if (layout.row_stride != 0 && layout.row_stride < layout.row_bytes())
+    invalid("row stride " + std::to_string(layout.row_stride) + " is less than a row (" +
+            std::to_string(layout.row_bytes()) + " bytes)");
+  if (request.histogram) {
+    const HistogramSpec& h = request.hist;
+    if (h.bins < 1 || h.bins > 65536) invalid("bins must be 1 to 65536, got " + std::to_string(h.bins));
+    if (h.explicit_range && !(std::isfinite(h.lo) && std::isfinite(h.hi) && h.lo < h.hi))
+      invalid("histogram range must be finite with lo < hi");
+  }
+}
+
+#ifndef IMGSTAT_WITH_CUDA
+std::unique_ptr<Engine> make_cuda_engine(int, std::string* why_not) {
+  if (why_not) *why_not = "this build has no CUDA engine";
+  return nullptr;
+}
+#endif
+
+std::unique_ptr<Engine> make_engine(const EngineOptions& options) {
+  if (options.kind == EngineKind::kCpu) return make_cpu_engine(options.cpu_threads);
+  std::string why_not;
+  if (auto cuda = make_cuda_engine(options.cuda_device, &why_not)) return cuda;
+  if (options.kind == EngineKind::kCuda) fail(ErrorCode::kUnavailable, "CUDA engine unavailable: " + why_not);
+  return make_cpu_engine(options.cpu_threads);
+}
+
+}  // namespace imgstat

@@ -1,0 +1,72 @@
+// Engine-independent pieces of a result: exact integer moments, mergeable
+// float moments, and the step from either to ChannelStats. Both engines end
+// here, so their answers agree to the bit wherever their inputs do.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "imgstat/engine.hpp"
+
+namespace imgstat {
+
+using int128 = __int128;
+using uint128 = unsigned __int128;
+
+// Exact moments of an integer channel.
+struct IntMoments {
+  uint64_t n = 0;
+  int64_t min = 0;
+  int64_t max = 0;
+  int128 sum = 0;
+  uint128 sumsq = 0;
+};
+
+// Moments of a float channel, mergeable in any order (Chan et al.): mean and
+// m2 (sum of squared deviations from the mean) instead of a raw sum of squares,
+// which cancels catastrophically when the mean dwarfs the spread.
+struct FloatMoments {
+  uint64_t n = 0;
+  uint64_t nan = 0;
+  uint64_t posinf = 0;
+  uint64_t neginf = 0;
+  double min = 0;
+  double max = 0;
+  double sum = 0;       // compensated: sum + sum_comp is the running total
+  double sum_comp = 0;  // Neumaier's correction term
+  double mean = 0;
+  double m2 = 0;
+};
+
+// Neumaier's compensated addition of x into (sum, comp).
+inline void compensated_add(double& sum, double& comp, double x) {
+  const double t = sum + x;
+  comp += (std::abs(sum) >= std::abs(x)) ? (sum - t) + x : (x - t) + sum;
+  sum = t;
+}
+
+void merge(FloatMoments& into, const FloatMoments& other);
+
+// -0.0 and 0.0 compare equal, so which one a min or max reduction keeps
+// depends on its order; results report +0.0 so that every engine prints the same.
+inline double canonical_zero(double v) { return v == 0 ? 0.0 : v; }
+
+// Counts per value (value = value_lo + index) to moments and to the requested
+// histogram. Used for 8-bit data on every engine and 16-bit data on the CPU.
+IntMoments moments_of_values(const uint64_t* counts, size_t values, int64_t value_lo);
+Histogram bin_values(const uint64_t* counts, size_t values, SampleType type,
+                     const HistogramSpec& spec);
+// The histogram's range as reported: automatic is the type range for
+// integers, [min, max] for floats.
+void set_histogram_range(Histogram& h, SampleType type, const HistogramSpec& spec,
+                         double min, double max);
+
+ChannelStats finalize(const IntMoments& m, const StatsRequest& request);
+ChannelStats finalize(const FloatMoments& m, const StatsRequest& request);
+
+// Statistics of channel c from per-value counts (8-bit and 16-bit data).
+ChannelStats stats_of_values(const uint64_t* counts, SampleType type,
+                             const StatsRequest& request);
+
+}  // namespace imgstat

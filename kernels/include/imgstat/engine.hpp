@@ -1,0 +1,128 @@
+// The compute engines' one interface: a typed image view in, per-channel
+// statistics out. No gRPC, no OpenCV: the server and the CLI adapt to this.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "imgstat/error.hpp"
+#include "imgstat/types.hpp"
+
+namespace imgstat {
+
+// Shape of pixels in memory: little-endian samples, channels interleaved.
+struct Layout {
+  uint64_t width = 0;
+  uint64_t height = 0;
+  uint32_t channels = 1;
+  SampleType type = SampleType::kUint8;
+  uint64_t row_stride = 0;  // bytes from one row to the next; 0 = packed
+
+  uint64_t pixel_bytes() const { return channels * sample_size(type); }
+  uint64_t row_bytes() const { return width * pixel_bytes(); }
+  uint64_t stride() const { return row_stride ? row_stride : row_bytes(); }
+  uint64_t pixels() const { return width * height; }
+  // Fewest bytes that hold the image: the last row needs no padding.
+  uint64_t min_bytes() const {
+    return height == 0 ? 0 : stride() * (height - 1) + row_bytes();
+  }
+};
+
+struct ImageView {
+  const void* data = nullptr;
+  Layout layout;
+};
+
+struct HistogramSpec {
+  uint32_t bins = 256;
+  bool explicit_range = false;  // false: the automatic range
+  double lo = 0;
+  double hi = 0;
+};
+
+// Which statistics to produce; counts of finite, NaN and Inf samples always are.
+struct StatsRequest {
+  bool min_max = true;
+  bool sum = true;  // sum and mean
+  bool stddev = true;
+  bool histogram = true;
+  HistogramSpec hist;
+};
+
+struct Histogram {
+  std::vector<uint64_t> counts;
+  double lo = 0;
+  double hi = 0;
+  uint64_t underflow = 0;
+  uint64_t overflow = 0;
+};
+
+// Fields a StatsRequest did not ask for are left at their defaults; min, max,
+// mean and stddev are meaningful only when count > 0.
+struct ChannelStats {
+  uint64_t count = 0;  // finite samples
+  uint64_t nan_count = 0;
+  uint64_t posinf_count = 0;
+  uint64_t neginf_count = 0;
+  double min = 0;
+  double max = 0;
+  double sum = 0;
+  bool has_sum_int = false;  // integer sample types: sum_int is exact
+  int64_t sum_int = 0;
+  double mean = 0;
+  double stddev = 0;  // population
+  Histogram histogram;
+};
+
+struct EngineInfo {
+  std::string kind;  // "cpu" or "cuda"
+  std::string device_name;
+  uint64_t device_memory_bytes = 0;
+  std::string compute_capability;
+  uint32_t threads = 0;
+};
+
+// An analysis fed by consecutive byte ranges of one image laid out as the
+// Layout says (row padding included), as they arrive.
+class StreamAnalysis {
+ public:
+  virtual ~StreamAnalysis() = default;
+  virtual void feed(const void* data, size_t bytes) = 0;
+  // Throws InvalidArgument when fewer than layout.min_bytes() were fed.
+  virtual std::vector<ChannelStats> finish() = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual EngineInfo info() const = 0;
+  virtual std::vector<ChannelStats> analyze(const ImageView& image,
+                                            const StatsRequest& request) = 0;
+  virtual std::unique_ptr<StreamAnalysis> open_stream(
+      const Layout& layout, const StatsRequest& request) = 0;
+};
+
+enum class EngineKind { kAuto, kCpu, kCuda };
+
+struct EngineOptions {
+  EngineKind kind = EngineKind::kAuto;
+  uint32_t cpu_threads = 0;  // 0: all cores
+  int cuda_device = 0;
+};
+
+// Throws imgstat::Error when the kind asked for cannot be had (kCuda with no
+// usable device); kAuto falls back to the CPU engine.
+std::unique_ptr<Engine> make_engine(const EngineOptions& options);
+std::unique_ptr<Engine> make_cpu_engine(uint32_t threads = 0);
+// Null when this build has no CUDA engine or no device is usable; why goes to
+// *why_not.
+std::unique_ptr<Engine> make_cuda_engine(int device, std::string* why_not);
+
+// Checks a layout and request against what the engines support; throws
+// InvalidArgument naming the problem.
+void validate(const Layout& layout, const StatsRequest& request);
+
+}  // namespace imgstat

@@ -1,0 +1,35 @@
+// The one error type every layer throws; the server maps code to a gRPC status.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace imgstat {
+
+// Values are those of google.rpc.Code, so the mapping to gRPC is a cast.
+enum class ErrorCode : int {
+  kCancelled = 1,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kResourceExhausted = 8,
+  kFailedPrecondition = 9,
+  kUnimplemented = 12,
+  kInternal = 13,
+  kUnavailable = 14,
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message)
+      : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+[[noreturn]] inline void fail(ErrorCode code, const std::string& message) {
+  throw Error(code, message);
+}
+
+}  // namespace imgstat

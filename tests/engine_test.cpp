@@ -1,0 +1,201 @@
+// Every engine against the reference implementation of the conventions.
+// Runs on the CPU engine everywhere and on the CUDA engine where a GPU is.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <random>
+
+#include "imgstat/engine.hpp"
+#include "test_images.hpp"
+
+namespace imgstat::testing {
+namespace {
+
+class EngineTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    engine_ = make_test_engine(GetParam());
+    if (!engine_) GTEST_SKIP() << "no " << GetParam() << " engine here: " << why_not_;
+  }
+  std::unique_ptr<Engine> make_test_engine(const std::string& kind) {
+    if (kind == "cpu") return make_cpu_engine();
+    return make_cuda_engine(0, &why_not_);
+  }
+  std::unique_ptr<Engine> engine_;
+  std::string why_not_;
+};
+
+const SampleType kAllTypes[] = {SampleType::kUint8,  SampleType::kUint16,  SampleType::kInt8,
+                                SampleType::kInt16,  SampleType::kFloat32, SampleType::kFloat64};
+
+TEST_P(EngineTest, RandomDataEveryTypeChannelsAndShape) {
+  struct Shape { uint64_t w, h; };
+  const Shape shapes[] = {{1, 1}, {2, 1}, {1, 7}, {13, 7}, {127, 3}, {1021, 5}, {4099, 2}, {3, 257}};
+  std::mt19937_64 rng(42);
+  for (SampleType t : kAllTypes)
+    for (uint32_t c = 1; c <= 4; ++c)
+      for (const Shape& s : shapes)
+        for (int variant = 0; variant < 3; ++variant) {
+          // 0: packed, aligned; 1: padded rows (odd stride); 2: packed, unaligned start.
+          const uint64_t pad = variant == 1 ? 1 + rng() % 13 : 0;
+          const size_t offset = variant == 2 ? 1 : 0;
+          TestImage img = random_image(rng, s.w, s.h, c, t, pad, offset);
+          SCOPED_TRACE(describe(img.view.layout) + " variant " + std::to_string(variant));
+          expect_matches_reference(*engine_, img.view);
+        }
+}
+
+TEST_P(EngineTest, ConstantImages) {
+  std::mt19937_64 rng(7);
+  for (SampleType t : kAllTypes)
+    for (double value : {0.0, 1.0, -3.0, 200.0, 255.0, 65535.0, -32768.0, 1.5}) {
+      if (!representable(t, value)) continue;
+      TestImage img = constant_image(333, 17, 3, t, value);
+      SCOPED_TRACE(describe(img.view.layout) + " value " + std::to_string(value));
+      const auto stats = engine_->analyze(img.view, StatsRequest{});
+      for (const ChannelStats& s : stats) {
+        EXPECT_EQ(s.count, 333u * 17u);
+        EXPECT_EQ(s.min, value);
+        EXPECT_EQ(s.max, value);
+        EXPECT_EQ(s.mean, value);
+        EXPECT_EQ(s.stddev, 0.0);
+      }
+      expect_matches_reference(*engine_, img.view);
+    }
+}
+
+TEST_P(EngineTest, ExtremeValues) {
+  std::mt19937_64 rng(11);
+  const std::vector<std::pair<SampleType, std::vector<double>>> cases = {
+      {SampleType::kUint8, {0, 255}},
+      {SampleType::kInt8, {-128, 127}},
+      {SampleType::kUint16, {0, 65535}},
+      {SampleType::kInt16, {-32768, 32767}},
+      {SampleType::kFloat32, {FLT_MAX, -FLT_MAX, FLT_MIN, -FLT_TRUE_MIN, FLT_TRUE_MIN, 0.0, -0.0}},
+      {SampleType::kFloat64, {1e300, -1e300, DBL_MIN, DBL_TRUE_MIN, -DBL_TRUE_MIN, 0.0}},
+  };
+  for (const auto& [t, values] : cases) {
+    TestImage img = image_of_values(rng, 257, 9, 2, t, values);
+    SCOPED_TRACE(describe(img.view.layout));
+    expect_matches_reference(*engine_, img.view);
+  }
+}
+
+TEST_P(EngineTest, NanAndInfAreCountedAndExcluded) {
+  std::mt19937_64 rng(3);
+  for (SampleType t : {SampleType::kFloat32, SampleType::kFloat64})
+    for (uint32_t c = 1; c <= 4; ++c) {
+      TestImage img = random_image(rng, 211, 13, c, t, 0, 0, /*nonfinite_fraction=*/0.2);
+      SCOPED_TRACE(describe(img.view.layout));
+      const auto stats = engine_->analyze(img.view, StatsRequest{});
+      uint64_t nonfinite = 0;
+      for (const ChannelStats& s : stats) nonfinite += s.nan_count + s.posinf_count + s.neginf_count;
+      EXPECT_GT(nonfinite, 0u);
+      expect_matches_reference(*engine_, img.view);
+    }
+}
+
+TEST_P(EngineTest, ChannelWithoutFiniteSamples) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  TestImage img = constant_image(31, 5, 1, SampleType::kFloat32, nan);
+  const auto stats = engine_->analyze(img.view, StatsRequest{});
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].count, 0u);
+  EXPECT_EQ(stats[0].nan_count, 31u * 5u);
+  uint64_t total = 0;
+  for (uint64_t n : stats[0].histogram.counts) total += n;
+  EXPECT_EQ(total, 0u);
+}
+
+TEST_P(EngineTest, HistogramBinsAndRanges) {
+  std::mt19937_64 rng(5);
+  for (SampleType t : kAllTypes)
+    for (uint32_t bins : {1u, 3u, 100u, 255u, 256u, 1000u, 65536u}) {
+      TestImage img = random_image(rng, 509, 7, 2, t, 0, 0);
+      SCOPED_TRACE(describe(img.view.layout) + " bins " + std::to_string(bins));
+      expect_matches_reference(*engine_, img.view, bins);
+      // An explicit range inside the data, so both underflow and overflow occur.
+      const auto ref = reference_stats(img.view);
+      const double lo = ref[0].min + (ref[0].max - ref[0].min) * 0.25;
+      const double hi = ref[0].min + (ref[0].max - ref[0].min) * 0.75;
+      if (lo < hi) expect_matches_reference(*engine_, img.view, bins, true, lo, hi);
+    }
+}
+
+TEST_P(EngineTest, OnlyTheRequestedStatistics) {
+  std::mt19937_64 rng(9);
+  TestImage img = random_image(rng, 100, 10, 3, SampleType::kUint8, 0, 0);
+  StatsRequest request;
+  request.min_max = request.sum = request.stddev = false;
+  const auto stats = engine_->analyze(img.view, request);
+  const auto ref = reference_stats(img.view);
+  for (size_t c = 0; c < stats.size(); ++c) {
+    EXPECT_EQ(stats[c].count, 1000u);
+    EXPECT_EQ(stats[c].histogram.counts, ref[c].hist);
+    EXPECT_FALSE(stats[c].has_sum_int);
+  }
+}
+
+TEST_P(EngineTest, StreamedInChunksEqualsWholeImage) {
+  std::mt19937_64 rng(13);
+  for (SampleType t : kAllTypes)
+    for (uint32_t c : {1u, 3u, 4u}) {
+      const uint64_t pad = rng() % 2 ? 5 : 0;
+      TestImage img = random_image(rng, 301, 17, c, t, pad, 0);
+      SCOPED_TRACE(describe(img.view.layout));
+      for (size_t max_chunk : {size_t{1}, size_t{7}, size_t{4096}, size_t{1} << 20}) {
+        auto stream = engine_->open_stream(img.view.layout, StatsRequest{});
+        const auto* p = static_cast<const uint8_t*>(img.view.data);
+        size_t left = img.view.layout.min_bytes();
+        while (left > 0) {
+          const size_t n = std::min<size_t>(left, 1 + rng() % max_chunk);
+          stream->feed(p, n);
+          p += n;
+          left -= n;
+        }
+        expect_matches_reference(stream->finish(), img.view);
+      }
+    }
+}
+
+TEST_P(EngineTest, StreamThatEndsEarlyIsAnError) {
+  std::mt19937_64 rng(17);
+  TestImage img = random_image(rng, 64, 64, 1, SampleType::kUint16, 0, 0);
+  auto stream = engine_->open_stream(img.view.layout, StatsRequest{});
+  stream->feed(img.view.data, img.view.layout.min_bytes() - 1);
+  try {
+    stream->finish();
+    FAIL() << "finish() accepted a short stream";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+}
+
+TEST_P(EngineTest, RejectsBadLayoutsWithInvalidArgument) {
+  uint8_t data[64] = {};
+  StatsRequest request;
+  const Layout bad[] = {
+      {4, 4, 0, SampleType::kUint8, 0},   // no channels
+      {4, 4, 5, SampleType::kUint8, 0},   // five channels
+      {0, 4, 1, SampleType::kUint8, 0},   // empty
+      {4, 4, 2, SampleType::kUint8, 7},   // stride below a row
+  };
+  for (const Layout& l : bad) {
+    try {
+      engine_->analyze(ImageView{data, l}, request);
+      ADD_FAILURE() << "accepted " << describe(l);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    }
+  }
+  request.hist.bins = 0;
+  EXPECT_THROW(engine_->analyze(ImageView{data, Layout{4, 4, 1, SampleType::kUint8, 0}}, request), Error);
+  request.hist.bins = 65537;
+  EXPECT_THROW(engine_->analyze(ImageView{data, Layout{4, 4, 1, SampleType::kUint8, 0}}, request), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, EngineTest, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace imgstat::testing

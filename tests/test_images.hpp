@@ -1,0 +1,162 @@
+// Test images (random, constant, chosen values; padded rows and unaligned
+// starts on request) and the comparison of engine results with the reference.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "imgstat/engine.hpp"
+#include "reference_stats.hpp"
+
+namespace imgstat::testing {
+
+struct TestImage {
+  std::vector<uint8_t> storage;
+  ImageView view;
+};
+
+inline std::string describe(const Layout& l) {
+  return std::to_string(l.width) + "x" + std::to_string(l.height) + "x" + std::to_string(l.channels) + " " +
+         to_string(l.type) + " stride " + std::to_string(l.stride());
+}
+
+inline bool representable(SampleType t, double v) {
+  if (std::isnan(v) || std::isinf(v)) return is_float(t);
+  switch (t) {
+    case SampleType::kUint8: return v == std::floor(v) && v >= 0 && v <= 255;
+    case SampleType::kInt8: return v == std::floor(v) && v >= -128 && v <= 127;
+    case SampleType::kUint16: return v == std::floor(v) && v >= 0 && v <= 65535;
+    case SampleType::kInt16: return v == std::floor(v) && v >= -32768 && v <= 32767;
+    default: return true;
+  }
+}
+
+inline void store(uint8_t* p, SampleType t, double v) {
+  switch (t) {
+    case SampleType::kUint8: *p = static_cast<uint8_t>(v); break;
+    case SampleType::kInt8: *p = static_cast<uint8_t>(static_cast<int8_t>(v)); break;
+    case SampleType::kUint16: { const uint16_t x = static_cast<uint16_t>(v); std::memcpy(p, &x, 2); break; }
+    case SampleType::kInt16: { const int16_t x = static_cast<int16_t>(v); std::memcpy(p, &x, 2); break; }
+    case SampleType::kFloat32: { const float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
+    case SampleType::kFloat64: std::memcpy(p, &v, 8); break;
+  }
+}
+
+// An image whose samples come from value(sample index); padding and the bytes
+// before an unaligned start are random, so that reading them shows.
+template <class ValueFn>
+TestImage make_image(std::mt19937_64& rng, uint64_t w, uint64_t h, uint32_t c, SampleType t, uint64_t pad,
+                     size_t offset, ValueFn value) {
+  TestImage img;
+  Layout l{w, h, c, t, 0};
+  if (pad) l.row_stride = l.row_bytes() + pad;
+  img.storage.resize(offset + l.stride() * h + 16);
+  for (auto& b : img.storage) b = static_cast<uint8_t>(rng());
+  uint8_t* base = img.storage.data() + offset;
+  const size_t ss = sample_size(t);
+  uint64_t i = 0;
+  for (uint64_t y = 0; y < h; ++y)
+    for (uint64_t x = 0; x < w * c; ++x) store(base + y * l.stride() + x * ss, t, value(i++));
+  img.view = ImageView{base, l};
+  return img;
+}
+
+inline TestImage random_image(std::mt19937_64& rng, uint64_t w, uint64_t h, uint32_t c, SampleType t,
+                              uint64_t pad, size_t offset, double nonfinite_fraction = 0) {
+  std::uniform_real_distribution<double> unit(0, 1);
+  return make_image(rng, w, h, c, t, pad, offset, [&](uint64_t) -> double {
+    switch (t) {
+      case SampleType::kUint8: return static_cast<double>(rng() % 256);
+      case SampleType::kInt8: return static_cast<double>(static_cast<int64_t>(rng() % 256) - 128);
+      case SampleType::kUint16: return static_cast<double>(rng() % 65536);
+      case SampleType::kInt16: return static_cast<double>(static_cast<int64_t>(rng() % 65536) - 32768);
+      default: break;
+    }
+    const double u = unit(rng);
+    if (u < nonfinite_fraction / 2) return std::numeric_limits<double>::quiet_NaN();
+    if (u < nonfinite_fraction * 3 / 4) return std::numeric_limits<double>::infinity();
+    if (u < nonfinite_fraction) return -std::numeric_limits<double>::infinity();
+    // Mostly moderate values, some far larger, some tiny: sums then need care.
+    const double r = unit(rng);
+    if (r < 0.05) return (unit(rng) - 0.3) * 1e7;
+    if (r < 0.10) return unit(rng) * 1e-30;
+    return unit(rng) * 1250 - 250;
+  });
+}
+
+inline TestImage constant_image(uint64_t w, uint64_t h, uint32_t c, SampleType t, double value) {
+  std::mt19937_64 rng(1);
+  return make_image(rng, w, h, c, t, 0, 0, [&](uint64_t) { return value; });
+}
+
+inline TestImage image_of_values(std::mt19937_64& rng, uint64_t w, uint64_t h, uint32_t c, SampleType t,
+                                 const std::vector<double>& values) {
+  return make_image(rng, w, h, c, t, 3, 1, [&](uint64_t) { return values[rng() % values.size()]; });
+}
+
+inline void expect_close(double got, double want, double rel, const char* what) {
+  if (std::isnan(want)) {
+    EXPECT_TRUE(std::isnan(got)) << what;
+    return;
+  }
+  EXPECT_LE(std::abs(got - want), rel * std::abs(want) + 1e-300) << what << ": got " << got << " want " << want;
+}
+
+inline void expect_matches_reference(const std::vector<ChannelStats>& got, const ImageView& img,
+                                     uint32_t bins = 256, bool explicit_range = false, double lo = 0,
+                                     double hi = 0) {
+  const auto ref = reference_stats(img, bins, explicit_range, lo, hi);
+  ASSERT_EQ(got.size(), ref.size());
+  const bool flt = is_float(img.layout.type);
+  for (size_t c = 0; c < ref.size(); ++c) {
+    SCOPED_TRACE("channel " + std::to_string(c));
+    const ChannelStats& g = got[c];
+    const RefChannel& r = ref[c];
+    EXPECT_EQ(g.count, r.count);
+    EXPECT_EQ(g.nan_count, r.nan);
+    EXPECT_EQ(g.posinf_count, r.posinf);
+    EXPECT_EQ(g.neginf_count, r.neginf);
+    if (r.count > 0) {
+      EXPECT_EQ(g.min, r.min);
+      EXPECT_EQ(g.max, r.max);
+      if (flt) {
+        // 1e-12 of the sum of magnitudes: for data of one sign that is 1e-12
+        // of the sum itself; where signs cancel, no float64 summation short of
+        // an exact one can promise more.
+        EXPECT_LE(std::abs(g.sum - r.sum), 1e-12 * r.sum_abs) << "sum: got " << g.sum << " want " << r.sum;
+        EXPECT_LE(std::abs(g.mean - r.mean), 1e-12 * r.sum_abs / r.count) << "mean: got " << g.mean;
+        if (r.stddev < 1e150)
+          expect_close(g.stddev, r.stddev, 1e-10, "stddev");
+        else  // the sum of squares overflows float64
+          EXPECT_EQ(g.stddev, std::numeric_limits<double>::infinity());
+      } else {
+        EXPECT_TRUE(g.has_sum_int);
+        EXPECT_EQ(static_cast<__int128>(g.sum_int), r.sum_int);
+        expect_close(g.mean, r.mean, 1e-15, "mean");
+        expect_close(g.stddev, r.stddev, 1e-12, "stddev");
+      }
+    }
+    EXPECT_EQ(g.histogram.counts, r.hist);
+    EXPECT_EQ(g.histogram.lo, r.hist_lo);
+    EXPECT_EQ(g.histogram.hi, r.hist_hi);
+    EXPECT_EQ(g.histogram.underflow, r.underflow);
+    EXPECT_EQ(g.histogram.overflow, r.overflow);
+  }
+}
+
+inline void expect_matches_reference(Engine& engine, const ImageView& img, uint32_t bins = 256,
+                                     bool explicit_range = false, double lo = 0, double hi = 0) {
+  StatsRequest request;
+  request.hist.bins = bins;
+  request.hist.explicit_range = explicit_range;
+  request.hist.lo = lo;
+  request.hist.hi = hi;
+  expect_matches_reference(engine.analyze(img, request), img, bins, explicit_range, lo, hi);
+}
+
+}  // namespace imgstat::testing
