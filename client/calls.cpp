@@ -1,0 +1,157 @@
+#include "calls.hpp"
+
+#include <google/protobuf/empty.pb.h>
+#include <grpcpp/generic/generic_stub.h>
+
+#include <chrono>
+#include <climits>
+#include <future>
+
+namespace imgstat::client {
+namespace {
+
+constexpr size_t kStreamChunk = size_t{4} << 20;
+// Room for the request's other fields inside the server's message limit.
+constexpr uint64_t kEnvelope = 64 << 10;
+
+Outcome failure(const std::string& file, const std::string& code, const std::string& error) {
+  Outcome o;
+  o.file = file;
+  o.code = code;
+  o.error = error;
+  return o;
+}
+
+Outcome outcome_of(const std::string& file, const grpc::Status& status, v1::AnalyzeResponse&& response) {
+  if (!status.ok()) return failure(file, status_code_name(status.error_code()), status.error_message());
+  Outcome o;
+  o.file = file;
+  o.ok = true;
+  o.response = std::move(response);
+  return o;
+}
+
+}  // namespace
+
+Remote::Remote(const std::string& target, double timeout_seconds) : timeout_(timeout_seconds) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(INT_MAX);
+  args.SetMaxSendMessageSize(INT_MAX);
+  channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  stub_ = v1::ImageStats::NewStub(channel_);
+}
+
+void Remote::set_deadline(grpc::ClientContext& ctx) const {
+  if (timeout_ > 0)
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout_)));
+}
+
+bool Remote::info(v1::ServerInfo* out, std::string* error) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_ > 0 ? static_cast<int>(timeout_) + 1 : 10));
+  const grpc::Status s = stub_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), out);
+  if (!s.ok()) *error = status_code_name(s.error_code()) + ": " + s.error_message();
+  return s.ok();
+}
+
+uint64_t Remote::message_limit() {
+  if (message_limit_ == 0) {
+    v1::ServerInfo info;
+    std::string error;
+    // gRPC's default, when the server does not say.
+    message_limit_ = this->info(&info, &error) ? info.limits().max_message_bytes() : uint64_t{4} << 20;
+  }
+  return message_limit_;
+}
+
+Outcome Remote::analyze(Source& source, const Request& request) {
+  v1::AnalyzeResponse response;
+  grpc::ClientContext ctx;
+  set_deadline(ctx);
+  if (!request.force_stream && source.size() + kEnvelope <= message_limit()) {
+    v1::AnalyzeRequest r;
+    *r.mutable_input() = request.input;
+    r.mutable_input()->set_data(source.read_all());
+    *r.mutable_options() = request.options;
+    return outcome_of(source.name(), stub_->Analyze(&ctx, r, &response), std::move(response));
+  }
+  auto writer = stub_->AnalyzeStream(&ctx, &response);
+  v1::AnalyzeStreamRequest header;
+  *header.mutable_header()->mutable_input() = request.input;
+  *header.mutable_header()->mutable_options() = request.options;
+  header.mutable_header()->set_total_bytes(source.size());
+  if (writer->Write(header)) {
+    v1::AnalyzeStreamRequest chunk;
+    const size_t piece = static_cast<size_t>(std::min<uint64_t>(kStreamChunk, message_limit() - kEnvelope));
+    source.for_each_chunk(piece, [&](const std::string& c) {
+      chunk.set_chunk(c);
+      return writer->Write(chunk);  // false: the server has answered already
+    });
+    writer->WritesDone();
+  }
+  return outcome_of(source.name(), writer->Finish(), std::move(response));
+}
+
+bool Remote::health(std::string* status) {
+  // HealthCheckRequest{service: ""} serializes to nothing, as Empty does; the
+  // answer's field 1 (status) arrives as an unknown field of Empty.
+  grpc::TemplatedGenericStub<google::protobuf::Empty, google::protobuf::Empty> stub(channel_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  google::protobuf::Empty request, response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) { done.set_value(s); });
+  const grpc::Status s = done.get_future().get();
+  if (!s.ok()) {
+    *status = status_code_name(s.error_code()) + ": " + s.error_message();
+    return false;
+  }
+  int value = 0;
+  const auto& unknown = response.GetReflection()->GetUnknownFields(response);
+  for (int i = 0; i < unknown.field_count(); ++i)
+    if (unknown.field(i).number() == 1) value = static_cast<int>(unknown.field(i).varint());
+  static const char* kNames[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
+  *status = value >= 0 && value <= 3 ? kNames[value] : "UNKNOWN";
+  return true;
+}
+
+Local::Local() {
+  EngineOptions options;
+  options.kind = EngineKind::kAuto;
+  Limits limits;
+  limits.max_pixels = uint64_t{1} << 40;
+  limits.max_input_bytes = UINT64_MAX;
+  analyzer_ = std::make_unique<Analyzer>(make_engine(options), limits);
+}
+
+Outcome Local::analyze(Source& source, const Request& request) {
+  try {
+    const bool pixels = request.input.kind() == v1::INPUT_KIND_RAW || request.input.kind() == v1::INPUT_KIND_BYTES;
+    // Large raw inputs go to the engine in chunks, as the server would take them.
+    if (!pixels || (!request.force_stream && source.size() <= (uint64_t{256} << 20))) {
+      v1::AnalyzeRequest r;
+      *r.mutable_input() = request.input;
+      r.mutable_input()->set_data(source.read_all());
+      *r.mutable_options() = request.options;
+      return outcome_of(source.name(), grpc::Status::OK, analyzer_->analyze(r));
+    }
+    v1::StreamHeader header;
+    *header.mutable_input() = request.input;
+    *header.mutable_options() = request.options;
+    header.set_total_bytes(source.size());
+    auto upload = analyzer_->begin_upload(header);
+    source.for_each_chunk(size_t{16} << 20, [&](const std::string& c) {
+      upload->add(c);
+      return true;
+    });
+    return outcome_of(source.name(), grpc::Status::OK, upload->finish());
+  } catch (const Error& e) {
+    return failure(source.name(), status_code_name(static_cast<int>(e.code())), e.what());
+  } catch (const std::exception& e) {
+    return failure(source.name(), "INTERNAL", e.what());
+  }
+}
+
+}  // namespace imgstat::client

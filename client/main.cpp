@@ -1,0 +1,155 @@
+// imgstat-client: statistics of image files, from an imgstat server or
+// in-process (--local).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <regex>
+#include <unistd.h>
+
+#include "calls.hpp"
+#include "imgstat/types.hpp"
+#include "render.hpp"
+#include "validate.hpp"
+
+#ifndef IMGSTAT_VERSION
+#define IMGSTAT_VERSION "0.0.0"
+#endif
+
+namespace {
+
+using namespace imgstat;
+
+// "WxHxC:TYPE", e.g. 512x512x3:uint8.
+bool parse_raw(const std::string& spec, v1::RawLayout* raw, std::string* error) {
+  static const std::regex re(R"((\d+)x(\d+)x(\d+):(\w+))");
+  std::smatch m;
+  SampleType t;
+  if (!std::regex_match(spec, m, re)) {
+    *error = "--raw wants WxHxC:TYPE, e.g. 512x512x3:uint8; got \"" + spec + "\"";
+    return false;
+  }
+  if (!parse_sample_type(m[4].str().c_str(), &t)) {
+    *error = "--raw: unknown sample type \"" + m[4].str() + "\" (uint8, uint16, int8, int16, float32, float64)";
+    return false;
+  }
+  raw->set_width(static_cast<uint32_t>(std::stoul(m[1].str())));
+  raw->set_height(static_cast<uint32_t>(std::stoul(m[2].str())));
+  raw->set_channels(static_cast<uint32_t>(std::stoul(m[3].str())));
+  raw->set_sample_type(proto_sample_type(t));
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"imgstat-client " IMGSTAT_VERSION ": per-channel statistics and histograms of images"};
+  app.set_version_flag("--version", IMGSTAT_VERSION);
+  std::vector<std::string> files;
+  const char* env_server = std::getenv("IMGSTAT_SERVER");
+  std::string server = env_server && *env_server ? env_server : "localhost:50051";
+  bool json = false, bytes = false, stream = false, local = false, health = false, info = false, allow_truncated = false;
+  std::string raw_spec, range_spec;
+  uint64_t stride = 0;
+  uint32_t bins = 256;
+  std::vector<std::string> stats;
+  double timeout = 0;
+  app.add_option("files", files, "image files; - reads standard input");
+  app.add_option("--server", server, "server address (default: $IMGSTAT_SERVER, else localhost:50051)");
+  app.add_flag("--json", json, "one JSON object per input per line");
+  auto* raw_option = app.add_option("--raw", raw_spec, "raw pixels: WxHxC:TYPE (TYPE uint8, uint16, int8, int16, float32, float64)");
+  app.add_option("--stride", stride, "with --raw: bytes from one row to the next (default packed)");
+  auto* bytes_option = app.add_flag("--bytes", bytes, "histogram of the bytes of any file (a 1xN uint8 image)");
+  app.add_flag("--stream", stream, "upload in chunks (automatic above the server's message limit)");
+  app.add_flag("--local", local, "compute in-process with the same engine, no server");
+  app.add_option("--bins", bins, "histogram bins, 1 to 65536")->check(CLI::Range(1, 65536));
+  app.add_option("--range", range_spec, "explicit histogram range LO:HI (default automatic)");
+  app.add_option("--stats", stats, "statistics to report (default all): min_max, sum, stddev, histogram")
+      ->delimiter(',')->check(CLI::IsMember({"min_max", "sum", "stddev", "histogram"}));
+  app.add_flag("--allow-truncated", allow_truncated, "analyze truncated JPEGs (libjpeg fills the rest with gray)");
+  app.add_option("--timeout", timeout, "seconds per call (default none)");
+  app.add_flag("--health", health, "ask the server's grpc.health.v1 service; exit 0 when SERVING");
+  app.add_flag("--info", info, "print the server's version, engine and limits");
+  bytes_option->excludes(raw_option);
+  CLI11_PARSE(app, argc, argv);
+
+  client::Remote remote(server, timeout);
+  if (health) {
+    std::string status;
+    const bool ok = remote.health(&status);
+    std::cout << (ok ? status : "unreachable: " + status) << "\n";
+    return ok && status == "SERVING" ? 0 : 1;
+  }
+  if (info) {
+    v1::ServerInfo i;
+    std::string error;
+    if (!remote.info(&i, &error)) {
+      std::cerr << "imgstat-client: " << server << ": " << error << "\n";
+      return 1;
+    }
+    std::cout << i.DebugString();
+    return 0;
+  }
+  if (files.empty()) {
+    std::cerr << app.help();
+    return 2;
+  }
+
+  client::Request request;
+  request.force_stream = stream;
+  request.input.set_kind(bytes ? v1::INPUT_KIND_BYTES : raw_spec.empty() ? v1::INPUT_KIND_ENCODED : v1::INPUT_KIND_RAW);
+  std::string error;
+  if (!raw_spec.empty()) {
+    if (!parse_raw(raw_spec, request.input.mutable_raw(), &error)) {
+      std::cerr << "imgstat-client: " << error << "\n";
+      return 2;
+    }
+    request.input.mutable_raw()->set_row_stride(stride);
+  }
+  request.options.set_bins(bins);
+  request.options.set_allow_truncated(allow_truncated);
+  if (!range_spec.empty()) {
+    const auto colon = range_spec.find(':');
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      request.options.mutable_range()->set_lo(std::stod(range_spec.substr(0, colon)));
+      request.options.mutable_range()->set_hi(std::stod(range_spec.substr(colon + 1)));
+    } catch (const std::exception&) {
+      std::cerr << "imgstat-client: --range wants LO:HI, e.g. 0:1000; got \"" << range_spec << "\"\n";
+      return 2;
+    }
+  }
+  for (const std::string& s : stats)
+    request.options.add_statistics(s == "min_max" ? v1::STATISTIC_MIN_MAX
+                                   : s == "sum"   ? v1::STATISTIC_SUM
+                                   : s == "stddev" ? v1::STATISTIC_STDDEV
+                                                   : v1::STATISTIC_HISTOGRAM);
+
+  std::unique_ptr<client::Local> in_process;
+  if (local) in_process = std::make_unique<client::Local>();
+  const bool color = !json && isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");
+  int failures = 0;
+  for (const std::string& file : files) {
+    client::Outcome o;
+    try {
+      client::Source source(file);
+      request.input.set_name(file);
+      o = local ? in_process->analyze(source, request) : remote.analyze(source, request);
+    } catch (const std::exception& e) {
+      o.file = file;
+      o.code = "NOT_FOUND";
+      o.error = std::string("cannot read: ") + e.what();
+    }
+    if (!o.ok) {
+      ++failures;
+      std::cerr << "imgstat-client: " << file << ": " << o.code << ": " << o.error << "\n";
+    }
+    if (json)
+      std::cout << client::render_json(o) << "\n";
+    else if (o.ok)
+      std::cout << client::render_table(o, color) << (files.size() > 1 ? "\n" : "");
+    std::cout.flush();
+  }
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,170 @@
+#include "render.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace imgstat::client {
+namespace {
+
+bool is_float_type(v1::SampleType t) { return t == v1::SAMPLE_TYPE_FLOAT32 || t == v1::SAMPLE_TYPE_FLOAT64; }
+
+std::string sample_type_name(v1::SampleType t) {
+  switch (t) {
+    case v1::SAMPLE_TYPE_UINT8: return "uint8";
+    case v1::SAMPLE_TYPE_UINT16: return "uint16";
+    case v1::SAMPLE_TYPE_INT8: return "int8";
+    case v1::SAMPLE_TYPE_INT16: return "int16";
+    case v1::SAMPLE_TYPE_FLOAT32: return "float32";
+    case v1::SAMPLE_TYPE_FLOAT64: return "float64";
+    default: return "unknown";
+  }
+}
+
+double ms(const google::protobuf::Duration& d) { return d.seconds() * 1e3 + d.nanos() * 1e-6; }
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// Numbers of the sample type: integers without a fraction, floats with
+// enough digits to tell them apart.
+std::string number(double v, bool flt) { return flt ? fmt("%.9g", v) : fmt("%.0f", v); }
+
+// One row of block characters: bins folded into at most 64 columns, each
+// column's height relative to the tallest.
+std::string drawing(const v1::Histogram& h) {
+  static const char* kBlocks[] = {" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+  const int bins = h.counts_size();
+  if (bins == 0) return "";
+  const int columns = std::min(bins, 64);
+  std::vector<uint64_t> col(columns, 0);
+  for (int b = 0; b < bins; ++b) col[static_cast<size_t>(b) * columns / bins] += h.counts(b);
+  const uint64_t top = *std::max_element(col.begin(), col.end());
+  std::string s;
+  for (uint64_t c : col) {
+    int level = top ? static_cast<int>(std::ceil(8.0 * static_cast<double>(c) / static_cast<double>(top))) : 0;
+    s += kBlocks[std::clamp(level, 0, 8)];
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string status_code_name(int code) {
+  static const char* kNames[] = {"OK",        "CANCELLED",        "UNKNOWN",        "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
+}
+
+std::string render_table(const Outcome& o, bool color) {
+  const char* bold = color ? "\033[1m" : "";
+  const char* dim = color ? "\033[2m" : "";
+  const char* reset = color ? "\033[0m" : "";
+  const v1::AnalyzeResponse& r = o.response;
+  const bool flt = is_float_type(r.sample_type());
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%s%s%s: %s %llux%llu, %u channel%s, %s  %s(engine %s, decode %.2f ms, compute %.2f ms)%s\n",
+                bold, o.file.c_str(), reset, r.format().c_str(), static_cast<unsigned long long>(r.width()),
+                static_cast<unsigned long long>(r.height()), r.channel_count(), r.channel_count() == 1 ? "" : "s",
+                sample_type_name(r.sample_type()).c_str(), dim, r.engine().c_str(), ms(r.decode_time()),
+                ms(r.compute_time()), reset);
+  out += line;
+  for (const std::string& w : r.warnings()) out += "  warning: " + w + "\n";
+  std::snprintf(line, sizeof line, "  %-7s %14s %14s %14s %16s %16s%s\n", "channel", "count", "min", "max", "mean",
+                "stddev", flt ? "   nan/+inf/-inf" : "");
+  out += line;
+  for (const v1::ChannelStats& c : r.channels()) {
+    auto opt = [&](bool has, double v, bool as_sample) {
+      return has ? (as_sample ? number(v, flt) : fmt("%.6f", v)) : std::string("-");
+    };
+    std::snprintf(line, sizeof line, "  %-7s %14llu %14s %14s %16s %16s", c.name().c_str(),
+                  static_cast<unsigned long long>(c.count()), opt(c.has_min(), c.min(), true).c_str(),
+                  opt(c.has_max(), c.max(), true).c_str(), opt(c.has_mean(), c.mean(), false).c_str(),
+                  opt(c.has_stddev(), c.stddev(), false).c_str());
+    out += line;
+    if (flt)
+      out += "   " + std::to_string(c.nan_count()) + "/" + std::to_string(c.posinf_count()) + "/" +
+             std::to_string(c.neginf_count());
+    out += "\n";
+  }
+  for (const v1::ChannelStats& c : r.channels()) {
+    if (!c.has_histogram()) continue;
+    const v1::Histogram& h = c.histogram();
+    // Automatic float ranges hold their max; every other range is [lo, hi).
+    const bool closed = flt && h.underflow() == 0 && h.overflow() == 0 && c.has_max() && h.hi() == c.max();
+    std::snprintf(line, sizeof line, "  %-7s %s  %s[%s, %s%c%s", c.name().c_str(), drawing(h).c_str(), dim,
+                  number(h.lo(), true).c_str(), number(h.hi(), true).c_str(), closed ? ']' : ')', reset);
+    out += line;
+    if (h.underflow() || h.overflow())
+      out += "  below " + std::to_string(h.underflow()) + ", above " + std::to_string(h.overflow());
+    out += "\n";
+  }
+  return out;
+}
+
+std::string render_json(const Outcome& o) {
+  using nlohmann::json;
+  json j;
+  j["file"] = o.file;
+  j["ok"] = o.ok;
+  if (!o.ok) {
+    j["code"] = o.code;
+    j["error"] = o.error;
+    return j.dump();
+  }
+  const v1::AnalyzeResponse& r = o.response;
+  const bool flt = is_float_type(r.sample_type());
+  j["format"] = r.format();
+  j["width"] = r.width();
+  j["height"] = r.height();
+  j["channel_count"] = r.channel_count();
+  j["sample_type"] = sample_type_name(r.sample_type());
+  j["engine"] = r.engine();
+  j["decode_ms"] = ms(r.decode_time());
+  j["compute_ms"] = ms(r.compute_time());
+  j["warnings"] = json::array();
+  for (const std::string& w : r.warnings()) j["warnings"].push_back(w);
+  j["channels"] = json::array();
+  for (const v1::ChannelStats& c : r.channels()) {
+    json ch;
+    ch["name"] = c.name();
+    ch["count"] = c.count();
+    // Integer samples print as JSON integers, exactly.
+    auto sample = [&](double v) { return flt ? json(v) : json(static_cast<int64_t>(v)); };
+    ch["min"] = c.has_min() ? sample(c.min()) : json();
+    ch["max"] = c.has_max() ? sample(c.max()) : json();
+    ch["sum"] = c.has_sum_int() ? json(c.sum_int()) : c.has_sum() ? json(c.sum()) : json();
+    ch["mean"] = c.has_mean() ? json(c.mean()) : json();
+    ch["stddev"] = c.has_stddev() ? json(c.stddev()) : json();
+    if (c.has_histogram()) {
+      const v1::Histogram& h = c.histogram();
+      json hj;
+      hj["counts"] = std::vector<uint64_t>(h.counts().begin(), h.counts().end());
+      hj["lo"] = h.lo();
+      hj["hi"] = h.hi();
+      hj["underflow"] = h.underflow();
+      hj["overflow"] = h.overflow();
+      ch["histogram"] = hj;
+    } else {
+      ch["histogram"] = json();
+    }
+    if (flt) {
+      ch["nan_count"] = c.nan_count();
+      ch["inf_count"] = c.posinf_count() + c.neginf_count();
+      ch["posinf_count"] = c.posinf_count();
+      ch["neginf_count"] = c.neginf_count();
+    }
+    j["channels"].push_back(ch);
+  }
+  return j.dump();
+}
+
+}  // namespace imgstat::client

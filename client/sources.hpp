@@ -1,0 +1,30 @@
+// Inputs of the CLI: files (read in chunks when streamed) or standard input.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <string>
+
+namespace imgstat::client {
+
+class Source {
+ public:
+  // "-" is standard input, read whole. Throws std::runtime_error when the
+  // file cannot be opened.
+  explicit Source(const std::string& name);
+  const std::string& name() const { return name_; }
+  uint64_t size() const { return size_; }
+  std::string read_all();
+  // Calls fn with consecutive pieces of at most chunk bytes; stops early when
+  // fn returns false.
+  void for_each_chunk(size_t chunk, const std::function<bool(const std::string&)>& fn);
+
+ private:
+  std::string name_;
+  std::string stdin_data_;
+  bool is_stdin_ = false;
+  uint64_t size_ = 0;
+};
+
+}  // namespace imgstat::client

@@ -1,0 +1,242 @@
+#include "analyzer.hpp"
+
+#include <chrono>
+
+#include "decode.hpp"
+#include "sniff.hpp"
+#include "validate.hpp"
+
+#ifndef IMGSTAT_VERSION
+#define IMGSTAT_VERSION "0.0.0"
+#endif
+
+namespace imgstat {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void set_duration(google::protobuf::Duration* d, Clock::duration t) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t).count();
+  d->set_seconds(ns / 1000000000);
+  d->set_nanos(static_cast<int32_t>(ns % 1000000000));
+}
+
+struct Described {
+  std::string format;
+  Layout layout;
+  std::vector<uint32_t> order;  // engine channel of each reported channel
+  std::vector<std::string> names;
+};
+
+Described describe_pixels(const std::string& format, const Layout& layout) {
+  Described d{format, layout, {}, channel_names(layout.channels)};
+  for (uint32_t c = 0; c < layout.channels; ++c) d.order.push_back(c);
+  return d;
+}
+
+void fill_response(v1::AnalyzeResponse& r, const Described& d, const std::vector<ChannelStats>& stats,
+                   const StatsRequest& request, const std::string& engine) {
+  r.set_format(d.format);
+  r.set_width(d.layout.width);
+  r.set_height(d.layout.height);
+  r.set_channel_count(d.layout.channels);
+  r.set_sample_type(proto_sample_type(d.layout.type));
+  r.set_engine(engine);
+  const bool flt = is_float(d.layout.type);
+  for (size_t i = 0; i < d.order.size(); ++i) {
+    const ChannelStats& s = stats.at(d.order[i]);
+    v1::ChannelStats* c = r.add_channels();
+    c->set_name(d.names[i]);
+    c->set_count(s.count);
+    if (flt) {
+      c->set_nan_count(s.nan_count);
+      c->set_posinf_count(s.posinf_count);
+      c->set_neginf_count(s.neginf_count);
+    }
+    if (s.count > 0) {
+      if (request.min_max) {
+        c->set_min(s.min);
+        c->set_max(s.max);
+      }
+      if (request.sum) {
+        c->set_sum(s.sum);
+        if (s.has_sum_int) c->set_sum_int(s.sum_int);
+        c->set_mean(s.mean);
+      }
+      if (request.stddev) c->set_stddev(s.stddev);
+    }
+    if (request.histogram) {
+      v1::Histogram* h = c->mutable_histogram();
+      h->mutable_counts()->Assign(s.histogram.counts.begin(), s.histogram.counts.end());
+      h->set_lo(s.histogram.lo);
+      h->set_hi(s.histogram.hi);
+      h->set_underflow(s.histogram.underflow);
+      h->set_overflow(s.histogram.overflow);
+    }
+  }
+}
+
+class EncodedUpload final : public Upload {
+ public:
+  EncodedUpload(const Analyzer& analyzer, const v1::StreamHeader& header) : analyzer_(analyzer) {
+    request_.mutable_input()->set_kind(v1::INPUT_KIND_ENCODED);
+    request_.mutable_input()->set_name(header.input().name());
+    *request_.mutable_options() = header.options();
+    total_ = header.total_bytes();
+    request_.mutable_input()->mutable_data()->reserve(total_);
+  }
+  void add(const std::string& chunk) override {
+    std::string* data = request_.mutable_input()->mutable_data();
+    if (data->size() + chunk.size() > total_)
+      fail(ErrorCode::kInvalidArgument, "chunks carry more than the header's total_bytes (" + std::to_string(total_) + ")");
+    data->append(chunk);
+  }
+  v1::AnalyzeResponse finish() override {
+    const uint64_t got = request_.input().data().size();
+    if (got != total_)
+      fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(got) + " of the header's total_bytes " +
+                                            std::to_string(total_));
+    return analyzer_.analyze(request_);
+  }
+
+ private:
+  const Analyzer& analyzer_;
+  v1::AnalyzeRequest request_;
+  uint64_t total_ = 0;
+};
+
+// Raw pixels and plain bytes go to the engine chunk by chunk as they arrive.
+class PixelUpload final : public Upload {
+ public:
+  PixelUpload(Engine& engine, Described described, StatsRequest request, uint64_t total)
+      : described_(std::move(described)), request_(request), total_(total) {
+    const auto t0 = Clock::now();
+    stream_ = engine.open_stream(described_.layout, request_);
+    compute_ += Clock::now() - t0;
+    engine_ = engine.info().kind;
+  }
+  void add(const std::string& chunk) override {
+    if (received_ + chunk.size() > total_)
+      fail(ErrorCode::kInvalidArgument, "chunks carry more than the header's total_bytes (" + std::to_string(total_) + ")");
+    received_ += chunk.size();
+    const auto t0 = Clock::now();
+    stream_->feed(chunk.data(), chunk.size());
+    compute_ += Clock::now() - t0;
+  }
+  v1::AnalyzeResponse finish() override {
+    if (received_ != total_)
+      fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(received_) +
+                                            " of the header's total_bytes " + std::to_string(total_));
+    const auto t0 = Clock::now();
+    const std::vector<ChannelStats> stats = stream_->finish();
+    compute_ += Clock::now() - t0;
+    v1::AnalyzeResponse r;
+    fill_response(r, described_, stats, request_, engine_);
+    set_duration(r.mutable_decode_time(), Clock::duration::zero());
+    set_duration(r.mutable_compute_time(), compute_);
+    return r;
+  }
+
+ private:
+  Described described_;
+  StatsRequest request_;
+  uint64_t total_;
+  uint64_t received_ = 0;
+  std::unique_ptr<StreamAnalysis> stream_;
+  std::string engine_;
+  Clock::duration compute_{};
+};
+
+}  // namespace
+
+Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits)
+    : engine_(std::move(engine)), limits_(limits), engine_info_(engine_->info()) {}
+
+v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request) const {
+  const v1::Input& input = request.input();
+  const StatsRequest stats_request = stats_request_of(request.options());
+  const std::string& data = input.data();
+  const auto* bytes = reinterpret_cast<const uint8_t*>(data.data());
+  v1::AnalyzeResponse r;
+  Described d;
+  ImageView view;
+  DecodedImage decoded;
+  const auto t0 = Clock::now();
+  switch (kind_of(input)) {
+    case v1::INPUT_KIND_RAW:
+      d = describe_pixels("raw", raw_layout_of(input.raw()));
+      check_raw_size(d.layout, data.size());
+      view = ImageView{bytes, d.layout};
+      break;
+    case v1::INPUT_KIND_BYTES:
+      if (data.empty()) fail(ErrorCode::kInvalidArgument, "empty input: no bytes to count");
+      d = describe_pixels("bytes", Layout{data.size(), 1, 1, SampleType::kUint8, 0});
+      view = ImageView{bytes, d.layout};
+      break;
+    default: {
+      DecodeOptions options;
+      options.max_pixels = limits_.max_pixels;
+      options.allow_truncated = request.options().allow_truncated();
+      decoded = decode_image(bytes, data.size(), options);
+      d = Described{decoded.format, decoded.view.layout, decoded.channel_order, decoded.channel_names};
+      view = decoded.view;
+      for (const std::string& w : decoded.warnings) r.add_warnings(w);
+    }
+  }
+  const auto t1 = Clock::now();
+  const std::vector<ChannelStats> stats = engine_->analyze(view, stats_request);
+  const auto t2 = Clock::now();
+  fill_response(r, d, stats, stats_request, engine_info_.kind);
+  set_duration(r.mutable_decode_time(), t1 - t0);
+  set_duration(r.mutable_compute_time(), t2 - t1);
+  return r;
+}
+
+std::unique_ptr<Upload> Analyzer::begin_upload(const v1::StreamHeader& header) const {
+  const v1::Input& input = header.input();
+  if (!input.data().empty())
+    fail(ErrorCode::kInvalidArgument, "the stream header carries data; send it in the chunks that follow");
+  const uint64_t total = header.total_bytes();
+  if (total == 0) fail(ErrorCode::kInvalidArgument, "the stream header's total_bytes must be at least 1");
+  if (total > limits_.max_input_bytes)
+    fail(ErrorCode::kResourceExhausted, "upload of " + std::to_string(total) + " bytes is over the limit of " +
+                                            std::to_string(limits_.max_input_bytes));
+  const StatsRequest stats_request = stats_request_of(header.options());
+  switch (kind_of(input)) {
+    case v1::INPUT_KIND_RAW: {
+      Described d = describe_pixels("raw", raw_layout_of(input.raw()));
+      check_raw_size(d.layout, total);
+      return std::make_unique<PixelUpload>(*engine_, std::move(d), stats_request, total);
+    }
+    case v1::INPUT_KIND_BYTES:
+      return std::make_unique<PixelUpload>(*engine_, describe_pixels("bytes", Layout{total, 1, 1, SampleType::kUint8, 0}),
+                                           stats_request, total);
+    default:
+      if (total > static_cast<uint64_t>(INT32_MAX))
+        fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
+      return std::make_unique<EncodedUpload>(*this, header);
+  }
+}
+
+v1::ServerInfo Analyzer::server_info() const {
+  v1::ServerInfo info;
+  info.set_version(IMGSTAT_VERSION);
+  v1::EngineInfo* e = info.mutable_engine();
+  e->set_kind(engine_info_.kind);
+  e->set_device_name(engine_info_.device_name);
+  e->set_device_memory_bytes(engine_info_.device_memory_bytes);
+  e->set_compute_capability(engine_info_.compute_capability);
+  e->set_threads(engine_info_.threads);
+  v1::Limits* l = info.mutable_limits();
+  l->set_max_message_bytes(limits_.max_message_bytes);
+  l->set_max_pixels(limits_.max_pixels);
+  l->set_max_input_bytes(limits_.max_input_bytes);
+  l->set_max_bins(65536);
+  for (const std::string& f : supported_formats()) info.add_formats(f);
+  for (auto t : {v1::SAMPLE_TYPE_UINT8, v1::SAMPLE_TYPE_UINT16, v1::SAMPLE_TYPE_INT8, v1::SAMPLE_TYPE_INT16,
+                 v1::SAMPLE_TYPE_FLOAT32, v1::SAMPLE_TYPE_FLOAT64})
+    info.add_sample_types(t);
+  return info;
+}
+
+}  // namespace imgstat

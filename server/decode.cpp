@@ -1,0 +1,111 @@
+#include "decode.hpp"
+
+#include <opencv2/imgcodecs.hpp>
+
+#include <cstdio>
+
+#include "jpeg_check.hpp"
+#include "sniff.hpp"
+
+namespace imgstat {
+namespace {
+
+[[noreturn]] void invalid(const std::string& m) { fail(ErrorCode::kInvalidArgument, m); }
+
+std::string pixels_over_limit(uint64_t w, uint64_t h, uint64_t max_pixels) {
+  return "image is " + std::to_string(w) + "x" + std::to_string(h) + " = " + std::to_string(w * h) +
+         " pixels, over the limit of " + std::to_string(max_pixels);
+}
+
+void check_pixels(uint64_t w, uint64_t h, uint64_t max_pixels) {
+  if (w != 0 && h > max_pixels / w) fail(ErrorCode::kResourceExhausted, pixels_over_limit(w, h, max_pixels));
+}
+
+bool sample_type_of(int depth, SampleType* t) {
+  switch (depth) {
+    case CV_8U: *t = SampleType::kUint8; return true;
+    case CV_8S: *t = SampleType::kInt8; return true;
+    case CV_16U: *t = SampleType::kUint16; return true;
+    case CV_16S: *t = SampleType::kInt16; return true;
+    case CV_32F: *t = SampleType::kFloat32; return true;
+    case CV_64F: *t = SampleType::kFloat64; return true;
+  }
+  return false;
+}
+
+std::string first_bytes(const uint8_t* d, size_t n) {
+  std::string s;
+  char buf[4];
+  for (size_t i = 0; i < std::min<size_t>(n, 8); ++i) {
+    std::snprintf(buf, sizeof buf, i ? " %02x" : "%02x", d[i]);
+    s += buf;
+  }
+  return s;
+}
+
+cv::Mat opencv_decode(const uint8_t* data, size_t size, const std::string& format) {
+  const cv::Mat buf(1, static_cast<int>(size), CV_8U, const_cast<uint8_t*>(data));
+  try {
+    return cv::imdecode(buf, cv::IMREAD_UNCHANGED);
+  } catch (const cv::Exception& e) {
+    invalid(format + ": could not decode (" + (e.err.empty() ? e.msg : e.err) + ")");
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> channel_names(uint32_t n) {
+  switch (n) {
+    case 1: return {"Gray"};
+    case 2: return {"Gray", "A"};
+    case 3: return {"R", "G", "B"};
+    case 4: return {"R", "G", "B", "A"};
+  }
+  return {};
+}
+
+DecodedImage decode_image(const uint8_t* data, size_t size, const DecodeOptions& options) {
+  if (size == 0) invalid("empty input: no bytes to decode");
+  const Probe p = probe(data, size);
+  if (p.format == "unknown")
+    invalid("unrecognized image format (first bytes " + first_bytes(data, size) +
+            "); send raw pixels as kind RAW, or any file as kind BYTES");
+  if (!is_supported_format(p.format)) invalid(p.format + " images are not supported");
+  if (size > static_cast<size_t>(INT32_MAX)) fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
+  if (p.has_size) check_pixels(p.width, p.height, options.max_pixels);
+
+  DecodedImage out;
+  out.format = p.format;
+  if (p.format == "JPEG") {
+    const JpegCheck check = check_jpeg(data, size, options.max_pixels);
+    check_pixels(check.width, check.height, options.max_pixels);
+    if (!check.ok) invalid("JPEG: " + check.error);
+    if (check.truncated && !options.allow_truncated)
+      invalid("JPEG data ends before its end-of-image marker (truncated file); libjpeg would fill the "
+              "rest with gray. Set allow_truncated to analyze it anyway");
+    out.warnings = check.warnings;
+  }
+
+  cv::Mat m;
+  if (p.format == "BMP") m = decode_bmp_core(data, size);
+  if (p.format == "GIF") m = decode_gif(data, size, &out.warnings);
+  if (m.empty()) m = opencv_decode(data, size, p.format);
+  if (m.empty() && p.format == "WebP") m = decode_webp_frames(data, size, &out.warnings);
+  if (m.empty()) invalid(p.format + ": could not decode (corrupt, truncated or unsupported data)");
+
+  check_pixels(static_cast<uint64_t>(m.cols), static_cast<uint64_t>(m.rows), options.max_pixels);
+  SampleType type;
+  if (!sample_type_of(m.depth(), &type)) invalid(p.format + ": unsupported sample type (OpenCV depth " + std::to_string(m.depth()) + ")");
+  const uint32_t channels = static_cast<uint32_t>(m.channels());
+  if (channels < 1 || channels > 4) invalid(p.format + ": unsupported channel count " + std::to_string(channels));
+
+  out.pixels = m;
+  out.view = ImageView{m.data, Layout{static_cast<uint64_t>(m.cols), static_cast<uint64_t>(m.rows), channels, type,
+                                      static_cast<uint64_t>(m.step[0])}};
+  out.channel_names = channel_names(channels);
+  for (uint32_t c = 0; c < channels; ++c) out.channel_order.push_back(c);
+  if (channels >= 3) std::swap(out.channel_order[0], out.channel_order[2]);  // BGR(A) -> RGB(A)
+  return out;
+}
+
+}  // namespace imgstat

@@ -1,0 +1,47 @@
+// Encoded image bytes to pixels, as OpenCV's imread(IMREAD_UNCHANGED) gives
+// them (the file's own sample type), with the conventions of the README:
+// channels reported R,G,B(,A) or Gray, first frame only. Untrusted input:
+// pixel limits are checked from the header before any decoder allocates.
+#pragma once
+
+#include <opencv2/core.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "imgstat/engine.hpp"
+
+namespace imgstat {
+
+struct DecodeOptions {
+  uint64_t max_pixels = uint64_t{1} << 30;
+  bool allow_truncated = false;
+};
+
+struct DecodedImage {
+  std::string format;
+  cv::Mat pixels;  // owns the samples that view points at
+  ImageView view;
+  // Reported channel i is engine channel channel_order[i] (OpenCV's BGR(A) is
+  // reported as R,G,B(,A)).
+  std::vector<uint32_t> channel_order;
+  std::vector<std::string> channel_names;
+  std::vector<std::string> warnings;
+};
+
+// Throws imgstat::Error: kInvalidArgument for empty, unrecognized, corrupt or
+// unsupported data, kResourceExhausted over max_pixels.
+DecodedImage decode_image(const uint8_t* data, size_t size, const DecodeOptions& options);
+
+// Names of n channels in their stored order: Gray; Gray,A; R,G,B; R,G,B,A.
+std::vector<std::string> channel_names(uint32_t n);
+
+// The decoders OpenCV 4.6 lacks or gets wrong, each with its own library or
+// parser. Empty Mat: not handled here, leave it to OpenCV. Results are in
+// OpenCV's channel order (BGR, BGRA) so that every path reports alike.
+cv::Mat decode_bmp_core(const uint8_t* data, size_t size);
+cv::Mat decode_gif(const uint8_t* data, size_t size, std::vector<std::string>* warnings);
+cv::Mat decode_webp_frames(const uint8_t* data, size_t size, std::vector<std::string>* warnings);
+
+}  // namespace imgstat

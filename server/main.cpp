@@ -1,0 +1,83 @@
+// imgstat-server: image statistics over gRPC.
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <pthread.h>
+
+#include "server.hpp"
+
+#ifndef IMGSTAT_VERSION
+#define IMGSTAT_VERSION "0.0.0"
+#endif
+
+int main(int argc, char** argv) {
+  imgstat::ServerOptions options;
+  std::string engine = "auto";
+  std::string log_level = "info";
+  CLI::App app{"imgstat-server " IMGSTAT_VERSION ": per-channel image statistics over gRPC (imgstat.v1)"};
+  app.set_version_flag("--version", IMGSTAT_VERSION);
+  app.add_option("--listen", options.listen, "address to listen on; port 0 picks a free one")
+      ->envname("IMGSTAT_LISTEN")->capture_default_str();
+  app.add_option("--engine", engine, "auto: CUDA when a GPU is usable, else CPU")
+      ->envname("IMGSTAT_ENGINE")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  app.add_option("--cuda-device", options.cuda_device, "CUDA device ordinal")->envname("IMGSTAT_CUDA_DEVICE");
+  app.add_option("--max-message-bytes", options.limits.max_message_bytes,
+                 "largest message; larger inputs use AnalyzeStream")
+      ->envname("IMGSTAT_MAX_MESSAGE_BYTES")->check(CLI::Range(uint64_t{1024}, uint64_t{INT32_MAX}))->capture_default_str();
+  app.add_option("--max-pixels", options.limits.max_pixels, "largest decoded image, in pixels")
+      ->envname("IMGSTAT_MAX_PIXELS")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))->capture_default_str();
+  app.add_option("--max-input-bytes", options.limits.max_input_bytes, "largest AnalyzeStream upload")
+      ->envname("IMGSTAT_MAX_INPUT_BYTES")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--threads", options.threads, "threads that decode and compute; 0: one per core")
+      ->envname("IMGSTAT_THREADS")->capture_default_str();
+  app.add_option("--shutdown-grace", options.shutdown_grace_seconds,
+                 "seconds in-flight calls get to finish after SIGTERM or SIGINT")
+      ->envname("IMGSTAT_SHUTDOWN_GRACE")->capture_default_str();
+  app.add_option("--log-level", log_level)->envname("IMGSTAT_LOG_LEVEL")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  auto logger = spdlog::stderr_color_mt("imgstat");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  options.engine = engine == "cpu" ? imgstat::EngineKind::kCpu
+                   : engine == "cuda" ? imgstat::EngineKind::kCuda
+                                      : imgstat::EngineKind::kAuto;
+
+  // Every thread inherits this mask; the signals are taken by sigwait below,
+  // never in the middle of a gRPC or engine call.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  try {
+    std::string note;
+    auto engine_ptr = imgstat::choose_engine(options, &note);
+    if (!note.empty()) spdlog::warn("{}", note);
+    const imgstat::EngineInfo info = engine_ptr->info();
+    if (info.kind == "cuda")
+      spdlog::info("engine cuda: {} ({} MiB, compute capability {})", info.device_name,
+                   info.device_memory_bytes >> 20, info.compute_capability);
+    else
+      spdlog::info("engine cpu: {} threads", info.threads);
+    imgstat::Server server(options, std::move(engine_ptr));
+    server.start();
+    const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+    spdlog::info("imgstat-server {} listening on {}:{}", IMGSTAT_VERSION, host, server.port());
+    int sig = 0;
+    sigwait(&signals, &sig);
+    spdlog::info("{} received: finishing in-flight calls (up to {} s)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                 options.shutdown_grace_seconds);
+    server.shutdown();
+    spdlog::info("stopped");
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,55 @@
+// The gRPC server around ImageStatsService: listening port, message limits,
+// the standard health and reflection services, graceful shutdown.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "analyzer.hpp"
+#include "imgstat/engine.hpp"
+
+namespace imgstat {
+
+struct ServerOptions {
+  std::string listen = "0.0.0.0:50051";
+  EngineKind engine = EngineKind::kAuto;
+  int cuda_device = 0;
+  Limits limits;
+  unsigned threads = 0;  // workers for decoding and computing; 0: one per core
+  double shutdown_grace_seconds = 30;  // in-flight calls get this long to finish
+};
+
+// The engine the options ask for; with kAuto, CUDA when a device is usable,
+// else the CPU engine, with *note saying why.
+std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string* note);
+
+class ImageStatsService;
+class Workers;
+
+class Server {
+ public:
+  Server(const ServerOptions& options, std::shared_ptr<Engine> engine);
+  ~Server();
+
+  // Binds and starts serving; throws imgstat::Error (kUnavailable) when the
+  // address cannot be bound.
+  void start();
+  int port() const { return port_; }
+  const Analyzer& analyzer() const { return *analyzer_; }
+  // Reports NOT_SERVING, stops taking calls, lets those in flight finish
+  // (cancelling them after the grace period), then returns.
+  void shutdown();
+
+ private:
+  ServerOptions options_;
+  std::shared_ptr<Engine> engine_;
+  std::unique_ptr<Analyzer> analyzer_;
+  std::unique_ptr<Workers> workers_;
+  std::unique_ptr<ImageStatsService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace imgstat

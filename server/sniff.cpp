@@ -1,0 +1,197 @@
+#include "sniff.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+namespace imgstat {
+namespace {
+
+bool starts_with(const uint8_t* d, size_t n, const char* magic, size_t m) {
+  return n >= m && std::memcmp(d, magic, m) == 0;
+}
+
+uint32_t le16(const uint8_t* p) { return p[0] | (p[1] << 8); }
+uint32_t be16(const uint8_t* p) { return (p[0] << 8) | p[1]; }
+uint32_t le24(const uint8_t* p) { return p[0] | (p[1] << 8) | (p[2] << 16); }
+uint32_t le32(const uint8_t* p) { return le16(p) | (le16(p + 2) << 16); }
+uint32_t be32(const uint8_t* p) { return (be16(p) << 16) | be16(p + 2); }
+uint64_t le64(const uint8_t* p) { return le32(p) | (uint64_t{le32(p + 4)} << 32); }
+uint64_t be64(const uint8_t* p) { return (uint64_t{be32(p)} << 32) | be32(p + 4); }
+
+void set_size(Probe& p, int64_t w, int64_t h) {
+  if (w <= 0 || h <= 0) return;
+  p.has_size = true;
+  p.width = static_cast<uint64_t>(w);
+  p.height = static_cast<uint64_t>(h);
+}
+
+// First IFD's ImageWidth (256) and ImageLength (257), classic or BigTIFF.
+void probe_tiff(Probe& p, const uint8_t* d, size_t n) {
+  const bool le = d[0] == 'I';
+  auto u16 = [&](size_t o) { return le ? le16(d + o) : be16(d + o); };
+  auto u32 = [&](size_t o) { return le ? le32(d + o) : be32(d + o); };
+  auto u64 = [&](size_t o) { return le ? le64(d + o) : be64(d + o); };
+  const bool big = u16(2) == 43;
+  if (big && n < 16) return;
+  const uint64_t ifd = big ? u64(8) : u32(4);
+  const size_t count_size = big ? 8 : 2, entry_size = big ? 20 : 12;
+  if (ifd + count_size > n) return;
+  const uint64_t count = big ? u64(ifd) : u16(ifd);
+  int64_t w = -1, h = -1;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t e = ifd + count_size + i * entry_size;
+    if (e + entry_size > n) break;
+    const uint32_t tag = u16(e), type = u16(e + 2);
+    const size_t value = e + (big ? 12 : 8);
+    const int64_t v = type == 3 ? u16(value) : type == 4 ? u32(value) : type == 16 ? static_cast<int64_t>(u64(value)) : -1;
+    if (tag == 256) w = v;
+    if (tag == 257) h = v;
+  }
+  set_size(p, w, h);
+}
+
+void probe_webp(Probe& p, const uint8_t* d, size_t n) {
+  if (n < 30) return;
+  if (std::memcmp(d + 12, "VP8 ", 4) == 0)
+    set_size(p, le16(d + 26) & 0x3fff, le16(d + 28) & 0x3fff);
+  else if (std::memcmp(d + 12, "VP8L", 4) == 0 && d[20] == 0x2f) {
+    const uint32_t bits = le32(d + 21);
+    set_size(p, (bits & 0x3fff) + 1, ((bits >> 14) & 0x3fff) + 1);
+  } else if (std::memcmp(d + 12, "VP8X", 4) == 0)
+    set_size(p, le24(d + 24) + 1, le24(d + 27) + 1);
+}
+
+// Whitespace- and comment-separated header tokens of PNM/PFM.
+std::vector<std::string> pnm_tokens(const uint8_t* d, size_t n, size_t want) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (size_t i = 2; i < std::min<size_t>(n, 4096) && out.size() < want; ++i) {
+    const char c = static_cast<char>(d[i]);
+    if (c == '#') {
+      while (i < n && d[i] != '\n') ++i;
+    } else if (std::isspace(static_cast<unsigned char>(c))) {
+      if (!cur.empty()) out.push_back(std::move(cur)), cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  return out;
+}
+
+void probe_pam(Probe& p, const uint8_t* d, size_t n) {
+  const std::string head(reinterpret_cast<const char*>(d), std::min<size_t>(n, 4096));
+  std::istringstream in(head);
+  std::string key;
+  int64_t w = -1, h = -1;
+  while (in >> key && key != "ENDHDR") {
+    if (key == "WIDTH") in >> w;
+    if (key == "HEIGHT") in >> h;
+  }
+  set_size(p, w, h);
+}
+
+void probe_hdr(Probe& p, const uint8_t* d, size_t n) {
+  const std::string head(reinterpret_cast<const char*>(d), std::min<size_t>(n, 8192));
+  const size_t blank = head.find("\n\n");
+  if (blank == std::string::npos) return;
+  std::istringstream in(head.substr(blank + 2));
+  std::string a1, a2;
+  int64_t n1 = -1, n2 = -1;
+  if (!(in >> a1 >> n1 >> a2 >> n2) || a1.size() != 2 || a2.size() != 2) return;
+  if (a1[1] == 'Y')
+    set_size(p, n2, n1);
+  else
+    set_size(p, n1, n2);
+}
+
+// The dataWindow attribute (box2i) of the first header.
+void probe_exr(Probe& p, const uint8_t* d, size_t n) {
+  size_t o = 8;
+  while (o < n && o < (1u << 20)) {
+    const uint8_t* name = d + o;
+    const void* name_end = std::memchr(name, 0, n - o);
+    if (!name_end || name_end == name) return;
+    o = static_cast<const uint8_t*>(name_end) - d + 1;
+    const void* type_end = std::memchr(d + o, 0, n - o);
+    if (!type_end) return;
+    o = static_cast<const uint8_t*>(type_end) - d + 1;
+    if (o + 4 > n) return;
+    const uint32_t size = le32(d + o);
+    o += 4;
+    if (o + size > n) return;
+    if (std::strcmp(reinterpret_cast<const char*>(name), "dataWindow") == 0 && size == 16) {
+      auto i32 = [&](size_t k) { return static_cast<int32_t>(le32(d + o + 4 * k)); };
+      set_size(p, int64_t{i32(2)} - i32(0) + 1, int64_t{i32(3)} - i32(1) + 1);
+      return;
+    }
+    o += size;
+  }
+}
+
+}  // namespace
+
+Probe probe(const uint8_t* d, size_t n) {
+  Probe p;
+  p.format = "unknown";
+  if (starts_with(d, n, "\x89PNG\r\n\x1a\n", 8)) {
+    p.format = "PNG";
+    if (n >= 24) set_size(p, be32(d + 16), be32(d + 20));
+  } else if (starts_with(d, n, "\xff\xd8\xff", 3)) {
+    p.format = "JPEG";  // libjpeg reads its size (jpeg_check)
+  } else if (starts_with(d, n, "II*\0", 4) || starts_with(d, n, "MM\0*", 4) ||
+             starts_with(d, n, "II+\0", 4) || starts_with(d, n, "MM\0+", 4)) {
+    p.format = "TIFF";
+    if (n >= 8) probe_tiff(p, d, n);
+  } else if (starts_with(d, n, "BM", 2)) {
+    p.format = "BMP";
+    if (n >= 26) {
+      if (le32(d + 14) == 12)
+        set_size(p, static_cast<int16_t>(le16(d + 18)), static_cast<int16_t>(le16(d + 20)));
+      else
+        set_size(p, static_cast<int32_t>(le32(d + 18)), std::abs(static_cast<int64_t>(static_cast<int32_t>(le32(d + 22)))));
+    }
+  } else if (n >= 12 && starts_with(d, n, "RIFF", 4) && std::memcmp(d + 8, "WEBP", 4) == 0) {
+    p.format = "WebP";
+    probe_webp(p, d, n);
+  } else if (starts_with(d, n, "GIF87a", 6) || starts_with(d, n, "GIF89a", 6)) {
+    p.format = "GIF";
+    if (n >= 10) set_size(p, le16(d + 6), le16(d + 8));
+  } else if (starts_with(d, n, "\x76\x2f\x31\x01", 4)) {
+    p.format = "EXR";
+    probe_exr(p, d, n);
+  } else if (starts_with(d, n, "#?RADIANCE", 10) || starts_with(d, n, "#?RGBE", 6)) {
+    p.format = "HDR";
+    probe_hdr(p, d, n);
+  } else if (n >= 3 && d[0] == 'P' && d[1] >= '1' && d[1] <= '6' && std::isspace(d[2])) {
+    p.format = "PNM";
+    const auto t = pnm_tokens(d, n, 2);
+    if (t.size() == 2) set_size(p, std::atoll(t[0].c_str()), std::atoll(t[1].c_str()));
+  } else if (starts_with(d, n, "P7\n", 3)) {
+    p.format = "PAM";
+    probe_pam(p, d, n);
+  } else if (n >= 3 && d[0] == 'P' && (d[1] == 'F' || d[1] == 'f') && std::isspace(d[2])) {
+    p.format = "PFM";
+    const auto t = pnm_tokens(d, n, 2);
+    if (t.size() == 2) set_size(p, std::atoll(t[0].c_str()), std::atoll(t[1].c_str()));
+  } else if (starts_with(d, n, "\0\0\0\x0cjP  \r\n\x87\n", 12) || starts_with(d, n, "\xff\x4f\xff\x51", 4)) {
+    p.format = "JPEG2000";
+  } else if (starts_with(d, n, "\x59\xa6\x6a\x95", 4)) {
+    p.format = "SunRaster";
+    if (n >= 12) set_size(p, be32(d + 4), be32(d + 8));
+  }
+  return p;
+}
+
+const std::vector<std::string>& supported_formats() {
+  static const std::vector<std::string> formats = {"PNG", "JPEG", "TIFF", "BMP", "WebP", "GIF", "EXR",
+                                                   "HDR", "PNM", "PAM", "PFM", "JPEG2000", "SunRaster"};
+  return formats;
+}
+
+bool is_supported_format(const std::string& format) {
+  const auto& f = supported_formats();
+  return std::find(f.begin(), f.end(), format) != f.end();
+}
+
+}  // namespace imgstat

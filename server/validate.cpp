@@ -1,0 +1,99 @@
+#include "validate.hpp"
+
+#include <cmath>
+#include <string>
+
+namespace imgstat {
+namespace {
+
+[[noreturn]] void invalid(const std::string& m) { fail(ErrorCode::kInvalidArgument, m); }
+
+}  // namespace
+
+SampleType sample_type_of(v1::SampleType t) {
+  switch (t) {
+    case v1::SAMPLE_TYPE_UINT8: return SampleType::kUint8;
+    case v1::SAMPLE_TYPE_UINT16: return SampleType::kUint16;
+    case v1::SAMPLE_TYPE_INT8: return SampleType::kInt8;
+    case v1::SAMPLE_TYPE_INT16: return SampleType::kInt16;
+    case v1::SAMPLE_TYPE_FLOAT32: return SampleType::kFloat32;
+    case v1::SAMPLE_TYPE_FLOAT64: return SampleType::kFloat64;
+    default: invalid("raw.sample_type must be set (uint8, uint16, int8, int16, float32 or float64)");
+  }
+}
+
+v1::SampleType proto_sample_type(SampleType t) {
+  switch (t) {
+    case SampleType::kUint8: return v1::SAMPLE_TYPE_UINT8;
+    case SampleType::kUint16: return v1::SAMPLE_TYPE_UINT16;
+    case SampleType::kInt8: return v1::SAMPLE_TYPE_INT8;
+    case SampleType::kInt16: return v1::SAMPLE_TYPE_INT16;
+    case SampleType::kFloat32: return v1::SAMPLE_TYPE_FLOAT32;
+    case SampleType::kFloat64: return v1::SAMPLE_TYPE_FLOAT64;
+  }
+  return v1::SAMPLE_TYPE_UNSPECIFIED;
+}
+
+v1::InputKind kind_of(const v1::Input& input) {
+  switch (input.kind()) {
+    case v1::INPUT_KIND_UNSPECIFIED:
+    case v1::INPUT_KIND_ENCODED: return v1::INPUT_KIND_ENCODED;
+    case v1::INPUT_KIND_RAW:
+    case v1::INPUT_KIND_BYTES: return input.kind();
+    default: invalid("input.kind " + std::to_string(input.kind()) + " is not a known kind");
+  }
+}
+
+StatsRequest stats_request_of(const v1::Options& o) {
+  StatsRequest r;
+  if (o.statistics_size() > 0) {
+    r.min_max = r.sum = r.stddev = r.histogram = false;
+    for (int s : o.statistics()) {
+      switch (s) {
+        case v1::STATISTIC_MIN_MAX: r.min_max = true; break;
+        case v1::STATISTIC_SUM: r.sum = true; break;
+        case v1::STATISTIC_STDDEV: r.stddev = true; break;
+        case v1::STATISTIC_HISTOGRAM: r.histogram = true; break;
+        default: invalid("options.statistics: unknown statistic " + std::to_string(s));
+      }
+    }
+  }
+  if (o.bins() > 65536) invalid("options.bins must be 1 to 65536 (0 means 256), got " + std::to_string(o.bins()));
+  r.hist.bins = o.bins() ? o.bins() : 256;
+  if (o.has_range()) {
+    const double lo = o.range().lo(), hi = o.range().hi();
+    if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
+      invalid("options.range must be finite with lo < hi, got [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
+    r.hist.explicit_range = true;
+    r.hist.lo = lo;
+    r.hist.hi = hi;
+  }
+  return r;
+}
+
+Layout raw_layout_of(const v1::RawLayout& raw) {
+  if (raw.width() == 0 || raw.height() == 0)
+    invalid("raw.width and raw.height must be at least 1, got " + std::to_string(raw.width()) + "x" +
+            std::to_string(raw.height()));
+  if (raw.channels() < 1 || raw.channels() > 4)
+    invalid("raw.channels must be 1 to 4, got " + std::to_string(raw.channels()));
+  Layout l{raw.width(), raw.height(), raw.channels(), sample_type_of(raw.sample_type()), raw.row_stride()};
+  if (l.row_stride != 0 && l.row_stride < l.row_bytes())
+    invalid("raw.row_stride " + std::to_string(l.row_stride) + " is less than a row of " +
+            std::to_string(l.row_bytes()) + " bytes");
+  return l;
+}
+
+void check_raw_size(const Layout& l, uint64_t bytes) {
+  const uint64_t full = l.stride() * l.height, least = l.min_bytes();
+  if (bytes != full && bytes != least) {
+    std::string want = std::to_string(full);
+    if (least != full) want = std::to_string(least) + " or " + want;
+    invalid("raw data is " + std::to_string(bytes) + " bytes but " + std::to_string(l.width) + "x" +
+            std::to_string(l.height) + "x" + std::to_string(l.channels) + " " + to_string(l.type) +
+            (l.row_stride ? " with row stride " + std::to_string(l.row_stride) : std::string()) + " needs " +
+            want);
+  }
+}
+
+}  // namespace imgstat
