@@ -54,6 +54,8 @@ cv::Mat opencv_decode(const uint8_t* data, size_t size, const std::string& forma
 
 }  // namespace
 
+DecodedImage finish_decoded(DecodedImage out, const cv::Mat& m, const DecodeOptions& options);
+
 std::vector<std::string> channel_names(uint32_t n) {
   switch (n) {
     case 1: return {"Gray"};
@@ -84,6 +86,17 @@ DecodedImage decode_image(const uint8_t* data, size_t size, const DecodeOptions&
       invalid("JPEG data ends before its end-of-image marker (truncated file); libjpeg would fill the "
               "rest with gray. Set allow_truncated to analyze it anyway");
     out.warnings = check.warnings;
+    if (check.truncated) {
+      // libjpeg's file reader meets the end of the data with a made-up
+      // end-of-image marker and fills the rest with gray; OpenCV's memory
+      // reader just stops. The marker, appended, gives imread's answer.
+      std::vector<uint8_t> completed(data, data + size);
+      completed.push_back(0xff);
+      completed.push_back(0xd9);
+      cv::Mat m = opencv_decode(completed.data(), completed.size(), p.format);
+      if (m.empty()) invalid("JPEG: could not decode (truncated)");
+      return finish_decoded(std::move(out), m, options);
+    }
   }
 
   cv::Mat m;
@@ -92,12 +105,17 @@ DecodedImage decode_image(const uint8_t* data, size_t size, const DecodeOptions&
   if (m.empty()) m = opencv_decode(data, size, p.format);
   if (m.empty() && p.format == "WebP") m = decode_webp_frames(data, size, &out.warnings);
   if (m.empty()) invalid(p.format + ": could not decode (corrupt, truncated or unsupported data)");
+  return finish_decoded(std::move(out), m, options);
+}
 
+DecodedImage finish_decoded(DecodedImage out, const cv::Mat& m, const DecodeOptions& options) {
+  const std::string& format = out.format;
   check_pixels(static_cast<uint64_t>(m.cols), static_cast<uint64_t>(m.rows), options.max_pixels);
   SampleType type;
-  if (!sample_type_of(m.depth(), &type)) invalid(p.format + ": unsupported sample type (OpenCV depth " + std::to_string(m.depth()) + ")");
+  if (!sample_type_of(m.depth(), &type))
+    invalid(format + ": unsupported sample type (OpenCV depth " + std::to_string(m.depth()) + ")");
   const uint32_t channels = static_cast<uint32_t>(m.channels());
-  if (channels < 1 || channels > 4) invalid(p.format + ": unsupported channel count " + std::to_string(channels));
+  if (channels < 1 || channels > 4) invalid(format + ": unsupported channel count " + std::to_string(channels));
 
   out.pixels = m;
   out.view = ImageView{m.data, Layout{static_cast<uint64_t>(m.cols), static_cast<uint64_t>(m.rows), channels, type,

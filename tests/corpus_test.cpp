@@ -1,0 +1,155 @@
+// Every file of the shared corpus behaves as reference.jsonl says: each file
+// with a reference gives exactly those statistics, each undecodable one a
+// clear INVALID_ARGUMENT (or RESOURCE_EXHAUSTED) error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "analyzer.hpp"
+#include "corpus.hpp"
+
+namespace imgstat::testing {
+namespace {
+
+using nlohmann::json;
+
+// Formats this service decodes although OpenCV 4.6 does not: their
+// ImageMagick fallback reference must match too.
+bool claimed_beyond_opencv(const std::string& format) { return format == "GIF" || format == "WebP"; }
+
+class CorpusTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_corpus()) GTEST_SKIP() << "no corpus at " << corpus_dir() << " (set IMGSTAT_CORPUS)";
+    Limits limits;
+    analyzer_ = std::make_unique<Analyzer>(make_cpu_engine(), limits);
+    for (const auto& row : corpus_manifest()) manifest_[row.at("file")] = row;
+  }
+
+  v1::AnalyzeRequest request_for(const json& ref) {
+    v1::AnalyzeRequest r;
+    const std::string file = ref["file"];
+    r.mutable_input()->set_data(read_file(corpus_dir() / file));
+    r.mutable_input()->set_name(file);
+    if (ref["format"] == "raw") {
+      const auto& m = manifest_.at(file);
+      r.mutable_input()->set_kind(v1::INPUT_KIND_RAW);
+      v1::RawLayout* raw = r.mutable_input()->mutable_raw();
+      raw->set_width(std::stoul(m.at("width")));
+      raw->set_height(std::stoul(m.at("height")));
+      raw->set_channels(std::stoul(m.at("channels")));
+      raw->set_sample_type(m.at("bit_depth") == "16" ? v1::SAMPLE_TYPE_UINT16 : v1::SAMPLE_TYPE_UINT8);
+    }
+    return r;
+  }
+
+  std::unique_ptr<Analyzer> analyzer_;
+  std::map<std::string, std::map<std::string, std::string>> manifest_;
+};
+
+const char* kSampleTypes[] = {"", "uint8", "uint16", "int8", "int16", "float32", "float64"};
+
+void expect_matches(const v1::AnalyzeResponse& got, const json& want) {
+  EXPECT_EQ(got.width(), want["width"].get<uint64_t>());
+  EXPECT_EQ(got.height(), want["height"].get<uint64_t>());
+  ASSERT_EQ(got.channel_count(), want["channels"].get<uint32_t>());
+  const std::string type = want["sample_type"];
+  EXPECT_EQ(kSampleTypes[got.sample_type()], type);
+  const bool flt = type.rfind("float", 0) == 0;
+  const uint64_t pixels = want["pixel_count"];
+  ASSERT_EQ(static_cast<size_t>(got.channels_size()), want["stats"].size());
+  for (int c = 0; c < got.channels_size(); ++c) {
+    const v1::ChannelStats& g = got.channels(c);
+    const json& w = want["stats"][c];
+    SCOPED_TRACE("channel " + g.name());
+    EXPECT_EQ(g.name(), w["channel"].get<std::string>());
+    const uint64_t excluded = w.value("nonfinite_excluded", uint64_t{0});
+    EXPECT_EQ(g.count(), pixels - excluded);
+    EXPECT_EQ(g.nan_count() + g.posinf_count() + g.neginf_count(), excluded);
+    EXPECT_EQ(g.min(), w["min"].get<double>());
+    EXPECT_EQ(g.max(), w["max"].get<double>());
+    const double mean = w["mean"], stddev = w["stddev"];
+    if (flt) {
+      const double sum = w["sum"];
+      EXPECT_NEAR(g.sum(), sum, 1e-12 * std::abs(sum) + 1e-300);
+      EXPECT_NEAR(g.mean(), mean, 1e-12 * std::abs(mean) + 1e-300);
+      EXPECT_NEAR(g.stddev(), stddev, 1e-9 * stddev + 1e-300);
+    } else {
+      EXPECT_EQ(g.sum_int(), w["sum"].get<int64_t>());
+      EXPECT_NEAR(g.mean(), mean, 1e-12 * std::abs(mean));
+      EXPECT_NEAR(g.stddev(), stddev, 1e-10 * stddev + 1e-12);
+    }
+    const auto& hist = w["histogram"];
+    ASSERT_EQ(static_cast<size_t>(g.histogram().counts_size()), hist.size());
+    uint64_t l1 = 0;
+    for (int b = 0; b < g.histogram().counts_size(); ++b) {
+      const uint64_t a = g.histogram().counts(b), e = hist[b];
+      l1 += a > e ? a - e : e - a;
+    }
+    // Float bins follow the float64 rule exactly; the reference notes how many
+    // samples would move under float32 arithmetic, our only allowed slack.
+    EXPECT_LE(l1, 2 * w.value("hist_float32_moved", uint64_t{0})) << "histogram L1 distance";
+    if (flt) {
+      EXPECT_EQ(g.histogram().lo(), w["hist_range"][0].get<double>());
+      EXPECT_EQ(g.histogram().hi(), w["hist_range"][1].get<double>());
+    }
+  }
+}
+
+TEST_F(CorpusTest, EveryFileBehavesAsItsReferenceSays) {
+  const auto refs = corpus_references();
+  ASSERT_EQ(refs.size(), 242u);
+  int matched = 0, rejected = 0, fallback_matched = 0;
+  for (const json& ref : refs) {
+    const std::string file = ref["file"], status = ref["status"], format = ref["format"];
+    SCOPED_TRACE(file + " (" + status + ")");
+    v1::AnalyzeRequest request = request_for(ref);
+    const json* want = ref["reference"].is_null() ? nullptr : &ref["reference"];
+    if (!want && status == "imagemagick_only" && claimed_beyond_opencv(format)) want = &ref["fallback_reference"];
+    try {
+      v1::AnalyzeResponse got;
+      const bool warned_truncated = want && (*want)["warnings"].is_string() &&
+                                    (*want)["warnings"].get<std::string>().find("Premature end of JPEG file") != std::string::npos;
+      if (warned_truncated) {
+        // The default refuses a truncated JPEG; allow_truncated gives libjpeg's answer.
+        try {
+          analyzer_->analyze(request);
+          ADD_FAILURE() << "a truncated JPEG was accepted without allow_truncated";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+          EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+        }
+        request.mutable_options()->set_allow_truncated(true);
+      }
+      got = analyzer_->analyze(request);
+      if (!want) {
+        ADD_FAILURE() << "decoded a file whose reference says " << status << ": " << got.format() << " "
+                      << got.width() << "x" << got.height();
+        continue;
+      }
+      if (format != "raw") EXPECT_EQ(got.format(), format);
+      expect_matches(got, *want);
+      if ((*want)["warnings"].is_string()) {
+        bool found = false;
+        for (const auto& w : got.warnings()) found = found || (*want)["warnings"].get<std::string>().find(w) != std::string::npos;
+        EXPECT_TRUE(found) << "expected the decoder warning \"" << (*want)["warnings"].get<std::string>() << "\"";
+      }
+      (ref["reference"].is_null() ? fallback_matched : matched)++;
+    } catch (const Error& e) {
+      if (want) {
+        ADD_FAILURE() << "error for a file with a reference: " << e.what();
+        continue;
+      }
+      EXPECT_TRUE(e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kResourceExhausted)
+          << "code " << static_cast<int>(e.code()) << ": " << e.what();
+      EXPECT_GT(std::string(e.what()).size(), 10u) << "the message must say what is wrong";
+      ++rejected;
+    }
+  }
+  std::printf("corpus: %d files matched their reference, %d their ImageMagick fallback, %d rejected\n", matched,
+              fallback_matched, rejected);
+}
+
+}  // namespace
+}  // namespace imgstat::testing
