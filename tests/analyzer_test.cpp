@@ -1,0 +1,270 @@
+// The server's modules without gRPC: format sniffing, request validation and
+// the analyzer (unary and streamed uploads).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "analyzer.hpp"
+#include "corpus.hpp"
+#include "sniff.hpp"
+#include "test_images.hpp"
+#include "validate.hpp"
+
+namespace imgstat::testing {
+namespace {
+
+ErrorCode code_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return static_cast<ErrorCode>(0);
+}
+
+std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Sniff, NamesEveryCorpusFormatAndReadsSizesFromHeaders) {
+  if (!have_corpus()) GTEST_SKIP() << "no corpus";
+  std::map<std::string, std::map<std::string, std::string>> manifest;
+  for (const auto& row : corpus_manifest()) manifest[row.at("file")] = row;
+  int sized = 0;
+  for (const auto& ref : corpus_references()) {
+    const std::string file = ref["file"], format = ref["format"];
+    if (format == "raw" || format == "empty") continue;
+    SCOPED_TRACE(file);
+    const std::string data = read_file(corpus_dir() / file);
+    const Probe p = probe(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+    EXPECT_EQ(p.format, format);
+    const auto& m = manifest.at(file);
+    if (p.has_size && !m.at("width").empty()) {
+      EXPECT_EQ(std::to_string(p.width), m.at("width"));
+      EXPECT_EQ(std::to_string(p.height), m.at("height"));
+      ++sized;
+    }
+  }
+  EXPECT_GT(sized, 150);
+}
+
+TEST(Sniff, UnknownAndEmptyData) {
+  const uint8_t text[] = "hello, world";
+  EXPECT_EQ(probe(text, sizeof text).format, "unknown");
+  EXPECT_EQ(probe(text, 0).format, "unknown");
+}
+
+TEST(Validate, OptionsAreCheckedAndDefaulted) {
+  v1::Options o;
+  StatsRequest r = stats_request_of(o);
+  EXPECT_EQ(r.hist.bins, 256u);
+  EXPECT_TRUE(r.min_max && r.sum && r.stddev && r.histogram);
+  EXPECT_FALSE(r.hist.explicit_range);
+  o.add_statistics(v1::STATISTIC_HISTOGRAM);
+  r = stats_request_of(o);
+  EXPECT_TRUE(r.histogram);
+  EXPECT_FALSE(r.min_max || r.sum || r.stddev);
+  o.set_bins(65537);
+  EXPECT_EQ(code_of([&] { stats_request_of(o); }), ErrorCode::kInvalidArgument);
+  o.set_bins(10);
+  o.mutable_range()->set_lo(5);
+  o.mutable_range()->set_hi(5);
+  EXPECT_NE(message_of([&] { stats_request_of(o); }).find("lo < hi"), std::string::npos);
+  o.mutable_range()->set_hi(std::numeric_limits<double>::infinity());
+  EXPECT_EQ(code_of([&] { stats_request_of(o); }), ErrorCode::kInvalidArgument);
+  o.clear_range();
+  o.add_statistics(static_cast<v1::Statistic>(99));
+  EXPECT_EQ(code_of([&] { stats_request_of(o); }), ErrorCode::kInvalidArgument);
+}
+
+TEST(Validate, RawLayoutsAndSizes) {
+  v1::RawLayout raw;
+  raw.set_width(10);
+  raw.set_height(3);
+  raw.set_channels(3);
+  raw.set_sample_type(v1::SAMPLE_TYPE_UINT16);
+  Layout l = raw_layout_of(raw);
+  EXPECT_EQ(l.row_bytes(), 60u);
+  EXPECT_NO_THROW(check_raw_size(l, 180));
+  const std::string m = message_of([&] { check_raw_size(l, 179); });
+  EXPECT_NE(m.find("179"), std::string::npos) << m;
+  EXPECT_NE(m.find("180"), std::string::npos) << m;
+  raw.set_row_stride(64);  // padded rows; the last row's padding may be left out
+  l = raw_layout_of(raw);
+  EXPECT_NO_THROW(check_raw_size(l, 192));
+  EXPECT_NO_THROW(check_raw_size(l, 188));
+  EXPECT_THROW(check_raw_size(l, 190), Error);
+  raw.set_row_stride(59);
+  EXPECT_EQ(code_of([&] { raw_layout_of(raw); }), ErrorCode::kInvalidArgument);
+  raw.set_row_stride(0);
+  raw.set_channels(5);
+  EXPECT_EQ(code_of([&] { raw_layout_of(raw); }), ErrorCode::kInvalidArgument);
+  raw.set_channels(1);
+  raw.set_sample_type(v1::SAMPLE_TYPE_UNSPECIFIED);
+  EXPECT_NE(message_of([&] { raw_layout_of(raw); }).find("sample_type"), std::string::npos);
+}
+
+class AnalyzerTest : public ::testing::Test {
+ protected:
+  AnalyzerTest() {
+    Limits limits;
+    limits.max_pixels = 1 << 20;
+    analyzer_ = std::make_unique<Analyzer>(make_cpu_engine(), limits);
+  }
+
+  static v1::AnalyzeRequest raw_request(const TestImage& img) {
+    v1::AnalyzeRequest r;
+    const Layout& l = img.view.layout;
+    r.mutable_input()->set_kind(v1::INPUT_KIND_RAW);
+    r.mutable_input()->set_data(std::string(static_cast<const char*>(img.view.data), l.min_bytes()));
+    v1::RawLayout* raw = r.mutable_input()->mutable_raw();
+    raw->set_width(static_cast<uint32_t>(l.width));
+    raw->set_height(static_cast<uint32_t>(l.height));
+    raw->set_channels(l.channels);
+    raw->set_sample_type(proto_sample_type(l.type));
+    raw->set_row_stride(l.row_stride);
+    return r;
+  }
+
+  std::unique_ptr<Analyzer> analyzer_;
+};
+
+TEST_F(AnalyzerTest, RawPixelsMatchTheReference) {
+  std::mt19937_64 rng(21);
+  for (SampleType t : {SampleType::kUint8, SampleType::kInt16, SampleType::kFloat32}) {
+    TestImage img = random_image(rng, 37, 11, 3, t, 6, 0);
+    const v1::AnalyzeResponse r = analyzer_->analyze(raw_request(img));
+    const auto ref = reference_stats(img.view);
+    EXPECT_EQ(r.format(), "raw");
+    EXPECT_EQ(r.engine(), "cpu");
+    ASSERT_EQ(r.channels_size(), 3);
+    for (int c = 0; c < 3; ++c) {
+      EXPECT_EQ(r.channels(c).name(), std::string(1, "RGB"[c]));  // raw buffers keep their stored order
+      EXPECT_EQ(r.channels(c).min(), ref[c].min);
+      EXPECT_EQ(r.channels(c).max(), ref[c].max);
+      EXPECT_EQ(std::vector<uint64_t>(r.channels(c).histogram().counts().begin(),
+                                      r.channels(c).histogram().counts().end()),
+                ref[c].hist);
+    }
+  }
+}
+
+TEST_F(AnalyzerTest, BytesAreAOneRowUint8Image) {
+  v1::AnalyzeRequest r;
+  r.mutable_input()->set_kind(v1::INPUT_KIND_BYTES);
+  r.mutable_input()->set_data(std::string("abcabcz\x00\xff", 9));
+  const v1::AnalyzeResponse got = analyzer_->analyze(r);
+  EXPECT_EQ(got.format(), "bytes");
+  EXPECT_EQ(got.width(), 9u);
+  EXPECT_EQ(got.height(), 1u);
+  ASSERT_EQ(got.channels_size(), 1);
+  EXPECT_EQ(got.channels(0).histogram().counts('a'), 2u);
+  EXPECT_EQ(got.channels(0).histogram().counts('z'), 1u);
+  EXPECT_EQ(got.channels(0).min(), 0);
+  EXPECT_EQ(got.channels(0).max(), 255);
+  EXPECT_EQ(got.channels(0).sum_int(), 2 * ('a' + 'b' + 'c') + 'z' + 255);
+  r.mutable_input()->clear_data();
+  EXPECT_EQ(code_of([&] { analyzer_->analyze(r); }), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(AnalyzerTest, UnrequestedStatisticsAreAbsent) {
+  std::mt19937_64 rng(2);
+  v1::AnalyzeRequest r = raw_request(random_image(rng, 16, 16, 1, SampleType::kUint8, 0, 0));
+  r.mutable_options()->add_statistics(v1::STATISTIC_MIN_MAX);
+  const v1::AnalyzeResponse got = analyzer_->analyze(r);
+  EXPECT_TRUE(got.channels(0).has_min());
+  EXPECT_FALSE(got.channels(0).has_mean());
+  EXPECT_FALSE(got.channels(0).has_stddev());
+  EXPECT_FALSE(got.channels(0).has_histogram());
+  EXPECT_EQ(got.channels(0).count(), 256u);
+}
+
+TEST_F(AnalyzerTest, RejectsWithCodesThatNameTheProblem) {
+  v1::AnalyzeRequest r;
+  r.mutable_input()->set_data("definitely not an image");
+  EXPECT_NE(message_of([&] { analyzer_->analyze(r); }).find("unrecognized image format"), std::string::npos);
+  r.mutable_input()->set_data("");
+  EXPECT_NE(message_of([&] { analyzer_->analyze(r); }).find("empty"), std::string::npos);
+  // A PNG header claiming 4096 x 4096 is over this analyzer's 2^20 pixels,
+  // refused before any decoding.
+  std::string png("\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR\0\0\x10\0\0\0\x10\0\x08\x02\0\0\0", 29);
+  r.mutable_input()->set_data(png);
+  EXPECT_EQ(code_of([&] { analyzer_->analyze(r); }), ErrorCode::kResourceExhausted);
+  EXPECT_NE(message_of([&] { analyzer_->analyze(r); }).find("4096x4096"), std::string::npos);
+}
+
+TEST_F(AnalyzerTest, StreamedUploadsEqualOneMessage) {
+  std::mt19937_64 rng(8);
+  for (SampleType t : {SampleType::kUint8, SampleType::kUint16, SampleType::kFloat64}) {
+    TestImage img = random_image(rng, 123, 45, 4, t, 0, 0);
+    const v1::AnalyzeRequest whole = raw_request(img);
+    const v1::AnalyzeResponse want = analyzer_->analyze(whole);
+    v1::StreamHeader header;
+    *header.mutable_input() = whole.input();
+    header.mutable_input()->clear_data();
+    header.set_total_bytes(whole.input().data().size());
+    auto upload = analyzer_->begin_upload(header);
+    const std::string& data = whole.input().data();
+    for (size_t off = 0; off < data.size(); off += 1000) upload->add(data.substr(off, 1000));
+    const v1::AnalyzeResponse got = upload->finish();
+    for (int c = 0; c < 4; ++c) {
+      EXPECT_EQ(got.channels(c).min(), want.channels(c).min());
+      EXPECT_EQ(got.channels(c).max(), want.channels(c).max());
+      EXPECT_NEAR(got.channels(c).mean(), want.channels(c).mean(), 1e-12 * std::abs(want.channels(c).mean()));
+      EXPECT_EQ(got.channels(c).histogram().SerializeAsString(), want.channels(c).histogram().SerializeAsString());
+    }
+  }
+}
+
+TEST_F(AnalyzerTest, UploadsMustAddUpToTheirDeclaredLength) {
+  v1::StreamHeader header;
+  header.mutable_input()->set_kind(v1::INPUT_KIND_BYTES);
+  header.set_total_bytes(10);
+  auto upload = analyzer_->begin_upload(header);
+  upload->add("12345");
+  EXPECT_NE(message_of([&] { upload->finish(); }).find("5 of"), std::string::npos);
+  upload = analyzer_->begin_upload(header);
+  upload->add("12345678");
+  EXPECT_EQ(code_of([&] { upload->add("901"); }), ErrorCode::kInvalidArgument);
+  header.set_total_bytes(0);
+  EXPECT_EQ(code_of([&] { analyzer_->begin_upload(header); }), ErrorCode::kInvalidArgument);
+  header.set_total_bytes(uint64_t{1} << 50);
+  EXPECT_EQ(code_of([&] { analyzer_->begin_upload(header); }), ErrorCode::kResourceExhausted);
+  header.set_total_bytes(10);
+  header.mutable_input()->set_data("x");
+  EXPECT_EQ(code_of([&] { analyzer_->begin_upload(header); }), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(AnalyzerTest, EncodedUploadEqualsOneMessage) {
+  if (!have_corpus()) GTEST_SKIP() << "no corpus";
+  v1::AnalyzeRequest whole;
+  whole.mutable_input()->set_data(read_file(corpus_dir() / "png/skimage_coffee.png"));
+  const v1::AnalyzeResponse want = analyzer_->analyze(whole);
+  v1::StreamHeader header;
+  header.set_total_bytes(whole.input().data().size());
+  auto upload = analyzer_->begin_upload(header);
+  const std::string& data = whole.input().data();
+  for (size_t off = 0; off < data.size(); off += 65536) upload->add(data.substr(off, 65536));
+  const v1::AnalyzeResponse got = upload->finish();
+  EXPECT_EQ(got.format(), "PNG");
+  for (int c = 0; c < 3; ++c)
+    EXPECT_EQ(got.channels(c).SerializeAsString(), want.channels(c).SerializeAsString());
+}
+
+TEST_F(AnalyzerTest, ServerInfoSaysEngineAndLimits) {
+  const v1::ServerInfo info = analyzer_->server_info();
+  EXPECT_EQ(info.engine().kind(), "cpu");
+  EXPECT_GE(info.engine().threads(), 1u);
+  EXPECT_EQ(info.limits().max_pixels(), 1u << 20);
+  EXPECT_EQ(info.limits().max_bins(), 65536u);
+  EXPECT_FALSE(info.version().empty());
+  EXPECT_NE(std::find(info.formats().begin(), info.formats().end(), "PNG"), info.formats().end());
+}
+
+}  // namespace
+}  // namespace imgstat::testing
