@@ -1,0 +1,402 @@
+// Across real processes: imgstat-server on a loopback port, called through
+// the imgstat-client binary (table and --json) and through a C++ stub for all
+// four RPCs, the health and reflection services, error codes, streamed
+// uploads above the message limit, concurrency and a graceful SIGTERM.
+#include <gtest/gtest.h>
+#include <google/protobuf/empty.pb.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+
+#include <future>
+#include <numeric>
+#include <random>
+
+#include "corpus.hpp"
+#include "imgstat/v1/imgstat.grpc.pb.h"
+#include "process.hpp"
+
+namespace imgstat::testing {
+namespace {
+
+using nlohmann::json;
+constexpr uint64_t kMessageLimit = 1 << 20;  // small, so streaming is cheap to test
+
+class Integration : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"--engine", "cpu", "--threads", "2", "--max-message-bytes",
+                                 std::to_string(kMessageLimit), "--max-pixels", "50000000"});
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    if (!have_corpus()) GTEST_SKIP() << "no corpus";
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(INT_MAX);
+    channel_ = grpc::CreateCustomChannel(server_->address(), grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::ImageStats::NewStub(channel_);
+  }
+
+  ProcessResult client(std::vector<std::string> args, const std::string& in = "/dev/null") {
+    args.insert(args.begin(), {IMGSTAT_CLIENT_BIN, "--server", server_->address()});
+    return run_process(args, 120, in);
+  }
+  static std::string corpus(const std::string& f) { return (corpus_dir() / f).string(); }
+  static json reference(const std::string& file) {
+    for (const json& r : corpus_references())
+      if (r["file"] == file) return r;
+    return {};
+  }
+
+  static ServerProcess* server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ImageStats::Stub> stub_;
+};
+ServerProcess* Integration::server_ = nullptr;
+
+std::vector<json> json_lines(const std::string& out) {
+  std::vector<json> lines;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) lines.push_back(json::parse(line));
+  return lines;
+}
+
+void expect_json_matches_reference(const json& got, const json& ref) {
+  const json& want = ref["reference"];
+  EXPECT_TRUE(got["ok"].get<bool>());
+  EXPECT_EQ(got["format"], ref["format"]);
+  EXPECT_EQ(got["width"], want["width"]);
+  EXPECT_EQ(got["height"], want["height"]);
+  EXPECT_EQ(got["sample_type"], want["sample_type"]);
+  ASSERT_EQ(got["channels"].size(), want["stats"].size());
+  for (size_t c = 0; c < want["stats"].size(); ++c) {
+    const json& g = got["channels"][c];
+    const json& w = want["stats"][c];
+    EXPECT_EQ(g["name"], w["channel"]);
+    EXPECT_EQ(g["count"], want["pixel_count"]);
+    EXPECT_EQ(g["min"], w["min"]);
+    EXPECT_EQ(g["max"], w["max"]);
+    if (w["sum"].is_number_integer()) {
+      EXPECT_TRUE(g["sum"].is_number_integer()) << "integer sums print as JSON integers";
+      EXPECT_EQ(g["sum"], w["sum"]);
+    } else {
+      EXPECT_NEAR(g["sum"].get<double>(), w["sum"].get<double>(), 1e-12 * std::abs(w["sum"].get<double>()));
+    }
+    EXPECT_NEAR(g["mean"].get<double>(), w["mean"].get<double>(), 1e-12 * std::abs(w["mean"].get<double>()));
+    EXPECT_NEAR(g["stddev"].get<double>(), w["stddev"].get<double>(), 1e-9 * w["stddev"].get<double>());
+    EXPECT_EQ(g["histogram"]["counts"], w["histogram"]);
+  }
+}
+
+TEST_F(Integration, ClientPrintsATableWithHistograms) {
+  const ProcessResult r = client({corpus("png/skimage_coffee.png")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("PNG 600x400, 3 channels, uint8"), std::string::npos) << r.out;
+  // R mean 158.5690875, stddev 62.97286712 per the corpus reference.
+  EXPECT_NE(r.out.find("158.569087"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("62.972867"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\u2588"), std::string::npos) << "a histogram drawing: " << r.out;
+  EXPECT_NE(r.out.find("engine cpu"), std::string::npos);
+}
+
+TEST_F(Integration, ClientJsonMatchesTheCorpusReference) {
+  const std::vector<std::string> files = {"png/skimage_coffee.png", "png/pngsuite_basn2c16.png",
+                                          "jpeg/ljt_testorig.jpg", "tiff/tiffrs_predictor-3-gray-f32.tif",
+                                          "tiff/tiffrs_int8.tif", "bmp/imagers_Core_8_Bit.bmp"};
+  std::vector<std::string> args = {"--json"};
+  for (const auto& f : files) args.push_back(corpus(f));
+  const ProcessResult r = client(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), files.size());
+  for (size_t i = 0; i < files.size(); ++i) {
+    SCOPED_TRACE(files[i]);
+    const json ref = reference(files[i]);
+    ASSERT_FALSE(ref.is_null()) << "not in reference.jsonl";
+    EXPECT_EQ(lines[i]["file"], corpus(files[i]));
+    EXPECT_EQ(lines[i]["engine"], "cpu");
+    expect_json_matches_reference(lines[i], ref);
+  }
+}
+
+TEST_F(Integration, ClientNamesEachFailureAndExitsNonZero) {
+  const ProcessResult r = client({"--json", corpus("png/skimage_coffee.png"), corpus("bad/pngsuite_xcsn0g01.png"),
+                        corpus("no/such/file.png")});
+  EXPECT_EQ(r.code, 1);
+  const auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_TRUE(lines[0]["ok"].get<bool>());
+  EXPECT_FALSE(lines[1]["ok"].get<bool>());
+  EXPECT_EQ(lines[1]["code"], "INVALID_ARGUMENT");
+  EXPECT_FALSE(lines[1]["error"].get<std::string>().empty());
+  EXPECT_FALSE(lines[2]["ok"].get<bool>());
+  EXPECT_NE(r.err.find("pngsuite_xcsn0g01.png: INVALID_ARGUMENT"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("file.png"), std::string::npos) << r.err;
+}
+
+TEST_F(Integration, ClientRawBytesAndStdin) {
+  const json ref = reference("raw/raw_astronaut_512x512x3_u8.raw");
+  ProcessResult r = client({"--json", "--raw", "512x512x3:uint8", corpus("raw/raw_astronaut_512x512x3_u8.raw")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto line = json_lines(r.out).at(0);
+  line["format"] = "raw";
+  expect_json_matches_reference(line, ref);
+
+  r = client({"--json", "--bytes", corpus("png/skimage_coffee.png")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  line = json_lines(r.out).at(0);
+  const auto counts = line["channels"][0]["histogram"]["counts"].get<std::vector<uint64_t>>();
+  EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), uint64_t{0}),
+            std::filesystem::file_size(corpus("png/skimage_coffee.png")));
+  EXPECT_GE(counts[0x89], 1u);  // the PNG signature's first byte
+  r = client({"--json", "-"}, corpus("png/skimage_coffee.png"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json_lines(r.out).at(0)["file"], "-");
+  expect_json_matches_reference(json_lines(r.out).at(0), reference("png/skimage_coffee.png"));
+}
+
+TEST_F(Integration, UploadsAboveTheMessageLimitAreStreamed) {
+  // 3 MiB of random uint16 samples, and a PNG of noise: both over 1 MiB.
+  std::mt19937_64 rng(99);
+  std::vector<uint16_t> samples(1024 * 1536);
+  for (auto& s : samples) s = static_cast<uint16_t>(rng());
+  const std::string raw = temp_path("big.raw");
+  std::ofstream(raw, std::ios::binary).write(reinterpret_cast<const char*>(samples.data()), samples.size() * 2);
+  cv::Mat noise(900, 900, CV_8UC3);
+  cv::randu(noise, 0, 256);
+  const std::string png = temp_path("noise") + ".png";
+  ASSERT_TRUE(cv::imwrite(png, noise));
+  ASSERT_GT(std::filesystem::file_size(png), kMessageLimit);
+
+  for (const auto& args : std::vector<std::vector<std::string>>{{"--raw", "1024x1536x1:uint16", raw}, {png}}) {
+    std::vector<std::string> remote_args = {"--json"}, local_args = {"--json", "--local"};
+    remote_args.insert(remote_args.end(), args.begin(), args.end());
+    local_args.insert(local_args.end(), args.begin(), args.end());
+    const ProcessResult remote = client(remote_args), local = client(local_args);
+    ASSERT_EQ(remote.code, 0) << remote.err;
+    ASSERT_EQ(local.code, 0) << local.err;
+    json a = json_lines(remote.out).at(0), b = json_lines(local.out).at(0);
+    EXPECT_EQ(a["channels"], b["channels"]);
+  }
+  // The server logged them as streamed uploads.
+  EXPECT_NE(server_->log().find("AnalyzeStream"), std::string::npos);
+  std::filesystem::remove(raw);
+  std::filesystem::remove(png);
+}
+
+TEST_F(Integration, StubCallsAllFourRpcs) {
+  grpc::ClientContext info_ctx;
+  v1::ServerInfo info;
+  ASSERT_TRUE(stub_->GetServerInfo(&info_ctx, v1::GetServerInfoRequest(), &info).ok());
+  EXPECT_EQ(info.engine().kind(), "cpu");
+  EXPECT_EQ(info.limits().max_message_bytes(), kMessageLimit);
+
+  const std::string coffee = read_file(corpus("png/skimage_coffee.png"));
+  v1::AnalyzeRequest request;
+  request.mutable_input()->set_data(coffee);
+  grpc::ClientContext ctx;
+  v1::AnalyzeResponse unary;
+  ASSERT_TRUE(stub_->Analyze(&ctx, request, &unary).ok());
+  EXPECT_EQ(unary.channels(0).sum_int(), 38056581);
+
+  grpc::ClientContext sctx;
+  v1::AnalyzeResponse streamed;
+  auto writer = stub_->AnalyzeStream(&sctx, &streamed);
+  v1::AnalyzeStreamRequest m;
+  m.mutable_header()->set_total_bytes(coffee.size());
+  ASSERT_TRUE(writer->Write(m));
+  for (size_t off = 0; off < coffee.size(); off += 100000) {
+    m.set_chunk(coffee.substr(off, 100000));
+    ASSERT_TRUE(writer->Write(m));
+  }
+  writer->WritesDone();
+  ASSERT_TRUE(writer->Finish().ok());
+  EXPECT_EQ(streamed.channels(0).SerializeAsString(), unary.channels(0).SerializeAsString());
+
+  grpc::ClientContext bctx;
+  auto batch = stub_->AnalyzeBatch(&bctx);
+  const std::vector<std::pair<std::string, std::string>> inputs = {
+      {"coffee", coffee}, {"broken", "not an image"}, {"gif", read_file(corpus("gif/imagers_sample_1.gif"))}};
+  for (const auto& [id, data] : inputs) {
+    v1::BatchRequest b;
+    b.set_id(id);
+    b.mutable_request()->mutable_input()->set_data(data);
+    ASSERT_TRUE(batch->Write(b));
+  }
+  batch->WritesDone();
+  std::map<std::string, v1::BatchResponse> answers;
+  v1::BatchResponse answer;
+  while (batch->Read(&answer)) answers[answer.id()] = answer;
+  ASSERT_TRUE(batch->Finish().ok());
+  ASSERT_EQ(answers.size(), 3u);
+  EXPECT_EQ(answers["coffee"].response().channels(0).SerializeAsString(), unary.channels(0).SerializeAsString());
+  EXPECT_EQ(answers["broken"].error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(answers["broken"].error().message().find("unrecognized"), std::string::npos);
+  EXPECT_EQ(answers["gif"].response().format(), "GIF");
+}
+
+grpc::Status stream_of(v1::ImageStats::Stub& stub, const std::vector<v1::AnalyzeStreamRequest>& messages) {
+  grpc::ClientContext ctx;
+  v1::AnalyzeResponse response;
+  auto writer = stub.AnalyzeStream(&ctx, &response);
+  for (const auto& m : messages)
+    if (!writer->Write(m)) break;
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+TEST_F(Integration, StreamProtocolErrorsAreInvalidArgument) {
+  v1::AnalyzeStreamRequest header, chunk;
+  header.mutable_header()->mutable_input()->set_kind(v1::INPUT_KIND_BYTES);
+  header.mutable_header()->set_total_bytes(8);
+  chunk.set_chunk("1234");
+  const std::vector<std::vector<v1::AnalyzeStreamRequest>> bad = {
+      {},                               // nothing at all
+      {chunk, chunk},                   // no header
+      {header, header, chunk, chunk},   // a second header
+      {header, chunk},                  // fewer bytes than declared
+      {header, chunk, chunk, chunk},    // more bytes than declared
+  };
+  for (size_t i = 0; i < bad.size(); ++i) {
+    const grpc::Status s = stream_of(*stub_, bad[i]);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "case " << i << ": " << s.error_message();
+    EXPECT_FALSE(s.error_message().empty());
+  }
+  EXPECT_TRUE(stream_of(*stub_, {header, chunk, chunk}).ok());
+}
+
+TEST_F(Integration, ErrorCodesAndTheServerKeepsServing) {
+  auto analyze = [&](const v1::AnalyzeRequest& r) {
+    grpc::ClientContext ctx;
+    v1::AnalyzeResponse response;
+    return stub_->Analyze(&ctx, r, &response);
+  };
+  v1::AnalyzeRequest r;
+  r.mutable_input()->set_data(std::string(kMessageLimit + 10, 'x'));
+  EXPECT_EQ(analyze(r).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  r.mutable_input()->set_data(read_file(corpus("bad/imagers_Bad_reallybig.bmp")));
+  EXPECT_EQ(analyze(r).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  for (const char* f : {"bad/pngsuite_xcsn0g01.png", "bad/trunc50_tiffrs_kodim07-lzw.tif", "bad/jpegdec_empty.jpg",
+                        "jpeg/ljt_monkey12.jpg", "bad/skimage_truncated.jpg"}) {
+    r.mutable_input()->set_data(read_file(corpus(f)));
+    const grpc::Status s = analyze(r);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << f << ": " << s.error_message();
+  }
+  r.mutable_input()->set_kind(v1::INPUT_KIND_RAW);
+  r.mutable_input()->set_data(std::string(100, '\1'));
+  r.mutable_input()->mutable_raw()->set_width(10);
+  r.mutable_input()->mutable_raw()->set_height(11);
+  r.mutable_input()->mutable_raw()->set_channels(1);
+  r.mutable_input()->mutable_raw()->set_sample_type(v1::SAMPLE_TYPE_UINT8);
+  grpc::Status s = analyze(r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("110"), std::string::npos) << s.error_message();
+  r.mutable_input()->mutable_raw()->set_height(10);
+  r.mutable_options()->set_bins(70000);
+  EXPECT_EQ(analyze(r).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  r.mutable_options()->set_bins(4);
+  EXPECT_TRUE(analyze(r).ok()) << "the server still serves after bad requests";
+}
+
+TEST_F(Integration, HealthAndReflection) {
+  const ProcessResult r = client({"--health"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("SERVING"), std::string::npos);
+
+  // grpc.reflection.v1alpha ServerReflectionRequest{list_services: ""} is
+  // field 7, empty: bytes 3a 00. The answer names every service.
+  grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer> generic(channel_);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  auto call = generic.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag;
+  bool ok;
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  const char list_services[] = {0x3a, 0x00};
+  grpc::Slice slice(list_services, 2);
+  grpc::ByteBuffer request(&slice, 1), response;
+  call->Write(request, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  call->Read(&response, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_NE(bytes.find("imgstat.v1.ImageStats"), std::string::npos);
+  EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
+  ctx.TryCancel();
+  grpc::Status finished;
+  call->Finish(&finished, reinterpret_cast<void*>(4));
+  while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
+TEST_F(Integration, ConcurrentCallsAllAnswerTheSame) {
+  const std::string coffee = read_file(corpus("png/skimage_coffee.png"));
+  std::vector<std::future<std::string>> results;
+  for (int t = 0; t < 8; ++t)
+    results.push_back(std::async(std::launch::async, [&] {
+      std::string first;
+      for (int i = 0; i < 5; ++i) {
+        v1::AnalyzeRequest r;
+        r.mutable_input()->set_data(coffee);
+        grpc::ClientContext ctx;
+        v1::AnalyzeResponse response;
+        if (!stub_->Analyze(&ctx, r, &response).ok()) return std::string("failed");
+        std::string stats;
+        for (const auto& c : response.channels()) stats += c.SerializeAsString();
+        if (i == 0) first = stats;
+        if (stats != first) return std::string("differs");
+      }
+      return first;
+    }));
+  std::string want;
+  for (auto& f : results) {
+    const std::string got = f.get();
+    ASSERT_NE(got, "failed");
+    ASSERT_NE(got, "differs");
+    if (want.empty()) want = got;
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST(Shutdown, SigtermFinishesTheCallInFlight) {
+  if (!have_corpus()) GTEST_SKIP() << "no corpus";
+  ServerProcess server({"--engine", "cpu", "--shutdown-grace", "20"});
+  auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
+  auto stub = v1::ImageStats::NewStub(channel);
+  const std::string coffee = read_file((corpus_dir() / "png/skimage_coffee.png").string());
+  grpc::ClientContext ctx;
+  v1::AnalyzeResponse response;
+  auto writer = stub->AnalyzeStream(&ctx, &response);
+  v1::AnalyzeStreamRequest m;
+  m.mutable_header()->set_total_bytes(coffee.size());
+  ASSERT_TRUE(writer->Write(m));
+  m.set_chunk(coffee.substr(0, coffee.size() / 2));
+  ASSERT_TRUE(writer->Write(m));
+  server.signal_term();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  m.set_chunk(coffee.substr(coffee.size() / 2));
+  ASSERT_TRUE(writer->Write(m));
+  writer->WritesDone();
+  const grpc::Status s = writer->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.channels(0).sum_int(), 38056581);
+  EXPECT_EQ(server.wait(10), 0);
+  EXPECT_NE(server.log().find("SIGTERM"), std::string::npos);
+  EXPECT_NE(server.log().find("stopped"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace imgstat::testing
