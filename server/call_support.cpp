@@ -5,6 +5,7 @@
 #include <new>
 
 #include "imgstat/error.hpp"
+#include "validate.hpp"
 
 namespace imgstat {
 
@@ -52,7 +53,7 @@ void log_request(const char* method, const std::string& peer, const v1::Input& i
   if (status.ok() && r) {
     spdlog::info("{} peer={} input=\"{}\" {} {}x{}x{} {} engine={} decode={:.3f}ms compute={:.3f}ms total={:.3f}ms OK",
                  method, peer, name, r->format(), r->width(), r->height(), r->channel_count(),
-                 v1::SampleType_Name(r->sample_type()), r->engine(), ms(r->decode_time()), ms(r->compute_time()),
+                 to_string(sample_type_of(r->sample_type())), r->engine(), ms(r->decode_time()), ms(r->compute_time()),
                  total_ms);
   } else {
     spdlog::info("{} peer={} input=\"{}\" total={:.3f}ms {}: {}", method, peer, name, total_ms,
