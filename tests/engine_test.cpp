@@ -2,6 +2,8 @@
 // Runs on the CPU engine everywhere and on the CUDA engine where a GPU is.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
 #include <cfloat>
 #include <random>
 
@@ -192,6 +194,33 @@ TEST_P(EngineTest, RejectsBadLayoutsWithInvalidArgument) {
   EXPECT_THROW(engine_->analyze(ImageView{data, Layout{4, 4, 1, SampleType::kUint8, 0}}, request), Error);
   request.hist.bins = 65537;
   EXPECT_THROW(engine_->analyze(ImageView{data, Layout{4, 4, 1, SampleType::kUint8, 0}}, request), Error);
+}
+
+TEST_P(EngineTest, CountsBeyond32Bits) {
+  // 2^32 + 2^20 + 13 bytes of i % 251: every counter passes 2^24, the total
+  // passes 2^32, and the counts are known in closed form.
+  const uint64_t n = (uint64_t{1} << 32) + (uint64_t{1} << 20) + 13;
+  void* mem = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  madvise(mem, n, MADV_HUGEPAGE);  // 4 GiB in 4 KiB pages faults for seconds
+  auto* data = static_cast<uint8_t*>(mem);
+  for (uint64_t i = 0, v = 0; i < n; ++i, v = v == 250 ? 0 : v + 1) data[i] = static_cast<uint8_t>(v);
+  StatsRequest request;
+  const auto stats = engine_->analyze(ImageView{data, Layout{n, 1, 1, SampleType::kUint8, 0}}, request);
+  munmap(mem, n);
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].count, n);
+  uint64_t total = 0;
+  __int128 sum = 0;
+  for (uint32_t v = 0; v < 256; ++v) {
+    const uint64_t want = v < 251 ? (n - v + 250) / 251 : 0;
+    EXPECT_EQ(stats[0].histogram.counts[v], want) << "value " << v;
+    total += stats[0].histogram.counts[v];
+    sum += static_cast<__int128>(want) * v;
+  }
+  EXPECT_EQ(total, n);
+  EXPECT_EQ(stats[0].sum_int, static_cast<int64_t>(sum));
+  EXPECT_EQ(stats[0].max, 250);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, EngineTest, ::testing::Values("cpu", "cuda"),
