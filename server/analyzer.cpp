@@ -34,14 +34,15 @@ Described describe_pixels(const std::string& format, const Layout& layout) {
   return d;
 }
 
-void fill_response(v1::AnalyzeResponse& r, const Described& d, const std::vector<ChannelStats>& stats,
-                   const StatsRequest& request, const std::string& engine) {
+void fill_response(v1::AnalyzeResponse& r, const Described& d, const Result& result,
+                   const StatsRequest& request) {
+  const std::vector<ChannelStats>& stats = result.channels;
   r.set_format(d.format);
   r.set_width(d.layout.width);
   r.set_height(d.layout.height);
   r.set_channel_count(d.layout.channels);
   r.set_sample_type(proto_sample_type(d.layout.type));
-  r.set_engine(engine);
+  r.set_engine(result.engine);
   const bool flt = is_float(d.layout.type);
   for (size_t i = 0; i < d.order.size(); ++i) {
     const ChannelStats& s = stats.at(d.order[i]);
@@ -113,7 +114,6 @@ class PixelUpload final : public Upload {
     const auto t0 = Clock::now();
     stream_ = engine.open_stream(described_.layout, request_);
     compute_ += Clock::now() - t0;
-    engine_ = engine.info().kind;
   }
   void add(const std::string& chunk) override {
     if (received_ + chunk.size() > total_)
@@ -128,10 +128,10 @@ class PixelUpload final : public Upload {
       fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(received_) +
                                             " of the header's total_bytes " + std::to_string(total_));
     const auto t0 = Clock::now();
-    const std::vector<ChannelStats> stats = stream_->finish();
+    const Result result = stream_->finish();
     compute_ += Clock::now() - t0;
     v1::AnalyzeResponse r;
-    fill_response(r, described_, stats, request_, engine_);
+    fill_response(r, described_, result, request_);
     set_duration(r.mutable_decode_time(), Clock::duration::zero());
     set_duration(r.mutable_compute_time(), compute_);
     return r;
@@ -143,7 +143,6 @@ class PixelUpload final : public Upload {
   uint64_t total_;
   uint64_t received_ = 0;
   std::unique_ptr<StreamAnalysis> stream_;
-  std::string engine_;
   Clock::duration compute_{};
 };
 
@@ -184,9 +183,9 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request) const {
     }
   }
   const auto t1 = Clock::now();
-  const std::vector<ChannelStats> stats = engine_->analyze(view, stats_request);
+  const Result result = engine_->analyze(view, stats_request);
   const auto t2 = Clock::now();
-  fill_response(r, d, stats, stats_request, engine_info_.kind);
+  fill_response(r, d, result, stats_request);
   set_duration(r.mutable_decode_time(), t1 - t0);
   set_duration(r.mutable_compute_time(), t2 - t1);
   return r;

@@ -54,7 +54,7 @@ TEST_P(EngineTest, ConstantImages) {
       if (!representable(t, value)) continue;
       TestImage img = constant_image(333, 17, 3, t, value);
       SCOPED_TRACE(describe(img.view.layout) + " value " + std::to_string(value));
-      const auto stats = engine_->analyze(img.view, StatsRequest{});
+      const auto stats = engine_->analyze(img.view, StatsRequest{}).channels;
       for (const ChannelStats& s : stats) {
         EXPECT_EQ(s.count, 333u * 17u);
         EXPECT_EQ(s.min, value);
@@ -89,7 +89,7 @@ TEST_P(EngineTest, NanAndInfAreCountedAndExcluded) {
     for (uint32_t c = 1; c <= 4; ++c) {
       TestImage img = random_image(rng, 211, 13, c, t, 0, 0, /*nonfinite_fraction=*/0.2);
       SCOPED_TRACE(describe(img.view.layout));
-      const auto stats = engine_->analyze(img.view, StatsRequest{});
+      const auto stats = engine_->analyze(img.view, StatsRequest{}).channels;
       uint64_t nonfinite = 0;
       for (const ChannelStats& s : stats) nonfinite += s.nan_count + s.posinf_count + s.neginf_count;
       EXPECT_GT(nonfinite, 0u);
@@ -100,7 +100,7 @@ TEST_P(EngineTest, NanAndInfAreCountedAndExcluded) {
 TEST_P(EngineTest, ChannelWithoutFiniteSamples) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   TestImage img = constant_image(31, 5, 1, SampleType::kFloat32, nan);
-  const auto stats = engine_->analyze(img.view, StatsRequest{});
+  const auto stats = engine_->analyze(img.view, StatsRequest{}).channels;
   ASSERT_EQ(stats.size(), 1u);
   EXPECT_EQ(stats[0].count, 0u);
   EXPECT_EQ(stats[0].nan_count, 31u * 5u);
@@ -129,7 +129,7 @@ TEST_P(EngineTest, OnlyTheRequestedStatistics) {
   TestImage img = random_image(rng, 100, 10, 3, SampleType::kUint8, 0, 0);
   StatsRequest request;
   request.min_max = request.sum = request.stddev = false;
-  const auto stats = engine_->analyze(img.view, request);
+  const auto stats = engine_->analyze(img.view, request).channels;
   const auto ref = reference_stats(img.view);
   for (size_t c = 0; c < stats.size(); ++c) {
     EXPECT_EQ(stats[c].count, 1000u);
@@ -155,7 +155,7 @@ TEST_P(EngineTest, StreamedInChunksEqualsWholeImage) {
           p += n;
           left -= n;
         }
-        expect_matches_reference(stream->finish(), img.view);
+        expect_matches_reference(stream->finish().channels, img.view);
       }
     }
 }
@@ -206,7 +206,7 @@ TEST_P(EngineTest, CountsBeyond32Bits) {
   auto* data = static_cast<uint8_t*>(mem);
   for (uint64_t i = 0, v = 0; i < n; ++i, v = v == 250 ? 0 : v + 1) data[i] = static_cast<uint8_t>(v);
   StatsRequest request;
-  const auto stats = engine_->analyze(ImageView{data, Layout{n, 1, 1, SampleType::kUint8, 0}}, request);
+  const auto stats = engine_->analyze(ImageView{data, Layout{n, 1, 1, SampleType::kUint8, 0}}, request).channels;
   munmap(mem, n);
   ASSERT_EQ(stats.size(), 1u);
   EXPECT_EQ(stats[0].count, n);

@@ -156,7 +156,7 @@ inline void expect_matches_reference(Engine& engine, const ImageView& img, uint3
   request.hist.explicit_range = explicit_range;
   request.hist.lo = lo;
   request.hist.hi = hi;
-  expect_matches_reference(engine.analyze(img, request), img, bins, explicit_range, lo, hi);
+  expect_matches_reference(engine.analyze(img, request).channels, img, bins, explicit_range, lo, hi);
 }
 
 }  // namespace imgstat::testing

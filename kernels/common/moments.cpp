@@ -7,31 +7,6 @@
 
 namespace imgstat {
 
-void merge(FloatMoments& a, const FloatMoments& b) {
-  a.nan += b.nan;
-  a.posinf += b.posinf;
-  a.neginf += b.neginf;
-  if (b.n == 0) return;
-  if (a.n == 0) {
-    const uint64_t nan = a.nan, posinf = a.posinf, neginf = a.neginf;
-    a = b;
-    a.nan = nan;
-    a.posinf = posinf;
-    a.neginf = neginf;
-    return;
-  }
-  const double na = static_cast<double>(a.n), nb = static_cast<double>(b.n);
-  const double n = na + nb;
-  const double delta = b.mean - a.mean;
-  a.mean += delta * (nb / n);
-  a.m2 += b.m2 + delta * delta * (na * nb / n);
-  a.n += b.n;
-  a.min = b.min < a.min ? b.min : a.min;
-  a.max = b.max > a.max ? b.max : a.max;
-  compensated_add(a.sum, a.sum_comp, b.sum);
-  compensated_add(a.sum, a.sum_comp, b.sum_comp);
-}
-
 IntMoments moments_of_values(const uint64_t* counts, size_t values, int64_t value_lo) {
   IntMoments m;
   size_t first = values, last = 0;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/float_moments.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
@@ -22,31 +23,6 @@ struct IntMoments {
   int128 sum = 0;
   uint128 sumsq = 0;
 };
-
-// Moments of a float channel, mergeable in any order (Chan et al.): mean and
-// m2 (sum of squared deviations from the mean) instead of a raw sum of squares,
-// which cancels catastrophically when the mean dwarfs the spread.
-struct FloatMoments {
-  uint64_t n = 0;
-  uint64_t nan = 0;
-  uint64_t posinf = 0;
-  uint64_t neginf = 0;
-  double min = 0;
-  double max = 0;
-  double sum = 0;       // compensated: sum + sum_comp is the running total
-  double sum_comp = 0;  // Neumaier's correction term
-  double mean = 0;
-  double m2 = 0;
-};
-
-// Neumaier's compensated addition of x into (sum, comp).
-inline void compensated_add(double& sum, double& comp, double x) {
-  const double t = sum + x;
-  comp += (std::abs(sum) >= std::abs(x)) ? (sum - t) + x : (x - t) + sum;
-  sum = t;
-}
-
-void merge(FloatMoments& into, const FloatMoments& other);
 
 // -0.0 and 0.0 compare equal, so which one a min or max reduction keeps
 // depends on its order; results report +0.0 so that every engine prints the same.

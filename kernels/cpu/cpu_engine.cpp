@@ -209,7 +209,7 @@ class CpuStream final : public StreamAnalysis {
     if (!runs.empty()) arena_.execute([&] { analysis_->add(runs); });
   }
 
-  std::vector<ChannelStats> finish() override {
+  Result finish() override {
     if (!destrider_.complete())
       fail(ErrorCode::kInvalidArgument,
            "stream ended after " + std::to_string(destrider_.consumed()) + " bytes; the layout needs " +
@@ -219,7 +219,7 @@ class CpuStream final : public StreamAnalysis {
       const std::vector<Piece> pieces = pieces_of(all);
       arena_.execute([&] { analysis_->add_second_pass(pieces); });
     }
-    return analysis_->finish();
+    return Result{analysis_->finish(), "cpu"};
   }
 
  private:
@@ -243,7 +243,7 @@ class CpuEngine final : public Engine {
     return i;
   }
 
-  std::vector<ChannelStats> analyze(const ImageView& image, const StatsRequest& request) override {
+  Result analyze(const ImageView& image, const StatsRequest& request) override {
     validate(image.layout, request);
     if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     auto analysis = make_analysis(image.layout, request);
@@ -252,7 +252,7 @@ class CpuEngine final : public Engine {
       analysis->add(pieces);
       if (analysis->wants_second_pass()) analysis->add_second_pass(pieces);
     });
-    return analysis->finish();
+    return Result{analysis->finish(), "cpu"};
   }
 
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override {

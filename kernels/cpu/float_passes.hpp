@@ -89,12 +89,10 @@ class FloatCounter {
           ++b.neginf;
         }
       }
-      if (b.n) {
-        const double nb = static_cast<double>(b.n);
-        b.sum = sum;
-        b.mean = shift + s1 / nb;
-        b.m2 = s2 - s1 * (s1 / nb);
-      }
+      const FloatMoments bm = moments_from_shifted(b.n, shift, s1, s2, b.min, b.max, sum);
+      b.sum = bm.sum;
+      b.mean = bm.mean;
+      b.m2 = bm.m2;
       merge(m_[c], b);
     }
   }

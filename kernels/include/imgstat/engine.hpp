@@ -77,6 +77,14 @@ struct ChannelStats {
   Histogram histogram;
 };
 
+// What an analysis returns: per-channel statistics, in the image's stored
+// channel order, and which engine computed them ("cpu" or "cuda"; a CUDA
+// engine that falls back to the CPU says so here).
+struct Result {
+  std::vector<ChannelStats> channels;
+  std::string engine;
+};
+
 struct EngineInfo {
   std::string kind;  // "cpu" or "cuda"
   std::string device_name;
@@ -92,15 +100,14 @@ class StreamAnalysis {
   virtual ~StreamAnalysis() = default;
   virtual void feed(const void* data, size_t bytes) = 0;
   // Throws InvalidArgument when fewer than layout.min_bytes() were fed.
-  virtual std::vector<ChannelStats> finish() = 0;
+  virtual Result finish() = 0;
 };
 
 class Engine {
  public:
   virtual ~Engine() = default;
   virtual EngineInfo info() const = 0;
-  virtual std::vector<ChannelStats> analyze(const ImageView& image,
-                                            const StatsRequest& request) = 0;
+  virtual Result analyze(const ImageView& image, const StatsRequest& request) = 0;
   virtual std::unique_ptr<StreamAnalysis> open_stream(
       const Layout& layout, const StatsRequest& request) = 0;
 };
