@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
   app.add_option("--engine", engine, "auto: CUDA when a GPU is usable, else CPU")
       ->envname("IMGSTAT_ENGINE")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   app.add_option("--cuda-device", options.cuda_device, "CUDA device ordinal")->envname("IMGSTAT_CUDA_DEVICE");
+  app.add_option("--cuda-memory-limit", options.cuda_memory_limit,
+                 "GPU memory the engine may hold, in bytes (0: no limit); images beyond it go to the CPU")
+      ->envname("IMGSTAT_CUDA_MEMORY_LIMIT")->capture_default_str();
   app.add_option("--max-message-bytes", options.limits.max_message_bytes,
                  "largest message; larger inputs use AnalyzeStream")
       ->envname("IMGSTAT_MAX_MESSAGE_BYTES")->check(CLI::Range(uint64_t{1024}, uint64_t{INT32_MAX}))->capture_default_str();

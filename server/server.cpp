@@ -7,6 +7,8 @@
 #include <climits>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "service.hpp"
 #include "workers.hpp"
 
@@ -15,12 +17,13 @@ namespace imgstat {
 constexpr const char* kServiceName = "imgstat.v1.ImageStats";
 
 std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string* note) {
-  if (options.engine == EngineKind::kCpu) return make_cpu_engine(options.threads);
-  std::string why_not;
-  if (auto cuda = make_cuda_engine(options.cuda_device, &why_not)) return cuda;
-  if (options.engine == EngineKind::kCuda) fail(ErrorCode::kUnavailable, "--engine cuda: " + why_not);
-  *note = "no usable CUDA device (" + why_not + "): using the CPU engine";
-  return make_cpu_engine(options.threads);
+  EngineOptions e;
+  e.kind = options.engine;
+  e.cpu_threads = options.threads;
+  e.cuda_device = options.cuda_device;
+  e.cuda_memory_limit = options.cuda_memory_limit;
+  e.on_fallback = [](const std::string& why) { spdlog::warn("{}", why); };
+  return make_engine(e, note);
 }
 
 Server::Server(const ServerOptions& options, std::shared_ptr<Engine> engine)

@@ -16,6 +16,7 @@ struct ServerOptions {
   std::string listen = "0.0.0.0:50051";
   EngineKind engine = EngineKind::kAuto;
   int cuda_device = 0;
+  uint64_t cuda_memory_limit = 0;  // device bytes; 0: no limit
   Limits limits;
   unsigned threads = 0;  // workers for decoding and computing; 0: one per core
   double shutdown_grace_seconds = 30;  // in-flight calls get this long to finish

@@ -21,7 +21,7 @@ class EngineTest : public ::testing::TestWithParam<std::string> {
   }
   std::unique_ptr<Engine> make_test_engine(const std::string& kind) {
     if (kind == "cpu") return make_cpu_engine();
-    return make_cuda_engine(0, &why_not_);
+    return make_cuda_engine(EngineOptions{}, &why_not_);
   }
   std::unique_ptr<Engine> engine_;
   std::string why_not_;

@@ -2,6 +2,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/fallback_engine.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
@@ -53,17 +54,20 @@ void validate(const Layout& layout, const StatsRequest& request) {
 }
 
 #ifndef IMGSTAT_WITH_CUDA
-std::unique_ptr<Engine> make_cuda_engine(int, std::string* why_not) {
+std::unique_ptr<Engine> make_cuda_engine(const EngineOptions&, std::string* why_not) {
   if (why_not) *why_not = "this build has no CUDA engine";
   return nullptr;
 }
 #endif
 
-std::unique_ptr<Engine> make_engine(const EngineOptions& options) {
+std::unique_ptr<Engine> make_engine(const EngineOptions& options, std::string* note) {
   if (options.kind == EngineKind::kCpu) return make_cpu_engine(options.cpu_threads);
   std::string why_not;
-  if (auto cuda = make_cuda_engine(options.cuda_device, &why_not)) return cuda;
+  if (auto cuda = make_cuda_engine(options, &why_not))
+    return std::make_unique<FallbackEngine>(std::move(cuda), make_cpu_engine(options.cpu_threads),
+                                            options.on_fallback);
   if (options.kind == EngineKind::kCuda) fail(ErrorCode::kUnavailable, "CUDA engine unavailable: " + why_not);
+  if (note) *note = "no usable CUDA device (" + why_not + "): using the CPU engine";
   return make_cpu_engine(options.cpu_threads);
 }
 

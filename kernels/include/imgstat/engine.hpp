@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -110,23 +111,30 @@ class Engine {
   virtual Result analyze(const ImageView& image, const StatsRequest& request) = 0;
   virtual std::unique_ptr<StreamAnalysis> open_stream(
       const Layout& layout, const StatsRequest& request) = 0;
+  // False once the engine can no longer compute (a lost GPU).
+  virtual bool usable() const { return true; }
 };
 
 enum class EngineKind { kAuto, kCpu, kCuda };
 
 struct EngineOptions {
   EngineKind kind = EngineKind::kAuto;
-  uint32_t cpu_threads = 0;  // 0: all cores
+  uint32_t cpu_threads = 0;        // 0: all cores
   int cuda_device = 0;
+  uint64_t cuda_memory_limit = 0;  // device bytes the CUDA engine may hold; 0: no limit
+  // Told why, each time the CUDA engine hands an image to the CPU engine.
+  std::function<void(const std::string&)> on_fallback;
 };
 
-// Throws imgstat::Error when the kind asked for cannot be had (kCuda with no
-// usable device); kAuto falls back to the CPU engine.
-std::unique_ptr<Engine> make_engine(const EngineOptions& options);
+// kCpu: the CPU engine. kCuda: the CUDA engine backed by the CPU engine for
+// images the GPU cannot take (out of memory, failed or lost device); throws
+// imgstat::Error (kUnavailable) when no device is usable. kAuto: as kCuda
+// when a device is usable, else the CPU engine, with *note saying why.
+std::unique_ptr<Engine> make_engine(const EngineOptions& options, std::string* note = nullptr);
 std::unique_ptr<Engine> make_cpu_engine(uint32_t threads = 0);
-// Null when this build has no CUDA engine or no device is usable; why goes to
-// *why_not.
-std::unique_ptr<Engine> make_cuda_engine(int device, std::string* why_not);
+// The bare CUDA engine, no fallback; null when this build has no CUDA engine
+// or no device is usable, with *why_not saying why.
+std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& options, std::string* why_not);
 
 // Checks a layout and request against what the engines support; throws
 // InvalidArgument naming the problem.

@@ -1,0 +1,194 @@
+// Float samples. Pass 1: each thread keeps count, NaN/Inf counts, min, max and
+// sums of (v - shift) and its square in float64 (shift being its first finite
+// sample), blocks reduce those by Chan's merge into one partial each, and a
+// one-block fold adds the partials to running moments in a fixed order.
+// Pass 2: the histogram over [min, max], read from the running moments on the
+// device, or over an explicit range.
+#pragma once
+
+#include <cub/block/block_reduce.cuh>
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/float_moments.hpp"
+#include "cuda/agent/int16.cuh"
+#include "cuda/block/pixel_steps.cuh"
+#include "cuda/block/shared_histogram.cuh"
+#include "cuda/dispatch/dispatch.hpp"
+#include "imgstat/binning.hpp"
+
+namespace imgstat::cuda {
+
+struct MomentsMerge {
+  __device__ FloatMoments operator()(const FloatMoments& a, const FloatMoments& b) const {
+    FloatMoments r = a;
+    merge(r, b);
+    return r;
+  }
+};
+
+template <class T>
+struct FloatThread {
+  uint32_t n = 0, nan = 0, posinf = 0, neginf = 0;
+  double shift = 0, s1 = 0, s2 = 0;
+  T min = INFINITY, max = -INFINITY;
+
+  __device__ void add(T v) {
+    if (isfinite(v)) {
+      const double x = v;
+      if (n == 0) shift = x;
+      const double d = x - shift;
+      s1 += d;
+      s2 = fma(d, d, s2);
+      ++n;
+      min = v < min ? v : min;
+      max = v > max ? v : max;
+    } else if (isnan(v)) {
+      ++nan;
+    } else if (v > 0) {
+      ++posinf;
+    } else {
+      ++neginf;
+    }
+  }
+
+  __device__ FloatMoments moments() const {
+    FloatMoments m = moments_from_shifted(n, shift, s1, s2, min, max, n * shift + s1);
+    m.nan = nan;
+    m.posinf = posinf;
+    m.neginf = neginf;
+    return m;
+  }
+};
+
+template <class T, int C>
+__global__ void __launch_bounds__(kPassThreads)
+    float_moments_pass(const uint4* __restrict__ data, uint64_t steps, const T* __restrict__ tail,
+                       uint32_t tail_samples, FloatMoments* __restrict__ partials) {
+  using S = PixelSteps<T, C>;
+  FloatThread<T> t[C];
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  uint64_t step = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  constexpr int U = S::kVecs >= 3 ? 2 : 4;  // 16-byte loads in flight per thread: 4 to 8
+  for (; step + (U - 1) * stride < steps; step += U * stride) {
+    Step<T, C> u[U];
+#pragma unroll
+    for (int k = 0; k < U; ++k) u[k] = load_step<T, C>(data, step + k * stride);
+#pragma unroll
+    for (int k = 0; k < U; ++k)
+#pragma unroll
+      for (int j = 0; j < S::kSamples; ++j) t[j % C].add(u[k].s[j]);
+  }
+  for (; step < steps; step += stride) {
+    const Step<T, C> u = load_step<T, C>(data, step);
+#pragma unroll
+    for (int j = 0; j < S::kSamples; ++j) t[j % C].add(u.s[j]);
+  }
+  if (blockIdx.x == 0)
+    for (uint32_t i = threadIdx.x; i < tail_samples; i += blockDim.x)
+      with_channel<C>(static_cast<int>(i % C), [&](int c) { t[c].add(tail[i]); });
+
+  using Reduce = cub::BlockReduce<FloatMoments, kPassThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const FloatMoments r = Reduce(temp).Reduce(t[c].moments(), MomentsMerge());
+    __syncthreads();
+    if (threadIdx.x == 0) partials[blockIdx.x * C + c] = r;
+  }
+}
+
+// One block: partials of `count` blocks into running[c], always in the same order.
+template <int C>
+__global__ void __launch_bounds__(kPassThreads)
+    fold_partials(const FloatMoments* __restrict__ partials, uint32_t count, FloatMoments* __restrict__ running) {
+  using Reduce = cub::BlockReduce<FloatMoments, kPassThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    FloatMoments m;
+    for (uint32_t i = threadIdx.x; i < count; i += blockDim.x) merge(m, partials[i * C + c]);
+    const FloatMoments r = Reduce(temp).Reduce(m, MomentsMerge());
+    __syncthreads();
+    if (threadIdx.x == 0) merge(running[c], r);
+  }
+}
+
+template <class T, int C>
+__global__ void __launch_bounds__(kPassThreads)
+    float_bins_pass(const uint4* __restrict__ data, uint64_t steps, const T* __restrict__ tail, uint32_t tail_samples,
+                    HistogramOut h, const FloatMoments* __restrict__ running, uint32_t running_sets, HistPlace place) {
+  extern __shared__ uint32_t shared[];
+  using S = PixelSteps<T, C>;
+  SharedHistogram hist(shared, h.counts, h.bins, C, place);
+  RangeBinner binner[C];
+  uint32_t under[C], over[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    under[c] = over[c] = 0;
+    double lo = h.lo, hi = h.hi;
+    if (!h.explicit_range) {
+      lo = INFINITY;
+      hi = -INFINITY;
+      for (uint32_t k = 0; k < running_sets; ++k) {
+        const FloatMoments& m = running[k * kRunningStride + c];
+        if (m.n) {
+          lo = m.min < lo ? m.min : lo;
+          hi = m.max > hi ? m.max : hi;
+        }
+      }
+    }
+    binner[c] = RangeBinner::make(lo, hi, h.bins);
+  }
+  auto add = [&](int c, T v) {
+    if (!isfinite(v)) return;
+    const double x = v;
+    if (h.explicit_range) {
+      if (x < h.lo) {
+        ++under[c];
+        return;
+      }
+      if (x >= h.hi) {
+        ++over[c];
+        return;
+      }
+    }
+    hist.add(c, binner[c](x));
+  };
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  uint64_t step = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; step + stride < steps; step += 2 * stride) {
+    const Step<T, C> a = load_step<T, C>(data, step), b = load_step<T, C>(data, step + stride);
+#pragma unroll
+    for (int j = 0; j < S::kSamples; ++j) add(j % C, a.s[j]);
+#pragma unroll
+    for (int j = 0; j < S::kSamples; ++j) add(j % C, b.s[j]);
+  }
+  if (step < steps) {
+    const Step<T, C> a = load_step<T, C>(data, step);
+#pragma unroll
+    for (int j = 0; j < S::kSamples; ++j) add(j % C, a.s[j]);
+  }
+  if (blockIdx.x == 0)
+    for (uint32_t i = threadIdx.x; i < tail_samples; i += blockDim.x)
+      with_channel<C>(static_cast<int>(i % C), [&](int c) { add(c, tail[i]); });
+  hist.flush(shared);
+  if (h.explicit_range) {
+    using Count = cub::BlockReduce<unsigned int, kPassThreads>;
+    __shared__ typename Count::TempStorage temp;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const unsigned int u = Count(temp).Sum(under[c]);
+      __syncthreads();
+      const unsigned int o = Count(temp).Sum(over[c]);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        if (u) atomicAdd(h.underflow + c, static_cast<unsigned long long>(u));
+        if (o) atomicAdd(h.overflow + c, static_cast<unsigned long long>(o));
+      }
+    }
+  }
+}
+
+}  // namespace imgstat::cuda

@@ -1,0 +1,122 @@
+// 16-bit samples in one fused pass: exact moments in registers (offsets from
+// the type's lowest value, so signed data needs no special arithmetic) and the
+// histogram in shared memory.
+#pragma once
+
+#include <cub/block/block_reduce.cuh>
+
+#include <cstdint>
+
+#include "cuda/block/pixel_steps.cuh"
+#include "cuda/block/shared_histogram.cuh"
+#include "cuda/dispatch/dispatch.hpp"
+#include "imgstat/binning.hpp"
+
+namespace imgstat::cuda {
+
+constexpr int kPassThreads = 256;
+
+struct IntPartial {
+  uint32_t min;
+  uint32_t max;
+  unsigned long long sum;
+  unsigned long long sumsq;  // a block's share stays far below 2^64
+};
+
+struct IntPartialMerge {
+  __device__ IntPartial operator()(const IntPartial& a, const IntPartial& b) const {
+    return {min(a.min, b.min), max(a.max, b.max), a.sum + b.sum, a.sumsq + b.sumsq};
+  }
+};
+
+__device__ __forceinline__ void add128(unsigned long long* lo, unsigned long long* hi, unsigned long long v) {
+  const unsigned long long old = atomicAdd(lo, v);
+  if (old + v < old) atomicAdd(hi, 1ull);
+}
+
+template <int C, bool kSigned>
+__global__ void __launch_bounds__(kPassThreads)
+    int16_pass(const uint4* __restrict__ data, uint64_t steps, const uint16_t* __restrict__ tail,
+               uint32_t tail_samples, IntAccum* __restrict__ accum, HistogramOut h, HistPlace place) {
+  extern __shared__ uint32_t shared[];
+  using S = PixelSteps<uint16_t, C>;
+  const bool histogram = h.counts != nullptr;
+  SharedHistogram hist(shared, h.counts, histogram ? h.bins : 0, C, place);
+  const RangeBinner binner = RangeBinner::make(h.lo, h.hi, h.bins);
+  constexpr int64_t kLo = kSigned ? -32768 : 0;
+  IntPartial t[C];
+  uint32_t under[C], over[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    t[c] = {0xffffffffu, 0, 0, 0};
+    under[c] = over[c] = 0;
+  }
+  auto add = [&](int c, uint16_t raw) {
+    const uint32_t u = raw ^ (kSigned ? 0x8000u : 0u);
+    t[c].min = min(t[c].min, u);
+    t[c].max = max(t[c].max, u);
+    t[c].sum += u;
+    t[c].sumsq += static_cast<unsigned long long>(u) * u;
+    if (!histogram) return;
+    if (!h.explicit_range) {
+      hist.add(c, type_range_bin(u, h.bins, 16));
+    } else {
+      const double v = static_cast<double>(static_cast<int64_t>(u) + kLo);
+      if (v < h.lo)
+        ++under[c];
+      else if (v >= h.hi)
+        ++over[c];
+      else
+        hist.add(c, binner(v));
+    }
+  };
+
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  uint64_t step = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; step + stride < steps; step += 2 * stride) {
+    const Step<uint16_t, C> a = load_step<uint16_t, C>(data, step), b = load_step<uint16_t, C>(data, step + stride);
+#pragma unroll
+    for (int j = 0; j < S::kSamples; ++j) add(j % C, a.s[j]);
+#pragma unroll
+    for (int j = 0; j < S::kSamples; ++j) add(j % C, b.s[j]);
+  }
+  if (step < steps) {
+    const Step<uint16_t, C> a = load_step<uint16_t, C>(data, step);
+#pragma unroll
+    for (int j = 0; j < S::kSamples; ++j) add(j % C, a.s[j]);
+  }
+  if (blockIdx.x == 0)
+    for (uint32_t i = threadIdx.x; i < tail_samples; i += blockDim.x)
+      with_channel<C>(static_cast<int>(i % C), [&](int c) { add(c, tail[i]); });
+  hist.flush(shared);
+
+  using Reduce = cub::BlockReduce<IntPartial, kPassThreads>;
+  using Count = cub::BlockReduce<unsigned int, kPassThreads>;
+  __shared__ union {
+    typename Reduce::TempStorage reduce;
+    typename Count::TempStorage count;
+  } temp;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const IntPartial r = Reduce(temp.reduce).Reduce(t[c], IntPartialMerge());
+    __syncthreads();
+    if (threadIdx.x == 0 && r.min <= r.max) {
+      atomicMin(&accum[c].min, r.min);
+      atomicMax(&accum[c].max, r.max);
+      atomicAdd(&accum[c].sum, r.sum);
+      add128(&accum[c].sumsq_lo, &accum[c].sumsq_hi, r.sumsq);
+    }
+    if (histogram && h.explicit_range) {
+      const unsigned int u = Count(temp.count).Sum(under[c]);
+      __syncthreads();
+      const unsigned int o = Count(temp.count).Sum(over[c]);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        if (u) atomicAdd(h.underflow + c, static_cast<unsigned long long>(u));
+        if (o) atomicAdd(h.overflow + c, static_cast<unsigned long long>(o));
+      }
+    }
+  }
+}
+
+}  // namespace imgstat::cuda

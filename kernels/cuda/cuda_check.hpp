@@ -1,0 +1,27 @@
+// Every CUDA call is checked; a failure becomes the one imgstat::Error type
+// here, at the boundary: out of memory is kResourceExhausted, anything else
+// (launch failure, lost device) kUnavailable, which the engine answers by
+// falling back to the CPU.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "imgstat/error.hpp"
+
+namespace imgstat::cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t e, const char* what, const char* file, int line);
+
+inline void check(cudaError_t e, const char* what, const char* file, int line) {
+  if (e != cudaSuccess) throw_cuda_error(e, what, file, line);
+}
+
+// True for errors after which the CUDA context cannot be used again.
+bool is_sticky(cudaError_t e);
+// True once any call has failed with such an error.
+bool device_lost();
+
+}  // namespace imgstat::cuda
+
+#define IMGSTAT_CUDA(call) ::imgstat::cuda::check((call), #call, __FILE__, __LINE__)
+#define IMGSTAT_CUDA_LAUNCHED(kernel) ::imgstat::cuda::check(cudaGetLastError(), "launch " kernel, __FILE__, __LINE__)

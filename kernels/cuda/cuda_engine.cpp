@@ -1,0 +1,493 @@
+#include "cuda/cuda_engine.hpp"
+
+#include <cuda_runtime.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "common/moments.hpp"
+#include "common/pieces.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/dispatch/dispatch.hpp"
+
+namespace imgstat::cuda {
+namespace {
+
+constexpr int kSlots = 3;
+constexpr uint64_t kSlotBytes = uint64_t{8} << 20;
+constexpr uint32_t kMaxBins = 65536;
+constexpr uint32_t kMaxChannels = kRunningStride;
+// Host copies into the staging ring are split across threads above this.
+constexpr uint64_t kParallelCopyBytes = uint64_t{1} << 20;
+
+// Device results of one analysis, and their pinned host mirror.
+struct Results {
+  unsigned long long counts[kMaxChannels * kMaxBins];
+  unsigned long long underflow[kMaxChannels];
+  unsigned long long overflow[kMaxChannels];
+  IntAccum ints[kMaxChannels];
+  FloatMoments running[kSlots * kMaxChannels];
+};
+
+class DeviceBudget {
+ public:
+  explicit DeviceBudget(uint64_t limit) : limit_(limit) {}
+  void take(uint64_t bytes, const char* what) {
+    if (limit_ == 0) return;
+    uint64_t used = used_.load();
+    do {
+      if (used + bytes > limit_)
+        fail(ErrorCode::kResourceExhausted, std::string(what) + " needs " + std::to_string(bytes >> 20) +
+                                                " MiB of GPU memory beyond the engine's limit of " +
+                                                std::to_string(limit_ >> 20) + " MiB");
+    } while (!used_.compare_exchange_weak(used, used + bytes));
+  }
+  void give(uint64_t bytes) {
+    if (limit_) used_ -= bytes;
+  }
+
+ private:
+  uint64_t limit_;
+  std::atomic<uint64_t> used_{0};
+};
+
+// Streams, staging ring and result buffers for one image at a time.
+struct Workspace {
+  std::array<cudaStream_t, kSlots> streams{};
+  std::array<cudaEvent_t, kSlots> slot_free{};  // the slot's last transfer and kernels are done
+  std::array<cudaEvent_t, kSlots> stream_done{};
+  cudaEvent_t reset_done{};
+  std::array<uint8_t*, kSlots> pinned{};
+  std::array<uint8_t*, kSlots> device_slot{};
+  std::array<FloatMoments*, kSlots> partials{};
+  Results* device_results = nullptr;
+  Results* host_results = nullptr;
+
+  Workspace(const DeviceInfo& dev, DeviceBudget& budget) {
+    budget.take(kSlots * kSlotBytes + sizeof(Results), "a workspace");
+    const size_t partials = float_partials_needed(kMaxChannels, dev);
+    for (int k = 0; k < kSlots; ++k) {
+      IMGSTAT_CUDA(cudaStreamCreateWithFlags(&streams[k], cudaStreamNonBlocking));
+      IMGSTAT_CUDA(cudaEventCreateWithFlags(&slot_free[k], cudaEventDisableTiming));
+      IMGSTAT_CUDA(cudaEventCreateWithFlags(&stream_done[k], cudaEventDisableTiming));
+      IMGSTAT_CUDA(cudaMallocHost(&pinned[k], kSlotBytes));
+      IMGSTAT_CUDA(cudaMalloc(&device_slot[k], kSlotBytes));
+      IMGSTAT_CUDA(cudaMalloc(&this->partials[k], partials * sizeof(FloatMoments)));
+    }
+    IMGSTAT_CUDA(cudaEventCreateWithFlags(&reset_done, cudaEventDisableTiming));
+    IMGSTAT_CUDA(cudaMalloc(&device_results, sizeof(Results)));
+    IMGSTAT_CUDA(cudaMallocHost(&host_results, sizeof(Results)));
+  }
+
+  ~Workspace() {
+    for (int k = 0; k < kSlots; ++k) {
+      if (streams[k]) cudaStreamSynchronize(streams[k]);
+      cudaStreamDestroy(streams[k]);
+      cudaEventDestroy(slot_free[k]);
+      cudaEventDestroy(stream_done[k]);
+      cudaFreeHost(pinned[k]);
+      cudaFree(device_slot[k]);
+      cudaFree(partials[k]);
+    }
+    cudaEventDestroy(reset_done);
+    cudaFree(device_results);
+    cudaFreeHost(host_results);
+  }
+};
+
+bool is_pinned(const void* p) {
+  cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeHost;
+}
+
+class CudaEngine;
+
+// One image's accumulation: whole pixels in order, staged through the
+// workspace's ring (or sent straight from pinned memory), kernels per chunk.
+class GpuAnalysis {
+ public:
+  GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRequest& request);
+  ~GpuAnalysis();
+  GpuAnalysis(const GpuAnalysis&) = delete;
+  GpuAnalysis& operator=(const GpuAnalysis&) = delete;
+
+  void add(const uint8_t* pixels, uint64_t count);         // pageable memory: staged
+  void add_pinned(const uint8_t* pixels, uint64_t count);  // page-locked memory: sent as is
+  Result finish();
+
+ private:
+  void submit(const uint8_t* host, uint64_t pixels);
+  void flush();
+  HistogramOut histogram_out() const;
+
+  CudaEngine& engine_;
+  Workspace* ws_;
+  Layout layout_;  // of the pixel stream: channels and type; width = all pixels
+  StatsRequest request_;
+  uint64_t pixel_bytes_;
+  uint64_t chunk_pixels_;  // a slot's worth, a multiple of 16 pixels
+  int slot_ = 0;           // the slot being filled or sent next
+  uint64_t staged_ = 0;    // pixels in pinned[slot_]
+  uint64_t sent_ = 0;      // pixels submitted
+  uint8_t* whole_ = nullptr;  // floats binned over [min, max]: the image stays on the device
+  uint64_t whole_bytes_ = 0;
+  bool finished_ = false;
+};
+
+class CudaEngine final : public Engine {
+ public:
+  explicit CudaEngine(const CudaOptions& options)
+      : options_(options),
+        budget_(options.memory_limit),
+        arena_(options.host_threads ? static_cast<int>(options.host_threads) : tbb::task_arena::automatic) {
+    int count = 0;
+    IMGSTAT_CUDA(cudaGetDeviceCount(&count));
+    if (options.device < 0 || options.device >= count)
+      fail(ErrorCode::kUnavailable, "no CUDA device " + std::to_string(options.device) + " (" +
+                                        std::to_string(count) + " found)");
+    IMGSTAT_CUDA(cudaSetDevice(options.device));
+    cudaDeviceProp p;
+    IMGSTAT_CUDA(cudaGetDeviceProperties(&p, options.device));
+    dev_.sm_count = p.multiProcessorCount;
+    dev_.max_shared_per_block = p.sharedMemPerBlockOptin;
+    info_.kind = "cuda";
+    info_.device_name = p.name;
+    info_.device_memory_bytes = p.totalGlobalMem;
+    info_.compute_capability = std::to_string(p.major) + "." + std::to_string(p.minor);
+    info_.threads = static_cast<uint32_t>(arena_.max_concurrency());
+    for (int i = 0; i < std::max(1, options.workspaces); ++i)
+      free_.push_back(std::make_unique<Workspace>(dev_, budget_));
+  }
+
+  EngineInfo info() const override { return info_; }
+  bool usable() const override { return !device_lost(); }
+
+  Result analyze(const ImageView& image, const StatsRequest& request) override {
+    validate(image.layout, request);
+    if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
+    IMGSTAT_CUDA(cudaSetDevice(options_.device));
+    const Layout& l = image.layout;
+    GpuAnalysis analysis(*this, l, request);
+    const auto* base = static_cast<const uint8_t*>(image.data);
+    if (l.stride() == l.row_bytes()) {
+      if (is_pinned(base))
+        analysis.add_pinned(base, l.pixels());
+      else
+        analysis.add(base, l.pixels());
+    } else {
+      for (uint64_t y = 0; y < l.height; ++y) analysis.add(base + y * l.stride(), l.width);
+    }
+    return analysis.finish();
+  }
+
+  std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override;
+
+  Workspace* acquire() {
+    std::unique_lock<std::mutex> lock(mu_);
+    available_.wait(lock, [this] { return !free_.empty(); });
+    Workspace* ws = free_.back().release();
+    free_.pop_back();
+    return ws;
+  }
+
+  void release(Workspace* ws) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_.emplace_back(ws);
+    }
+    available_.notify_one();
+  }
+
+  const DeviceInfo& device() const { return dev_; }
+  DeviceBudget& budget() { return budget_; }
+  int device_ordinal() const { return options_.device; }
+
+  // Copies n bytes, split across threads when large.
+  void copy(uint8_t* to, const uint8_t* from, uint64_t n) {
+    if (n < 2 * kParallelCopyBytes) {
+      std::memcpy(to, from, n);
+      return;
+    }
+    const uint64_t pieces = (n + kParallelCopyBytes - 1) / kParallelCopyBytes;
+    arena_.execute([&] {
+      tbb::parallel_for(uint64_t{0}, pieces, [&](uint64_t i) {
+        const uint64_t off = i * kParallelCopyBytes;
+        std::memcpy(to + off, from + off, std::min(kParallelCopyBytes, n - off));
+      });
+    });
+  }
+
+ private:
+  CudaOptions options_;
+  DeviceBudget budget_;
+  tbb::task_arena arena_;
+  DeviceInfo dev_{};
+  EngineInfo info_;
+  std::mutex mu_;
+  std::condition_variable available_;
+  std::vector<std::unique_ptr<Workspace>> free_;
+};
+
+GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRequest& request)
+    : engine_(engine), ws_(engine.acquire()), layout_(layout), request_(request) {
+  layout_.width = layout.pixels();
+  layout_.height = 1;
+  layout_.row_stride = 0;
+  pixel_bytes_ = layout_.pixel_bytes();
+  chunk_pixels_ = std::max<uint64_t>(16, kSlotBytes / pixel_bytes_ / 16 * 16);
+  try {
+    const bool floats = is_float(layout_.type);
+    if (floats && request_.histogram && !request_.hist.explicit_range) {
+      whole_bytes_ = layout_.pixels() * pixel_bytes_;
+      engine_.budget().take(whole_bytes_, "this image");
+      if (cudaMallocAsync(&whole_, whole_bytes_, ws_->streams[0]) != cudaSuccess) {
+        cudaGetLastError();
+        engine_.budget().give(whole_bytes_);
+        whole_bytes_ = 0;
+        fail(ErrorCode::kResourceExhausted,
+             "GPU out of memory for a " + std::to_string(layout_.pixels() * pixel_bytes_ >> 20) + " MiB float image");
+      }
+    }
+    launch_reset(histogram_out(), layout_.channels, ws_->device_results->ints, ws_->device_results->running,
+                 kSlots * kMaxChannels, ws_->streams[0]);
+    IMGSTAT_CUDA(cudaEventRecord(ws_->reset_done, ws_->streams[0]));
+    for (int k = 1; k < kSlots; ++k) IMGSTAT_CUDA(cudaStreamWaitEvent(ws_->streams[k], ws_->reset_done, 0));
+  } catch (...) {
+    if (whole_) {
+      cudaFreeAsync(whole_, ws_->streams[0]);
+      engine_.budget().give(whole_bytes_);
+    }
+    for (int k = 0; k < kSlots; ++k) cudaStreamSynchronize(ws_->streams[k]);
+    engine_.release(ws_);
+    throw;
+  }
+}
+
+GpuAnalysis::~GpuAnalysis() {
+  // On success or failure alike: nothing of this image may run when the
+  // workspace goes to the next one.
+  for (int k = 0; k < kSlots; ++k) cudaStreamSynchronize(ws_->streams[k]);
+  if (whole_) {
+    cudaFreeAsync(whole_, ws_->streams[0]);
+    cudaStreamSynchronize(ws_->streams[0]);
+    engine_.budget().give(whole_bytes_);
+  }
+  cudaGetLastError();
+  engine_.release(ws_);
+}
+
+HistogramOut GpuAnalysis::histogram_out() const {
+  Results* r = ws_->device_results;
+  HistogramOut h;
+  h.counts = r->counts;
+  h.underflow = r->underflow;
+  h.overflow = r->overflow;
+  const bool bytes = sample_size(layout_.type) == 1;
+  h.bins = bytes ? 256 : request_.hist.bins;  // 8-bit: counts per value, binned on the host
+  h.explicit_range = request_.hist.explicit_range && !bytes;
+  h.lo = request_.hist.lo;
+  h.hi = request_.hist.hi;
+  return h;
+}
+
+// One chunk from host memory (pinned) through the slot's stream: transfer,
+// then the passes that can run on it alone.
+void GpuAnalysis::submit(const uint8_t* host, uint64_t pixels) {
+  cudaStream_t s = ws_->streams[slot_];
+  const uint64_t bytes = pixels * pixel_bytes_;
+  uint8_t* dst = whole_ ? whole_ + sent_ * pixel_bytes_ : ws_->device_slot[slot_];
+  IMGSTAT_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
+  Results* r = ws_->device_results;
+  const DeviceInfo& dev = engine_.device();
+  const uint32_t c = layout_.channels;
+  switch (layout_.type) {
+    case SampleType::kUint8:
+    case SampleType::kInt8:
+      launch_hist8(dst, pixels, c, r->counts, dev, s);
+      break;
+    case SampleType::kUint16:
+    case SampleType::kInt16: {
+      HistogramOut h = histogram_out();
+      if (!request_.histogram) h.counts = nullptr;
+      launch_int16(dst, pixels, c, layout_.type == SampleType::kInt16, r->ints, h, dev, s);
+      break;
+    }
+    case SampleType::kFloat32:
+    case SampleType::kFloat64:
+      launch_float_moments(dst, pixels, c, layout_.type, ws_->partials[slot_], r->running + slot_ * kMaxChannels, dev, s);
+      if (request_.histogram && request_.hist.explicit_range)
+        launch_float_bins(dst, pixels, c, layout_.type, histogram_out(), nullptr, 0, dev, s);
+      break;
+  }
+  IMGSTAT_CUDA(cudaEventRecord(ws_->slot_free[slot_], s));
+  sent_ += pixels;
+  slot_ = (slot_ + 1) % kSlots;
+}
+
+void GpuAnalysis::flush() {
+  if (staged_ == 0) return;
+  submit(ws_->pinned[slot_], staged_);
+  staged_ = 0;
+}
+
+void GpuAnalysis::add(const uint8_t* p, uint64_t count) {
+  while (count > 0) {
+    if (staged_ == 0) IMGSTAT_CUDA(cudaEventSynchronize(ws_->slot_free[slot_]));  // the slot's last use is over
+    const uint64_t n = std::min(count, chunk_pixels_ - staged_);
+    engine_.copy(ws_->pinned[slot_] + staged_ * pixel_bytes_, p, n * pixel_bytes_);
+    staged_ += n;
+    p += n * pixel_bytes_;
+    count -= n;
+    if (staged_ == chunk_pixels_) flush();
+  }
+}
+
+void GpuAnalysis::add_pinned(const uint8_t* p, uint64_t count) {
+  flush();
+  while (count > 0) {
+    const uint64_t n = std::min(count, chunk_pixels_);
+    submit(p, n);
+    p += n * pixel_bytes_;
+    count -= n;
+  }
+}
+
+Result GpuAnalysis::finish() {
+  if (finished_) fail(ErrorCode::kInternal, "analysis finished twice");
+  finished_ = true;
+  flush();
+  cudaStream_t s0 = ws_->streams[0];
+  for (int k = 1; k < kSlots; ++k) {
+    IMGSTAT_CUDA(cudaEventRecord(ws_->stream_done[k], ws_->streams[k]));
+    IMGSTAT_CUDA(cudaStreamWaitEvent(s0, ws_->stream_done[k], 0));
+  }
+  const uint32_t c = layout_.channels;
+  Results* d = ws_->device_results;
+  if (whole_)
+    launch_float_bins(whole_, layout_.pixels(), c, layout_.type, histogram_out(), d->running, kSlots, engine_.device(), s0);
+  Results* h = ws_->host_results;
+  const HistogramOut out = histogram_out();
+  IMGSTAT_CUDA(cudaMemcpyAsync(h->counts, d->counts, sizeof(unsigned long long) * out.bins * c, cudaMemcpyDeviceToHost, s0));
+  IMGSTAT_CUDA(cudaMemcpyAsync(h->underflow, d->underflow,
+                               sizeof(Results) - offsetof(Results, underflow), cudaMemcpyDeviceToHost, s0));
+  IMGSTAT_CUDA(cudaStreamSynchronize(s0));
+
+  Result result;
+  result.engine = "cuda";
+  const SampleType type = layout_.type;
+  const uint64_t pixels = layout_.pixels();
+  for (uint32_t ch = 0; ch < c; ++ch) {
+    if (sample_size(type) == 1) {
+      // Counts by raw byte; int8 flips the sign bit to index by v + 128.
+      std::vector<uint64_t> values(256);
+      const size_t flip = type == SampleType::kInt8 ? 0x80 : 0;
+      for (size_t i = 0; i < 256; ++i) values[i ^ flip] = h->counts[ch * 256 + i];
+      result.channels.push_back(stats_of_values(values.data(), type, request_));
+      continue;
+    }
+    ChannelStats s;
+    if (!is_float(type)) {
+      const IntAccum& a = h->ints[ch];
+      const int128 lo = type_lo(type), n = pixels;
+      const int128 su = a.sum;
+      const uint128 squ = (static_cast<uint128>(a.sumsq_hi) << 64) | a.sumsq_lo;
+      IntMoments m;
+      m.n = pixels;
+      m.min = static_cast<int64_t>(a.min) + type_lo(type);
+      m.max = static_cast<int64_t>(a.max) + type_lo(type);
+      m.sum = su + n * lo;
+      m.sumsq = static_cast<uint128>(static_cast<int128>(squ) + 2 * lo * su + n * lo * lo);
+      s = finalize(m, request_);
+      if (request_.histogram) {
+        s.histogram.counts.assign(h->counts + ch * out.bins, h->counts + (ch + 1) * out.bins);
+        if (out.explicit_range) {
+          s.histogram.underflow = h->underflow[ch];
+          s.histogram.overflow = h->overflow[ch];
+        }
+        set_histogram_range(s.histogram, type, request_.hist, 0, 0);
+      }
+    } else {
+      FloatMoments m;
+      for (int k = 0; k < kSlots; ++k) merge(m, h->running[k * kMaxChannels + ch]);
+      s = finalize(m, request_);
+      if (request_.histogram) {
+        s.histogram.counts.assign(h->counts + ch * out.bins, h->counts + (ch + 1) * out.bins);
+        if (out.explicit_range) {
+          s.histogram.underflow = h->underflow[ch];
+          s.histogram.overflow = h->overflow[ch];
+        }
+        const bool any = m.n > 0;
+        set_histogram_range(s.histogram, type, request_.hist, any ? canonical_zero(m.min) : 0,
+                            any ? canonical_zero(m.max) : 0);
+      }
+    }
+    result.channels.push_back(std::move(s));
+  }
+  return result;
+}
+
+class CudaStream final : public StreamAnalysis {
+ public:
+  CudaStream(CudaEngine& engine, const Layout& layout, const StatsRequest& request)
+      : layout_(layout), destrider_(layout), analysis_(engine, layout, request) {}
+
+  void feed(const void* data, size_t bytes) override {
+    if (destrider_.consumed() + bytes > layout_.stride() * layout_.height)
+      fail(ErrorCode::kInvalidArgument, "more data than the layout holds");
+    destrider_.feed(static_cast<const uint8_t*>(data), bytes,
+                    [&](const uint8_t* p, uint64_t pixels, bool) { analysis_.add(p, pixels); });
+  }
+
+  Result finish() override {
+    if (!destrider_.complete())
+      fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(destrider_.consumed()) +
+                                            " bytes; the layout needs " + std::to_string(layout_.min_bytes()));
+    return analysis_.finish();
+  }
+
+ private:
+  Layout layout_;
+  Destrider destrider_;
+  GpuAnalysis analysis_;
+};
+
+std::unique_ptr<StreamAnalysis> CudaEngine::open_stream(const Layout& layout, const StatsRequest& request) {
+  validate(layout, request);
+  IMGSTAT_CUDA(cudaSetDevice(options_.device));
+  return std::make_unique<CudaStream>(*this, layout, request);
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_engine(const CudaOptions& options) { return std::make_unique<CudaEngine>(options); }
+
+}  // namespace imgstat::cuda
+
+namespace imgstat {
+
+std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& options, std::string* why_not) {
+  try {
+    cuda::CudaOptions o;
+    o.device = options.cuda_device;
+    o.memory_limit = options.cuda_memory_limit;
+    o.host_threads = options.cpu_threads;
+    return cuda::make_engine(o);
+  } catch (const std::exception& e) {
+    if (why_not) *why_not = e.what();
+    return nullptr;
+  }
+}
+
+}  // namespace imgstat

@@ -1,0 +1,217 @@
+// Launch shapes and template instantiation for every pass: the only place
+// that knows grid sizes, shared-memory budgets and which kernel fits which
+// input.
+#include <algorithm>
+#include <mutex>
+
+#include "cuda/agent/float_passes.cuh"
+#include "cuda/agent/hist8.cuh"
+#include "cuda/agent/int16.cuh"
+#include "cuda/cuda_check.hpp"
+#include "cuda/dispatch/dispatch.hpp"
+
+namespace imgstat::cuda {
+namespace {
+
+constexpr int kBlocksPerSm = 8;  // kPassThreads * 8 = a full SM of threads
+constexpr uint64_t kSmallHist8Bytes = uint64_t{1} << 20;
+constexpr size_t kWarpCopiesBytes = 48 << 10;
+constexpr size_t kBlockCopyBytes = 96 << 10;
+
+template <class T>
+T* as(const uint8_t* p) {
+  return reinterpret_cast<T*>(const_cast<uint8_t*>(p));
+}
+
+// Kernels that want more than 48 KiB of dynamic shared memory must say so
+// once per kernel.
+template <class Kernel>
+void allow_shared(Kernel kernel, size_t bytes) {
+  if (bytes > (48 << 10)) IMGSTAT_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+struct Placement {
+  HistPlace place;
+  size_t shared_bytes;
+};
+
+Placement place_histogram(uint32_t bins, uint32_t channels, bool wanted) {
+  const size_t one = static_cast<size_t>(bins) * channels * 4;
+  if (!wanted) return {HistPlace::kBlock, 0};
+  if (one * (kPassThreads / 32) <= kWarpCopiesBytes) return {HistPlace::kWarp, one * (kPassThreads / 32)};
+  if (one <= kBlockCopyBytes) return {HistPlace::kBlock, one};
+  return {HistPlace::kGlobal, 0};
+}
+
+unsigned pass_grid(uint64_t steps, const DeviceInfo& dev) {
+  const uint64_t wanted = (steps + kPassThreads - 1) / kPassThreads;
+  return static_cast<unsigned>(std::clamp<uint64_t>(wanted, 1, static_cast<uint64_t>(dev.sm_count) * kBlocksPerSm));
+}
+
+__global__ void reset_results(unsigned long long* counts, uint64_t count_n, unsigned long long* under,
+                              unsigned long long* over, uint32_t channels, IntAccum* ints, FloatMoments* running,
+                              uint32_t running_n) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const uint64_t i0 = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (uint64_t i = i0; i < count_n; i += stride) counts[i] = 0;
+  if (i0 < channels) {
+    if (under) under[i0] = 0;
+    if (over) over[i0] = 0;
+    if (ints) ints[i0] = IntAccum{0xffffffffu, 0, 0, 0, 0};
+  }
+  for (uint64_t i = i0; i < running_n; i += stride) running[i] = FloatMoments{};
+}
+
+template <int C>
+void hist8_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, const DeviceInfo& dev,
+             cudaStream_t stream) {
+  const uint64_t bytes = pixels * C;
+  if (bytes < kSmallHist8Bytes) {
+    const unsigned grid = static_cast<unsigned>(std::clamp<uint64_t>(bytes / (256 * 64), 1, dev.sm_count));
+    hist8_small<C><<<grid, 256, 0, stream>>>(data, bytes, counts);
+    IMGSTAT_CUDA_LAUNCHED("hist8_small");
+    return;
+  }
+  constexpr size_t shared = static_cast<size_t>(kHist8Warps) * kLaneCounterBytesPerWarp;
+  static std::once_flag once;
+  std::call_once(once, [] { allow_shared(hist8_lanes<C, true>, shared); });
+  const uint64_t blocks16 = pixels / 16;
+  hist8_lanes<C, true><<<dev.sm_count, kHist8Warps * 32, shared, stream>>>(
+      reinterpret_cast<const uint4*>(data), blocks16, data + blocks16 * 16 * C, static_cast<uint32_t>(pixels % 16),
+      counts);
+  IMGSTAT_CUDA_LAUNCHED("hist8_lanes");
+}
+
+template <int C>
+void int16_c(const uint8_t* data, uint64_t pixels, bool is_signed, IntAccum* accum, const HistogramOut& h,
+             const DeviceInfo& dev, cudaStream_t stream) {
+  using S = PixelSteps<uint16_t, C>;
+  const uint64_t steps = pixels / S::kPixels;
+  const uint32_t tail = static_cast<uint32_t>((pixels % S::kPixels) * C);
+  const Placement p = place_histogram(h.bins, C, h.counts != nullptr);
+  const unsigned grid = pass_grid(steps, dev);
+  const auto* vec = reinterpret_cast<const uint4*>(data);
+  const uint16_t* tail_ptr = as<uint16_t>(data) + steps * S::kSamples;
+  if (is_signed)
+    int16_pass<C, true><<<grid, kPassThreads, p.shared_bytes, stream>>>(vec, steps, tail_ptr, tail, accum, h, p.place);
+  else
+    int16_pass<C, false><<<grid, kPassThreads, p.shared_bytes, stream>>>(vec, steps, tail_ptr, tail, accum, h, p.place);
+  IMGSTAT_CUDA_LAUNCHED("int16_pass");
+}
+
+template <class T, int C>
+void float_moments_c(const uint8_t* data, uint64_t pixels, FloatMoments* partials, FloatMoments* running,
+                     const DeviceInfo& dev, cudaStream_t stream) {
+  using S = PixelSteps<T, C>;
+  const uint64_t steps = pixels / S::kPixels;
+  const uint32_t tail = static_cast<uint32_t>((pixels % S::kPixels) * C);
+  const unsigned grid = pass_grid(steps, dev);
+  float_moments_pass<T, C><<<grid, kPassThreads, 0, stream>>>(reinterpret_cast<const uint4*>(data), steps,
+                                                              as<T>(data) + steps * S::kSamples, tail, partials);
+  IMGSTAT_CUDA_LAUNCHED("float_moments_pass");
+  fold_partials<C><<<1, kPassThreads, 0, stream>>>(partials, grid, running);
+  IMGSTAT_CUDA_LAUNCHED("fold_partials");
+}
+
+template <class T, int C>
+void float_bins_c(const uint8_t* data, uint64_t pixels, const HistogramOut& h, const FloatMoments* running,
+                  uint32_t running_sets, const DeviceInfo& dev, cudaStream_t stream) {
+  using S = PixelSteps<T, C>;
+  const uint64_t steps = pixels / S::kPixels;
+  const uint32_t tail = static_cast<uint32_t>((pixels % S::kPixels) * C);
+  const Placement p = place_histogram(h.bins, C, true);
+  const unsigned grid = pass_grid(steps, dev);
+  float_bins_pass<T, C><<<grid, kPassThreads, p.shared_bytes, stream>>>(
+      reinterpret_cast<const uint4*>(data), steps, as<T>(data) + steps * S::kSamples, tail, h, running, running_sets,
+      p.place);
+  IMGSTAT_CUDA_LAUNCHED("float_bins_pass");
+}
+
+template <template <int> class F, class... Args>
+void by_channels(uint32_t channels, Args&&... args) {
+  switch (channels) {
+    case 1: return F<1>::run(args...);
+    case 2: return F<2>::run(args...);
+    case 3: return F<3>::run(args...);
+    case 4: return F<4>::run(args...);
+  }
+  fail(ErrorCode::kInvalidArgument, "channels must be 1 to 4");
+}
+
+template <int C>
+struct Hist8 {
+  template <class... A>
+  static void run(A&&... a) { hist8_c<C>(a...); }
+};
+template <int C>
+struct Int16 {
+  template <class... A>
+  static void run(A&&... a) { int16_c<C>(a...); }
+};
+template <int C>
+struct FloatMomentsF32 {
+  template <class... A>
+  static void run(A&&... a) { float_moments_c<float, C>(a...); }
+};
+template <int C>
+struct FloatMomentsF64 {
+  template <class... A>
+  static void run(A&&... a) { float_moments_c<double, C>(a...); }
+};
+template <int C>
+struct FloatBinsF32 {
+  template <class... A>
+  static void run(A&&... a) { float_bins_c<float, C>(a...); }
+};
+template <int C>
+struct FloatBinsF64 {
+  template <class... A>
+  static void run(A&&... a) { float_bins_c<double, C>(a...); }
+};
+
+}  // namespace
+
+void launch_reset(const HistogramOut& h, uint32_t channels, IntAccum* ints, FloatMoments* running,
+                  uint32_t running_count, cudaStream_t stream) {
+  reset_results<<<32, 256, 0, stream>>>(h.counts, static_cast<uint64_t>(h.bins) * channels, h.underflow, h.overflow,
+                                        channels, ints, running, running_count);
+  IMGSTAT_CUDA_LAUNCHED("reset_results");
+}
+
+void launch_hist8(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* counts,
+                  const DeviceInfo& dev, cudaStream_t stream) {
+  if (pixels == 0) return;
+  by_channels<Hist8>(channels, data, pixels, counts, dev, stream);
+}
+
+void launch_int16(const uint8_t* data, uint64_t pixels, uint32_t channels, bool is_signed, IntAccum* accum,
+                  const HistogramOut& h, const DeviceInfo& dev, cudaStream_t stream) {
+  if (pixels == 0) return;
+  by_channels<Int16>(channels, data, pixels, is_signed, accum, h, dev, stream);
+}
+
+size_t float_partials_needed(uint32_t channels, const DeviceInfo& dev) {
+  return static_cast<size_t>(dev.sm_count) * kBlocksPerSm * channels;
+}
+
+void launch_float_moments(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type,
+                          FloatMoments* partials, FloatMoments* running, const DeviceInfo& dev,
+                          cudaStream_t stream) {
+  if (pixels == 0) return;
+  if (type == SampleType::kFloat32)
+    by_channels<FloatMomentsF32>(channels, data, pixels, partials, running, dev, stream);
+  else
+    by_channels<FloatMomentsF64>(channels, data, pixels, partials, running, dev, stream);
+}
+
+void launch_float_bins(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type,
+                       const HistogramOut& h, const FloatMoments* running, uint32_t running_sets,
+                       const DeviceInfo& dev, cudaStream_t stream) {
+  if (pixels == 0) return;
+  if (type == SampleType::kFloat32)
+    by_channels<FloatBinsF32>(channels, data, pixels, h, running, running_sets, dev, stream);
+  else
+    by_channels<FloatBinsF64>(channels, data, pixels, h, running, running_sets, dev, stream);
+}
+
+}  // namespace imgstat::cuda

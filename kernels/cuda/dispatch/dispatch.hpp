@@ -1,0 +1,77 @@
+// Host-side launchers of the device kernels, one per pass. Each takes packed
+// pixels (channel 0 first, 16-byte aligned) already on the device, adds its
+// results to device accumulators and returns after the launch; every launch
+// is checked. No kernel here synchronizes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/float_moments.hpp"
+#include "imgstat/types.hpp"
+
+namespace imgstat::cuda {
+
+// Exact integer moments of one channel of 16-bit samples, accumulated with
+// atomics: samples are offsets from the type's lowest value (0..65535), so
+// the host recovers signed sums exactly.
+struct IntAccum {
+  unsigned int min;
+  unsigned int max;
+  unsigned long long sum;
+  unsigned long long sumsq_lo;
+  unsigned long long sumsq_hi;
+};
+
+// Where a pass adds its histogram: counts[channel * bins + bin], and for an
+// explicit range underflow[channel], overflow[channel].
+struct HistogramOut {
+  unsigned long long* counts;
+  unsigned long long* underflow;
+  unsigned long long* overflow;
+  uint32_t bins;
+  bool explicit_range;
+  double lo;  // explicit range only
+  double hi;
+};
+
+// Running float moments are kept per slot: running[slot * kRunningStride + channel].
+constexpr uint32_t kRunningStride = 4;
+
+struct DeviceInfo {
+  int sm_count;
+  size_t max_shared_per_block;  // opt-in maximum
+};
+
+// Zeroes counts (channels * bins), under/overflow, IntAccum (min = all ones)
+// and the running float moments, in one launch.
+void launch_reset(const HistogramOut& h, uint32_t channels, IntAccum* ints, FloatMoments* running,
+                  uint32_t running_count, cudaStream_t stream);
+
+// 8-bit samples (uint8 and int8 alike: counts by raw byte value),
+// counts[channel * 256 + byte].
+void launch_hist8(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* counts,
+                  const DeviceInfo& dev, cudaStream_t stream);
+
+// 16-bit samples in one fused pass: IntAccum per channel and, when h.counts is
+// set, the histogram (automatic range: the type's; else h's explicit range).
+void launch_int16(const uint8_t* data, uint64_t pixels, uint32_t channels, bool is_signed, IntAccum* accum,
+                  const HistogramOut& h, const DeviceInfo& dev, cudaStream_t stream);
+
+// Float pass 1: per-block moments into partials (at least
+// float_partials_needed(...) of them), then folded into running[channel] in
+// a fixed order (deterministic).
+size_t float_partials_needed(uint32_t channels, const DeviceInfo& dev);
+void launch_float_moments(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type,
+                          FloatMoments* partials, FloatMoments* running, const DeviceInfo& dev,
+                          cudaStream_t stream);
+
+// Float pass 2: the histogram. With an automatic range the bins span the
+// min and max of running[k * kRunningStride + c] over k < running_sets, read on
+// the device, so no round trip to the host sits between the passes.
+void launch_float_bins(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type,
+                       const HistogramOut& h, const FloatMoments* running, uint32_t running_sets,
+                       const DeviceInfo& dev, cudaStream_t stream);
+
+}  // namespace imgstat::cuda
