@@ -26,7 +26,7 @@ constexpr uint64_t kMessageLimit = 1 << 20;  // small, so streaming is cheap to 
 class Integration : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = new ServerProcess({"--engine", "cpu", "--threads", "2", "--max-message-bytes",
+    server_ = new ServerProcess({"--engine", test_engine(), "--threads", "2", "--max-message-bytes",
                                  std::to_string(kMessageLimit), "--max-pixels", "50000000"});
   }
   static void TearDownTestSuite() {
@@ -42,7 +42,7 @@ class Integration : public ::testing::Test {
   }
 
   ProcessResult client(std::vector<std::string> args, const std::string& in = "/dev/null") {
-    args.insert(args.begin(), {IMGSTAT_CLIENT_BIN, "--server", server_->address()});
+    args.insert(args.begin(), {client_bin(), "--server", server_->address()});
     return run_process(args, 120, in);
   }
   static std::string corpus(const std::string& f) { return (corpus_dir() / f).string(); }
@@ -102,7 +102,7 @@ TEST_F(Integration, ClientPrintsATableWithHistograms) {
   EXPECT_NE(r.out.find("158.569087"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("62.972867"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\u2588"), std::string::npos) << "a histogram drawing: " << r.out;
-  EXPECT_NE(r.out.find("engine cpu"), std::string::npos);
+  EXPECT_NE(r.out.find("engine " + test_engine()), std::string::npos);
 }
 
 TEST_F(Integration, ClientJsonMatchesTheCorpusReference) {
@@ -120,7 +120,7 @@ TEST_F(Integration, ClientJsonMatchesTheCorpusReference) {
     const json ref = reference(files[i]);
     ASSERT_FALSE(ref.is_null()) << "not in reference.jsonl";
     EXPECT_EQ(lines[i]["file"], corpus(files[i]));
-    EXPECT_EQ(lines[i]["engine"], "cpu");
+    EXPECT_EQ(lines[i]["engine"], test_engine());
     expect_json_matches_reference(lines[i], ref);
   }
 }
@@ -194,7 +194,7 @@ TEST_F(Integration, StubCallsAllFourRpcs) {
   grpc::ClientContext info_ctx;
   v1::ServerInfo info;
   ASSERT_TRUE(stub_->GetServerInfo(&info_ctx, v1::GetServerInfoRequest(), &info).ok());
-  EXPECT_EQ(info.engine().kind(), "cpu");
+  EXPECT_EQ(info.engine().kind(), test_engine());
   EXPECT_EQ(info.limits().max_message_bytes(), kMessageLimit);
 
   const std::string coffee = read_file(corpus("png/skimage_coffee.png"));
@@ -373,7 +373,7 @@ TEST_F(Integration, ConcurrentCallsAllAnswerTheSame) {
 
 TEST(Shutdown, SigtermFinishesTheCallInFlight) {
   if (!have_corpus()) GTEST_SKIP() << "no corpus";
-  ServerProcess server({"--engine", "cpu", "--shutdown-grace", "20"});
+  ServerProcess server({"--engine", test_engine(), "--shutdown-grace", "20"});
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   auto stub = v1::ImageStats::NewStub(channel);
   const std::string coffee = read_file((corpus_dir() / "png/skimage_coffee.png").string());

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -82,11 +83,22 @@ inline ProcessResult run_process(const std::vector<std::string>& argv, double ti
   return r;
 }
 
+// The programs under test: the build's, or those named by the environment
+// (to run the tests against another build, on another machine).
+inline std::string program(const char* env, const char* built) {
+  const char* p = std::getenv(env);
+  return p && *p ? p : built;
+}
+inline std::string server_bin() { return program("IMGSTAT_SERVER_BIN", IMGSTAT_SERVER_BIN); }
+inline std::string client_bin() { return program("IMGSTAT_CLIENT_BIN", IMGSTAT_CLIENT_BIN); }
+// The engine the servers under test use: cpu unless IMGSTAT_TEST_ENGINE says.
+inline std::string test_engine() { return program("IMGSTAT_TEST_ENGINE", "cpu"); }
+
 // imgstat-server on a free loopback port.
 class ServerProcess {
  public:
   explicit ServerProcess(std::vector<std::string> extra_args) : log_(temp_path("server-log")) {
-    std::vector<std::string> argv = {IMGSTAT_SERVER_BIN, "--listen", "127.0.0.1:0"};
+    std::vector<std::string> argv = {server_bin(), "--listen", "127.0.0.1:0"};
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     pid_ = spawn(argv, "/dev/null", log_);
     const std::regex listening(R"(listening on 127\.0\.0\.1:(\d+))");

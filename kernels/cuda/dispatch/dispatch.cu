@@ -62,24 +62,36 @@ __global__ void reset_results(unsigned long long* counts, uint64_t count_n, unsi
   for (uint64_t i = i0; i < running_n; i += stride) running[i] = FloatMoments{};
 }
 
-template <int C>
-void hist8_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, const DeviceInfo& dev,
-             cudaStream_t stream) {
-  const uint64_t bytes = pixels * C;
-  if (bytes < kSmallHist8Bytes) {
-    const unsigned grid = static_cast<unsigned>(std::clamp<uint64_t>(bytes / (256 * 64), 1, dev.sm_count));
-    hist8_small<C><<<grid, 256, 0, stream>>>(data, bytes, counts);
-    IMGSTAT_CUDA_LAUNCHED("hist8_small");
-    return;
-  }
+template <int C, bool kAtomic>
+void hist8_lanes_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, const DeviceInfo& dev,
+                   cudaStream_t stream) {
   constexpr size_t shared = static_cast<size_t>(kHist8Warps) * kLaneCounterBytesPerWarp;
   static std::once_flag once;
-  std::call_once(once, [] { allow_shared(hist8_lanes<C, true>, shared); });
+  std::call_once(once, [] { allow_shared(hist8_lanes<C, kAtomic>, shared); });
   const uint64_t blocks16 = pixels / 16;
-  hist8_lanes<C, true><<<dev.sm_count, kHist8Warps * 32, shared, stream>>>(
+  constexpr uint64_t kPerBlock = uint64_t{kHist8Warps} * Hist8Shape<C>::kGroups * Hist8Shape<C>::kUnroll;
+  const unsigned grid = static_cast<unsigned>(std::clamp<uint64_t>((blocks16 + kPerBlock - 1) / kPerBlock, 1, dev.sm_count));
+  hist8_lanes<C, kAtomic><<<grid, kHist8Warps * 32, shared, stream>>>(
       reinterpret_cast<const uint4*>(data), blocks16, data + blocks16 * 16 * C, static_cast<uint32_t>(pixels % 16),
       counts);
   IMGSTAT_CUDA_LAUNCHED("hist8_lanes");
+}
+
+template <int C>
+void hist8_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, const DeviceInfo& dev,
+             cudaStream_t stream, Hist8Kernel kernel) {
+  const uint64_t bytes = pixels * C;
+  if (kernel == Hist8Kernel::kAuto) kernel = bytes < kSmallHist8Bytes ? Hist8Kernel::kShared : Hist8Kernel::kLanesAtomic;
+  switch (kernel) {
+    case Hist8Kernel::kShared: {
+      const unsigned grid = static_cast<unsigned>(std::clamp<uint64_t>(bytes / (256 * 64), 1, dev.sm_count * 4));
+      hist8_small<C><<<grid, 256, 0, stream>>>(data, bytes, counts);
+      IMGSTAT_CUDA_LAUNCHED("hist8_small");
+      return;
+    }
+    case Hist8Kernel::kLanesPlain: return hist8_lanes_c<C, false>(data, pixels, counts, dev, stream);
+    default: return hist8_lanes_c<C, true>(data, pixels, counts, dev, stream);
+  }
 }
 
 template <int C>
@@ -179,9 +191,9 @@ void launch_reset(const HistogramOut& h, uint32_t channels, IntAccum* ints, Floa
 }
 
 void launch_hist8(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* counts,
-                  const DeviceInfo& dev, cudaStream_t stream) {
+                  const DeviceInfo& dev, cudaStream_t stream, Hist8Kernel kernel) {
   if (pixels == 0) return;
-  by_channels<Hist8>(channels, data, pixels, counts, dev, stream);
+  by_channels<Hist8>(channels, data, pixels, counts, dev, stream, kernel);
 }
 
 void launch_int16(const uint8_t* data, uint64_t pixels, uint32_t channels, bool is_signed, IntAccum* accum,

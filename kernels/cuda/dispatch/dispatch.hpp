@@ -50,9 +50,11 @@ void launch_reset(const HistogramOut& h, uint32_t channels, IntAccum* ints, Floa
                   uint32_t running_count, cudaStream_t stream);
 
 // 8-bit samples (uint8 and int8 alike: counts by raw byte value),
-// counts[channel * 256 + byte].
+// counts[channel * 256 + byte]. kAuto picks by size; the others are there for
+// the benchmark to compare.
+enum class Hist8Kernel { kAuto, kLanesAtomic, kLanesPlain, kShared };
 void launch_hist8(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* counts,
-                  const DeviceInfo& dev, cudaStream_t stream);
+                  const DeviceInfo& dev, cudaStream_t stream, Hist8Kernel kernel = Hist8Kernel::kAuto);
 
 // 16-bit samples in one fused pass: IntAccum per channel and, when h.counts is
 // set, the histogram (automatic range: the type's; else h's explicit range).

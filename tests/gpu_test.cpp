@@ -1,0 +1,238 @@
+// The CUDA engine against the CPU engine, as OpenCV's CUDA tests check their
+// kernels: integer results identical to the bit, float sums within 1e-12,
+// histograms identical, on every sample type and channel count, odd and huge
+// sizes, strides, unaligned and pinned sources, constant and extreme data,
+// and streams cut anywhere. Skips where no GPU is usable.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <random>
+
+#include "imgstat/engine.hpp"
+#include "test_images.hpp"
+
+namespace imgstat::testing {
+namespace {
+
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    gpu_ = make_cuda_engine(EngineOptions{}, &why);
+    if (!gpu_) GTEST_SKIP() << "no usable GPU: " << why;
+    cpu_ = make_cpu_engine();
+  }
+
+  void expect_same(const ImageView& img, const StatsRequest& request = {}) {
+    const Result g = gpu_->analyze(img, request), c = cpu_->analyze(img, request);
+    EXPECT_EQ(g.engine, "cuda");
+    expect_same_stats(g, c, img.layout.type);
+  }
+
+  static void expect_same_stats(const Result& g, const Result& c, SampleType t) {
+    ASSERT_EQ(g.channels.size(), c.channels.size());
+    for (size_t i = 0; i < g.channels.size(); ++i) {
+      SCOPED_TRACE("channel " + std::to_string(i));
+      const ChannelStats &a = g.channels[i], &b = c.channels[i];
+      EXPECT_EQ(a.count, b.count);
+      EXPECT_EQ(a.nan_count, b.nan_count);
+      EXPECT_EQ(a.posinf_count, b.posinf_count);
+      EXPECT_EQ(a.neginf_count, b.neginf_count);
+      EXPECT_EQ(a.min, b.min);
+      EXPECT_EQ(a.max, b.max);
+      if (is_float(t)) {
+        EXPECT_LE(std::abs(a.sum - b.sum), 1e-12 * std::abs(b.sum) + 1e-300) << a.sum << " vs " << b.sum;
+        EXPECT_LE(std::abs(a.mean - b.mean), 1e-12 * std::abs(b.mean) + 1e-300);
+        EXPECT_LE(std::abs(a.stddev - b.stddev), 1e-10 * b.stddev + 1e-300);
+      } else {  // bit for bit
+        EXPECT_EQ(a.sum_int, b.sum_int);
+        EXPECT_EQ(a.has_sum_int, b.has_sum_int);
+        EXPECT_EQ(a.mean, b.mean);
+        EXPECT_EQ(a.stddev, b.stddev);
+      }
+      EXPECT_EQ(a.histogram.counts, b.histogram.counts);
+      EXPECT_EQ(a.histogram.lo, b.histogram.lo);
+      EXPECT_EQ(a.histogram.hi, b.histogram.hi);
+      EXPECT_EQ(a.histogram.underflow, b.histogram.underflow);
+      EXPECT_EQ(a.histogram.overflow, b.histogram.overflow);
+    }
+  }
+
+  std::unique_ptr<Engine> gpu_, cpu_;
+};
+
+const SampleType kAllTypes[] = {SampleType::kUint8,  SampleType::kUint16,  SampleType::kInt8,
+                                SampleType::kInt16,  SampleType::kFloat32, SampleType::kFloat64};
+
+TEST_F(GpuTest, RandomDataEveryTypeChannelsShapeStrideAlignment) {
+  struct Shape { uint64_t w, h; };
+  const Shape shapes[] = {{1, 1}, {17, 1}, {1, 17}, {31, 7}, {257, 129}, {4099, 33}, {1021, 1031}};
+  std::mt19937_64 rng(101);
+  for (SampleType t : kAllTypes)
+    for (uint32_t c = 1; c <= 4; ++c)
+      for (const Shape& s : shapes)
+        for (int variant = 0; variant < 3; ++variant) {
+          TestImage img = random_image(rng, s.w, s.h, c, t, variant == 1 ? 1 + rng() % 29 : 0, variant == 2 ? 3 : 0);
+          SCOPED_TRACE(describe(img.view.layout) + " variant " + std::to_string(variant));
+          expect_same(img.view);
+        }
+}
+
+// Every kernel once on about a megabyte, for compute-sanitizer's memcheck
+// and racecheck (slow tools: the other tests are too large for them).
+TEST_F(GpuTest, EveryKernelOnce) {
+  std::mt19937_64 rng(3);
+  for (SampleType t : kAllTypes)
+    for (uint32_t c = 1; c <= 4; ++c) {
+      const uint64_t w = (1300 * 1024) / (c * sample_size(t) * 97) + 3;
+      TestImage img = random_image(rng, w, 97, c, t, 0, 0, is_float(t) ? 0.01 : 0);
+      SCOPED_TRACE(describe(img.view.layout));
+      expect_same(img.view);
+      StatsRequest r;
+      r.hist.bins = 300;
+      r.hist.explicit_range = true;
+      r.hist.lo = 5;
+      r.hist.hi = 150;
+      expect_same(img.view, r);
+    }
+}
+
+TEST_F(GpuTest, ImagesOfManyChunks) {
+  // Larger than the 8 MiB staging slots several times over: every slot and
+  // stream is used, and floats keep the whole image on the device.
+  std::mt19937_64 rng(7);
+  const struct { uint64_t w, h; uint32_t c; SampleType t; } cases[] = {
+      {4096, 4096, 4, SampleType::kUint8}, {5000, 3001, 3, SampleType::kUint8},
+      {3001, 3000, 3, SampleType::kUint16}, {4096, 2048, 1, SampleType::kInt16},
+      {8192, 4096, 1, SampleType::kFloat32}, {2047, 2049, 2, SampleType::kFloat64}};
+  for (const auto& k : cases) {
+    TestImage img = random_image(rng, k.w, k.h, k.c, k.t, 0, 0, is_float(k.t) ? 0.001 : 0);
+    SCOPED_TRACE(describe(img.view.layout));
+    expect_same(img.view);
+    StatsRequest explicit_range;
+    explicit_range.hist.bins = 1000;
+    explicit_range.hist.explicit_range = true;
+    explicit_range.hist.lo = 10;
+    explicit_range.hist.hi = 200;
+    expect_same(img.view, explicit_range);
+  }
+}
+
+TEST_F(GpuTest, ConstantAndExtremeData) {
+  std::mt19937_64 rng(9);
+  for (SampleType t : kAllTypes)
+    for (double v : {0.0, 1.0, -7.0, 255.0, 65535.0, -32768.0, 0.25}) {
+      if (!representable(t, v)) continue;
+      TestImage img = constant_image(2048, 1537, 1 + static_cast<uint32_t>(rng() % 4), t, v);
+      SCOPED_TRACE(describe(img.view.layout) + " value " + std::to_string(v));
+      expect_same(img.view);
+    }
+  const std::vector<std::pair<SampleType, std::vector<double>>> extremes = {
+      {SampleType::kUint8, {0, 255}},       {SampleType::kInt8, {-128, 127}},
+      {SampleType::kUint16, {0, 65535}},    {SampleType::kInt16, {-32768, 32767}},
+      {SampleType::kFloat32, {FLT_MAX, -FLT_MAX, FLT_TRUE_MIN, -0.0, 0.0}},
+      {SampleType::kFloat64, {1e150, -1e150, DBL_TRUE_MIN, 0.0}}};
+  for (const auto& [t, values] : extremes) {
+    TestImage img = image_of_values(rng, 1999, 1001, 3, t, values);
+    SCOPED_TRACE(describe(img.view.layout));
+    expect_same(img.view);
+  }
+}
+
+TEST_F(GpuTest, NanAndInfAndChannelsWithoutFiniteSamples) {
+  std::mt19937_64 rng(11);
+  for (SampleType t : {SampleType::kFloat32, SampleType::kFloat64})
+    for (uint32_t c = 1; c <= 4; ++c) {
+      TestImage img = random_image(rng, 1003, 997, c, t, 0, 0, 0.3);
+      expect_same(img.view);
+    }
+  TestImage nan = constant_image(1000, 1000, 2, SampleType::kFloat32, std::numeric_limits<double>::quiet_NaN());
+  expect_same(nan.view);
+}
+
+TEST_F(GpuTest, HistogramBinsAndRanges) {
+  std::mt19937_64 rng(13);
+  for (SampleType t : kAllTypes)
+    for (uint32_t bins : {1u, 7u, 256u, 1000u, 4096u, 65536u})
+      for (bool explicit_range : {false, true}) {
+        TestImage img = random_image(rng, 1024, 777, 2, t, 0, 0, 0.01);
+        StatsRequest r;
+        r.hist.bins = bins;
+        r.hist.explicit_range = explicit_range;
+        r.hist.lo = -20.5;
+        r.hist.hi = 180.25;
+        SCOPED_TRACE(describe(img.view.layout) + " bins " + std::to_string(bins) + (explicit_range ? " explicit" : ""));
+        expect_same(img.view, r);
+      }
+}
+
+TEST_F(GpuTest, StreamsCutAnywhere) {
+  std::mt19937_64 rng(17);
+  for (SampleType t : kAllTypes)
+    for (uint32_t c : {1u, 3u, 4u}) {
+      TestImage img = random_image(rng, 2000, 1500, c, t, rng() % 2 ? 7 : 0, 0);
+      auto g = gpu_->open_stream(img.view.layout, StatsRequest{});
+      const auto* p = static_cast<const uint8_t*>(img.view.data);
+      uint64_t left = img.view.layout.min_bytes();
+      while (left > 0) {
+        const uint64_t n = std::min<uint64_t>(left, 1 + rng() % (3 << 20));
+        g->feed(p, n);
+        p += n;
+        left -= n;
+      }
+      SCOPED_TRACE(describe(img.view.layout));
+      expect_same_stats(g->finish(), cpu_->analyze(img.view, StatsRequest{}), t);
+    }
+}
+
+TEST_F(GpuTest, PinnedSourcesGoStraightToTheDevice) {
+  std::mt19937_64 rng(19);
+  for (SampleType t : {SampleType::kUint8, SampleType::kUint16, SampleType::kFloat32}) {
+    TestImage img = random_image(rng, 6000, 3000, 3, t, 0, 0);
+    const uint64_t bytes = img.view.layout.min_bytes();
+    void* pinned = nullptr;
+    ASSERT_EQ(cudaMallocHost(&pinned, bytes), cudaSuccess);
+    std::memcpy(pinned, img.view.data, bytes);
+    const ImageView view{pinned, img.view.layout};
+    SCOPED_TRACE(describe(img.view.layout));
+    expect_same(view);
+    cudaFreeHost(pinned);
+  }
+}
+
+TEST_F(GpuTest, ConcurrentCallsShareTheDevice) {
+  std::mt19937_64 rng(23);
+  std::vector<TestImage> images;
+  for (int i = 0; i < 12; ++i)
+    images.push_back(random_image(rng, 1500 + i, 1000, 1 + i % 4, kAllTypes[i % 6], 0, 0));
+  std::vector<Result> want;
+  for (auto& img : images) want.push_back(cpu_->analyze(img.view, StatsRequest{}));
+  std::vector<std::thread> threads;
+  std::vector<Result> got(images.size());
+  for (size_t i = 0; i < images.size(); ++i)
+    threads.emplace_back([&, i] { got[i] = gpu_->analyze(images[i].view, StatsRequest{}); });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < images.size(); ++i) expect_same_stats(got[i], want[i], images[i].view.layout.type);
+}
+
+TEST_F(GpuTest, OverTheMemoryLimitFallsBackToTheCpu) {
+  EngineOptions o;
+  o.kind = EngineKind::kCuda;
+  o.cuda_memory_limit = 200 << 20;  // room for the workspaces, not for a 256 MiB float image
+  std::string reason;
+  o.on_fallback = [&](const std::string& why) { reason = why; };
+  auto engine = make_engine(o);
+  std::mt19937_64 rng(29);
+  TestImage img = random_image(rng, 8192, 8192, 1, SampleType::kFloat32, 0, 0);
+  const Result r = engine->analyze(img.view, StatsRequest{});
+  EXPECT_EQ(r.engine, "cpu");
+  EXPECT_NE(reason.find("limit"), std::string::npos) << reason;
+  expect_same_stats(r, cpu_->analyze(img.view, StatsRequest{}), SampleType::kFloat32);
+  // Small images still go to the GPU.
+  TestImage small = random_image(rng, 640, 480, 3, SampleType::kUint8, 0, 0);
+  EXPECT_EQ(engine->analyze(small.view, StatsRequest{}).engine, "cuda");
+}
+
+}  // namespace
+}  // namespace imgstat::testing
