@@ -322,9 +322,10 @@ int bench_main(int argc, char** argv) {
       const double cub = b.cub_hist8_ms(bytes, c, reps);
       row("roofline (read once)", kind_name(k), c, bytes, roof, roof, 0, "");
       row("CUB HistogramEven", kind_name(k), c, bytes, cub, roof, 0, "");
-      row("hist8 lanes, atomic", kind_name(k), c, bytes, b.hist8_ms(bytes, c, Hist8Kernel::kLanesAtomic, reps), roof, cub, "CUB");
+      row("hist8 lanes, plain 16-bit", kind_name(k), c, bytes, b.hist8_ms(bytes, c, Hist8Kernel::kLanesPlain16, reps), roof, cub, "CUB");
+      row("hist8 lanes, atomic 32-bit", kind_name(k), c, bytes, b.hist8_ms(bytes, c, Hist8Kernel::kLanesAtomic32, reps), roof, cub, "CUB");
       if (c == 1 || k == Kind::kUniform)
-        row("hist8 lanes, plain", kind_name(k), c, bytes, b.hist8_ms(bytes, c, Hist8Kernel::kLanesPlain, reps), roof, cub, "CUB");
+        row("hist8 lanes, atomic 16-bit", kind_name(k), c, bytes, b.hist8_ms(bytes, c, Hist8Kernel::kLanesAtomic16, reps), roof, cub, "CUB");
       if (c == 1 && k == Kind::kUniform)
         row("hist8 shared atomics", kind_name(k), c, bytes, b.hist8_ms(bytes, c, Hist8Kernel::kShared, reps), roof, cub, "CUB");
     }

@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <random>
 
+#include "cuda/dispatch/dispatch.hpp"
 #include "imgstat/engine.hpp"
 #include "test_images.hpp"
 
@@ -199,6 +200,38 @@ TEST_F(GpuTest, PinnedSourcesGoStraightToTheDevice) {
     expect_same(view);
     cudaFreeHost(pinned);
   }
+}
+
+// Every 8-bit histogram kernel, called directly on device memory, against a
+// plain count: the benchmark compares them, so all must be right.
+TEST_F(GpuTest, EveryHist8KernelCountsExactly) {
+  cudaDeviceProp p;
+  ASSERT_EQ(cudaGetDeviceProperties(&p, 0), cudaSuccess);
+  const cuda::DeviceInfo dev{p.multiProcessorCount, p.sharedMemPerBlockOptin};
+  std::mt19937_64 rng(31);
+  uint8_t* d = nullptr;
+  unsigned long long* counts = nullptr;
+  const uint64_t max_bytes = uint64_t{300} << 20;
+  ASSERT_EQ(cudaMalloc(&d, max_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&counts, 4 * 256 * sizeof(unsigned long long)), cudaSuccess);
+  std::vector<uint8_t> host(max_bytes);
+  for (auto& b : host) b = static_cast<uint8_t>(rng() % 7 == 0 ? 200 : rng());
+  for (uint32_t c = 1; c <= 4; ++c)
+    for (uint64_t pixels : {uint64_t{1}, uint64_t{15}, uint64_t{16}, uint64_t{1000003}, (uint64_t{280} << 20) / c + 5}) {
+      std::vector<unsigned long long> want(4 * 256, 0);
+      for (uint64_t i = 0; i < pixels * c; ++i) ++want[(i % c) * 256 + host[i]];
+      ASSERT_EQ(cudaMemcpy(d, host.data(), pixels * c, cudaMemcpyHostToDevice), cudaSuccess);
+      for (auto k : {cuda::Hist8Kernel::kLanesAtomic32, cuda::Hist8Kernel::kLanesPlain16,
+                     cuda::Hist8Kernel::kLanesAtomic16, cuda::Hist8Kernel::kShared}) {
+        ASSERT_EQ(cudaMemset(counts, 0, 4 * 256 * sizeof(unsigned long long)), cudaSuccess);
+        cuda::launch_hist8(d, pixels, c, counts, dev, nullptr, k);
+        std::vector<unsigned long long> got(4 * 256);
+        ASSERT_EQ(cudaMemcpy(got.data(), counts, got.size() * 8, cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(got, want) << "kernel " << static_cast<int>(k) << ", " << c << " channels, " << pixels << " pixels";
+      }
+    }
+  cudaFree(d);
+  cudaFree(counts);
 }
 
 TEST_F(GpuTest, ConcurrentCallsShareTheDevice) {

@@ -391,9 +391,10 @@ TEST(Shutdown, SigtermFinishesTheCallInFlight) {
   ASSERT_TRUE(writer->Write(m));
   writer->WritesDone();
   const grpc::Status s = writer->Finish();
-  EXPECT_TRUE(s.ok()) << s.error_message();
+  ASSERT_TRUE(s.ok()) << s.error_message() << "\nserver log:\n" << server.log();
+  ASSERT_EQ(response.channels_size(), 3);
   EXPECT_EQ(response.channels(0).sum_int(), 38056581);
-  EXPECT_EQ(server.wait(10), 0);
+  EXPECT_EQ(server.wait(10), 0) << server.log();
   EXPECT_NE(server.log().find("SIGTERM"), std::string::npos);
   EXPECT_NE(server.log().find("stopped"), std::string::npos);
 }

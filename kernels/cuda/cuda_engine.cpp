@@ -22,19 +22,23 @@ namespace imgstat::cuda {
 namespace {
 
 constexpr int kSlots = 3;
+// Host copies land in 8 MiB pinned slots; pinned sources go straight to the
+// device in 32 MiB pieces, few enough that their per-copy cost disappears.
 constexpr uint64_t kSlotBytes = uint64_t{8} << 20;
+constexpr uint64_t kDeviceSlotBytes = uint64_t{32} << 20;
 constexpr uint32_t kMaxBins = 65536;
 constexpr uint32_t kMaxChannels = kRunningStride;
 // Host copies into the staging ring are split across threads above this.
 constexpr uint64_t kParallelCopyBytes = uint64_t{1} << 20;
 
-// Device results of one analysis, and their pinned host mirror.
+// Device results of one analysis, and their pinned host mirror; counts last,
+// so one copy brings everything back with just the counts in use.
 struct Results {
-  unsigned long long counts[kMaxChannels * kMaxBins];
   unsigned long long underflow[kMaxChannels];
   unsigned long long overflow[kMaxChannels];
   IntAccum ints[kMaxChannels];
   FloatMoments running[kSlots * kMaxChannels];
+  unsigned long long counts[kMaxChannels * kMaxBins];
 };
 
 class DeviceBudget {
@@ -72,14 +76,14 @@ struct Workspace {
   Results* host_results = nullptr;
 
   Workspace(const DeviceInfo& dev, DeviceBudget& budget) {
-    budget.take(kSlots * kSlotBytes + sizeof(Results), "a workspace");
+    budget.take(kSlots * kDeviceSlotBytes + sizeof(Results), "a workspace");
     const size_t partials = float_partials_needed(kMaxChannels, dev);
     for (int k = 0; k < kSlots; ++k) {
       IMGSTAT_CUDA(cudaStreamCreateWithFlags(&streams[k], cudaStreamNonBlocking));
       IMGSTAT_CUDA(cudaEventCreateWithFlags(&slot_free[k], cudaEventDisableTiming));
       IMGSTAT_CUDA(cudaEventCreateWithFlags(&stream_done[k], cudaEventDisableTiming));
       IMGSTAT_CUDA(cudaMallocHost(&pinned[k], kSlotBytes));
-      IMGSTAT_CUDA(cudaMalloc(&device_slot[k], kSlotBytes));
+      IMGSTAT_CUDA(cudaMalloc(&device_slot[k], kDeviceSlotBytes));
       IMGSTAT_CUDA(cudaMalloc(&this->partials[k], partials * sizeof(FloatMoments)));
     }
     IMGSTAT_CUDA(cudaEventCreateWithFlags(&reset_done, cudaEventDisableTiming));
@@ -130,6 +134,7 @@ class GpuAnalysis {
  private:
   void submit(const uint8_t* host, uint64_t pixels);
   void flush();
+  void use_stream(int k);
   HistogramOut histogram_out() const;
 
   CudaEngine& engine_;
@@ -137,8 +142,10 @@ class GpuAnalysis {
   Layout layout_;  // of the pixel stream: channels and type; width = all pixels
   StatsRequest request_;
   uint64_t pixel_bytes_;
-  uint64_t chunk_pixels_;  // a slot's worth, a multiple of 16 pixels
-  int slot_ = 0;           // the slot being filled or sent next
+  uint64_t chunk_pixels_;   // a pinned slot's worth, a multiple of 16 pixels
+  uint64_t direct_pixels_;  // a device slot's worth
+  int slot_ = 0;            // the slot being filled or sent next
+  bool used_[kSlots] = {};  // streams that carry work of this image
   uint64_t staged_ = 0;    // pixels in pinned[slot_]
   uint64_t sent_ = 0;      // pixels submitted
   uint8_t* whole_ = nullptr;  // floats binned over [min, max]: the image stays on the device
@@ -167,6 +174,12 @@ class CudaEngine final : public Engine {
     info_.device_memory_bytes = p.totalGlobalMem;
     info_.compute_capability = std::to_string(p.major) + "." + std::to_string(p.minor);
     info_.threads = static_cast<uint32_t>(arena_.max_concurrency());
+    // Keep what float images borrow from the stream-ordered pool instead of
+    // returning it to the driver at every synchronization.
+    cudaMemPool_t pool;
+    IMGSTAT_CUDA(cudaDeviceGetDefaultMemPool(&pool, options.device));
+    uint64_t keep = options.memory_limit ? options.memory_limit : UINT64_MAX;
+    IMGSTAT_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     for (int i = 0; i < std::max(1, options.workspaces); ++i)
       free_.push_back(std::make_unique<Workspace>(dev_, budget_));
   }
@@ -247,6 +260,7 @@ GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRe
   layout_.row_stride = 0;
   pixel_bytes_ = layout_.pixel_bytes();
   chunk_pixels_ = std::max<uint64_t>(16, kSlotBytes / pixel_bytes_ / 16 * 16);
+  direct_pixels_ = std::max<uint64_t>(16, kDeviceSlotBytes / pixel_bytes_ / 16 * 16);
   try {
     const bool floats = is_float(layout_.type);
     if (floats && request_.histogram && !request_.hist.explicit_range) {
@@ -260,16 +274,16 @@ GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRe
              "GPU out of memory for a " + std::to_string(layout_.pixels() * pixel_bytes_ >> 20) + " MiB float image");
       }
     }
+    used_[0] = true;
     launch_reset(histogram_out(), layout_.channels, ws_->device_results->ints, ws_->device_results->running,
                  kSlots * kMaxChannels, ws_->streams[0]);
     IMGSTAT_CUDA(cudaEventRecord(ws_->reset_done, ws_->streams[0]));
-    for (int k = 1; k < kSlots; ++k) IMGSTAT_CUDA(cudaStreamWaitEvent(ws_->streams[k], ws_->reset_done, 0));
   } catch (...) {
     if (whole_) {
       cudaFreeAsync(whole_, ws_->streams[0]);
       engine_.budget().give(whole_bytes_);
     }
-    for (int k = 0; k < kSlots; ++k) cudaStreamSynchronize(ws_->streams[k]);
+    cudaStreamSynchronize(ws_->streams[0]);
     engine_.release(ws_);
     throw;
   }
@@ -278,7 +292,8 @@ GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRe
 GpuAnalysis::~GpuAnalysis() {
   // On success or failure alike: nothing of this image may run when the
   // workspace goes to the next one.
-  for (int k = 0; k < kSlots; ++k) cudaStreamSynchronize(ws_->streams[k]);
+  for (int k = 0; k < kSlots; ++k)
+    if (used_[k]) cudaStreamSynchronize(ws_->streams[k]);
   if (whole_) {
     cudaFreeAsync(whole_, ws_->streams[0]);
     cudaStreamSynchronize(ws_->streams[0]);
@@ -286,6 +301,13 @@ GpuAnalysis::~GpuAnalysis() {
   }
   cudaGetLastError();
   engine_.release(ws_);
+}
+
+// A stream's first work of this image waits for the results to be reset.
+void GpuAnalysis::use_stream(int k) {
+  if (used_[k]) return;
+  IMGSTAT_CUDA(cudaStreamWaitEvent(ws_->streams[k], ws_->reset_done, 0));
+  used_[k] = true;
 }
 
 HistogramOut GpuAnalysis::histogram_out() const {
@@ -305,6 +327,7 @@ HistogramOut GpuAnalysis::histogram_out() const {
 // One chunk from host memory (pinned) through the slot's stream: transfer,
 // then the passes that can run on it alone.
 void GpuAnalysis::submit(const uint8_t* host, uint64_t pixels) {
+  use_stream(slot_);
   cudaStream_t s = ws_->streams[slot_];
   const uint64_t bytes = pixels * pixel_bytes_;
   uint8_t* dst = whole_ ? whole_ + sent_ * pixel_bytes_ : ws_->device_slot[slot_];
@@ -357,7 +380,7 @@ void GpuAnalysis::add(const uint8_t* p, uint64_t count) {
 void GpuAnalysis::add_pinned(const uint8_t* p, uint64_t count) {
   flush();
   while (count > 0) {
-    const uint64_t n = std::min(count, chunk_pixels_);
+    const uint64_t n = std::min(count, direct_pixels_);
     submit(p, n);
     p += n * pixel_bytes_;
     count -= n;
@@ -370,6 +393,7 @@ Result GpuAnalysis::finish() {
   flush();
   cudaStream_t s0 = ws_->streams[0];
   for (int k = 1; k < kSlots; ++k) {
+    if (!used_[k]) continue;
     IMGSTAT_CUDA(cudaEventRecord(ws_->stream_done[k], ws_->streams[k]));
     IMGSTAT_CUDA(cudaStreamWaitEvent(s0, ws_->stream_done[k], 0));
   }
@@ -379,9 +403,8 @@ Result GpuAnalysis::finish() {
     launch_float_bins(whole_, layout_.pixels(), c, layout_.type, histogram_out(), d->running, kSlots, engine_.device(), s0);
   Results* h = ws_->host_results;
   const HistogramOut out = histogram_out();
-  IMGSTAT_CUDA(cudaMemcpyAsync(h->counts, d->counts, sizeof(unsigned long long) * out.bins * c, cudaMemcpyDeviceToHost, s0));
-  IMGSTAT_CUDA(cudaMemcpyAsync(h->underflow, d->underflow,
-                               sizeof(Results) - offsetof(Results, underflow), cudaMemcpyDeviceToHost, s0));
+  const size_t needed = offsetof(Results, counts) + sizeof(unsigned long long) * out.bins * c;
+  IMGSTAT_CUDA(cudaMemcpyAsync(h, d, needed, cudaMemcpyDeviceToHost, s0));
   IMGSTAT_CUDA(cudaStreamSynchronize(s0));
 
   Result result;

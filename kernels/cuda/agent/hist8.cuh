@@ -12,30 +12,36 @@
 
 namespace imgstat::cuda {
 
-constexpr int kHist8Warps = 6;
+// Warps per block: as many as the SM's shared memory holds counters for.
+template <LaneCounting K>
+struct Hist8Warps {
+  static constexpr int value = K == LaneCounting::kAtomic32 ? 6 : 12;
+};
 
 template <int C>
 struct Hist8Shape {
-  static constexpr int kGroups = 32 / C;          // groups of C lanes per warp
+  static constexpr int kGroups = 32 / C;                       // groups of C lanes per warp
   static constexpr int kUnroll = C == 1 ? 8 : C == 2 ? 4 : 2;  // 16-pixel blocks in flight per lane
 };
 
-template <int C, bool kAtomic>
-__global__ void __launch_bounds__(kHist8Warps * 32, 1)
+template <int C, LaneCounting K>
+__global__ void __launch_bounds__(Hist8Warps<K>::value * 32, 1)
     hist8_lanes(const uint4* __restrict__ data, uint64_t blocks16, const uint8_t* __restrict__ tail,
                 uint32_t tail_pixels, unsigned long long* __restrict__ counts) {
-  extern __shared__ uint32_t shared[];
+  extern __shared__ uint4 shared_raw[];
+  auto* shared = reinterpret_cast<uint8_t*>(shared_raw);
+  using Counters = LaneCounters<K>;
+  constexpr int W = Hist8Warps<K>::value;
   constexpr int G = Hist8Shape<C>::kGroups, U = Hist8Shape<C>::kUnroll;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = min(lane / C, G - 1);  // lanes past G * C shadow the last group, uncounted
   const bool counting = lane < G * C;
-  const int ch = lane % C;
-  LaneCounters<kAtomic> counters(shared + warp * (kLaneCounterBytesPerWarp / 4), lane);
+  Counters counters(shared + warp * Counters::kBytesPerWarp, lane);
   counters.clear();
-  const ChannelSelect<C> select(ch);
+  const ChannelSelect<C> select(lane % C);
 
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kHist8Warps * G;
-  uint64_t q = (static_cast<uint64_t>(blockIdx.x) * kHist8Warps + warp) * G + group;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * W * G;
+  uint64_t q = (static_cast<uint64_t>(blockIdx.x) * W + warp) * G + group;
   for (; q + (U - 1) * stride < blocks16; q += U * stride) {
     uint4 v[U][C];
 #pragma unroll
@@ -48,7 +54,7 @@ __global__ void __launch_bounds__(kHist8Warps * 32, 1)
       select(v[u], w);
       if (counting)
 #pragma unroll
-        for (int k = 0; k < 4; ++k) counters.add_bytes(w[k]);
+        for (int k = 0; k < 4; ++k) counters.add_word(w[k]);
     }
   }
   for (; q < blocks16; q += stride) {
@@ -59,7 +65,7 @@ __global__ void __launch_bounds__(kHist8Warps * 32, 1)
     select(v, w);
     if (counting)
 #pragma unroll
-      for (int k = 0; k < 4; ++k) counters.add_bytes(w[k]);
+      for (int k = 0; k < 4; ++k) counters.add_word(w[k]);
   }
   if (blockIdx.x == 0 && warp == 0 && lane < C)  // lane c is channel c
     for (uint32_t p = 0; p < tail_pixels; ++p) counters.add(tail[p * C + lane]);
@@ -69,10 +75,8 @@ __global__ void __launch_bounds__(kHist8Warps * 32, 1)
   for (int i = threadIdx.x; i < C * 256; i += blockDim.x) {
     const int c = i / 256, b = i % 256;
     unsigned long long sum = 0;
-    for (int w = 0; w < kHist8Warps; ++w) {
-      const uint32_t* bin = shared + w * (kLaneCounterBytesPerWarp / 4) + 32 * b;
-      for (int g = 0; g < G; ++g) sum += bin[g * C + c];
-    }
+    for (int w = 0; w < W; ++w)
+      for (int g = 0; g < G; ++g) sum += Counters::read(shared + w * Counters::kBytesPerWarp, b, g * C + c);
     if (sum) atomicAdd(counts + i, sum);
   }
 }

@@ -43,9 +43,18 @@ Placement place_histogram(uint32_t bins, uint32_t channels, bool wanted) {
   return {HistPlace::kGlobal, 0};
 }
 
-unsigned pass_grid(uint64_t steps, const DeviceInfo& dev) {
+// One wave of as many blocks as the SMs hold at once (persistent
+// grid-stride blocks), fewer for small inputs.
+template <class Kernel>
+int blocks_per_sm(Kernel kernel, size_t shared) {
+  int per_sm = 0;
+  IMGSTAT_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kPassThreads, shared));
+  return std::clamp(per_sm, 1, kBlocksPerSm);
+}
+
+unsigned pass_grid(int per_sm, uint64_t steps, const DeviceInfo& dev) {
   const uint64_t wanted = (steps + kPassThreads - 1) / kPassThreads;
-  return static_cast<unsigned>(std::clamp<uint64_t>(wanted, 1, static_cast<uint64_t>(dev.sm_count) * kBlocksPerSm));
+  return static_cast<unsigned>(std::clamp<uint64_t>(wanted, 1, static_cast<uint64_t>(dev.sm_count) * per_sm));
 }
 
 __global__ void reset_results(unsigned long long* counts, uint64_t count_n, unsigned long long* under,
@@ -62,26 +71,37 @@ __global__ void reset_results(unsigned long long* counts, uint64_t count_n, unsi
   for (uint64_t i = i0; i < running_n; i += stride) running[i] = FloatMoments{};
 }
 
-template <int C, bool kAtomic>
+// One launch gives each lane at most this many bytes' worth of a 16-bit
+// counter: 256 MiB over >= 16 SMs of 384 lanes is < 44 KiB a lane.
+constexpr uint64_t kHist8LaunchBytes = uint64_t{256} << 20;
+
+template <int C, LaneCounting K>
 void hist8_lanes_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, const DeviceInfo& dev,
                    cudaStream_t stream) {
-  constexpr size_t shared = static_cast<size_t>(kHist8Warps) * kLaneCounterBytesPerWarp;
+  constexpr int W = Hist8Warps<K>::value;
+  constexpr size_t shared = static_cast<size_t>(W) * LaneCounters<K>::kBytesPerWarp;
   static std::once_flag once;
-  std::call_once(once, [] { allow_shared(hist8_lanes<C, kAtomic>, shared); });
-  const uint64_t blocks16 = pixels / 16;
-  constexpr uint64_t kPerBlock = uint64_t{kHist8Warps} * Hist8Shape<C>::kGroups * Hist8Shape<C>::kUnroll;
-  const unsigned grid = static_cast<unsigned>(std::clamp<uint64_t>((blocks16 + kPerBlock - 1) / kPerBlock, 1, dev.sm_count));
-  hist8_lanes<C, kAtomic><<<grid, kHist8Warps * 32, shared, stream>>>(
-      reinterpret_cast<const uint4*>(data), blocks16, data + blocks16 * 16 * C, static_cast<uint32_t>(pixels % 16),
-      counts);
-  IMGSTAT_CUDA_LAUNCHED("hist8_lanes");
+  std::call_once(once, [] { allow_shared(hist8_lanes<C, K>, shared); });
+  constexpr uint64_t kPerBlock = uint64_t{W} * Hist8Shape<C>::kGroups * Hist8Shape<C>::kUnroll;
+  const uint64_t launch_pixels = kHist8LaunchBytes / (16 * C) * 16;
+  for (uint64_t done = 0; done < pixels;) {
+    const uint64_t n = std::min(launch_pixels, pixels - done);
+    const uint8_t* p = data + done * C;
+    const uint64_t blocks16 = n / 16;
+    const unsigned grid =
+        static_cast<unsigned>(std::clamp<uint64_t>((blocks16 + kPerBlock - 1) / kPerBlock, 1, dev.sm_count));
+    hist8_lanes<C, K><<<grid, W * 32, shared, stream>>>(reinterpret_cast<const uint4*>(p), blocks16,
+                                                         p + blocks16 * 16 * C, static_cast<uint32_t>(n % 16), counts);
+    IMGSTAT_CUDA_LAUNCHED("hist8_lanes");
+    done += n;
+  }
 }
 
 template <int C>
 void hist8_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, const DeviceInfo& dev,
              cudaStream_t stream, Hist8Kernel kernel) {
   const uint64_t bytes = pixels * C;
-  if (kernel == Hist8Kernel::kAuto) kernel = bytes < kSmallHist8Bytes ? Hist8Kernel::kShared : Hist8Kernel::kLanesAtomic;
+  if (kernel == Hist8Kernel::kAuto) kernel = bytes < kSmallHist8Bytes ? Hist8Kernel::kShared : Hist8Kernel::kLanesPlain16;
   switch (kernel) {
     case Hist8Kernel::kShared: {
       const unsigned grid = static_cast<unsigned>(std::clamp<uint64_t>(bytes / (256 * 64), 1, dev.sm_count * 4));
@@ -89,8 +109,9 @@ void hist8_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, c
       IMGSTAT_CUDA_LAUNCHED("hist8_small");
       return;
     }
-    case Hist8Kernel::kLanesPlain: return hist8_lanes_c<C, false>(data, pixels, counts, dev, stream);
-    default: return hist8_lanes_c<C, true>(data, pixels, counts, dev, stream);
+    case Hist8Kernel::kLanesAtomic32: return hist8_lanes_c<C, LaneCounting::kAtomic32>(data, pixels, counts, dev, stream);
+    case Hist8Kernel::kLanesAtomic16: return hist8_lanes_c<C, LaneCounting::kAtomic16>(data, pixels, counts, dev, stream);
+    default: return hist8_lanes_c<C, LaneCounting::kPlain16>(data, pixels, counts, dev, stream);
   }
 }
 
@@ -101,13 +122,15 @@ void int16_c(const uint8_t* data, uint64_t pixels, bool is_signed, IntAccum* acc
   const uint64_t steps = pixels / S::kPixels;
   const uint32_t tail = static_cast<uint32_t>((pixels % S::kPixels) * C);
   const Placement p = place_histogram(h.bins, C, h.counts != nullptr);
-  const unsigned grid = pass_grid(steps, dev);
   const auto* vec = reinterpret_cast<const uint4*>(data);
   const uint16_t* tail_ptr = as<uint16_t>(data) + steps * S::kSamples;
-  if (is_signed)
+  if (is_signed) {
+    const unsigned grid = pass_grid(blocks_per_sm(int16_pass<C, true>, p.shared_bytes), steps, dev);
     int16_pass<C, true><<<grid, kPassThreads, p.shared_bytes, stream>>>(vec, steps, tail_ptr, tail, accum, h, p.place);
-  else
+  } else {
+    const unsigned grid = pass_grid(blocks_per_sm(int16_pass<C, false>, p.shared_bytes), steps, dev);
     int16_pass<C, false><<<grid, kPassThreads, p.shared_bytes, stream>>>(vec, steps, tail_ptr, tail, accum, h, p.place);
+  }
   IMGSTAT_CUDA_LAUNCHED("int16_pass");
 }
 
@@ -117,7 +140,8 @@ void float_moments_c(const uint8_t* data, uint64_t pixels, FloatMoments* partial
   using S = PixelSteps<T, C>;
   const uint64_t steps = pixels / S::kPixels;
   const uint32_t tail = static_cast<uint32_t>((pixels % S::kPixels) * C);
-  const unsigned grid = pass_grid(steps, dev);
+  static const int per_sm = blocks_per_sm(float_moments_pass<T, C>, 0);
+  const unsigned grid = pass_grid(per_sm, steps, dev);
   float_moments_pass<T, C><<<grid, kPassThreads, 0, stream>>>(reinterpret_cast<const uint4*>(data), steps,
                                                               as<T>(data) + steps * S::kSamples, tail, partials);
   IMGSTAT_CUDA_LAUNCHED("float_moments_pass");
@@ -132,7 +156,7 @@ void float_bins_c(const uint8_t* data, uint64_t pixels, const HistogramOut& h, c
   const uint64_t steps = pixels / S::kPixels;
   const uint32_t tail = static_cast<uint32_t>((pixels % S::kPixels) * C);
   const Placement p = place_histogram(h.bins, C, true);
-  const unsigned grid = pass_grid(steps, dev);
+  const unsigned grid = pass_grid(blocks_per_sm(float_bins_pass<T, C>, p.shared_bytes), steps, dev);
   float_bins_pass<T, C><<<grid, kPassThreads, p.shared_bytes, stream>>>(
       reinterpret_cast<const uint4*>(data), steps, as<T>(data) + steps * S::kSamples, tail, h, running, running_sets,
       p.place);

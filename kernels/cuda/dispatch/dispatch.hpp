@@ -52,7 +52,7 @@ void launch_reset(const HistogramOut& h, uint32_t channels, IntAccum* ints, Floa
 // 8-bit samples (uint8 and int8 alike: counts by raw byte value),
 // counts[channel * 256 + byte]. kAuto picks by size; the others are there for
 // the benchmark to compare.
-enum class Hist8Kernel { kAuto, kLanesAtomic, kLanesPlain, kShared };
+enum class Hist8Kernel { kAuto, kLanesAtomic32, kLanesPlain16, kLanesAtomic16, kShared };
 void launch_hist8(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* counts,
                   const DeviceInfo& dev, cudaStream_t stream, Hist8Kernel kernel = Hist8Kernel::kAuto);
 
