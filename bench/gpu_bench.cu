@@ -194,6 +194,14 @@ struct Bench {
     if (tile) cudaFree(tile);
   }
 
+  // smoothness() of the data as the engine would sample it.
+  double smooth_sample(Kind k, int channels) {
+    std::vector<uint8_t> host(1 << 20);
+    CHECK(cudaMemcpy(host.data(), buf, host.size(), cudaMemcpyDeviceToHost));
+    (void)k;
+    return smoothness(host.data(), host.size() / channels, channels);
+  }
+
   double roofline_ms(uint64_t bytes, int reps) {
     return median_ms(reps, [&] {
       roofline_kernel<<<dev.sm_count * 8, 256>>>(reinterpret_cast<const uint4*>(buf), bytes / 16, sink);
@@ -278,12 +286,14 @@ std::vector<uint8_t> read_all(const char* path) {
 }  // namespace
 
 int bench_main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, profile = false;
   std::string out_path;
   const char* photo_rgb = nullptr;
   const char* photo_gray = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    // Each kernel once on 256 MiB, for a profiler to look at.
+    if (!std::strcmp(argv[i], "--profile")) profile = true;
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
     if (!std::strcmp(argv[i], "--photo") && i + 2 < argc) {
       photo_rgb = argv[++i];
@@ -299,6 +309,19 @@ int bench_main(int argc, char** argv) {
   say("imgstat-bench on %s (%d SMs, %.0f MiB L2, %.1f GiB), CUDA %d\n", b.prop.name, b.dev.sm_count,
       b.prop.l2CacheSize / 1048576.0, b.prop.totalGlobalMem / 1073741824.0, CUDART_VERSION);
   const int reps = quick ? 5 : 10;
+  if (profile) {
+    const uint64_t bytes = uint64_t{256} << 20;
+    b.fill(Kind::kUniform, bytes, 1);
+    launch_hist8(b.buf, bytes, 1, b.counts, b.dev, nullptr, Hist8Kernel::kLanesAtomic32);
+    launch_hist8(b.buf, bytes / 4, 4, b.counts, b.dev, nullptr, Hist8Kernel::kLanesAtomic16);
+    launch_hist8(b.buf, bytes, 1, b.counts, b.dev, nullptr, Hist8Kernel::kWarp);
+    b.int16_ms(bytes, 1, 1);
+    fill_float<<<b.dev.sm_count * 8, 256>>>(reinterpret_cast<float*>(b.buf), bytes / 4, 0);
+    b.float_pass1_ms(bytes, 1);
+    b.float_pass2_ms(bytes, 1);
+    CHECK(cudaDeviceSynchronize());
+    return 0;
+  }
   std::vector<std::string> table;
   auto row = [&](const char* what, const char* data, int c, uint64_t bytes, double ms, double roof_ms, double base_ms,
                  const char* base) {
@@ -322,12 +345,15 @@ int bench_main(int argc, char** argv) {
       const double cub = b.cub_hist8_ms(bytes, c, reps);
       row("roofline (read once)", kind_name(k), c, bytes, roof, roof, 0, "");
       row("CUB HistogramEven", kind_name(k), c, bytes, cub, roof, 0, "");
-      row("hist8 lanes, plain 16-bit", kind_name(k), c, bytes, b.hist8_ms(bytes, c, Hist8Kernel::kLanesPlain16, reps), roof, cub, "CUB");
-      row("hist8 lanes, atomic 32-bit", kind_name(k), c, bytes, b.hist8_ms(bytes, c, Hist8Kernel::kLanesAtomic32, reps), roof, cub, "CUB");
-      if (c == 1 || k == Kind::kUniform)
-        row("hist8 lanes, atomic 16-bit", kind_name(k), c, bytes, b.hist8_ms(bytes, c, Hist8Kernel::kLanesAtomic16, reps), roof, cub, "CUB");
-      if (c == 1 && k == Kind::kUniform)
-        row("hist8 shared atomics", kind_name(k), c, bytes, b.hist8_ms(bytes, c, Hist8Kernel::kShared, reps), roof, cub, "CUB");
+      const double lanes32 = b.hist8_ms(bytes, c, Hist8Kernel::kLanesAtomic32, reps);
+      const double lanes16 = b.hist8_ms(bytes, c, Hist8Kernel::kLanesAtomic16, reps);
+      const double warp = b.hist8_ms(bytes, c, Hist8Kernel::kWarp, reps);
+      row("hist8 lanes, atomic 32-bit", kind_name(k), c, bytes, lanes32, roof, cub, "CUB");
+      row("hist8 lanes, atomic 16-bit", kind_name(k), c, bytes, lanes16, roof, cub, "CUB");
+      row("hist8 warp histograms", kind_name(k), c, bytes, warp, roof, cub, "CUB");
+      // What the engine runs: it samples the chunk to choose.
+      const double chosen = b.smooth_sample(k, c) >= 0.125 ? warp : (c == 1 ? lanes32 : lanes16);
+      row("hist8 as the engine picks", kind_name(k), c, bytes, chosen, roof, cub, "CUB");
     }
 
   // Sizes: 8-bit, one channel, uniform.
@@ -336,7 +362,7 @@ int bench_main(int argc, char** argv) {
     b.fill(Kind::kUniform, bytes, 1);
     const double roof = b.roofline_ms(bytes, reps);
     const double cub = bytes <= GiB ? b.cub_hist8_ms(bytes, 1, reps) : -1;
-    row("hist8 (auto)", "uniform", 1, bytes, b.hist8_ms(bytes, 1, Hist8Kernel::kAuto, reps), roof, cub, "CUB");
+    row("hist8 (noisy data kernel)", "uniform", 1, bytes, b.hist8_ms(bytes, 1, Hist8Kernel::kNoisy, reps), roof, cub, "CUB");
   }
 
   // 16-bit: one fused pass.

@@ -150,7 +150,10 @@ class GpuAnalysis {
   uint64_t sent_ = 0;      // pixels submitted
   uint8_t* whole_ = nullptr;  // floats binned over [min, max]: the image stays on the device
   uint64_t whole_bytes_ = 0;
+  // A small 8-bit image: one chunk, one block that writes the counts, no reset.
+  bool one_block_ = false;
   bool finished_ = false;
+  bool synced_ = false;  // finish() waited for everything
 };
 
 class CudaEngine final : public Engine {
@@ -195,7 +198,8 @@ class CudaEngine final : public Engine {
     GpuAnalysis analysis(*this, l, request);
     const auto* base = static_cast<const uint8_t*>(image.data);
     if (l.stride() == l.row_bytes()) {
-      if (is_pinned(base))
+      // Worth a driver call only where a direct transfer saves a copy.
+      if (l.min_bytes() >= kSlotBytes && is_pinned(base))
         analysis.add_pinned(base, l.pixels());
       else
         analysis.add(base, l.pixels());
@@ -275,9 +279,12 @@ GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRe
       }
     }
     used_[0] = true;
-    launch_reset(histogram_out(), layout_.channels, ws_->device_results->ints, ws_->device_results->running,
-                 kSlots * kMaxChannels, ws_->streams[0]);
-    IMGSTAT_CUDA(cudaEventRecord(ws_->reset_done, ws_->streams[0]));
+    one_block_ = sample_size(layout_.type) == 1 && layout_.pixels() * pixel_bytes_ <= kOneBlockHist8Bytes;
+    if (!one_block_) {
+      launch_reset(histogram_out(), layout_.channels, ws_->device_results->ints, ws_->device_results->running,
+                   kSlots * kMaxChannels, ws_->streams[0]);
+      IMGSTAT_CUDA(cudaEventRecord(ws_->reset_done, ws_->streams[0]));
+    }
   } catch (...) {
     if (whole_) {
       cudaFreeAsync(whole_, ws_->streams[0]);
@@ -292,8 +299,9 @@ GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRe
 GpuAnalysis::~GpuAnalysis() {
   // On success or failure alike: nothing of this image may run when the
   // workspace goes to the next one.
-  for (int k = 0; k < kSlots; ++k)
-    if (used_[k]) cudaStreamSynchronize(ws_->streams[k]);
+  if (!synced_)
+    for (int k = 0; k < kSlots; ++k)
+      if (used_[k]) cudaStreamSynchronize(ws_->streams[k]);
   if (whole_) {
     cudaFreeAsync(whole_, ws_->streams[0]);
     cudaStreamSynchronize(ws_->streams[0]);
@@ -338,7 +346,11 @@ void GpuAnalysis::submit(const uint8_t* host, uint64_t pixels) {
   switch (layout_.type) {
     case SampleType::kUint8:
     case SampleType::kInt8:
-      launch_hist8(dst, pixels, c, r->counts, dev, s);
+      if (one_block_)
+        launch_hist8_one_block(dst, pixels, c, r->counts, s);
+      else  // the kernel that suits this chunk, judged from a sample of it
+        launch_hist8(dst, pixels, c, r->counts, dev, s,
+                     smoothness(host, pixels, c) >= 0.125 ? Hist8Kernel::kSmooth : Hist8Kernel::kNoisy);
       break;
     case SampleType::kUint16:
     case SampleType::kInt16: {
@@ -354,7 +366,7 @@ void GpuAnalysis::submit(const uint8_t* host, uint64_t pixels) {
         launch_float_bins(dst, pixels, c, layout_.type, histogram_out(), nullptr, 0, dev, s);
       break;
   }
-  IMGSTAT_CUDA(cudaEventRecord(ws_->slot_free[slot_], s));
+  if (!one_block_) IMGSTAT_CUDA(cudaEventRecord(ws_->slot_free[slot_], s));
   sent_ += pixels;
   slot_ = (slot_ + 1) % kSlots;
 }
@@ -406,6 +418,7 @@ Result GpuAnalysis::finish() {
   const size_t needed = offsetof(Results, counts) + sizeof(unsigned long long) * out.bins * c;
   IMGSTAT_CUDA(cudaMemcpyAsync(h, d, needed, cudaMemcpyDeviceToHost, s0));
   IMGSTAT_CUDA(cudaStreamSynchronize(s0));
+  synced_ = true;
 
   Result result;
   result.engine = "cuda";
