@@ -194,22 +194,14 @@ struct Bench {
     if (tile) cudaFree(tile);
   }
 
-  // smoothness() of the data as the engine would sample it.
-  double smooth_sample(Kind k, int channels) {
-    std::vector<uint8_t> host(1 << 20);
-    CHECK(cudaMemcpy(host.data(), buf, host.size(), cudaMemcpyDeviceToHost));
-    (void)k;
-    return smoothness(host.data(), host.size() / channels, channels);
-  }
-
   double roofline_ms(uint64_t bytes, int reps) {
     return median_ms(reps, [&] {
       roofline_kernel<<<dev.sm_count * 8, 256>>>(reinterpret_cast<const uint4*>(buf), bytes / 16, sink);
     });
   }
 
-  double hist8_ms(uint64_t bytes, int channels, Hist8Kernel k, int reps) {
-    return median_ms(reps, [&] { launch_hist8(buf, bytes / channels, channels, counts, dev, nullptr, k); });
+  double hist8_ms(uint64_t bytes, int channels, int copies, int reps) {
+    return median_ms(reps, [&] { launch_hist8(buf, bytes / channels, channels, counts, dev, nullptr, copies); });
   }
 
   double cub_hist8_ms(uint64_t bytes, int channels, int reps) {
@@ -312,9 +304,9 @@ int bench_main(int argc, char** argv) {
   if (profile) {
     const uint64_t bytes = uint64_t{256} << 20;
     b.fill(Kind::kUniform, bytes, 1);
-    launch_hist8(b.buf, bytes, 1, b.counts, b.dev, nullptr, Hist8Kernel::kLanesAtomic32);
-    launch_hist8(b.buf, bytes / 4, 4, b.counts, b.dev, nullptr, Hist8Kernel::kLanesAtomic16);
-    launch_hist8(b.buf, bytes, 1, b.counts, b.dev, nullptr, Hist8Kernel::kWarp);
+    launch_hist8(b.buf, bytes, 1, b.counts, b.dev, nullptr, 2);
+    launch_hist8(b.buf, bytes, 1, b.counts, b.dev, nullptr, 1);
+    launch_hist8(b.buf, bytes / 4, 4, b.counts, b.dev, nullptr, 2);
     b.int16_ms(bytes, 1, 1);
     fill_float<<<b.dev.sm_count * 8, 256>>>(reinterpret_cast<float*>(b.buf), bytes / 4, 0);
     b.float_pass1_ms(bytes, 1);
@@ -345,15 +337,8 @@ int bench_main(int argc, char** argv) {
       const double cub = b.cub_hist8_ms(bytes, c, reps);
       row("roofline (read once)", kind_name(k), c, bytes, roof, roof, 0, "");
       row("CUB HistogramEven", kind_name(k), c, bytes, cub, roof, 0, "");
-      const double lanes32 = b.hist8_ms(bytes, c, Hist8Kernel::kLanesAtomic32, reps);
-      const double lanes16 = b.hist8_ms(bytes, c, Hist8Kernel::kLanesAtomic16, reps);
-      const double warp = b.hist8_ms(bytes, c, Hist8Kernel::kWarp, reps);
-      row("hist8 lanes, atomic 32-bit", kind_name(k), c, bytes, lanes32, roof, cub, "CUB");
-      row("hist8 lanes, atomic 16-bit", kind_name(k), c, bytes, lanes16, roof, cub, "CUB");
-      row("hist8 warp histograms", kind_name(k), c, bytes, warp, roof, cub, "CUB");
-      // What the engine runs: it samples the chunk to choose.
-      const double chosen = b.smooth_sample(k, c) >= 0.125 ? warp : (c == 1 ? lanes32 : lanes16);
-      row("hist8 as the engine picks", kind_name(k), c, bytes, chosen, roof, cub, "CUB");
+      row("hist8, 2 histograms a warp", kind_name(k), c, bytes, b.hist8_ms(bytes, c, 2, reps), roof, cub, "CUB");
+      row("hist8, 1 histogram a warp", kind_name(k), c, bytes, b.hist8_ms(bytes, c, 1, reps), roof, cub, "CUB");
     }
 
   // Sizes: 8-bit, one channel, uniform.
@@ -362,7 +347,7 @@ int bench_main(int argc, char** argv) {
     b.fill(Kind::kUniform, bytes, 1);
     const double roof = b.roofline_ms(bytes, reps);
     const double cub = bytes <= GiB ? b.cub_hist8_ms(bytes, 1, reps) : -1;
-    row("hist8 (noisy data kernel)", "uniform", 1, bytes, b.hist8_ms(bytes, 1, Hist8Kernel::kNoisy, reps), roof, cub, "CUB");
+    row("hist8", "uniform", 1, bytes, b.hist8_ms(bytes, 1, kHist8Copies, reps), roof, cub, "CUB");
   }
 
   // 16-bit: one fused pass.

@@ -150,7 +150,8 @@ class GpuAnalysis {
   uint64_t sent_ = 0;      // pixels submitted
   uint8_t* whole_ = nullptr;  // floats binned over [min, max]: the image stays on the device
   uint64_t whole_bytes_ = 0;
-  // A small 8-bit image: one chunk, one block that writes the counts, no reset.
+  // A small 8-bit image: one chunk, one block that writes the counts into
+  // pinned host memory, no reset, no copies.
   bool one_block_ = false;
   bool finished_ = false;
   bool synced_ = false;  // finish() waited for everything
@@ -337,6 +338,13 @@ HistogramOut GpuAnalysis::histogram_out() const {
 void GpuAnalysis::submit(const uint8_t* host, uint64_t pixels) {
   use_stream(slot_);
   cudaStream_t s = ws_->streams[slot_];
+  if (one_block_) {
+    // Small 8-bit image: the kernel reads the pinned slot and writes the
+    // pinned results straight over the bus; one launch, no copies.
+    launch_hist8_one_block(host, pixels, layout_.channels, ws_->host_results->counts, s);
+    sent_ += pixels;
+    return;
+  }
   const uint64_t bytes = pixels * pixel_bytes_;
   uint8_t* dst = whole_ ? whole_ + sent_ * pixel_bytes_ : ws_->device_slot[slot_];
   IMGSTAT_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
@@ -346,11 +354,7 @@ void GpuAnalysis::submit(const uint8_t* host, uint64_t pixels) {
   switch (layout_.type) {
     case SampleType::kUint8:
     case SampleType::kInt8:
-      if (one_block_)
-        launch_hist8_one_block(dst, pixels, c, r->counts, s);
-      else  // the kernel that suits this chunk, judged from a sample of it
-        launch_hist8(dst, pixels, c, r->counts, dev, s,
-                     smoothness(host, pixels, c) >= 0.125 ? Hist8Kernel::kSmooth : Hist8Kernel::kNoisy);
+      launch_hist8(dst, pixels, c, r->counts, dev, s);
       break;
     case SampleType::kUint16:
     case SampleType::kInt16: {
@@ -366,7 +370,7 @@ void GpuAnalysis::submit(const uint8_t* host, uint64_t pixels) {
         launch_float_bins(dst, pixels, c, layout_.type, histogram_out(), nullptr, 0, dev, s);
       break;
   }
-  if (!one_block_) IMGSTAT_CUDA(cudaEventRecord(ws_->slot_free[slot_], s));
+  IMGSTAT_CUDA(cudaEventRecord(ws_->slot_free[slot_], s));
   sent_ += pixels;
   slot_ = (slot_ + 1) % kSlots;
 }
@@ -416,7 +420,7 @@ Result GpuAnalysis::finish() {
   Results* h = ws_->host_results;
   const HistogramOut out = histogram_out();
   const size_t needed = offsetof(Results, counts) + sizeof(unsigned long long) * out.bins * c;
-  IMGSTAT_CUDA(cudaMemcpyAsync(h, d, needed, cudaMemcpyDeviceToHost, s0));
+  if (!one_block_) IMGSTAT_CUDA(cudaMemcpyAsync(h, d, needed, cudaMemcpyDeviceToHost, s0));
   IMGSTAT_CUDA(cudaStreamSynchronize(s0));
   synced_ = true;
 

@@ -63,7 +63,7 @@ struct FloatThread {
 };
 
 template <class T, int C>
-__global__ void __launch_bounds__(kPassThreads)
+__global__ void __launch_bounds__(kPassThreads, 4)
     float_moments_pass(const uint4* __restrict__ data, uint64_t steps, const T* __restrict__ tail,
                        uint32_t tail_samples, FloatMoments* __restrict__ partials) {
   using S = PixelSteps<T, C>;
@@ -121,6 +121,38 @@ __global__ void __launch_bounds__(kPassThreads)
   }
 }
 
+// Bins of float32 samples in float32 arithmetic where that provably gives
+// the float64 rule's bin: the float32 bin coordinate is within bins * 2.4e-7
+// of the float64 one (a few roundings of 2^-24), so away from a bin edge by
+// more than bins * 1e-6 both floor alike; nearer, or when lo and hi are not
+// floats, the float64 rule decides. The result is always RangeBinner's.
+struct Float32Binner {
+  RangeBinner exact;
+  float lo, scale, window;
+  bool usable;
+
+  __device__ static Float32Binner make(const RangeBinner& b) {
+    Float32Binner f;
+    f.exact = b;
+    f.lo = static_cast<float>(b.lo);
+    const float hi = static_cast<float>(b.hi);
+    f.usable = static_cast<double>(f.lo) == b.lo && static_cast<double>(hi) == b.hi && b.width > 0;
+    f.scale = static_cast<float>(b.bins) / (hi - f.lo);
+    f.window = static_cast<float>(b.bins) * 1e-6f;
+    return f;
+  }
+
+  __device__ uint32_t operator()(float v) const {
+    if (usable) {
+      const float t = (v - lo) * scale;
+      const float fl = floorf(t);
+      const float frac = t - fl;
+      if (frac >= window && frac <= 1.0f - window) return exact.clamp(fl);  // NaN and Inf fail both tests
+    }
+    return exact(static_cast<double>(v));
+  }
+};
+
 template <class T, int C>
 __global__ void __launch_bounds__(kPassThreads)
     float_bins_pass(const uint4* __restrict__ data, uint64_t steps, const T* __restrict__ tail, uint32_t tail_samples,
@@ -147,6 +179,10 @@ __global__ void __launch_bounds__(kPassThreads)
     }
     binner[c] = RangeBinner::make(lo, hi, h.bins);
   }
+  Float32Binner fast[C];
+  if constexpr (sizeof(T) == 4)
+#pragma unroll
+    for (int c = 0; c < C; ++c) fast[c] = Float32Binner::make(binner[c]);
   auto add = [&](int c, T v) {
     if (!isfinite(v)) return;
     const double x = v;
@@ -160,7 +196,10 @@ __global__ void __launch_bounds__(kPassThreads)
         return;
       }
     }
-    hist.add(c, binner[c](x));
+    if constexpr (sizeof(T) == 4)
+      hist.add(c, fast[c](v));
+    else
+      hist.add(c, binner[c](x));
   };
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   uint64_t step = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

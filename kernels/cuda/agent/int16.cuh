@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kPassThreads)
     t[c].sumsq += static_cast<unsigned long long>(u) * u;
     if (!histogram) return;
     if (!h.explicit_range) {
-      hist.add(c, type_range_bin(u, h.bins, 16));
+      hist.add(c, h.bins == 256 ? u >> 8 : type_range_bin(u, h.bins, 16));
     } else {
       const double v = static_cast<double>(static_cast<int64_t>(u) + kLo);
       if (v < h.lo)

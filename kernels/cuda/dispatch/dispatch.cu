@@ -70,71 +70,26 @@ __global__ void reset_results(unsigned long long* counts, uint64_t count_n, unsi
   for (uint64_t i = i0; i < running_n; i += stride) running[i] = FloatMoments{};
 }
 
-// One launch gives each lane at most this many bytes' worth of a 16-bit
-// counter: 256 MiB over >= 16 SMs of 384 lanes is < 44 KiB a lane.
-constexpr uint64_t kHist8LaunchBytes16 = uint64_t{256} << 20;
-
-template <int C, LaneCounting K>
-void hist8_lanes_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, const DeviceInfo& dev,
-                   cudaStream_t stream) {
-  constexpr int W = Hist8Warps<K>::value;
-  constexpr size_t shared = static_cast<size_t>(W) * LaneCounters<K>::kBytesPerWarp;
-  static std::once_flag once;
-  std::call_once(once, [] { allow_shared(hist8_lanes<C, K>, shared); });
-  constexpr uint64_t kPerBlock = uint64_t{W} * Hist8Shape<C>::kGroups * Hist8Shape<C>::kUnroll;
-  const uint64_t launch_pixels = K == LaneCounting::kAtomic16 ? kHist8LaunchBytes16 / (16 * C) * 16 : pixels;
-  for (uint64_t done = 0; done < pixels;) {
-    const uint64_t n = std::min(launch_pixels, pixels - done);
-    const uint8_t* p = data + done * C;
-    const uint64_t blocks16 = n / 16;
-    const unsigned grid =
-        static_cast<unsigned>(std::clamp<uint64_t>((blocks16 + kPerBlock - 1) / kPerBlock, 1, dev.sm_count));
-    hist8_lanes<C, K><<<grid, W * 32, shared, stream>>>(reinterpret_cast<const uint4*>(p), blocks16,
-                                                         p + blocks16 * 16 * C, static_cast<uint32_t>(n % 16), counts);
-    IMGSTAT_CUDA_LAUNCHED("hist8_lanes");
-    done += n;
-  }
-}
-
-template <int C>
-void hist8_warp_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, const DeviceInfo& dev,
-                  cudaStream_t stream) {
-  constexpr uint64_t kStepBytes = 16 * Hist8Step<C>::kVecs;
+template <int C, int kCopies>
+void hist8_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, const DeviceInfo& dev,
+             cudaStream_t stream, bool one_block) {
+  constexpr uint64_t kStepBytes = Hist8Step<C>::kBytes;
   const uint64_t bytes = pixels * C, steps = bytes / kStepBytes;
+  constexpr size_t shared = hist8_shared_bytes<C, kCopies>();
   static const int per_sm = [] {
+    allow_shared(hist8_warp<C, kCopies>, shared);
     int n = 0;
-    IMGSTAT_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, hist8_warp<C>, kHist8WarpThreads, 0));
+    IMGSTAT_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, hist8_warp<C, kCopies>, kHist8Threads, shared));
     return std::max(n, 1);
   }();
-  const unsigned grid = static_cast<unsigned>(
-      std::clamp<uint64_t>((steps + kHist8WarpThreads - 1) / kHist8WarpThreads, 1, uint64_t(dev.sm_count) * per_sm));
-  hist8_warp<C><<<grid, kHist8WarpThreads, 0, stream>>>(reinterpret_cast<const uint4*>(data), steps,
-                                                       data + steps * kStepBytes,
-                                                       static_cast<uint32_t>(bytes - steps * kStepBytes), counts);
+  const unsigned grid = one_block ? 1u
+                                  : static_cast<unsigned>(std::clamp<uint64_t>(
+                                        (steps + kHist8Threads - 1) / kHist8Threads, 1, uint64_t(dev.sm_count) * per_sm));
+  hist8_warp<C, kCopies><<<grid, kHist8Threads, shared, stream>>>(reinterpret_cast<const uint4*>(data), steps,
+                                                            data + steps * kStepBytes,
+                                                            static_cast<uint32_t>(bytes - steps * kStepBytes), counts,
+                                                            one_block);
   IMGSTAT_CUDA_LAUNCHED("hist8_warp");
-}
-
-template <int C>
-void hist8_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, const DeviceInfo& dev,
-             cudaStream_t stream, Hist8Kernel kernel) {
-  // Measured on an H200: on noise, per-lane counters beat shared ones (2.46
-  // against 2.15 TB/s, one channel); on smooth data the merging of equal
-  // addresses wins. Packed 16-bit lane counters (twice the warps) are the
-  // better per-lane kind for several channels.
-  if (kernel == Hist8Kernel::kNoisy)
-    kernel = C == 1 ? Hist8Kernel::kLanesAtomic32 : Hist8Kernel::kLanesAtomic16;
-  if (kernel == Hist8Kernel::kSmooth) kernel = Hist8Kernel::kWarp;
-  switch (kernel) {
-    case Hist8Kernel::kLanesAtomic32: return hist8_lanes_c<C, LaneCounting::kAtomic32>(data, pixels, counts, dev, stream);
-    case Hist8Kernel::kLanesAtomic16: return hist8_lanes_c<C, LaneCounting::kAtomic16>(data, pixels, counts, dev, stream);
-    default: return hist8_warp_c<C>(data, pixels, counts, dev, stream);
-  }
-}
-
-template <int C>
-void hist8_one_block_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, cudaStream_t stream) {
-  hist8_one_block<C><<<1, 256, 0, stream>>>(data, pixels * C, counts);
-  IMGSTAT_CUDA_LAUNCHED("hist8_one_block");
 }
 
 template <int C>
@@ -198,13 +153,13 @@ void by_channels(uint32_t channels, Args&&... args) {
 
 template <int C>
 struct Hist8 {
-  template <class... A>
-  static void run(A&&... a) { hist8_c<C>(a...); }
-};
-template <int C>
-struct Hist8OneBlock {
-  template <class... A>
-  static void run(A&&... a) { hist8_one_block_c<C>(a...); }
+  static void run(const uint8_t* data, uint64_t pixels, unsigned long long* counts, const DeviceInfo& dev,
+                  cudaStream_t stream, int copies, bool one_block) {
+    if (copies == 1)
+      hist8_c<C, 1>(data, pixels, counts, dev, stream, one_block);
+    else
+      hist8_c<C, 2>(data, pixels, counts, dev, stream, one_block);
+  }
 };
 template <int C>
 struct Int16 {
@@ -242,34 +197,20 @@ void launch_reset(const HistogramOut& h, uint32_t channels, IntAccum* ints, Floa
 }
 
 void launch_hist8(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* counts,
-                  const DeviceInfo& dev, cudaStream_t stream, Hist8Kernel kernel) {
+                  const DeviceInfo& dev, cudaStream_t stream, int copies) {
   if (pixels == 0) return;
-  by_channels<Hist8>(channels, data, pixels, counts, dev, stream, kernel);
+  by_channels<Hist8>(channels, data, pixels, counts, dev, stream, copies, false);
+}
+
+void launch_hist8_one_block(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* counts,
+                            cudaStream_t stream) {
+  by_channels<Hist8>(channels, data, pixels, counts, DeviceInfo{1, 0}, stream, kHist8Copies, true);
 }
 
 void launch_int16(const uint8_t* data, uint64_t pixels, uint32_t channels, bool is_signed, IntAccum* accum,
                   const HistogramOut& h, const DeviceInfo& dev, cudaStream_t stream) {
   if (pixels == 0) return;
   by_channels<Int16>(channels, data, pixels, is_signed, accum, h, dev, stream);
-}
-
-void launch_hist8_one_block(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* counts,
-                            cudaStream_t stream) {
-  by_channels<Hist8OneBlock>(channels, data, pixels, counts, stream);
-}
-
-double smoothness(const uint8_t* p, uint64_t count, uint32_t channels) {
-  // 16 windows of 256 bytes spread over the data.
-  const uint64_t bytes = count * channels;
-  if (bytes <= channels) return 0;
-  uint64_t same = 0, seen = 0;
-  const uint64_t window = std::min<uint64_t>(256, bytes - channels);
-  for (int k = 0; k < 16; ++k) {
-    const uint64_t start = channels + (bytes - channels - window) * k / 15;
-    for (uint64_t i = start; i < start + window; ++i) same += p[i] == p[i - channels];
-    seen += window;
-  }
-  return static_cast<double>(same) / static_cast<double>(seen);
 }
 
 size_t float_partials_needed(uint32_t channels, const DeviceInfo& dev) {

@@ -50,21 +50,16 @@ void launch_reset(const HistogramOut& h, uint32_t channels, IntAccum* ints, Floa
                   uint32_t running_count, cudaStream_t stream);
 
 // 8-bit samples (uint8 and int8 alike: counts by raw byte value), added to
-// counts[channel * 256 + byte]. kNoisy and kSmooth pick the best kernel for
-// data whose neighbouring bytes mostly differ or often repeat
-// (smoothness() tells from a sample); the rest name one kernel, for the
-// benchmark and the tests.
-enum class Hist8Kernel { kNoisy, kSmooth, kLanesAtomic32, kLanesAtomic16, kWarp };
+// counts[channel * 256 + byte]. copies: histograms per warp (1 or 2), for
+// the benchmark to compare; the engine uses kHist8Copies.
+constexpr int kHist8Copies = 2;
 void launch_hist8(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* counts,
-                  const DeviceInfo& dev, cudaStream_t stream, Hist8Kernel kernel);
-// Small images (under kOneBlockHist8Bytes): one block that overwrites
-// counts, so they need no zeroing first.
-constexpr uint64_t kOneBlockHist8Bytes = uint64_t{256} << 10;
+                  const DeviceInfo& dev, cudaStream_t stream, int copies = kHist8Copies);
+// Small images (up to kOneBlockHist8Bytes): one block that overwrites
+// counts, so they need no zeroing; data and counts may be mapped host memory.
+constexpr uint64_t kOneBlockHist8Bytes = uint64_t{64} << 10;
 void launch_hist8_one_block(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* counts,
                             cudaStream_t stream);
-// How often a byte equals the same channel's byte one pixel before, in a
-// sample of host memory: 0 for noise, near 1 for flat images.
-double smoothness(const uint8_t* pixels, uint64_t count, uint32_t channels);
 
 // 16-bit samples in one fused pass: IntAccum per channel and, when h.counts is
 // set, the histogram (automatic range: the type's; else h's explicit range).
