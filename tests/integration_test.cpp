@@ -385,6 +385,9 @@ TEST(Shutdown, SigtermFinishesTheCallInFlight) {
   ASSERT_TRUE(writer->Write(m));
   m.set_chunk(coffee.substr(0, coffee.size() / 2));
   ASSERT_TRUE(writer->Write(m));
+  // A write returns once buffered; give the server time to start the call,
+  // or SIGTERM would find nothing in flight and refuse it as new.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   server.signal_term();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   m.set_chunk(coffee.substr(coffee.size() / 2));

@@ -67,10 +67,7 @@ __global__ void __launch_bounds__(kPassThreads, 4)
     float_moments_pass(const uint4* __restrict__ data, uint64_t steps, const T* __restrict__ tail,
                        uint32_t tail_samples, FloatMoments* __restrict__ partials) {
   using S = PixelSteps<T, C>;
-  // Two accumulators per channel where registers allow: alternate samples go
-  // to alternate sums, halving the chains of dependent float64 additions.
-  constexpr int A = C <= 2 ? 2 : 1;
-  FloatThread<T> t[A][C];
+  FloatThread<T> t[C];
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   uint64_t step = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   constexpr int U = S::kVecs >= 3 ? 2 : 4;  // 16-byte loads in flight per thread: 4 to 8
@@ -81,25 +78,22 @@ __global__ void __launch_bounds__(kPassThreads, 4)
 #pragma unroll
     for (int k = 0; k < U; ++k)
 #pragma unroll
-      for (int j = 0; j < S::kSamples; ++j) t[(j / C) % A][j % C].add(u[k].s[j]);
+      for (int j = 0; j < S::kSamples; ++j) t[j % C].add(u[k].s[j]);
   }
   for (; step < steps; step += stride) {
     const Step<T, C> u = load_step<T, C>(data, step);
 #pragma unroll
-    for (int j = 0; j < S::kSamples; ++j) t[(j / C) % A][j % C].add(u.s[j]);
+    for (int j = 0; j < S::kSamples; ++j) t[j % C].add(u.s[j]);
   }
   if (blockIdx.x == 0)
     for (uint32_t i = threadIdx.x; i < tail_samples; i += blockDim.x)
-      with_channel<C>(static_cast<int>(i % C), [&](int c) { t[0][c].add(tail[i]); });
+      with_channel<C>(static_cast<int>(i % C), [&](int c) { t[c].add(tail[i]); });
 
   using Reduce = cub::BlockReduce<FloatMoments, kPassThreads>;
   __shared__ typename Reduce::TempStorage temp;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    FloatMoments m = t[0][c].moments();
-#pragma unroll
-    for (int a = 1; a < A; ++a) merge(m, t[a][c].moments());
-    const FloatMoments r = Reduce(temp).Reduce(m, MomentsMerge());
+    const FloatMoments r = Reduce(temp).Reduce(t[c].moments(), MomentsMerge());
     __syncthreads();
     if (threadIdx.x == 0) partials[blockIdx.x * C + c] = r;
   }

@@ -52,7 +52,7 @@ void launch_reset(const HistogramOut& h, uint32_t channels, IntAccum* ints, Floa
 // 8-bit samples (uint8 and int8 alike: counts by raw byte value), added to
 // counts[channel * 256 + byte]. copies: histograms per warp (1 or 2), for
 // the benchmark to compare; the engine uses kHist8Copies.
-constexpr int kHist8Copies = 2;
+constexpr int kHist8Copies = 1;
 void launch_hist8(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* counts,
                   const DeviceInfo& dev, cudaStream_t stream, int copies = kHist8Copies);
 // Small images (up to kOneBlockHist8Bytes): one block that overwrites
