@@ -92,23 +92,44 @@ void hist8_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, c
   IMGSTAT_CUDA_LAUNCHED("hist8_warp");
 }
 
+// A thread of int16_pass keeps a 32-bit sum: no launch may give it more than
+// 65536 samples.
+constexpr uint64_t kInt16ThreadSamples = 65536;
+
+template <int C, bool kSigned, bool kDefault>
+void int16_launch(const uint8_t* data, uint64_t pixels, IntAccum* accum, const HistogramOut& h, const DeviceInfo& dev,
+                  cudaStream_t stream) {
+  using S = PixelSteps<uint16_t, C>;
+  const Placement p = kDefault ? Placement{HistPlace::kWarp, size_t{kPassThreads / 32} * C * 256 * 4}
+                               : place_histogram(h.bins, C, h.counts != nullptr);
+  const int per_sm = blocks_per_sm(int16_pass<C, kSigned, kDefault>, p.shared_bytes);
+  const uint64_t threads = uint64_t(dev.sm_count) * per_sm * kPassThreads;
+  // Below the bound even for the remainder pieces: whole steps, and the
+  // block-0 tail handled by few threads.
+  const uint64_t launch_pixels = std::max<uint64_t>(S::kPixels, threads * (kInt16ThreadSamples / 2) / C / S::kPixels * S::kPixels);
+  for (uint64_t done = 0; done < pixels;) {
+    const uint64_t n = std::min(launch_pixels, pixels - done);
+    const uint8_t* at = data + done * C * 2;
+    const uint64_t steps = n / S::kPixels;
+    const uint32_t tail = static_cast<uint32_t>((n % S::kPixels) * C);
+    const unsigned grid = pass_grid(per_sm, steps, dev);
+    int16_pass<C, kSigned, kDefault><<<grid, kPassThreads, p.shared_bytes, stream>>>(
+        reinterpret_cast<const uint4*>(at), steps, as<uint16_t>(at) + steps * S::kSamples, tail, accum, h, p.place);
+    IMGSTAT_CUDA_LAUNCHED("int16_pass");
+    done += n;
+  }
+}
+
 template <int C>
 void int16_c(const uint8_t* data, uint64_t pixels, bool is_signed, IntAccum* accum, const HistogramOut& h,
              const DeviceInfo& dev, cudaStream_t stream) {
-  using S = PixelSteps<uint16_t, C>;
-  const uint64_t steps = pixels / S::kPixels;
-  const uint32_t tail = static_cast<uint32_t>((pixels % S::kPixels) * C);
-  const Placement p = place_histogram(h.bins, C, h.counts != nullptr);
-  const auto* vec = reinterpret_cast<const uint4*>(data);
-  const uint16_t* tail_ptr = as<uint16_t>(data) + steps * S::kSamples;
-  if (is_signed) {
-    const unsigned grid = pass_grid(blocks_per_sm(int16_pass<C, true>, p.shared_bytes), steps, dev);
-    int16_pass<C, true><<<grid, kPassThreads, p.shared_bytes, stream>>>(vec, steps, tail_ptr, tail, accum, h, p.place);
-  } else {
-    const unsigned grid = pass_grid(blocks_per_sm(int16_pass<C, false>, p.shared_bytes), steps, dev);
-    int16_pass<C, false><<<grid, kPassThreads, p.shared_bytes, stream>>>(vec, steps, tail_ptr, tail, accum, h, p.place);
-  }
-  IMGSTAT_CUDA_LAUNCHED("int16_pass");
+  const bool default_histogram = h.counts && h.bins == 256 && !h.explicit_range;
+  if (is_signed)
+    default_histogram ? int16_launch<C, true, true>(data, pixels, accum, h, dev, stream)
+                      : int16_launch<C, true, false>(data, pixels, accum, h, dev, stream);
+  else
+    default_histogram ? int16_launch<C, false, true>(data, pixels, accum, h, dev, stream)
+                      : int16_launch<C, false, false>(data, pixels, accum, h, dev, stream);
 }
 
 template <class T, int C>
