@@ -428,6 +428,15 @@ Result GpuAnalysis::finish() {
   result.engine = "cuda";
   const SampleType type = layout_.type;
   const uint64_t pixels = layout_.pixels();
+  auto histogram_of = [&](ChannelStats& s, uint32_t ch, double min, double max) {
+    if (!request_.histogram) return;
+    s.histogram.counts.assign(h->counts + ch * out.bins, h->counts + (ch + 1) * out.bins);
+    if (out.explicit_range) {
+      s.histogram.underflow = h->underflow[ch];
+      s.histogram.overflow = h->overflow[ch];
+    }
+    set_histogram_range(s.histogram, type, request_.hist, min, max);
+  };
   for (uint32_t ch = 0; ch < c; ++ch) {
     if (sample_size(type) == 1) {
       // Counts by raw byte; int8 flips the sign bit to index by v + 128.
@@ -435,13 +444,11 @@ Result GpuAnalysis::finish() {
       const size_t flip = type == SampleType::kInt8 ? 0x80 : 0;
       for (size_t i = 0; i < 256; ++i) values[i ^ flip] = h->counts[ch * 256 + i];
       result.channels.push_back(stats_of_values(values.data(), type, request_));
-      continue;
-    }
-    ChannelStats s;
-    if (!is_float(type)) {
+    } else if (!is_float(type)) {
+      // Sums of offsets u = v - lo, exact: sum v = sum u + n lo,
+      // sum v^2 = sum u^2 + 2 lo sum u + n lo^2.
       const IntAccum& a = h->ints[ch];
-      const int128 lo = type_lo(type), n = pixels;
-      const int128 su = a.sum;
+      const int128 lo = type_lo(type), n = pixels, su = a.sum;
       const uint128 squ = (static_cast<uint128>(a.sumsq_hi) << 64) | a.sumsq_lo;
       IntMoments m;
       m.n = pixels;
@@ -449,31 +456,17 @@ Result GpuAnalysis::finish() {
       m.max = static_cast<int64_t>(a.max) + type_lo(type);
       m.sum = su + n * lo;
       m.sumsq = static_cast<uint128>(static_cast<int128>(squ) + 2 * lo * su + n * lo * lo);
-      s = finalize(m, request_);
-      if (request_.histogram) {
-        s.histogram.counts.assign(h->counts + ch * out.bins, h->counts + (ch + 1) * out.bins);
-        if (out.explicit_range) {
-          s.histogram.underflow = h->underflow[ch];
-          s.histogram.overflow = h->overflow[ch];
-        }
-        set_histogram_range(s.histogram, type, request_.hist, 0, 0);
-      }
+      ChannelStats s = finalize(m, request_);
+      histogram_of(s, ch, 0, 0);
+      result.channels.push_back(std::move(s));
     } else {
       FloatMoments m;
       for (int k = 0; k < kSlots; ++k) merge(m, h->running[k * kMaxChannels + ch]);
-      s = finalize(m, request_);
-      if (request_.histogram) {
-        s.histogram.counts.assign(h->counts + ch * out.bins, h->counts + (ch + 1) * out.bins);
-        if (out.explicit_range) {
-          s.histogram.underflow = h->underflow[ch];
-          s.histogram.overflow = h->overflow[ch];
-        }
-        const bool any = m.n > 0;
-        set_histogram_range(s.histogram, type, request_.hist, any ? canonical_zero(m.min) : 0,
-                            any ? canonical_zero(m.max) : 0);
-      }
+      ChannelStats s = finalize(m, request_);
+      const bool any = m.n > 0;
+      histogram_of(s, ch, any ? canonical_zero(m.min) : 0, any ? canonical_zero(m.max) : 0);
+      result.channels.push_back(std::move(s));
     }
-    result.channels.push_back(std::move(s));
   }
   return result;
 }

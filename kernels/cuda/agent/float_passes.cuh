@@ -66,28 +66,10 @@ template <class T, int C>
 __global__ void __launch_bounds__(kPassThreads, 4)
     float_moments_pass(const uint4* __restrict__ data, uint64_t steps, const T* __restrict__ tail,
                        uint32_t tail_samples, FloatMoments* __restrict__ partials) {
-  using S = PixelSteps<T, C>;
   FloatThread<T> t[C];
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  uint64_t step = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  constexpr int U = S::kVecs >= 3 ? 2 : 4;  // 16-byte loads in flight per thread: 4 to 8
-  for (; step + (U - 1) * stride < steps; step += U * stride) {
-    Step<T, C> u[U];
-#pragma unroll
-    for (int k = 0; k < U; ++k) u[k] = load_step<T, C>(data, step + k * stride);
-#pragma unroll
-    for (int k = 0; k < U; ++k)
-#pragma unroll
-      for (int j = 0; j < S::kSamples; ++j) t[j % C].add(u[k].s[j]);
-  }
-  for (; step < steps; step += stride) {
-    const Step<T, C> u = load_step<T, C>(data, step);
-#pragma unroll
-    for (int j = 0; j < S::kSamples; ++j) t[j % C].add(u.s[j]);
-  }
-  if (blockIdx.x == 0)
-    for (uint32_t i = threadIdx.x; i < tail_samples; i += blockDim.x)
-      with_channel<C>(static_cast<int>(i % C), [&](int c) { t[c].add(tail[i]); });
+  // 16-byte loads in flight per thread: 4 to 8.
+  for_each_sample<T, C, PixelSteps<T, C>::kVecs >= 3 ? 2 : 4>(data, steps, tail, tail_samples,
+                                                            [&](int c, T v) { t[c].add(v); });
 
   using Reduce = cub::BlockReduce<FloatMoments, kPassThreads>;
   __shared__ typename Reduce::TempStorage temp;
@@ -152,7 +134,6 @@ __global__ void __launch_bounds__(kPassThreads)
     float_bins_pass(const uint4* __restrict__ data, uint64_t steps, const T* __restrict__ tail, uint32_t tail_samples,
                     HistogramOut h, const FloatMoments* __restrict__ running, uint32_t running_sets, HistPlace place) {
   extern __shared__ uint32_t shared[];
-  using S = PixelSteps<T, C>;
   SharedHistogram hist(shared, h.counts, h.bins, C, place);
   RangeBinner binner[C];
   uint32_t under[C], over[C];
@@ -195,39 +176,9 @@ __global__ void __launch_bounds__(kPassThreads)
     else
       hist.add(c, binner[c](x));
   };
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  uint64_t step = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (; step + stride < steps; step += 2 * stride) {
-    const Step<T, C> a = load_step<T, C>(data, step), b = load_step<T, C>(data, step + stride);
-#pragma unroll
-    for (int j = 0; j < S::kSamples; ++j) add(j % C, a.s[j]);
-#pragma unroll
-    for (int j = 0; j < S::kSamples; ++j) add(j % C, b.s[j]);
-  }
-  if (step < steps) {
-    const Step<T, C> a = load_step<T, C>(data, step);
-#pragma unroll
-    for (int j = 0; j < S::kSamples; ++j) add(j % C, a.s[j]);
-  }
-  if (blockIdx.x == 0)
-    for (uint32_t i = threadIdx.x; i < tail_samples; i += blockDim.x)
-      with_channel<C>(static_cast<int>(i % C), [&](int c) { add(c, tail[i]); });
+  for_each_sample<T, C, 2>(data, steps, tail, tail_samples, add);
   hist.flush(shared);
-  if (h.explicit_range) {
-    using Count = cub::BlockReduce<unsigned int, kPassThreads>;
-    __shared__ typename Count::TempStorage temp;
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const unsigned int u = Count(temp).Sum(under[c]);
-      __syncthreads();
-      const unsigned int o = Count(temp).Sum(over[c]);
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        if (u) atomicAdd(h.underflow + c, static_cast<unsigned long long>(u));
-        if (o) atomicAdd(h.overflow + c, static_cast<unsigned long long>(o));
-      }
-    }
-  }
+  if (h.explicit_range) flush_out_of_range<C, kPassThreads>(under, over, h.underflow, h.overflow);
 }
 
 }  // namespace imgstat::cuda

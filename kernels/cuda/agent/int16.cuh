@@ -50,7 +50,6 @@ __global__ void __launch_bounds__(kPassThreads)
     int16_pass(const uint4* __restrict__ data, uint64_t steps, const uint16_t* __restrict__ tail,
                uint32_t tail_samples, IntAccum* __restrict__ accum, HistogramOut h, HistPlace place) {
   extern __shared__ uint32_t shared[];
-  using S = PixelSteps<uint16_t, C>;
   const bool histogram = kDefault || h.counts != nullptr;
   SharedHistogram hist(shared, h.counts, histogram ? h.bins : 0, C, kDefault ? HistPlace::kWarp : place);
   const RangeBinner binner = RangeBinner::make(h.lo, h.hi, h.bins);
@@ -83,34 +82,15 @@ __global__ void __launch_bounds__(kPassThreads)
     }
   };
 
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  uint64_t step = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (; step + stride < steps; step += 2 * stride) {
-    const Step<uint16_t, C> a = load_step<uint16_t, C>(data, step), b = load_step<uint16_t, C>(data, step + stride);
-#pragma unroll
-    for (int j = 0; j < S::kSamples; ++j) add(j % C, a.s[j]);
-#pragma unroll
-    for (int j = 0; j < S::kSamples; ++j) add(j % C, b.s[j]);
-  }
-  if (step < steps) {
-    const Step<uint16_t, C> a = load_step<uint16_t, C>(data, step);
-#pragma unroll
-    for (int j = 0; j < S::kSamples; ++j) add(j % C, a.s[j]);
-  }
-  if (blockIdx.x == 0)
-    for (uint32_t i = threadIdx.x; i < tail_samples; i += blockDim.x)
-      with_channel<C>(static_cast<int>(i % C), [&](int c) { add(c, tail[i]); });
+  for_each_sample<uint16_t, C, 2>(data, steps, tail, tail_samples, add);
   hist.flush(shared);
 
   using Reduce = cub::BlockReduce<IntPartial, kPassThreads>;
-  using Count = cub::BlockReduce<unsigned int, kPassThreads>;
-  __shared__ union {
-    typename Reduce::TempStorage reduce;
-    typename Count::TempStorage count;
-  } temp;
+  __shared__ typename Reduce::TempStorage temp;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    const IntPartial r = Reduce(temp.reduce).Reduce(IntPartial{t[c].min, t[c].max, t[c].sum, t[c].sumsq}, IntPartialMerge());
+    const IntPartial r =
+        Reduce(temp).Reduce(IntPartial{t[c].min, t[c].max, t[c].sum, t[c].sumsq}, IntPartialMerge());
     __syncthreads();
     if (threadIdx.x == 0 && r.min <= r.max) {
       atomicMin(&accum[c].min, r.min);
@@ -118,17 +98,9 @@ __global__ void __launch_bounds__(kPassThreads)
       atomicAdd(&accum[c].sum, r.sum);
       add128(&accum[c].sumsq_lo, &accum[c].sumsq_hi, r.sumsq);
     }
-    if (!kDefault && histogram && h.explicit_range) {
-      const unsigned int u = Count(temp.count).Sum(under[c]);
-      __syncthreads();
-      const unsigned int o = Count(temp.count).Sum(over[c]);
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        if (u) atomicAdd(h.underflow + c, static_cast<unsigned long long>(u));
-        if (o) atomicAdd(h.overflow + c, static_cast<unsigned long long>(o));
-      }
-    }
   }
+  if (!kDefault && histogram && h.explicit_range)
+    flush_out_of_range<C, kPassThreads>(under, over, h.underflow, h.overflow);
 }
 
 }  // namespace imgstat::cuda

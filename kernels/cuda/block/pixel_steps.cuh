@@ -32,13 +32,41 @@ __device__ __forceinline__ Step<T, C> load_step(const uint4* __restrict__ data, 
   return u;
 }
 
-// Calls f(sample, channel) for a runtime channel with a compile-time index, so
-// per-channel register arrays stay in registers.
+// Calls f(k) with k == c, k a compile-time index, so that per-channel
+// register arrays stay in registers.
 template <int C, class F>
 __device__ __forceinline__ void with_channel(int c, F&& f) {
 #pragma unroll
   for (int k = 0; k < C; ++k)
     if (k == c) f(k);
+}
+
+// A thread's share of a grid-stride pass: f(channel, sample) for every sample
+// of its steps, U steps' loads in flight at once, then in block 0 the tail
+// of samples past the last whole step.
+template <class T, int C, int U, class F>
+__device__ __forceinline__ void for_each_sample(const uint4* __restrict__ data, uint64_t steps,
+                                                const T* __restrict__ tail, uint32_t tail_samples, F&& f) {
+  using S = PixelSteps<T, C>;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  uint64_t step = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; step + (U - 1) * stride < steps; step += U * stride) {
+    Step<T, C> u[U];
+#pragma unroll
+    for (int k = 0; k < U; ++k) u[k] = load_step<T, C>(data, step + k * stride);
+#pragma unroll
+    for (int k = 0; k < U; ++k)
+#pragma unroll
+      for (int j = 0; j < S::kSamples; ++j) f(j % C, u[k].s[j]);
+  }
+  for (; step < steps; step += stride) {
+    const Step<T, C> u = load_step<T, C>(data, step);
+#pragma unroll
+    for (int j = 0; j < S::kSamples; ++j) f(j % C, u.s[j]);
+  }
+  if (blockIdx.x == 0)
+    for (uint32_t i = threadIdx.x; i < tail_samples; i += blockDim.x)
+      with_channel<C>(static_cast<int>(i % C), [&](int c) { f(c, tail[i]); });
 }
 
 }  // namespace imgstat::cuda

@@ -3,6 +3,8 @@
 // straight to global memory for the largest bin counts. Flushed once per block.
 #pragma once
 
+#include <cub/block/block_reduce.cuh>
+
 #include <cstdint>
 
 namespace imgstat::cuda {
@@ -47,5 +49,26 @@ struct SharedHistogram {
     }
   }
 };
+
+// Adds each channel's per-thread counts of samples below and above an
+// explicit range to the block's totals, one atomic each. Every thread of the
+// block (of kThreads) must call this.
+template <int C, int kThreads>
+__device__ void flush_out_of_range(const uint32_t (&under)[C], const uint32_t (&over)[C],
+                                   unsigned long long* underflow, unsigned long long* overflow) {
+  using Count = cub::BlockReduce<unsigned int, kThreads>;
+  __shared__ typename Count::TempStorage temp;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const unsigned int u = Count(temp).Sum(under[c]);
+    __syncthreads();
+    const unsigned int o = Count(temp).Sum(over[c]);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      if (u) atomicAdd(underflow + c, static_cast<unsigned long long>(u));
+      if (o) atomicAdd(overflow + c, static_cast<unsigned long long>(o));
+    }
+  }
+}
 
 }  // namespace imgstat::cuda
