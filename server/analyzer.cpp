@@ -149,7 +149,7 @@ class PixelUpload final : public Upload {
 }  // namespace
 
 Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits)
-    : engine_(std::move(engine)), limits_(limits), engine_info_(engine_->info()) {}
+    : engine_(std::move(engine)), limits_(limits) {}
 
 v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request) const {
   const v1::Input& input = request.input();
@@ -221,11 +221,12 @@ v1::ServerInfo Analyzer::server_info() const {
   v1::ServerInfo info;
   info.set_version(IMGSTAT_VERSION);
   v1::EngineInfo* e = info.mutable_engine();
-  e->set_kind(engine_info_.kind);
-  e->set_device_name(engine_info_.device_name);
-  e->set_device_memory_bytes(engine_info_.device_memory_bytes);
-  e->set_compute_capability(engine_info_.compute_capability);
-  e->set_threads(engine_info_.threads);
+  const EngineInfo engine = engine_->info();  // live: a lost GPU leaves the CPU engine
+  e->set_kind(engine.kind);
+  e->set_device_name(engine.device_name);
+  e->set_device_memory_bytes(engine.device_memory_bytes);
+  e->set_compute_capability(engine.compute_capability);
+  e->set_threads(engine.threads);
   v1::Limits* l = info.mutable_limits();
   l->set_max_message_bytes(limits_.max_message_bytes);
   l->set_max_pixels(limits_.max_pixels);

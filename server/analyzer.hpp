@@ -35,12 +35,10 @@ class Analyzer {
 
   v1::ServerInfo server_info() const;
   const Limits& limits() const { return limits_; }
-  const EngineInfo& engine_info() const { return engine_info_; }
 
  private:
   std::shared_ptr<Engine> engine_;
   Limits limits_;
-  EngineInfo engine_info_;
 };
 
 }  // namespace imgstat
