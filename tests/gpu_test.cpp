@@ -207,7 +207,7 @@ TEST_F(GpuTest, PinnedSourcesGoStraightToTheDevice) {
 TEST_F(GpuTest, EveryHist8KernelCountsExactly) {
   cudaDeviceProp p;
   ASSERT_EQ(cudaGetDeviceProperties(&p, 0), cudaSuccess);
-  const cuda::DeviceInfo dev{p.multiProcessorCount, p.sharedMemPerBlockOptin};
+  const cuda::DeviceInfo dev{p.multiProcessorCount};
   std::mt19937_64 rng(31);
   uint8_t* d = nullptr;
   unsigned long long* counts = nullptr;

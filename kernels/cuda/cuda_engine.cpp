@@ -172,7 +172,6 @@ class CudaEngine final : public Engine {
     cudaDeviceProp p;
     IMGSTAT_CUDA(cudaGetDeviceProperties(&p, options.device));
     dev_.sm_count = p.multiProcessorCount;
-    dev_.max_shared_per_block = p.sharedMemPerBlockOptin;
     info_.kind = "cuda";
     info_.device_name = p.name;
     info_.device_memory_bytes = p.totalGlobalMem;

@@ -225,7 +225,7 @@ void launch_hist8(const uint8_t* data, uint64_t pixels, uint32_t channels, unsig
 
 void launch_hist8_one_block(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* counts,
                             cudaStream_t stream) {
-  by_channels<Hist8>(channels, data, pixels, counts, DeviceInfo{1, 0}, stream, kHist8Copies, true);
+  by_channels<Hist8>(channels, data, pixels, counts, DeviceInfo{1}, stream, kHist8Copies, true);
 }
 
 void launch_int16(const uint8_t* data, uint64_t pixels, uint32_t channels, bool is_signed, IntAccum* accum,

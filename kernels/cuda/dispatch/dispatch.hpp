@@ -41,7 +41,6 @@ constexpr uint32_t kRunningStride = 4;
 
 struct DeviceInfo {
   int sm_count;
-  size_t max_shared_per_block;  // opt-in maximum
 };
 
 // Zeroes counts (channels * bins), under/overflow, IntAccum (min = all ones)
