@@ -255,6 +255,30 @@ TEST_F(GpuTest, ConcurrentCallsShareTheDevice) {
   for (size_t i = 0; i < images.size(); ++i) expect_same_stats(got[i], want[i], images[i].view.layout.type);
 }
 
+TEST_F(GpuTest, BusyWorkspacesSendStreamsToTheCpu) {
+  // Four streams hold the four workspaces; a fifth goes to the CPU at once
+  // rather than wait for a client that may never come back.
+  EngineOptions o;
+  o.kind = EngineKind::kCuda;
+  std::string reason;
+  o.on_fallback = [&](const std::string& why) { reason = why; };
+  auto engine = make_engine(o);
+  std::mt19937_64 rng(37);
+  TestImage img = random_image(rng, 300, 200, 3, SampleType::kUint8, 0, 0);
+  std::vector<std::unique_ptr<StreamAnalysis>> held;
+  for (int i = 0; i < 4; ++i) held.push_back(engine->open_stream(img.view.layout, StatsRequest{}));
+  auto fifth = engine->open_stream(img.view.layout, StatsRequest{});
+  EXPECT_NE(reason.find("busy"), std::string::npos) << reason;
+  fifth->feed(img.view.data, img.view.layout.min_bytes());
+  const Result r = fifth->finish();
+  EXPECT_EQ(r.engine, "cpu");
+  expect_same_stats(r, cpu_->analyze(img.view, StatsRequest{}), SampleType::kUint8);
+  for (auto& s : held) {
+    s->feed(img.view.data, img.view.layout.min_bytes());
+    EXPECT_EQ(s->finish().engine, "cuda");
+  }
+}
+
 TEST_F(GpuTest, OverTheMemoryLimitFallsBackToTheCpu) {
   EngineOptions o;
   o.kind = EngineKind::kCuda;

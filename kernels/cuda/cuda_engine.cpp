@@ -28,6 +28,11 @@ constexpr uint64_t kSlotBytes = uint64_t{8} << 20;
 constexpr uint64_t kDeviceSlotBytes = uint64_t{32} << 20;
 constexpr uint32_t kMaxBins = 65536;
 constexpr uint32_t kMaxChannels = kRunningStride;
+// How long an image waits for a free workspace before the CPU takes it: a
+// whole image briefly, a stream (which would hold it while its client sends)
+// not at all.
+constexpr std::chrono::milliseconds kAnalyzeWait{500};
+constexpr std::chrono::milliseconds kStreamWait{0};
 // Host copies into the staging ring are split across threads above this.
 constexpr uint64_t kParallelCopyBytes = uint64_t{1} << 20;
 
@@ -122,7 +127,8 @@ class CudaEngine;
 // workspace's ring (or sent straight from pinned memory), kernels per chunk.
 class GpuAnalysis {
  public:
-  GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRequest& request);
+  GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRequest& request,
+              std::chrono::milliseconds wait);
   ~GpuAnalysis();
   GpuAnalysis(const GpuAnalysis&) = delete;
   GpuAnalysis& operator=(const GpuAnalysis&) = delete;
@@ -195,7 +201,7 @@ class CudaEngine final : public Engine {
     if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
     const Layout& l = image.layout;
-    GpuAnalysis analysis(*this, l, request);
+    GpuAnalysis analysis(*this, l, request, kAnalyzeWait);
     const auto* base = static_cast<const uint8_t*>(image.data);
     if (l.stride() == l.row_bytes()) {
       // Worth a driver call only where a direct transfer saves a copy.
@@ -211,9 +217,15 @@ class CudaEngine final : public Engine {
 
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override;
 
-  Workspace* acquire() {
+  // A workspace, waiting at most `wait`. Streams hold theirs until their
+  // last chunk, and the workers that would finish them may be the ones
+  // waiting here: a bounded wait, then the CPU engine (through
+  // FallbackEngine), keeps that from ever deadlocking.
+  Workspace* acquire(std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lock(mu_);
-    available_.wait(lock, [this] { return !free_.empty(); });
+    if (!available_.wait_for(lock, wait, [this] { return !free_.empty(); }))
+      fail(ErrorCode::kResourceExhausted,
+           "all " + std::to_string(options_.workspaces) + " GPU workspaces are busy");
     Workspace* ws = free_.back().release();
     free_.pop_back();
     return ws;
@@ -257,8 +269,9 @@ class CudaEngine final : public Engine {
   std::vector<std::unique_ptr<Workspace>> free_;
 };
 
-GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRequest& request)
-    : engine_(engine), ws_(engine.acquire()), layout_(layout), request_(request) {
+GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRequest& request,
+                         std::chrono::milliseconds wait)
+    : engine_(engine), ws_(engine.acquire(wait)), layout_(layout), request_(request) {
   layout_.width = layout.pixels();
   layout_.height = 1;
   layout_.row_stride = 0;
@@ -473,7 +486,7 @@ Result GpuAnalysis::finish() {
 class CudaStream final : public StreamAnalysis {
  public:
   CudaStream(CudaEngine& engine, const Layout& layout, const StatsRequest& request)
-      : layout_(layout), destrider_(layout), analysis_(engine, layout, request) {}
+      : layout_(layout), destrider_(layout), analysis_(engine, layout, request, kStreamWait) {}
 
   void feed(const void* data, size_t bytes) override {
     if (destrider_.consumed() + bytes > layout_.stride() * layout_.height)
