@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::flush_on(spdlog::level::trace);  // a line per request, written as it happens
   options.engine = engine == "cpu" ? imgstat::EngineKind::kCpu
                    : engine == "cuda" ? imgstat::EngineKind::kCuda
                                       : imgstat::EngineKind::kAuto;

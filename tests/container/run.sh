@@ -118,5 +118,11 @@ code=$(podman inspect --format '{{.State.ExitCode}}' "$name")
 echo "stop on SIGTERM: ${stop_s} s, exit code ${code}"
 [ "$code" = 0 ] || { podman logs "$name"; fail "exit code $code"; }
 [ "$(echo "$stop_s < 5" | bc)" = 1 ] || fail "stopping took ${stop_s} s"
-podman logs "$name" 2>&1 | grep -q "SIGTERM received" || fail "the server did not see SIGTERM"
+# The log reaches podman through conmon a moment after the process ends.
+seen=0
+for _ in $(seq 20); do
+  podman logs "$name" 2>&1 | grep -q "SIGTERM received" && { seen=1; break; }
+  sleep 0.25
+done
+[ $seen = 1 ] || { podman logs "$name"; fail "the server did not log SIGTERM"; }
 echo "PASS: image $((size / 1048576)) MiB, build ${build_s} s"
