@@ -7,6 +7,8 @@
 #include <climits>
 #include <future>
 
+#include "status_name.hpp"
+
 namespace imgstat::client {
 namespace {
 

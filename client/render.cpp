@@ -55,14 +55,6 @@ std::string drawing(const v1::Histogram& h) {
 
 }  // namespace
 
-std::string status_code_name(int code) {
-  static const char* kNames[] = {"OK",        "CANCELLED",        "UNKNOWN",        "INVALID_ARGUMENT",
-                                 "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
-                                 "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-                                 "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
-  return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
-}
-
 std::string render_table(const Outcome& o, bool color) {
   const char* bold = color ? "\033[1m" : "";
   const char* dim = color ? "\033[2m" : "";

@@ -18,7 +18,5 @@ struct Outcome {
 
 std::string render_table(const Outcome& o, bool color);
 std::string render_json(const Outcome& o);  // one line, no newline
-// "OK", "INVALID_ARGUMENT", ...
-std::string status_code_name(int code);
 
 }  // namespace imgstat::client

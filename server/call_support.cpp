@@ -5,6 +5,7 @@
 #include <new>
 
 #include "imgstat/error.hpp"
+#include "status_name.hpp"
 #include "validate.hpp"
 
 namespace imgstat {
@@ -25,21 +26,6 @@ grpc::Status status_of_current_exception() {
 
 namespace {
 
-const char* code_name(grpc::StatusCode c) {
-  switch (c) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    default: return "UNKNOWN";
-  }
-}
-
 double ms(const google::protobuf::Duration& d) { return d.seconds() * 1e3 + d.nanos() * 1e-6; }
 
 }  // namespace
@@ -57,7 +43,7 @@ void log_request(const char* method, const std::string& peer, const v1::Input& i
                  total_ms);
   } else {
     spdlog::info("{} peer={} input=\"{}\" total={:.3f}ms {}: {}", method, peer, name, total_ms,
-                 code_name(status.error_code()), status.error_message());
+                 status_code_name(status.error_code()), status.error_message());
   }
 }
 

@@ -35,13 +35,13 @@ __device__ __forceinline__ void count_vectors(uint32_t* h, const uint4* v) {
   }
 }
 
-// kCopies histograms per warp, one per group of 32 / kCopies lanes: fewer
-// lanes share one, so noise collides less in the banks.
 template <int C, int kCopies>
 constexpr size_t hist8_shared_bytes() {
   return static_cast<size_t>(kHist8Threads / 32 * kCopies) * C * 256 * 4;
 }
 
+// kCopies histograms per warp, one per group of 32 / kCopies lanes: fewer
+// lanes share one, so noise collides less in the banks.
 template <int C, int kCopies>
 __global__ void __launch_bounds__(kHist8Threads)
     hist8_warp(const uint4* __restrict__ data, uint64_t steps, const uint8_t* __restrict__ tail, uint32_t tail_bytes,
