@@ -7,7 +7,7 @@
 #include <climits>
 #include <future>
 
-#include "status_name.hpp"
+#include "core/status_name.hpp"
 
 namespace imgstat::client {
 namespace {
@@ -148,7 +148,7 @@ Outcome Local::analyze(Source& source, const Request& request) {
       upload->add(c);
       return true;
     });
-    return outcome_of(source.name(), grpc::Status::OK, upload->finish());
+    return outcome_of(source.name(), grpc::Status::OK, upload->finish({}));
   } catch (const Error& e) {
     return failure(source.name(), status_code_name(static_cast<int>(e.code())), e.what());
   } catch (const std::exception& e) {

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "analyzer.hpp"
+#include "core/analyzer.hpp"
 #include "imgstat/v1/imgstat.grpc.pb.h"
 #include "render.hpp"
 #include "sources.hpp"

@@ -11,7 +11,7 @@
 #include "calls.hpp"
 #include "imgstat/types.hpp"
 #include "render.hpp"
-#include "validate.hpp"
+#include "core/validate.hpp"
 
 #ifndef IMGSTAT_VERSION
 #define IMGSTAT_VERSION "0.0.0"

@@ -4,11 +4,11 @@
 
 #include <random>
 
-#include "analyzer.hpp"
+#include "core/analyzer.hpp"
 #include "corpus.hpp"
-#include "sniff.hpp"
+#include "decode/sniff.hpp"
 #include "test_images.hpp"
-#include "validate.hpp"
+#include "core/validate.hpp"
 
 namespace imgstat::testing {
 namespace {
@@ -211,7 +211,7 @@ TEST_F(AnalyzerTest, StreamedUploadsEqualOneMessage) {
     auto upload = analyzer_->begin_upload(header);
     const std::string& data = whole.input().data();
     for (size_t off = 0; off < data.size(); off += 1000) upload->add(data.substr(off, 1000));
-    const v1::AnalyzeResponse got = upload->finish();
+    const v1::AnalyzeResponse got = upload->finish({});
     for (int c = 0; c < 4; ++c) {
       EXPECT_EQ(got.channels(c).min(), want.channels(c).min());
       EXPECT_EQ(got.channels(c).max(), want.channels(c).max());
@@ -227,7 +227,7 @@ TEST_F(AnalyzerTest, UploadsMustAddUpToTheirDeclaredLength) {
   header.set_total_bytes(10);
   auto upload = analyzer_->begin_upload(header);
   upload->add("12345");
-  EXPECT_NE(message_of([&] { upload->finish(); }).find("5 of"), std::string::npos);
+  EXPECT_NE(message_of([&] { upload->finish({}); }).find("5 of"), std::string::npos);
   upload = analyzer_->begin_upload(header);
   upload->add("12345678");
   EXPECT_EQ(code_of([&] { upload->add("901"); }), ErrorCode::kInvalidArgument);
@@ -250,7 +250,7 @@ TEST_F(AnalyzerTest, EncodedUploadEqualsOneMessage) {
   auto upload = analyzer_->begin_upload(header);
   const std::string& data = whole.input().data();
   for (size_t off = 0; off < data.size(); off += 65536) upload->add(data.substr(off, 65536));
-  const v1::AnalyzeResponse got = upload->finish();
+  const v1::AnalyzeResponse got = upload->finish({});
   EXPECT_EQ(got.format(), "PNG");
   for (int c = 0; c < 3; ++c)
     EXPECT_EQ(got.channels(c).SerializeAsString(), want.channels(c).SerializeAsString());

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/fallback_engine.hpp"
+#include "imgstat/binning.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
@@ -33,6 +34,24 @@ bool parse_sample_type(const char* name, SampleType* out) {
 // 2^40 samples per channel keep the exact integer moments inside 128 bits.
 constexpr uint64_t kMaxPixels = uint64_t{1} << 40;
 
+bool byte_extent(const Layout& l, uint64_t* row_bytes, uint64_t* least, uint64_t* full) {
+  uint64_t row, stride, rows_before_last, all, last;
+  if (__builtin_mul_overflow(l.width, l.pixel_bytes(), &row)) return false;
+  stride = l.row_stride ? l.row_stride : row;
+  if (l.height == 0) {
+    *row_bytes = row;
+    *least = *full = 0;
+    return true;
+  }
+  if (__builtin_mul_overflow(stride, l.height - 1, &rows_before_last)) return false;
+  if (__builtin_add_overflow(rows_before_last, row, &last)) return false;
+  if (__builtin_mul_overflow(stride, l.height, &all)) return false;
+  *row_bytes = row;
+  *least = last;
+  *full = all;
+  return true;
+}
+
 void validate(const Layout& layout, const StatsRequest& request) {
   auto invalid = [](const std::string& m) { fail(ErrorCode::kInvalidArgument, m); };
   if (layout.channels < 1 || layout.channels > 4)
@@ -40,16 +59,20 @@ void validate(const Layout& layout, const StatsRequest& request) {
   if (layout.width == 0 || layout.height == 0)
     invalid("width and height must be at least 1, got " + std::to_string(layout.width) + "x" +
             std::to_string(layout.height));
-  if (layout.width > kMaxPixels || layout.height > kMaxPixels || layout.width * layout.height > kMaxPixels)
+  if (layout.width > kMaxPixels || layout.height > kMaxPixels || layout.height > kMaxPixels / layout.width)
     fail(ErrorCode::kResourceExhausted, "images of more than 2^40 pixels are not supported");
+  uint64_t row, least, full;
+  if (!byte_extent(layout, &row, &least, &full))
+    invalid("row stride " + std::to_string(layout.row_stride) + " times height " + std::to_string(layout.height) +
+            " overflows 64 bits");
   if (layout.row_stride != 0 && layout.row_stride < layout.row_bytes())
     invalid("row stride " + std::to_string(layout.row_stride) + " is less than a row (" +
             std::to_string(layout.row_bytes()) + " bytes)");
   if (request.histogram) {
     const HistogramSpec& h = request.hist;
     if (h.bins < 1 || h.bins > 65536) invalid("bins must be 1 to 65536, got " + std::to_string(h.bins));
-    if (h.explicit_range && !(std::isfinite(h.lo) && std::isfinite(h.hi) && h.lo < h.hi))
-      invalid("histogram range must be finite with lo < hi");
+    if (h.explicit_range && !histogram_range_ok(h.lo, h.hi, h.bins))
+      invalid("histogram range must be finite with lo < hi, and hi - lo and bins / (hi - lo) finite");
   }
 }
 

@@ -32,6 +32,14 @@ struct Layout {
   }
 };
 
+// The one place layout sizes are multiplied from untrusted numbers: the bytes
+// a row holds, the fewest bytes that hold the image (the last row needs no
+// padding) and stride * height. False when any of them overflows 64 bits,
+// the outputs then unset. Every entry point checks a layout through this
+// (validate() below, the server's request checks) before using the
+// unchecked accessors above.
+bool byte_extent(const Layout& layout, uint64_t* row_bytes, uint64_t* least, uint64_t* full);
+
 struct ImageView {
   const void* data = nullptr;
   Layout layout;

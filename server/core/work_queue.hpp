@@ -2,9 +2,13 @@
 // must not block). Plain threads, not TBB workers: each joins the CPU
 // engine's TBB arena as an outside thread, so one large request still gets
 // every TBB worker and concurrent requests add their own threads.
+//
+// The line is bounded: submit() refuses work beyond max_waiting, so a flood
+// of calls is answered RESOURCE_EXHAUSTED instead of queueing without end.
 #pragma once
 
 #include <condition_variable>
+#include <cstddef>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -13,13 +17,13 @@
 
 namespace imgstat {
 
-class Workers {
+class WorkQueue {
  public:
-  explicit Workers(unsigned threads) {
+  WorkQueue(unsigned threads, size_t max_waiting) : max_waiting_(max_waiting) {
     for (unsigned i = 0; i < std::max(1u, threads); ++i) threads_.emplace_back([this] { loop(); });
   }
 
-  ~Workers() {
+  ~WorkQueue() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
@@ -28,13 +32,21 @@ class Workers {
     for (auto& t : threads_) t.join();
   }
 
-  void submit(std::function<void()> task) {
+  // False, and the task dropped, when max_waiting tasks already wait.
+  bool submit(std::function<void()> task) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.size() >= max_waiting_) return false;
       queue_.push_back(std::move(task));
       ++pending_;
     }
     wake_.notify_one();
+    return true;
+  }
+
+  size_t waiting() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return queue_.size();
   }
 
   // Blocks until every submitted task has run.
@@ -58,7 +70,8 @@ class Workers {
     }
   }
 
-  std::mutex mu_;
+  const size_t max_waiting_;
+  mutable std::mutex mu_;
   std::condition_variable wake_, idle_;
   std::deque<std::function<void()>> queue_;
   size_t pending_ = 0;

@@ -7,7 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "analyzer.hpp"
+#include "core/analyzer.hpp"
+#include "core/limits.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
@@ -19,7 +20,7 @@ struct ServerOptions {
   uint64_t cuda_memory_limit = 0;  // device bytes; 0: no limit
   Limits limits;
   unsigned threads = 0;  // workers for decoding and computing; 0: one per core
-  double shutdown_grace_seconds = 30;  // in-flight calls get this long to finish
+  double shutdown_grace_seconds = 30;  // calls in progress get this long to finish
 };
 
 // The engine the options ask for; with kAuto, CUDA when a device is usable,
@@ -27,7 +28,7 @@ struct ServerOptions {
 std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string* note);
 
 class ImageStatsService;
-class Workers;
+class WorkQueue;
 
 class Server {
  public:
@@ -39,15 +40,17 @@ class Server {
   void start();
   int port() const { return port_; }
   const Analyzer& analyzer() const { return *analyzer_; }
-  // Reports NOT_SERVING, stops taking calls, lets those in flight finish
-  // (cancelling them after the grace period), then returns.
+  // Reports NOT_SERVING, refuses new calls (UNAVAILABLE), lets those in
+  // progress finish within the grace period (cancelling what is left then),
+  // ends the health service's Watch streams, then returns: at once when
+  // nothing is in progress.
   void shutdown();
 
  private:
   ServerOptions options_;
   std::shared_ptr<Engine> engine_;
   std::unique_ptr<Analyzer> analyzer_;
-  std::unique_ptr<Workers> workers_;
+  std::unique_ptr<WorkQueue> queue_;
   std::unique_ptr<ImageStatsService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

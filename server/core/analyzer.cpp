@@ -1,10 +1,10 @@
-#include "analyzer.hpp"
+#include "core/analyzer.hpp"
 
 #include <chrono>
 
-#include "decode.hpp"
-#include "sniff.hpp"
-#include "validate.hpp"
+#include "core/validate.hpp"
+#include "decode/decode.hpp"
+#include "decode/sniff.hpp"
 
 #ifndef IMGSTAT_VERSION
 #define IMGSTAT_VERSION "0.0.0"
@@ -84,20 +84,20 @@ class EncodedUpload final : public Upload {
     request_.mutable_input()->set_name(header.input().name());
     *request_.mutable_options() = header.options();
     total_ = header.total_bytes();
-    request_.mutable_input()->mutable_data()->reserve(total_);
   }
+  // Memory grows with the bytes received, not with what the header declares.
   void add(const std::string& chunk) override {
     std::string* data = request_.mutable_input()->mutable_data();
     if (data->size() + chunk.size() > total_)
       fail(ErrorCode::kInvalidArgument, "chunks carry more than the header's total_bytes (" + std::to_string(total_) + ")");
     data->append(chunk);
   }
-  v1::AnalyzeResponse finish() override {
+  v1::AnalyzeResponse finish(const CallContext& call) override {
     const uint64_t got = request_.input().data().size();
     if (got != total_)
       fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(got) + " of the header's total_bytes " +
                                             std::to_string(total_));
-    return analyzer_.analyze(request_);
+    return analyzer_.analyze(request_, call);
   }
 
  private:
@@ -123,7 +123,7 @@ class PixelUpload final : public Upload {
     stream_->feed(chunk.data(), chunk.size());
     compute_ += Clock::now() - t0;
   }
-  v1::AnalyzeResponse finish() override {
+  v1::AnalyzeResponse finish(const CallContext&) override {
     if (received_ != total_)
       fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(received_) +
                                             " of the header's total_bytes " + std::to_string(total_));
@@ -149,9 +149,12 @@ class PixelUpload final : public Upload {
 }  // namespace
 
 Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits)
-    : engine_(std::move(engine)), limits_(limits) {}
+    : engine_(std::move(engine)), limits_(resolve(limits, engine_->info().threads)) {
+  budget_ = std::make_unique<MemoryBudget>(limits_.max_decode_memory, limits_.max_queue);
+  configure_decoders(limits_.max_pixels);
+}
 
-v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request) const {
+v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const CallContext& call) const {
   const v1::Input& input = request.input();
   const StatsRequest stats_request = stats_request_of(request.options());
   const std::string& data = input.data();
@@ -160,6 +163,7 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request) const {
   Described d;
   ImageView view;
   DecodedImage decoded;
+  MemoryBudget::Lease lease;  // held until the engine has read the pixels
   const auto t0 = Clock::now();
   switch (kind_of(input)) {
     case v1::INPUT_KIND_RAW:
@@ -176,7 +180,16 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request) const {
       DecodeOptions options;
       options.max_pixels = limits_.max_pixels;
       options.allow_truncated = request.options().allow_truncated();
-      decoded = decode_image(bytes, data.size(), options);
+      options.cancelled = call.cancelled;
+      const DecodePlan plan = plan_decode(bytes, data.size(), options);
+      const auto waited_until = std::min(call.deadline, t0 + std::chrono::duration_cast<Clock::duration>(
+                                                                 std::chrono::duration<double>(limits_.queue_timeout_seconds)));
+      lease = budget_->acquire(plan.memory_bytes,
+                               "this " + std::to_string(plan.width) + "x" + std::to_string(plan.height) + " " + plan.format,
+                               call, waited_until);
+      call.check("before decoding");
+      decoded = decode_image(bytes, data.size(), plan, options);
+      call.check("after decoding");
       d = Described{decoded.format, decoded.view.layout, decoded.channel_order, decoded.channel_names};
       view = decoded.view;
       for (const std::string& w : decoded.warnings) r.add_warnings(w);
@@ -231,7 +244,12 @@ v1::ServerInfo Analyzer::server_info() const {
   l->set_max_message_bytes(limits_.max_message_bytes);
   l->set_max_pixels(limits_.max_pixels);
   l->set_max_input_bytes(limits_.max_input_bytes);
-  l->set_max_bins(65536);
+  l->set_max_bins(kMaxBins);
+  l->set_max_decode_memory(limits_.max_decode_memory);
+  l->set_max_concurrent(limits_.max_concurrent);
+  l->set_batch_window(limits_.batch_window);
+  set_duration(l->mutable_stream_idle_timeout(), std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(limits_.stream_idle_timeout_seconds)));
   for (const std::string& f : supported_formats()) info.add_formats(f);
   for (auto t : {v1::SAMPLE_TYPE_UINT8, v1::SAMPLE_TYPE_UINT16, v1::SAMPLE_TYPE_INT8, v1::SAMPLE_TYPE_INT16,
                  v1::SAMPLE_TYPE_FLOAT32, v1::SAMPLE_TYPE_FLOAT64})

@@ -7,6 +7,7 @@
 #include <opencv2/core.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,24 @@ namespace imgstat {
 struct DecodeOptions {
   uint64_t max_pixels = uint64_t{1} << 30;
   bool allow_truncated = false;
+  // Polled inside long decodes where the library allows (libjpeg's check
+  // pass, giflib's rows); true ends the decode with kCancelled.
+  std::function<bool()> cancelled;
 };
+
+// What a file declares, from its header alone, before anything is allocated.
+struct DecodePlan {
+  std::string format;
+  uint64_t width = 0;   // of the image that will be decoded (a GIF's first frame)
+  uint64_t height = 0;
+  uint64_t memory_bytes = 0;  // most memory the decode may hold at once
+};
+
+[[noreturn]] inline void invalid_data(const std::string& message) { fail(ErrorCode::kInvalidArgument, message); }
+
+// Sets OpenCV's own pixel limit (OPENCV_IO_MAX_IMAGE_PIXELS) to max_pixels
+// before its first decode; later calls change nothing.
+void configure_decoders(uint64_t max_pixels);
 
 struct DecodedImage {
   std::string format;
@@ -30,8 +48,14 @@ struct DecodedImage {
   std::vector<std::string> warnings;
 };
 
-// Throws imgstat::Error: kInvalidArgument for empty, unrecognized, corrupt or
-// unsupported data, kResourceExhausted over max_pixels.
+// Throws imgstat::Error: kInvalidArgument for empty, unrecognized or corrupt
+// headers and unsupported formats, kResourceExhausted over max_pixels.
+DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& options);
+
+// Throws imgstat::Error: kInvalidArgument for corrupt, truncated or
+// unsupported data, kResourceExhausted over max_pixels, kCancelled.
+DecodedImage decode_image(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options);
+// plan_decode, then decode_image.
 DecodedImage decode_image(const uint8_t* data, size_t size, const DecodeOptions& options);
 
 // Names of n channels in their stored order: Gray; Gray,A; R,G,B; R,G,B,A.
@@ -41,7 +65,7 @@ std::vector<std::string> channel_names(uint32_t n);
 // parser. Empty Mat: not handled here, leave it to OpenCV. Results are in
 // OpenCV's channel order (BGR, BGRA) so that every path reports alike.
 cv::Mat decode_bmp_core(const uint8_t* data, size_t size);
-cv::Mat decode_gif(const uint8_t* data, size_t size, std::vector<std::string>* warnings);
+cv::Mat decode_gif(const uint8_t* data, size_t size, const DecodeOptions& options, std::vector<std::string>* warnings);
 cv::Mat decode_webp_frames(const uint8_t* data, size_t size, std::vector<std::string>* warnings);
 
 }  // namespace imgstat

@@ -1,6 +1,7 @@
-#include "sniff.hpp"
+#include "decode/sniff.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -26,7 +27,9 @@ void set_size(Probe& p, int64_t w, int64_t h) {
   p.height = static_cast<uint64_t>(h);
 }
 
-// First IFD's ImageWidth (256) and ImageLength (257), classic or BigTIFF.
+// First IFD's ImageWidth (256), ImageLength (257), BitsPerSample (258),
+// Photometric (262) and SamplesPerPixel (277), classic or BigTIFF. Offsets
+// come from the file: every one is checked against n before it is read.
 void probe_tiff(Probe& p, const uint8_t* d, size_t n) {
   const bool le = d[0] == 'I';
   auto u16 = [&](size_t o) { return le ? le16(d + o) : be16(d + o); };
@@ -36,19 +39,31 @@ void probe_tiff(Probe& p, const uint8_t* d, size_t n) {
   if (big && n < 16) return;
   const uint64_t ifd = big ? u64(8) : u32(4);
   const size_t count_size = big ? 8 : 2, entry_size = big ? 20 : 12;
-  if (ifd + count_size > n) return;
+  if (ifd > n || count_size > n - ifd) return;
   const uint64_t count = big ? u64(ifd) : u16(ifd);
-  int64_t w = -1, h = -1;
+  int64_t w = -1, h = -1, bits = 1, samples = 1, photometric = -1;
   for (uint64_t i = 0; i < count; ++i) {
     const uint64_t e = ifd + count_size + i * entry_size;
-    if (e + entry_size > n) break;
+    if (e > n || entry_size > n - e) break;
     const uint32_t tag = u16(e), type = u16(e + 2);
+    const uint64_t values = big ? u64(e + 4) : u32(e + 4);
     const size_t value = e + (big ? 12 : 8);
-    const int64_t v = type == 3 ? u16(value) : type == 4 ? u32(value) : type == 16 ? static_cast<int64_t>(u64(value)) : -1;
+    int64_t v = type == 3 ? u16(value) : type == 4 ? u32(value) : type == 16 ? static_cast<int64_t>(u64(value)) : -1;
+    if (tag == 258 && type == 3 && values * 2 > (big ? 8u : 4u)) {  // one per sample, stored elsewhere
+      const uint64_t at = big ? u64(value) : u32(value);
+      v = at <= n && n - at >= 2 ? u16(at) : -1;
+    }
     if (tag == 256) w = v;
     if (tag == 257) h = v;
+    if (tag == 258 && v > 0) bits = v;
+    if (tag == 262) photometric = v;
+    if (tag == 277 && v > 0) samples = v;
   }
   set_size(p, w, h);
+  const uint64_t sample = bits <= 8 ? 1 : bits <= 16 ? 2 : bits <= 32 ? 4 : 8;
+  const uint64_t channels = photometric == 3 ? 3 : static_cast<uint64_t>(std::min<int64_t>(samples, 4));
+  // OpenCV reads tile by tile into the image: the samples, and a tile beside them.
+  p.bytes_per_pixel = channels * sample + 4;
 }
 
 void probe_webp(Probe& p, const uint8_t* d, size_t n) {
@@ -61,6 +76,9 @@ void probe_webp(Probe& p, const uint8_t* d, size_t n) {
   } else if (std::memcmp(d + 12, "VP8X", 4) == 0)
     set_size(p, le24(d + 24) + 1, le24(d + 27) + 1);
 }
+
+// Saturates instead of overflowing: "99999999999999999999" is a huge size, not UB.
+int64_t to_int(const std::string& s) { return std::strtoll(s.c_str(), nullptr, 10); }
 
 // Whitespace- and comment-separated header tokens of PNM/PFM.
 std::vector<std::string> pnm_tokens(const uint8_t* d, size_t n, size_t want) {
@@ -129,6 +147,39 @@ void probe_exr(Probe& p, const uint8_t* d, size_t n) {
   }
 }
 
+// The first image descriptor's size: the frame that is decoded, which may be
+// far larger than the logical screen the header gives.
+void probe_gif(Probe& p, const uint8_t* d, size_t n) {
+  if (n < 13) return;
+  size_t o = 13;
+  if (d[10] & 0x80) o += size_t{3} << ((d[10] & 7) + 1);  // global colour table
+  while (o < n) {
+    if (d[o] == 0x2c) {  // image descriptor
+      if (n - o >= 10) set_size(p, le16(d + o + 5), le16(d + o + 7));
+      return;
+    }
+    if (d[o] != 0x21 || n - o < 2) return;  // not an extension: corrupt or the end
+    o += 2;
+    while (o < n && d[o] != 0) o += size_t{d[o]} + 1;  // sub-blocks
+    ++o;
+  }
+}
+
+// JPEG 2000: the SIZ marker segment of the codestream (after the JP2 boxes in
+// a .jp2 file): image extent less offset, and the number of components.
+void probe_jpeg2000(Probe& p, const uint8_t* d, size_t n) {
+  static const uint8_t kSiz[] = {0xff, 0x4f, 0xff, 0x51};
+  const uint8_t* at = static_cast<const uint8_t*>(memmem(d, std::min<size_t>(n, 1 << 16), kSiz, 4));
+  if (!at) return;
+  const size_t o = at - d;
+  if (n - o < 42) return;
+  const int64_t w = int64_t{be32(d + o + 8)} - be32(d + o + 16), h = int64_t{be32(d + o + 12)} - be32(d + o + 20);
+  set_size(p, w, h);
+  const uint64_t components = be16(d + o + 40);
+  // OpenJPEG holds an int32 per sample; OpenCV's image is beside it.
+  p.bytes_per_pixel = components * 4 + 8;
+}
+
 }  // namespace
 
 Probe probe(const uint8_t* d, size_t n) {
@@ -136,9 +187,19 @@ Probe probe(const uint8_t* d, size_t n) {
   p.format = "unknown";
   if (starts_with(d, n, "\x89PNG\r\n\x1a\n", 8)) {
     p.format = "PNG";
-    if (n >= 24) set_size(p, be32(d + 16), be32(d + 20));
+    if (n >= 26) {
+      set_size(p, be32(d + 16), be32(d + 20));
+      const uint32_t depth = d[24], colour = d[25];
+      const uint64_t channels = colour == 0 ? 1 : colour == 2 ? 3 : 4;  // palette may gain alpha (tRNS)
+      p.bytes_per_pixel = channels * (depth == 16 ? 2 : 1);
+      if (p.has_size) {
+        const uint64_t stored = colour == 2 ? 3 : colour == 4 ? 2 : colour == 6 ? 4 : 1;
+        const uint64_t row = (p.width * stored * depth + 7) / 8 + 1;  // filter byte
+        if (p.height <= (uint64_t{1} << 40) / std::max<uint64_t>(row, 1)) p.least_bytes = p.height * row / 1032;
+      }
+    }
   } else if (starts_with(d, n, "\xff\xd8\xff", 3)) {
-    p.format = "JPEG";  // libjpeg reads its size (jpeg_check)
+    p.format = "JPEG";  // libjpeg reads its header (jpeg_check)
   } else if (starts_with(d, n, "II*\0", 4) || starts_with(d, n, "MM\0*", 4) ||
              starts_with(d, n, "II+\0", 4) || starts_with(d, n, "MM\0+", 4)) {
     p.format = "TIFF";
@@ -146,39 +207,53 @@ Probe probe(const uint8_t* d, size_t n) {
   } else if (starts_with(d, n, "BM", 2)) {
     p.format = "BMP";
     if (n >= 26) {
-      if (le32(d + 14) == 12)
-        set_size(p, static_cast<int16_t>(le16(d + 18)), static_cast<int16_t>(le16(d + 20)));
-      else
+      if (le32(d + 14) == 12) {  // OS/2 1.x: unsigned 16-bit sizes
+        set_size(p, le16(d + 18), le16(d + 20));
+      } else if (n >= 30) {
         set_size(p, static_cast<int32_t>(le32(d + 18)), std::abs(static_cast<int64_t>(static_cast<int32_t>(le32(d + 22)))));
+      }
+      p.bytes_per_pixel = 5;  // BGR(A) samples; palette images also hold their indices
     }
   } else if (n >= 12 && starts_with(d, n, "RIFF", 4) && std::memcmp(d + 8, "WEBP", 4) == 0) {
     p.format = "WebP";
     probe_webp(p, d, n);
+    p.bytes_per_pixel = 8;  // the canvas and the frame taken from it
   } else if (starts_with(d, n, "GIF87a", 6) || starts_with(d, n, "GIF89a", 6)) {
     p.format = "GIF";
-    if (n >= 10) set_size(p, le16(d + 6), le16(d + 8));
+    probe_gif(p, d, n);
+    p.bytes_per_pixel = 5;  // palette indices and the BGR(A) frame
+    // An LZW code (3 bits at least) stands for at most 4096 pixels.
+    if (p.has_size && p.width <= (uint64_t{1} << 20)) p.least_bytes = p.width * p.height * 3 / 8 / 4096;
   } else if (starts_with(d, n, "\x76\x2f\x31\x01", 4)) {
     p.format = "EXR";
     probe_exr(p, d, n);
+    p.bytes_per_pixel = 32;  // up to 4 float channels, read through a frame buffer of the same size
   } else if (starts_with(d, n, "#?RADIANCE", 10) || starts_with(d, n, "#?RGBE", 6)) {
     p.format = "HDR";
     probe_hdr(p, d, n);
+    p.bytes_per_pixel = 16;  // 3 floats and the RGBE bytes
   } else if (n >= 3 && d[0] == 'P' && d[1] >= '1' && d[1] <= '6' && std::isspace(d[2])) {
     p.format = "PNM";
-    const auto t = pnm_tokens(d, n, 2);
-    if (t.size() == 2) set_size(p, std::atoll(t[0].c_str()), std::atoll(t[1].c_str()));
+    const bool gray = d[1] != '3' && d[1] != '6';
+    const auto t = pnm_tokens(d, n, gray && (d[1] == '1' || d[1] == '4') ? 2 : 3);
+    if (t.size() >= 2) set_size(p, to_int(t[0]), to_int(t[1]));
+    p.bytes_per_pixel = (gray ? 1 : 3) * (t.size() == 3 && to_int(t[2]) > 255 ? 2 : 1);
   } else if (starts_with(d, n, "P7\n", 3)) {
     p.format = "PAM";
     probe_pam(p, d, n);
+    p.bytes_per_pixel = 8;
   } else if (n >= 3 && d[0] == 'P' && (d[1] == 'F' || d[1] == 'f') && std::isspace(d[2])) {
     p.format = "PFM";
     const auto t = pnm_tokens(d, n, 2);
-    if (t.size() == 2) set_size(p, std::atoll(t[0].c_str()), std::atoll(t[1].c_str()));
+    if (t.size() == 2) set_size(p, to_int(t[0]), to_int(t[1]));
+    p.bytes_per_pixel = d[1] == 'F' ? 12 : 4;
   } else if (starts_with(d, n, "\0\0\0\x0cjP  \r\n\x87\n", 12) || starts_with(d, n, "\xff\x4f\xff\x51", 4)) {
     p.format = "JPEG2000";
+    probe_jpeg2000(p, d, n);
   } else if (starts_with(d, n, "\x59\xa6\x6a\x95", 4)) {
     p.format = "SunRaster";
     if (n >= 12) set_size(p, be32(d + 4), be32(d + 8));
+    p.bytes_per_pixel = 5;
   }
   return p;
 }

@@ -1,7 +1,10 @@
-#include "validate.hpp"
+#include "core/validate.hpp"
 
 #include <cmath>
 #include <string>
+
+#include "core/limits.hpp"
+#include "imgstat/binning.hpp"
 
 namespace imgstat {
 namespace {
@@ -58,12 +61,14 @@ StatsRequest stats_request_of(const v1::Options& o) {
       }
     }
   }
-  if (o.bins() > 65536) invalid("options.bins must be 1 to 65536 (0 means 256), got " + std::to_string(o.bins()));
+  if (o.bins() > kMaxBins)
+    invalid("options.bins must be 1 to " + std::to_string(kMaxBins) + " (0 means 256), got " + std::to_string(o.bins()));
   r.hist.bins = o.bins() ? o.bins() : 256;
   if (o.has_range()) {
     const double lo = o.range().lo(), hi = o.range().hi();
-    if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
-      invalid("options.range must be finite with lo < hi, got [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
+    if (!histogram_range_ok(lo, hi, r.hist.bins))
+      invalid("options.range must be finite with lo < hi and wider than bins * 2^-1024, got [" + std::to_string(lo) +
+              ", " + std::to_string(hi) + ")");
     r.hist.explicit_range = true;
     r.hist.lo = lo;
     r.hist.hi = hi;
@@ -78,14 +83,20 @@ Layout raw_layout_of(const v1::RawLayout& raw) {
   if (raw.channels() < 1 || raw.channels() > 4)
     invalid("raw.channels must be 1 to 4, got " + std::to_string(raw.channels()));
   Layout l{raw.width(), raw.height(), raw.channels(), sample_type_of(raw.sample_type()), raw.row_stride()};
-  if (l.row_stride != 0 && l.row_stride < l.row_bytes())
-    invalid("raw.row_stride " + std::to_string(l.row_stride) + " is less than a row of " +
-            std::to_string(l.row_bytes()) + " bytes");
+  uint64_t row, least, full;
+  if (!byte_extent(l, &row, &least, &full))
+    invalid(l.row_stride ? "raw.row_stride " + std::to_string(l.row_stride) + " times raw.height " +
+                               std::to_string(l.height) + " overflows 64 bits"
+                         : "raw.width " + std::to_string(l.width) + " times the pixel size overflows 64 bits");
+  if (l.row_stride != 0 && l.row_stride < row)
+    invalid("raw.row_stride " + std::to_string(l.row_stride) + " is less than a row of " + std::to_string(row) +
+            " bytes");
   return l;
 }
 
 void check_raw_size(const Layout& l, uint64_t bytes) {
-  const uint64_t full = l.stride() * l.height, least = l.min_bytes();
+  uint64_t row, least, full;
+  if (!byte_extent(l, &row, &least, &full)) invalid("raw layout overflows 64 bits");  // raw_layout_of refused it
   if (bytes != full && bytes != least) {
     std::string want = std::to_string(full);
     if (least != full) want = std::to_string(least) + " or " + want;

@@ -1,16 +1,21 @@
 // imgstat.v1.ImageStats on gRPC's callback API: one reactor per RPC kind,
-// each thin: check, hand the work to the workers, answer.
+// each thin: admit, hand the work to the queue, answer. No reaction blocks:
+// decoding, engine passes and waits all run on the work queue's threads.
 #pragma once
 
-#include "analyzer.hpp"
+#include <memory>
+
+#include "core/analyzer.hpp"
+#include "core/work_queue.hpp"
 #include "imgstat/v1/imgstat.grpc.pb.h"
-#include "workers.hpp"
+#include "service/call_support.hpp"
 
 namespace imgstat {
 
 class ImageStatsService final : public v1::ImageStats::CallbackService {
  public:
-  ImageStatsService(const Analyzer& analyzer, Workers& workers) : analyzer_(analyzer), workers_(workers) {}
+  ImageStatsService(const Analyzer& analyzer, WorkQueue& queue);
+  ~ImageStatsService() override;
 
   grpc::ServerUnaryReactor* Analyze(grpc::CallbackServerContext* ctx, const v1::AnalyzeRequest* request,
                                     v1::AnalyzeResponse* response) override;
@@ -21,17 +26,21 @@ class ImageStatsService final : public v1::ImageStats::CallbackService {
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* ctx, const v1::GetServerInfoRequest* request,
                                           v1::ServerInfo* response) override;
 
+  // From now on new calls are refused with UNAVAILABLE; those in progress go on.
+  void stop_admitting() { admission_.close(); }
+  uint32_t calls_in_progress() const { return admission_.active(); }
+
  private:
-  const Analyzer& analyzer_;
-  Workers& workers_;
+  Admission admission_;
+  IdleWatch idle_;
+  CallEnv env_;
 };
 
-// The reactors, one file each.
+// The reactors, one file each. Each has entered env.admission and leaves it
+// when done.
 grpc::ServerReadReactor<v1::AnalyzeStreamRequest>* make_stream_reactor(grpc::CallbackServerContext* ctx,
-                                                                      v1::AnalyzeResponse* response,
-                                                                      const Analyzer& analyzer, Workers& workers);
+                                                                      v1::AnalyzeResponse* response, CallEnv& env);
 grpc::ServerBidiReactor<v1::BatchRequest, v1::BatchResponse>* make_batch_reactor(grpc::CallbackServerContext* ctx,
-                                                                                 const Analyzer& analyzer,
-                                                                                 Workers& workers);
+                                                                                 CallEnv& env);
 
 }  // namespace imgstat

@@ -1,4 +1,4 @@
-#include "server.hpp"
+#include "service/server.hpp"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -9,8 +9,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "service.hpp"
-#include "workers.hpp"
+#include "service/service.hpp"
+#include "core/work_queue.hpp"
 
 namespace imgstat {
 
@@ -29,9 +29,10 @@ std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string*
 Server::Server(const ServerOptions& options, std::shared_ptr<Engine> engine)
     : options_(options), engine_(std::move(engine)) {
   if (options_.threads == 0) options_.threads = std::max(1u, std::thread::hardware_concurrency());
+  options_.limits = resolve(options_.limits, options_.threads);
   analyzer_ = std::make_unique<Analyzer>(engine_, options_.limits);
-  workers_ = std::make_unique<Workers>(options_.threads);
-  service_ = std::make_unique<ImageStatsService>(*analyzer_, *workers_);
+  queue_ = std::make_unique<WorkQueue>(options_.threads, options_.limits.max_queue);
+  service_ = std::make_unique<ImageStatsService>(*analyzer_, *queue_);
 }
 
 Server::~Server() {
@@ -59,11 +60,18 @@ void Server::start() {
 
 void Server::shutdown() {
   if (!server_) return;
-  server_->GetHealthCheckService()->SetServingStatus(false);
-  const auto grace = std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::chrono::duration<double>(options_.shutdown_grace_seconds));
-  server_->Shutdown(std::chrono::system_clock::now() + grace);
-  workers_->drain();
+  // NOT_SERVING for every service, and no later change (Watch streams see it).
+  server_->GetHealthCheckService()->Shutdown();
+  service_->stop_admitting();
+  const auto grace_end = std::chrono::steady_clock::now() +
+                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                             std::chrono::duration<double>(options_.shutdown_grace_seconds));
+  // Only imgstat's own calls are waited for: a health Watch stream never
+  // ends by itself and would hold the whole grace period.
+  while (service_->calls_in_progress() > 0 && std::chrono::steady_clock::now() < grace_end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  server_->Shutdown(std::chrono::system_clock::now());  // cancels what is left, Watch streams included
+  queue_->drain();
   server_->Wait();
   server_.reset();
 }

@@ -6,7 +6,7 @@
 #include <csignal>
 #include <pthread.h>
 
-#include "server.hpp"
+#include "service/server.hpp"
 
 #ifndef IMGSTAT_VERSION
 #define IMGSTAT_VERSION "0.0.0"
@@ -26,17 +26,11 @@ int main(int argc, char** argv) {
   app.add_option("--cuda-memory-limit", options.cuda_memory_limit,
                  "GPU memory the engine may hold, in bytes (0: no limit); images beyond it go to the CPU")
       ->envname("IMGSTAT_CUDA_MEMORY_LIMIT")->capture_default_str();
-  app.add_option("--max-message-bytes", options.limits.max_message_bytes,
-                 "largest message; larger inputs use AnalyzeStream")
-      ->envname("IMGSTAT_MAX_MESSAGE_BYTES")->check(CLI::Range(uint64_t{1024}, uint64_t{INT32_MAX}))->capture_default_str();
-  app.add_option("--max-pixels", options.limits.max_pixels, "largest decoded image, in pixels")
-      ->envname("IMGSTAT_MAX_PIXELS")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))->capture_default_str();
-  app.add_option("--max-input-bytes", options.limits.max_input_bytes, "largest AnalyzeStream upload")
-      ->envname("IMGSTAT_MAX_INPUT_BYTES")->check(CLI::PositiveNumber)->capture_default_str();
+  imgstat::add_limit_flags(app, options.limits);
   app.add_option("--threads", options.threads, "threads that decode and compute; 0: one per core")
       ->envname("IMGSTAT_THREADS")->capture_default_str();
   app.add_option("--shutdown-grace", options.shutdown_grace_seconds,
-                 "seconds in-flight calls get to finish after SIGTERM or SIGINT")
+                 "seconds calls in progress get to finish after SIGTERM or SIGINT")
       ->envname("IMGSTAT_SHUTDOWN_GRACE")->capture_default_str();
   app.add_option("--log-level", log_level)->envname("IMGSTAT_LOG_LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))->capture_default_str();

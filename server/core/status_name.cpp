@@ -1,4 +1,4 @@
-#include "status_name.hpp"
+#include "core/status_name.hpp"
 
 namespace imgstat {
 

@@ -13,8 +13,15 @@ namespace imgstat {
 struct Probe {
   std::string format;  // "PNG", "JPEG", ...; "unknown" when no signature matches
   bool has_size = false;
-  uint64_t width = 0;
+  uint64_t width = 0;  // of what will be decoded: a GIF's first frame, not its screen
   uint64_t height = 0;
+  // Most bytes a pixel may take while it is decoded: the decoded samples plus
+  // what the decoder holds beside them. An upper bound where the header does
+  // not say (4 channels of the widest sample the format has).
+  uint64_t bytes_per_pixel = 4;
+  // Fewest bytes of file that could hold the declared image, where the
+  // compression has a known ceiling (deflate's 1032:1, GIF's LZW); 0: none.
+  uint64_t least_bytes = 0;
 };
 
 Probe probe(const uint8_t* data, size_t size);

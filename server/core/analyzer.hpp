@@ -6,39 +6,40 @@
 #include <memory>
 #include <string>
 
+#include "core/budget.hpp"
+#include "core/call_context.hpp"
+#include "core/limits.hpp"
 #include "imgstat/engine.hpp"
 #include "imgstat/v1/imgstat.pb.h"
 
 namespace imgstat {
-
-struct Limits {
-  uint64_t max_message_bytes = uint64_t{64} << 20;
-  uint64_t max_pixels = uint64_t{1} << 30;        // decoded images
-  uint64_t max_input_bytes = uint64_t{16} << 30;  // AnalyzeStream uploads
-};
 
 // One streamed upload: data chunks in order, then finish().
 class Upload {
  public:
   virtual ~Upload() = default;
   virtual void add(const std::string& chunk) = 0;
-  virtual v1::AnalyzeResponse finish() = 0;
+  virtual v1::AnalyzeResponse finish(const CallContext& call) = 0;
 };
 
 class Analyzer {
  public:
+  // Limits left at 0 take the machine's defaults (resolve()).
   Analyzer(std::shared_ptr<Engine> engine, Limits limits);
 
-  // Each throws imgstat::Error naming what is wrong with the request.
-  v1::AnalyzeResponse analyze(const v1::AnalyzeRequest& request) const;
+  // Each throws imgstat::Error naming what is wrong with the request, or
+  // kCancelled / kDeadlineExceeded when the call ended first.
+  v1::AnalyzeResponse analyze(const v1::AnalyzeRequest& request, const CallContext& call = {}) const;
   std::unique_ptr<Upload> begin_upload(const v1::StreamHeader& header) const;
 
   v1::ServerInfo server_info() const;
   const Limits& limits() const { return limits_; }
+  const MemoryBudget& decode_budget() const { return *budget_; }
 
  private:
   std::shared_ptr<Engine> engine_;
   Limits limits_;
+  std::unique_ptr<MemoryBudget> budget_;
 };
 
 }  // namespace imgstat

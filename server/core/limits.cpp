@@ -1,0 +1,49 @@
+#include "core/limits.hpp"
+
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+
+namespace imgstat {
+
+uint64_t default_decode_memory() {
+  uint64_t memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+  std::ifstream cgroup("/sys/fs/cgroup/memory.max");  // a container's own limit
+  uint64_t limit = 0;
+  if (cgroup >> limit && limit > 0) memory = std::min(memory, limit);
+  return std::max<uint64_t>(memory / 2, uint64_t{64} << 20);
+}
+
+Limits resolve(Limits l, unsigned worker_threads) {
+  if (l.max_decode_memory == 0) l.max_decode_memory = default_decode_memory();
+  if (l.max_concurrent == 0) l.max_concurrent = 64 * std::max(1u, worker_threads);
+  return l;
+}
+
+void add_limit_flags(CLI::App& app, Limits& l) {
+  app.add_option("--max-message-bytes", l.max_message_bytes, "largest message; larger inputs use AnalyzeStream")
+      ->envname("IMGSTAT_MAX_MESSAGE_BYTES")->check(CLI::Range(uint64_t{1024}, uint64_t{INT32_MAX}))->capture_default_str();
+  app.add_option("--max-pixels", l.max_pixels, "largest decoded image, in pixels")
+      ->envname("IMGSTAT_MAX_PIXELS")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))->capture_default_str();
+  app.add_option("--max-input-bytes", l.max_input_bytes, "largest AnalyzeStream upload")
+      ->envname("IMGSTAT_MAX_INPUT_BYTES")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--max-decode-memory", l.max_decode_memory,
+                 "bytes all decodes in progress may hold; 0: half of the machine's memory")
+      ->envname("IMGSTAT_MAX_DECODE_MEMORY")->capture_default_str();
+  app.add_option("--max-concurrent", l.max_concurrent, "calls in progress at once; 0: 64 per thread")
+      ->envname("IMGSTAT_MAX_CONCURRENT")->capture_default_str();
+  app.add_option("--max-queue", l.max_queue, "work items waiting for a thread")
+      ->envname("IMGSTAT_MAX_QUEUE")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  app.add_option("--queue-timeout", l.queue_timeout_seconds,
+                 "seconds work may wait for a thread or decode memory when the call has no deadline")
+      ->envname("IMGSTAT_QUEUE_TIMEOUT")->check(CLI::Range(0.001, 86400.0))->capture_default_str();
+  app.add_option("--stream-idle-timeout", l.stream_idle_timeout_seconds,
+                 "seconds a streaming call may send nothing before it is ended")
+      ->envname("IMGSTAT_STREAM_IDLE_TIMEOUT")->check(CLI::Range(0.01, 86400.0))->capture_default_str();
+  app.add_option("--batch-window", l.batch_window, "AnalyzeBatch requests of one call held until answered")
+      ->envname("IMGSTAT_BATCH_WINDOW")->check(CLI::Range(1u, 1024u))->capture_default_str();
+}
+
+}  // namespace imgstat

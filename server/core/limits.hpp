@@ -1,0 +1,56 @@
+// Every limit of the service, its default and its flag, in one place. A limit
+// protects the server from what one caller sends: sizes read from a request
+// or a file header are checked against these before anything is allocated.
+#pragma once
+
+#include <cstdint>
+
+namespace CLI {
+class App;
+}
+
+namespace imgstat {
+
+// Fixed by the engines and the contract, not configurable.
+inline constexpr uint32_t kMaxBins = 65536;
+// Untrusted strings (an input's name) are cut to this many bytes in the log.
+inline constexpr uint32_t kMaxLoggedNameBytes = 200;
+
+struct Limits {
+  // --max-message-bytes: largest gRPC message; larger inputs use AnalyzeStream.
+  uint64_t max_message_bytes = uint64_t{64} << 20;
+  // --max-pixels: largest decoded image, checked against the file's header.
+  uint64_t max_pixels = uint64_t{1} << 30;
+  // --max-input-bytes: largest AnalyzeStream upload.
+  uint64_t max_input_bytes = uint64_t{16} << 30;
+  // --max-decode-memory: bytes all decodes in progress may hold together; a
+  // decode waits for room (see queue_timeout) or is refused when it alone is
+  // larger. 0: half of the machine's (or the container's) memory.
+  uint64_t max_decode_memory = 0;
+  // --max-concurrent: calls of imgstat.v1 in progress at once; more are
+  // refused with RESOURCE_EXHAUSTED. 0: 64 per worker thread.
+  uint32_t max_concurrent = 0;
+  // --max-queue: pieces of work waiting for a worker thread; more are refused.
+  uint32_t max_queue = 1024;
+  // --queue-timeout: seconds a piece of work may wait for a worker or for
+  // decode memory when the call has no deadline of its own (a call's
+  // deadline always applies).
+  double queue_timeout_seconds = 60;
+  // --stream-idle-timeout: an AnalyzeStream or AnalyzeBatch call that sends
+  // nothing for this long is ended (DEADLINE_EXCEEDED).
+  double stream_idle_timeout_seconds = 30;
+  // --batch-window: AnalyzeBatch requests of one call held at once, counted
+  // until their answer is written: a client that never reads holds no more.
+  uint32_t batch_window = 8;
+};
+
+// Fills the defaults that depend on the machine (0 above).
+Limits resolve(Limits limits, unsigned worker_threads);
+
+// Half of physical memory, or of the cgroup's memory.max when lower.
+uint64_t default_decode_memory();
+
+// Adds the flags above (and their IMGSTAT_* environment variables) to app.
+void add_limit_flags(CLI::App& app, Limits& limits);
+
+}  // namespace imgstat

@@ -1,0 +1,164 @@
+#include "decode/decode.hpp"
+
+#include <opencv2/imgcodecs.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "decode/jpeg_check.hpp"
+#include "decode/sniff.hpp"
+
+namespace imgstat {
+namespace {
+
+std::string pixels_over_limit(uint64_t w, uint64_t h, uint64_t max_pixels) {
+  return "image is " + std::to_string(w) + "x" + std::to_string(h) + " = " + std::to_string(w * h) +
+         " pixels, over the limit of " + std::to_string(max_pixels);
+}
+
+void check_pixels(uint64_t w, uint64_t h, uint64_t max_pixels) {
+  if (w != 0 && h > max_pixels / w) fail(ErrorCode::kResourceExhausted, pixels_over_limit(w, h, max_pixels));
+}
+
+bool sample_type_of(int depth, SampleType* t) {
+  switch (depth) {
+    case CV_8U: *t = SampleType::kUint8; return true;
+    case CV_8S: *t = SampleType::kInt8; return true;
+    case CV_16U: *t = SampleType::kUint16; return true;
+    case CV_16S: *t = SampleType::kInt16; return true;
+    case CV_32F: *t = SampleType::kFloat32; return true;
+    case CV_64F: *t = SampleType::kFloat64; return true;
+  }
+  return false;
+}
+
+std::string first_bytes(const uint8_t* d, size_t n) {
+  std::string s;
+  char buf[4];
+  for (size_t i = 0; i < std::min<size_t>(n, 8); ++i) {
+    std::snprintf(buf, sizeof buf, i ? " %02x" : "%02x", d[i]);
+    s += buf;
+  }
+  return s;
+}
+
+cv::Mat opencv_decode(const uint8_t* data, size_t size, const std::string& format) {
+  const cv::Mat buf(1, static_cast<int>(size), CV_8U, const_cast<uint8_t*>(data));
+  try {
+    return cv::imdecode(buf, cv::IMREAD_UNCHANGED);
+  } catch (const cv::Exception& e) {
+    if (e.code == cv::Error::StsNoMem) fail(ErrorCode::kResourceExhausted, format + ": out of memory while decoding");
+    invalid_data(format + ": could not decode (" + (e.err.empty() ? e.msg : e.err) + ")");
+  }
+}
+
+}  // namespace
+
+DecodedImage finish_decoded(DecodedImage out, const cv::Mat& m, const DecodeOptions& options);
+
+std::vector<std::string> channel_names(uint32_t n) {
+  switch (n) {
+    case 1: return {"Gray"};
+    case 2: return {"Gray", "A"};
+    case 3: return {"R", "G", "B"};
+    case 4: return {"R", "G", "B", "A"};
+  }
+  return {};
+}
+
+void configure_decoders(uint64_t max_pixels) {
+  static std::once_flag once;
+  std::call_once(once, [max_pixels] {
+    // OpenCV reads it once, at its first decode: refuse there too what the
+    // limit refuses here, should a header disagree with its data.
+    setenv("OPENCV_IO_MAX_IMAGE_PIXELS", std::to_string(max_pixels).c_str(), 1);
+  });
+}
+
+DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& options) {
+  if (size == 0) invalid_data("empty input: no bytes to decode");
+  Probe p = probe(data, size);
+  if (p.format == "unknown")
+    invalid_data("unrecognized image format (first bytes " + first_bytes(data, size) +
+                 "); send raw pixels as kind RAW, or any file as kind BYTES");
+  if (!is_supported_format(p.format)) invalid_data(p.format + " images are not supported");
+  if (size > static_cast<size_t>(INT32_MAX))
+    fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
+  DecodePlan plan{p.format, p.width, p.height, 0};
+  uint64_t extra = 0;
+  if (p.format == "JPEG") {
+    const JpegHeader h = read_jpeg_header(data, size);
+    plan.width = h.width;
+    plan.height = h.height;
+    p.has_size = h.width > 0 && h.height > 0;
+    p.bytes_per_pixel = h.components == 1 ? 1 : 3;
+    extra = jpeg_coefficient_bytes(h) + (options.allow_truncated ? size + 2 : 0);
+  }
+  if (!p.has_size) invalid_data(p.format + ": the header gives no image size (corrupt or truncated header)");
+  check_pixels(plan.width, plan.height, options.max_pixels);
+  if (size < p.least_bytes)
+    invalid_data(p.format + ": declares " + std::to_string(plan.width) + "x" + std::to_string(plan.height) +
+                 " pixels, more than " + std::to_string(size) + " bytes of its compression can hold: corrupt or truncated");
+  // Below 2^40 pixels and 2^20 bytes a pixel: no overflow.
+  plan.memory_bytes = plan.width * plan.height * p.bytes_per_pixel + extra;
+  return plan;
+}
+
+DecodedImage decode_image(const uint8_t* data, size_t size, const DecodeOptions& options) {
+  return decode_image(data, size, plan_decode(data, size, options), options);
+}
+
+DecodedImage decode_image(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options) {
+  configure_decoders(options.max_pixels);
+  DecodedImage out;
+  out.format = plan.format;
+  if (plan.format == "JPEG") {
+    const JpegCheck check = check_jpeg(data, size, options.cancelled);
+    if (!check.ok && check.error == "cancelled") fail(ErrorCode::kCancelled, "cancelled while decoding");
+    if (!check.ok) invalid_data("JPEG: " + check.error);
+    if (check.truncated && !options.allow_truncated)
+      invalid_data("JPEG data ends before its last block (truncated file); libjpeg would fill the "
+                   "rest with gray. Set allow_truncated to analyze it anyway");
+    out.warnings = check.warnings;
+    if (check.truncated) {
+      // libjpeg's file reader meets the end of the data with a made-up
+      // end-of-image marker and fills the rest with gray; OpenCV's memory
+      // reader just stops. The marker, appended, gives imread's answer.
+      std::vector<uint8_t> completed(data, data + size);
+      completed.push_back(0xff);
+      completed.push_back(0xd9);
+      cv::Mat m = opencv_decode(completed.data(), completed.size(), plan.format);
+      if (m.empty()) invalid_data("JPEG: could not decode (truncated)");
+      return finish_decoded(std::move(out), m, options);
+    }
+  }
+
+  cv::Mat m;
+  if (plan.format == "BMP") m = decode_bmp_core(data, size);
+  if (plan.format == "GIF") m = decode_gif(data, size, options, &out.warnings);
+  if (m.empty()) m = opencv_decode(data, size, plan.format);
+  if (m.empty() && plan.format == "WebP") m = decode_webp_frames(data, size, &out.warnings);
+  if (m.empty()) invalid_data(plan.format + ": could not decode (corrupt, truncated or unsupported data)");
+  return finish_decoded(std::move(out), m, options);
+}
+
+DecodedImage finish_decoded(DecodedImage out, const cv::Mat& m, const DecodeOptions& options) {
+  const std::string& format = out.format;
+  check_pixels(static_cast<uint64_t>(m.cols), static_cast<uint64_t>(m.rows), options.max_pixels);
+  SampleType type;
+  if (!sample_type_of(m.depth(), &type))
+    invalid_data(format + ": unsupported sample type (OpenCV depth " + std::to_string(m.depth()) + ")");
+  const uint32_t channels = static_cast<uint32_t>(m.channels());
+  if (channels < 1 || channels > 4) invalid_data(format + ": unsupported channel count " + std::to_string(channels));
+
+  out.pixels = m;
+  out.view = ImageView{m.data, Layout{static_cast<uint64_t>(m.cols), static_cast<uint64_t>(m.rows), channels, type,
+                                      static_cast<uint64_t>(m.step[0])}};
+  out.channel_names = channel_names(channels);
+  for (uint32_t c = 0; c < channels; ++c) out.channel_order.push_back(c);
+  if (channels >= 3) std::swap(out.channel_order[0], out.channel_order[2]);  // BGR(A) -> RGB(A)
+  return out;
+}
+
+}  // namespace imgstat

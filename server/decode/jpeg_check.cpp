@@ -1,0 +1,153 @@
+#include "decode/jpeg_check.hpp"
+
+#include <csetjmp>
+#include <cstdio>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+#include "imgstat/error.hpp"
+
+namespace imgstat {
+namespace {
+
+struct ErrorManager {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  JpegCheck* out;
+};
+
+struct Progress {
+  jpeg_progress_mgr pub;
+  const std::function<bool()>* cancelled;
+  ErrorManager* em;
+};
+
+std::string message_of(j_common_ptr cinfo) {
+  char buf[JMSG_LENGTH_MAX];
+  cinfo->err->format_message(cinfo, buf);
+  return buf;
+}
+
+void on_error(j_common_ptr cinfo) {
+  auto* em = reinterpret_cast<ErrorManager*>(cinfo->err);
+  em->out->error = message_of(cinfo);
+  std::longjmp(em->jump, 1);
+}
+
+void on_message(j_common_ptr cinfo, int level) {
+  if (level >= 0) return;  // trace messages
+  auto* em = reinterpret_cast<ErrorManager*>(cinfo->err);
+  const int code = cinfo->err->msg_code;
+  // Data that runs out, or that meets the end-of-image marker while blocks
+  // are still owed (half a file with FF D9 appended), is a truncated file.
+  if (code == JWRN_JPEG_EOF ||
+      (code == JWRN_HIT_MARKER && reinterpret_cast<j_decompress_ptr>(cinfo)->unread_marker == JPEG_EOI))
+    em->out->truncated = true;
+  std::string m = message_of(cinfo);
+  auto& w = em->out->warnings;
+  constexpr size_t kMaxWarnings = 8;
+  if (w.size() < kMaxWarnings && (w.empty() || w.back() != m)) w.push_back(std::move(m));
+}
+
+void on_progress(j_common_ptr cinfo) {
+  auto* p = reinterpret_cast<Progress*>(cinfo->progress);
+  if (*p->cancelled && (*p->cancelled)()) {
+    p->em->out->error = "cancelled";
+    std::longjmp(p->em->jump, 1);
+  }
+}
+
+// Every coefficient of every component was sent to full precision: a
+// progressive file cut between two scans, with its end marker, is not whole.
+bool all_scans_present(const jpeg_decompress_struct& cinfo) {
+  if (!cinfo.progressive_mode || !cinfo.coef_bits) return true;
+  for (int c = 0; c < cinfo.num_components; ++c)
+    for (int k = 0; k < DCTSIZE2; ++k)
+      if (cinfo.coef_bits[c][k] != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+JpegHeader read_jpeg_header(const uint8_t* data, size_t size) {
+  JpegHeader h;
+  JpegCheck scratch;
+  jpeg_decompress_struct cinfo;
+  ErrorManager em;
+  cinfo.err = jpeg_std_error(&em.pub);
+  em.pub.error_exit = on_error;
+  em.pub.emit_message = on_message;
+  em.out = &scratch;
+  if (setjmp(em.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    fail(ErrorCode::kInvalidArgument, "JPEG: " + scratch.error);
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  h.width = cinfo.image_width;
+  h.height = cinfo.image_height;
+  h.components = static_cast<uint32_t>(cinfo.num_components);
+  h.progressive = cinfo.progressive_mode;
+  h.arithmetic = cinfo.arith_code;
+  uint64_t largest = 0;
+  for (int c = 0; c < cinfo.num_components; ++c) {
+    const uint64_t b = uint64_t{cinfo.comp_info[c].width_in_blocks} * cinfo.comp_info[c].height_in_blocks;
+    h.blocks += b;
+    largest = std::max(largest, b);
+  }
+  jpeg_destroy_decompress(&cinfo);
+  // Arithmetic coding can spend far less than a bit on a block; Huffman cannot.
+  if (!h.arithmetic && uint64_t{size} * 8 < largest)
+    fail(ErrorCode::kInvalidArgument,
+         "JPEG: declares " + std::to_string(h.width) + "x" + std::to_string(h.height) + " (" +
+             std::to_string(largest) + " blocks) but " + std::to_string(size) +
+             " bytes cannot hold a bit for each block: corrupt or truncated");
+  return h;
+}
+
+uint64_t jpeg_coefficient_bytes(const JpegHeader& h) {
+  return h.progressive ? h.blocks * DCTSIZE2 * sizeof(JCOEF) : 0;
+}
+
+JpegCheck check_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled) {
+  JpegCheck out;
+  jpeg_decompress_struct cinfo;
+  ErrorManager em;
+  Progress progress;
+  cinfo.err = jpeg_std_error(&em.pub);
+  em.pub.error_exit = on_error;
+  em.pub.emit_message = on_message;
+  em.out = &out;
+  progress.pub.progress_monitor = on_progress;
+  progress.cancelled = &cancelled;
+  progress.em = &em;
+  std::vector<JSAMPLE> row;
+  if (setjmp(em.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    out.ok = false;
+    return out;
+  }
+  jpeg_create_decompress(&cinfo);
+  cinfo.progress = &progress.pub;
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  // Entropy decoding is what finds corrupt or missing data; 1/8 scale skips
+  // most of the inverse DCT and colour work that OpenCV will do for real.
+  cinfo.scale_num = 1;
+  cinfo.scale_denom = 8;
+  cinfo.dct_method = JDCT_IFAST;
+  cinfo.do_fancy_upsampling = FALSE;
+  jpeg_start_decompress(&cinfo);
+  row.resize(static_cast<size_t>(cinfo.output_width) * cinfo.output_components);
+  JSAMPROW rows[1] = {row.data()};
+  while (cinfo.output_scanline < cinfo.output_height) jpeg_read_scanlines(&cinfo, rows, 1);
+  if (!all_scans_present(cinfo)) out.truncated = true;
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  out.ok = true;
+  return out;
+}
+
+}  // namespace imgstat

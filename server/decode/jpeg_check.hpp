@@ -1,0 +1,47 @@
+// libjpeg passes over a JPEG before OpenCV decodes it. The header pass reads
+// what the file declares and refuses a file far too small to hold it; the
+// check pass entropy-decodes every block (at 1/8 scale, cheap) so that
+// libjpeg's warnings ("Corrupt JPEG data: ...") are collected instead of
+// printed, and a file whose data stops early is caught rather than analyzed
+// with libjpeg's gray fill.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace imgstat {
+
+struct JpegHeader {
+  uint64_t width = 0;
+  uint64_t height = 0;
+  uint32_t components = 0;
+  bool progressive = false;
+  bool arithmetic = false;
+  uint64_t blocks = 0;  // 8x8 blocks over all components
+};
+
+// Throws imgstat::Error (kInvalidArgument) for a header libjpeg refuses, or
+// for Huffman-coded data of fewer bits than one per block of the largest
+// component: every block's DC coefficient needs a code of at least one bit,
+// so such a file cannot be whole, whatever size it declares.
+JpegHeader read_jpeg_header(const uint8_t* data, size_t size);
+
+// Bytes libjpeg holds for the whole image's coefficients: progressive files
+// are decoded from such a buffer; baseline files are decoded row by row.
+uint64_t jpeg_coefficient_bytes(const JpegHeader& h);
+
+struct JpegCheck {
+  bool ok = false;          // libjpeg decoded it (possibly with warnings)
+  std::string error;        // libjpeg's message when !ok
+  bool truncated = false;   // the data ended (or met its end-of-image marker) before the last block
+  std::vector<std::string> warnings;
+};
+
+// cancelled, when set, is polled between passes and rows; true stops the
+// pass (ok false, error "cancelled").
+JpegCheck check_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled = {});
+
+}  // namespace imgstat

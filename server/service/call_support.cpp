@@ -1,0 +1,129 @@
+#include "service/call_support.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <new>
+
+#include "core/limits.hpp"
+#include "core/status_name.hpp"
+#include "core/text.hpp"
+#include "core/validate.hpp"
+#include "imgstat/error.hpp"
+
+namespace imgstat {
+
+CallContext call_context(grpc::CallbackServerContext* ctx) {
+  CallContext c;
+  const auto deadline = ctx->deadline();
+  const auto now = std::chrono::system_clock::now();
+  // gRPC reports "no deadline" as the far future.
+  if (deadline < now + std::chrono::hours(24 * 365))
+    c.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(deadline - now);
+  c.cancelled = [ctx] { return ctx->IsCancelled(); };
+  return c;
+}
+
+grpc::Status Admission::enter() {
+  if (closed_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
+  if (active_.fetch_add(1) >= max_) {
+    active_.fetch_sub(1);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "the server is busy: " + std::to_string(max_) + " calls in progress (--max-concurrent)");
+  }
+  return grpc::Status::OK;
+}
+
+void Admission::leave() { active_.fetch_sub(1); }
+
+IdleWatch::IdleWatch(double timeout_seconds)
+    : timeout_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds))) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+IdleWatch::~IdleWatch() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  thread_.join();
+}
+
+void IdleWatch::add(Target* t) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  targets_.insert(t);
+}
+
+void IdleWatch::remove(Target* t) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  targets_.erase(t);
+}
+
+void IdleWatch::loop() {
+  const auto period = std::clamp<Clock::duration>(timeout_ / 4, std::chrono::milliseconds(5), std::chrono::seconds(1));
+  std::unique_lock<std::mutex> stop(stop_mu_);
+  while (!stop_cv_.wait_for(stop, period, [this] { return stopping_; })) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    const auto now = Clock::now();
+    // A copy: a target that ends itself may leave the set meanwhile.
+    const std::vector<Target*> targets(targets_.begin(), targets_.end());
+    for (Target* t : targets)
+      if (targets_.count(t)) t->check_idle(now, timeout_);
+  }
+}
+
+bool CallEnv::submit(const CallContext& call, std::function<void(const grpc::Status&)> fn) {
+  const auto queued = Clock::now();
+  const auto patience = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits.queue_timeout_seconds));
+  return queue.submit([call, fn = std::move(fn), queued, patience] {
+    grpc::Status why_not = run_guarded([&] { call.check("while queued"); });
+    if (why_not.ok() && Clock::now() - queued > patience)
+      why_not = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "the server is overloaded: waited longer than "
+                                                                   "the queue timeout for a worker");
+    fn(why_not);
+  });
+}
+
+grpc::Status queue_full_status(const WorkQueue& queue) {
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      "the server is overloaded: " + std::to_string(queue.waiting()) + " pieces of work wait (--max-queue)");
+}
+
+grpc::Status status_of_current_exception() {
+  try {
+    throw;
+  } catch (const Error& e) {
+    return grpc::Status(static_cast<grpc::StatusCode>(e.code()), e.what());
+  } catch (const std::bad_alloc&) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "out of memory");
+  } catch (const std::exception& e) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "internal error");
+  }
+}
+
+namespace {
+
+double ms(const google::protobuf::Duration& d) { return d.seconds() * 1e3 + d.nanos() * 1e-6; }
+
+}  // namespace
+
+void log_request(const char* method, const std::string& peer, const v1::Input& input,
+                 const v1::AnalyzeResponse* r, const grpc::Status& status,
+                 std::chrono::steady_clock::time_point started) {
+  const double total_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  const std::string name = input.name().empty() ? "-" : printable(input.name(), kMaxLoggedNameBytes);
+  if (status.ok() && r) {
+    spdlog::info("{} peer={} input=\"{}\" {} {}x{}x{} {} engine={} decode={:.3f}ms compute={:.3f}ms total={:.3f}ms OK",
+                 method, peer, name, r->format(), r->width(), r->height(), r->channel_count(),
+                 to_string(sample_type_of(r->sample_type())), r->engine(), ms(r->decode_time()), ms(r->compute_time()),
+                 total_ms);
+  } else {
+    spdlog::info("{} peer={} input=\"{}\" total={:.3f}ms {}: {}", method, peer, name, total_ms,
+                 status_code_name(status.error_code()), printable(status.error_message(), 1000));
+  }
+}
+
+}  // namespace imgstat

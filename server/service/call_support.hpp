@@ -1,0 +1,111 @@
+// What every handler needs: the call's context for the core, admission (the
+// bound on calls in progress), the idle watch for streaming calls, errors as
+// gRPC statuses, and the one log line per request.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "core/analyzer.hpp"
+#include "core/call_context.hpp"
+#include "core/work_queue.hpp"
+#include "imgstat/v1/imgstat.pb.h"
+
+namespace imgstat {
+
+using Clock = std::chrono::steady_clock;
+
+// The caller's deadline and cancellation, as the core sees them.
+CallContext call_context(grpc::CallbackServerContext* ctx);
+
+// At most `max` calls in progress; none once closed (shutting down).
+class Admission {
+ public:
+  explicit Admission(uint32_t max) : max_(max) {}
+  // OK, or the status to refuse the call with; OK must be paired with leave().
+  grpc::Status enter();
+  void leave();
+  void close() { closed_ = true; }
+  uint32_t active() const { return active_; }
+
+ private:
+  const uint32_t max_;
+  std::atomic<uint32_t> active_{0};
+  std::atomic<bool> closed_{false};
+};
+
+// Streaming calls that wait on their client. A thread looks at each every
+// so often; one that has waited past the timeout ends itself.
+class IdleWatch {
+ public:
+  class Target {
+   public:
+    virtual ~Target() = default;
+    // Called under the watch's lock: the target cannot be deleted meanwhile.
+    virtual void check_idle(Clock::time_point now, Clock::duration timeout) = 0;
+  };
+
+  explicit IdleWatch(double timeout_seconds);
+  ~IdleWatch();
+  void add(Target* t);
+  void remove(Target* t);
+
+ private:
+  void loop();
+
+  const Clock::duration timeout_;
+  // Recursive: a target that ends itself may be removed on the same thread.
+  std::recursive_mutex mu_;
+  std::set<Target*> targets_;
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+// Everything a reactor reaches, owned by the service.
+struct CallEnv {
+  const Analyzer& analyzer;
+  WorkQueue& queue;
+  Admission& admission;
+  IdleWatch& idle;
+  const Limits& limits;
+
+  // Queues fn for a worker. fn receives OK, or why it must not run: the
+  // call ended while it waited, or it waited past the queue timeout. False
+  // when the queue is full (fn is not called).
+  bool submit(const CallContext& call, std::function<void(const grpc::Status&)> fn);
+};
+
+// Runs fn; an imgstat::Error becomes its status code, running out of memory
+// RESOURCE_EXHAUSTED, anything else INTERNAL.
+template <class Fn>
+grpc::Status run_guarded(Fn&& fn);
+
+grpc::Status status_of_current_exception();
+grpc::Status queue_full_status(const WorkQueue& queue);
+
+// One line to stderr: method, peer, input (escaped, cut), what it was,
+// engine, times, status.
+void log_request(const char* method, const std::string& peer, const v1::Input& input,
+                 const v1::AnalyzeResponse* response, const grpc::Status& status,
+                 std::chrono::steady_clock::time_point started);
+
+template <class Fn>
+grpc::Status run_guarded(Fn&& fn) {
+  try {
+    fn();
+    return grpc::Status::OK;
+  } catch (...) {
+    return status_of_current_exception();
+  }
+}
+
+}  // namespace imgstat

@@ -1,0 +1,184 @@
+// AnalyzeStream: a header, then data chunks in order. Every message goes to
+// the work queue, one at a time per call and in order (raw pixels and bytes
+// are fed to the engine there; an encoded upload is gathered, then decoded),
+// while gRPC receives the next: at most kAhead messages wait, so memory grows
+// with what the engine has not yet taken, never with what the header declares.
+// A call whose client sends nothing for --stream-idle-timeout is ended.
+//
+// StartRead and Finish may run the next reaction on the calling thread: they
+// are decided under the lock and called outside it.
+#include <deque>
+#include <mutex>
+
+#include "service/call_support.hpp"
+#include "service/service.hpp"
+
+namespace imgstat {
+namespace {
+
+constexpr size_t kAhead = 2;
+
+class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequest>, IdleWatch::Target {
+ public:
+  StreamReactor(grpc::CallbackServerContext* ctx, v1::AnalyzeResponse* response, CallEnv& env)
+      : ctx_(ctx), response_(response), env_(env), call_(call_context(ctx)) {
+    env_.idle.add(this);
+    StartRead(&message_);
+  }
+
+  void OnReadDone(bool ok) override {
+    bool read_more = false, start = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reading_ = false;
+      if (finished_) return;
+      if (!ok) {
+        reads_done_ = true;
+      } else {
+        pending_.push_back(std::move(message_));
+        message_.Clear();
+        read_more = reading_ = pending_.size() < kAhead;
+        if (reading_) read_started_ = Clock::now();
+      }
+      start = !working_ && (ok || reads_done_);
+      working_ = working_ || start;
+    }
+    if (start) schedule();
+    if (read_more) StartRead(&message_);
+  }
+
+  // The reactor outlives OnDone while a task of it still runs on the queue;
+  // whichever of the two comes last deletes it.
+  void OnDone() override {
+    env_.idle.remove(this);
+    env_.admission.leave();
+    bool gone;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      gone = !working_;
+    }
+    if (gone) delete this;
+  }
+
+  void check_idle(Clock::time_point now, Clock::duration timeout) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_ || !reading_ || now - read_started_ < timeout) return;
+    }
+    finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        "AnalyzeStream sent nothing for " + std::to_string(env_.limits.stream_idle_timeout_seconds) +
+                            " s (--stream-idle-timeout)"));
+  }
+
+ private:
+  // One task on the queue works through what is pending, then finishes the
+  // call when the client has sent everything.
+  void schedule() {
+    if (env_.submit(call_, [this](const grpc::Status& why_not) { work(why_not); })) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      working_ = false;
+    }
+    finish(queue_full_status(env_.queue));
+  }
+
+  void work(grpc::Status status) {
+    enum class Next { kStop, kEnd, kTake };
+    for (;;) {
+      if (!status.ok()) finish(status);
+      v1::AnalyzeStreamRequest message;
+      Next next;
+      bool read_more = false, gone = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (finished_ || (pending_.empty() && !reads_done_)) {
+          next = Next::kStop;
+          working_ = false;
+          gone = done_;
+        } else if (pending_.empty()) {
+          next = Next::kEnd;
+        } else {
+          next = Next::kTake;
+          message = std::move(pending_.front());
+          pending_.pop_front();
+          if (!reading_ && !reads_done_) {
+            read_more = reading_ = true;
+            read_started_ = Clock::now();
+          }
+        }
+      }
+      if (next == Next::kStop) {
+        if (gone) delete this;
+        return;
+      }
+      if (read_more) StartRead(&message_);
+      if (next == Next::kEnd) {
+        end();
+        continue;
+      }
+      status = run_guarded([&] { take(message); });
+    }
+  }
+
+  void take(const v1::AnalyzeStreamRequest& message) {
+    if (!upload_) {
+      if (!message.has_header()) fail(ErrorCode::kInvalidArgument, "the first AnalyzeStream message must be a header");
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        input_ = message.header().input();
+      }
+      upload_ = env_.analyzer.begin_upload(message.header());
+    } else if (message.has_header()) {
+      fail(ErrorCode::kInvalidArgument, "AnalyzeStream received a second header");
+    } else {
+      upload_->add(message.chunk());
+    }
+  }
+
+  void end() {
+    if (ctx_->IsCancelled()) return finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+    if (!upload_) return finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "AnalyzeStream received no header"));
+    finish(run_guarded([&] { *response_ = upload_->finish(call_); }));
+  }
+
+  // The first call wins; later ones (a late idle check, a failing chunk) do nothing.
+  void finish(const grpc::Status& status) {
+    v1::Input input;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      finished_ = true;
+      pending_.clear();
+      input = input_;
+    }
+    log_request("AnalyzeStream", ctx_->peer(), input, response_, status, started_);
+    Finish(status);
+  }
+
+  grpc::CallbackServerContext* ctx_;
+  v1::AnalyzeResponse* response_;
+  CallEnv& env_;
+  const CallContext call_;
+  v1::AnalyzeStreamRequest message_;  // being read
+  std::mutex mu_;
+  std::deque<v1::AnalyzeStreamRequest> pending_;
+  bool reading_ = true;
+  bool reads_done_ = false;
+  bool working_ = false;  // a task of this call is queued or running
+  bool finished_ = false;
+  bool done_ = false;  // OnDone has run
+  Clock::time_point read_started_ = Clock::now();
+  v1::Input input_;  // the header's, for the log
+  std::unique_ptr<Upload> upload_;
+  const Clock::time_point started_ = Clock::now();
+};
+
+}  // namespace
+
+grpc::ServerReadReactor<v1::AnalyzeStreamRequest>* make_stream_reactor(grpc::CallbackServerContext* ctx,
+                                                                      v1::AnalyzeResponse* response, CallEnv& env) {
+  return new StreamReactor(ctx, response, env);
+}
+
+}  // namespace imgstat
