@@ -118,6 +118,11 @@ class ServerProcess {
     std::filesystem::remove(log_);
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  pid_t pid() const { return pid_; }
+  bool alive() const { return pid_ > 0 && kill(pid_, 0) == 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+  // Resident memory now (VmRSS) and at its peak (VmHWM), in MiB.
+  double rss_mib() const { return status_kib("VmRSS:") / 1024.0; }
+  double peak_rss_mib() const { return status_kib("VmHWM:") / 1024.0; }
   std::string log() const { return slurp(log_); }
   // SIGTERM, then the exit status (-1 if it did not exit in time).
   int terminate(double timeout_s) {
@@ -134,6 +139,14 @@ class ServerProcess {
   }
 
  private:
+  uint64_t status_kib(const std::string& key) const {
+    std::istringstream in(slurp("/proc/" + std::to_string(pid_) + "/status"));
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind(key, 0) == 0) return std::stoull(line.substr(key.size()));
+    return 0;
+  }
+
   std::string log_;
   pid_t pid_ = -1;
   int port_ = 0;

@@ -87,7 +87,8 @@ Layout raw_layout_of(const v1::RawLayout& raw) {
   if (!byte_extent(l, &row, &least, &full))
     invalid(l.row_stride ? "raw.row_stride " + std::to_string(l.row_stride) + " times raw.height " +
                                std::to_string(l.height) + " overflows 64 bits"
-                         : "raw.width " + std::to_string(l.width) + " times the pixel size overflows 64 bits");
+                         : "raw.width x raw.height x pixel size (" + std::to_string(l.width) + "x" +
+                               std::to_string(l.height) + "x" + std::to_string(l.pixel_bytes()) + ") overflows 64 bits");
   if (l.row_stride != 0 && l.row_stride < row)
     invalid("raw.row_stride " + std::to_string(l.row_stride) + " is less than a row of " + std::to_string(row) +
             " bytes");

@@ -99,7 +99,8 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   check_pixels(plan.width, plan.height, options.max_pixels);
   if (size < p.least_bytes)
     invalid_data(p.format + ": declares " + std::to_string(plan.width) + "x" + std::to_string(plan.height) +
-                 " pixels, more than " + std::to_string(size) + " bytes of its compression can hold: corrupt or truncated");
+                 " pixels, but " + std::to_string(size) + " bytes cannot hold that many, however well compressed: "
+                 "corrupt or truncated");
   // Below 2^40 pixels and 2^20 bytes a pixel: no overflow.
   plan.memory_bytes = plan.width * plan.height * p.bytes_per_pixel + extra;
   return plan;

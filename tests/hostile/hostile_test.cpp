@@ -1,0 +1,504 @@
+// The bad-input catalogue, through a real server: every case gets its status
+// code and a message that names the problem, the next good request works,
+// and the server's memory stays within its budget (peak RSS checked last).
+#include <gtest/gtest.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+
+#include <cmath>
+#include <future>
+#include <random>
+#include <thread>
+
+#include "corpus.hpp"
+#include "hostile/inputs.hpp"
+#include "imgstat/v1/imgstat.grpc.pb.h"
+#include "process.hpp"
+
+namespace imgstat::testing {
+namespace {
+
+using grpc::StatusCode;
+constexpr uint64_t kDecodeMemory = uint64_t{384} << 20;
+constexpr double kPeakRssMib = 900;  // the budget, two workers' frames, gRPC and the corpus's own decodes
+
+class Hostile : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"--engine", test_engine(), "--threads", "2", "--max-decode-memory",
+                                 std::to_string(kDecodeMemory), "--stream-idle-timeout", "1", "--max-queue", "16",
+                                 "--batch-window", "4", "--shutdown-grace", "30"});
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(INT_MAX);
+    args.SetMaxReceiveMessageSize(INT_MAX);
+    channel_ = grpc::CreateCustomChannel(server_->address(), grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::ImageStats::NewStub(channel_);
+  }
+  void TearDown() override { expect_serving(); }
+
+  grpc::Status analyze(const v1::AnalyzeRequest& r, v1::AnalyzeResponse* out = nullptr, double timeout_s = 60) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(timeout_s * 1000)));
+    v1::AnalyzeResponse scratch;
+    return stub_->Analyze(&ctx, r, out ? out : &scratch);
+  }
+  static v1::AnalyzeRequest encoded(const std::string& data, const std::string& name = "") {
+    v1::AnalyzeRequest r;
+    r.mutable_input()->set_kind(v1::INPUT_KIND_ENCODED);
+    r.mutable_input()->set_data(data);
+    r.mutable_input()->set_name(name);
+    return r;
+  }
+  static v1::AnalyzeRequest raw(uint64_t w, uint64_t h, uint32_t c, v1::SampleType t, uint64_t stride,
+                                const std::string& data) {
+    v1::AnalyzeRequest r;
+    r.mutable_input()->set_kind(v1::INPUT_KIND_RAW);
+    auto* l = r.mutable_input()->mutable_raw();
+    l->set_width(w);
+    l->set_height(h);
+    l->set_channels(c);
+    l->set_sample_type(t);
+    l->set_row_stride(stride);
+    r.mutable_input()->set_data(data);
+    return r;
+  }
+  // The status, code and words a refusal must have; then a good request works.
+  void expect_refused(const grpc::Status& s, StatusCode code, const std::string& words, const std::string& what) {
+    EXPECT_EQ(s.error_code(), code) << what << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(words), std::string::npos) << what << ": \"" << s.error_message()
+                                                                << "\" should mention \"" << words << "\"";
+    expect_serving();
+  }
+  void expect_serving() {
+    ASSERT_TRUE(server_->alive()) << "the server died:\n" << server_->log().substr(0, 4000);
+    v1::AnalyzeResponse got;
+    const grpc::Status s = analyze(raw(3, 2, 1, v1::SAMPLE_TYPE_UINT8, 0, "\x01\x02\x03\x04\x05\x06"), &got, 10);
+    ASSERT_TRUE(s.ok()) << "a good request after a bad one: " << s.error_message();
+    EXPECT_EQ(got.channels(0).sum_int(), 21);
+  }
+
+  static ServerProcess* server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ImageStats::Stub> stub_;
+};
+ServerProcess* Hostile::server_ = nullptr;
+
+// ---- raw layouts whose arithmetic overflows ---------------------------------------------------
+
+TEST_F(Hostile, RowStridesThatOverflowAreRefusedOnEveryPath) {
+  // 2^63+1 times 2 rows wraps to 2: as many bytes as the wrapped product.
+  const uint64_t wraps = (uint64_t{1} << 63) + 1;
+  const auto a = raw(1, 2, 1, v1::SAMPLE_TYPE_UINT8, wraps, "\x07\x07");
+  expect_refused(analyze(a), StatusCode::INVALID_ARGUMENT, "raw.row_stride", "stride 2^63+1 (Analyze)");
+  // 2^64-2048: the least-bytes sum wraps; the data must not be read past its end.
+  // With 4096-byte rows, stride + row wraps to 2048: the bytes sent.
+  const auto b = raw(4096, 2, 1, v1::SAMPLE_TYPE_UINT8, ~uint64_t{0} - 2047, std::string(2048, 'x'));
+  expect_refused(analyze(b), StatusCode::INVALID_ARGUMENT, "raw.row_stride", "stride 2^64-2048");
+  // (2^32-1)^2 pixels of 32 bytes: the packed size overflows; of 1 byte it
+  // does not, and the data must then be that large.
+  expect_refused(analyze(raw(UINT32_MAX, UINT32_MAX, 4, v1::SAMPLE_TYPE_FLOAT64, 0, "x")),
+                 StatusCode::INVALID_ARGUMENT, "overflows", "(2^32-1)^2 x 32 bytes");
+  expect_refused(analyze(raw(UINT32_MAX, UINT32_MAX, 1, v1::SAMPLE_TYPE_UINT8, 0, "x")),
+                 StatusCode::INVALID_ARGUMENT, "raw data is 1 bytes", "(2^32-1)^2 bytes");
+
+  // AnalyzeBatch: the same request, answered under its id.
+  grpc::ClientContext ctx;
+  auto stream = stub_->AnalyzeBatch(&ctx);
+  v1::BatchRequest br;
+  br.set_id("42");
+  *br.mutable_request() = a;
+  ASSERT_TRUE(stream->Write(br));
+  stream->WritesDone();
+  v1::BatchResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  EXPECT_EQ(resp.id(), "42");
+  EXPECT_EQ(resp.error().code(), static_cast<int>(StatusCode::INVALID_ARGUMENT));
+  EXPECT_NE(resp.error().message().find("raw.row_stride"), std::string::npos) << resp.error().message();
+  EXPECT_TRUE(stream->Finish().ok());
+
+  // AnalyzeStream: refused at the header.
+  grpc::ClientContext sctx;
+  v1::AnalyzeResponse sresp;
+  auto writer = stub_->AnalyzeStream(&sctx, &sresp);
+  v1::AnalyzeStreamRequest header;
+  *header.mutable_header()->mutable_input() = a.input();
+  header.mutable_header()->mutable_input()->clear_data();
+  header.mutable_header()->set_total_bytes(2);
+  writer->Write(header);
+  writer->WritesDone();
+  expect_refused(writer->Finish(), StatusCode::INVALID_ARGUMENT, "raw.row_stride", "stride 2^63+1 (AnalyzeStream)");
+
+  // The CLI's --local path goes through the same front door.
+  const std::string file = temp_path("stride");
+  { std::ofstream(file, std::ios::binary) << "\x07\x07"; }
+  const ProcessResult r = run_process({client_bin(), "--local", "--raw", "1x2x1:uint8", "--stride",
+                                       std::to_string(wraps), file}, 60);
+  std::filesystem::remove(file);
+  EXPECT_NE(r.code, 0);
+  EXPECT_LT(r.code, 128) << "the client crashed: " << r.err;
+  EXPECT_NE((r.out + r.err).find("raw.row_stride"), std::string::npos) << r.out << r.err;
+}
+
+// ---- headers that declare more than the file or the limits hold -------------------------------
+
+TEST_F(Hostile, GifFrameFarLargerThanItsScreenIsRefusedBeforeAllocating) {
+  const std::string gif = giant_frame_gif();
+  ASSERT_EQ(gif.size(), 35u);
+  const double before = server_->rss_mib();
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_refused(analyze(encoded(gif)), StatusCode::RESOURCE_EXHAUSTED, "65535x65535", "1x1 screen, 65535^2 frame");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  EXPECT_LT(server_->rss_mib() - before, 64) << "memory grew for a refused GIF";
+  // Within the pixel limit but far beyond what 35 bytes of LZW can hold.
+  expect_refused(analyze(encoded(giant_frame_gif(30000, 30000))), StatusCode::INVALID_ARGUMENT, "cannot hold",
+                 "30000^2 frame in 35 bytes");
+}
+
+TEST_F(Hostile, Os2BmpWidthsAboveInt16AreReadUnsigned) {
+  expect_refused(analyze(encoded(os2_bmp(40000, 40000, false))), StatusCode::RESOURCE_EXHAUSTED, "40000x40000",
+                 "OS/2 BMP 40000x40000");
+  std::vector<uint8_t> indices;
+  v1::AnalyzeResponse got;
+  const grpc::Status s = analyze(encoded(os2_bmp(40000, 3, true, &indices)), &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got.width(), 40000u);
+  EXPECT_EQ(got.height(), 3u);
+  uint64_t sum = 0;
+  for (uint8_t v : indices) sum += v;
+  EXPECT_EQ(got.channels(0).sum_int(), static_cast<int64_t>(sum));
+}
+
+TEST_F(Hostile, JpegTooSmallForItsDeclaredSizeIsRefusedQuickly) {
+  cv::Mat small(64, 64, CV_8UC3);
+  cv::randu(small, 0, 255);
+  std::vector<uchar> jpg;
+  cv::imencode(".jpg", small, jpg, {cv::IMWRITE_JPEG_PROGRESSIVE, 1});
+  std::string data(jpg.begin(), jpg.end());
+  const size_t sof = data.find("\xff\xc2", 2);
+  ASSERT_NE(sof, std::string::npos);
+  data[sof + 5] = '\x80', data[sof + 6] = '\x00';  // height 32768
+  data[sof + 7] = '\x80', data[sof + 8] = '\x00';  // width 32768
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_refused(analyze(encoded(data)), StatusCode::INVALID_ARGUMENT, "cannot hold", "progressive 32768^2 in a few KB");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+}
+
+TEST_F(Hostile, HalfAJpegWithItsEndMarkerIsTruncated) {
+  cv::Mat img(256, 256, CV_8UC3);
+  cv::randu(img, 0, 255);
+  std::vector<uchar> jpg;
+  cv::imencode(".jpg", img, jpg);
+  for (bool progressive : {false, true}) {
+    if (progressive) cv::imencode(".jpg", img, jpg, {cv::IMWRITE_JPEG_PROGRESSIVE, 1});
+    const std::string half = std::string(jpg.begin(), jpg.begin() + jpg.size() / 2) + "\xff\xd9";
+    expect_refused(analyze(encoded(half)), StatusCode::INVALID_ARGUMENT, "truncated",
+                   progressive ? "half a progressive JPEG + FF D9" : "half a JPEG + FF D9");
+    auto allowed = encoded(half);
+    allowed.mutable_options()->set_allow_truncated(true);
+    v1::AnalyzeResponse got;
+    ASSERT_TRUE(analyze(allowed, &got).ok());
+    EXPECT_EQ(got.width(), 256u);
+  }
+  // The whole file is accepted, whole.
+  v1::AnalyzeResponse got;
+  ASSERT_TRUE(analyze(encoded(std::string(jpg.begin(), jpg.end())), &got).ok());
+  EXPECT_EQ(got.warnings_size(), 0);
+}
+
+TEST_F(Hostile, DecodesBeyondTheMemoryBudgetAreRefusedByName) {
+  // 16384^2 RGBA 16-bit: 2 GiB decoded from about 2 MB of deflate.
+  const std::string png = zero_png(16384, 16384, 6, 16);
+  EXPECT_LT(png.size(), 4u << 20);
+  expect_refused(analyze(encoded(png)), StatusCode::RESOURCE_EXHAUSTED, "--max-decode-memory", "2 GiB PNG");
+  // A TIFF declaring 32 GiB of float64 RGBA within the pixel limit.
+  expect_refused(analyze(encoded(tiff_declaring(32768, 32768, 64, 4, 3))), StatusCode::RESOURCE_EXHAUSTED,
+                 "--max-decode-memory", "32 GiB TIFF");
+  // A PNG whose IDAT cannot hold what it declares.
+  const std::string small = zero_png(64, 64, 0, 8);
+  std::string lying = small;
+  lying[16] = '\x00', lying[17] = '\x00', lying[18] = '\x80', lying[19] = '\x00';  // width 32768
+  lying[20] = '\x00', lying[21] = '\x00', lying[22] = '\x80', lying[23] = '\x00';  // height 32768
+  expect_refused(analyze(encoded(lying)), StatusCode::INVALID_ARGUMENT, "cannot hold", "PNG 32768^2 in 100 bytes");
+}
+
+TEST_F(Hostile, HugeHeadersOfEveryFormat) {
+  for (const auto& [w, h] : {std::pair<uint32_t, uint32_t>{4000000000u, 4000000000u}, {65535, 65535}, {40000, 30000}}) {
+    for (const auto& [format, data] : huge_headers(w, h)) {
+      const std::string what = format + " declaring " + std::to_string(w) + "x" + std::to_string(h);
+      const auto t0 = std::chrono::steady_clock::now();
+      const grpc::Status s = analyze(encoded(data));
+      EXPECT_TRUE(s.error_code() == StatusCode::RESOURCE_EXHAUSTED || s.error_code() == StatusCode::INVALID_ARGUMENT)
+          << what << ": " << static_cast<int>(s.error_code()) << " " << s.error_message();
+      EXPECT_GT(s.error_message().size(), 10u) << what;
+      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0) << what;
+      expect_serving();
+    }
+  }
+}
+
+TEST_F(Hostile, CorpusFilesCutAnywhereGetAClearAnswer) {
+  if (!have_corpus()) GTEST_SKIP() << "no corpus";
+  int answered = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(corpus_dir())) {
+    if (!entry.is_regular_file()) continue;
+    const std::string name = entry.path().filename().string();
+    if (name == "MANIFEST.tsv" || name == "reference.jsonl" || name == "README.md") continue;
+    const std::string data = slurp(entry.path().string());
+    for (size_t eighths : {1, 4, 7}) {
+      const grpc::Status s = analyze(encoded(data.substr(0, data.size() * eighths / 8), name));
+      const StatusCode c = s.error_code();
+      EXPECT_TRUE(c == StatusCode::OK || c == StatusCode::INVALID_ARGUMENT || c == StatusCode::RESOURCE_EXHAUSTED)
+          << name << " cut at " << eighths << "/8: " << static_cast<int>(c) << " " << s.error_message();
+      ++answered;
+    }
+    ASSERT_TRUE(server_->alive()) << name;
+  }
+  EXPECT_GT(answered, 600);
+}
+
+// ---- options and stream protocol ---------------------------------------------------------------
+
+TEST_F(Hostile, OptionsOutOfRange) {
+  auto r = raw(2, 1, 1, v1::SAMPLE_TYPE_UINT8, 0, "\x01\x02");
+  auto bins = r;
+  bins.mutable_options()->set_bins(65537);
+  expect_refused(analyze(bins), StatusCode::INVALID_ARGUMENT, "options.bins", "65537 bins");
+  auto stat = r;
+  stat.mutable_options()->add_statistics(static_cast<v1::Statistic>(99));
+  expect_refused(analyze(stat), StatusCode::INVALID_ARGUMENT, "options.statistics", "statistic 99");
+  for (const auto& [lo, hi] : {std::pair<double, double>{NAN, 1}, {1, 0}, {0, INFINITY}, {0, 1e-320}}) {
+    auto range = r;
+    range.mutable_options()->mutable_range()->set_lo(lo);
+    range.mutable_options()->mutable_range()->set_hi(hi);
+    range.mutable_options()->set_bins(65536);
+    expect_refused(analyze(range), StatusCode::INVALID_ARGUMENT, "options.range", "range");
+  }
+  auto kind = r;
+  kind.mutable_input()->set_kind(static_cast<v1::InputKind>(7));
+  expect_refused(analyze(kind), StatusCode::INVALID_ARGUMENT, "input.kind", "kind 7");
+  expect_refused(analyze(raw(2, 1, 5, v1::SAMPLE_TYPE_UINT8, 0, "xx")), StatusCode::INVALID_ARGUMENT, "raw.channels",
+                 "5 channels");
+}
+
+TEST_F(Hostile, HistogramRangeWiderThanTheLargestDoubleBinsCorrectly) {
+  const double values[] = {-1e308, 0, 5e307, 1e308, -DBL_MAX};
+  auto r = raw(5, 1, 1, v1::SAMPLE_TYPE_FLOAT64, 0, std::string(reinterpret_cast<const char*>(values), sizeof values));
+  r.mutable_options()->mutable_range()->set_lo(-1e308);
+  r.mutable_options()->mutable_range()->set_hi(1e308);
+  r.mutable_options()->set_bins(4);
+  v1::AnalyzeResponse got;
+  const grpc::Status s = analyze(r, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const auto& h = got.channels(0).histogram();
+  ASSERT_EQ(h.counts_size(), 4);
+  EXPECT_EQ(h.counts(0), 1u);  // -1e308
+  EXPECT_EQ(h.counts(1), 0u);
+  EXPECT_EQ(h.counts(2), 1u);  // 0
+  EXPECT_EQ(h.counts(3), 1u);  // 5e307
+  EXPECT_EQ(h.overflow(), 1u);   // 1e308: the range is [lo, hi)
+  EXPECT_EQ(h.underflow(), 1u);  // -DBL_MAX
+  // The automatic range [min, max] of such data is as wide: bins by position too.
+  r.mutable_options()->clear_range();
+  ASSERT_TRUE(analyze(r, &got).ok());
+  const auto& a = got.channels(0).histogram();
+  EXPECT_EQ(a.counts(0), 1u);  // -DBL_MAX
+  EXPECT_EQ(a.counts(1), 1u);  // -1e308
+  EXPECT_EQ(a.counts(2), 1u);  // 0
+  EXPECT_EQ(a.counts(3), 2u);  // 5e307, 1e308
+}
+
+grpc::Status stream_of(v1::ImageStats::Stub& stub, const std::vector<v1::AnalyzeStreamRequest>& messages) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::AnalyzeResponse response;
+  auto writer = stub.AnalyzeStream(&ctx, &response);
+  for (const auto& m : messages)
+    if (!writer->Write(m)) break;
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+TEST_F(Hostile, StreamsWithBadShapes) {
+  v1::AnalyzeStreamRequest header, chunk, with_data, zero;
+  header.mutable_header()->mutable_input()->set_kind(v1::INPUT_KIND_BYTES);
+  header.mutable_header()->set_total_bytes(8);
+  chunk.set_chunk("1234");
+  with_data = header;
+  with_data.mutable_header()->mutable_input()->set_data("12");
+  zero = header;
+  zero.mutable_header()->set_total_bytes(0);
+  v1::AnalyzeStreamRequest too_big = header;
+  too_big.mutable_header()->set_total_bytes(uint64_t{1} << 62);
+  const std::vector<std::tuple<std::vector<v1::AnalyzeStreamRequest>, StatusCode, std::string>> cases = {
+      {{}, StatusCode::INVALID_ARGUMENT, "no header"},
+      {{chunk, chunk}, StatusCode::INVALID_ARGUMENT, "header"},
+      {{header, header, chunk, chunk}, StatusCode::INVALID_ARGUMENT, "second header"},
+      {{header, chunk}, StatusCode::INVALID_ARGUMENT, "4 of"},
+      {{header, chunk, chunk, chunk}, StatusCode::INVALID_ARGUMENT, "more than"},
+      {{with_data, chunk}, StatusCode::INVALID_ARGUMENT, "carries data"},
+      {{zero}, StatusCode::INVALID_ARGUMENT, "total_bytes"},
+      {{too_big, chunk}, StatusCode::RESOURCE_EXHAUSTED, "over the limit"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i)
+    expect_refused(stream_of(*stub_, std::get<0>(cases[i])), std::get<1>(cases[i]), std::get<2>(cases[i]),
+                   "stream case " + std::to_string(i));
+  EXPECT_TRUE(stream_of(*stub_, {header, chunk, chunk}).ok());
+}
+
+// ---- clients that hold the server's memory ----------------------------------------------------
+
+TEST_F(Hostile, StalledUploadsCommitNoMemoryAndAreEnded) {
+  const double before = server_->rss_mib();
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientWriter<v1::AnalyzeStreamRequest>>> writers;
+  std::vector<v1::AnalyzeResponse> responses(8);
+  for (int i = 0; i < 8; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    writers.push_back(stub_->AnalyzeStream(contexts.back().get(), &responses[i]));
+    v1::AnalyzeStreamRequest header, chunk;
+    header.mutable_header()->mutable_input()->set_kind(i % 2 ? v1::INPUT_KIND_ENCODED : v1::INPUT_KIND_BYTES);
+    header.mutable_header()->set_total_bytes((uint64_t{2} << 30) - 1);  // ~2 GiB declared
+    chunk.set_chunk("\x89PNG\r\n\x1a\n");
+    writers.back()->Write(header);
+    writers.back()->Write(chunk);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LT(server_->rss_mib() - before, 64) << "declared sizes were reserved";
+  // Then they stall: the idle timeout (1 s here) ends each.
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& w : writers) {
+    const grpc::Status s = w->Finish();
+    EXPECT_EQ(s.error_code(), StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+    EXPECT_NE(s.error_message().find("--stream-idle-timeout"), std::string::npos) << s.error_message();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+}
+
+TEST_F(Hostile, BatchClientThatNeverReadsHoldsAWindow) {
+  // Answers of 65536 bins x 4 channels of random data: large, and never read.
+  std::mt19937 rng(7);
+  std::string frame(64 * 64 * 4 * 2, '\0');
+  for (char& c : frame) c = static_cast<char>(rng());
+  v1::BatchRequest br;
+  *br.mutable_request() = raw(64, 64, 4, v1::SAMPLE_TYPE_UINT16, 0, frame);
+  br.mutable_request()->mutable_options()->set_bins(65536);
+  const double before = server_->rss_mib();
+  grpc::ClientContext ctx;
+  auto stream = stub_->AnalyzeBatch(&ctx);
+  std::atomic<int> written{0};
+  std::thread writer([&] {
+    for (int i = 0; i < 2000; ++i) {
+      br.set_id(std::to_string(i));
+      if (!stream->Write(br)) return;
+      ++written;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the idle timeout is 1 s
+  const double grew = server_->rss_mib() - before;
+  ctx.TryCancel();
+  writer.join();
+  stream->Finish();
+  EXPECT_LT(grew, 100) << "MiB held for a client that never reads, after it wrote " << written.load();
+  EXPECT_LT(written.load(), 2000) << "flow control should have stopped the writer";
+}
+
+TEST_F(Hostile, QueueIsBoundedAndDeadlinesAreHonoured) {
+  // Slow work: 4096^2 RGBA 16-bit PNGs (128 MiB each decoded) on 2 threads.
+  const std::string slow = zero_png(4096, 4096, 6, 16);
+  std::vector<std::future<grpc::Status>> busy;
+  for (int i = 0; i < 4; ++i)
+    busy.push_back(std::async(std::launch::async, [&] { return analyze(encoded(slow), nullptr, 120); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // A small PNG with a short deadline: answered DEADLINE_EXCEEDED at its
+  // deadline, not after the queue ahead of it.
+  const std::string small = zero_png(8, 8, 0, 8);
+  const auto t0 = std::chrono::steady_clock::now();
+  const grpc::Status s = analyze(encoded(small, "small-behind-slow"), nullptr, 0.2);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!s.ok()) EXPECT_EQ(s.error_code(), StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_LT(waited, 1.0);
+  // A flood beyond --max-queue (16) is refused at once, not queued.
+  std::vector<std::future<grpc::Status>> flood;
+  for (int i = 0; i < 40; ++i)
+    flood.push_back(std::async(std::launch::async, [&] { return analyze(encoded(slow), nullptr, 120); }));
+  int refused = 0;
+  for (auto& f : flood) {
+    const grpc::Status r = f.get();
+    if (!r.ok()) {
+      EXPECT_EQ(r.error_code(), StatusCode::RESOURCE_EXHAUSTED) << r.error_message();
+      ++refused;
+    }
+  }
+  for (auto& f : busy) EXPECT_TRUE(f.get().ok());
+  EXPECT_GT(refused, 0) << "40 slow calls on 2 threads with a queue of 16";
+}
+
+// ---- the log and shutdown ----------------------------------------------------------------------
+
+TEST_F(Hostile, UntrustedNamesAreEscapedAndCutInTheLog) {
+  auto r = raw(1, 1, 1, v1::SAMPLE_TYPE_UINT8, 0, "\x05");
+  r.mutable_input()->set_name("evil\nforged line\x1b[31m" + std::string(1 << 20, 'n'));
+  ASSERT_TRUE(analyze(r).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::string log = server_->log();
+  const size_t at = log.find("evil");
+  ASSERT_NE(at, std::string::npos);
+  const std::string line = log.substr(at, log.find('\n', at) - at);
+  EXPECT_NE(line.find("evil\\nforged line\\x1b[31m"), std::string::npos) << line.substr(0, 200);
+  EXPECT_LT(line.size(), 1000u);
+  EXPECT_NE(line.find("(1048597 bytes)"), std::string::npos) << line.substr(0, 400);
+}
+
+TEST_F(Hostile, PeakMemoryStaysWithinTheBudget) {
+  // Last in the file (gtest keeps the order): everything above has run.
+  const double peak = server_->peak_rss_mib();
+  std::printf("server peak RSS after the catalogue: %.0f MiB (decode budget %llu MiB)\n", peak,
+              static_cast<unsigned long long>(kDecodeMemory >> 20));
+  EXPECT_LT(peak, kPeakRssMib);
+}
+
+TEST(HostileShutdown, OpenHealthWatchDoesNotHoldSigterm) {
+  ServerProcess server({"--engine", "cpu", "--threads", "1", "--shutdown-grace", "30"});
+  auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  grpc::ClientContext ctx;
+  grpc::CompletionQueue cq;
+  // grpc.health.v1.Health/Watch with service "" (an empty message).
+  auto call = generic.PrepareCall(&ctx, "/grpc.health.v1.Health/Watch", &cq);
+  call->StartCall(reinterpret_cast<void*>(1));
+  void* tag;
+  bool ok;
+  cq.Next(&tag, &ok);
+  grpc::Slice empty;
+  grpc::ByteBuffer request(&empty, 1);
+  call->Write(request, grpc::WriteOptions().set_last_message(), reinterpret_cast<void*>(2));
+  cq.Next(&tag, &ok);
+  grpc::ByteBuffer first;
+  call->Read(&first, reinterpret_cast<void*>(3));
+  cq.Next(&tag, &ok);
+  ASSERT_TRUE(ok) << "no first health status";
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = server.terminate(20);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(code, 0);
+  EXPECT_LT(took, 3.0) << "an open Watch held the shutdown";
+  ctx.TryCancel();
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
+}  // namespace
+}  // namespace imgstat::testing
