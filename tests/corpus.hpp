@@ -18,6 +18,13 @@ inline std::filesystem::path corpus_dir() {
   return IMGSTAT_DEFAULT_CORPUS;
 }
 
+inline std::string slurp_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 inline bool have_corpus() { return std::filesystem::exists(corpus_dir() / "reference.jsonl"); }
 
 inline std::vector<nlohmann::json> corpus_references() {

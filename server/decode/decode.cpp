@@ -88,7 +88,7 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   DecodePlan plan{p.format, p.width, p.height, 0};
   uint64_t extra = 0;
   if (p.format == "JPEG") {
-    const JpegHeader h = read_jpeg_header(data, size);
+    const JpegHeader h = read_jpeg_header(data, size, options.max_pixels);
     plan.width = h.width;
     plan.height = h.height;
     p.has_size = h.width > 0 && h.height > 0;

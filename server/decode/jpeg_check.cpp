@@ -70,7 +70,7 @@ bool all_scans_present(const jpeg_decompress_struct& cinfo) {
 
 }  // namespace
 
-JpegHeader read_jpeg_header(const uint8_t* data, size_t size) {
+JpegHeader read_jpeg_header(const uint8_t* data, size_t size, uint64_t max_pixels) {
   JpegHeader h;
   JpegCheck scratch;
   jpeg_decompress_struct cinfo;
@@ -98,6 +98,10 @@ JpegHeader read_jpeg_header(const uint8_t* data, size_t size) {
     largest = std::max(largest, b);
   }
   jpeg_destroy_decompress(&cinfo);
+  if (h.width == 0 || h.height > max_pixels / h.width)
+    fail(ErrorCode::kResourceExhausted, "image is " + std::to_string(h.width) + "x" + std::to_string(h.height) +
+                                            " = " + std::to_string(h.width * h.height) + " pixels, over the limit of " +
+                                            std::to_string(max_pixels));
   // Arithmetic coding can spend far less than a bit on a block; Huffman cannot.
   if (!h.arithmetic && uint64_t{size} * 8 < largest)
     fail(ErrorCode::kInvalidArgument,

@@ -23,11 +23,11 @@ struct JpegHeader {
   uint64_t blocks = 0;  // 8x8 blocks over all components
 };
 
-// Throws imgstat::Error (kInvalidArgument) for a header libjpeg refuses, or
-// for Huffman-coded data of fewer bits than one per block of the largest
+// Throws imgstat::Error: kResourceExhausted beyond max_pixels;
+// kInvalidArgument for a header libjpeg refuses, or for Huffman-coded data of fewer bits than one per block of the largest
 // component: every block's DC coefficient needs a code of at least one bit,
 // so such a file cannot be whole, whatever size it declares.
-JpegHeader read_jpeg_header(const uint8_t* data, size_t size);
+JpegHeader read_jpeg_header(const uint8_t* data, size_t size, uint64_t max_pixels);
 
 // Bytes libjpeg holds for the whole image's coefficients: progressive files
 // are decoded from such a buffer; baseline files are decoded row by row.

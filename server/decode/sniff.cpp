@@ -147,6 +147,17 @@ void probe_exr(Probe& p, const uint8_t* d, size_t n) {
   }
 }
 
+// A tRNS chunk before the first IDAT (where it must be).
+bool png_has_trns(const uint8_t* d, size_t n) {
+  for (size_t o = 8; o <= n && n - o >= 8;) {
+    const uint64_t length = be32(d + o);
+    if (std::memcmp(d + o + 4, "tRNS", 4) == 0) return true;
+    if (std::memcmp(d + o + 4, "IDAT", 4) == 0) return false;
+    o += 12 + length;
+  }
+  return false;
+}
+
 // The first image descriptor's size: the frame that is decoded, which may be
 // far larger than the logical screen the header gives.
 void probe_gif(Probe& p, const uint8_t* d, size_t n) {
@@ -190,7 +201,8 @@ Probe probe(const uint8_t* d, size_t n) {
     if (n >= 26) {
       set_size(p, be32(d + 16), be32(d + 20));
       const uint32_t depth = d[24], colour = d[25];
-      const uint64_t channels = colour == 0 ? 1 : colour == 2 ? 3 : 4;  // palette may gain alpha (tRNS)
+      // OpenCV gives gray+alpha as BGRA, and a tRNS chunk adds alpha to the rest.
+      const uint64_t channels = png_has_trns(d, n) || colour >= 4 ? 4 : colour == 0 ? 1 : 3;
       p.bytes_per_pixel = channels * (depth == 16 ? 2 : 1);
       if (p.has_size) {
         const uint64_t stored = colour == 2 ? 3 : colour == 4 ? 2 : colour == 6 ? 4 : 1;

@@ -2,6 +2,8 @@
 // files hold, for every format the server decodes.
 #pragma once
 
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
 #include <zlib.h>
 
 #include <cstdint>
@@ -143,10 +145,16 @@ inline std::vector<std::pair<std::string, std::string>> huge_headers(uint32_t w,
     out.push_back({"PNG", std::string("\x89PNG\r\n\x1a\n", 8) + png_chunk("IHDR", ihdr) + png_chunk("IEND", "")});
   }
   {
-    std::string j("\xff\xd8\xff\xc0\x00\x11\x08", 7);
-    put_be16(j, h > 65535 ? 65535 : h);
-    put_be16(j, w > 65535 ? 65535 : w);
-    j += std::string("\x03\x01\x22\x00\x02\x11\x01\x03\x11\x01\xff\xd9", 12);
+    // A whole small JPEG whose frame header then says w x h (at most 65500,
+    // libjpeg's own limit).
+    std::vector<uchar> enc;
+    cv::imencode(".jpg", cv::Mat(16, 16, CV_8UC1, cv::Scalar(77)), enc);
+    std::string j(enc.begin(), enc.end());
+    const size_t sof = j.find("\xff\xc0");
+    std::string size;
+    put_be16(size, h > 65500 ? 65500 : h);
+    put_be16(size, w > 65500 ? 65500 : w);
+    j.replace(sof + 5, 4, size);
     out.push_back({"JPEG", j});
   }
   out.push_back({"TIFF", tiff_declaring(w, h, 8, 3, 1)});

@@ -1,0 +1,147 @@
+// The decode library on its own: what plans read from headers, the bounds
+// they promise, and the JPEG checks.
+#include <gtest/gtest.h>
+#include <opencv2/imgcodecs.hpp>
+
+#include <atomic>
+
+#include "corpus.hpp"
+#include "decode/decode.hpp"
+#include "decode/jpeg_check.hpp"
+#include "decode/sniff.hpp"
+#include "hostile/inputs.hpp"
+
+namespace imgstat {
+namespace {
+
+using testing::corpus_dir;
+using testing::have_corpus;
+
+const uint8_t* bytes(const std::string& s) { return reinterpret_cast<const uint8_t*>(s.data()); }
+
+ErrorCode plan_code(const std::string& data, uint64_t max_pixels = uint64_t{1} << 30) {
+  DecodeOptions o;
+  o.max_pixels = max_pixels;
+  try {
+    plan_decode(bytes(data), data.size(), o);
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return static_cast<ErrorCode>(0);
+}
+
+TEST(Plan, EveryFormatsDeclaredSizeIsCheckedFromItsHeader) {
+  for (const auto& [format, data] : testing::huge_headers(100000, 100000)) {
+    SCOPED_TRACE(format);
+    ASSERT_EQ(probe(bytes(data), data.size()).format, format);
+    EXPECT_EQ(plan_code(data), ErrorCode::kResourceExhausted);
+  }
+  for (const auto& [format, data] : testing::huge_headers(3000, 2000)) {
+    if (format == "JPEG") continue;  // libjpeg wants more than a header to give its size
+    SCOPED_TRACE(format);
+    const Probe p = probe(bytes(data), data.size());
+    EXPECT_TRUE(p.has_size);
+    EXPECT_EQ(p.width, 3000u);
+    EXPECT_EQ(p.height, 2000u);
+  }
+}
+
+TEST(Plan, GifSizeIsTheFirstFramesNotTheScreens) {
+  const std::string gif = testing::giant_frame_gif(300, 200);
+  const Probe p = probe(bytes(gif), gif.size());
+  EXPECT_EQ(p.width, 300u);
+  EXPECT_EQ(p.height, 200u);
+}
+
+TEST(Plan, Os2BmpSizesAreUnsigned) {
+  const std::string bmp = testing::os2_bmp(40000, 2, false);
+  const Probe p = probe(bytes(bmp), bmp.size());
+  EXPECT_EQ(p.width, 40000u);
+  EXPECT_EQ(plan_code(testing::os2_bmp(40000, 40000, false)), ErrorCode::kResourceExhausted);
+}
+
+TEST(Plan, TiffMemoryFollowsDepthAndSamples) {
+  const std::string t = testing::tiff_declaring(1000, 1000, 64, 4, 3);
+  DecodeOptions o;
+  EXPECT_GE(plan_decode(bytes(t), t.size(), o).memory_bytes, 1000u * 1000 * 32);
+  const std::string g = testing::tiff_declaring(1000, 1000, 16, 1, 1);
+  EXPECT_LT(plan_decode(bytes(g), g.size(), o).memory_bytes, 1000u * 1000 * 8);
+}
+
+TEST(Plan, FilesTooSmallForWhatTheyDeclare) {
+  std::string png = testing::zero_png(64, 64, 0, 8);
+  EXPECT_EQ(plan_code(png), static_cast<ErrorCode>(0));
+  png[18] = '\x80', png[19] = '\x00', png[22] = '\x80', png[23] = '\x00';  // 32768 x 32768
+  EXPECT_EQ(plan_code(png), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(plan_code(testing::giant_frame_gif(20000, 20000)), ErrorCode::kInvalidArgument);
+}
+
+// The promise the budget relies on: no decode holds more than its plan said.
+TEST(Plan, DecodedPixelsNeverExceedThePlannedMemory) {
+  if (!have_corpus()) GTEST_SKIP() << "no corpus";
+  int decoded = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(corpus_dir())) {
+    if (!entry.is_regular_file() || entry.path().parent_path().filename() == "raw") continue;
+    const std::string data = testing::slurp_file(entry.path().string());
+    DecodeOptions o;
+    o.allow_truncated = true;
+    try {
+      const DecodePlan plan = plan_decode(bytes(data), data.size(), o);
+      const DecodedImage img = decode_image(bytes(data), data.size(), plan, o);
+      EXPECT_LE(img.pixels.total() * img.pixels.elemSize(), plan.memory_bytes) << entry.path();
+      EXPECT_EQ(static_cast<uint64_t>(img.pixels.cols), plan.width) << entry.path();
+      EXPECT_EQ(static_cast<uint64_t>(img.pixels.rows), plan.height) << entry.path();
+      ++decoded;
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_GT(decoded, 190);
+}
+
+std::string encode_jpeg(bool progressive, int w = 256, int h = 192) {
+  cv::Mat img(h, w, CV_8UC3);
+  cv::randu(img, 0, 255);
+  std::vector<uchar> out;
+  cv::imencode(".jpg", img, out, {cv::IMWRITE_JPEG_PROGRESSIVE, progressive ? 1 : 0});
+  return std::string(out.begin(), out.end());
+}
+
+TEST(Jpeg, HeaderGivesSizeBlocksAndMode) {
+  const std::string jpg = encode_jpeg(true);
+  const JpegHeader h = read_jpeg_header(bytes(jpg), jpg.size(), 1 << 30);
+  EXPECT_EQ(h.width, 256u);
+  EXPECT_EQ(h.height, 192u);
+  EXPECT_TRUE(h.progressive);
+  EXPECT_EQ(h.components, 3u);
+  EXPECT_EQ(h.blocks, 32u * 24 + 2 * 16u * 12);  // 4:2:0
+  EXPECT_EQ(jpeg_coefficient_bytes(h), h.blocks * 128);
+}
+
+TEST(Jpeg, WholeFilesPassCutFilesAreTruncated) {
+  for (bool progressive : {false, true}) {
+    SCOPED_TRACE(progressive ? "progressive" : "baseline");
+    const std::string whole = encode_jpeg(progressive);
+    JpegCheck c = check_jpeg(bytes(whole), whole.size());
+    EXPECT_TRUE(c.ok);
+    EXPECT_FALSE(c.truncated);
+    for (double cut : {0.3, 0.5, 0.9}) {
+      const std::string part = whole.substr(0, static_cast<size_t>(whole.size() * cut));
+      c = check_jpeg(bytes(part), part.size());
+      EXPECT_TRUE(!c.ok || c.truncated) << "cut at " << cut;
+      const std::string marked = part + "\xff\xd9";
+      c = check_jpeg(bytes(marked), marked.size());
+      EXPECT_TRUE(!c.ok || c.truncated) << "cut at " << cut << " with FF D9";
+    }
+  }
+}
+
+TEST(Jpeg, CheckStopsWhenCancelled) {
+  const std::string whole = encode_jpeg(false, 1024, 1024);
+  std::atomic<int> polls{0};
+  const JpegCheck c = check_jpeg(bytes(whole), whole.size(), [&] { return ++polls > 3; });
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.error, "cancelled");
+}
+
+}  // namespace
+}  // namespace imgstat
