@@ -230,6 +230,22 @@ std::unique_ptr<Upload> Analyzer::begin_upload(const v1::StreamHeader& header) c
   }
 }
 
+void StreamAssembler::take(const v1::AnalyzeStreamRequest& message) {
+  if (!upload_) {
+    if (!message.has_header()) fail(ErrorCode::kInvalidArgument, "the first AnalyzeStream message must be a header");
+    upload_ = analyzer_.begin_upload(message.header());
+  } else if (message.has_header()) {
+    fail(ErrorCode::kInvalidArgument, "AnalyzeStream received a second header");
+  } else {
+    upload_->add(message.chunk());
+  }
+}
+
+v1::AnalyzeResponse StreamAssembler::end(const CallContext& call) {
+  if (!upload_) fail(ErrorCode::kInvalidArgument, "AnalyzeStream received no header");
+  return upload_->finish(call);
+}
+
 v1::ServerInfo Analyzer::server_info() const {
   v1::ServerInfo info;
   info.set_version(IMGSTAT_VERSION);

@@ -22,6 +22,22 @@ class Upload {
   virtual v1::AnalyzeResponse finish(const CallContext& call) = 0;
 };
 
+class Analyzer;
+
+// The AnalyzeStream protocol without its transport: a header first, then
+// data chunks, in order. take() throws imgstat::Error naming what is wrong
+// (no header, a second header, too many bytes, ...); end() finishes the upload.
+class StreamAssembler {
+ public:
+  explicit StreamAssembler(const Analyzer& analyzer) : analyzer_(analyzer) {}
+  void take(const v1::AnalyzeStreamRequest& message);
+  v1::AnalyzeResponse end(const CallContext& call);
+
+ private:
+  const Analyzer& analyzer_;
+  std::unique_ptr<Upload> upload_;
+};
+
 class Analyzer {
  public:
   // Limits left at 0 take the machine's defaults (resolve()).

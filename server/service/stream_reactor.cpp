@@ -21,7 +21,7 @@ constexpr size_t kAhead = 2;
 class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequest>, IdleWatch::Target {
  public:
   StreamReactor(grpc::CallbackServerContext* ctx, v1::AnalyzeResponse* response, CallEnv& env)
-      : ctx_(ctx), response_(response), env_(env), call_(call_context(ctx)) {
+      : ctx_(ctx), response_(response), env_(env), call_(call_context(ctx)), assembler_(env.analyzer) {
     env_.idle.add(this);
     StartRead(&message_);
   }
@@ -122,24 +122,17 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
   }
 
   void take(const v1::AnalyzeStreamRequest& message) {
-    if (!upload_) {
-      if (!message.has_header()) fail(ErrorCode::kInvalidArgument, "the first AnalyzeStream message must be a header");
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        input_ = message.header().input();
-      }
-      upload_ = env_.analyzer.begin_upload(message.header());
-    } else if (message.has_header()) {
-      fail(ErrorCode::kInvalidArgument, "AnalyzeStream received a second header");
-    } else {
-      upload_->add(message.chunk());
+    if (message.has_header() && !has_header_) {  // for the log, even when refused
+      has_header_ = true;
+      std::lock_guard<std::mutex> lock(mu_);
+      input_.set_name(message.header().input().name());
     }
+    assembler_.take(message);
   }
 
   void end() {
     if (ctx_->IsCancelled()) return finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
-    if (!upload_) return finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "AnalyzeStream received no header"));
-    finish(run_guarded([&] { *response_ = upload_->finish(call_); }));
+    finish(run_guarded([&] { *response_ = assembler_.end(call_); }));
   }
 
   // The first call wins; later ones (a late idle check, a failing chunk) do nothing.
@@ -170,7 +163,9 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
   bool done_ = false;  // OnDone has run
   Clock::time_point read_started_ = Clock::now();
   v1::Input input_;  // the header's, for the log
-  std::unique_ptr<Upload> upload_;
+  // Used by the one task of this call at a time.
+  StreamAssembler assembler_;
+  bool has_header_ = false;
   const Clock::time_point started_ = Clock::now();
 };
 
