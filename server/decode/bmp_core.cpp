@@ -39,12 +39,15 @@ cv::Mat expand_palette(const std::vector<uint8_t>& indices, int w, int h, const 
 
 // OS/2 1.x BMPs (12-byte BITMAPCOREHEADER) store palette entries in 3 bytes;
 // OpenCV 4.6 reads them as 4 and returns wrong colours.
-cv::Mat decode_bmp_core(const uint8_t* d, size_t n) {
+cv::Mat decode_bmp_core(const uint8_t* d, size_t n, const DecodeOptions& options) {
   if (n < 26 || le32(d + 14) != 12) return {};
   const int w = static_cast<int>(le16(d + 18)), h = static_cast<int>(le16(d + 20));
   const uint32_t bpp = le16(d + 24), offset = le32(d + 10);
   if (bpp != 1 && bpp != 4 && bpp != 8) return {};
   if (w == 0 || h == 0) invalid_data("BMP: zero width or height");
+  if (static_cast<uint64_t>(h) > options.max_pixels / static_cast<uint64_t>(w))
+    fail(ErrorCode::kResourceExhausted, "BMP of " + std::to_string(w) + "x" + std::to_string(h) +
+                                            " pixels is over the limit of " + std::to_string(options.max_pixels));
   if (offset < 26 || offset > n) invalid_data("BMP: pixel data offset outside the file");
   const size_t entries = std::min<size_t>(size_t{1} << bpp, (offset - 26) / 3);
   std::vector<Rgb> palette;

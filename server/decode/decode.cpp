@@ -136,7 +136,7 @@ DecodedImage decode_image(const uint8_t* data, size_t size, const DecodePlan& pl
   }
 
   cv::Mat m;
-  if (plan.format == "BMP") m = decode_bmp_core(data, size);
+  if (plan.format == "BMP") m = decode_bmp_core(data, size, options);
   if (plan.format == "GIF") m = decode_gif(data, size, options, &out.warnings);
   if (m.empty()) m = opencv_decode(data, size, plan.format);
   if (m.empty() && plan.format == "WebP") m = decode_webp_frames(data, size, &out.warnings);

@@ -64,7 +64,7 @@ std::vector<std::string> channel_names(uint32_t n);
 // The decoders OpenCV 4.6 lacks or gets wrong, each with its own library or
 // parser. Empty Mat: not handled here, leave it to OpenCV. Results are in
 // OpenCV's channel order (BGR, BGRA) so that every path reports alike.
-cv::Mat decode_bmp_core(const uint8_t* data, size_t size);
+cv::Mat decode_bmp_core(const uint8_t* data, size_t size, const DecodeOptions& options);
 cv::Mat decode_gif(const uint8_t* data, size_t size, const DecodeOptions& options, std::vector<std::string>* warnings);
 cv::Mat decode_webp_frames(const uint8_t* data, size_t size, std::vector<std::string>* warnings);
 

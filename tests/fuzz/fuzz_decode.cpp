@@ -1,0 +1,39 @@
+// libFuzzer: any bytes through decoding: the plan (sniffing, declared sizes,
+// limits), then every decoder the plan picks (OpenCV, giflib, libwebp, the
+// OS/2 BMP reader, the libjpeg checks), and our own decoders called directly.
+#include <cstddef>
+#include <cstdint>
+
+#include "decode/decode.hpp"
+#include "decode/jpeg_check.hpp"
+#include "decode/sniff.hpp"
+#include "fuzz_support.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace imgstat;
+  DecodeOptions options;
+  options.max_pixels = uint64_t{1} << 22;  // small, so that a run is mostly parsing
+  options.allow_truncated = size % 2 == 1;
+  fuzz::expect_clean([&] {
+    const DecodePlan plan = plan_decode(data, size, options);
+    if (plan.memory_bytes > (uint64_t{256} << 20)) return;  // the budget would refuse it
+    decode_image(data, size, plan, options);
+  });
+  std::vector<std::string> warnings;
+  fuzz::expect_clean([&] { decode_bmp_core(data, size, options); });
+  fuzz::expect_clean([&] {
+    const Probe p = probe(data, size);
+    if (p.format == "GIF" && p.has_size && p.width * p.height <= options.max_pixels) decode_gif(data, size, options, &warnings);
+  });
+  fuzz::expect_clean([&] {
+    const Probe p = probe(data, size);
+    if (p.format == "WebP" && p.has_size && p.width * p.height <= options.max_pixels) decode_webp_frames(data, size, &warnings);
+  });
+  fuzz::expect_clean([&] {
+    if (size >= 3 && data[0] == 0xff && data[1] == 0xd8) {
+      const JpegHeader h = read_jpeg_header(data, size, options.max_pixels);
+      if (jpeg_coefficient_bytes(h) < (uint64_t{64} << 20)) check_jpeg(data, size);
+    }
+  });
+  return 0;
+}

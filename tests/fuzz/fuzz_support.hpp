@@ -1,0 +1,37 @@
+// What the fuzz targets share: one analyzer on the CPU engine with small
+// limits, and the rule that only imgstat::Error may come out.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/analyzer.hpp"
+
+namespace imgstat::fuzz {
+
+inline const Analyzer& analyzer() {
+  static const Analyzer* a = [] {
+    Limits l;
+    l.max_pixels = uint64_t{1} << 22;
+    l.max_input_bytes = uint64_t{1} << 24;
+    l.max_decode_memory = uint64_t{256} << 20;
+    l.queue_timeout_seconds = 0.01;
+    return new Analyzer(std::shared_ptr<Engine>(make_cpu_engine(1)), l);
+  }();
+  return *a;
+}
+
+// imgstat::Error is the one way a request may fail; anything else (another
+// exception) is a bug the fuzzer reports, as it does crashes.
+template <class Fn>
+void expect_clean(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error&) {
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "unexpected exception: %s\n", e.what());
+    std::abort();
+  }
+}
+
+}  // namespace imgstat::fuzz
