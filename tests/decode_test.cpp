@@ -98,6 +98,23 @@ TEST(Plan, DecodedPixelsNeverExceedThePlannedMemory) {
   EXPECT_GT(decoded, 190);
 }
 
+// Every input a fuzzer crashed on stays a test: a plan and a decode that end
+// in a result or an imgstat::Error.
+TEST(Plan, InputsFuzzersCrashedOn) {
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(IMGSTAT_FUZZ_CRASHES)) {
+    const std::string data = testing::slurp_file(entry.path().string());
+    DecodeOptions o;
+    o.max_pixels = uint64_t{1} << 22;
+    try {
+      decode_image(bytes(data), data.size(), o);
+    } catch (const Error&) {
+    }
+    ++files;
+  }
+  EXPECT_GT(files, 0);
+}
+
 std::string encode_jpeg(bool progressive, int w = 256, int h = 192) {
   cv::Mat img(h, w, CV_8UC3);
   cv::randu(img, 0, 255);

@@ -1,11 +1,29 @@
 #include "cuda/cuda_check.hpp"
 
 #include <atomic>
+#include <mutex>
 #include <string>
 
 namespace imgstat::cuda {
 namespace {
 std::atomic<bool> g_lost{false};
+std::mutex g_reporter_mu;
+std::function<void(const std::string&)> g_reporter;
+}  // namespace
+
+void set_error_reporter(std::function<void(const std::string&)> reporter) {
+  std::lock_guard<std::mutex> lock(g_reporter_mu);
+  g_reporter = std::move(reporter);
+}
+
+void report(cudaError_t e, const char* what, const char* file, int line) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  if (is_sticky(e)) g_lost = true;
+  const std::string message = std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+                              ") in " + what + " (" + file + ":" + std::to_string(line) + "), during cleanup";
+  std::lock_guard<std::mutex> lock(g_reporter_mu);
+  if (g_reporter) g_reporter(message);
 }
 
 bool device_lost() { return g_lost.load(); }

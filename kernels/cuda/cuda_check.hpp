@@ -6,6 +6,9 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
+#include <string>
+
 #include "imgstat/error.hpp"
 
 namespace imgstat::cuda {
@@ -16,6 +19,12 @@ inline void check(cudaError_t e, const char* what, const char* file, int line) {
   if (e != cudaSuccess) throw_cuda_error(e, what, file, line);
 }
 
+// Where an error cannot be thrown (destructors, cleanup after a failure):
+// the error is recorded (a sticky one marks the device lost) and told to the
+// reporter set below, never swallowed.
+void report(cudaError_t e, const char* what, const char* file, int line);
+void set_error_reporter(std::function<void(const std::string&)> reporter);
+
 // True for errors after which the CUDA context cannot be used again.
 bool is_sticky(cudaError_t e);
 // True once any call has failed with such an error.
@@ -24,4 +33,5 @@ bool device_lost();
 }  // namespace imgstat::cuda
 
 #define IMGSTAT_CUDA(call) ::imgstat::cuda::check((call), #call, __FILE__, __LINE__)
+#define IMGSTAT_CUDA_REPORT(call) ::imgstat::cuda::report((call), #call, __FILE__, __LINE__)
 #define IMGSTAT_CUDA_LAUNCHED(kernel) ::imgstat::cuda::check(cudaGetLastError(), "launch " kernel, __FILE__, __LINE__)

@@ -98,17 +98,17 @@ struct Workspace {
 
   ~Workspace() {
     for (int k = 0; k < kSlots; ++k) {
-      if (streams[k]) cudaStreamSynchronize(streams[k]);
-      cudaStreamDestroy(streams[k]);
-      cudaEventDestroy(slot_free[k]);
-      cudaEventDestroy(stream_done[k]);
-      cudaFreeHost(pinned[k]);
-      cudaFree(device_slot[k]);
-      cudaFree(partials[k]);
+      if (streams[k]) IMGSTAT_CUDA_REPORT(cudaStreamSynchronize(streams[k]));
+      if (streams[k]) IMGSTAT_CUDA_REPORT(cudaStreamDestroy(streams[k]));
+      if (slot_free[k]) IMGSTAT_CUDA_REPORT(cudaEventDestroy(slot_free[k]));
+      if (stream_done[k]) IMGSTAT_CUDA_REPORT(cudaEventDestroy(stream_done[k]));
+      if (pinned[k]) IMGSTAT_CUDA_REPORT(cudaFreeHost(pinned[k]));
+      if (device_slot[k]) IMGSTAT_CUDA_REPORT(cudaFree(device_slot[k]));
+      if (partials[k]) IMGSTAT_CUDA_REPORT(cudaFree(partials[k]));
     }
-    cudaEventDestroy(reset_done);
-    cudaFree(device_results);
-    cudaFreeHost(host_results);
+    if (reset_done) IMGSTAT_CUDA_REPORT(cudaEventDestroy(reset_done));
+    if (device_results) IMGSTAT_CUDA_REPORT(cudaFree(device_results));
+    if (host_results) IMGSTAT_CUDA_REPORT(cudaFreeHost(host_results));
   }
 };
 
@@ -300,10 +300,10 @@ GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRe
     }
   } catch (...) {
     if (whole_) {
-      cudaFreeAsync(whole_, ws_->streams[0]);
+      IMGSTAT_CUDA_REPORT(cudaFreeAsync(whole_, ws_->streams[0]));
       engine_.budget().give(whole_bytes_);
     }
-    cudaStreamSynchronize(ws_->streams[0]);
+    IMGSTAT_CUDA_REPORT(cudaStreamSynchronize(ws_->streams[0]));
     engine_.release(ws_);
     throw;
   }
@@ -314,13 +314,13 @@ GpuAnalysis::~GpuAnalysis() {
   // workspace goes to the next one.
   if (!synced_)
     for (int k = 0; k < kSlots; ++k)
-      if (used_[k]) cudaStreamSynchronize(ws_->streams[k]);
+      if (used_[k]) IMGSTAT_CUDA_REPORT(cudaStreamSynchronize(ws_->streams[k]));
   if (whole_) {
-    cudaFreeAsync(whole_, ws_->streams[0]);
-    cudaStreamSynchronize(ws_->streams[0]);
+    IMGSTAT_CUDA_REPORT(cudaFreeAsync(whole_, ws_->streams[0]));
+    IMGSTAT_CUDA_REPORT(cudaStreamSynchronize(ws_->streams[0]));
     engine_.budget().give(whole_bytes_);
   }
-  cudaGetLastError();
+  IMGSTAT_CUDA_REPORT(cudaGetLastError());
   engine_.release(ws_);
 }
 
@@ -524,6 +524,7 @@ namespace imgstat {
 
 std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& options, std::string* why_not) {
   try {
+    cuda::set_error_reporter(options.on_error);
     cuda::CudaOptions o;
     o.device = options.cuda_device;
     o.memory_limit = options.cuda_memory_limit;

@@ -48,7 +48,8 @@ void probe_tiff(Probe& p, const uint8_t* d, size_t n) {
     const uint32_t tag = u16(e), type = u16(e + 2);
     const uint64_t values = big ? u64(e + 4) : u32(e + 4);
     const size_t value = e + (big ? 12 : 8);
-    int64_t v = type == 3 ? u16(value) : type == 4 ? u32(value) : type == 16 ? static_cast<int64_t>(u64(value)) : -1;
+    // LONG8 (16) is BigTIFF's: a classic entry has 4 bytes for its value.
+    int64_t v = type == 3 ? u16(value) : type == 4 ? u32(value) : type == 16 && big ? static_cast<int64_t>(u64(value)) : -1;
     if (tag == 258 && type == 3 && values * 2 > (big ? 8u : 4u)) {  // one per sample, stored elsewhere
       const uint64_t at = big ? u64(value) : u32(value);
       v = at <= n && n - at >= 2 ? u16(at) : -1;

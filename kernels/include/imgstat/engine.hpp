@@ -132,6 +132,9 @@ struct EngineOptions {
   uint64_t cuda_memory_limit = 0;  // device bytes the CUDA engine may hold; 0: no limit
   // Told why, each time the CUDA engine hands an image to the CPU engine.
   std::function<void(const std::string&)> on_fallback;
+  // Told of device errors that cannot be thrown (while freeing an image's
+  // device memory, say): logged, never swallowed.
+  std::function<void(const std::string&)> on_error;
 };
 
 // kCpu: the CPU engine. kCuda: the CUDA engine backed by the CPU engine for
