@@ -5,12 +5,15 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "core/analyzer.hpp"
 
 namespace imgstat::fuzz {
 
 inline const Analyzer& analyzer() {
   static const Analyzer* a = [] {
+    google::protobuf::SetLogHandler(nullptr);  // invalid UTF-8 in a name is expected here
     Limits l;
     l.max_pixels = uint64_t{1} << 22;
     l.max_input_bytes = uint64_t{1} << 24;

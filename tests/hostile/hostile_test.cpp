@@ -465,6 +465,43 @@ TEST_F(Hostile, PeakMemoryStaysWithinTheBudget) {
   EXPECT_LT(peak, kPeakRssMib);
 }
 
+TEST(HostileAdmission, CallsBeyondMaxConcurrentAreRefusedAndTheRestServed) {
+  ServerProcess server({"--engine", "cpu", "--threads", "1", "--max-concurrent", "2", "--stream-idle-timeout", "30"});
+  auto stub = v1::ImageStats::NewStub(grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  // Two uploads that hold their calls open.
+  grpc::ClientContext c1, c2;
+  v1::AnalyzeResponse r1, r2;
+  auto w1 = stub->AnalyzeStream(&c1, &r1);
+  auto w2 = stub->AnalyzeStream(&c2, &r2);
+  v1::AnalyzeStreamRequest header;
+  header.mutable_header()->mutable_input()->set_kind(v1::INPUT_KIND_BYTES);
+  header.mutable_header()->set_total_bytes(4);
+  ASSERT_TRUE(w1->Write(header));
+  ASSERT_TRUE(w2->Write(header));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  v1::AnalyzeRequest r;
+  r.mutable_input()->set_kind(v1::INPUT_KIND_BYTES);
+  r.mutable_input()->set_data("abcd");
+  v1::AnalyzeResponse got;
+  {
+    grpc::ClientContext ctx;
+    const grpc::Status s = stub->Analyze(&ctx, r, &got);
+    EXPECT_EQ(s.error_code(), StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_NE(s.error_message().find("--max-concurrent"), std::string::npos) << s.error_message();
+  }
+  // The two held calls finish normally, and then there is room again.
+  v1::AnalyzeStreamRequest chunk;
+  chunk.set_chunk("wxyz");
+  for (auto* w : {w1.get(), w2.get()}) {
+    ASSERT_TRUE(w->Write(chunk));
+    w->WritesDone();
+    EXPECT_TRUE(w->Finish().ok());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  grpc::ClientContext ctx;
+  EXPECT_TRUE(stub->Analyze(&ctx, r, &got).ok());
+}
+
 TEST(HostileShutdown, OpenHealthWatchDoesNotHoldSigterm) {
   ServerProcess server({"--engine", "cpu", "--threads", "1", "--shutdown-grace", "30"});
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
