@@ -19,7 +19,7 @@ IMGSTAT_HD uint32_t type_range_bin(uint32_t offset, uint32_t bins, uint32_t bits
 // An explicit range the binning arithmetic can use: finite ends, lo < hi, and
 // bins / (hi - lo) finite (a range narrower than bins * 2^-1024 is not).
 // Ranges whose width overflows, such as [-1e308, 1e308), are binned exactly
-// by RangeBinner's halving.
+// by RangeBinner::exact's halving.
 inline bool histogram_range_ok(double lo, double hi, uint32_t bins) {
   return std::isfinite(lo) && std::isfinite(hi) && lo < hi && std::isfinite(static_cast<double>(bins) / (hi - lo));
 }
@@ -36,25 +36,17 @@ inline bool histogram_range_ok(double lo, double hi, uint32_t bins) {
 struct RangeBinner {
   double lo = 0;
   double hi = 0;
-  double width = 0;  // of the scaled range: (hi - lo) * k
+  double width = 0;
   double scale = 0;
-  double k = 1;      // 1, or 1/2 where hi - lo overflows (float64 ranges beyond +-8.9e307)
-  double lo_k = 0;   // lo * k
   uint32_t bins = 1;
 
   static constexpr double kEdge = 1e-9;
 
-  // Halving is exact (no float64 that large is subnormal when halved), so
-  // (v*k - lo*k) / ((hi - lo)*k) is the division form's value, without the
-  // overflow that would put every sample in bin 0.
   IMGSTAT_HD static RangeBinner make(double lo, double hi, uint32_t bins) {
     RangeBinner b;
     b.lo = lo;
     b.hi = hi;
-    const double w = hi - lo;
-    b.k = w - w == 0 ? 1.0 : 0.5;  // w - w is NaN when w is infinite
-    b.lo_k = lo * b.k;
-    b.width = hi * b.k - b.lo_k;
+    b.width = hi - lo;
     b.bins = bins;
     b.scale = b.width > 0 ? static_cast<double>(bins) / b.width : 0.0;
     return b;
@@ -65,16 +57,23 @@ struct RangeBinner {
     return t >= static_cast<double>(bins) ? bins - 1 : static_cast<uint32_t>(t);
   }
 
+  // Where hi - lo (or v - lo) overflows a double, as for ranges wider than
+  // about +-8.9e307, everything is halved first: exact, since no double that
+  // large is subnormal when halved, and nothing overflows any more.
   IMGSTAT_HD uint32_t exact(double v) const {
     if (!(width > 0)) return 0;
-    return clamp(floor((v * k - lo_k) / width * static_cast<double>(bins)));
+    if (width - width != 0)  // infinite width
+      return clamp(floor((v * 0.5 - lo * 0.5) / (hi * 0.5 - lo * 0.5) * static_cast<double>(bins)));
+    return clamp(floor((v - lo) / width * static_cast<double>(bins)));
   }
 
+  // An infinite width gives scale 0, so every sample takes exact()'s way;
+  // an overflowing v - lo gives a NaN fraction, which does too.
   IMGSTAT_HD uint32_t operator()(double v) const {
-    const double t = (v * k - lo_k) * scale;
+    const double t = (v - lo) * scale;
     const double f = floor(t);
     const double frac = t - f;
-    if (frac < kEdge || frac > 1.0 - kEdge || !(width > 0)) return exact(v);
+    if (!(frac >= kEdge && frac <= 1.0 - kEdge) || !(width > 0)) return exact(v);
     return clamp(f);
   }
 };
