@@ -100,6 +100,7 @@ class FloatCounter {
   void block_bins(const uint8_t* p, uint64_t n) {
     for (uint32_t c = 0; c < C; ++c) {
       const RangeBinner& binner = binners_[c];
+      const bool wide = binner.wide();  // float64 data spanning more than a double
       Bins& out = bins_[c];
       for (uint64_t i = 0; i < n; ++i) {
         const double v = static_cast<double>(load(p, i * C + c));
@@ -114,7 +115,7 @@ class FloatCounter {
             continue;
           }
         }
-        ++out.counts[binner(v)];
+        ++out.counts[wide ? binner.exact_wide(v) : binner(v)];
       }
     }
   }

@@ -67,7 +67,7 @@ StatsRequest stats_request_of(const v1::Options& o) {
   if (o.has_range()) {
     const double lo = o.range().lo(), hi = o.range().hi();
     if (!histogram_range_ok(lo, hi, r.hist.bins))
-      invalid("options.range must be finite with lo < hi and wider than bins * 2^-1024, got [" + std::to_string(lo) +
+      invalid("options.range must be finite with lo < hi, hi - lo finite and wider than bins * 2^-1024, got [" + std::to_string(lo) +
               ", " + std::to_string(hi) + ")");
     r.hist.explicit_range = true;
     r.hist.lo = lo;

@@ -176,7 +176,19 @@ __global__ void __launch_bounds__(kPassThreads)
     else
       hist.add(c, binner[c](x));
   };
-  for_each_sample<T, C, 2>(data, steps, tail, tail_samples, add);
+  bool wide = false;
+  if constexpr (sizeof(T) == 8)
+#pragma unroll
+    for (int c = 0; c < C; ++c) wide = wide || binner[c].wide();
+  if (wide) {  // float64 data spanning more than a double: rare, and kept out of the common loop
+    auto add_wide = [&](int c, T v) {
+      if (!isfinite(v)) return;
+      hist.add(c, binner[c].wide() ? binner[c].exact_wide(v) : binner[c](v));
+    };
+    for_each_sample<T, C, 2>(data, steps, tail, tail_samples, add_wide);
+  } else {
+    for_each_sample<T, C, 2>(data, steps, tail, tail_samples, add);
+  }
   hist.flush(shared);
   if (h.explicit_range) flush_out_of_range<C, kPassThreads>(under, over, h.underflow, h.overflow);
 }

@@ -16,12 +16,12 @@ IMGSTAT_HD uint32_t type_range_bin(uint32_t offset, uint32_t bins, uint32_t bits
   return static_cast<uint32_t>((static_cast<uint64_t>(offset) * bins) >> bits);
 }
 
-// An explicit range the binning arithmetic can use: finite ends, lo < hi, and
-// bins / (hi - lo) finite (a range narrower than bins * 2^-1024 is not).
-// Ranges whose width overflows, such as [-1e308, 1e308), are binned exactly
-// by RangeBinner::exact's halving.
+// An explicit range the binning arithmetic can use: finite ends, lo < hi,
+// and hi - lo and bins / (hi - lo) finite ([-1e308, 1e308) is not: its width
+// overflows a double).
 inline bool histogram_range_ok(double lo, double hi, uint32_t bins) {
-  return std::isfinite(lo) && std::isfinite(hi) && lo < hi && std::isfinite(static_cast<double>(bins) / (hi - lo));
+  return std::isfinite(lo) && std::isfinite(hi) && lo < hi && std::isfinite(hi - lo) &&
+         std::isfinite(static_cast<double>(bins) / (hi - lo));
 }
 
 // Equal-width bins over [lo, hi]:
@@ -57,23 +57,27 @@ struct RangeBinner {
     return t >= static_cast<double>(bins) ? bins - 1 : static_cast<uint32_t>(t);
   }
 
-  // Where hi - lo (or v - lo) overflows a double, as for ranges wider than
-  // about +-8.9e307, everything is halved first: exact, since no double that
-  // large is subnormal when halved, and nothing overflows any more.
   IMGSTAT_HD uint32_t exact(double v) const {
     if (!(width > 0)) return 0;
-    if (width - width != 0)  // infinite width
-      return clamp(floor((v * 0.5 - lo * 0.5) / (hi * 0.5 - lo * 0.5) * static_cast<double>(bins)));
     return clamp(floor((v - lo) / width * static_cast<double>(bins)));
   }
 
-  // An infinite width gives scale 0, so every sample takes exact()'s way;
-  // an overflowing v - lo gives a NaN fraction, which does too.
+  // A range found in float64 data can be wider than a double holds (beyond
+  // about +-8.9e307): then hi - lo is infinite and operator() would put
+  // everything in bin 0. Such a range is binned by exact_wide instead, which
+  // halves everything first (exact for doubles that large) so that nothing
+  // overflows. The engines test wide() once per block, outside their loops,
+  // so that the common path stays as it is.
+  IMGSTAT_HD bool wide() const { return width - width != 0; }
+  IMGSTAT_HD uint32_t exact_wide(double v) const {
+    return clamp(floor((v * 0.5 - lo * 0.5) / (hi * 0.5 - lo * 0.5) * static_cast<double>(bins)));
+  }
+
   IMGSTAT_HD uint32_t operator()(double v) const {
     const double t = (v - lo) * scale;
     const double f = floor(t);
     const double frac = t - f;
-    if (!(frac >= kEdge && frac <= 1.0 - kEdge) || !(width > 0)) return exact(v);
+    if (frac < kEdge || frac > 1.0 - kEdge || !(width > 0)) return exact(v);
     return clamp(f);
   }
 };
