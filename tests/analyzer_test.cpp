@@ -6,6 +6,7 @@
 
 #include "core/analyzer.hpp"
 #include "corpus.hpp"
+#include "error_code.hpp"
 #include "decode/sniff.hpp"
 #include "test_images.hpp"
 #include "core/validate.hpp"
@@ -13,14 +14,6 @@
 namespace imgstat::testing {
 namespace {
 
-ErrorCode code_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return static_cast<ErrorCode>(0);
-}
 
 std::string message_of(const std::function<void()>& fn) {
   try {

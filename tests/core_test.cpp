@@ -11,6 +11,7 @@
 #include "core/text.hpp"
 #include "core/validate.hpp"
 #include "core/work_queue.hpp"
+#include "error_code.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
@@ -19,14 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-ErrorCode code_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return static_cast<ErrorCode>(0);
-}
+using testing::code_of;
 
 TEST(MemoryBudget, GrantsWhatFitsAndRefusesWhatNeverCan) {
   MemoryBudget budget(1000, 4);
@@ -93,6 +87,18 @@ TEST(MemoryBudget, LineTimeoutDeadlineAndCancellation) {
   EXPECT_EQ(waiter.get(), ErrorCode::kCancelled);
   EXPECT_EQ(budget.waiting(), 0u);
   EXPECT_EQ(budget.in_use(), 100u);
+}
+
+TEST(MemoryBudget, LeasesGrowWithoutWaitingUntilFull) {
+  MemoryBudget budget(100, 4);
+  MemoryBudget::Lease lease;
+  EXPECT_TRUE(budget.try_grow(lease, 60));
+  EXPECT_TRUE(budget.try_grow(lease, 30));
+  EXPECT_EQ(lease.bytes(), 90u);
+  EXPECT_FALSE(budget.try_grow(lease, 20));
+  EXPECT_EQ(budget.in_use(), 90u);
+  lease.release();
+  EXPECT_EQ(budget.in_use(), 0u);
 }
 
 TEST(WorkQueue, RefusesBeyondItsLineAndRunsEverythingItTook) {

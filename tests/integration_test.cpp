@@ -241,36 +241,6 @@ TEST_F(Integration, StubCallsAllFourRpcs) {
   EXPECT_EQ(answers["gif"].response().format(), "GIF");
 }
 
-grpc::Status stream_of(v1::ImageStats::Stub& stub, const std::vector<v1::AnalyzeStreamRequest>& messages) {
-  grpc::ClientContext ctx;
-  v1::AnalyzeResponse response;
-  auto writer = stub.AnalyzeStream(&ctx, &response);
-  for (const auto& m : messages)
-    if (!writer->Write(m)) break;
-  writer->WritesDone();
-  return writer->Finish();
-}
-
-TEST_F(Integration, StreamProtocolErrorsAreInvalidArgument) {
-  v1::AnalyzeStreamRequest header, chunk;
-  header.mutable_header()->mutable_input()->set_kind(v1::INPUT_KIND_BYTES);
-  header.mutable_header()->set_total_bytes(8);
-  chunk.set_chunk("1234");
-  const std::vector<std::vector<v1::AnalyzeStreamRequest>> bad = {
-      {},                               // nothing at all
-      {chunk, chunk},                   // no header
-      {header, header, chunk, chunk},   // a second header
-      {header, chunk},                  // fewer bytes than declared
-      {header, chunk, chunk, chunk},    // more bytes than declared
-  };
-  for (size_t i = 0; i < bad.size(); ++i) {
-    const grpc::Status s = stream_of(*stub_, bad[i]);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "case " << i << ": " << s.error_message();
-    EXPECT_FALSE(s.error_message().empty());
-  }
-  EXPECT_TRUE(stream_of(*stub_, {header, chunk, chunk}).ok());
-}
-
 TEST_F(Integration, ErrorCodesAndTheServerKeepsServing) {
   auto analyze = [&](const v1::AnalyzeRequest& r) {
     grpc::ClientContext ctx;

@@ -79,17 +79,29 @@ void fill_response(v1::AnalyzeResponse& r, const Described& d, const Result& res
 
 class EncodedUpload final : public Upload {
  public:
-  EncodedUpload(const Analyzer& analyzer, const v1::StreamHeader& header) : analyzer_(analyzer) {
+  EncodedUpload(const Analyzer& analyzer, MemoryBudget& budget, const v1::StreamHeader& header)
+      : analyzer_(analyzer), budget_(budget) {
     request_.mutable_input()->set_kind(v1::INPUT_KIND_ENCODED);
     request_.mutable_input()->set_name(header.input().name());
     *request_.mutable_options() = header.options();
     total_ = header.total_bytes();
   }
-  // Memory grows with the bytes received, not with what the header declares.
+  // Memory grows with the bytes received, not with what the header declares,
+  // and is taken from the decoded-memory budget as it grows: many large
+  // uploads at once are refused rather than held past the machine's memory.
   void add(const std::string& chunk) override {
     std::string* data = request_.mutable_input()->mutable_data();
-    if (data->size() + chunk.size() > total_)
+    const uint64_t need = data->size() + chunk.size();
+    if (need > total_)
       fail(ErrorCode::kInvalidArgument, "chunks carry more than the header's total_bytes (" + std::to_string(total_) + ")");
+    if (need > lease_.bytes()) {
+      constexpr uint64_t kStep = uint64_t{16} << 20;
+      const uint64_t want = std::min(total_, (need + kStep - 1) / kStep * kStep);
+      if (!budget_.try_grow(lease_, want - lease_.bytes()))
+        fail(ErrorCode::kResourceExhausted,
+             "uploads and decodes in progress hold " + std::to_string(budget_.in_use() >> 20) + " of " +
+                 std::to_string(budget_.capacity() >> 20) + " MiB of decode memory (--max-decode-memory): try again later");
+    }
     data->append(chunk);
   }
   v1::AnalyzeResponse finish(const CallContext& call) override {
@@ -102,6 +114,8 @@ class EncodedUpload final : public Upload {
 
  private:
   const Analyzer& analyzer_;
+  MemoryBudget& budget_;
+  MemoryBudget::Lease lease_;  // the bytes received so far
   v1::AnalyzeRequest request_;
   uint64_t total_ = 0;
 };
@@ -226,7 +240,7 @@ std::unique_ptr<Upload> Analyzer::begin_upload(const v1::StreamHeader& header) c
     default:
       if (total > static_cast<uint64_t>(INT32_MAX))
         fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
-      return std::make_unique<EncodedUpload>(*this, header);
+      return std::make_unique<EncodedUpload>(*this, *budget_, header);
   }
 }
 

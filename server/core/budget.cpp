@@ -66,6 +66,20 @@ MemoryBudget::Lease MemoryBudget::acquire(uint64_t bytes, const std::string& wha
   return Lease(this, bytes);
 }
 
+bool MemoryBudget::try_grow(Lease& lease, uint64_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (used_ + bytes > capacity_) return false;
+    used_ += bytes;
+  }
+  if (!lease.budget_) {
+    lease.budget_ = this;
+    lease.bytes_ = 0;
+  }
+  lease.bytes_ += bytes;
+  return true;
+}
+
 void MemoryBudget::give_back(uint64_t bytes) {
   {
     std::lock_guard<std::mutex> lock(mu_);

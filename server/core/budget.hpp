@@ -33,6 +33,7 @@ class MemoryBudget {
     uint64_t bytes() const { return budget_ ? bytes_ : 0; }
 
    private:
+    friend class MemoryBudget;
     MemoryBudget* budget_ = nullptr;
     uint64_t bytes_ = 0;
   };
@@ -42,6 +43,10 @@ class MemoryBudget {
   // is not cancelled. `what` names the work in messages.
   Lease acquire(uint64_t bytes, const std::string& what, const CallContext& call,
                 std::chrono::steady_clock::time_point until);
+
+  // Adds bytes to a lease (empty or of this budget) without waiting: false
+  // when they do not fit now. For memory that grows as a client sends it.
+  bool try_grow(Lease& lease, uint64_t bytes);
 
   uint64_t capacity() const { return capacity_; }
   uint64_t in_use() const;

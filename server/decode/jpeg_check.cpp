@@ -68,6 +68,15 @@ bool all_scans_present(const jpeg_decompress_struct& cinfo) {
   return true;
 }
 
+// libjpeg's errors longjmp back to the caller's setjmp; its warnings are
+// collected into *out instead of printed.
+void install_errors(jpeg_decompress_struct& cinfo, ErrorManager& em, JpegCheck* out) {
+  cinfo.err = jpeg_std_error(&em.pub);
+  em.pub.error_exit = on_error;
+  em.pub.emit_message = on_message;
+  em.out = out;
+}
+
 }  // namespace
 
 JpegHeader read_jpeg_header(const uint8_t* data, size_t size, uint64_t max_pixels) {
@@ -75,10 +84,7 @@ JpegHeader read_jpeg_header(const uint8_t* data, size_t size, uint64_t max_pixel
   JpegCheck scratch;
   jpeg_decompress_struct cinfo;
   ErrorManager em;
-  cinfo.err = jpeg_std_error(&em.pub);
-  em.pub.error_exit = on_error;
-  em.pub.emit_message = on_message;
-  em.out = &scratch;
+  install_errors(cinfo, em, &scratch);
   if (setjmp(em.jump)) {
     jpeg_destroy_decompress(&cinfo);
     fail(ErrorCode::kInvalidArgument, "JPEG: " + scratch.error);
@@ -120,10 +126,7 @@ JpegCheck check_jpeg(const uint8_t* data, size_t size, const std::function<bool(
   jpeg_decompress_struct cinfo;
   ErrorManager em;
   Progress progress;
-  cinfo.err = jpeg_std_error(&em.pub);
-  em.pub.error_exit = on_error;
-  em.pub.emit_message = on_message;
-  em.out = &out;
+  install_errors(cinfo, em, &out);
   progress.pub.progress_monitor = on_progress;
   progress.cancelled = &cancelled;
   progress.em = &em;

@@ -378,6 +378,23 @@ TEST_F(Hostile, StalledUploadsCommitNoMemoryAndAreEnded) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
 
+TEST_F(Hostile, EncodedUploadsAreChargedToTheDecodeMemory) {
+  // 500 MiB declared, more than the 384 MiB budget: refused when the bytes
+  // received pass it, not held.
+  grpc::ClientContext ctx;
+  v1::AnalyzeResponse response;
+  auto writer = stub_->AnalyzeStream(&ctx, &response);
+  v1::AnalyzeStreamRequest header, chunk;
+  header.mutable_header()->set_total_bytes(uint64_t{500} << 20);
+  writer->Write(header);
+  chunk.set_chunk(std::string(size_t{1} << 20, '\x42'));
+  int sent = 0;
+  while (sent < 500 && writer->Write(chunk)) ++sent;
+  writer->WritesDone();
+  expect_refused(writer->Finish(), StatusCode::RESOURCE_EXHAUSTED, "--max-decode-memory", "500 MiB upload");
+  EXPECT_LT(sent, 500);
+}
+
 TEST_F(Hostile, BatchClientThatNeverReadsHoldsAWindow) {
   // Answers of 65536 bins x 4 channels of random data: large, and never read.
   std::mt19937 rng(7);
