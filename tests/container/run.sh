@@ -91,7 +91,12 @@ echo "start to healthy: $(since "$t") s, listening on $addr"
 "$client" --server "$addr" --info >"$work/info.txt" || fail "GetServerInfo"
 if [ ! -e /dev/nvidiactl ]; then  # no GPU here: the CPU engine, and the log says why
   grep -q 'kind: "cpu"' "$work/info.txt" || fail "GetServerInfo does not say cpu"
-  podman logs "$name" 2>&1 | grep -q "no usable CUDA device" || fail "the log does not say why the CPU engine runs"
+  said=0
+  for _ in $(seq 20); do  # the log reaches podman through conmon, a moment later
+    podman logs "$name" 2>&1 | grep -q "no usable CUDA device" && { said=1; break; }
+    sleep 0.25
+  done
+  [ $said = 1 ] || { podman logs "$name" 2>&1 | head -20; fail "the log does not say why the CPU engine runs"; }
 fi
 
 files=(png/skimage_coffee.png png/pngsuite_basn2c16.png jpeg/ljt_testorig.jpg tiff/tiffrs_predictor-3-gray-f32.tif)
