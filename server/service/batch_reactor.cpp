@@ -147,7 +147,7 @@ class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::
     if (idle_)
       return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                           "AnalyzeBatch waited on its client for " +
-                              std::to_string(env_.limits.stream_idle_timeout_seconds) + " s (--stream-idle-timeout)");
+                              seconds_text(env_.limits.stream_idle_timeout_seconds) + " s (--stream-idle-timeout)");
     if (broken_ || ctx_->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
     return grpc::Status::OK;
   }

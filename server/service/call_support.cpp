@@ -84,6 +84,8 @@ bool CallEnv::submit(const CallContext& call, std::function<void(const grpc::Sta
   });
 }
 
+std::string seconds_text(double seconds) { return fmt::format("{:g}", seconds); }
+
 grpc::Status queue_full_status(const WorkQueue& queue) {
   return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                       "the server is overloaded: " + std::to_string(queue.waiting()) + " pieces of work wait (--max-queue)");

@@ -90,6 +90,8 @@ template <class Fn>
 grpc::Status run_guarded(Fn&& fn);
 
 grpc::Status status_of_current_exception();
+// 30 -> "30", 0.25 -> "0.25": seconds as people write them, for messages.
+std::string seconds_text(double seconds);
 grpc::Status queue_full_status(const WorkQueue& queue);
 
 // One line to stderr: method, peer, input (escaped, cut), what it was,

@@ -67,7 +67,7 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
       if (finished_ || !reading_ || now - read_started_ < timeout) return;
     }
     finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                        "AnalyzeStream sent nothing for " + std::to_string(env_.limits.stream_idle_timeout_seconds) +
+                        "AnalyzeStream sent nothing for " + seconds_text(env_.limits.stream_idle_timeout_seconds) +
                             " s (--stream-idle-timeout)"));
   }
 
