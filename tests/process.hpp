@@ -118,7 +118,6 @@ class ServerProcess {
     std::filesystem::remove(log_);
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  pid_t pid() const { return pid_; }
   bool alive() const { return pid_ > 0 && kill(pid_, 0) == 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
   // Resident memory now (VmRSS) and at its peak (VmHWM), in MiB.
   double rss_mib() const { return status_kib("VmRSS:") / 1024.0; }

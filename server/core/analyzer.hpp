@@ -50,7 +50,6 @@ class Analyzer {
 
   v1::ServerInfo server_info() const;
   const Limits& limits() const { return limits_; }
-  const MemoryBudget& decode_budget() const { return *budget_; }
 
  private:
   std::shared_ptr<Engine> engine_;
