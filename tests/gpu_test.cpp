@@ -31,35 +31,6 @@ class GpuTest : public ::testing::Test {
     expect_same_stats(g, c, img.layout.type);
   }
 
-  static void expect_same_stats(const Result& g, const Result& c, SampleType t) {
-    ASSERT_EQ(g.channels.size(), c.channels.size());
-    for (size_t i = 0; i < g.channels.size(); ++i) {
-      SCOPED_TRACE("channel " + std::to_string(i));
-      const ChannelStats &a = g.channels[i], &b = c.channels[i];
-      EXPECT_EQ(a.count, b.count);
-      EXPECT_EQ(a.nan_count, b.nan_count);
-      EXPECT_EQ(a.posinf_count, b.posinf_count);
-      EXPECT_EQ(a.neginf_count, b.neginf_count);
-      EXPECT_EQ(a.min, b.min);
-      EXPECT_EQ(a.max, b.max);
-      if (is_float(t)) {
-        EXPECT_LE(std::abs(a.sum - b.sum), 1e-12 * std::abs(b.sum) + 1e-300) << a.sum << " vs " << b.sum;
-        EXPECT_LE(std::abs(a.mean - b.mean), 1e-12 * std::abs(b.mean) + 1e-300);
-        EXPECT_LE(std::abs(a.stddev - b.stddev), 1e-10 * b.stddev + 1e-300);
-      } else {  // bit for bit
-        EXPECT_EQ(a.sum_int, b.sum_int);
-        EXPECT_EQ(a.has_sum_int, b.has_sum_int);
-        EXPECT_EQ(a.mean, b.mean);
-        EXPECT_EQ(a.stddev, b.stddev);
-      }
-      EXPECT_EQ(a.histogram.counts, b.histogram.counts);
-      EXPECT_EQ(a.histogram.lo, b.histogram.lo);
-      EXPECT_EQ(a.histogram.hi, b.histogram.hi);
-      EXPECT_EQ(a.histogram.underflow, b.histogram.underflow);
-      EXPECT_EQ(a.histogram.overflow, b.histogram.overflow);
-    }
-  }
-
   std::unique_ptr<Engine> gpu_, cpu_;
 };
 

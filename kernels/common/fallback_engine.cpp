@@ -1,15 +1,40 @@
 #include "common/fallback_engine.hpp"
 
+#include <optional>
+#include <vector>
+
+#include "common/partial.hpp"
+#include "common/pieces.hpp"
+
 namespace imgstat {
 
 FallbackEngine::FallbackEngine(std::unique_ptr<Engine> primary, std::unique_ptr<Engine> backup,
-                               std::function<void(const std::string&)> on_fallback)
-    : primary_(std::move(primary)), backup_(std::move(backup)), on_fallback_(std::move(on_fallback)) {}
+                               std::function<void(const std::string&)> on_fallback, FallbackTuning tuning)
+    : primary_(std::move(primary)),
+      backup_(std::move(backup)),
+      on_fallback_(std::move(on_fallback)),
+      tuning_(tuning) {}
 
 EngineInfo FallbackEngine::info() const {
   EngineInfo i = lost_ ? backup_->info() : primary_->info();
   i.threads = backup_->info().threads;
   return i;
+}
+
+void FallbackEngine::primary_failed(const Error& e) {
+  if (!primary_->usable() && !lost_.exchange(true)) {
+    if (on_fallback_) on_fallback_(std::string("the GPU is no longer usable (") + e.what() + "): the CPU engine takes every image from now on");
+  } else if (on_fallback_) {
+    on_fallback_(std::string("GPU could not take this image (") + e.what() + "): computed on the CPU");
+  }
+}
+
+bool FallbackEngine::try_retain(uint64_t bytes) {
+  uint64_t now = retained_.load();
+  do {
+    if (now + bytes > tuning_.retain_limit) return false;
+  } while (!retained_.compare_exchange_weak(now, now + bytes));
+  return true;
 }
 
 template <class Fn>
@@ -19,11 +44,7 @@ auto FallbackEngine::either(Fn&& fn) {
       return fn(*primary_);
     } catch (const Error& e) {
       if (e.code() == ErrorCode::kInvalidArgument) throw;
-      if (!primary_->usable() && !lost_.exchange(true)) {
-        if (on_fallback_) on_fallback_(std::string("the GPU is no longer usable (") + e.what() + "): the CPU engine takes every image from now on");
-      } else if (on_fallback_) {
-        on_fallback_(std::string("GPU could not take this image (") + e.what() + "): computed on the CPU");
-      }
+      primary_failed(e);
     }
   }
   return fn(*backup_);
@@ -33,8 +54,164 @@ Result FallbackEngine::analyze(const ImageView& image, const StatsRequest& reque
   return either([&](Engine& e) { return e.analyze(image, request); });
 }
 
+namespace {
+
+// The primary's stream, with what the backup needs to take over: the last
+// checkpoint and the pixels since. Both engines see packed whole pixels (the
+// row padding is dropped here), so the backup can start at any pixel.
+class FallbackStream final : public StreamAnalysis {
+ public:
+  FallbackStream(FallbackEngine& owner, const Layout& layout, const StatsRequest& request,
+                 std::unique_ptr<StreamAnalysis> primary)
+      : owner_(owner),
+        layout_(layout),
+        request_(request),
+        destrider_(layout),
+        pixel_bytes_(layout.pixel_bytes()),
+        primary_(std::move(primary)),
+        checkpoint_(empty_partial(layout.type, layout.channels, request)) {}
+
+  ~FallbackStream() override { drop_retained(); }
+
+  void feed(const void* data, size_t bytes) override {
+    if (destrider_.consumed() + bytes > layout_.stride() * layout_.height)
+      fail(ErrorCode::kInvalidArgument, "more data than the layout holds");
+    destrider_.feed(static_cast<const uint8_t*>(data), bytes,
+                    [&](const uint8_t* p, uint64_t pixels, bool) { take(p, pixels); });
+  }
+
+  Result finish() override {
+    if (!destrider_.complete())
+      fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(destrider_.consumed()) +
+                                            " bytes; the layout needs " + std::to_string(layout_.min_bytes()));
+    if (primary_) {
+      try {
+        return primary_->finish();
+      } catch (const Error& e) {
+        take_over(e);
+      }
+    }
+    if (!checkpointed_) return backup_->finish();
+    if (backup_) {  // else the checkpoint covers every pixel
+      auto* rest = dynamic_cast<CheckpointStream*>(backup_.get());
+      std::optional<Partial> part = rest ? rest->partial() : std::nullopt;
+      if (!part) fail(ErrorCode::kInternal, "the CPU engine gave no partial result to finish a checkpointed stream");
+      merge(checkpoint_, *part);
+    }
+    return Result{finalize(checkpoint_, request_), "cpu"};
+  }
+
+ private:
+  static Layout packed(const Layout& l, uint64_t pixels) { return Layout{pixels, 1, l.channels, l.type, 0}; }
+
+  void take(const uint8_t* p, uint64_t pixels) {
+    const uint64_t bytes = pixels * pixel_bytes_;
+    if (!primary_) {
+      backup_->feed(p, bytes);
+      return;
+    }
+    keep(p, bytes);
+    try {
+      primary_->feed(p, bytes);
+    } catch (const Error& e) {
+      take_over(e);
+      return;
+    }
+    fed_ += pixels;
+    if (can_checkpoint_ && kept_.size() >= owner_.tuning().checkpoint_bytes) checkpoint();
+  }
+
+  void keep(const uint8_t* p, uint64_t bytes) {
+    if (!keeping_) return;
+    if (!can_checkpoint_) {
+      if (!owner_.try_retain(bytes)) {
+        drop_retained();
+        keeping_ = false;
+        return;
+      }
+      charged_ += bytes;
+    }
+    kept_.insert(kept_.end(), p, p + bytes);
+  }
+
+  void drop_retained() {
+    owner_.unretain(charged_);
+    charged_ = 0;
+    std::vector<uint8_t>().swap(kept_);
+  }
+
+  void checkpoint() {
+    std::optional<Partial> now;
+    try {
+      if (auto* cp = dynamic_cast<CheckpointStream*>(primary_.get())) now = cp->partial();
+    } catch (const Error& e) {
+      take_over(e);
+      return;
+    }
+    if (!now) {  // from here on every pixel is kept, within the engine's limit
+      can_checkpoint_ = false;
+      if (!owner_.try_retain(kept_.size())) {
+        drop_retained();
+        keeping_ = false;
+      } else {
+        charged_ = kept_.size();
+      }
+      return;
+    }
+    checkpoint_ = std::move(*now);
+    checkpointed_ = true;
+    checkpoint_pixels_ = fed_;
+    kept_.clear();
+  }
+
+  // The primary failed: the backup carries on from the last checkpoint with
+  // the pixels kept since, which include the ones the primary failed on.
+  void take_over(const Error& e) {
+    if (e.code() == ErrorCode::kInvalidArgument) throw e;
+    if (!keeping_)
+      fail(e.code(), std::string(e.what()) + "; this stream's pixels were too many to keep for the CPU engine (" +
+                         std::to_string(owner_.tuning().retain_limit >> 20) + " MiB for all streams)");
+    owner_.primary_failed(e);
+    primary_.reset();
+    const uint64_t from = checkpointed_ ? checkpoint_pixels_ : 0;
+    if (from < layout_.pixels()) {
+      backup_ = owner_.backup().open_stream(packed(layout_, layout_.pixels() - from), request_);
+      if (!kept_.empty()) backup_->feed(kept_.data(), kept_.size());
+    }
+    drop_retained();
+  }
+
+  FallbackEngine& owner_;
+  Layout layout_;
+  StatsRequest request_;
+  Destrider destrider_;
+  uint64_t pixel_bytes_;
+  std::unique_ptr<StreamAnalysis> primary_;  // null once it has failed
+  std::unique_ptr<StreamAnalysis> backup_;   // then carries on from the checkpoint
+  Partial checkpoint_;
+  bool checkpointed_ = false;
+  uint64_t checkpoint_pixels_ = 0;  // pixels the checkpoint covers
+  uint64_t fed_ = 0;                // pixels the primary has taken
+  bool can_checkpoint_ = true;
+  bool keeping_ = true;
+  std::vector<uint8_t> kept_;  // pixels since the checkpoint
+  uint64_t charged_ = 0;       // of kept_, counted against retain_limit
+};
+
+}  // namespace
+
 std::unique_ptr<StreamAnalysis> FallbackEngine::open_stream(const Layout& layout, const StatsRequest& request) {
-  return either([&](Engine& e) { return e.open_stream(layout, request); });
+  validate(layout, request);
+  const Layout packed{layout.pixels(), 1, layout.channels, layout.type, 0};
+  if (!lost_) {
+    try {
+      return std::make_unique<FallbackStream>(*this, layout, request, primary_->open_stream(packed, request));
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kInvalidArgument) throw;
+      primary_failed(e);
+    }
+  }
+  return backup_->open_stream(layout, request);
 }
 
 }  // namespace imgstat

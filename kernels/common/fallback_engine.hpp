@@ -2,6 +2,14 @@
 // of its memory, a failed launch, a lost device) is computed on the CPU, the
 // Result says "cpu", and the caller is told why. Bad input is not retried:
 // the CPU would refuse it the same way.
+//
+// A stream that fails part way carries on on the CPU from its last
+// checkpoint: every checkpoint_bytes of pixels the GPU's accumulators are
+// brought to the host and the pixels since are kept, so the bytes held per
+// stream stay small whatever its size. Floats binned over their own range
+// cannot be checkpointed (the bins need every sample's min and max first);
+// such streams keep all their pixels, within retain_limit for the whole
+// engine, and beyond it a fault fails the call as before.
 #pragma once
 
 #include <atomic>
@@ -13,14 +21,28 @@
 
 namespace imgstat {
 
+struct FallbackTuning {
+  uint64_t checkpoint_bytes = uint64_t{32} << 20;
+  uint64_t retain_limit = uint64_t{1} << 30;
+};
+
 class FallbackEngine final : public Engine {
  public:
   FallbackEngine(std::unique_ptr<Engine> primary, std::unique_ptr<Engine> backup,
-                 std::function<void(const std::string&)> on_fallback);
+                 std::function<void(const std::string&)> on_fallback, FallbackTuning tuning = {});
 
   EngineInfo info() const override;
   Result analyze(const ImageView& image, const StatsRequest& request) override;
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override;
+
+  // For FallbackStream: what the primary's failure means, told once.
+  void primary_failed(const Error& e);
+  Engine& backup() { return *backup_; }
+  const FallbackTuning& tuning() const { return tuning_; }
+  // Bytes of pixels kept by streams that cannot checkpoint: false when
+  // `bytes` more would pass retain_limit.
+  bool try_retain(uint64_t bytes);
+  void unretain(uint64_t bytes) { retained_ -= bytes; }
 
  private:
   template <class Fn>
@@ -29,7 +51,9 @@ class FallbackEngine final : public Engine {
   std::unique_ptr<Engine> primary_;
   std::unique_ptr<Engine> backup_;
   std::function<void(const std::string&)> on_fallback_;
+  FallbackTuning tuning_;
   std::atomic<bool> lost_{false};
+  std::atomic<uint64_t> retained_{0};
 };
 
 }  // namespace imgstat

@@ -120,12 +120,4 @@ ChannelStats finalize(const FloatMoments& m, const StatsRequest& request) {
   return s;
 }
 
-ChannelStats stats_of_values(const uint64_t* counts, SampleType type,
-                             const StatsRequest& request) {
-  const size_t values = size_t{1} << type_bits(type);
-  ChannelStats s = finalize(moments_of_values(counts, values, type_lo(type)), request);
-  if (request.histogram) s.histogram = bin_values(counts, values, type, request.hist);
-  return s;
-}
-
 }  // namespace imgstat

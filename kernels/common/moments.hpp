@@ -29,7 +29,8 @@ struct IntMoments {
 inline double canonical_zero(double v) { return v == 0 ? 0.0 : v; }
 
 // Counts per value (value = value_lo + index) to moments and to the requested
-// histogram. Used for 8-bit data on every engine and 16-bit data on the CPU.
+// histogram. Used for 8-bit data on every engine and 16-bit data on the CPU
+// (through partial_of_values).
 IntMoments moments_of_values(const uint64_t* counts, size_t values, int64_t value_lo);
 Histogram bin_values(const uint64_t* counts, size_t values, SampleType type,
                      const HistogramSpec& spec);
@@ -40,9 +41,5 @@ void set_histogram_range(Histogram& h, SampleType type, const HistogramSpec& spe
 
 ChannelStats finalize(const IntMoments& m, const StatsRequest& request);
 ChannelStats finalize(const FloatMoments& m, const StatsRequest& request);
-
-// Statistics of channel c from per-value counts (8-bit and 16-bit data).
-ChannelStats stats_of_values(const uint64_t* counts, SampleType type,
-                             const StatsRequest& request);
 
 }  // namespace imgstat

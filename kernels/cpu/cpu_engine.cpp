@@ -6,9 +6,11 @@
 #include <tbb/task_arena.h>
 
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "common/moments.hpp"
+#include "common/partial.hpp"
 #include "common/pieces.hpp"
 #include "cpu/counters.hpp"
 #include "cpu/float_passes.hpp"
@@ -42,6 +44,8 @@ class Analysis {
   // Floats with an automatic histogram range: the bins need min and max first.
   virtual bool wants_second_pass() const { return false; }
   virtual void add_second_pass(const std::vector<Piece>&) {}
+  // Everything added so far; empty while a second pass is still owed.
+  virtual std::optional<Partial> partial() = 0;
   virtual std::vector<ChannelStats> finish() = 0;
 };
 
@@ -53,7 +57,7 @@ class ValueAnalysis final : public Analysis {
 
   void add(const std::vector<Piece>& pieces) override { count_pieces(counters_, pieces); }
 
-  std::vector<ChannelStats> finish() override {
+  std::optional<Partial> partial() override {
     const size_t values = size_t{1} << type_bits(type_);
     std::vector<uint64_t> raw(C * values, 0);
     for (Counter& counter : counters_) {
@@ -65,13 +69,16 @@ class ValueAnalysis final : public Analysis {
     // index by v - type_lo.
     const size_t flip = type_lo(type_) < 0 ? values / 2 : 0;
     std::vector<uint64_t> counts(values);
-    std::vector<ChannelStats> out;
+    Partial out;
+    out.type = type_;
     for (uint32_t c = 0; c < C; ++c) {
       for (size_t i = 0; i < values; ++i) counts[i ^ flip] = raw[c * values + i];
-      out.push_back(stats_of_values(counts.data(), type_, request_));
+      out.channels.push_back(partial_of_values(counts.data(), type_, request_));
     }
     return out;
   }
+
+  std::vector<ChannelStats> finish() override { return finalize(*partial(), request_); }
 
  private:
   SampleType type_;
@@ -97,54 +104,46 @@ class FloatAnalysis final : public Analysis {
   bool wants_second_pass() const override { return request_.histogram && !explicit_; }
 
   void add_second_pass(const std::vector<Piece>& pieces) override {
-    merge_pass1();
-    for (uint32_t c = 0; c < C; ++c) binners_[c] = RangeBinner::make(moments_[c].min, moments_[c].max, request_.hist.bins);
+    FloatMoments moments[C];
+    for (Counter& counter : *pass1_)
+      for (uint32_t c = 0; c < C; ++c) merge(moments[c], counter.moments(c));
+    for (uint32_t c = 0; c < C; ++c) binners_[c] = RangeBinner::make(moments[c].min, moments[c].max, request_.hist.bins);
     pass2_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
         [this] { return Counter(binners_, false, request_.hist.bins, false); });
     count_pieces(*pass2_, pieces);
   }
 
-  std::vector<ChannelStats> finish() override {
-    merge_pass1();
-    std::vector<ChannelStats> out;
+  std::optional<Partial> partial() override {
+    if (wants_second_pass() && !pass2_) return std::nullopt;
+    FloatMoments moments[C];
+    for (Counter& counter : *pass1_)
+      for (uint32_t c = 0; c < C; ++c) merge(moments[c], counter.moments(c));
+    Partial out = empty_partial(type_, C, request_);
     for (uint32_t c = 0; c < C; ++c) {
-      ChannelStats s = finalize(moments_[c], request_);
-      if (request_.histogram) {
-        Histogram& h = s.histogram;
-        h.counts.assign(request_.hist.bins, 0);
-        auto* bins_from = explicit_ ? pass1_.get() : pass2_.get();
-        if (bins_from)
-          for (Counter& counter : *bins_from) {
-            const Bins& b = counter.bins(c);
-            for (size_t i = 0; i < b.counts.size(); ++i) h.counts[i] += b.counts[i];
-            h.underflow += b.underflow;
-            h.overflow += b.overflow;
-          }
-        const bool any = moments_[c].n > 0;
-        set_histogram_range(h, type_, request_.hist, any ? canonical_zero(moments_[c].min) : 0,
-                            any ? canonical_zero(moments_[c].max) : 0);
-      }
-      out.push_back(s);
+      ChannelPartial& p = out.channels[c];
+      p.floats = moments[c];
+      if (!request_.histogram) continue;
+      Histogram& h = p.histogram;
+      if (auto* bins_from = explicit_ ? pass1_.get() : pass2_.get())
+        for (Counter& counter : *bins_from) {
+          const Bins& b = counter.bins(c);
+          for (size_t i = 0; i < b.counts.size(); ++i) h.counts[i] += b.counts[i];
+          h.underflow += b.underflow;
+          h.overflow += b.overflow;
+        }
     }
     return out;
   }
 
+  std::vector<ChannelStats> finish() override { return finalize(*partial(), request_); }
+
  private:
   using Counter = FloatCounter<T, C>;
-
-  void merge_pass1() {
-    if (merged_) return;
-    merged_ = true;
-    for (Counter& counter : *pass1_)
-      for (uint32_t c = 0; c < C; ++c) merge(moments_[c], counter.moments(c));
-  }
 
   SampleType type_;
   StatsRequest request_;
   bool explicit_;
-  bool merged_ = false;
   RangeBinner binners_[C];
-  FloatMoments moments_[C];
   std::unique_ptr<tbb::enumerable_thread_specific<Counter>> pass1_;
   std::unique_ptr<tbb::enumerable_thread_specific<Counter>> pass2_;
 };
@@ -184,7 +183,7 @@ std::vector<Piece> pieces_of(const ImageView& image) {
   return out;
 }
 
-class CpuStream final : public StreamAnalysis {
+class CpuStream final : public CheckpointStream {
  public:
   CpuStream(const Layout& layout, const StatsRequest& request, tbb::task_arena& arena)
       : layout_(layout), destrider_(layout), analysis_(make_analysis(layout, request)), arena_(arena) {
@@ -221,6 +220,8 @@ class CpuStream final : public StreamAnalysis {
     }
     return Result{analysis_->finish(), "cpu"};
   }
+
+  std::optional<Partial> partial() override { return analysis_->partial(); }
 
  private:
   Layout layout_;

@@ -11,9 +11,11 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "common/moments.hpp"
+#include "common/partial.hpp"
 #include "common/pieces.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/dispatch/dispatch.hpp"
@@ -135,11 +137,18 @@ class GpuAnalysis {
 
   void add(const uint8_t* pixels, uint64_t count);         // pageable memory: staged
   void add_pinned(const uint8_t* pixels, uint64_t count);  // page-locked memory: sent as is
+  // What the pixels added so far add up to, waiting for their work to
+  // finish; empty where that needs the rest of the image (floats binned over
+  // their own range) or would disturb it (one-block images).
+  std::optional<Partial> partial();
   Result finish();
 
  private:
   void submit(const uint8_t* host, uint64_t pixels);
   void flush();
+  // Brings the accumulators to host_results once all work so far has run.
+  void collect();
+  Partial partial_from_host() const;
   void use_stream(int k);
   HistogramOut histogram_out() const;
 
@@ -415,75 +424,81 @@ void GpuAnalysis::add_pinned(const uint8_t* p, uint64_t count) {
   }
 }
 
-Result GpuAnalysis::finish() {
-  if (finished_) fail(ErrorCode::kInternal, "analysis finished twice");
-  finished_ = true;
-  flush();
+void GpuAnalysis::collect() {
   cudaStream_t s0 = ws_->streams[0];
   for (int k = 1; k < kSlots; ++k) {
     if (!used_[k]) continue;
     IMGSTAT_CUDA(cudaEventRecord(ws_->stream_done[k], ws_->streams[k]));
     IMGSTAT_CUDA(cudaStreamWaitEvent(s0, ws_->stream_done[k], 0));
   }
-  const uint32_t c = layout_.channels;
-  Results* d = ws_->device_results;
-  if (whole_)
-    launch_float_bins(whole_, layout_.pixels(), c, layout_.type, histogram_out(), d->running, kSlots, engine_.device(), s0);
-  Results* h = ws_->host_results;
-  const HistogramOut out = histogram_out();
-  const size_t needed = offsetof(Results, counts) + sizeof(unsigned long long) * out.bins * c;
-  if (!one_block_) IMGSTAT_CUDA(cudaMemcpyAsync(h, d, needed, cudaMemcpyDeviceToHost, s0));
+  if (whole_ && finished_)
+    launch_float_bins(whole_, layout_.pixels(), layout_.channels, layout_.type, histogram_out(),
+                      ws_->device_results->running, kSlots, engine_.device(), s0);
+  const size_t needed =
+      offsetof(Results, counts) + sizeof(unsigned long long) * histogram_out().bins * layout_.channels;
+  if (!one_block_) IMGSTAT_CUDA(cudaMemcpyAsync(ws_->host_results, ws_->device_results, needed, cudaMemcpyDeviceToHost, s0));
   IMGSTAT_CUDA(cudaStreamSynchronize(s0));
-  synced_ = true;
+}
 
-  Result result;
-  result.engine = "cuda";
+std::optional<Partial> GpuAnalysis::partial() {
+  if (finished_ || one_block_ || whole_) return std::nullopt;
+  flush();
+  collect();
+  return partial_from_host();
+}
+
+Result GpuAnalysis::finish() {
+  if (finished_) fail(ErrorCode::kInternal, "analysis finished twice");
+  finished_ = true;
+  flush();
+  collect();
+  synced_ = true;
+  return Result{finalize(partial_from_host(), request_), "cuda"};
+}
+
+Partial GpuAnalysis::partial_from_host() const {
+  const Results* h = ws_->host_results;
+  const HistogramOut out = histogram_out();
   const SampleType type = layout_.type;
-  const uint64_t pixels = layout_.pixels();
-  auto histogram_of = [&](ChannelStats& s, uint32_t ch, double min, double max) {
-    if (!request_.histogram) return;
-    s.histogram.counts.assign(h->counts + ch * out.bins, h->counts + (ch + 1) * out.bins);
-    if (out.explicit_range) {
-      s.histogram.underflow = h->underflow[ch];
-      s.histogram.overflow = h->overflow[ch];
-    }
-    set_histogram_range(s.histogram, type, request_.hist, min, max);
-  };
-  for (uint32_t ch = 0; ch < c; ++ch) {
+  Partial p;
+  p.type = type;
+  for (uint32_t ch = 0; ch < layout_.channels; ++ch) {
     if (sample_size(type) == 1) {
       // Counts by raw byte; int8 flips the sign bit to index by v + 128.
       std::vector<uint64_t> values(256);
       const size_t flip = type == SampleType::kInt8 ? 0x80 : 0;
       for (size_t i = 0; i < 256; ++i) values[i ^ flip] = h->counts[ch * 256 + i];
-      result.channels.push_back(stats_of_values(values.data(), type, request_));
-    } else if (!is_float(type)) {
+      p.channels.push_back(partial_of_values(values.data(), type, request_));
+      continue;
+    }
+    ChannelPartial c;
+    if (!is_float(type)) {
       // Sums of offsets u = v - lo, exact: sum v = sum u + n lo,
       // sum v^2 = sum u^2 + 2 lo sum u + n lo^2.
       const IntAccum& a = h->ints[ch];
-      const int128 lo = type_lo(type), n = pixels, su = a.sum;
+      const int128 lo = type_lo(type), n = sent_, su = a.sum;
       const uint128 squ = (static_cast<uint128>(a.sumsq_hi) << 64) | a.sumsq_lo;
-      IntMoments m;
-      m.n = pixels;
-      m.min = static_cast<int64_t>(a.min) + type_lo(type);
-      m.max = static_cast<int64_t>(a.max) + type_lo(type);
-      m.sum = su + n * lo;
-      m.sumsq = static_cast<uint128>(static_cast<int128>(squ) + 2 * lo * su + n * lo * lo);
-      ChannelStats s = finalize(m, request_);
-      histogram_of(s, ch, 0, 0);
-      result.channels.push_back(std::move(s));
+      c.ints.n = sent_;
+      c.ints.min = static_cast<int64_t>(a.min) + type_lo(type);
+      c.ints.max = static_cast<int64_t>(a.max) + type_lo(type);
+      c.ints.sum = su + n * lo;
+      c.ints.sumsq = static_cast<uint128>(static_cast<int128>(squ) + 2 * lo * su + n * lo * lo);
     } else {
-      FloatMoments m;
-      for (int k = 0; k < kSlots; ++k) merge(m, h->running[k * kMaxChannels + ch]);
-      ChannelStats s = finalize(m, request_);
-      const bool any = m.n > 0;
-      histogram_of(s, ch, any ? canonical_zero(m.min) : 0, any ? canonical_zero(m.max) : 0);
-      result.channels.push_back(std::move(s));
+      for (int k = 0; k < kSlots; ++k) merge(c.floats, h->running[k * kMaxChannels + ch]);
     }
+    if (request_.histogram) {
+      c.histogram.counts.assign(h->counts + ch * out.bins, h->counts + (ch + 1) * out.bins);
+      if (out.explicit_range) {
+        c.histogram.underflow = h->underflow[ch];
+        c.histogram.overflow = h->overflow[ch];
+      }
+    }
+    p.channels.push_back(std::move(c));
   }
-  return result;
+  return p;
 }
 
-class CudaStream final : public StreamAnalysis {
+class CudaStream final : public CheckpointStream {
  public:
   CudaStream(CudaEngine& engine, const Layout& layout, const StatsRequest& request)
       : layout_(layout), destrider_(layout), analysis_(engine, layout, request, kStreamWait) {}
@@ -501,6 +516,8 @@ class CudaStream final : public StreamAnalysis {
                                             " bytes; the layout needs " + std::to_string(layout_.min_bytes()));
     return analysis_.finish();
   }
+
+  std::optional<Partial> partial() override { return analysis_.partial(); }
 
  private:
   Layout layout_;
