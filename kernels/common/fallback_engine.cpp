@@ -1,5 +1,6 @@
 #include "common/fallback_engine.hpp"
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -56,6 +57,10 @@ Result FallbackEngine::analyze(const ImageView& image, const StatsRequest& reque
 
 namespace {
 
+// A feed may carry the kept pixels past checkpoint_bytes by its own size
+// before the checkpoint empties them; gRPC messages are at most a few MiB.
+constexpr uint64_t kKeptSlack = uint64_t{4} << 20;
+
 // The primary's stream, with what the backup needs to take over: the last
 // checkpoint and the pixels since. Both engines see packed whole pixels (the
 // row padding is dropped here), so the backup can start at any pixel.
@@ -69,7 +74,10 @@ class FallbackStream final : public StreamAnalysis {
         destrider_(layout),
         pixel_bytes_(layout.pixel_bytes()),
         primary_(std::move(primary)),
-        checkpoint_(empty_partial(layout.type, layout.channels, request)) {}
+        checkpoint_(empty_partial(layout.type, layout.channels, request)) {
+    // One allocation per stream rather than a chain of doublings.
+    kept_.reserve(std::min(owner.tuning().checkpoint_bytes + kKeptSlack, layout.pixels() * pixel_bytes_));
+  }
 
   ~FallbackStream() override { drop_retained(); }
 
