@@ -125,7 +125,13 @@ Local::Local() {
   Limits limits;
   limits.max_pixels = uint64_t{1} << 40;
   limits.max_input_bytes = UINT64_MAX;
-  analyzer_ = std::make_unique<Analyzer>(make_engine(options), limits);
+  std::shared_ptr<Engine> engine = make_engine(options);
+  std::shared_ptr<GpuJpegDecoder> gpu_jpeg;
+  if (engine->takes_device_images()) {
+    std::string why_not;
+    gpu_jpeg = open_gpu_jpeg_decoder(GpuJpegOptions{}, &why_not);
+  }
+  analyzer_ = std::make_unique<Analyzer>(engine, limits, std::move(gpu_jpeg));
 }
 
 Outcome Local::analyze(Source& source, const Request& request) {

@@ -68,6 +68,10 @@ int main(int argc, char** argv) {
   app.add_option("--stats", stats, "statistics to report (default all): min_max, sum, stddev, histogram")
       ->delimiter(',')->check(CLI::IsMember({"min_max", "sum", "stddev", "histogram"}));
   app.add_flag("--allow-truncated", allow_truncated, "analyze truncated JPEGs (libjpeg fills the rest with gray)");
+  std::string decoder = "auto";
+  app.add_option("--decoder", decoder,
+                 "auto: JPEG on the server's GPU when it has one; cpu: libjpeg-turbo's exact pixels; gpu: the GPU or an error")
+      ->check(CLI::IsMember({"auto", "cpu", "gpu"}))->capture_default_str();
   app.add_option("--timeout", timeout, "seconds per call (default none)");
   app.add_flag("--health", health, "ask the server's grpc.health.v1 service; exit 0 when SERVING");
   app.add_flag("--info", info, "print the server's version, engine and limits");
@@ -109,6 +113,9 @@ int main(int argc, char** argv) {
   }
   request.options.set_bins(bins);
   request.options.set_allow_truncated(allow_truncated);
+  request.options.set_decoder(decoder == "cpu"   ? v1::DECODER_CHOICE_CPU
+                              : decoder == "gpu" ? v1::DECODER_CHOICE_GPU
+                                                 : v1::DECODER_CHOICE_AUTO);
   if (!range_spec.empty()) {
     const auto colon = range_spec.find(':');
     try {

@@ -76,6 +76,10 @@ void validate(const Layout& layout, const StatsRequest& request) {
   }
 }
 
+Result Engine::analyze_device(const DeviceImageView&, const StatsRequest&) {
+  fail(ErrorCode::kFailedPrecondition, "the " + info().kind + " engine does not take images in GPU memory");
+}
+
 #ifndef IMGSTAT_WITH_CUDA
 std::unique_ptr<Engine> make_cuda_engine(const EngineOptions&, std::string* why_not) {
   if (why_not) *why_not = "this build has no CUDA engine";

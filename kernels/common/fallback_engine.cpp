@@ -55,6 +55,16 @@ Result FallbackEngine::analyze(const ImageView& image, const StatsRequest& reque
   return either([&](Engine& e) { return e.analyze(image, request); });
 }
 
+Result FallbackEngine::analyze_device(const DeviceImageView& image, const StatsRequest& request) {
+  try {
+    return primary_->analyze_device(image, request);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kInvalidArgument) throw;
+    primary_failed(e);
+    fail(ErrorCode::kUnavailable, std::string("the GPU could not analyze the decoded image (") + e.what() + ")");
+  }
+}
+
 namespace {
 
 // A feed may carry the kept pixels past checkpoint_bytes by its own size

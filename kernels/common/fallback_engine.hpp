@@ -34,6 +34,8 @@ class FallbackEngine final : public Engine {
   EngineInfo info() const override;
   Result analyze(const ImageView& image, const StatsRequest& request) override;
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override;
+  bool takes_device_images() const override { return !lost_ && primary_->takes_device_images(); }
+  Result analyze_device(const DeviceImageView& image, const StatsRequest& request) override;
 
   // For FallbackStream: what the primary's failure means, told once.
   void primary_failed(const Error& e);

@@ -137,6 +137,7 @@ class GpuAnalysis {
 
   void add(const uint8_t* pixels, uint64_t count);         // pageable memory: staged
   void add_pinned(const uint8_t* pixels, uint64_t count);  // page-locked memory: sent as is
+  void add_device(const uint8_t* pixels, uint64_t count);  // already on the device: no transfer
   // What the pixels added so far add up to, waiting for their work to
   // finish; empty where that needs the rest of the image (floats binned over
   // their own range) or would disturb it (one-block images).
@@ -145,6 +146,8 @@ class GpuAnalysis {
 
  private:
   void submit(const uint8_t* host, uint64_t pixels);
+  // The passes that run on one chunk alone, on device pixels at dst.
+  void launch_passes(const uint8_t* dst, uint64_t pixels, cudaStream_t s);
   void flush();
   // Brings the accumulators to host_results once all work so far has run.
   void collect();
@@ -225,6 +228,21 @@ class CudaEngine final : public Engine {
   }
 
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override;
+
+  bool takes_device_images() const override { return !device_lost(); }
+
+  Result analyze_device(const DeviceImageView& image, const StatsRequest& request) override {
+    validate(image.layout, request);
+    if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
+    if (image.layout.row_stride != 0 && image.layout.row_stride != image.layout.row_bytes())
+      fail(ErrorCode::kInvalidArgument, "device images must be packed");
+    if (reinterpret_cast<uintptr_t>(image.data) % 16 != 0)
+      fail(ErrorCode::kInvalidArgument, "device images must start 16-byte aligned");
+    IMGSTAT_CUDA(cudaSetDevice(options_.device));
+    GpuAnalysis analysis(*this, image.layout, request, kAnalyzeWait);
+    analysis.add_device(static_cast<const uint8_t*>(image.data), image.layout.pixels());
+    return analysis.finish();
+  }
 
   // A workspace, waiting at most `wait`. Streams hold theirs until their
   // last chunk, and the workers that would finish them may be the ones
@@ -369,6 +387,13 @@ void GpuAnalysis::submit(const uint8_t* host, uint64_t pixels) {
   const uint64_t bytes = pixels * pixel_bytes_;
   uint8_t* dst = whole_ ? whole_ + sent_ * pixel_bytes_ : ws_->device_slot[slot_];
   IMGSTAT_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
+  launch_passes(dst, pixels, s);
+  IMGSTAT_CUDA(cudaEventRecord(ws_->slot_free[slot_], s));
+  sent_ += pixels;
+  slot_ = (slot_ + 1) % kSlots;
+}
+
+void GpuAnalysis::launch_passes(const uint8_t* dst, uint64_t pixels, cudaStream_t s) {
   Results* r = ws_->device_results;
   const DeviceInfo& dev = engine_.device();
   const uint32_t c = layout_.channels;
@@ -391,9 +416,26 @@ void GpuAnalysis::submit(const uint8_t* host, uint64_t pixels) {
         launch_float_bins(dst, pixels, c, layout_.type, histogram_out(), nullptr, 0, dev, s);
       break;
   }
-  IMGSTAT_CUDA(cudaEventRecord(ws_->slot_free[slot_], s));
-  sent_ += pixels;
-  slot_ = (slot_ + 1) % kSlots;
+}
+
+void GpuAnalysis::add_device(const uint8_t* p, uint64_t count) {
+  flush();
+  use_stream(slot_);
+  cudaStream_t s = ws_->streams[slot_];
+  if (one_block_) {  // the one-block kernel reads device memory as well as mapped host memory
+    launch_hist8_one_block(p, count, layout_.channels, ws_->host_results->counts, s);
+  } else if (whole_) {  // pass 2 needs the whole image in its own buffer
+    uint8_t* dst = whole_ + sent_ * pixel_bytes_;
+    IMGSTAT_CUDA(cudaMemcpyAsync(dst, p, count * pixel_bytes_, cudaMemcpyDeviceToDevice, s));
+    launch_passes(dst, count, s);
+  } else {
+    launch_passes(p, count, s);
+  }
+  sent_ += count;
+  if (!one_block_) {
+    IMGSTAT_CUDA(cudaEventRecord(ws_->slot_free[slot_], s));
+    slot_ = (slot_ + 1) % kSlots;
+  }
 }
 
 void GpuAnalysis::flush() {

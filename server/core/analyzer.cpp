@@ -162,8 +162,8 @@ class PixelUpload final : public Upload {
 
 }  // namespace
 
-Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits)
-    : engine_(std::move(engine)), limits_(resolve(limits, engine_->info().threads)) {
+Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_ptr<GpuJpegDecoder> gpu_jpeg)
+    : engine_(std::move(engine)), gpu_jpeg_(std::move(gpu_jpeg)), limits_(resolve(limits, engine_->info().threads)) {
   budget_ = std::make_unique<MemoryBudget>(limits_.max_decode_memory, limits_.max_queue);
   configure_decoders(limits_.max_pixels);
 }
@@ -202,6 +202,15 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
                                "this " + std::to_string(plan.width) + "x" + std::to_string(plan.height) + " " + plan.format,
                                call, waited_until);
       call.check("before decoding");
+      const v1::DecoderChoice choice = request.options().decoder();
+      if (plan.format == "JPEG" && choice != v1::DECODER_CHOICE_CPU) {
+        std::string why;
+        if (analyze_on_gpu(bytes, data.size(), options, stats_request, call, r, &why)) return r;
+        if (choice == v1::DECODER_CHOICE_GPU)
+          fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but " + why);
+      } else if (choice == v1::DECODER_CHOICE_GPU) {
+        fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but the GPU decodes JPEG only, not " + plan.format);
+      }
       decoded = decode_image(bytes, data.size(), plan, options);
       call.check("after decoding");
       d = Described{decoded.format, decoded.view.layout, decoded.channel_order, decoded.channel_names};
@@ -213,9 +222,57 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
   const Result result = engine_->analyze(view, stats_request);
   const auto t2 = Clock::now();
   fill_response(r, d, result, stats_request);
+  r.set_decoder(decoded.decoder);
   set_duration(r.mutable_decode_time(), t1 - t0);
   set_duration(r.mutable_compute_time(), t2 - t1);
   return r;
+}
+
+bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options,
+                              const StatsRequest& request, const CallContext& call, v1::AnalyzeResponse& r,
+                              std::string* why) const {
+  if (!gpu_jpeg_) {
+    *why = "this server has no GPU JPEG decoder";
+    return false;
+  }
+  if (!engine_->takes_device_images()) {
+    *why = "the GPU engine is not in use";
+    return false;
+  }
+  const auto t0 = Clock::now();
+  std::unique_ptr<GpuJpegDecoder::Ticket> ticket = gpu_jpeg_->announce();
+  // The same check as the CPU path: bad and truncated files get the same answers.
+  const JpegCheck check = check_jpeg_data(data, size, options);
+  if (check.truncated) {
+    *why = "a truncated JPEG is analyzed as libjpeg fills it in, on the CPU";
+    return false;
+  }
+  call.check("before decoding");
+  GpuDecodedImage image;
+  try {
+    image = gpu_jpeg_->decode(*ticket, data, size);
+  } catch (const Error& e) {
+    *why = e.what();
+    return false;
+  }
+  ticket.reset();
+  call.check("after decoding");
+  const auto t1 = Clock::now();
+  Result result;
+  try {
+    result = engine_->analyze_device(image.view, request);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kInvalidArgument) throw;
+    *why = e.what();  // a failing GPU: decoded again on the CPU
+    return false;
+  }
+  const auto t2 = Clock::now();
+  fill_response(r, describe_pixels("JPEG", image.view.layout), result, request);
+  r.set_decoder(image.decoder);
+  for (const std::string& w : check.warnings) r.add_warnings(w);
+  set_duration(r.mutable_decode_time(), t1 - t0);
+  set_duration(r.mutable_compute_time(), t2 - t1);
+  return true;
 }
 
 std::unique_ptr<Upload> Analyzer::begin_upload(const v1::StreamHeader& header) const {
@@ -263,6 +320,7 @@ v1::AnalyzeResponse StreamAssembler::end(const CallContext& call) {
 v1::ServerInfo Analyzer::server_info() const {
   v1::ServerInfo info;
   info.set_version(IMGSTAT_VERSION);
+  if (gpu_jpeg_) info.set_gpu_decoder(gpu_jpeg_->description());
   v1::EngineInfo* e = info.mutable_engine();
   const EngineInfo engine = engine_->info();  // live: a lost GPU leaves the CPU engine
   e->set_kind(engine.kind);

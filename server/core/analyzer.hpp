@@ -9,6 +9,8 @@
 #include "core/budget.hpp"
 #include "core/call_context.hpp"
 #include "core/limits.hpp"
+#include "decode/decode.hpp"
+#include "decode/gpu_jpeg.hpp"
 #include "imgstat/engine.hpp"
 #include "imgstat/v1/imgstat.pb.h"
 
@@ -40,8 +42,10 @@ class StreamAssembler {
 
 class Analyzer {
  public:
-  // Limits left at 0 take the machine's defaults (resolve()).
-  Analyzer(std::shared_ptr<Engine> engine, Limits limits);
+  // Limits left at 0 take the machine's defaults (resolve()). gpu_jpeg, when
+  // set, decodes JPEG into the engine's GPU memory (engines that take device
+  // images only).
+  Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_ptr<GpuJpegDecoder> gpu_jpeg = nullptr);
 
   // Each throws imgstat::Error naming what is wrong with the request, or
   // kCancelled / kDeadlineExceeded when the call ended first.
@@ -52,7 +56,12 @@ class Analyzer {
   const Limits& limits() const { return limits_; }
 
  private:
+  // The GPU path for one JPEG; false (with *why) when it should go to the CPU.
+  bool analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options, const StatsRequest& request,
+                      const CallContext& call, v1::AnalyzeResponse& r, std::string* why) const;
+
   std::shared_ptr<Engine> engine_;
+  std::shared_ptr<GpuJpegDecoder> gpu_jpeg_;
   Limits limits_;
   std::unique_ptr<MemoryBudget> budget_;
 };

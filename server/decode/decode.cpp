@@ -106,6 +106,16 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   return plan;
 }
 
+JpegCheck check_jpeg_data(const uint8_t* data, size_t size, const DecodeOptions& options) {
+  JpegCheck check = check_jpeg(data, size, options.cancelled);
+  if (!check.ok && check.error == "cancelled") fail(ErrorCode::kCancelled, "cancelled while decoding");
+  if (!check.ok) invalid_data("JPEG: " + check.error);
+  if (check.truncated && !options.allow_truncated)
+    invalid_data("JPEG data ends before its last block (truncated file); libjpeg would fill the "
+                 "rest with gray. Set allow_truncated to analyze it anyway");
+  return check;
+}
+
 DecodedImage decode_image(const uint8_t* data, size_t size, const DecodeOptions& options) {
   return decode_image(data, size, plan_decode(data, size, options), options);
 }
@@ -115,13 +125,9 @@ DecodedImage decode_image(const uint8_t* data, size_t size, const DecodePlan& pl
   DecodedImage out;
   out.format = plan.format;
   if (plan.format == "JPEG") {
-    const JpegCheck check = check_jpeg(data, size, options.cancelled);
-    if (!check.ok && check.error == "cancelled") fail(ErrorCode::kCancelled, "cancelled while decoding");
-    if (!check.ok) invalid_data("JPEG: " + check.error);
-    if (check.truncated && !options.allow_truncated)
-      invalid_data("JPEG data ends before its last block (truncated file); libjpeg would fill the "
-                   "rest with gray. Set allow_truncated to analyze it anyway");
+    const JpegCheck check = check_jpeg_data(data, size, options);
     out.warnings = check.warnings;
+    out.decoder = "libjpeg-turbo";
     if (check.truncated) {
       // libjpeg's file reader meets the end of the data with a made-up
       // end-of-image marker and fills the rest with gray; OpenCV's memory
@@ -136,10 +142,14 @@ DecodedImage decode_image(const uint8_t* data, size_t size, const DecodePlan& pl
   }
 
   cv::Mat m;
-  if (plan.format == "BMP") m = decode_bmp_core(data, size, options);
-  if (plan.format == "GIF") m = decode_gif(data, size, options, &out.warnings);
-  if (m.empty()) m = opencv_decode(data, size, plan.format);
-  if (m.empty() && plan.format == "WebP") m = decode_webp_frames(data, size, &out.warnings);
+  if (plan.format == "BMP" && !(m = decode_bmp_core(data, size, options)).empty()) out.decoder = "imgstat-bmp";
+  if (plan.format == "GIF" && !(m = decode_gif(data, size, options, &out.warnings)).empty()) out.decoder = "giflib";
+  if (m.empty()) {
+    m = opencv_decode(data, size, plan.format);
+    if (out.decoder.empty()) out.decoder = "opencv";
+  }
+  if (m.empty() && plan.format == "WebP" && !(m = decode_webp_frames(data, size, &out.warnings)).empty())
+    out.decoder = "libwebp";
   if (m.empty()) invalid_data(plan.format + ": could not decode (corrupt, truncated or unsupported data)");
   return finish_decoded(std::move(out), m, options);
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "decode/jpeg_check.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
@@ -46,6 +47,7 @@ struct DecodedImage {
   std::vector<uint32_t> channel_order;
   std::vector<std::string> channel_names;
   std::vector<std::string> warnings;
+  std::string decoder;  // "libjpeg-turbo", "giflib", "libwebp", "imgstat-bmp" or "opencv"
 };
 
 // Throws imgstat::Error: kInvalidArgument for empty, unrecognized or corrupt
@@ -55,6 +57,11 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
 // Throws imgstat::Error: kInvalidArgument for corrupt, truncated or
 // unsupported data, kResourceExhausted over max_pixels, kCancelled.
 DecodedImage decode_image(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options);
+// libjpeg's check pass over a whole JPEG, as decode_image runs it before any
+// JPEG decoder: throws kInvalidArgument for corrupt data and, unless
+// allow_truncated, for data that ends before its last block; kCancelled.
+JpegCheck check_jpeg_data(const uint8_t* data, size_t size, const DecodeOptions& options);
+
 // plan_decode, then decode_image.
 DecodedImage decode_image(const uint8_t* data, size_t size, const DecodeOptions& options);
 

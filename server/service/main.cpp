@@ -32,6 +32,15 @@ int main(int argc, char** argv) {
   app.add_option("--shutdown-grace", options.shutdown_grace_seconds,
                  "seconds calls in progress get to finish after SIGTERM or SIGINT")
       ->envname("IMGSTAT_SHUTDOWN_GRACE")->capture_default_str();
+  app.add_option("--gpu-decode", options.gpu_decode,
+                 "decode JPEG on the GPU (nvJPEG) when the engine is CUDA and libnvjpeg is installed")
+      ->envname("IMGSTAT_GPU_DECODE")->capture_default_str();
+  double window_ms = options.gpu_jpeg.batch_window.count() / 1000.0;
+  app.add_option("--decode-batch-window", window_ms,
+                 "milliseconds a GPU JPEG batch waits for more JPEGs already on their way")
+      ->envname("IMGSTAT_DECODE_BATCH_WINDOW")->check(CLI::Range(0.0, 1000.0))->capture_default_str();
+  app.add_option("--decode-batch-max", options.gpu_jpeg.batch_max, "most JPEGs decoded in one GPU batch")
+      ->envname("IMGSTAT_DECODE_BATCH_MAX")->check(CLI::Range(1u, 1024u))->capture_default_str();
   app.add_option("--log-level", log_level)->envname("IMGSTAT_LOG_LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -41,6 +50,7 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::flush_on(spdlog::level::trace);  // a line per request, written as it happens
+  options.gpu_jpeg.batch_window = std::chrono::microseconds(static_cast<int64_t>(window_ms * 1000));
   options.engine = engine == "cpu" ? imgstat::EngineKind::kCpu
                    : engine == "cuda" ? imgstat::EngineKind::kCuda
                                       : imgstat::EngineKind::kAuto;
@@ -63,7 +73,10 @@ int main(int argc, char** argv) {
                    info.device_memory_bytes >> 20, info.compute_capability);
     else
       spdlog::info("engine cpu: {} threads", info.threads);
-    imgstat::Server server(options, std::move(engine_ptr));
+    std::string decode_note;
+    auto gpu_jpeg = imgstat::choose_gpu_jpeg(options, *engine_ptr, &decode_note);
+    if (!decode_note.empty()) spdlog::info("{}", decode_note);
+    imgstat::Server server(options, std::move(engine_ptr), std::move(gpu_jpeg));
     server.start();
     const std::string host = options.listen.substr(0, options.listen.rfind(':'));
     spdlog::info("imgstat-server {} listening on {}:{}", IMGSTAT_VERSION, host, server.port());

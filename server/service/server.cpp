@@ -27,11 +27,25 @@ std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string*
   return make_engine(e, note);
 }
 
-Server::Server(const ServerOptions& options, std::shared_ptr<Engine> engine)
+std::shared_ptr<GpuJpegDecoder> choose_gpu_jpeg(const ServerOptions& options, const Engine& engine, std::string* note) {
+  if (!options.gpu_decode) {
+    *note = "JPEG decodes on the CPU (--gpu-decode false)";
+    return nullptr;
+  }
+  if (!engine.takes_device_images()) return nullptr;  // the CPU engine: nothing to say
+  GpuJpegOptions o = options.gpu_jpeg;
+  o.device = options.cuda_device;
+  std::string why;
+  std::shared_ptr<GpuJpegDecoder> d = open_gpu_jpeg_decoder(o, &why);
+  *note = d ? "JPEG decodes on the GPU: " + d->description() : "JPEG decodes on the CPU: " + why;
+  return d;
+}
+
+Server::Server(const ServerOptions& options, std::shared_ptr<Engine> engine, std::shared_ptr<GpuJpegDecoder> gpu_jpeg)
     : options_(options), engine_(std::move(engine)) {
   if (options_.threads == 0) options_.threads = std::max(1u, std::thread::hardware_concurrency());
   options_.limits = resolve(options_.limits, options_.threads);
-  analyzer_ = std::make_unique<Analyzer>(engine_, options_.limits);
+  analyzer_ = std::make_unique<Analyzer>(engine_, options_.limits, std::move(gpu_jpeg));
   queue_ = std::make_unique<WorkQueue>(options_.threads, options_.limits.max_queue);
   service_ = std::make_unique<ImageStatsService>(*analyzer_, *queue_);
 }

@@ -21,7 +21,13 @@ struct ServerOptions {
   Limits limits;
   unsigned threads = 0;  // workers for decoding and computing; 0: one per core
   double shutdown_grace_seconds = 30;  // calls in progress get this long to finish
+  bool gpu_decode = true;              // JPEG on the GPU (nvJPEG) when the engine is CUDA
+  GpuJpegOptions gpu_jpeg;             // its batching; device is cuda_device
 };
+
+// nvJPEG for the engine's GPU, when it is one and libnvjpeg loads; else
+// null with *note saying why JPEG decodes on the CPU.
+std::shared_ptr<GpuJpegDecoder> choose_gpu_jpeg(const ServerOptions& options, const Engine& engine, std::string* note);
 
 // The engine the options ask for; with kAuto, CUDA when a device is usable,
 // else the CPU engine, with *note saying why.
@@ -32,7 +38,8 @@ class WorkQueue;
 
 class Server {
  public:
-  Server(const ServerOptions& options, std::shared_ptr<Engine> engine);
+  Server(const ServerOptions& options, std::shared_ptr<Engine> engine,
+         std::shared_ptr<GpuJpegDecoder> gpu_jpeg = nullptr);
   ~Server();
 
   // Binds and starts serving; throws imgstat::Error (kUnavailable) when the

@@ -45,6 +45,14 @@ struct ImageView {
   Layout layout;
 };
 
+// Pixels already in the engine's GPU memory (a GPU decoder's output), packed
+// (row_stride 0), 16-byte aligned, and ready: the work that wrote them has
+// finished. The CPU engine never receives these.
+struct DeviceImageView {
+  const void* data = nullptr;
+  Layout layout;
+};
+
 struct HistogramSpec {
   uint32_t bins = 256;
   bool explicit_range = false;  // false: the automatic range
@@ -121,6 +129,12 @@ class Engine {
       const Layout& layout, const StatsRequest& request) = 0;
   // False once the engine can no longer compute (a lost GPU).
   virtual bool usable() const { return true; }
+  // Whether analyze_device() may be called now: a GPU engine whose device is usable.
+  virtual bool takes_device_images() const { return false; }
+  // Statistics of pixels in device memory; throws kFailedPrecondition on
+  // engines without a GPU and kUnavailable when the GPU fails (the pixels
+  // are then out of reach: the caller decodes again on the CPU).
+  virtual Result analyze_device(const DeviceImageView& image, const StatsRequest& request);
 };
 
 enum class EngineKind { kAuto, kCpu, kCuda };

@@ -1,0 +1,55 @@
+// JPEG decoded on the GPU (nvJPEG), into device memory that the CUDA engine
+// reads in place: no copy back, no second upload. Concurrent requests are
+// gathered into one batched decode on the GPU's JPEG engines, as Triton's
+// dynamic batcher gathers inference requests: a batch waits at most
+// batch_window for more, and only while more are on their way.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "imgstat/engine.hpp"
+
+namespace imgstat {
+
+struct GpuJpegOptions {
+  int device = 0;
+  std::chrono::microseconds batch_window{1000};
+  uint32_t batch_max = 32;
+};
+
+struct GpuDecodedImage {
+  std::string decoder;           // "nvjpeg-hardware" or "nvjpeg-cuda"
+  DeviceImageView view;          // packed R,G,B or Gray, uint8
+  std::shared_ptr<void> memory;  // frees the device pixels when the last holder lets go
+};
+
+class GpuJpegDecoder {
+ public:
+  virtual ~GpuJpegDecoder() = default;
+
+  // Says a JPEG is on its way to decode() (its checks are running), so that
+  // a batch waits for it; the ticket withdraws that when destroyed unused.
+  class Ticket {
+   public:
+    virtual ~Ticket() = default;
+  };
+  virtual std::unique_ptr<Ticket> announce() = 0;
+
+  // Decodes one baseline or progressive 8-bit JPEG of 1 or 3 components.
+  // Throws imgstat::Error: kUnimplemented for what nvJPEG cannot decode
+  // (CMYK, 12-bit, arithmetic coding, damaged data: decode it on the CPU),
+  // kUnavailable when the GPU fails.
+  virtual GpuDecodedImage decode(Ticket& ticket, const uint8_t* data, size_t size) = 0;
+
+  // e.g. "nvJPEG 13.0.1 (libnvjpeg.so.13), hardware backend"
+  virtual std::string description() const = 0;
+};
+
+// Null, with *why_not saying why, when this build has no CUDA, libnvjpeg is
+// not installed, or no device is usable.
+std::unique_ptr<GpuJpegDecoder> open_gpu_jpeg_decoder(const GpuJpegOptions& options, std::string* why_not);
+
+}  // namespace imgstat
