@@ -22,8 +22,9 @@ namespace imgstat::testing {
 namespace {
 
 // The largest difference between nvJPEG's pixels and libjpeg-turbo's that
-// the README states; measured on the corpus (the test prints it).
-constexpr int kStatedBound = 255;
+// the README states: measured 34 on the corpus (chroma upsampling: nvJPEG
+// replicates, libjpeg-turbo interpolates), so kept within 40 there.
+constexpr int kStatedBound = 40;
 
 std::vector<uint8_t> to_host(const GpuDecodedImage& g) {
   const Layout& l = g.view.layout;
@@ -99,7 +100,7 @@ TEST_F(GpuJpegTest, EveryCorpusJpegAgainstLibjpegTurbo) {
     ASSERT_EQ(g.channels, c.channels) << path;
     const std::vector<uint8_t> px = to_host(gpu);
     int max_diff = 0;
-    uint64_t differ = 0;
+    uint64_t differ = 0, total = 0;
     const auto* base = static_cast<const uint8_t*>(cpu.view.data);
     for (uint64_t y = 0; y < c.height; ++y)
       for (uint64_t x = 0; x < c.width; ++x)
@@ -110,12 +111,14 @@ TEST_F(GpuJpegTest, EveryCorpusJpegAgainstLibjpegTurbo) {
           const int b = base[y * c.stride() + x * c.channels + cv_ch];
           const int d = std::abs(a - b);
           if (d) ++differ;
+          total += d;
           max_diff = std::max(max_diff, d);
         }
     const uint64_t samples = c.pixels() * c.channels;
-    std::printf("%-48s %-16s %5llux%-5llu max |diff| %3d, %6.2f%% of samples differ\n", path.filename().c_str(),
-                gpu.decoder.c_str(), static_cast<unsigned long long>(c.width),
-                static_cast<unsigned long long>(c.height), max_diff, 100.0 * differ / samples);
+    std::printf("%-48s %-16s %5llux%-5llu max |diff| %3d, mean |diff| %.3f, %6.2f%% of samples differ\n",
+                path.filename().c_str(), gpu.decoder.c_str(), static_cast<unsigned long long>(c.width),
+                static_cast<unsigned long long>(c.height), max_diff, static_cast<double>(total) / samples,
+                100.0 * differ / samples);
     EXPECT_LE(max_diff, kStatedBound) << path;
     worst = std::max(worst, max_diff);
     identical += max_diff == 0;
@@ -204,6 +207,47 @@ TEST_F(GpuJpegTest, ABurstOf64DecodesAlikeInBatches) {
     });
   for (auto& t : callers) t.join();
   EXPECT_EQ(same.load(), 64);
+}
+
+TEST_F(GpuJpegTest, TruncatedJpegsAreRefusedAsOnTheCpu) {
+  // Half a JPEG with an end-of-image marker appended, and the corpus's cut
+  // files: the GPU path runs libjpeg's check first, so they are refused (or,
+  // with allow_truncated, analyzed on the CPU) exactly as before. What
+  // nvJPEG alone makes of them is printed: it is why the check stays.
+  Analyzer analyzer(engine_, Limits{}, decoder_);
+  std::vector<std::string> cut;
+  for (const auto& path : corpus_jpegs()) {
+    const std::string whole = slurp_file(path.string());
+    if (whole.size() < 2000) continue;
+    std::string half = whole.substr(0, whole.size() / 2) + "\xff\xd9";
+    cut.push_back(half);
+  }
+  ASSERT_FALSE(cut.empty());
+  int refused = 0;
+  for (const std::string& data : cut) {
+    v1::AnalyzeRequest req;
+    req.mutable_input()->set_data(data);
+    try {
+      analyzer.analyze(req);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      ++refused;
+    }
+    req.mutable_options()->set_allow_truncated(true);
+    try {
+      EXPECT_EQ(analyzer.analyze(req).decoder(), "libjpeg-turbo");
+    } catch (const Error&) {
+    }
+    std::string alone = "refused";
+    try {
+      auto ticket = decoder_->announce();
+      alone = "decoded by " + decoder_->decode(*ticket, reinterpret_cast<const uint8_t*>(data.data()), data.size()).decoder;
+    } catch (const Error& e) {
+      alone = std::string("refused: ") + e.what();
+    }
+    std::printf("half JPEG + EOI, nvJPEG alone: %s\n", alone.c_str());
+  }
+  EXPECT_EQ(refused, static_cast<int>(cut.size()));
 }
 
 TEST_F(GpuJpegTest, TheAnalyzerSaysWhichDecoderRanAndHonoursTheChoice) {

@@ -10,19 +10,19 @@
 
 namespace n = imgstat::nvjpeg;
 
-static_assert(n::kSuccess == NVJPEG_STATUS_SUCCESS && n::kBadJpeg == NVJPEG_STATUS_BAD_JPEG &&
-              n::kJpegNotSupported == NVJPEG_STATUS_JPEG_NOT_SUPPORTED &&
-              n::kExecutionFailed == NVJPEG_STATUS_EXECUTION_FAILED &&
-              n::kImplementationNotSupported == NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED &&
-              n::kIncompleteBitstream == NVJPEG_STATUS_INCOMPLETE_BITSTREAM);
-static_assert(n::kCss444 == NVJPEG_CSS_444 && n::kCss420 == NVJPEG_CSS_420 && n::kCssGray == NVJPEG_CSS_GRAY &&
-              n::kCss410V == NVJPEG_CSS_410V && n::kCssUnknown == NVJPEG_CSS_UNKNOWN);
-static_assert(n::kOutputY == NVJPEG_OUTPUT_Y && n::kOutputRgbi == NVJPEG_OUTPUT_RGBI);
-static_assert(n::kBackendDefault == NVJPEG_BACKEND_DEFAULT && n::kBackendGpuHybrid == NVJPEG_BACKEND_GPU_HYBRID &&
-              n::kBackendHardware == NVJPEG_BACKEND_HARDWARE);
-static_assert(n::kMaxComponents == NVJPEG_MAX_COMPONENT);
+static_assert(int(n::kSuccess) == int(NVJPEG_STATUS_SUCCESS) && int(n::kBadJpeg) == int(NVJPEG_STATUS_BAD_JPEG) &&
+              int(n::kJpegNotSupported) == int(NVJPEG_STATUS_JPEG_NOT_SUPPORTED) &&
+              int(n::kExecutionFailed) == int(NVJPEG_STATUS_EXECUTION_FAILED) &&
+              int(n::kImplementationNotSupported) == int(NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED) &&
+              int(n::kIncompleteBitstream) == int(NVJPEG_STATUS_INCOMPLETE_BITSTREAM));
+static_assert(int(n::kCss444) == int(NVJPEG_CSS_444) && int(n::kCss420) == int(NVJPEG_CSS_420) && int(n::kCssGray) == int(NVJPEG_CSS_GRAY) &&
+              int(n::kCss410V) == int(NVJPEG_CSS_410V) && int(n::kCssUnknown) == int(NVJPEG_CSS_UNKNOWN));
+static_assert(int(n::kOutputY) == int(NVJPEG_OUTPUT_Y) && int(n::kOutputRgbi) == int(NVJPEG_OUTPUT_RGBI));
+static_assert(int(n::kBackendDefault) == int(NVJPEG_BACKEND_DEFAULT) && int(n::kBackendGpuHybrid) == int(NVJPEG_BACKEND_GPU_HYBRID) &&
+              int(n::kBackendHardware) == int(NVJPEG_BACKEND_HARDWARE));
+static_assert(int(n::kMaxComponents) == int(NVJPEG_MAX_COMPONENT));
 static_assert(sizeof(n::Planes) == sizeof(nvjpegImage_t) && offsetof(n::Planes, pitch) == offsetof(nvjpegImage_t, pitch));
-static_assert(std::is_same_v<decltype(nvjpegImage_t{}.pitch[0]), size_t&>);
+static_assert(std::is_same_v<std::remove_all_extents_t<decltype(nvjpegImage_t::pitch)>, size_t>);
 
 int main() { return 0; }
 

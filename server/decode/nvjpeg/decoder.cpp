@@ -20,6 +20,26 @@ namespace {
 using nvjpeg::Api;
 using nvjpeg::Status;
 
+// The first frame header's first component: sampling factors 1x1? A gray
+// JPEG may declare 2x2 (legal, and meaningless with one component).
+bool gray_sampling_is_1x1(const uint8_t* p, size_t n) {
+  size_t i = 2;
+  while (i + 4 <= n) {
+    if (p[i] != 0xff) return false;
+    const uint8_t marker = p[i + 1];
+    if (marker == 0xff) {
+      ++i;
+      continue;
+    }
+    const size_t len = (size_t{p[i + 2]} << 8) | p[i + 3];
+    const bool sof = marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8 && marker != 0xcc;
+    if (sof) return i + 11 < n && len >= 11 && p[i + 11] == 0x11;  // component 0's H and V nibbles
+    if (marker == 0xda || marker == 0xd9) return false;
+    i += 2 + len;
+  }
+  return false;
+}
+
 std::string cuda_text(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
 
 class NvjpegTicket final : public GpuJpegDecoder::Ticket {
@@ -184,6 +204,11 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       job.error = "nvJPEG: unknown chroma subsampling";
       return false;
     }
+    if (components == 1 && !gray_sampling_is_1x1(job.data, job.size)) {
+      // Measured: the hardware backend returns wrong pixels for these.
+      job.error = "nvJPEG: a gray JPEG with sampling factors other than 1x1 is decoded on the CPU";
+      return false;
+    }
     job.width = widths[0];
     job.height = heights[0];
     job.channels = components == 1 ? 1 : 3;
@@ -201,10 +226,13 @@ class NvjpegDecoder final : public GpuJpegDecoder {
     return true;
   }
 
+  // One state serves every call: its buffers are reused by the next call,
+  // so each call's work must be over before the next one starts.
   void decode_one(Job& job) {
     job.hardware = false;
     job.status = api_.decode(gpu_, gpu_state_, job.data, job.size,
                              job.channels == 1 ? nvjpeg::kOutputY : nvjpeg::kOutputRgbi, &job.planes, stream_);
+    check_cuda(cudaStreamSynchronize(stream_), "nvJPEG decode");
   }
 
   void decode_batch(std::vector<std::shared_ptr<Job>>& batch) {
@@ -230,6 +258,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       }
       Status s = api_.batched_initialize(hw_, hw_state_, static_cast<int>(jobs.size()), 1, format);
       if (s == nvjpeg::kSuccess) s = api_.decode_batched(hw_, hw_state_, data.data(), sizes.data(), planes.data(), stream_);
+      check_cuda(cudaStreamSynchronize(stream_), "nvJPEG batched decode");
       if (s != nvjpeg::kSuccess)
         for (Job* j : jobs) decode_one(*j);  // the hybrid backend, one by one
     }
