@@ -219,6 +219,13 @@ TEST_F(GpuJpegTest, TruncatedJpegsAreRefusedAsOnTheCpu) {
   for (const auto& path : corpus_jpegs()) {
     const std::string whole = slurp_file(path.string());
     if (whole.size() < 2000) continue;
+    try {  // as decode_test: whole files the check passes, arithmetic coding aside
+      check_jpeg_data(reinterpret_cast<const uint8_t*>(whole.data()), whole.size(), DecodeOptions{});
+      if (read_jpeg_header(reinterpret_cast<const uint8_t*>(whole.data()), whole.size(), uint64_t{1} << 40).arithmetic)
+        continue;
+    } catch (const Error&) {
+      continue;
+    }
     std::string half = whole.substr(0, whole.size() / 2) + "\xff\xd9";
     cut.push_back(half);
   }
