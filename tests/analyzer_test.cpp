@@ -259,5 +259,155 @@ TEST_F(AnalyzerTest, ServerInfoSaysEngineAndLimits) {
   EXPECT_NE(std::find(info.formats().begin(), info.formats().end(), "PNG"), info.formats().end());
 }
 
+
+namespace gpu_path {
+
+// A stand-in for nvJPEG: decodes on the CPU and hands over packed R,G,B
+// pixels as a GPU decoder would (in host memory, which the stand-in engine
+// below reads), or fails as told.
+class FakeGpuDecoder final : public GpuJpegDecoder {
+ public:
+  ErrorCode fail_with = ErrorCode::kInternal;  // kInternal: do not fail
+  int decodes = 0;
+  int outstanding = 0;  // announced, not yet withdrawn
+
+  class FakeTicket final : public Ticket {
+   public:
+    explicit FakeTicket(int& n) : n_(n) { ++n_; }
+    ~FakeTicket() override { --n_; }
+
+   private:
+    int& n_;
+  };
+  std::unique_ptr<Ticket> announce() override { return std::make_unique<FakeTicket>(outstanding); }
+
+  GpuDecodedImage decode(Ticket&, const uint8_t* data, size_t size) override {
+    ++decodes;
+    if (fail_with != ErrorCode::kInternal) fail(fail_with, "fake GPU decoder told to fail");
+    const DecodedImage cpu = decode_image(data, size, DecodeOptions{});
+    const Layout& l = cpu.view.layout;
+    auto px = std::make_shared<std::vector<uint8_t>>(l.pixels() * l.channels);
+    const auto* base = static_cast<const uint8_t*>(cpu.view.data);
+    for (uint64_t y = 0; y < l.height; ++y)
+      for (uint64_t x = 0; x < l.width; ++x)
+        for (uint32_t c = 0; c < l.channels; ++c)  // OpenCV's BGR to R,G,B
+          (*px)[(y * l.width + x) * l.channels + c] = base[y * l.stride() + x * l.channels + cpu.channel_order[c]];
+    GpuDecodedImage out;
+    out.decoder = "fake-gpu";
+    out.view = DeviceImageView{px->data(), Layout{l.width, l.height, l.channels, SampleType::kUint8, 0}};
+    out.memory = px;
+    return out;
+  }
+  std::string description() const override { return "fake GPU decoder"; }
+};
+
+// The CPU engine, pretending its host memory is a GPU's.
+class FakeGpuEngine final : public Engine {
+ public:
+  bool fail_device = false;
+  EngineInfo info() const override { return cpu_->info(); }
+  Result analyze(const ImageView& i, const StatsRequest& r) override { return cpu_->analyze(i, r); }
+  std::unique_ptr<StreamAnalysis> open_stream(const Layout& l, const StatsRequest& r) override {
+    return cpu_->open_stream(l, r);
+  }
+  bool takes_device_images() const override { return true; }
+  Result analyze_device(const DeviceImageView& image, const StatsRequest& r) override {
+    if (fail_device) fail(ErrorCode::kUnavailable, "the GPU fell off the bus");
+    Result out = cpu_->analyze(ImageView{image.data, image.layout}, r);
+    out.engine = "fake-gpu";
+    return out;
+  }
+
+ private:
+  std::unique_ptr<Engine> cpu_ = make_cpu_engine();
+};
+
+class GpuPathTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_corpus()) GTEST_SKIP() << "no corpus";
+    analyzer_ = std::make_unique<Analyzer>(engine_, Limits{}, decoder_);
+    jpeg_.mutable_input()->set_data(slurp_file((corpus_dir() / "jpeg/ljt_testorig.jpg").string()));
+  }
+
+  v1::AnalyzeResponse on_cpu() {
+    v1::AnalyzeRequest r = jpeg_;
+    r.mutable_options()->set_decoder(v1::DECODER_CHOICE_CPU);
+    return analyzer_->analyze(r);
+  }
+
+  static void expect_same_channels(const v1::AnalyzeResponse& a, const v1::AnalyzeResponse& b) {
+    ASSERT_EQ(a.channels_size(), b.channels_size());
+    for (int c = 0; c < a.channels_size(); ++c)
+      EXPECT_EQ(a.channels(c).SerializeAsString(), b.channels(c).SerializeAsString()) << "channel " << c;
+  }
+
+  std::shared_ptr<FakeGpuEngine> engine_ = std::make_shared<FakeGpuEngine>();
+  std::shared_ptr<FakeGpuDecoder> decoder_ = std::make_shared<FakeGpuDecoder>();
+  std::unique_ptr<Analyzer> analyzer_;
+  v1::AnalyzeRequest jpeg_;
+};
+
+TEST_F(GpuPathTest, DevicePixelsGiveTheCpuPathsAnswerInRgbOrder) {
+  const v1::AnalyzeResponse cpu = on_cpu();
+  EXPECT_EQ(cpu.decoder(), "libjpeg-turbo");
+  EXPECT_EQ(decoder_->decodes, 0);  // decoder=cpu never reaches the GPU
+  const v1::AnalyzeResponse gpu = analyzer_->analyze(jpeg_);
+  EXPECT_EQ(decoder_->decodes, 1);
+  EXPECT_EQ(gpu.decoder(), "fake-gpu");
+  EXPECT_EQ(gpu.engine(), "fake-gpu");
+  EXPECT_EQ(gpu.format(), "JPEG");
+  EXPECT_EQ(gpu.width(), cpu.width());
+  EXPECT_EQ(gpu.channels(0).name(), "R");
+  expect_same_channels(gpu, cpu);
+  EXPECT_EQ(decoder_->outstanding, 0);
+  EXPECT_EQ(analyzer_->server_info().gpu_decoder(), "fake GPU decoder");
+}
+
+TEST_F(GpuPathTest, AFailingGpuFallsBackToTheCpuDecoderWithNothingLost) {
+  const v1::AnalyzeResponse cpu = on_cpu();
+  for (ErrorCode code : {ErrorCode::kUnavailable, ErrorCode::kUnimplemented}) {
+    decoder_->fail_with = code;  // lost mid-batch, or a file nvJPEG will not take
+    const v1::AnalyzeResponse r = analyzer_->analyze(jpeg_);
+    EXPECT_EQ(r.decoder(), "libjpeg-turbo");
+    expect_same_channels(r, cpu);
+  }
+  decoder_->fail_with = ErrorCode::kInternal;
+  engine_->fail_device = true;  // decoded, then the GPU fails: decoded again on the CPU
+  const v1::AnalyzeResponse r = analyzer_->analyze(jpeg_);
+  EXPECT_EQ(r.decoder(), "libjpeg-turbo");
+  expect_same_channels(r, cpu);
+  EXPECT_EQ(decoder_->outstanding, 0);
+}
+
+TEST_F(GpuPathTest, DecoderGpuIsAFailedPreconditionWhenItCannotBeHad) {
+  v1::AnalyzeRequest r = jpeg_;
+  r.mutable_options()->set_decoder(v1::DECODER_CHOICE_GPU);
+  EXPECT_EQ(analyzer_->analyze(r).decoder(), "fake-gpu");
+  decoder_->fail_with = ErrorCode::kUnimplemented;
+  EXPECT_EQ(code_of([&] { analyzer_->analyze(r); }), ErrorCode::kFailedPrecondition);
+  v1::AnalyzeRequest png = r;
+  png.mutable_input()->set_data(slurp_file((corpus_dir() / "png/skimage_coffee.png").string()));
+  EXPECT_NE(message_of([&] { analyzer_->analyze(png); }).find("JPEG only"), std::string::npos);
+  EXPECT_EQ(code_of([&] { analyzer_->analyze(png); }), ErrorCode::kFailedPrecondition);
+  Analyzer without(engine_, Limits{});
+  EXPECT_EQ(code_of([&] { without.analyze(r); }), ErrorCode::kFailedPrecondition);
+}
+
+TEST_F(GpuPathTest, TruncatedJpegsNeverReachTheGpuDecoder) {
+  v1::AnalyzeRequest cut = jpeg_;
+  const std::string& whole = jpeg_.input().data();
+  cut.mutable_input()->set_data(whole.substr(0, whole.size() / 2) + "\xff\xd9");
+  EXPECT_EQ(code_of([&] { analyzer_->analyze(cut); }), ErrorCode::kInvalidArgument);
+  cut.mutable_options()->set_allow_truncated(true);  // libjpeg's gray fill, on the CPU
+  const v1::AnalyzeResponse r = analyzer_->analyze(cut);
+  EXPECT_EQ(r.decoder(), "libjpeg-turbo");
+  EXPECT_GT(r.warnings_size(), 0);
+  EXPECT_EQ(decoder_->decodes, 0);
+  EXPECT_EQ(decoder_->outstanding, 0);
+}
+
+}  // namespace gpu_path
+
 }  // namespace
 }  // namespace imgstat::testing
