@@ -21,6 +21,8 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "core/status_name.hpp"
 #include "imgstat/v1/imgstat.grpc.pb.h"
 
@@ -67,6 +69,22 @@ double rss_mib(int pid) {
   while (std::getline(in, line))
     if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
   return 0;
+}
+
+// User plus system CPU seconds the process has used (/proc/PID/stat fields 14, 15).
+double cpu_seconds(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string f;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) utime = std::stod(f);
+    if (i == 15) stime = std::stod(f);
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 std::string slurp(const std::filesystem::path& p) {
@@ -422,10 +440,13 @@ int main(int argc, char** argv) {
   plan.warm = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup));
   plan.end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   Stats stats;
-  double rss_warm = 0;
+  double rss_warm = 0, cpu_warm = 0;
   std::thread rss_probe([&] {
     std::this_thread::sleep_until(plan.warm);
-    if (server_pid) rss_warm = rss_mib(server_pid);
+    if (server_pid) {
+      rss_warm = rss_mib(server_pid);
+      cpu_warm = cpu_seconds(server_pid);
+    }
   });
   if (plan.mode == "batch") {
     std::vector<std::unique_ptr<BatchCaller>> batch;
@@ -441,6 +462,7 @@ int main(int argc, char** argv) {
   rss_probe.join();
   const double measured = std::chrono::duration<double>(Clock::now() - plan.warm).count();
   const double rss_end = server_pid ? rss_mib(server_pid) : 0;
+  const double cpu_end = server_pid ? cpu_seconds(server_pid) : 0;
 
   std::printf("imgstat-load: %u callers, %s, %.0f s (%.0f s warm-up), %zu inputs%s (%zu refused by the server), "
               "hostile share %.0f%%\n",
@@ -463,6 +485,9 @@ int main(int argc, char** argv) {
     const double growth = rss_warm > 0 ? (rss_end - rss_warm) / rss_warm * 100 : 0;
     std::printf("server RSS: %.0f MiB at start, %.0f MiB after warm-up, %.0f MiB at the end (%+.1f%% after warm-up)\n",
                 rss_start, rss_warm, rss_end, growth);
+    const double cpu = cpu_end - cpu_warm;
+    std::printf("server CPU: %.2f s after warm-up, %.2f ms per image, %.1f cores busy\n", cpu,
+                stats.images ? cpu * 1000 / static_cast<double>(stats.images) : 0.0, cpu / measured);
     if (max_rss_growth >= 0 && growth > max_rss_growth) {
       std::printf("RSS grew more than %.1f%% after warm-up\n", max_rss_growth);
       ok = false;
