@@ -169,13 +169,15 @@ class NvjpegDecoder final : public GpuJpegDecoder {
   }
 
   void run() {
-    check_cuda(cudaSetDevice(options_.device), "cudaSetDevice");
+    const cudaError_t device = cudaSetDevice(options_.device);
     for (;;) {
       std::vector<std::shared_ptr<Job>> batch = next_batch();
       if (batch.empty()) return;
       try {
+        if (device != cudaSuccess) fail(ErrorCode::kUnavailable, "cudaSetDevice: " + cuda_text(device));
         decode_batch(batch);
       } catch (const Error& e) {
+        // Nothing of this batch was answered yet: every caller decodes on the CPU.
         for (auto& job : batch) {
           if (job->pixels) cudaFreeAsync(job->pixels, stream_);
           job->done.set_exception(std::make_exception_ptr(e));
