@@ -73,6 +73,11 @@ TEST(Validate, OptionsAreCheckedAndDefaulted) {
   o.clear_range();
   o.add_statistics(static_cast<v1::Statistic>(99));
   EXPECT_EQ(code_of([&] { stats_request_of(o); }), ErrorCode::kInvalidArgument);
+  o.clear_statistics();
+  o.set_decoder(v1::DECODER_CHOICE_GPU);
+  EXPECT_NO_THROW(stats_request_of(o));
+  o.set_decoder(static_cast<v1::DecoderChoice>(7));
+  EXPECT_NE(message_of([&] { stats_request_of(o); }).find("options.decoder"), std::string::npos);
 }
 
 TEST(Validate, RawLayoutsAndSizes) {

@@ -61,6 +61,8 @@ StatsRequest stats_request_of(const v1::Options& o) {
       }
     }
   }
+  if (!v1::DecoderChoice_IsValid(o.decoder()))
+    invalid("options.decoder must be DECODER_CHOICE_AUTO, _CPU or _GPU, got " + std::to_string(o.decoder()));
   if (o.bins() > kMaxBins)
     invalid("options.bins must be 1 to " + std::to_string(kMaxBins) + " (0 means 256), got " + std::to_string(o.bins()));
   r.hist.bins = o.bins() ? o.bins() : 256;
