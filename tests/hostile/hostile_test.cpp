@@ -306,6 +306,14 @@ TEST_F(Hostile, OptionsOutOfRange) {
   expect_refused(analyze(kind), StatusCode::INVALID_ARGUMENT, "input.kind", "kind 7");
   expect_refused(analyze(raw(2, 1, 5, v1::SAMPLE_TYPE_UINT8, 0, "xx")), StatusCode::INVALID_ARGUMENT, "raw.channels",
                  "5 channels");
+  auto decoder = r;
+  decoder.mutable_options()->set_decoder(static_cast<v1::DecoderChoice>(7));
+  expect_refused(analyze(decoder), StatusCode::INVALID_ARGUMENT, "options.decoder", "decoder 7");
+  // The GPU decodes JPEG only, on any server.
+  v1::AnalyzeRequest png;
+  png.mutable_input()->set_data(slurp((corpus_dir() / "png/skimage_coffee.png").string()));
+  png.mutable_options()->set_decoder(v1::DECODER_CHOICE_GPU);
+  expect_refused(analyze(png), StatusCode::FAILED_PRECONDITION, "JPEG only", "decoder GPU for a PNG");
 }
 
 TEST_F(Hostile, HistogramRangesWiderThanADouble) {
