@@ -35,6 +35,9 @@ constexpr uint32_t kMaxChannels = kRunningStride;
 // not at all.
 constexpr std::chrono::milliseconds kAnalyzeWait{500};
 constexpr std::chrono::milliseconds kStreamWait{0};
+// An image already decoded into device memory holds no client and takes
+// milliseconds; the CPU's alternative is decoding it again: wait longer.
+constexpr std::chrono::milliseconds kDeviceImageWait{10000};
 // Host copies into the staging ring are split across threads above this.
 constexpr uint64_t kParallelCopyBytes = uint64_t{1} << 20;
 
@@ -239,7 +242,7 @@ class CudaEngine final : public Engine {
     if (reinterpret_cast<uintptr_t>(image.data) % 16 != 0)
       fail(ErrorCode::kInvalidArgument, "device images must start 16-byte aligned");
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
-    GpuAnalysis analysis(*this, image.layout, request, kAnalyzeWait);
+    GpuAnalysis analysis(*this, image.layout, request, kDeviceImageWait);
     analysis.add_device(static_cast<const uint8_t*>(image.data), image.layout.pixels());
     return analysis.finish();
   }
