@@ -5,6 +5,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -104,9 +105,7 @@ class FloatAnalysis final : public Analysis {
   bool wants_second_pass() const override { return request_.histogram && !explicit_; }
 
   void add_second_pass(const std::vector<Piece>& pieces) override {
-    FloatMoments moments[C];
-    for (Counter& counter : *pass1_)
-      for (uint32_t c = 0; c < C; ++c) merge(moments[c], counter.moments(c));
+    const std::array<FloatMoments, C> moments = pass1_moments();
     for (uint32_t c = 0; c < C; ++c) binners_[c] = RangeBinner::make(moments[c].min, moments[c].max, request_.hist.bins);
     pass2_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
         [this] { return Counter(binners_, false, request_.hist.bins, false); });
@@ -115,9 +114,7 @@ class FloatAnalysis final : public Analysis {
 
   std::optional<Partial> partial() override {
     if (wants_second_pass() && !pass2_) return std::nullopt;
-    FloatMoments moments[C];
-    for (Counter& counter : *pass1_)
-      for (uint32_t c = 0; c < C; ++c) merge(moments[c], counter.moments(c));
+    const std::array<FloatMoments, C> moments = pass1_moments();
     Partial out = empty_partial(type_, C, request_);
     for (uint32_t c = 0; c < C; ++c) {
       ChannelPartial& p = out.channels[c];
@@ -139,6 +136,13 @@ class FloatAnalysis final : public Analysis {
 
  private:
   using Counter = FloatCounter<T, C>;
+
+  std::array<FloatMoments, C> pass1_moments() {
+    std::array<FloatMoments, C> m{};
+    for (Counter& counter : *pass1_)
+      for (uint32_t c = 0; c < C; ++c) merge(m[c], counter.moments(c));
+    return m;
+  }
 
   SampleType type_;
   StatsRequest request_;

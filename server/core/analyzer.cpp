@@ -203,11 +203,13 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
                                call, waited_until);
       call.check("before decoding");
       const v1::DecoderChoice choice = request.options().decoder();
+      std::optional<JpegCheck> checked;
       if (plan.format == "JPEG" && choice != v1::DECODER_CHOICE_CPU) {
         std::string why;
-        if (analyze_on_gpu(bytes, data.size(), options, stats_request, call, r, &why)) return r;
+        if (analyze_on_gpu(bytes, data.size(), options, stats_request, call, r, &checked, &why)) return r;
         if (choice == v1::DECODER_CHOICE_GPU)
           fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but " + why);
+        if (checked) options.checked = &*checked;
       } else if (choice == v1::DECODER_CHOICE_GPU) {
         fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but the GPU decodes JPEG only, not " + plan.format);
       }
@@ -230,7 +232,7 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
 
 bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options,
                               const StatsRequest& request, const CallContext& call, v1::AnalyzeResponse& r,
-                              std::string* why) const {
+                              std::optional<JpegCheck>* check_out, std::string* why) const {
   if (!gpu_jpeg_) {
     *why = "this server has no GPU JPEG decoder";
     return false;
@@ -242,7 +244,7 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
   const auto t0 = Clock::now();
   std::unique_ptr<GpuJpegDecoder::Ticket> ticket = gpu_jpeg_->announce();
   // The same check as the CPU path: bad and truncated files get the same answers.
-  const JpegCheck check = check_jpeg_data(data, size, options);
+  const JpegCheck& check = check_out->emplace(check_jpeg_data(data, size, options));
   if (check.truncated) {
     *why = "a truncated JPEG is analyzed as libjpeg fills it in, on the CPU";
     return false;

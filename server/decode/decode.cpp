@@ -125,7 +125,7 @@ DecodedImage decode_image(const uint8_t* data, size_t size, const DecodePlan& pl
   DecodedImage out;
   out.format = plan.format;
   if (plan.format == "JPEG") {
-    const JpegCheck check = check_jpeg_data(data, size, options);
+    const JpegCheck check = options.checked ? *options.checked : check_jpeg_data(data, size, options);
     out.warnings = check.warnings;
     out.decoder = "libjpeg-turbo";
     if (check.truncated) {

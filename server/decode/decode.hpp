@@ -22,6 +22,9 @@ struct DecodeOptions {
   // Polled inside long decodes where the library allows (libjpeg's check
   // pass, giflib's rows); true ends the decode with kCancelled.
   std::function<bool()> cancelled;
+  // The check pass already run on these very bytes (check_jpeg_data), so
+  // that a JPEG the GPU path hands back is not checked twice.
+  const JpegCheck* checked = nullptr;
 };
 
 // What a file declares, from its header alone, before anything is allocated.
