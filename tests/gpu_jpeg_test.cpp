@@ -245,14 +245,19 @@ TEST_F(GpuJpegTest, TruncatedJpegsAreRefusedAsOnTheCpu) {
       EXPECT_EQ(analyzer.analyze(req).decoder(), "libjpeg-turbo");
     } catch (const Error&) {
     }
-    std::string alone = "refused";
-    try {
-      auto ticket = decoder_->announce();
-      alone = "decoded by " + decoder_->decode(*ticket, reinterpret_cast<const uint8_t*>(data.data()), data.size()).decoder;
-    } catch (const Error& e) {
-      alone = std::string("refused: ") + e.what();
+    // Without the end marker too, and cut at 90%: would nvJPEG's own status do?
+    const std::string bare = data.substr(0, data.size() - 2);
+    for (const std::string* variant : {&data, &bare}) {
+      std::string alone;
+      try {
+        auto ticket = decoder_->announce();
+        alone = "decoded by " +
+                decoder_->decode(*ticket, reinterpret_cast<const uint8_t*>(variant->data()), variant->size()).decoder;
+      } catch (const Error& e) {
+        alone = std::string("refused: ") + e.what();
+      }
+      std::printf("NVJPEG-ALONE %s: %s\n", variant == &data ? "half + EOI" : "half, no EOI", alone.c_str());
     }
-    std::printf("half JPEG + EOI, nvJPEG alone: %s\n", alone.c_str());
   }
   EXPECT_EQ(refused, static_cast<int>(cut.size()));
 }

@@ -5,6 +5,7 @@
 #include "core/validate.hpp"
 #include "decode/decode.hpp"
 #include "decode/sniff.hpp"
+#include "imgstat/trace.hpp"
 
 #ifndef IMGSTAT_VERSION
 #define IMGSTAT_VERSION "0.0.0"
@@ -213,7 +214,10 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
       } else if (choice == v1::DECODER_CHOICE_GPU) {
         fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but the GPU decodes JPEG only, not " + plan.format);
       }
-      decoded = decode_image(bytes, data.size(), plan, options);
+      {
+        TraceRange range("cpu decode");
+        decoded = decode_image(bytes, data.size(), plan, options);
+      }
       call.check("after decoding");
       d = Described{decoded.format, decoded.view.layout, decoded.channel_order, decoded.channel_names};
       view = decoded.view;
@@ -244,7 +248,10 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
   const auto t0 = Clock::now();
   std::unique_ptr<GpuJpegDecoder::Ticket> ticket = gpu_jpeg_->announce();
   // The same check as the CPU path: bad and truncated files get the same answers.
-  const JpegCheck& check = check_out->emplace(check_jpeg_data(data, size, options));
+  const JpegCheck& check = [&]() -> const JpegCheck& {
+    TraceRange range("jpeg check (libjpeg)");
+    return check_out->emplace(check_jpeg_data(data, size, options));
+  }();
   if (check.truncated) {
     *why = "a truncated JPEG is analyzed as libjpeg fills it in, on the CPU";
     return false;
@@ -252,6 +259,7 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
   call.check("before decoding");
   GpuDecodedImage image;
   try {
+    TraceRange range("gpu jpeg decode (queued and batched)");
     image = gpu_jpeg_->decode(*ticket, data, size);
   } catch (const Error& e) {
     *why = e.what();
@@ -262,6 +270,7 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
   const auto t1 = Clock::now();
   Result result;
   try {
+    TraceRange range("analyze device image");
     result = engine_->analyze_device(image.view, request);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kInvalidArgument) throw;

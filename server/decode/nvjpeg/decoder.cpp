@@ -13,6 +13,7 @@
 
 #include "decode/gpu_jpeg.hpp"
 #include "decode/nvjpeg/api.hpp"
+#include "imgstat/trace.hpp"
 
 namespace imgstat {
 namespace {
@@ -238,6 +239,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
   }
 
   void decode_batch(std::vector<std::shared_ptr<Job>>& batch) {
+    TraceRange range("nvjpeg batch");
     std::vector<Job*> groups[2];  // hardware: gray, color
     for (auto& job : batch) {
       if (!prepare(*job)) continue;
