@@ -64,11 +64,13 @@ std::string render_table(const Outcome& o, bool color) {
   std::string out;
   char line[512];
   const std::string decoder = r.decoder().empty() ? "" : ", decoder " + r.decoder();
-  std::snprintf(line, sizeof line, "%s%s%s: %s %llux%llu, %u channel%s, %s  %s(engine %s%s, decode %.2f ms, compute %.2f ms)%s\n",
+  char check[48] = "";
+  if (r.has_check_time()) std::snprintf(check, sizeof check, " (check %.2f ms)", ms(r.check_time()));
+  std::snprintf(line, sizeof line, "%s%s%s: %s %llux%llu, %u channel%s, %s  %s(engine %s%s, decode %.2f ms%s, compute %.2f ms)%s\n",
                 bold, o.file.c_str(), reset, r.format().c_str(), static_cast<unsigned long long>(r.width()),
                 static_cast<unsigned long long>(r.height()), r.channel_count(), r.channel_count() == 1 ? "" : "s",
                 sample_type_name(r.sample_type()).c_str(), dim, r.engine().c_str(), decoder.c_str(),
-                ms(r.decode_time()), ms(r.compute_time()), reset);
+                ms(r.decode_time()), check, ms(r.compute_time()), reset);
   out += line;
   for (const std::string& w : r.warnings()) out += "  warning: " + w + "\n";
   std::snprintf(line, sizeof line, "  %-7s %14s %14s %14s %16s %16s%s\n", "channel", "count", "min", "max", "mean",
@@ -123,6 +125,7 @@ std::string render_json(const Outcome& o) {
   j["engine"] = r.engine();
   j["decoder"] = r.decoder();
   j["decode_ms"] = ms(r.decode_time());
+  if (r.has_check_time()) j["check_ms"] = ms(r.check_time());
   j["compute_ms"] = ms(r.compute_time());
   j["warnings"] = json::array();
   for (const std::string& w : r.warnings()) j["warnings"].push_back(w);

@@ -140,6 +140,7 @@ TEST_F(AnalyzerTest, RawPixelsMatchTheReference) {
     const auto ref = reference_stats(img.view);
     EXPECT_EQ(r.format(), "raw");
     EXPECT_EQ(r.engine(), "cpu");
+    EXPECT_FALSE(r.has_check_time());  // JPEG only
     ASSERT_EQ(r.channels_size(), 3);
     for (int c = 0; c < 3; ++c) {
       EXPECT_EQ(r.channels(c).name(), std::string(1, "RGB"[c]));  // raw buffers keep their stored order
@@ -367,6 +368,13 @@ TEST_F(GpuPathTest, DevicePixelsGiveTheCpuPathsAnswerInRgbOrder) {
   expect_same_channels(gpu, cpu);
   EXPECT_EQ(decoder_->outstanding, 0);
   EXPECT_EQ(analyzer_->server_info().gpu_decoder(), "fake GPU decoder");
+  // The check's share of the decode time is reported on both paths.
+  for (const v1::AnalyzeResponse* r : {&cpu, &gpu}) {
+    ASSERT_TRUE(r->has_check_time());
+    const auto ns = [](const google::protobuf::Duration& d) { return d.seconds() * 1000000000 + d.nanos(); };
+    EXPECT_GT(ns(r->check_time()), 0);
+    EXPECT_LE(ns(r->check_time()), ns(r->decode_time()));
+  }
 }
 
 TEST_F(GpuPathTest, AFailingGpuFallsBackToTheCpuDecoderWithNothingLost) {

@@ -182,6 +182,9 @@ TEST_F(GpuJpegTest, ABurstOf64DecodesAlikeInBatches) {
   for (const auto& path : corpus_jpegs()) {
     const std::string data = slurp_file(path.string());
     try {
+      // What the analyzer lets through to the GPU: files the check passes.
+      if (check_jpeg_data(reinterpret_cast<const uint8_t*>(data.data()), data.size(), DecodeOptions{}).truncated)
+        continue;
       auto ticket = decoder_->announce();
       decoder_->decode(*ticket, reinterpret_cast<const uint8_t*>(data.data()), data.size());
       files.push_back(data);
@@ -203,7 +206,11 @@ TEST_F(GpuJpegTest, ABurstOf64DecodesAlikeInBatches) {
       auto ticket = decoder_->announce();
       std::this_thread::sleep_for(std::chrono::microseconds(100 * (i % 5)));  // checks of different lengths
       const GpuDecodedImage g = decoder_->decode(*ticket, reinterpret_cast<const uint8_t*>(f.data()), f.size());
-      if (to_host(g) == alone[i % files.size()]) ++same;
+      if (to_host(g) == alone[i % files.size()])
+        ++same;
+      else
+        std::printf("burst caller %d, file %zu (%s): pixels differ from its lone decode\n", i, i % files.size(),
+                    g.decoder.c_str());
     });
   for (auto& t : callers) t.join();
   EXPECT_EQ(same.load(), 64);

@@ -210,9 +210,17 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
         if (analyze_on_gpu(bytes, data.size(), options, stats_request, call, r, &checked, &why)) return r;
         if (choice == v1::DECODER_CHOICE_GPU)
           fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but " + why);
-        if (checked) options.checked = &*checked;
       } else if (choice == v1::DECODER_CHOICE_GPU) {
         fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but the GPU decodes JPEG only, not " + plan.format);
+      }
+      if (plan.format == "JPEG") {
+        if (!checked) {
+          const auto c0 = Clock::now();
+          TraceRange range("jpeg check (libjpeg)");
+          checked.emplace(check_jpeg_data(bytes, data.size(), options));
+          set_duration(r.mutable_check_time(), Clock::now() - c0);
+        }
+        options.checked = &*checked;
       }
       {
         TraceRange range("cpu decode");
@@ -252,6 +260,7 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
     TraceRange range("jpeg check (libjpeg)");
     return check_out->emplace(check_jpeg_data(data, size, options));
   }();
+  set_duration(r.mutable_check_time(), Clock::now() - t0);
   if (check.truncated) {
     *why = "a truncated JPEG is analyzed as libjpeg fills it in, on the CPU";
     return false;

@@ -18,6 +18,10 @@ struct GpuJpegOptions {
   int device = 0;
   std::chrono::microseconds batch_window{1000};
   uint32_t batch_max = 32;
+  // Threads that each gather and decode batches with their own nvJPEG state
+  // and CUDA stream: while one parses its batch on the CPU, another's runs
+  // on the JPEG engines.
+  uint32_t lanes = 2;
 };
 
 struct GpuDecodedImage {

@@ -118,11 +118,11 @@ void log_request(const char* method, const std::string& peer, const v1::Input& i
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   const std::string name = input.name().empty() ? "-" : printable(input.name(), kMaxLoggedNameBytes);
   if (status.ok() && r) {
-    spdlog::info("{} peer={} input=\"{}\" {} {}x{}x{} {} engine={} decoder={} decode={:.3f}ms compute={:.3f}ms "
-                 "total={:.3f}ms OK",
+    spdlog::info("{} peer={} input=\"{}\" {} {}x{}x{} {} engine={} decoder={} decode={:.3f}ms check={:.3f}ms "
+                 "compute={:.3f}ms total={:.3f}ms OK",
                  method, peer, name, r->format(), r->width(), r->height(), r->channel_count(),
                  to_string(sample_type_of(r->sample_type())), r->engine(), r->decoder().empty() ? "-" : r->decoder(),
-                 ms(r->decode_time()), ms(r->compute_time()), total_ms);
+                 ms(r->decode_time()), ms(r->check_time()), ms(r->compute_time()), total_ms);
   } else {
     spdlog::info("{} peer={} input=\"{}\" total={:.3f}ms {}: {}", method, peer, name, total_ms,
                  status_code_name(status.error_code()), printable(status.error_message(), 1000));

@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
       ->envname("IMGSTAT_DECODE_BATCH_WINDOW")->check(CLI::Range(0.0, 1000.0))->capture_default_str();
   app.add_option("--decode-batch-max", options.gpu_jpeg.batch_max, "most JPEGs decoded in one GPU batch")
       ->envname("IMGSTAT_DECODE_BATCH_MAX")->check(CLI::Range(1u, 1024u))->capture_default_str();
+  app.add_option("--decode-lanes", options.gpu_jpeg.lanes,
+                 "threads that gather and decode GPU JPEG batches, each with its own nvJPEG state")
+      ->envname("IMGSTAT_DECODE_LANES")->check(CLI::Range(1u, 16u))->capture_default_str();
   app.add_option("--log-level", log_level)->envname("IMGSTAT_LOG_LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);

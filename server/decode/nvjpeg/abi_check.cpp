@@ -48,3 +48,5 @@ static_assert(std::is_same_v<decltype(&nvjpegJpegStreamParse),
 static_assert(std::is_same_v<decltype(&nvjpegDecodeBatchedSupported),
                              nvjpegStatus_t (*)(nvjpegHandle_t, nvjpegJpegStream_t, int*)>);
 static_assert(std::is_same_v<decltype(&nvjpegGetProperty), nvjpegStatus_t (*)(libraryPropertyType, int*)>);
+static_assert(std::is_same_v<decltype(&nvjpegJpegStreamParseHeader),
+                             nvjpegStatus_t (*)(nvjpegHandle_t, const unsigned char*, size_t, nvjpegJpegStream_t)>);

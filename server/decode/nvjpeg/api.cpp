@@ -50,6 +50,7 @@ Loaded load_once() {
          resolve(lib, "nvjpegDecodeBatchedSupported", &a.batched_supported, &l.why_not) &&
          resolve(lib, "nvjpegGetProperty", &a.get_property, &l.why_not);
   if (!l.ok) l.why_not = l.soname + ": " + l.why_not;
+  a.stream_parse_header = reinterpret_cast<decltype(a.stream_parse_header)>(dlsym(lib, "nvjpegJpegStreamParseHeader"));
   return l;  // the library stays loaded for the life of the process
 }
 

@@ -80,6 +80,9 @@ struct Api {
   Status (*stream_parse)(Handle, const unsigned char*, size_t, int save_metadata, int save_stream, JpegStream);
   Status (*batched_supported)(Handle, JpegStream, int* is_supported);  // 0: supported
   Status (*get_property)(int type, int* value);                         // 0 major, 1 minor, 2 patch
+  // Optional (null where the library lacks it): reads the headers only, not
+  // the whole entropy-coded stream as stream_parse does.
+  Status (*stream_parse_header)(Handle, const unsigned char*, size_t, JpegStream);
 };
 
 // Loads libnvjpeg.so.13, .12 or .11, once. Null when none loads or a symbol

@@ -4,6 +4,7 @@
 // to the GPU hybrid backend (batching does not pay there).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -76,26 +77,31 @@ struct Job {
   std::string error;  // set: refused before decoding
 };
 
+// What one decoding thread owns: nvJPEG's states and parsed streams are not
+// thread-safe (its handles are), and a stream of its own lets one lane's
+// batch run on the JPEG engines while another lane parses the next.
+struct Lane {
+  cudaStream_t stream = nullptr;
+  nvjpeg::State hw_state = nullptr, gpu_state = nullptr;
+  nvjpeg::JpegStream parsed = nullptr;
+  std::thread thread;
+};
+
 class NvjpegDecoder final : public GpuJpegDecoder {
  public:
   NvjpegDecoder(const Api& api, std::string soname, const GpuJpegOptions& options)
       : api_(api), soname_(std::move(soname)), options_(options) {
-    check_cuda(cudaSetDevice(options_.device), "cudaSetDevice");
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    // The hardware backend exists only on GPUs with JPEG engines (A100, H100, H200...).
-    if (api_.create_ex(nvjpeg::kBackendHardware, nullptr, nullptr, 0, &hw_) == nvjpeg::kSuccess &&
-        api_.state_create(hw_, &hw_state_) == nvjpeg::kSuccess &&
-        api_.stream_create(hw_, &parsed_) == nvjpeg::kSuccess) {
-      hardware_ = true;
+    options_.lanes = std::max(1u, options_.lanes);
+    try {
+      open();
+    } catch (...) {
+      release();  // a constructor that throws gets no destructor
+      throw;
     }
-    check(api_.create_ex(nvjpeg::kBackendDefault, nullptr, nullptr, 0, &gpu_), "nvjpegCreateEx");
-    check(api_.state_create(gpu_, &gpu_state_), "nvjpegJpegStateCreate");
-    int major = 0, minor = 0, patch = 0;
-    api_.get_property(0, &major);
-    api_.get_property(1, &minor);
-    api_.get_property(2, &patch);
-    version_ = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
-    thread_ = std::thread([this] { run(); });
+    for (auto& lane : lanes_) {
+      Lane* l = lane.get();
+      l->thread = std::thread([this, l] { run(*l); });
+    }
   }
 
   ~NvjpegDecoder() override {
@@ -104,15 +110,55 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       stopping_ = true;
     }
     changed_.notify_all();
-    thread_.join();
-    if (parsed_) api_.stream_destroy(parsed_);
-    if (hw_state_) api_.state_destroy(hw_state_);
-    if (hw_) api_.destroy(hw_);
-    if (gpu_state_) api_.state_destroy(gpu_state_);
-    if (gpu_) api_.destroy(gpu_);
-    if (stream_) cudaStreamDestroy(stream_);
+    for (auto& l : lanes_)
+      if (l->thread.joinable()) l->thread.join();
+    release();
   }
 
+ private:
+  void open() {
+    check_cuda(cudaSetDevice(options_.device), "cudaSetDevice");
+    // The hardware backend exists only on GPUs with JPEG engines (A100, H100, H200...).
+    hardware_ = api_.create_ex(nvjpeg::kBackendHardware, nullptr, nullptr, 0, &hw_) == nvjpeg::kSuccess;
+    check(api_.create_ex(nvjpeg::kBackendDefault, nullptr, nullptr, 0, &gpu_), "nvjpegCreateEx");
+    bool hardware_states = hardware_;
+    for (uint32_t i = 0; i < options_.lanes; ++i) {
+      lanes_.push_back(std::make_unique<Lane>());  // before any call that throws: release() frees it
+      Lane& l = *lanes_.back();
+      check_cuda(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      check(api_.state_create(gpu_, &l.gpu_state), "nvjpegJpegStateCreate");
+      if (hardware_states)
+        hardware_states = api_.state_create(hw_, &l.hw_state) == nvjpeg::kSuccess &&
+                          api_.stream_create(hw_, &l.parsed) == nvjpeg::kSuccess;
+    }
+    if (hardware_ && !hardware_states) {  // the hybrid backend alone, then
+      for (auto& l : lanes_) {
+        if (l->parsed) api_.stream_destroy(l->parsed);
+        if (l->hw_state) api_.state_destroy(l->hw_state);
+        l->parsed = nullptr;
+        l->hw_state = nullptr;
+      }
+      hardware_ = false;
+    }
+    int major = 0, minor = 0, patch = 0;
+    api_.get_property(0, &major);
+    api_.get_property(1, &minor);
+    api_.get_property(2, &patch);
+    version_ = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+  }
+
+  void release() {
+    for (auto& l : lanes_) {
+      if (l->parsed) api_.stream_destroy(l->parsed);
+      if (l->hw_state) api_.state_destroy(l->hw_state);
+      if (l->gpu_state) api_.state_destroy(l->gpu_state);
+      if (l->stream) cudaStreamDestroy(l->stream);
+    }
+    if (hw_) api_.destroy(hw_);
+    if (gpu_) api_.destroy(gpu_);
+  }
+
+ public:
   std::unique_ptr<Ticket> announce() override {
     std::lock_guard<std::mutex> lock(mu_);
     ++expected_;
@@ -135,7 +181,8 @@ class NvjpegDecoder final : public GpuJpegDecoder {
   }
 
   std::string description() const override {
-    return "nvJPEG " + version_ + " (" + soname_ + "), " + (hardware_ ? "hardware backend" : "GPU hybrid backend");
+    return "nvJPEG " + version_ + " (" + soname_ + "), " + (hardware_ ? "hardware backend" : "GPU hybrid backend") +
+           ", " + std::to_string(lanes_.size()) + " lane" + (lanes_.size() == 1 ? "" : "s");
   }
 
  private:
@@ -150,15 +197,19 @@ class NvjpegDecoder final : public GpuJpegDecoder {
   }
 
   // Takes the next batch: what is queued, after waiting at most the window
-  // from the first arrival for announced JPEGs still on their way.
+  // from the first arrival for announced JPEGs still on their way. Empty
+  // only when stopping.
   std::vector<std::shared_ptr<Job>> next_batch() {
     std::unique_lock<std::mutex> lock(mu_);
-    changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return {};
-    const auto until = std::chrono::steady_clock::now() + options_.batch_window;
-    changed_.wait_until(lock, until, [this] {
-      return stopping_ || queue_.size() >= options_.batch_max || expected_ <= queue_.size();
-    });
+    for (;;) {
+      changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return {};
+      const auto until = std::chrono::steady_clock::now() + options_.batch_window;
+      changed_.wait_until(lock, until, [this] {
+        return stopping_ || queue_.empty() || queue_.size() >= options_.batch_max || expected_ <= queue_.size();
+      });
+      if (!queue_.empty()) break;  // else another lane took them while this one waited
+    }
     std::vector<std::shared_ptr<Job>> batch;
     while (!queue_.empty() && batch.size() < options_.batch_max) {
       batch.push_back(queue_.front());
@@ -169,21 +220,21 @@ class NvjpegDecoder final : public GpuJpegDecoder {
     return batch;
   }
 
-  void run() {
+  void run(Lane& lane) {
     const cudaError_t device = cudaSetDevice(options_.device);
     for (;;) {
       std::vector<std::shared_ptr<Job>> batch = next_batch();
       if (batch.empty()) return;
       try {
         if (device != cudaSuccess) fail(ErrorCode::kUnavailable, "cudaSetDevice: " + cuda_text(device));
-        decode_batch(batch);
+        decode_batch(lane, batch);
       } catch (const Error& e) {
         // Nothing of this batch was answered yet: every caller decodes on the CPU.
         for (auto& job : batch) {
-          if (job->pixels) cudaFreeAsync(job->pixels, stream_);
+          if (job->pixels) cudaFreeAsync(job->pixels, lane.stream);
           job->done.set_exception(std::make_exception_ptr(e));
         }
-        cudaStreamSynchronize(stream_);
+        cudaStreamSynchronize(lane.stream);
         cudaGetLastError();
       }
     }
@@ -191,7 +242,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
 
   // Size, channels, backend and device memory for one job; false when nvJPEG
   // will not take it.
-  bool prepare(Job& job) {
+  bool prepare(Lane& lane, Job& job) {
     int widths[nvjpeg::kMaxComponents] = {}, heights[nvjpeg::kMaxComponents] = {}, components = 0;
     nvjpeg::Subsampling css = nvjpeg::kCssUnknown;
     Status s = api_.get_image_info(gpu_, job.data, job.size, &components, &css, widths, heights);
@@ -216,64 +267,79 @@ class NvjpegDecoder final : public GpuJpegDecoder {
     job.height = heights[0];
     job.channels = components == 1 ? 1 : 3;
     if (hardware_) {
+      // The headers say whether the hardware takes it; parsing the whole
+      // stream here would read every byte once more than the decode does.
+      const Status parsed = api_.stream_parse_header
+                                ? api_.stream_parse_header(hw_, job.data, job.size, lane.parsed)
+                                : api_.stream_parse(hw_, job.data, job.size, 0, 0, lane.parsed);
       int unsupported = 1;
-      if (api_.stream_parse(hw_, job.data, job.size, 0, 0, parsed_) == nvjpeg::kSuccess &&
-          api_.batched_supported(hw_, parsed_, &unsupported) == nvjpeg::kSuccess)
+      if (parsed == nvjpeg::kSuccess && api_.batched_supported(hw_, lane.parsed, &unsupported) == nvjpeg::kSuccess)
         job.hardware = unsupported == 0;
     }
     const size_t pitch = static_cast<size_t>(job.width) * job.channels;
-    check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&job.pixels), pitch * job.height, stream_),
+    check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&job.pixels), pitch * job.height, lane.stream),
                "cudaMallocAsync for decoded pixels");
+    // Data the check passed with warnings (corrupt, not truncated) can leave
+    // blocks nvJPEG never writes: zeros there, not another request's pixels.
+    check_cuda(cudaMemsetAsync(job.pixels, 0, pitch * job.height, lane.stream), "cudaMemsetAsync for decoded pixels");
     job.planes.channel[0] = job.pixels;
     job.planes.pitch[0] = pitch;
     return true;
   }
 
-  // One state serves every call: its buffers are reused by the next call,
-  // so each call's work must be over before the next one starts.
-  void decode_one(Job& job) {
+  // A lane's state serves each of its calls in turn and its buffers are
+  // reused by the next call: each call's work must be over before the next.
+  void decode_one(Lane& lane, Job& job) {
     job.hardware = false;
-    job.status = api_.decode(gpu_, gpu_state_, job.data, job.size,
-                             job.channels == 1 ? nvjpeg::kOutputY : nvjpeg::kOutputRgbi, &job.planes, stream_);
-    check_cuda(cudaStreamSynchronize(stream_), "nvJPEG decode");
+    job.status = api_.decode(gpu_, lane.gpu_state, job.data, job.size,
+                             job.channels == 1 ? nvjpeg::kOutputY : nvjpeg::kOutputRgbi, &job.planes, lane.stream);
+    check_cuda(cudaStreamSynchronize(lane.stream), "nvJPEG decode");
   }
 
-  void decode_batch(std::vector<std::shared_ptr<Job>>& batch) {
+  Status decode_hardware(Lane& lane, const std::vector<Job*>& jobs, nvjpeg::OutputFormat format) {
+    std::vector<const unsigned char*> data;
+    std::vector<size_t> sizes;
+    std::vector<nvjpeg::Planes> planes;
+    for (Job* j : jobs) {
+      data.push_back(j->data);
+      sizes.push_back(j->size);
+      planes.push_back(j->planes);
+    }
+    Status s = api_.batched_initialize(hw_, lane.hw_state, static_cast<int>(jobs.size()), 1, format);
+    if (s == nvjpeg::kSuccess)
+      s = api_.decode_batched(hw_, lane.hw_state, data.data(), sizes.data(), planes.data(), lane.stream);
+    check_cuda(cudaStreamSynchronize(lane.stream), "nvJPEG batched decode");
+    return s;
+  }
+
+  void decode_batch(Lane& lane, std::vector<std::shared_ptr<Job>>& batch) {
     TraceRange range("nvjpeg batch");
     std::vector<Job*> groups[2];  // hardware: gray, color
     for (auto& job : batch) {
-      if (!prepare(*job)) continue;
+      if (!prepare(lane, *job)) continue;
       if (job->hardware)
         groups[job->channels == 1 ? 0 : 1].push_back(job.get());
       else
-        decode_one(*job);
+        decode_one(lane, *job);
     }
     for (int g = 0; g < 2; ++g) {
       std::vector<Job*>& jobs = groups[g];
       if (jobs.empty()) continue;
       const nvjpeg::OutputFormat format = g == 0 ? nvjpeg::kOutputY : nvjpeg::kOutputRgbi;
-      std::vector<const unsigned char*> data;
-      std::vector<size_t> sizes;
-      std::vector<nvjpeg::Planes> planes;
-      for (Job* j : jobs) {
-        data.push_back(j->data);
-        sizes.push_back(j->size);
-        planes.push_back(j->planes);
-      }
-      Status s = api_.batched_initialize(hw_, hw_state_, static_cast<int>(jobs.size()), 1, format);
-      if (s == nvjpeg::kSuccess) s = api_.decode_batched(hw_, hw_state_, data.data(), sizes.data(), planes.data(), stream_);
-      check_cuda(cudaStreamSynchronize(stream_), "nvJPEG batched decode");
-      if (s != nvjpeg::kSuccess)
-        for (Job* j : jobs) decode_one(*j);  // the hybrid backend, one by one
+      if (decode_hardware(lane, jobs, format) == nvjpeg::kSuccess) continue;
+      // One file spoiled the batch: each on its own, so that the others
+      // still get the hardware's pixels, and the hybrid backend for the rest.
+      for (Job* j : jobs)
+        if (jobs.size() == 1 || decode_hardware(lane, {j}, format) != nvjpeg::kSuccess) decode_one(lane, *j);
     }
-    check_cuda(cudaStreamSynchronize(stream_), "nvJPEG decode");
+    check_cuda(cudaStreamSynchronize(lane.stream), "nvJPEG decode");
     for (auto& job : batch) {
       if (!job->error.empty()) {
         job->done.set_exception(std::make_exception_ptr(Error(ErrorCode::kUnimplemented, job->error)));
         continue;
       }
       if (job->status != nvjpeg::kSuccess) {
-        cudaFreeAsync(job->pixels, stream_);
+        cudaFreeAsync(job->pixels, lane.stream);
         job->pixels = nullptr;
         job->done.set_exception(std::make_exception_ptr(
             Error(ErrorCode::kUnimplemented, std::string("nvJPEG: ") + nvjpeg::status_name(job->status))));
@@ -284,7 +350,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       out.view.data = job->pixels;
       out.view.layout = Layout{static_cast<uint64_t>(job->width), static_cast<uint64_t>(job->height),
                                static_cast<uint32_t>(job->channels), SampleType::kUint8, 0};
-      cudaStream_t stream = stream_;
+      cudaStream_t stream = lane.stream;
       out.memory = std::shared_ptr<void>(job->pixels, [stream](void* p) { cudaFreeAsync(p, stream); });
       job->pixels = nullptr;
       job->done.set_value(std::move(out));
@@ -295,18 +361,15 @@ class NvjpegDecoder final : public GpuJpegDecoder {
   std::string soname_;
   std::string version_;
   GpuJpegOptions options_;
-  cudaStream_t stream_ = nullptr;
-  nvjpeg::Handle hw_ = nullptr, gpu_ = nullptr;
-  nvjpeg::State hw_state_ = nullptr, gpu_state_ = nullptr;
-  nvjpeg::JpegStream parsed_ = nullptr;
+  nvjpeg::Handle hw_ = nullptr, gpu_ = nullptr;  // shared by the lanes: nvJPEG's handles are thread-safe
   bool hardware_ = false;
+  std::vector<std::unique_ptr<Lane>> lanes_;
 
   std::mutex mu_;
   std::condition_variable changed_;
   std::deque<std::shared_ptr<Job>> queue_;
   uint32_t expected_ = 0;  // announced and not yet taken
   bool stopping_ = false;
-  std::thread thread_;
 };
 
 }  // namespace
