@@ -66,7 +66,7 @@ cuda=()
 [ -x /usr/local/cuda/bin/nvcc ] && cuda=(-v "$(readlink -f /usr/local/cuda):/usr/local/cuda:ro")
 t=$(now)
 podman build --format docker -f "$repo/docker/Dockerfile" \
-  --build-arg BUILDER_IMAGE="$base" --build-arg RUNTIME_IMAGE="$base" "${cuda[@]}" \
+  --build-arg BUILDER_IMAGE="$base" --build-arg RUNTIME_IMAGE="$base" --build-arg REQUIRE_NVJPEG=0 "${cuda[@]}" \
   -t "$tag" "$repo" >"$work/build.log" 2>&1 || { tail -40 "$work/build.log"; fail "podman build"; }
 build_s=$(since "$t")
 size=$(podman image inspect --format '{{.Size}}' "$tag")
@@ -97,6 +97,9 @@ if [ ! -e /dev/nvidiactl ]; then  # no GPU here: the CPU engine, and the log say
     sleep 0.25
   done
   [ $said = 1 ] || { podman logs "$name" 2>&1 | head -20; fail "the log does not say why the CPU engine runs"; }
+  # Without a GPU (and without libnvjpeg in this base) JPEG is libjpeg-turbo's.
+  "$client" --server "$addr" --json "$corpus/jpeg/ljt_testorig.jpg" | grep -q '"decoder":"libjpeg-turbo"' ||
+    fail "a JPEG was not decoded by libjpeg-turbo on a machine without a GPU"
 fi
 
 files=(png/skimage_coffee.png png/pngsuite_basn2c16.png jpeg/ljt_testorig.jpg tiff/tiffrs_predictor-3-gray-f32.tif)
