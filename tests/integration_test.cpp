@@ -109,7 +109,8 @@ TEST_F(Integration, ClientJsonMatchesTheCorpusReference) {
   const std::vector<std::string> files = {"png/skimage_coffee.png", "png/pngsuite_basn2c16.png",
                                           "jpeg/ljt_testorig.jpg", "tiff/tiffrs_predictor-3-gray-f32.tif",
                                           "tiff/tiffrs_int8.tif", "bmp/imagers_Core_8_Bit.bmp"};
-  std::vector<std::string> args = {"--json"};
+  // decoder cpu: the reference's pixels are libjpeg-turbo's, and so are these.
+  std::vector<std::string> args = {"--json", "--decoder", "cpu"};
   for (const auto& f : files) args.push_back(corpus(f));
   const ProcessResult r = client(args);
   ASSERT_EQ(r.code, 0) << r.err;
@@ -122,6 +123,25 @@ TEST_F(Integration, ClientJsonMatchesTheCorpusReference) {
     EXPECT_EQ(lines[i]["file"], corpus(files[i]));
     EXPECT_EQ(lines[i]["engine"], test_engine());
     expect_json_matches_reference(lines[i], ref);
+    if (files[i].rfind("jpeg/", 0) == 0) EXPECT_EQ(lines[i]["decoder"], "libjpeg-turbo");
+  }
+  // The default decoder: nvJPEG where the CUDA engine has it, whose pixels
+  // may differ from libjpeg-turbo's by the README's bound (40 levels), so the
+  // mean does too; the CPU engine's answer is the reference's exactly.
+  const ProcessResult a = client({"--json", corpus("jpeg/ljt_testorig.jpg")});
+  ASSERT_EQ(a.code, 0) << a.err;
+  const json got = json_lines(a.out).at(0);
+  const json want = reference("jpeg/ljt_testorig.jpg")["reference"];
+  const std::string decoder = got["decoder"];
+  if (decoder == "libjpeg-turbo") {
+    expect_json_matches_reference(got, reference("jpeg/ljt_testorig.jpg"));
+  } else {
+    EXPECT_EQ(test_engine(), "cuda");
+    EXPECT_EQ(decoder.rfind("nvjpeg-", 0), 0u) << decoder;
+    for (size_t c = 0; c < want["stats"].size(); ++c) {
+      EXPECT_EQ(got["channels"][c]["count"], want["pixel_count"]);
+      EXPECT_NEAR(got["channels"][c]["mean"].get<double>(), want["stats"][c]["mean"].get<double>(), 40.0);
+    }
   }
 }
 
