@@ -190,6 +190,12 @@ class CudaEngine final : public Engine {
       fail(ErrorCode::kUnavailable, "no CUDA device " + std::to_string(options.device) + " (" +
                                         std::to_string(count) + " found)");
     IMGSTAT_CUDA(cudaSetDevice(options.device));
+    // Measured (bench/NOTES.md): spinning gives small images their best
+    // latency; blocking leaves more of the cores to the JPEG checks.
+    const unsigned wait = options.wait == CudaWait::kYield   ? cudaDeviceScheduleYield
+                          : options.wait == CudaWait::kBlock ? cudaDeviceScheduleBlockingSync
+                                                             : cudaDeviceScheduleSpin;
+    IMGSTAT_CUDA(cudaSetDeviceFlags(wait));
     cudaDeviceProp p;
     IMGSTAT_CUDA(cudaGetDeviceProperties(&p, options.device));
     dev_.sm_count = p.multiProcessorCount;
@@ -591,6 +597,7 @@ std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& options, std::stri
     o.device = options.cuda_device;
     o.memory_limit = options.cuda_memory_limit;
     o.host_threads = options.cpu_threads;
+    o.wait = options.cuda_wait;
     return cuda::make_engine(o);
   } catch (const std::exception& e) {
     if (why_not) *why_not = e.what();

@@ -16,6 +16,7 @@ struct CudaOptions {
   uint64_t memory_limit = 0;  // device bytes the engine may hold; 0: no limit
   int workspaces = 4;         // images on the device at once
   uint32_t host_threads = 0;  // threads for staging copies; 0: all cores
+  CudaWait wait = CudaWait::kSpin;   // for every thread of the process: it is the device's setting
 };
 
 // Throws imgstat::Error when the device cannot be used.

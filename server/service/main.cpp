@@ -26,6 +26,11 @@ int main(int argc, char** argv) {
   app.add_option("--cuda-memory-limit", options.cuda_memory_limit,
                  "GPU memory the engine may hold, in bytes (0: no limit); images beyond it go to the CPU")
       ->envname("IMGSTAT_CUDA_MEMORY_LIMIT")->capture_default_str();
+  std::string cuda_wait = "spin";
+  app.add_option("--cuda-wait", cuda_wait,
+                 "how threads wait for the GPU: spin (soonest answer, a core each), yield (spin, giving the core "
+                 "away under load), block (sleep: less CPU per large JPEG, slower small ones)")
+      ->envname("IMGSTAT_CUDA_WAIT")->check(CLI::IsMember({"spin", "yield", "block"}))->capture_default_str();
   imgstat::add_limit_flags(app, options.limits);
   app.add_option("--threads", options.threads, "threads that decode and compute; 0: one per core")
       ->envname("IMGSTAT_THREADS")->capture_default_str();
@@ -57,6 +62,9 @@ int main(int argc, char** argv) {
   options.engine = engine == "cpu" ? imgstat::EngineKind::kCpu
                    : engine == "cuda" ? imgstat::EngineKind::kCuda
                                       : imgstat::EngineKind::kAuto;
+  options.cuda_wait = cuda_wait == "yield"   ? imgstat::CudaWait::kYield
+                      : cuda_wait == "block" ? imgstat::CudaWait::kBlock
+                                             : imgstat::CudaWait::kSpin;
 
   // Every thread inherits this mask; the signals are taken by sigwait below,
   // never in the middle of a gRPC or engine call.

@@ -22,6 +22,7 @@ std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string*
   e.cpu_threads = options.threads;
   e.cuda_device = options.cuda_device;
   e.cuda_memory_limit = options.cuda_memory_limit;
+  e.cuda_wait = options.cuda_wait;
   e.on_fallback = [](const std::string& why) { spdlog::warn("{}", why); };
   e.on_error = [](const std::string& what) { spdlog::error("{}", what); };
   return make_engine(e, note);

@@ -18,6 +18,7 @@ struct ServerOptions {
   EngineKind engine = EngineKind::kAuto;
   int cuda_device = 0;
   uint64_t cuda_memory_limit = 0;  // device bytes; 0: no limit
+  CudaWait cuda_wait = CudaWait::kSpin;
   Limits limits;
   unsigned threads = 0;  // workers for decoding and computing; 0: one per core
   double shutdown_grace_seconds = 30;  // calls in progress get this long to finish

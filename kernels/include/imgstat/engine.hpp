@@ -139,11 +139,17 @@ class Engine {
 
 enum class EngineKind { kAuto, kCpu, kCuda };
 
+// How a host thread waits for the GPU: spinning answers soonest and burns a
+// core for the whole wait; yielding spins but gives the core to any thread
+// that wants it (decoding, parsing); blocking sleeps until the GPU signals.
+enum class CudaWait { kSpin, kYield, kBlock };
+
 struct EngineOptions {
   EngineKind kind = EngineKind::kAuto;
   uint32_t cpu_threads = 0;        // 0: all cores
   int cuda_device = 0;
   uint64_t cuda_memory_limit = 0;  // device bytes the CUDA engine may hold; 0: no limit
+  CudaWait cuda_wait = CudaWait::kSpin;
   // Told why, each time the CUDA engine hands an image to the CPU engine.
   std::function<void(const std::string&)> on_fallback;
   // Told of device errors that cannot be thrown (while freeing an image's
