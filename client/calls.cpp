@@ -43,26 +43,28 @@ Remote::Remote(const std::string& target, double timeout_seconds) : timeout_(tim
   stub_ = v1::ImageStats::NewStub(channel_);
 }
 
-void Remote::set_deadline(grpc::ClientContext& ctx) const {
-  if (timeout_ > 0)
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout_)));
+std::chrono::system_clock::time_point Remote::deadline() const {
+  if (timeout_ <= 0) return std::chrono::system_clock::time_point::max();
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::duration<double>(timeout_));
 }
 
-bool Remote::info(v1::ServerInfo* out, std::string* error) {
+bool Remote::info(v1::ServerInfo* out, std::string* error) { return info(out, error, deadline()); }
+
+bool Remote::info(v1::ServerInfo* out, std::string* error, std::chrono::system_clock::time_point until) {
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_ > 0 ? static_cast<int>(timeout_) + 1 : 10));
+  ctx.set_deadline(until);
   const grpc::Status s = stub_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), out);
   if (!s.ok()) *error = status_code_name(s.error_code()) + ": " + s.error_message();
   return s.ok();
 }
 
-uint64_t Remote::message_limit() {
+uint64_t Remote::message_limit(std::chrono::system_clock::time_point until) {
   if (message_limit_ == 0) {
     v1::ServerInfo info;
     std::string error;
     // gRPC's default, when the server does not say.
-    message_limit_ = this->info(&info, &error) ? info.limits().max_message_bytes() : uint64_t{4} << 20;
+    message_limit_ = this->info(&info, &error, until) ? info.limits().max_message_bytes() : uint64_t{4} << 20;
   }
   return message_limit_;
 }
@@ -70,8 +72,10 @@ uint64_t Remote::message_limit() {
 Outcome Remote::analyze(Source& source, const Request& request) {
   v1::AnalyzeResponse response;
   grpc::ClientContext ctx;
-  set_deadline(ctx);
-  if (!request.force_stream && source.size() + kEnvelope <= message_limit()) {
+  // One deadline for all the file's calls: --timeout is the longest it takes.
+  const auto until = deadline();
+  ctx.set_deadline(until);
+  if (!request.force_stream && source.size() + kEnvelope <= message_limit(until)) {
     v1::AnalyzeRequest r;
     *r.mutable_input() = request.input;
     r.mutable_input()->set_data(source.read_all());
@@ -85,7 +89,7 @@ Outcome Remote::analyze(Source& source, const Request& request) {
   header.mutable_header()->set_total_bytes(source.size());
   if (writer->Write(header)) {
     v1::AnalyzeStreamRequest chunk;
-    const size_t piece = static_cast<size_t>(std::min<uint64_t>(kStreamChunk, message_limit() - kEnvelope));
+    const size_t piece = static_cast<size_t>(std::min<uint64_t>(kStreamChunk, message_limit(until) - kEnvelope));
     source.for_each_chunk(piece, [&](const std::string& c) {
       chunk.set_chunk(c);
       return writer->Write(chunk);  // false: the server has answered already
@@ -100,7 +104,7 @@ bool Remote::health(std::string* status) {
   // answer's field 1 (status) arrives as an unknown field of Empty.
   grpc::TemplatedGenericStub<google::protobuf::Empty, google::protobuf::Empty> stub(channel_);
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ctx.set_deadline(deadline());
   google::protobuf::Empty request, response;
   std::promise<grpc::Status> done;
   stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,

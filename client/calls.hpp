@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,8 @@ struct Request {
 
 class Remote {
  public:
+  // timeout_seconds bounds each file's calls together (and --info's and
+  // --health's); 0: no deadline.
   Remote(const std::string& target, double timeout_seconds);
   Outcome analyze(Source& source, const Request& request);
   // GetServerInfo; false with *error set when the call fails.
@@ -32,8 +35,9 @@ class Remote {
   bool health(std::string* status);
 
  private:
-  void set_deadline(grpc::ClientContext& ctx) const;
-  uint64_t message_limit();
+  std::chrono::system_clock::time_point deadline() const;
+  bool info(v1::ServerInfo* out, std::string* error, std::chrono::system_clock::time_point until);
+  uint64_t message_limit(std::chrono::system_clock::time_point until);
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ImageStats::Stub> stub_;

@@ -1,6 +1,7 @@
 // imgstat-client: statistics of image files, from an imgstat server or
 // in-process (--local).
 #include <CLI/CLI.hpp>
+#include <google/protobuf/util/json_util.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -54,7 +55,8 @@ int main(int argc, char** argv) {
   uint64_t stride = 0;
   uint32_t bins = 256;
   std::vector<std::string> stats;
-  double timeout = 0;
+  // A hung server must not hang the caller; a 2 GiB upload at 1 Gb/s fits.
+  double timeout = 120;
   app.add_option("files", files, "image files; - reads standard input");
   app.add_option("--server", server, "server address (default: $IMGSTAT_SERVER, else localhost:50051)");
   app.add_flag("--json", json, "one JSON object per input per line");
@@ -66,15 +68,16 @@ int main(int argc, char** argv) {
   app.add_option("--bins", bins, "histogram bins, 1 to 65536")->check(CLI::Range(1, 65536));
   app.add_option("--range", range_spec, "explicit histogram range LO:HI (default automatic)");
   app.add_option("--stats", stats, "statistics to report (default all): min_max, sum, stddev, histogram")
-      ->delimiter(',')->check(CLI::IsMember({"min_max", "sum", "stddev", "histogram"}));
+      ->delimiter(',')->allow_extra_args(false)->check(CLI::IsMember({"min_max", "sum", "stddev", "histogram"}));
   app.add_flag("--allow-truncated", allow_truncated, "analyze truncated JPEGs (libjpeg fills the rest with gray)");
   std::string decoder = "auto";
   app.add_option("--decoder", decoder,
                  "auto: JPEG on the server's GPU when it has one; cpu: libjpeg-turbo's exact pixels; gpu: the GPU or an error")
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}))->capture_default_str();
-  app.add_option("--timeout", timeout, "seconds per call (default none)");
+  app.add_option("--timeout", timeout, "seconds each file (or --info, --health) may take; 0: no limit")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_flag("--health", health, "ask the server's grpc.health.v1 service; exit 0 when SERVING");
-  app.add_flag("--info", info, "print the server's version, engine and limits");
+  app.add_flag("--info", info, "print the server's version, engine and limits (with --json: as JSON)");
   bytes_option->excludes(raw_option);
   CLI11_PARSE(app, argc, argv);
 
@@ -92,7 +95,16 @@ int main(int argc, char** argv) {
       std::cerr << "imgstat-client: " << server << ": " << error << "\n";
       return 1;
     }
-    std::cout << i.DebugString();
+    if (json) {
+      std::string text;
+      google::protobuf::util::JsonPrintOptions o;
+      o.preserve_proto_field_names = true;
+      o.always_print_primitive_fields = true;
+      (void)google::protobuf::util::MessageToJsonString(i, &text, o);
+      std::cout << text << "\n";
+    } else {
+      std::cout << i.DebugString();
+    }
     return 0;
   }
   if (files.empty()) {

@@ -9,6 +9,12 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
 #include <future>
 #include <numeric>
 #include <random>
@@ -330,6 +336,63 @@ TEST_F(Integration, HealthAndReflection) {
   cq.Shutdown();
   while (cq.Next(&tag, &ok)) {
   }
+}
+
+TEST_F(Integration, ClientStatsListDoesNotSwallowTheFileAndInfoPrintsJson) {
+  // "--stats min_max FILE": FILE is a file, not a second statistic.
+  ProcessResult r = client({"--stats", "min_max", corpus("png/skimage_coffee.png")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("PNG 600x400"), std::string::npos) << r.out;
+  r = client({"--json", "--stats", "min_max,sum", corpus("png/skimage_coffee.png")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json one = json_lines(r.out).at(0);
+  EXPECT_TRUE(one["channels"][0]["sum"].is_number_integer());
+  EXPECT_TRUE(one["channels"][0]["stddev"].is_null());  // not asked for
+
+  r = client({"--info", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json info = json::parse(r.out);  // JSON, not protobuf text
+  EXPECT_EQ(info["engine"]["kind"], test_engine());
+  EXPECT_EQ(info["limits"]["max_message_bytes"], std::to_string(kMessageLimit));  // 64-bit ints are strings in proto JSON
+}
+
+// A server that takes the connection and never answers: --timeout is the
+// longest the client waits, all its calls for a file together.
+TEST(ClientDeadline, AHungServerCostsTheTimeoutAndNoMore) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string silent = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  const std::string file = temp_path("deadline.bin");
+  { std::ofstream(file) << std::string(1000, 'x'); }
+
+  const auto seconds = [](auto t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(run_process({client_bin(), "--version"}).code, 0);
+  const double start_up = seconds(t0);  // the process's own cost, on this machine and build
+  constexpr double kTimeout = 2;
+  for (const std::vector<std::string>& what : std::vector<std::vector<std::string>>{
+           {"--bytes", "--json", file}, {"--info"}, {"--health"}}) {
+    std::vector<std::string> argv = {client_bin(), "--server", silent, "--timeout", "2"};
+    argv.insert(argv.end(), what.begin(), what.end());
+    t0 = std::chrono::steady_clock::now();
+    const ProcessResult r = run_process(argv, 30);
+    const double took = seconds(t0);
+    EXPECT_EQ(r.code, 1) << what.front();
+    EXPECT_NE((r.out + r.err).find("DEADLINE_EXCEEDED"), std::string::npos) << r.out << r.err;
+    EXPECT_GE(took, kTimeout) << what.front();
+    EXPECT_LT(took, kTimeout + start_up + 0.5) << what.front() << ": started in " << start_up << " s";
+  }
+  std::filesystem::remove(file);
+  ::close(fd);
 }
 
 TEST_F(Integration, ConcurrentCallsAllAnswerTheSame) {
