@@ -226,5 +226,28 @@ TEST_P(EngineTest, CountsBeyond32Bits) {
 INSTANTIATE_TEST_SUITE_P(Engines, EngineTest, ::testing::Values("cpu", "cuda"),
                          [](const auto& info) { return info.param; });
 
+// kAuto on a machine without a GPU is the CPU engine and a calm note that
+// says what is missing; with a GPU, the CUDA engine and no note.
+TEST(EngineChoice, AutoSaysPlainlyWhenThereIsNoGpu) {
+  std::string note = "unset";
+  bool absent = false;
+  EngineOptions o;
+  o.kind = EngineKind::kAuto;
+  const auto engine = make_engine(o, &note, &absent);
+  std::string why;
+  if (make_cuda_engine(EngineOptions{}, &why)) {
+    EXPECT_EQ(engine->info().kind, "cuda");
+    EXPECT_EQ(note, "unset");
+    return;
+  }
+  EXPECT_EQ(engine->info().kind, "cpu");
+  if (absent) {
+    EXPECT_EQ(note.rfind("no GPU here (", 0), 0u) << note;
+    EXPECT_EQ(note.find(".cpp"), std::string::npos) << "no source paths in what users read: " << note;
+  } else {
+    EXPECT_EQ(note.rfind("no usable CUDA device (", 0), 0u) << note;  // a GPU that failed: a warning
+  }
+}
+
 }  // namespace
 }  // namespace imgstat::testing

@@ -81,20 +81,23 @@ Result Engine::analyze_device(const DeviceImageView&, const StatsRequest&) {
 }
 
 #ifndef IMGSTAT_WITH_CUDA
-std::unique_ptr<Engine> make_cuda_engine(const EngineOptions&, std::string* why_not) {
+std::unique_ptr<Engine> make_cuda_engine(const EngineOptions&, std::string* why_not, bool* absent) {
   if (why_not) *why_not = "this build has no CUDA engine";
+  if (absent) *absent = true;
   return nullptr;
 }
 #endif
 
-std::unique_ptr<Engine> make_engine(const EngineOptions& options, std::string* note) {
+std::unique_ptr<Engine> make_engine(const EngineOptions& options, std::string* note, bool* gpu_absent) {
   if (options.kind == EngineKind::kCpu) return make_cpu_engine(options.cpu_threads);
   std::string why_not;
-  if (auto cuda = make_cuda_engine(options, &why_not))
+  bool absent = false;
+  if (auto cuda = make_cuda_engine(options, &why_not, &absent))
     return std::make_unique<FallbackEngine>(std::move(cuda), make_cpu_engine(options.cpu_threads),
                                             options.on_fallback);
   if (options.kind == EngineKind::kCuda) fail(ErrorCode::kUnavailable, "CUDA engine unavailable: " + why_not);
-  if (note) *note = "no usable CUDA device (" + why_not + "): using the CPU engine";
+  if (note) *note = (absent ? "no GPU here (" : "no usable CUDA device (") + why_not + "): using the CPU engine";
+  if (gpu_absent) *gpu_absent = absent;
   return make_cpu_engine(options.cpu_threads);
 }
 

@@ -1,6 +1,7 @@
 #include "cuda/cuda_engine.hpp"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
@@ -178,6 +179,16 @@ class GpuAnalysis {
   bool synced_ = false;  // finish() waited for everything
 };
 
+// Said once at start on a machine without a GPU: what is missing, in words.
+std::string no_gpu_reason(cudaError_t e) {
+  if (e != cudaErrorInsufficientDriver) return "the NVIDIA driver sees no GPU";
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!driver) return "no NVIDIA driver on this machine";
+  dlclose(driver);
+  return "the NVIDIA driver is older than CUDA " + std::to_string(CUDART_VERSION / 1000) + "." +
+         std::to_string(CUDART_VERSION % 1000 / 10) + " needs";
+}
+
 class CudaEngine final : public Engine {
  public:
   explicit CudaEngine(const CudaOptions& options)
@@ -185,7 +196,12 @@ class CudaEngine final : public Engine {
         budget_(options.memory_limit),
         arena_(options.host_threads ? static_cast<int>(options.host_threads) : tbb::task_arena::automatic) {
     int count = 0;
-    IMGSTAT_CUDA(cudaGetDeviceCount(&count));
+    const cudaError_t found = cudaGetDeviceCount(&count);
+    if (found == cudaErrorInsufficientDriver || found == cudaErrorNoDevice || (found == cudaSuccess && count == 0)) {
+      cudaGetLastError();
+      fail(ErrorCode::kNotFound, no_gpu_reason(found));
+    }
+    IMGSTAT_CUDA(found);
     if (options.device < 0 || options.device >= count)
       fail(ErrorCode::kUnavailable, "no CUDA device " + std::to_string(options.device) + " (" +
                                         std::to_string(count) + " found)");
@@ -590,7 +606,7 @@ std::unique_ptr<Engine> make_engine(const CudaOptions& options) { return std::ma
 
 namespace imgstat {
 
-std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& options, std::string* why_not) {
+std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& options, std::string* why_not, bool* absent) {
   try {
     cuda::set_error_reporter(options.on_error);
     cuda::CudaOptions o;
@@ -599,6 +615,10 @@ std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& options, std::stri
     o.host_threads = options.cpu_threads;
     o.wait = options.cuda_wait;
     return cuda::make_engine(o);
+  } catch (const Error& e) {
+    if (why_not) *why_not = e.what();
+    if (absent) *absent = e.code() == ErrorCode::kNotFound;
+    return nullptr;
   } catch (const std::exception& e) {
     if (why_not) *why_not = e.what();
     return nullptr;

@@ -76,8 +76,9 @@ int main(int argc, char** argv) {
 
   try {
     std::string note;
-    auto engine_ptr = imgstat::choose_engine(options, &note);
-    if (!note.empty()) spdlog::warn("{}", note);
+    bool gpu_absent = false;
+    auto engine_ptr = imgstat::choose_engine(options, &note, &gpu_absent);
+    if (!note.empty()) spdlog::log(gpu_absent ? spdlog::level::info : spdlog::level::warn, "{}", note);
     const imgstat::EngineInfo info = engine_ptr->info();
     if (info.kind == "cuda")
       spdlog::info("engine cuda: {} ({} MiB, compute capability {})", info.device_name,

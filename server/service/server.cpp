@@ -16,7 +16,7 @@ namespace imgstat {
 
 constexpr const char* kServiceName = "imgstat.v1.ImageStats";
 
-std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string* note) {
+std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string* note, bool* gpu_absent) {
   EngineOptions e;
   e.kind = options.engine;
   e.cpu_threads = options.threads;
@@ -25,7 +25,7 @@ std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string*
   e.cuda_wait = options.cuda_wait;
   e.on_fallback = [](const std::string& why) { spdlog::warn("{}", why); };
   e.on_error = [](const std::string& what) { spdlog::error("{}", what); };
-  return make_engine(e, note);
+  return make_engine(e, note, gpu_absent);
 }
 
 std::shared_ptr<GpuJpegDecoder> choose_gpu_jpeg(const ServerOptions& options, const Engine& engine, std::string* note) {

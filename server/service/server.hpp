@@ -32,7 +32,7 @@ std::shared_ptr<GpuJpegDecoder> choose_gpu_jpeg(const ServerOptions& options, co
 
 // The engine the options ask for; with kAuto, CUDA when a device is usable,
 // else the CPU engine, with *note saying why.
-std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string* note);
+std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string* note, bool* gpu_absent = nullptr);
 
 class ImageStatsService;
 class WorkQueue;

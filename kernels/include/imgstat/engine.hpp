@@ -160,12 +160,16 @@ struct EngineOptions {
 // kCpu: the CPU engine. kCuda: the CUDA engine backed by the CPU engine for
 // images the GPU cannot take (out of memory, failed or lost device); throws
 // imgstat::Error (kUnavailable) when no device is usable. kAuto: as kCuda
-// when a device is usable, else the CPU engine, with *note saying why.
-std::unique_ptr<Engine> make_engine(const EngineOptions& options, std::string* note = nullptr);
+// when a device is usable, else the CPU engine, with *note saying why and
+// *gpu_absent true when that is simply a machine without a GPU (nothing to
+// warn about) rather than a GPU that failed.
+std::unique_ptr<Engine> make_engine(const EngineOptions& options, std::string* note = nullptr,
+                                    bool* gpu_absent = nullptr);
 std::unique_ptr<Engine> make_cpu_engine(uint32_t threads = 0);
 // The bare CUDA engine, no fallback; null when this build has no CUDA engine
-// or no device is usable, with *why_not saying why.
-std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& options, std::string* why_not);
+// or no device is usable, with *why_not saying why (and *absent true when
+// there is no GPU or no NVIDIA driver at all).
+std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& options, std::string* why_not, bool* absent = nullptr);
 
 // Checks a layout and request against what the engines support; throws
 // InvalidArgument naming the problem.

@@ -11,6 +11,7 @@ enum class ErrorCode : int {
   kCancelled = 1,
   kInvalidArgument = 3,
   kDeadlineExceeded = 4,
+  kNotFound = 5,
   kResourceExhausted = 8,
   kFailedPrecondition = 9,
   kUnimplemented = 12,
