@@ -35,22 +35,38 @@ std::string fmt(const char* f, double v) {
 // enough digits to tell them apart.
 std::string number(double v, bool flt) { return flt ? fmt("%.9g", v) : fmt("%.0f", v); }
 
-// One row of block characters: bins folded into at most 64 columns, each
-// column's height relative to the tallest.
-std::string drawing(const v1::Histogram& h) {
+// One row of block characters over the bins the data occupies (a 16-bit
+// image's 0..65535 bins are mostly empty), folded into at most 64 columns.
+// A column's height is its mean count per bin, so columns that fold
+// unequal numbers of bins (300 bins into 64) do not draw a sawtooth.
+struct Drawing {
+  std::string row;
+  int first = 0, last = -1;  // the bins drawn
+};
+
+Drawing drawing(const v1::Histogram& h) {
   static const char* kBlocks[] = {" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+  Drawing d;
   const int bins = h.counts_size();
-  if (bins == 0) return "";
-  const int columns = std::min(bins, 64);
-  std::vector<uint64_t> col(columns, 0);
-  for (int b = 0; b < bins; ++b) col[static_cast<size_t>(b) * columns / bins] += h.counts(b);
-  const uint64_t top = *std::max_element(col.begin(), col.end());
-  std::string s;
-  for (uint64_t c : col) {
-    int level = top ? static_cast<int>(std::ceil(8.0 * static_cast<double>(c) / static_cast<double>(top))) : 0;
-    s += kBlocks[std::clamp(level, 0, 8)];
+  while (d.first < bins && h.counts(d.first) == 0) ++d.first;
+  d.last = bins - 1;
+  while (d.last > d.first && h.counts(d.last) == 0) --d.last;
+  if (d.first >= bins) return d;
+  const int span = d.last - d.first + 1;
+  const int columns = std::min(span, 64);
+  std::vector<double> sum(columns, 0), width(columns, 0);
+  for (int b = 0; b < span; ++b) {
+    const size_t col = static_cast<size_t>(b) * columns / span;
+    sum[col] += static_cast<double>(h.counts(d.first + b));
+    width[col] += 1;
   }
-  return s;
+  double top = 0;
+  for (int c = 0; c < columns; ++c) top = std::max(top, sum[c] / width[c]);
+  for (int c = 0; c < columns; ++c) {
+    const int level = top > 0 ? static_cast<int>(std::ceil(8.0 * sum[c] / width[c] / top)) : 0;
+    d.row += kBlocks[std::clamp(level, 0, 8)];
+  }
+  return d;
 }
 
 }  // namespace
@@ -78,7 +94,8 @@ std::string render_table(const Outcome& o, bool color) {
   out += line;
   for (const v1::ChannelStats& c : r.channels()) {
     auto opt = [&](bool has, double v, bool as_sample) {
-      return has ? (as_sample ? number(v, flt) : fmt("%.6f", v)) : std::string("-");
+      // Ten significant digits: a float image's mean of 0.000123456789 keeps them.
+      return has ? (as_sample ? number(v, flt) : fmt("%.10g", v)) : std::string("-");
     };
     std::snprintf(line, sizeof line, "  %-7s %14llu %14s %14s %16s %16s", c.name().c_str(),
                   static_cast<unsigned long long>(c.count()), opt(c.has_min(), c.min(), true).c_str(),
@@ -94,9 +111,15 @@ std::string render_table(const Outcome& o, bool color) {
     if (!c.has_histogram()) continue;
     const v1::Histogram& h = c.histogram();
     // Automatic float ranges hold their max; every other range is [lo, hi).
-    const bool closed = flt && h.underflow() == 0 && h.overflow() == 0 && c.has_max() && h.hi() == c.max();
-    std::snprintf(line, sizeof line, "  %-7s %s  %s[%s, %s%c%s", c.name().c_str(), drawing(h).c_str(), dim,
-                  number(h.lo(), true).c_str(), number(h.hi(), true).c_str(), closed ? ']' : ')', reset);
+    const Drawing d = drawing(h);
+    const int bins = h.counts_size();
+    const double step = bins ? (h.hi() - h.lo()) / bins : 0;
+    const double lo = d.first == 0 ? h.lo() : h.lo() + step * d.first;
+    const double hi = d.last + 1 >= bins ? h.hi() : h.lo() + step * (d.last + 1);
+    const bool closed = flt && d.last + 1 >= bins && h.underflow() == 0 && h.overflow() == 0 && c.has_max() &&
+                        h.hi() == c.max();
+    std::snprintf(line, sizeof line, "  %-7s %s  %s[%s, %s%c%s", c.name().c_str(), d.row.c_str(), dim,
+                  number(lo, true).c_str(), number(hi, true).c_str(), closed ? ']' : ')', reset);
     out += line;
     if (h.underflow() || h.overflow())
       out += "  below " + std::to_string(h.underflow()) + ", above " + std::to_string(h.overflow());

@@ -356,6 +356,39 @@ TEST_F(Integration, ClientStatsListDoesNotSwallowTheFileAndInfoPrintsJson) {
   EXPECT_EQ(info["limits"]["max_message_bytes"], std::to_string(kMessageLimit));  // 64-bit ints are strings in proto JSON
 }
 
+TEST_F(Integration, ClientDrawsTheDataNotTheTypeRange) {
+  // uint16 samples 1000..1999, each equally often: the drawing spans the
+  // data (not 0..65535), and 100 bins folded into 64 columns stay level.
+  const std::string file = temp_path("u16.raw");
+  {
+    std::vector<uint16_t> px(100 * 100);
+    for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint16_t>(1000 + i % 1000);
+    std::ofstream(file, std::ios::binary).write(reinterpret_cast<const char*>(px.data()), px.size() * 2);
+  }
+  ProcessResult r = client({"--raw", "100x100x1:uint16", file});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::string drawn = r.out.substr(r.out.rfind("Gray"));
+  EXPECT_NE(drawn.find("[768, 2048)"), std::string::npos) << drawn;  // the bins of 256 holding 1000..1999
+  const std::string u8 = temp_path("u8.raw");
+  {
+    std::vector<uint8_t> px(256 * 40);
+    for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i % 256);
+    std::ofstream(u8, std::ios::binary).write(reinterpret_cast<const char*>(px.data()), px.size());
+  }
+  r = client({"--raw", "256x40x1:uint8", "--bins", "100", u8});
+  ASSERT_EQ(r.code, 0) << r.err;
+  drawn = r.out.substr(r.out.rfind("Gray"));
+  const std::string full = "\u2588", seven = "\u2587";
+  size_t blocks = 0;
+  for (size_t at = drawn.find(full); at != std::string::npos; at = drawn.find(full, at + 1)) ++blocks;
+  // Bins of 2 or 3 values: per-bin means within 3:2 of each other, never a
+  // column of half height.
+  for (const char* low : {"\u2583", "\u2584", "\u2585"}) EXPECT_EQ(drawn.find(low), std::string::npos) << drawn;
+  EXPECT_GT(blocks, 0u) << drawn;
+  std::filesystem::remove(file);
+  std::filesystem::remove(u8);
+}
+
 // A server that takes the connection and never answers: --timeout is the
 // longest the client waits, all its calls for a file together.
 TEST(ClientDeadline, AHungServerCostsTheTimeoutAndNoMore) {
