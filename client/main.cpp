@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <google/protobuf/util/json_util.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -79,7 +80,22 @@ int main(int argc, char** argv) {
   app.add_flag("--health", health, "ask the server's grpc.health.v1 service; exit 0 when SERVING");
   app.add_flag("--info", info, "print the server's version, engine and limits (with --json: as JSON)");
   bytes_option->excludes(raw_option);
-  CLI11_PARSE(app, argc, argv);
+  app.footer(R"(Examples:
+  imgstat-client photo.jpg                      table and histograms, from the server at $IMGSTAT_SERVER
+  imgstat-client --local *.png                  no server: decode and compute in this process
+  imgstat-client --json --stats min_max,sum a.tif b.tif
+  imgstat-client --raw 4096x3072x1:uint16 frame.raw
+  cat photo.png | imgstat-client -
+  imgstat-client --decoder cpu photo.jpg        libjpeg-turbo's exact pixels, even where the server has a GPU
+
+Exit status: 0 when every input was analyzed, 1 when any failed (each named on stderr),
+2 for a usage error.
+)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help and --version are not errors
+  }
 
   client::Remote remote(server, timeout);
   if (health) {
@@ -145,6 +161,7 @@ int main(int argc, char** argv) {
                                    : s == "stddev" ? v1::STATISTIC_STDDEV
                                                    : v1::STATISTIC_HISTOGRAM);
 
+  const auto started = std::chrono::steady_clock::now();
   std::unique_ptr<client::Local> in_process;
   if (local) in_process = std::make_unique<client::Local>();
   const bool color = !json && isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");
@@ -169,6 +186,10 @@ int main(int argc, char** argv) {
     else if (o.ok)
       std::cout << client::render_table(o, color) << (files.size() > 1 ? "\n" : "");
     std::cout.flush();
+  }
+  if (!json && files.size() > 1) {
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::printf("%zu files: %zu analyzed, %d failed, %.2f s\n", files.size(), files.size() - failures, failures, took);
   }
   return failures == 0 ? 0 : 1;
 }

@@ -166,6 +166,22 @@ TEST_F(Integration, ClientNamesEachFailureAndExitsNonZero) {
   EXPECT_NE(r.err.find("file.png"), std::string::npos) << r.err;
 }
 
+TEST_F(Integration, ClientExitCodesAndTheSummaryLine) {
+  ProcessResult r = client({corpus("png/skimage_coffee.png"), corpus("bad/pngsuite_xcsn0g01.png")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("2 files: 1 analyzed, 1 failed"), std::string::npos) << r.out;
+  r = client({corpus("png/skimage_coffee.png")});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out.find(" files: "), std::string::npos) << "no summary for one file";
+  for (const std::vector<std::string>& usage : std::vector<std::vector<std::string>>{
+           {"--bins", "0", "x.png"}, {"--no-such-flag"}, {"--decoder", "tpu", "x.png"}})
+    EXPECT_EQ(client(usage).code, 2) << usage.front();
+  r = client({"--help"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("Examples:"), std::string::npos);
+  EXPECT_NE(r.out.find("Exit status:"), std::string::npos);
+}
+
 TEST_F(Integration, ClientRawBytesAndStdin) {
   const json ref = reference("raw/raw_astronaut_512x512x3_u8.raw");
   ProcessResult r = client({"--json", "--raw", "512x512x3:uint8", corpus("raw/raw_astronaut_512x512x3_u8.raw")});
