@@ -14,6 +14,7 @@
 #include "imgstat/types.hpp"
 #include "render.hpp"
 #include "core/validate.hpp"
+#include "decode/library_messages.hpp"
 
 #ifndef IMGSTAT_VERSION
 #define IMGSTAT_VERSION "0.0.0"
@@ -97,6 +98,10 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
     return app.exit(e) == 0 ? 0 : 2;  // --help and --version are not errors
   }
 
+  // From here on libpng's and OpenCV's own prints are caught: each file's
+  // become part of its error or warnings, the rest are said once, cleanly.
+  std::ostream& err = program_stderr();
+  catch_library_messages([&err](const std::string& line) { err << "imgstat-client: library: " << line << "\n"; });
   client::Remote remote(server, timeout);
   if (health) {
     std::string status;
@@ -108,7 +113,7 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
     v1::ServerInfo i;
     std::string error;
     if (!remote.info(&i, &error)) {
-      std::cerr << "imgstat-client: " << server << ": " << error << "\n";
+      err << "imgstat-client: " << server << ": " << error << "\n";
       return 1;
     }
     if (json) {
@@ -124,7 +129,7 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
     return 0;
   }
   if (files.empty()) {
-    std::cerr << app.help();
+    err << app.help();
     return 2;
   }
 
@@ -134,7 +139,7 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
   std::string error;
   if (!raw_spec.empty()) {
     if (!parse_raw(raw_spec, request.input.mutable_raw(), &error)) {
-      std::cerr << "imgstat-client: " << error << "\n";
+      err << "imgstat-client: " << error << "\n";
       return 2;
     }
     request.input.mutable_raw()->set_row_stride(stride);
@@ -151,7 +156,7 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
       request.options.mutable_range()->set_lo(std::stod(range_spec.substr(0, colon)));
       request.options.mutable_range()->set_hi(std::stod(range_spec.substr(colon + 1)));
     } catch (const std::exception&) {
-      std::cerr << "imgstat-client: --range wants LO:HI, e.g. 0:1000; got \"" << range_spec << "\"\n";
+      err << "imgstat-client: --range wants LO:HI, e.g. 0:1000; got \"" << range_spec << "\"\n";
       return 2;
     }
   }
@@ -179,7 +184,7 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
     }
     if (!o.ok) {
       ++failures;
-      std::cerr << "imgstat-client: " << file << ": " << o.code << ": " << o.error << "\n";
+      err << "imgstat-client: " << file << ": " << o.code << ": " << o.error << "\n";
     }
     if (json)
       std::cout << client::render_json(o) << "\n";

@@ -4,10 +4,14 @@
 #include <opencv2/imgcodecs.hpp>
 
 #include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <thread>
 
 #include "corpus.hpp"
 #include "decode/decode.hpp"
 #include "decode/jpeg_check.hpp"
+#include "decode/library_messages.hpp"
 #include "decode/sniff.hpp"
 #include "hostile/inputs.hpp"
 
@@ -16,6 +20,7 @@ namespace {
 
 using testing::corpus_dir;
 using testing::have_corpus;
+using testing::slurp_file;
 
 const uint8_t* bytes(const std::string& s) { return reinterpret_cast<const uint8_t*>(s.data()); }
 
@@ -190,6 +195,47 @@ TEST(Jpeg, CheckStopsWhenCancelled) {
   const JpegCheck c = check_jpeg(bytes(whole), whole.size(), [&] { return ++polls > 3; });
   EXPECT_FALSE(c.ok);
   EXPECT_EQ(c.error, "cancelled");
+}
+
+
+// libpng and OpenCV print on their own; once caught, what they say while a
+// file decodes is part of its error, and a stray line goes to the handler.
+TEST(LibraryMessages, ALibrarysReasonJoinsTheErrorAndNothingLeaksRaw) {
+  if (!have_corpus()) GTEST_SKIP() << "no corpus";
+  std::vector<std::string> stray;
+  std::mutex mu;
+  catch_library_messages([&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    stray.push_back(line);
+  });
+  const std::string bad = slurp_file((corpus_dir() / "bad/pngsuite_xcsn0g01.png").string());
+  try {
+    decode_image(bytes(bad), bad.size(), DecodeOptions{});
+    ADD_FAILURE() << "a PNG with a bad CRC decoded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("(libpng error: IDAT: CRC error)"), std::string::npos) << e.what();
+  }
+  const std::string bmp = slurp_file((corpus_dir() / "bad/imagers_Bad_clrsUsed.bmp").string());
+  try {
+    decode_image(bytes(bmp), bmp.size(), DecodeOptions{});
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("OpenCV: can't read header: clrused"), std::string::npos) << what;
+    EXPECT_EQ(what.find(".cpp"), std::string::npos) << "no source paths: " << what;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_TRUE(stray.empty()) << stray.front();
+  }
+  // Outside a decode, from another thread, in two pieces: one line, cleaned.
+  std::thread([] {
+    std::fprintf(stderr, "libfoo warning: \x1b[31mred");
+    std::fprintf(stderr, "\n");
+  }).join();
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(stray.size(), 1u);
+  EXPECT_EQ(stray[0], "libfoo warning:  [31mred");
 }
 
 }  // namespace

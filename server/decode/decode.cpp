@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "decode/jpeg_check.hpp"
+#include "decode/library_messages.hpp"
 #include "decode/sniff.hpp"
 
 namespace imgstat {
@@ -120,7 +121,28 @@ DecodedImage decode_image(const uint8_t* data, size_t size, const DecodeOptions&
   return decode_image(data, size, plan_decode(data, size, options), options);
 }
 
+namespace {
+DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options);
+}  // namespace
+
 DecodedImage decode_image(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options) {
+  // What libpng or OpenCV print while decoding this file is its own: a
+  // warning of the answer, or the reason given with its error.
+  LibraryMessages said;
+  try {
+    DecodedImage out = decode_planned(data, size, plan, options);
+    for (const std::string& line : said.lines()) out.warnings.push_back(line);
+    return out;
+  } catch (const Error& e) {
+    if (said.lines().empty()) throw;
+    std::string because;
+    for (const std::string& line : said.lines()) because += (because.empty() ? "" : "; ") + line;
+    throw Error(e.code(), std::string(e.what()) + " (" + because + ")");
+  }
+}
+
+namespace {
+DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options) {
   configure_decoders(options.max_pixels);
   DecodedImage out;
   out.format = plan.format;
@@ -153,6 +175,7 @@ DecodedImage decode_image(const uint8_t* data, size_t size, const DecodePlan& pl
   if (m.empty()) invalid_data(plan.format + ": could not decode (corrupt, truncated or unsupported data)");
   return finish_decoded(std::move(out), m, options);
 }
+}  // namespace
 
 DecodedImage finish_decoded(DecodedImage out, const cv::Mat& m, const DecodeOptions& options) {
   const std::string& format = out.format;

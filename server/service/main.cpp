@@ -6,6 +6,7 @@
 #include <csignal>
 #include <pthread.h>
 
+#include "decode/library_messages.hpp"
 #include "service/server.hpp"
 
 #ifndef IMGSTAT_VERSION
@@ -58,6 +59,9 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::flush_on(spdlog::level::trace);  // a line per request, written as it happens
+  // The logger keeps the real stderr; what libraries print outside a
+  // request's decode is logged, escaped, instead of written raw.
+  imgstat::catch_library_messages([](const std::string& line) { spdlog::warn("library: {}", line); });
   options.gpu_jpeg.batch_window = std::chrono::microseconds(static_cast<int64_t>(window_ms * 1000));
   options.engine = engine == "cpu" ? imgstat::EngineKind::kCpu
                    : engine == "cuda" ? imgstat::EngineKind::kCuda
