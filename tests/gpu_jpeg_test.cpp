@@ -269,6 +269,69 @@ TEST_F(GpuJpegTest, TruncatedJpegsAreRefusedAsOnTheCpu) {
   EXPECT_EQ(refused, static_cast<int>(cut.size()));
 }
 
+// The real decoder, whose every third decode is lost after the batch ran
+// (as a device that fails mid-batch): the callers it fails are decoded again
+// on the CPU, the others keep the GPU's answer, and none is lost.
+class LosingDecoder final : public GpuJpegDecoder {
+ public:
+  explicit LosingDecoder(std::shared_ptr<GpuJpegDecoder> real) : real_(std::move(real)) {}
+  std::unique_ptr<Ticket> announce() override { return real_->announce(); }
+  GpuDecodedImage decode(Ticket& ticket, const uint8_t* data, size_t size) override {
+    GpuDecodedImage image = real_->decode(ticket, data, size);
+    if (++calls_ % 3 == 0) {
+      ++lost_;
+      fail(ErrorCode::kUnavailable, "the device was lost (injected)");
+    }
+    return image;
+  }
+  std::string description() const override { return real_->description(); }
+  int lost() const { return lost_; }
+
+ private:
+  std::shared_ptr<GpuJpegDecoder> real_;
+  std::atomic<int> calls_{0}, lost_{0};
+};
+
+TEST_F(GpuJpegTest, ADeviceLostMidBatchLosesNoCall) {
+  auto losing = std::make_shared<LosingDecoder>(decoder_);
+  Analyzer gpu(engine_, Limits{}, losing);
+  Analyzer cpu(engine_, Limits{}, nullptr);
+  std::vector<std::string> files;
+  for (const auto& path : corpus_jpegs()) {
+    v1::AnalyzeRequest req;
+    req.mutable_input()->set_data(slurp_file(path.string()));
+    try {
+      if (gpu.analyze(req).decoder().rfind("nvjpeg", 0) == 0) files.push_back(req.input().data());
+    } catch (const Error&) {
+    }
+  }
+  ASSERT_GT(files.size(), 5u);
+  const int before = losing->lost();
+  std::vector<std::thread> callers;
+  std::atomic<int> on_cpu{0}, on_gpu{0}, wrong{0};
+  for (int i = 0; i < 48; ++i)
+    callers.emplace_back([&, i] {
+      v1::AnalyzeRequest req;
+      req.mutable_input()->set_data(files[i % files.size()]);
+      const v1::AnalyzeResponse got = gpu.analyze(req);  // throws: the test fails
+      const v1::AnalyzeResponse want = cpu.analyze(req);
+      if (got.decoder() == "libjpeg-turbo") {
+        ++on_cpu;
+        for (int c = 0; c < want.channels_size(); ++c)
+          if (got.channels(c).SerializeAsString() != want.channels(c).SerializeAsString()) ++wrong;
+      } else {
+        ++on_gpu;
+        for (int c = 0; c < want.channels_size(); ++c)
+          if (std::abs(got.channels(c).mean() - want.channels(c).mean()) > kStatedBound) ++wrong;
+      }
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(on_cpu + on_gpu, 48);
+  EXPECT_EQ(on_cpu.load(), losing->lost() - before);
+  EXPECT_GT(on_cpu.load(), 10);
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 TEST_F(GpuJpegTest, TheAnalyzerSaysWhichDecoderRanAndHonoursTheChoice) {
   Analyzer analyzer(engine_, Limits{}, decoder_);
   int gpu_answers = 0;
