@@ -61,7 +61,9 @@ int main(int argc, char** argv) {
   double timeout = 120;
   app.add_option("files", files, "image files; - reads standard input");
   app.add_option("--server", server, "server address (default: $IMGSTAT_SERVER, else localhost:50051)");
-  app.add_flag("--json", json, "one JSON object per input per line");
+  auto* json_option = app.add_flag("--json", json, "one JSON object per input per line");
+  bool csv = false;
+  app.add_flag("--csv", csv, "CSV: a header, then a row per channel (one per failed input)")->excludes(json_option);
   auto* raw_option = app.add_option("--raw", raw_spec, "raw pixels: WxHxC:TYPE (TYPE uint8, uint16, int8, int16, float32, float64)");
   app.add_option("--stride", stride, "with --raw: bytes from one row to the next (default packed)");
   auto* bytes_option = app.add_flag("--bytes", bytes, "histogram of the bytes of any file (a 1xN uint8 image)");
@@ -169,7 +171,8 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
   const auto started = std::chrono::steady_clock::now();
   std::unique_ptr<client::Local> in_process;
   if (local) in_process = std::make_unique<client::Local>();
-  const bool color = !json && isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");
+  const bool color = !json && !csv && isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");
+  if (csv) std::cout << client::render_csv_header();
   int failures = 0;
   for (const std::string& file : files) {
     client::Outcome o;
@@ -188,11 +191,13 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
     }
     if (json)
       std::cout << client::render_json(o) << "\n";
+    else if (csv)
+      std::cout << client::render_csv(o);
     else if (o.ok)
       std::cout << client::render_table(o, color) << (files.size() > 1 ? "\n" : "");
     std::cout.flush();
   }
-  if (!json && files.size() > 1) {
+  if (!json && !csv && files.size() > 1) {
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     std::printf("%zu files: %zu analyzed, %d failed, %.2f s\n", files.size(), files.size() - failures, failures, took);
   }

@@ -187,4 +187,47 @@ std::string render_json(const Outcome& o) {
   return j.dump();
 }
 
+namespace {
+
+std::string csv_field(const std::string& v) {
+  if (v.find_first_of(",\"\r\n") == std::string::npos) return v;
+  std::string q = "\"";
+  for (char c : v) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+// Exact for integer samples and sums; floats with the digits to round-trip.
+std::string csv_number(double v, bool integer) { return integer ? fmt("%.0f", v) : fmt("%.17g", v); }
+
+}  // namespace
+
+std::string render_csv_header() {
+  return "file,ok,code,error,format,width,height,sample_type,engine,decoder,channel,count,min,max,sum,mean,stddev,"
+         "nan_count,posinf_count,neginf_count\n";
+}
+
+std::string render_csv(const Outcome& o) {
+  const std::string file = csv_field(o.file);
+  if (!o.ok) return file + ",false," + csv_field(o.code) + "," + csv_field(o.error) + ",,,,,,,,,,,,,,,,\n";
+  const v1::AnalyzeResponse& r = o.response;
+  const bool flt = is_float_type(r.sample_type());
+  const std::string image = file + ",true,,," + csv_field(r.format()) + "," + std::to_string(r.width()) + "," +
+                            std::to_string(r.height()) + "," + sample_type_name(r.sample_type()) + "," +
+                            csv_field(r.engine()) + "," + csv_field(r.decoder()) + ",";
+  std::string out;
+  for (const v1::ChannelStats& c : r.channels()) {
+    out += image + csv_field(c.name()) + "," + std::to_string(c.count()) + ",";
+    out += (c.has_min() ? csv_number(c.min(), !flt) : "") + ",";
+    out += (c.has_max() ? csv_number(c.max(), !flt) : "") + ",";
+    out += (c.has_sum_int() ? std::to_string(c.sum_int()) : c.has_sum() ? csv_number(c.sum(), false) : "") + ",";
+    out += (c.has_mean() ? csv_number(c.mean(), false) : "") + ",";
+    out += (c.has_stddev() ? csv_number(c.stddev(), false) : "") + ",";
+    out += flt ? std::to_string(c.nan_count()) + "," + std::to_string(c.posinf_count()) + "," +
+                     std::to_string(c.neginf_count())
+               : std::string(",,");
+    out += "\n";
+  }
+  return out;
+}
+
 }  // namespace imgstat::client

@@ -1,5 +1,5 @@
-// How the CLI shows a result: a table and a histogram drawing per channel, or
-// one JSON object per line.
+// How the CLI shows a result: a table and a histogram drawing per channel,
+// one JSON object per line, or CSV rows.
 #pragma once
 
 #include <string>
@@ -18,5 +18,9 @@ struct Outcome {
 
 std::string render_table(const Outcome& o, bool color);
 std::string render_json(const Outcome& o);  // one line, no newline
+// RFC 4180 CSV: the header, then a row per channel (one row for a failed
+// input), each line ending in a newline.
+std::string render_csv_header();
+std::string render_csv(const Outcome& o);
 
 }  // namespace imgstat::client

@@ -178,6 +178,51 @@ TEST_F(Integration, LocalDecodesSayWhatLibrariesPrintOnceAndCleanly) {
   EXPECT_NE(r.err.find("libpng error: Invalid IHDR data"), std::string::npos) << r.err;
 }
 
+// RFC 4180 rows: a comma in a name is quoted, every row has the header's
+// fields, numbers are exact (integers) or round-trip (floats).
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      out.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+TEST_F(Integration, ClientCsvHasARowPerChannelAndQuotesWhatItMust) {
+  const std::string named = temp_path("a,\"b\".png");
+  std::filesystem::copy_file(corpus("png/skimage_coffee.png"), named);
+  const ProcessResult r = client({"--csv", named, corpus("bad/pngsuite_xcsn0g01.png")});
+  EXPECT_EQ(r.code, 1);
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) rows.push_back(csv_fields(line));
+  ASSERT_EQ(rows.size(), 5u) << r.out;  // header, R, G, B, the failure
+  for (const auto& row : rows) EXPECT_EQ(row.size(), rows[0].size()) << r.out;
+  const auto col = [&](const std::string& name) {
+    return static_cast<size_t>(std::find(rows[0].begin(), rows[0].end(), name) - rows[0].begin());
+  };
+  const json want = reference("png/skimage_coffee.png")["reference"]["stats"][0];
+  EXPECT_EQ(rows[1][col("file")], named);
+  EXPECT_EQ(rows[1][col("channel")], "R");
+  EXPECT_EQ(rows[1][col("sum")], std::to_string(want["sum"].get<int64_t>()));
+  EXPECT_NEAR(std::stod(rows[1][col("mean")]), want["mean"].get<double>(), 1e-12 * want["mean"].get<double>());
+  EXPECT_EQ(rows[4][col("ok")], "false");
+  EXPECT_EQ(rows[4][col("code")], "INVALID_ARGUMENT");
+  EXPECT_NE(rows[4][col("error")].find("CRC error"), std::string::npos);
+  std::filesystem::remove(named);
+}
+
 TEST_F(Integration, ClientExitCodesAndTheSummaryLine) {
   ProcessResult r = client({corpus("png/skimage_coffee.png"), corpus("bad/pngsuite_xcsn0g01.png")});
   EXPECT_EQ(r.code, 1);
