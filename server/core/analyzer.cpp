@@ -22,6 +22,17 @@ void set_duration(google::protobuf::Duration* d, Clock::duration t) {
   d->set_nanos(static_cast<int32_t>(ns % 1000000000));
 }
 
+// libjpeg's check pass, kept in *out for the decode that follows and timed
+// into the response: the same on the CPU and GPU paths.
+const JpegCheck& timed_jpeg_check(const uint8_t* data, size_t size, const DecodeOptions& options,
+                                  std::optional<JpegCheck>& out, v1::AnalyzeResponse& r) {
+  const auto t0 = Clock::now();
+  TraceRange range("jpeg check (libjpeg)");
+  const JpegCheck& check = out.emplace(check_jpeg_data(data, size, options));
+  set_duration(r.mutable_check_time(), Clock::now() - t0);
+  return check;
+}
+
 struct Described {
   std::string format;
   Layout layout;
@@ -214,12 +225,7 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
         fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but the GPU decodes JPEG only, not " + plan.format);
       }
       if (plan.format == "JPEG") {
-        if (!checked) {
-          const auto c0 = Clock::now();
-          TraceRange range("jpeg check (libjpeg)");
-          checked.emplace(check_jpeg_data(bytes, data.size(), options));
-          set_duration(r.mutable_check_time(), Clock::now() - c0);
-        }
+        if (!checked) timed_jpeg_check(bytes, data.size(), options, checked, r);
         options.checked = &*checked;
       }
       {
@@ -256,11 +262,7 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
   const auto t0 = Clock::now();
   std::unique_ptr<GpuJpegDecoder::Ticket> ticket = gpu_jpeg_->announce();
   // The same check as the CPU path: bad and truncated files get the same answers.
-  const JpegCheck& check = [&]() -> const JpegCheck& {
-    TraceRange range("jpeg check (libjpeg)");
-    return check_out->emplace(check_jpeg_data(data, size, options));
-  }();
-  set_duration(r.mutable_check_time(), Clock::now() - t0);
+  const JpegCheck& check = timed_jpeg_check(data, size, options, *check_out, r);
   if (check.truncated) {
     *why = "a truncated JPEG is analyzed as libjpeg fills it in, on the CPU";
     return false;
