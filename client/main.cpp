@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <regex>
 #include <unistd.h>
 
@@ -71,8 +72,15 @@ int main(int argc, char** argv) {
   app.add_flag("--local", local, "compute in-process with the same engine, no server");
   app.add_option("--bins", bins, "histogram bins, 1 to 65536")->check(CLI::Range(1, 65536));
   app.add_option("--range", range_spec, "explicit histogram range LO:HI (default automatic)");
-  app.add_option("--stats", stats, "statistics to report (default all): min_max, sum, stddev, histogram")
-      ->delimiter(',')->allow_extra_args(false)->check(CLI::IsMember({"min_max", "sum", "stddev", "histogram"}));
+  app.add_option("--stats", stats,
+                 "statistics to report (default: min_max,sum,stddev,histogram,distribution,shape,summary); also "
+                 "positions, unique_colors, luminance, or all")
+      ->delimiter(',')->allow_extra_args(false)
+      ->check(CLI::IsMember({"min_max", "sum", "stddev", "histogram", "distribution", "shape", "positions",
+                             "unique_colors", "luminance", "summary", "all"}));
+  std::vector<double> percentiles{5, 25, 75, 95};
+  app.add_option("--percentiles", percentiles, "percentiles to report with the distribution, 0 to 100")
+      ->delimiter(',')->allow_extra_args(false)->check(CLI::Range(0.0, 100.0))->capture_default_str();
   app.add_flag("--allow-truncated", allow_truncated, "analyze truncated JPEGs (libjpeg fills the rest with gray)");
   std::string decoder = "auto";
   app.add_option("--decoder", decoder,
@@ -162,11 +170,16 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
       return 2;
     }
   }
-  for (const std::string& s : stats)
-    request.options.add_statistics(s == "min_max" ? v1::STATISTIC_MIN_MAX
-                                   : s == "sum"   ? v1::STATISTIC_SUM
-                                   : s == "stddev" ? v1::STATISTIC_STDDEV
-                                                   : v1::STATISTIC_HISTOGRAM);
+  if (stats.empty()) stats = {"min_max", "sum", "stddev", "histogram", "distribution", "shape", "summary"};
+  static const std::map<std::string, v1::Statistic> kStatistics{
+      {"min_max", v1::STATISTIC_MIN_MAX},       {"sum", v1::STATISTIC_SUM},
+      {"stddev", v1::STATISTIC_STDDEV},         {"histogram", v1::STATISTIC_HISTOGRAM},
+      {"distribution", v1::STATISTIC_DISTRIBUTION}, {"shape", v1::STATISTIC_SHAPE},
+      {"positions", v1::STATISTIC_POSITIONS},   {"unique_colors", v1::STATISTIC_UNIQUE_COLORS},
+      {"luminance", v1::STATISTIC_LUMINANCE},   {"summary", v1::STATISTIC_SUMMARY},
+      {"all", v1::STATISTIC_ALL}};
+  for (const std::string& s : stats) request.options.add_statistics(kStatistics.at(s));
+  for (double p : percentiles) request.options.add_percentiles(p);
 
   const auto started = std::chrono::steady_clock::now();
   std::unique_ptr<client::Local> in_process;

@@ -31,6 +31,9 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// s right-aligned in a field of width w.
+std::string pad(const std::string& s, size_t w) { return s.size() >= w ? " " + s : std::string(w - s.size(), ' ') + s; }
+
 // Numbers of the sample type: integers without a fraction, floats with
 // enough digits to tell them apart.
 std::string number(double v, bool flt) { return flt ? fmt("%.9g", v) : fmt("%.0f", v); }
@@ -107,6 +110,56 @@ std::string render_table(const Outcome& o, bool color) {
              std::to_string(c.neginf_count());
     out += "\n";
   }
+  // The luminance and the summary are rows like the channels'.
+  std::vector<const v1::ChannelStats*> rows;
+  for (const v1::ChannelStats& c : r.channels()) rows.push_back(&c);
+  for (const v1::ChannelStats* extra : {r.has_luminance() ? &r.luminance() : nullptr, r.has_summary() ? &r.summary() : nullptr}) {
+    if (!extra) continue;
+    rows.push_back(extra);
+    std::snprintf(line, sizeof line, "  %-7s %14llu %14s %14s %16s %16s\n", extra->name().c_str(),
+                  static_cast<unsigned long long>(extra->count()),
+                  extra->has_min() ? number(extra->min(), flt).c_str() : "-",
+                  extra->has_max() ? number(extra->max(), flt).c_str() : "-",
+                  extra->has_mean() ? fmt("%.10g", extra->mean()).c_str() : "-",
+                  extra->has_stddev() ? fmt("%.10g", extra->stddev()).c_str() : "-");
+    out += line;
+  }
+  const bool described = std::any_of(rows.begin(), rows.end(), [](const v1::ChannelStats* c) {
+    return c->has_median() || c->has_skewness();
+  });
+  if (described) {
+    const v1::ChannelStats& first = *rows.front();
+    std::snprintf(line, sizeof line, "  %-7s %14s %14s", "", "median", "mode");
+    std::string head = line;
+    for (const v1::Percentile& p : first.percentiles()) head += pad("p" + fmt("%g", p.p()), 14);
+    head += pad("entropy", 10) + pad("skewness", 11) + pad("kurtosis", 11);
+    out += head + "\n";
+    for (const v1::ChannelStats* c : rows) {
+      std::snprintf(line, sizeof line, "  %-7s %14s %14s", c->name().c_str(),
+                    c->has_median() ? number(c->median(), flt).c_str() : "-",
+                    c->has_mode() ? number(c->mode(), flt).c_str() : "-");
+      std::string row = line;
+      for (int i = 0; i < first.percentiles_size(); ++i)
+        row += pad(i < c->percentiles_size() ? number(c->percentiles(i).value(), flt) : "-", 14);
+      row += pad(c->has_entropy() ? fmt("%.4f", c->entropy()) : "-", 10);
+      row += pad(c->has_skewness() ? fmt("%.5g", c->skewness()) : "-", 11);
+      row += pad(c->has_kurtosis() ? fmt("%.5g", c->kurtosis()) : "-", 11);
+      out += row + "\n";
+    }
+    if (flt && first.has_bin_error())
+      out += std::string("  ") + dim + "float median, mode and percentiles are within half a bin of 65536 (" +
+             fmt("%.3g", first.bin_error()) + " for " + first.name() + ")" + reset + "\n";
+  }
+  for (const v1::ChannelStats* c : rows) {
+    if (!c->has_min_position()) continue;
+    std::snprintf(line, sizeof line, "  %-7s first min at (%llu, %llu), first max at (%llu, %llu)\n", c->name().c_str(),
+                  static_cast<unsigned long long>(c->min_position().x()),
+                  static_cast<unsigned long long>(c->min_position().y()),
+                  static_cast<unsigned long long>(c->max_position().x()),
+                  static_cast<unsigned long long>(c->max_position().y()));
+    out += line;
+  }
+  if (r.has_unique_colors()) out += "  unique colors: " + std::to_string(r.unique_colors()) + "\n";
   for (const v1::ChannelStats& c : r.channels()) {
     if (!c.has_histogram()) continue;
     const v1::Histogram& h = c.histogram();
@@ -127,6 +180,60 @@ std::string render_table(const Outcome& o, bool color) {
   }
   return out;
 }
+
+namespace {
+
+nlohmann::json channel_json(const v1::ChannelStats& c, bool flt) {
+  using nlohmann::json;
+  json ch;
+  ch["name"] = c.name();
+  ch["count"] = c.count();
+  // Integer samples print as JSON integers, exactly.
+  auto sample = [&](double v) { return flt ? json(v) : json(static_cast<int64_t>(v)); };
+  ch["min"] = c.has_min() ? sample(c.min()) : json();
+  ch["max"] = c.has_max() ? sample(c.max()) : json();
+  ch["sum"] = c.has_sum_int() ? json(c.sum_int()) : c.has_sum() ? json(c.sum()) : json();
+  ch["mean"] = c.has_mean() ? json(c.mean()) : json();
+  ch["stddev"] = c.has_stddev() ? json(c.stddev()) : json();
+  if (c.has_median()) {
+    ch["median"] = sample(c.median());
+    json ps = json::array();
+    for (const v1::Percentile& p : c.percentiles()) ps.push_back({{"p", p.p()}, {"value", sample(p.value())}});
+    ch["percentiles"] = ps;
+    ch["mode"] = sample(c.mode());
+    ch["entropy"] = c.entropy();
+    ch["bin_error"] = c.bin_error();
+  }
+  if (c.has_skewness()) {
+    ch["skewness"] = c.skewness();
+    ch["kurtosis"] = c.kurtosis();
+  }
+  if (c.has_min_position()) {
+    ch["min_position"] = {{"x", c.min_position().x()}, {"y", c.min_position().y()}};
+    ch["max_position"] = {{"x", c.max_position().x()}, {"y", c.max_position().y()}};
+  }
+  if (c.has_histogram()) {
+    const v1::Histogram& h = c.histogram();
+    json hj;
+    hj["counts"] = std::vector<uint64_t>(h.counts().begin(), h.counts().end());
+    hj["lo"] = h.lo();
+    hj["hi"] = h.hi();
+    hj["underflow"] = h.underflow();
+    hj["overflow"] = h.overflow();
+    ch["histogram"] = hj;
+  } else {
+    ch["histogram"] = json();
+  }
+  if (flt) {
+    ch["nan_count"] = c.nan_count();
+    ch["inf_count"] = c.posinf_count() + c.neginf_count();
+    ch["posinf_count"] = c.posinf_count();
+    ch["neginf_count"] = c.neginf_count();
+  }
+  return ch;
+}
+
+}  // namespace
 
 std::string render_json(const Outcome& o) {
   using nlohmann::json;
@@ -153,37 +260,10 @@ std::string render_json(const Outcome& o) {
   j["warnings"] = json::array();
   for (const std::string& w : r.warnings()) j["warnings"].push_back(w);
   j["channels"] = json::array();
-  for (const v1::ChannelStats& c : r.channels()) {
-    json ch;
-    ch["name"] = c.name();
-    ch["count"] = c.count();
-    // Integer samples print as JSON integers, exactly.
-    auto sample = [&](double v) { return flt ? json(v) : json(static_cast<int64_t>(v)); };
-    ch["min"] = c.has_min() ? sample(c.min()) : json();
-    ch["max"] = c.has_max() ? sample(c.max()) : json();
-    ch["sum"] = c.has_sum_int() ? json(c.sum_int()) : c.has_sum() ? json(c.sum()) : json();
-    ch["mean"] = c.has_mean() ? json(c.mean()) : json();
-    ch["stddev"] = c.has_stddev() ? json(c.stddev()) : json();
-    if (c.has_histogram()) {
-      const v1::Histogram& h = c.histogram();
-      json hj;
-      hj["counts"] = std::vector<uint64_t>(h.counts().begin(), h.counts().end());
-      hj["lo"] = h.lo();
-      hj["hi"] = h.hi();
-      hj["underflow"] = h.underflow();
-      hj["overflow"] = h.overflow();
-      ch["histogram"] = hj;
-    } else {
-      ch["histogram"] = json();
-    }
-    if (flt) {
-      ch["nan_count"] = c.nan_count();
-      ch["inf_count"] = c.posinf_count() + c.neginf_count();
-      ch["posinf_count"] = c.posinf_count();
-      ch["neginf_count"] = c.neginf_count();
-    }
-    j["channels"].push_back(ch);
-  }
+  for (const v1::ChannelStats& c : r.channels()) j["channels"].push_back(channel_json(c, flt));
+  if (r.has_unique_colors()) j["unique_colors"] = r.unique_colors();
+  if (r.has_luminance()) j["luminance"] = channel_json(r.luminance(), flt);
+  if (r.has_summary()) j["summary"] = channel_json(r.summary(), flt);
   return j.dump();
 }
 
@@ -203,19 +283,25 @@ std::string csv_number(double v, bool integer) { return integer ? fmt("%.0f", v)
 
 std::string render_csv_header() {
   return "file,ok,code,error,format,width,height,sample_type,engine,decoder,channel,count,min,max,sum,mean,stddev,"
-         "nan_count,posinf_count,neginf_count\n";
+         "nan_count,posinf_count,neginf_count,median,mode,entropy,skewness,kurtosis,min_x,min_y,max_x,max_y,"
+         "unique_colors\n";
 }
 
 std::string render_csv(const Outcome& o) {
   const std::string file = csv_field(o.file);
-  if (!o.ok) return file + ",false," + csv_field(o.code) + "," + csv_field(o.error) + ",,,,,,,,,,,,,,,,\n";
+  if (!o.ok) return file + ",false," + csv_field(o.code) + "," + csv_field(o.error) + std::string(26, ',') + "\n";
   const v1::AnalyzeResponse& r = o.response;
   const bool flt = is_float_type(r.sample_type());
   const std::string image = file + ",true,,," + csv_field(r.format()) + "," + std::to_string(r.width()) + "," +
                             std::to_string(r.height()) + "," + sample_type_name(r.sample_type()) + "," +
                             csv_field(r.engine()) + "," + csv_field(r.decoder()) + ",";
   std::string out;
-  for (const v1::ChannelStats& c : r.channels()) {
+  std::vector<const v1::ChannelStats*> rows;
+  for (const v1::ChannelStats& c : r.channels()) rows.push_back(&c);
+  if (r.has_luminance()) rows.push_back(&r.luminance());
+  if (r.has_summary()) rows.push_back(&r.summary());
+  for (const v1::ChannelStats* row : rows) {
+    const v1::ChannelStats& c = *row;
     out += image + csv_field(c.name()) + "," + std::to_string(c.count()) + ",";
     out += (c.has_min() ? csv_number(c.min(), !flt) : "") + ",";
     out += (c.has_max() ? csv_number(c.max(), !flt) : "") + ",";
@@ -225,6 +311,17 @@ std::string render_csv(const Outcome& o) {
     out += flt ? std::to_string(c.nan_count()) + "," + std::to_string(c.posinf_count()) + "," +
                      std::to_string(c.neginf_count())
                : std::string(",,");
+    out += "," + (c.has_median() ? csv_number(c.median(), !flt) : "");
+    out += "," + (c.has_mode() ? csv_number(c.mode(), !flt) : "");
+    out += "," + (c.has_entropy() ? csv_number(c.entropy(), false) : "");
+    out += "," + (c.has_skewness() ? csv_number(c.skewness(), false) : "");
+    out += "," + (c.has_kurtosis() ? csv_number(c.kurtosis(), false) : "");
+    if (c.has_min_position())
+      out += "," + std::to_string(c.min_position().x()) + "," + std::to_string(c.min_position().y()) + "," +
+             std::to_string(c.max_position().x()) + "," + std::to_string(c.max_position().y());
+    else
+      out += ",,,,";
+    out += "," + (r.has_unique_colors() ? std::to_string(r.unique_colors()) : "");
     out += "\n";
   }
   return out;

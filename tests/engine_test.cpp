@@ -160,6 +160,89 @@ TEST_P(EngineTest, StreamedInChunksEqualsWholeImage) {
     }
 }
 
+TEST_P(EngineTest, DistributionShapePositionsColorsAndLuminance) {
+  struct Shape { uint64_t w, h; };
+  const Shape shapes[] = {{1, 1}, {2, 1}, {13, 7}, {127, 3}, {1021, 5}, {3, 257}};
+  std::mt19937_64 rng(4242);
+  for (SampleType t : kAllTypes)
+    for (uint32_t c = 1; c <= 4; ++c)
+      for (const Shape& s : shapes)
+        for (int variant = 0; variant < 2; ++variant) {
+          TestImage img = variant == 0 ? random_image(rng, s.w, s.h, c, t, 0, 0)
+                                       : random_image(rng, s.w, s.h, c, t, 1 + rng() % 13, 1, is_float(t) ? 0.1 : 0);
+          SCOPED_TRACE(describe(img.view.layout) + " variant " + std::to_string(variant));
+          expect_described(engine_->analyze(img.view, everything()), img.view);
+        }
+}
+
+// Few distinct values, so that ties decide mode, median and the first
+// positions; and constant images, whose shape is undefined.
+TEST_P(EngineTest, TiesAndConstantImages) {
+  std::mt19937_64 rng(77);
+  for (SampleType t : kAllTypes) {
+    for (uint32_t c : {1u, 3u, 4u}) {
+      TestImage img = image_of_values(rng, 97, 31, c, t, {1, 2, 2, 3, 100});
+      SCOPED_TRACE(describe(img.view.layout));
+      expect_described(engine_->analyze(img.view, everything()), img.view);
+      TestImage flat = constant_image(61, 7, c, t, 3);
+      const Result r = engine_->analyze(flat.view, everything());
+      expect_described(r, flat.view);
+      for (const ChannelStats& s : r.channels) {
+        EXPECT_FALSE(s.has_shape);
+        EXPECT_EQ(s.median, 3);
+        EXPECT_EQ(s.entropy, 0);
+        EXPECT_EQ(s.min_at, 0u);
+        EXPECT_EQ(s.max_at, 0u);
+      }
+    }
+  }
+}
+
+TEST_P(EngineTest, StreamsFindTheSamePositionsAndColors) {
+  std::mt19937_64 rng(31);
+  for (SampleType t : kAllTypes)
+    for (uint32_t c : {1u, 3u, 4u}) {
+      TestImage img = random_image(rng, 211, 19, c, t, rng() % 2 ? 5 : 0, 0);
+      SCOPED_TRACE(describe(img.view.layout));
+      StatsRequest request = everything();
+      request.luminance = false;  // whole images only
+      auto stream = engine_->open_stream(img.view.layout, request);
+      const auto* p = static_cast<const uint8_t*>(img.view.data);
+      size_t left = img.view.layout.min_bytes();
+      while (left > 0) {
+        const size_t n = std::min<size_t>(left, 1 + rng() % 3000);
+        stream->feed(p, n);
+        p += n;
+        left -= n;
+      }
+      Result streamed = stream->finish();
+      const Result whole = engine_->analyze(img.view, request);
+      ASSERT_EQ(streamed.channels.size(), whole.channels.size());
+      for (size_t i = 0; i < whole.channels.size(); ++i) {
+        EXPECT_EQ(streamed.channels[i].min_at, whole.channels[i].min_at);
+        EXPECT_EQ(streamed.channels[i].max_at, whole.channels[i].max_at);
+        EXPECT_EQ(streamed.channels[i].median, whole.channels[i].median);
+        EXPECT_EQ(streamed.channels[i].mode, whole.channels[i].mode);
+      }
+      EXPECT_EQ(streamed.unique_colors, whole.unique_colors);
+      EXPECT_EQ(streamed.summary.count, whole.summary.count);
+    }
+}
+
+TEST_P(EngineTest, PercentilesOutsideZeroToHundredAreRefused) {
+  uint8_t data[16] = {};
+  StatsRequest request = everything();
+  for (double p : {-1.0, 100.5, std::nan("")}) {
+    request.percentiles = {p};
+    try {
+      engine_->analyze(ImageView{data, Layout{4, 4, 1, SampleType::kUint8, 0}}, request);
+      ADD_FAILURE() << "accepted percentile " << p;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    }
+  }
+}
+
 TEST_P(EngineTest, StreamThatEndsEarlyIsAnError) {
   std::mt19937_64 rng(17);
   TestImage img = random_image(rng, 64, 64, 1, SampleType::kUint16, 0, 0);

@@ -67,6 +67,7 @@ TEST_F(GpuTest, EveryKernelOnce) {
       r.hist.lo = 5;
       r.hist.hi = 150;
       expect_same(img.view, r);
+      expect_same(img.view, everything());
     }
 }
 
@@ -247,6 +248,54 @@ TEST_F(GpuTest, BusyWorkspacesSendStreamsToTheCpu) {
   for (auto& s : held) {
     s->feed(img.view.data, img.view.layout.min_bytes());
     EXPECT_EQ(s->finish().engine, "cuda");
+  }
+}
+
+// Distribution, shape, positions, colours, summary and luminance: the same
+// numbers as the CPU engine's on every type, channel count and shape, on
+// images of many chunks (positions across slots), and on device images.
+TEST_F(GpuTest, EveryStatisticAgreesWithTheCpu) {
+  struct Shape { uint64_t w, h; };
+  const Shape shapes[] = {{1, 1}, {17, 1}, {31, 7}, {257, 129}, {1021, 1031}};
+  std::mt19937_64 rng(303);
+  for (SampleType t : kAllTypes)
+    for (uint32_t c = 1; c <= 4; ++c)
+      for (const Shape& s : shapes)
+        for (int variant = 0; variant < 3; ++variant) {
+          TestImage img = random_image(rng, s.w, s.h, c, t, variant == 1 ? 1 + rng() % 29 : 0, variant == 2 ? 3 : 0,
+                                       is_float(t) && variant ? 0.05 : 0);
+          SCOPED_TRACE(describe(img.view.layout) + " variant " + std::to_string(variant));
+          expect_same(img.view, everything());
+        }
+  const struct { uint64_t w, h; uint32_t c; SampleType t; } large[] = {
+      {5000, 3001, 3, SampleType::kUint8}, {4096, 2048, 4, SampleType::kUint8}, {3001, 3000, 3, SampleType::kUint16},
+      {4096, 2048, 1, SampleType::kInt16}, {4096, 4096, 1, SampleType::kFloat32}, {2047, 2049, 3, SampleType::kFloat64}};
+  for (const auto& k : large) {
+    TestImage img = random_image(rng, k.w, k.h, k.c, k.t, 0, 0, is_float(k.t) ? 0.001 : 0);
+    SCOPED_TRACE(describe(img.view.layout));
+    expect_same(img.view, everything());
+    // The first extremes late in the image: in a chunk other than the first.
+    TestImage late = image_of_values(rng, k.w, k.h, k.c, k.t, {3, 4, 5});
+    uint8_t* base = const_cast<uint8_t*>(static_cast<const uint8_t*>(late.view.data));
+    const uint64_t at = late.view.layout.pixels() * 7 / 8;
+    store(base + (at / k.w) * late.view.layout.stride() + (at % k.w) * late.view.layout.pixel_bytes(), k.t, 1);
+    store(base + (at / k.w + 1) * late.view.layout.stride(), k.t, 9);
+    const Result g = gpu_->analyze(late.view, everything());
+    expect_same_stats(g, cpu_->analyze(late.view, everything()), k.t);
+    EXPECT_EQ(g.channels[0].min_at, at);
+    EXPECT_EQ(g.channels[0].max_at, (at / k.w + 1) * k.w);
+  }
+  for (uint32_t c : {1u, 3u, 4u}) {
+    TestImage img = random_image(rng, 1920, 1080, c, SampleType::kUint8, 0, 0);
+    const size_t bytes = img.view.layout.pixels() * c;
+    void* device = nullptr;
+    ASSERT_EQ(cudaMalloc(&device, bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(device, img.view.data, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    const Result g = gpu_->analyze_device(DeviceImageView{device, img.view.layout}, everything());
+    cudaFree(device);
+    SCOPED_TRACE("device image, " + describe(img.view.layout));
+    EXPECT_EQ(g.has_luminance, c >= 3);
+    expect_same_stats(g, cpu_->analyze(img.view, everything()), SampleType::kUint8);
   }
 }
 

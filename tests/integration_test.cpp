@@ -207,7 +207,7 @@ TEST_F(Integration, ClientCsvHasARowPerChannelAndQuotesWhatItMust) {
   std::vector<std::vector<std::string>> rows;
   std::istringstream in(r.out);
   for (std::string line; std::getline(in, line);) rows.push_back(csv_fields(line));
-  ASSERT_EQ(rows.size(), 5u) << r.out;  // header, R, G, B, the failure
+  ASSERT_EQ(rows.size(), 6u) << r.out;  // header, R, G, B, all channels, the failure
   for (const auto& row : rows) EXPECT_EQ(row.size(), rows[0].size()) << r.out;
   const auto col = [&](const std::string& name) {
     return static_cast<size_t>(std::find(rows[0].begin(), rows[0].end(), name) - rows[0].begin());
@@ -217,9 +217,14 @@ TEST_F(Integration, ClientCsvHasARowPerChannelAndQuotesWhatItMust) {
   EXPECT_EQ(rows[1][col("channel")], "R");
   EXPECT_EQ(rows[1][col("sum")], std::to_string(want["sum"].get<int64_t>()));
   EXPECT_NEAR(std::stod(rows[1][col("mean")]), want["mean"].get<double>(), 1e-12 * want["mean"].get<double>());
-  EXPECT_EQ(rows[4][col("ok")], "false");
-  EXPECT_EQ(rows[4][col("code")], "INVALID_ARGUMENT");
-  EXPECT_NE(rows[4][col("error")].find("CRC error"), std::string::npos);
+  EXPECT_EQ(rows[4][col("channel")], "all");
+  EXPECT_EQ(rows[4][col("count")], std::to_string(3 * std::stoull(rows[1][col("count")])));
+  int64_t sum = 0;
+  for (int i = 1; i <= 3; ++i) sum += std::stoll(rows[i][col("sum")]);
+  EXPECT_EQ(rows[4][col("sum")], std::to_string(sum));
+  EXPECT_EQ(rows[5][col("ok")], "false");
+  EXPECT_EQ(rows[5][col("code")], "INVALID_ARGUMENT");
+  EXPECT_NE(rows[5][col("error")].find("CRC error"), std::string::npos);
   std::filesystem::remove(named);
 }
 

@@ -143,4 +143,115 @@ inline std::vector<RefChannel> reference_stats(const ImageView& img, uint32_t bi
   return result;
 }
 
+// The rest of the statistics, sample by sample from their definitions:
+// sorting for percentiles, counting for mode and entropy, scanning for
+// positions, a set for colours.
+struct RefDescribed {
+  double median = 0, mode = 0, entropy = 0, skewness = 0, kurtosis = 0;
+  bool has_shape = false;
+  std::vector<double> percentiles;  // of the integer p asked for
+  uint64_t min_at = 0, max_at = 0;
+  std::vector<double> sorted;  // the finite samples
+};
+
+// Integer percentiles only, so that the rank ceil(p n / 100) is exact here.
+inline std::vector<RefDescribed> reference_described(const ImageView& img, const std::vector<int>& percentiles) {
+  std::vector<RefDescribed> out;
+  const Layout& l = img.layout;
+  for (uint32_t c = 0; c < l.channels; ++c) {
+    RefChannel counts;
+    RefDescribed d;
+    const std::vector<double> v = channel_samples(img, c, &counts);
+    if (v.empty()) {
+      out.push_back(d);
+      continue;
+    }
+    const uint64_t n = v.size();
+    d.sorted = v;
+    std::sort(d.sorted.begin(), d.sorted.end());
+    auto at_rank = [&](uint64_t p) {
+      const uint64_t k = std::clamp<uint64_t>((p * n + 99) / 100, 1, n);
+      return d.sorted[k - 1];
+    };
+    d.median = at_rank(50);
+    for (int p : percentiles) d.percentiles.push_back(at_rank(static_cast<uint64_t>(p)));
+    // Mode and entropy over the distinct values (integers only use these).
+    uint64_t best = 0;
+    long double h = 0;
+    for (size_t i = 0; i < n;) {
+      size_t j = i;
+      while (j < n && d.sorted[j] == d.sorted[i]) ++j;
+      if (j - i > best) {
+        best = j - i;
+        d.mode = d.sorted[i];
+      }
+      const long double p = static_cast<long double>(j - i) / n;
+      h -= p * std::log2(p);
+      i = j;
+    }
+    d.entropy = static_cast<double>(h);
+    long double mean = 0;
+    for (double x : v) mean += x;
+    mean /= n;
+    long double m2 = 0, m3 = 0, m4 = 0;
+    for (double x : v) {
+      const long double e = x - mean;
+      m2 += e * e;
+      m3 += e * e * e;
+      m4 += e * e * e * e;
+    }
+    if (m2 > 0) {
+      d.has_shape = true;
+      const long double var = m2 / n;
+      d.skewness = static_cast<double>(m3 / n / std::pow(var, 1.5L));
+      d.kurtosis = static_cast<double>(m4 / n / (var * var) - 3);
+    }
+    // Positions: the first pixel, row-major, whose sample equals min / max.
+    const double lo = d.sorted.front(), hi = d.sorted.back();
+    bool found_lo = false, found_hi = false;
+    const auto* base = static_cast<const uint8_t*>(img.data);
+    for (uint64_t y = 0; y < l.height; ++y)
+      for (uint64_t x = 0; x < l.width; ++x) {
+        const double s = sample_at(base + y * l.stride() + (x * l.channels + c) * sample_size(l.type), l.type);
+        if (!found_lo && s == lo) {
+          found_lo = true;
+          d.min_at = y * l.width + x;
+        }
+        if (!found_hi && s == hi) {
+          found_hi = true;
+          d.max_at = y * l.width + x;
+        }
+      }
+    out.push_back(d);
+  }
+  return out;
+}
+
+// Distinct colours of an 8-bit image: gray values, or (R, G, B) triples.
+inline uint64_t reference_unique_colors(const ImageView& img) {
+  const Layout& l = img.layout;
+  std::vector<bool> seen(1 << 24, false);
+  uint64_t n = 0;
+  const auto* base = static_cast<const uint8_t*>(img.data);
+  for (uint64_t y = 0; y < l.height; ++y)
+    for (uint64_t x = 0; x < l.width; ++x) {
+      const uint8_t* p = base + y * l.stride() + x * l.channels;
+      const uint32_t key = l.channels >= 3 ? p[0] + 256u * p[1] + 65536u * p[2] : p[0];
+      if (!seen[key]) {
+        seen[key] = true;
+        ++n;
+      }
+    }
+  return n;
+}
+
+// Rec. 709 luminance of pixel samples r, g, b, as luminance.hpp defines it.
+inline double reference_luma(double r, double g, double b, SampleType t) {
+  if (is_float(t)) return std::fma(0.0722, b, std::fma(0.7152, g, 0.2126 * r));
+  const int64_t lo = t == SampleType::kInt8 ? -128 : t == SampleType::kInt16 ? -32768 : 0;
+  const int64_t y = (13933 * (static_cast<int64_t>(r) - lo) + 46871 * (static_cast<int64_t>(g) - lo) +
+                     4732 * (static_cast<int64_t>(b) - lo) + 32768) >> 16;
+  return static_cast<double>(y + lo);
+}
+
 }  // namespace imgstat::testing

@@ -159,34 +159,158 @@ inline void expect_matches_reference(Engine& engine, const ImageView& img, uint3
   expect_matches_reference(engine.analyze(img, request).channels, img, bins, explicit_range, lo, hi);
 }
 
-// Two engines' answers for one image: integers bit for bit, float sums
-// within 1e-12 relative, every count and histogram exact.
+// Two engines' answers for one channel: integers bit for bit, float sums
+// within 1e-12 relative, every count, histogram, order statistic and
+// position exact.
+inline void expect_same_channel(const ChannelStats& a, const ChannelStats& b, SampleType t) {
+  EXPECT_EQ(a.count, b.count);
+  EXPECT_EQ(a.nan_count, b.nan_count);
+  EXPECT_EQ(a.posinf_count, b.posinf_count);
+  EXPECT_EQ(a.neginf_count, b.neginf_count);
+  EXPECT_EQ(a.min, b.min);
+  EXPECT_EQ(a.max, b.max);
+  if (is_float(t)) {
+    EXPECT_LE(std::abs(a.sum - b.sum), 1e-12 * std::abs(b.sum) + 1e-300) << a.sum << " vs " << b.sum;
+    EXPECT_LE(std::abs(a.mean - b.mean), 1e-12 * std::abs(b.mean) + 1e-300);
+    EXPECT_LE(std::abs(a.stddev - b.stddev), 1e-10 * b.stddev + 1e-300);
+  } else {  // bit for bit
+    EXPECT_EQ(a.sum_int, b.sum_int);
+    EXPECT_EQ(a.has_sum_int, b.has_sum_int);
+    EXPECT_EQ(a.mean, b.mean);
+    EXPECT_EQ(a.stddev, b.stddev);
+  }
+  EXPECT_EQ(a.histogram.counts, b.histogram.counts);
+  EXPECT_EQ(a.histogram.lo, b.histogram.lo);
+  EXPECT_EQ(a.histogram.hi, b.histogram.hi);
+  EXPECT_EQ(a.histogram.underflow, b.histogram.underflow);
+  EXPECT_EQ(a.histogram.overflow, b.histogram.overflow);
+  // Order statistics come from counts both engines make exactly.
+  EXPECT_EQ(a.has_distribution, b.has_distribution);
+  EXPECT_EQ(a.median, b.median);
+  EXPECT_EQ(a.percentiles, b.percentiles);
+  EXPECT_EQ(a.mode, b.mode);
+  EXPECT_EQ(a.entropy, b.entropy);
+  EXPECT_EQ(a.bin_error, b.bin_error);
+  EXPECT_EQ(a.has_shape, b.has_shape);
+  if (is_float(t) && a.has_shape && b.has_shape) {
+    EXPECT_NEAR(a.skewness, b.skewness, 1e-8 * (1 + std::abs(b.skewness)));
+    EXPECT_NEAR(a.kurtosis, b.kurtosis, 1e-8 * (3 + std::abs(b.kurtosis)));
+  } else {
+    EXPECT_EQ(a.skewness, b.skewness);
+    EXPECT_EQ(a.kurtosis, b.kurtosis);
+  }
+  EXPECT_EQ(a.has_positions, b.has_positions);
+  EXPECT_EQ(a.min_at, b.min_at);
+  EXPECT_EQ(a.max_at, b.max_at);
+}
+
 inline void expect_same_stats(const Result& g, const Result& c, SampleType t) {
   ASSERT_EQ(g.channels.size(), c.channels.size());
   for (size_t i = 0; i < g.channels.size(); ++i) {
     SCOPED_TRACE("channel " + std::to_string(i));
-    const ChannelStats &a = g.channels[i], &b = c.channels[i];
-    EXPECT_EQ(a.count, b.count);
-    EXPECT_EQ(a.nan_count, b.nan_count);
-    EXPECT_EQ(a.posinf_count, b.posinf_count);
-    EXPECT_EQ(a.neginf_count, b.neginf_count);
-    EXPECT_EQ(a.min, b.min);
-    EXPECT_EQ(a.max, b.max);
-    if (is_float(t)) {
-      EXPECT_LE(std::abs(a.sum - b.sum), 1e-12 * std::abs(b.sum) + 1e-300) << a.sum << " vs " << b.sum;
-      EXPECT_LE(std::abs(a.mean - b.mean), 1e-12 * std::abs(b.mean) + 1e-300);
-      EXPECT_LE(std::abs(a.stddev - b.stddev), 1e-10 * b.stddev + 1e-300);
-    } else {  // bit for bit
-      EXPECT_EQ(a.sum_int, b.sum_int);
-      EXPECT_EQ(a.has_sum_int, b.has_sum_int);
-      EXPECT_EQ(a.mean, b.mean);
-      EXPECT_EQ(a.stddev, b.stddev);
+    expect_same_channel(g.channels[i], c.channels[i], t);
+  }
+  EXPECT_EQ(g.has_unique_colors, c.has_unique_colors);
+  EXPECT_EQ(g.unique_colors, c.unique_colors);
+  EXPECT_EQ(g.has_summary, c.has_summary);
+  if (g.has_summary && c.has_summary) {
+    SCOPED_TRACE("summary");
+    expect_same_channel(g.summary, c.summary, t);
+  }
+  EXPECT_EQ(g.has_luminance, c.has_luminance);
+  if (g.has_luminance && c.has_luminance) {
+    SCOPED_TRACE("luminance");
+    expect_same_channel(g.luminance, c.luminance, luminance_type(t));
+  }
+}
+
+// Every statistic at once, with the percentiles the reference can check.
+inline StatsRequest everything(const std::vector<int>& percentiles = {0, 1, 25, 50, 75, 99, 100}) {
+  StatsRequest r;
+  r.distribution = r.shape = r.positions = r.unique_colors = r.luminance = r.summary = true;
+  for (int p : percentiles) r.percentiles.push_back(p);
+  return r;
+}
+
+// The distribution, shape, positions, colours and luminance of `got` (an
+// analysis with everything()) against the reference: exact for integer
+// samples; for floats the stated half-bin bound on median, percentiles and
+// mode, float64 rounding on shape.
+inline void expect_described(const Result& got, const ImageView& img,
+                             const std::vector<int>& percentiles = {0, 1, 25, 50, 75, 99, 100}) {
+  const auto ref = reference_described(img, percentiles);
+  const bool flt = is_float(img.layout.type);
+  ASSERT_EQ(got.channels.size(), ref.size());
+  for (size_t c = 0; c < ref.size(); ++c) {
+    SCOPED_TRACE("channel " + std::to_string(c));
+    const ChannelStats& g = got.channels[c];
+    const RefDescribed& r = ref[c];
+    if (r.sorted.empty()) {
+      EXPECT_FALSE(g.has_distribution);
+      EXPECT_FALSE(g.has_positions);
+      continue;
     }
-    EXPECT_EQ(a.histogram.counts, b.histogram.counts);
-    EXPECT_EQ(a.histogram.lo, b.histogram.lo);
-    EXPECT_EQ(a.histogram.hi, b.histogram.hi);
-    EXPECT_EQ(a.histogram.underflow, b.histogram.underflow);
-    EXPECT_EQ(a.histogram.overflow, b.histogram.overflow);
+    ASSERT_TRUE(g.has_distribution);
+    ASSERT_EQ(g.percentiles.size(), percentiles.size());
+    EXPECT_TRUE(g.has_positions);
+    EXPECT_EQ(g.min_at, r.min_at);
+    EXPECT_EQ(g.max_at, r.max_at);
+    EXPECT_EQ(g.has_shape, r.has_shape);
+    if (g.has_shape && r.has_shape) {
+      EXPECT_NEAR(g.skewness, r.skewness, (flt ? 1e-7 : 1e-12) * (1 + std::abs(r.skewness)));
+      EXPECT_NEAR(g.kurtosis, r.kurtosis, (flt ? 1e-7 : 1e-12) * (3 + std::abs(r.kurtosis)));
+    }
+    if (!flt) {
+      EXPECT_EQ(g.median, r.median);
+      for (size_t i = 0; i < percentiles.size(); ++i) {
+        EXPECT_EQ(g.percentiles[i].first, percentiles[i]);
+        EXPECT_EQ(g.percentiles[i].second, r.percentiles[i]) << "p" << percentiles[i];
+      }
+      EXPECT_EQ(g.mode, r.mode);
+      EXPECT_NEAR(g.entropy, r.entropy, 1e-12 * (1 + r.entropy));
+      EXPECT_EQ(g.bin_error, 0);
+      continue;
+    }
+    // Floats: within the stated bound of the exact order statistic.
+    const double lo = r.sorted.front(), hi = r.sorted.back();
+    const double bound = (hi - lo) / 131072 * (1 + 1e-9) + 1e-300;
+    EXPECT_LE(g.bin_error, bound);
+    EXPECT_NEAR(g.median, r.median, bound);
+    for (size_t i = 0; i < percentiles.size(); ++i) EXPECT_NEAR(g.percentiles[i].second, r.percentiles[i], bound);
+    EXPECT_GE(g.mode, lo);
+    EXPECT_LE(g.mode, hi);
+  }
+  if (sample_size(img.layout.type) == 1) {
+    ASSERT_TRUE(got.has_unique_colors);
+    EXPECT_EQ(got.unique_colors, reference_unique_colors(img));
+  } else {
+    EXPECT_FALSE(got.has_unique_colors);
+  }
+  // The summary: every sample of every channel.
+  ASSERT_TRUE(got.has_summary);
+  uint64_t all = 0;
+  for (const RefDescribed& r : ref) all += r.sorted.size();
+  EXPECT_EQ(got.summary.count, all);
+  // The luminance against a plane built here from the definition.
+  const Layout& l = img.layout;
+  EXPECT_EQ(got.has_luminance, l.channels >= 3);
+  if (l.channels >= 3) {
+    const SampleType yt = luminance_type(l.type);
+    std::vector<uint8_t> plane(l.pixels() * sample_size(yt));
+    const auto* base = static_cast<const uint8_t*>(img.data);
+    const size_t ss = sample_size(l.type);
+    for (uint64_t y = 0; y < l.height; ++y)
+      for (uint64_t x = 0; x < l.width; ++x) {
+        const uint8_t* px = base + y * l.stride() + x * l.channels * ss;
+        store(plane.data() + (y * l.width + x) * sample_size(yt), yt,
+              reference_luma(sample_at(px, l.type), sample_at(px + ss, l.type), sample_at(px + 2 * ss, l.type), l.type));
+      }
+    const ImageView yview{plane.data(), Layout{l.width, l.height, 1, yt, 0}};
+    const auto yref = reference_stats(yview);
+    EXPECT_EQ(got.luminance.count, yref[0].count);
+    EXPECT_EQ(got.luminance.min, yref[0].min);
+    EXPECT_EQ(got.luminance.max, yref[0].max);
+    EXPECT_EQ(got.luminance.histogram.counts, yref[0].hist);
   }
 }
 

@@ -74,6 +74,11 @@ void validate(const Layout& layout, const StatsRequest& request) {
     if (h.explicit_range && !histogram_range_ok(h.lo, h.hi, h.bins))
       invalid("histogram range must be finite with lo < hi, and hi - lo and bins / (hi - lo) finite");
   }
+  if (request.percentiles.size() > kMaxPercentiles)
+    invalid("at most " + std::to_string(kMaxPercentiles) + " percentiles, got " +
+            std::to_string(request.percentiles.size()));
+  for (double p : request.percentiles)
+    if (!(p >= 0 && p <= 100)) invalid("percentiles must be 0 to 100, got " + std::to_string(p));
 }
 
 Result Engine::analyze_device(const DeviceImageView&, const StatsRequest&) {

@@ -114,9 +114,10 @@ class FallbackStream final : public StreamAnalysis {
       auto* rest = dynamic_cast<CheckpointStream*>(backup_.get());
       std::optional<Partial> part = rest ? rest->partial() : std::nullopt;
       if (!part) fail(ErrorCode::kInternal, "the CPU engine gave no partial result to finish a checkpointed stream");
+      offset_positions(*part, checkpoint_pixels_);
       merge(checkpoint_, *part);
     }
-    return Result{finalize(checkpoint_, request_), "cpu"};
+    return result_of(checkpoint_, request_, "cpu");
   }
 
  private:

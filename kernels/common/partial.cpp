@@ -1,6 +1,9 @@
 #include "common/partial.hpp"
 
 #include <algorithm>
+#include <bit>
+
+#include "common/distribution.hpp"
 
 namespace imgstat {
 
@@ -9,6 +12,7 @@ ChannelPartial partial_of_values(const uint64_t* counts, SampleType type, const 
   ChannelPartial p;
   p.ints = moments_of_values(counts, values, type_lo(type));
   if (request.histogram) p.histogram = bin_values(counts, values, type, request.hist);
+  if (request.distribution || request.shape) p.values.assign(counts, counts + values);
   return p;
 }
 
@@ -22,6 +26,27 @@ Partial empty_partial(SampleType type, uint32_t channels, const StatsRequest& re
 }
 
 namespace {
+
+// Counts of one kind from two parts; a part that asked for none has none.
+void add_counts(std::vector<uint64_t>& a, const std::vector<uint64_t>& b, const char* what) {
+  if (b.empty()) return;
+  if (a.empty()) {
+    a = b;
+    return;
+  }
+  if (a.size() != b.size()) fail(ErrorCode::kInternal, std::string("merging ") + what + " of different sizes");
+  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+}
+
+void or_words(std::vector<uint64_t>& a, const std::vector<uint64_t>& b) {
+  if (b.empty()) return;
+  if (a.empty()) {
+    a = b;
+    return;
+  }
+  if (a.size() != b.size()) fail(ErrorCode::kInternal, "merging colour sets of different sizes");
+  for (size_t i = 0; i < a.size(); ++i) a[i] |= b[i];
+}
 
 void merge(IntMoments& a, const IntMoments& b) {
   if (b.n == 0) return;
@@ -53,6 +78,17 @@ void merge(Partial& into, const Partial& from) {
     for (size_t i = 0; i < a.histogram.counts.size(); ++i) a.histogram.counts[i] += b.histogram.counts[i];
     a.histogram.underflow += b.histogram.underflow;
     a.histogram.overflow += b.histogram.overflow;
+    add_counts(a.values, b.values, "value counts");
+    if (!b.fine.empty()) fail(ErrorCode::kInternal, "fine bins of floats cannot be merged");
+    merge(a.extremes, b.extremes);
+  }
+  or_words(into.colors, from.colors);
+}
+
+void offset_positions(Partial& partial, uint64_t first) {
+  for (ChannelPartial& c : partial.channels) {
+    c.extremes.min_at += first;
+    c.extremes.max_at += first;
   }
 }
 
@@ -62,6 +98,17 @@ std::vector<ChannelStats> finalize(const Partial& partial, const StatsRequest& r
   for (const ChannelPartial& p : partial.channels) {
     const bool floats = is_float(partial.type);
     ChannelStats s = floats ? finalize(p.floats, request) : finalize(p.ints, request);
+    if (floats) {
+      describe_fine(p.fine, p.floats, request, s);
+      if (request.shape) describe_shape(p.floats, s);
+    } else {
+      describe_values(p.values, type_lo(partial.type), request, s);
+    }
+    if (request.positions && p.extremes.any) {
+      s.has_positions = true;
+      s.min_at = p.extremes.min_at;
+      s.max_at = p.extremes.max_at;
+    }
     if (request.histogram) {
       s.histogram = p.histogram;
       const bool any = floats && p.floats.n > 0;
@@ -71,6 +118,53 @@ std::vector<ChannelStats> finalize(const Partial& partial, const StatsRequest& r
     out.push_back(std::move(s));
   }
   return out;
+}
+
+namespace {
+
+// All channels as one: exact for integers (moments and value counts add),
+// Chan's and Pebay's merge for floats, whose fine bins cover different
+// ranges and so give no distribution.
+ChannelStats summary_of(const Partial& partial, const StatsRequest& request) {
+  StatsRequest r = request;
+  r.histogram = false;
+  r.positions = false;
+  ChannelPartial all;
+  for (const ChannelPartial& c : partial.channels) {
+    merge(all.floats, c.floats);
+    if (c.ints.n == 0) continue;
+    if (all.ints.n == 0) {
+      all.ints = c.ints;
+    } else {
+      all.ints.n += c.ints.n;
+      all.ints.min = std::min(all.ints.min, c.ints.min);
+      all.ints.max = std::max(all.ints.max, c.ints.max);
+      all.ints.sum += c.ints.sum;
+      all.ints.sumsq += c.ints.sumsq;
+    }
+    add_counts(all.values, c.values, "value counts");
+  }
+  Partial one;
+  one.type = partial.type;
+  one.channels.push_back(std::move(all));
+  return finalize(one, r).front();
+}
+
+}  // namespace
+
+Result result_of(const Partial& partial, const StatsRequest& request, const char* engine) {
+  Result r;
+  r.channels = finalize(partial, request);
+  r.engine = engine;
+  if (request.unique_colors && !partial.colors.empty()) {
+    r.has_unique_colors = true;
+    for (uint64_t w : partial.colors) r.unique_colors += static_cast<uint64_t>(std::popcount(w));
+  }
+  if (request.summary) {
+    r.has_summary = true;
+    r.summary = summary_of(partial, request);
+  }
+  return r;
 }
 
 }  // namespace imgstat

@@ -19,19 +19,40 @@ struct ChannelPartial {
   IntMoments ints;      // integer samples
   FloatMoments floats;  // float samples
   Histogram histogram;  // counts and explicit-range under/overflow; the range is set at the end
+  // Integer samples with distribution or shape asked for: the count of every
+  // value (value = type_lo + index).
+  std::vector<uint64_t> values;
+  // Float samples with distribution asked for: kFineBins bins over [min, max].
+  std::vector<uint64_t> fine;
+  Extremes extremes;  // positions asked for
 };
 
 struct Partial {
   SampleType type = SampleType::kUint8;
   std::vector<ChannelPartial> channels;
+  // unique_colors asked for, 8-bit samples: one bit per colour seen
+  // (color_key()), as 64-bit words.
+  std::vector<uint64_t> colors;
 };
+
+// The words of the colour bitset for `channels` channels of 8-bit samples,
+// and the key of one pixel: gray, or R | G << 8 | B << 16; alpha is not part
+// of a colour.
+inline size_t color_words(uint32_t channels) { return channels >= 3 ? (size_t{1} << 24) / 64 : 256 / 64; }
+IMGSTAT_HD uint32_t color_key(const uint8_t* pixel, uint32_t channels) {
+  return channels >= 3 ? pixel[0] | pixel[1] << 8 | pixel[2] << 16 : pixel[0];
+}
 
 // Counts per value of one channel (value = type_lo + index) as a partial.
 ChannelPartial partial_of_values(const uint64_t* counts, SampleType type, const StatsRequest& request);
 // An empty image's partial: adds nothing when merged.
 Partial empty_partial(SampleType type, uint32_t channels, const StatsRequest& request);
 void merge(Partial& into, const Partial& from);
+// Positions found by an analysis of the pixels from `first` on.
+void offset_positions(Partial& partial, uint64_t first);
 std::vector<ChannelStats> finalize(const Partial& partial, const StatsRequest& request);
+// Everything the request asked for: the channels, unique colours and the summary.
+Result result_of(const Partial& partial, const StatsRequest& request, const char* engine);
 
 // A stream that can say what it has accumulated so far. partial() is empty
 // when that cannot be known before the end: floats binned over their own

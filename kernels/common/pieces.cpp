@@ -25,12 +25,12 @@ Piece Pieces::operator[](size_t i) const {
   if (segments_per_row_ == 1 && pixels_per_segment_ == 0) {
     const uint64_t r0 = i * rows_per_piece_;
     const uint64_t rows = std::min(rows_per_piece_, layout_.height - r0);
-    return {base_ + r0 * stride, rows, stride, layout_.width};
+    return {base_ + r0 * stride, rows, stride, layout_.width, r0 * layout_.width, layout_.width};
   }
   const uint64_t row = i / segments_per_row_, seg = i % segments_per_row_;
   const uint64_t x0 = seg * pixels_per_segment_;
   const uint64_t pixels = std::min(pixels_per_segment_, layout_.width - x0);
-  return {base_ + row * stride + x0 * layout_.pixel_bytes(), 1, stride, pixels};
+  return {base_ + row * stride + x0 * layout_.pixel_bytes(), 1, stride, pixels, row * layout_.width + x0, layout_.width};
 }
 
 Destrider::Destrider(const Layout& layout)

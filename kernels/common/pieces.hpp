@@ -10,12 +10,16 @@
 
 namespace imgstat {
 
-// rows x pixels sub-rectangle; each row of it starts at channel 0.
+// rows x pixels sub-rectangle; each row of it starts at channel 0. Its
+// first pixel is pixel `first` of the image (row-major), and each row of it
+// starts `width` pixels after the one before.
 struct Piece {
   const uint8_t* base;
   uint64_t rows;
   uint64_t stride;
   uint64_t pixels;
+  uint64_t first = 0;
+  uint64_t width = 0;
 };
 
 // About target_bytes a piece: several whole rows when rows are short, a

@@ -13,7 +13,9 @@
 #include "common/moments.hpp"
 #include "common/partial.hpp"
 #include "common/pieces.hpp"
+#include "common/luminance.hpp"
 #include "cpu/counters.hpp"
+#include "cpu/extras.hpp"
 #include "cpu/float_passes.hpp"
 #include "imgstat/engine.hpp"
 
@@ -37,17 +39,93 @@ void count_pieces(tbb::enumerable_thread_specific<Counter>& counters,
     tbb::parallel_for(size_t{0}, pieces.size(), body);
 }
 
+// Positions and colours, counted beside the main pass.
+class Extras {
+ public:
+  virtual ~Extras() = default;
+  virtual void add(const std::vector<Piece>& pieces) = 0;
+  virtual void add_to(Partial& partial) = 0;
+};
+
+template <class T, uint32_t C>
+class ExtrasOf final : public Extras {
+ public:
+  explicit ExtrasOf(const StatsRequest& request)
+      : counters_([request] { return ExtrasCounter<T, C>(request.positions, request.unique_colors && sizeof(T) == 1); }) {}
+
+  void add(const std::vector<Piece>& pieces) override {
+    auto body = [&](size_t i) { counters_.local().add(pieces[i]); };
+    if (pieces.size() == 1)
+      body(0);
+    else
+      tbb::parallel_for(size_t{0}, pieces.size(), body);
+  }
+
+  void add_to(Partial& partial) override {
+    for (ExtrasCounter<T, C>& counter : counters_) {
+      for (uint32_t c = 0; c < C; ++c) merge(partial.channels[c].extremes, counter.extremes(c));
+      const std::vector<uint64_t>& colors = counter.colors();
+      if (colors.empty()) continue;
+      if (partial.colors.empty()) partial.colors.assign(colors.size(), 0);
+      for (size_t i = 0; i < colors.size(); ++i) partial.colors[i] |= colors[i];
+    }
+  }
+
+ private:
+  tbb::enumerable_thread_specific<ExtrasCounter<T, C>> counters_;
+};
+
+template <uint32_t C>
+std::unique_ptr<Extras> make_extras_c(SampleType type, const StatsRequest& request) {
+  switch (type) {
+    case SampleType::kUint8: return std::make_unique<ExtrasOf<uint8_t, C>>(request);
+    case SampleType::kInt8: return std::make_unique<ExtrasOf<int8_t, C>>(request);
+    case SampleType::kUint16: return std::make_unique<ExtrasOf<uint16_t, C>>(request);
+    case SampleType::kInt16: return std::make_unique<ExtrasOf<int16_t, C>>(request);
+    case SampleType::kFloat32: return std::make_unique<ExtrasOf<float, C>>(request);
+    case SampleType::kFloat64: return std::make_unique<ExtrasOf<double, C>>(request);
+  }
+  return nullptr;
+}
+
+std::unique_ptr<Extras> make_extras(const Layout& layout, const StatsRequest& request) {
+  if (!request.positions && !(request.unique_colors && sample_size(layout.type) == 1)) return nullptr;
+  switch (layout.channels) {
+    case 1: return make_extras_c<1>(layout.type, request);
+    case 2: return make_extras_c<2>(layout.type, request);
+    case 3: return make_extras_c<3>(layout.type, request);
+    case 4: return make_extras_c<4>(layout.type, request);
+  }
+  return nullptr;
+}
+
 // One image's statistics being accumulated, piece by piece, in any order.
 class Analysis {
  public:
   virtual ~Analysis() = default;
   virtual void add(const std::vector<Piece>& pieces) = 0;
-  // Floats with an automatic histogram range: the bins need min and max first.
+  // Floats with an automatic histogram range or a distribution: the bins
+  // need min and max first.
   virtual bool wants_second_pass() const { return false; }
   virtual void add_second_pass(const std::vector<Piece>&) {}
-  // Everything added so far; empty while a second pass is still owed.
-  virtual std::optional<Partial> partial() = 0;
-  virtual std::vector<ChannelStats> finish() = 0;
+  // What add() counted so far; empty while a second pass is still owed.
+  virtual std::optional<Partial> counted() = 0;
+  virtual const StatsRequest& request() const = 0;
+
+  void set_extras(std::unique_ptr<Extras> extras) { extras_ = std::move(extras); }
+  void add_all(const std::vector<Piece>& pieces) {
+    add(pieces);
+    if (extras_) extras_->add(pieces);
+  }
+  std::optional<Partial> partial() {
+    std::optional<Partial> p = counted();
+    if (p && extras_) extras_->add_to(*p);
+    return p;
+  }
+  Result finish() { return result_of(*partial(), request(), "cpu"); }
+
+ private:
+  std::unique_ptr<Extras> extras_;
 };
 
 // 8-bit and 16-bit samples: counts per value.
@@ -58,7 +136,9 @@ class ValueAnalysis final : public Analysis {
 
   void add(const std::vector<Piece>& pieces) override { count_pieces(counters_, pieces); }
 
-  std::optional<Partial> partial() override {
+  const StatsRequest& request() const override { return request_; }
+
+  std::optional<Partial> counted() override {
     const size_t values = size_t{1} << type_bits(type_);
     std::vector<uint64_t> raw(C * values, 0);
     for (Counter& counter : counters_) {
@@ -78,8 +158,6 @@ class ValueAnalysis final : public Analysis {
     }
     return out;
   }
-
-  std::vector<ChannelStats> finish() override { return finalize(*partial(), request_); }
 
  private:
   SampleType type_;
@@ -102,23 +180,42 @@ class FloatAnalysis final : public Analysis {
 
   void add(const std::vector<Piece>& pieces) override { count_pieces(*pass1_, pieces); }
 
-  bool wants_second_pass() const override { return request_.histogram && !explicit_; }
+  bool wants_second_pass() const override { return (request_.histogram && !explicit_) || request_.distribution; }
+
+  const StatsRequest& request() const override { return request_; }
 
   void add_second_pass(const std::vector<Piece>& pieces) override {
     const std::array<FloatMoments, C> moments = pass1_moments();
-    for (uint32_t c = 0; c < C; ++c) binners_[c] = RangeBinner::make(moments[c].min, moments[c].max, request_.hist.bins);
-    pass2_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
-        [this] { return Counter(binners_, false, request_.hist.bins, false); });
-    count_pieces(*pass2_, pieces);
+    if (request_.histogram && !explicit_) {
+      for (uint32_t c = 0; c < C; ++c)
+        binners_[c] = RangeBinner::make(moments[c].min, moments[c].max, request_.hist.bins);
+      pass2_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
+          [this] { return Counter(binners_, false, request_.hist.bins, false); });
+      count_pieces(*pass2_, pieces);
+    }
+    if (request_.distribution) {
+      for (uint32_t c = 0; c < C; ++c) fine_binners_[c] = RangeBinner::make(moments[c].min, moments[c].max, kFineBins);
+      fine_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
+          [this] { return Counter(fine_binners_, false, kFineBins, false); });
+      count_pieces(*fine_, pieces);
+    }
+    second_done_ = true;
   }
 
-  std::optional<Partial> partial() override {
-    if (wants_second_pass() && !pass2_) return std::nullopt;
+  std::optional<Partial> counted() override {
+    if (wants_second_pass() && !second_done_) return std::nullopt;
     const std::array<FloatMoments, C> moments = pass1_moments();
     Partial out = empty_partial(type_, C, request_);
     for (uint32_t c = 0; c < C; ++c) {
       ChannelPartial& p = out.channels[c];
       p.floats = moments[c];
+      if (fine_) {
+        p.fine.assign(kFineBins, 0);
+        for (Counter& counter : *fine_) {
+          const Bins& b = counter.bins(c);
+          for (size_t i = 0; i < b.counts.size(); ++i) p.fine[i] += b.counts[i];
+        }
+      }
       if (!request_.histogram) continue;
       Histogram& h = p.histogram;
       if (auto* bins_from = explicit_ ? pass1_.get() : pass2_.get())
@@ -131,8 +228,6 @@ class FloatAnalysis final : public Analysis {
     }
     return out;
   }
-
-  std::vector<ChannelStats> finish() override { return finalize(*partial(), request_); }
 
  private:
   using Counter = FloatCounter<T, C>;
@@ -148,8 +243,11 @@ class FloatAnalysis final : public Analysis {
   StatsRequest request_;
   bool explicit_;
   RangeBinner binners_[C];
+  RangeBinner fine_binners_[C];
+  bool second_done_ = false;
   std::unique_ptr<tbb::enumerable_thread_specific<Counter>> pass1_;
   std::unique_ptr<tbb::enumerable_thread_specific<Counter>> pass2_;
+  std::unique_ptr<tbb::enumerable_thread_specific<Counter>> fine_;
 };
 
 template <uint32_t C>
@@ -169,7 +267,7 @@ std::unique_ptr<Analysis> make_analysis_c(SampleType type, const StatsRequest& r
   fail(ErrorCode::kInvalidArgument, "unknown sample type");
 }
 
-std::unique_ptr<Analysis> make_analysis(const Layout& layout, const StatsRequest& request) {
+std::unique_ptr<Analysis> make_analysis_of(const Layout& layout, const StatsRequest& request) {
   switch (layout.channels) {
     case 1: return make_analysis_c<1>(layout.type, request);
     case 2: return make_analysis_c<2>(layout.type, request);
@@ -179,11 +277,21 @@ std::unique_ptr<Analysis> make_analysis(const Layout& layout, const StatsRequest
   fail(ErrorCode::kInvalidArgument, "channels must be 1 to 4");
 }
 
-std::vector<Piece> pieces_of(const ImageView& image) {
+std::unique_ptr<Analysis> make_analysis(const Layout& layout, const StatsRequest& request) {
+  std::unique_ptr<Analysis> a = make_analysis_of(layout, request);
+  a->set_extras(make_extras(layout, request));
+  return a;
+}
+
+// first: the image's pixel index of the view's first pixel.
+std::vector<Piece> pieces_of(const ImageView& image, uint64_t first = 0) {
   const Pieces pieces(image, kPieceBytes);
   std::vector<Piece> out;
   out.reserve(pieces.size());
-  for (size_t i = 0; i < pieces.size(); ++i) out.push_back(pieces[i]);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    out.push_back(pieces[i]);
+    out.back().first += first;
+  }
   return out;
 }
 
@@ -202,14 +310,16 @@ class CpuStream final : public CheckpointStream {
     std::vector<Piece> runs;
     destrider_.feed(static_cast<const uint8_t*>(data), bytes, [&](const uint8_t* p, uint64_t pixels, bool transient) {
       if (keep) kept_.insert(kept_.end(), p, p + pixels * pixel_bytes);
+      const uint64_t first = fed_pixels_;
+      fed_pixels_ += pixels;
       if (transient) {
-        analysis_->add({Piece{p, 1, 0, pixels}});
+        analysis_->add_all({Piece{p, 1, 0, pixels, first, pixels}});
         return;
       }
       const ImageView run{p, Layout{pixels, 1, layout_.channels, layout_.type, 0}};
-      for (const Piece& pc : pieces_of(run)) runs.push_back(pc);
+      for (const Piece& pc : pieces_of(run, first)) runs.push_back(pc);
     });
-    if (!runs.empty()) arena_.execute([&] { analysis_->add(runs); });
+    if (!runs.empty()) arena_.execute([&] { analysis_->add_all(runs); });
   }
 
   Result finish() override {
@@ -222,13 +332,14 @@ class CpuStream final : public CheckpointStream {
       const std::vector<Piece> pieces = pieces_of(all);
       arena_.execute([&] { analysis_->add_second_pass(pieces); });
     }
-    return Result{analysis_->finish(), "cpu"};
+    return analysis_->finish();
   }
 
   std::optional<Partial> partial() override { return analysis_->partial(); }
 
  private:
   Layout layout_;
+  uint64_t fed_pixels_ = 0;
   Destrider destrider_;
   std::unique_ptr<Analysis> analysis_;
   tbb::task_arena& arena_;
@@ -254,10 +365,12 @@ class CpuEngine final : public Engine {
     auto analysis = make_analysis(image.layout, request);
     const std::vector<Piece> pieces = pieces_of(image);
     arena_.execute([&] {
-      analysis->add(pieces);
+      analysis->add_all(pieces);
       if (analysis->wants_second_pass()) analysis->add_second_pass(pieces);
     });
-    return Result{analysis->finish(), "cpu"};
+    Result result = analysis->finish();
+    add_luminance(*this, image, request, result);
+    return result;
   }
 
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override {

@@ -70,15 +70,18 @@ class FloatCounter {
       FloatMoments b;
       b.min = std::numeric_limits<double>::infinity();
       b.max = -std::numeric_limits<double>::infinity();
-      double s1 = 0, s2 = 0, sum = 0;
+      double s1 = 0, s2 = 0, s3 = 0, s4 = 0, sum = 0;
       for (uint64_t i = 0; i < n; ++i) {
         const double v = static_cast<double>(load(p, i * C + c));
         if (std::isfinite(v)) {
           ++b.n;
           sum += v;
           const double d = v - shift;
+          const double d2 = d * d;
           s1 += d;
-          s2 += d * d;
+          s2 += d2;
+          s3 += d2 * d;
+          s4 += d2 * d2;
           b.min = v < b.min ? v : b.min;
           b.max = v > b.max ? v : b.max;
         } else if (std::isnan(v)) {
@@ -89,10 +92,12 @@ class FloatCounter {
           ++b.neginf;
         }
       }
-      const FloatMoments bm = moments_from_shifted(b.n, shift, s1, s2, b.min, b.max, sum);
+      const FloatMoments bm = moments_from_shifted(b.n, shift, s1, s2, s3, s4, b.min, b.max, sum);
       b.sum = bm.sum;
       b.mean = bm.mean;
       b.m2 = bm.m2;
+      b.m3 = bm.m3;
+      b.m4 = bm.m4;
       merge(m_[c], b);
     }
   }

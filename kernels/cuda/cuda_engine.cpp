@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/luminance.hpp"
 #include "common/moments.hpp"
 #include "common/partial.hpp"
 #include "common/pieces.hpp"
@@ -49,7 +50,15 @@ struct Results {
   unsigned long long overflow[kMaxChannels];
   IntAccum ints[kMaxChannels];
   FloatMoments running[kSlots * kMaxChannels];
+  Extremes extremes[kSlots * kMaxChannels];
   unsigned long long counts[kMaxChannels * kMaxBins];
+};
+
+// Buffers of the statistics asked for less often, on the device and their
+// pinned host mirror; a workspace allocates them the first time.
+struct ExtraBuffers {
+  unsigned long long fine[kMaxChannels * kFineBins];
+  unsigned long long colors[(uint64_t{1} << 24) / 64];
 };
 
 class DeviceBudget {
@@ -83,10 +92,26 @@ struct Workspace {
   std::array<uint8_t*, kSlots> pinned{};
   std::array<uint8_t*, kSlots> device_slot{};
   std::array<FloatMoments*, kSlots> partials{};
+  std::array<Extremes*, kSlots> extreme_partials{};
   Results* device_results = nullptr;
   Results* host_results = nullptr;
+  ExtraBuffers* device_extra = nullptr;
+  ExtraBuffers* host_extra = nullptr;
+  DeviceBudget* budget_ = nullptr;
 
-  Workspace(const DeviceInfo& dev, DeviceBudget& budget) {
+  void ensure_extra() {
+    if (device_extra) return;
+    budget_->take(sizeof(ExtraBuffers), "the distribution and colour buffers");
+    if (cudaMalloc(&device_extra, sizeof(ExtraBuffers)) != cudaSuccess) {
+      cudaGetLastError();
+      device_extra = nullptr;
+      budget_->give(sizeof(ExtraBuffers));
+      fail(ErrorCode::kResourceExhausted, "GPU out of memory for the distribution and colour buffers");
+    }
+    IMGSTAT_CUDA(cudaMallocHost(&host_extra, sizeof(ExtraBuffers)));
+  }
+
+  Workspace(const DeviceInfo& dev, DeviceBudget& budget) : budget_(&budget) {
     budget.take(kSlots * kDeviceSlotBytes + sizeof(Results), "a workspace");
     const size_t partials = float_partials_needed(kMaxChannels, dev);
     for (int k = 0; k < kSlots; ++k) {
@@ -96,6 +121,7 @@ struct Workspace {
       IMGSTAT_CUDA(cudaMallocHost(&pinned[k], kSlotBytes));
       IMGSTAT_CUDA(cudaMalloc(&device_slot[k], kDeviceSlotBytes));
       IMGSTAT_CUDA(cudaMalloc(&this->partials[k], partials * sizeof(FloatMoments)));
+      IMGSTAT_CUDA(cudaMalloc(&extreme_partials[k], partials * sizeof(Extremes)));
     }
     IMGSTAT_CUDA(cudaEventCreateWithFlags(&reset_done, cudaEventDisableTiming));
     IMGSTAT_CUDA(cudaMalloc(&device_results, sizeof(Results)));
@@ -111,7 +137,13 @@ struct Workspace {
       if (pinned[k]) IMGSTAT_CUDA_REPORT(cudaFreeHost(pinned[k]));
       if (device_slot[k]) IMGSTAT_CUDA_REPORT(cudaFree(device_slot[k]));
       if (partials[k]) IMGSTAT_CUDA_REPORT(cudaFree(partials[k]));
+      if (extreme_partials[k]) IMGSTAT_CUDA_REPORT(cudaFree(extreme_partials[k]));
     }
+    if (device_extra) {
+      IMGSTAT_CUDA_REPORT(cudaFree(device_extra));
+      budget_->give(sizeof(ExtraBuffers));
+    }
+    if (host_extra) IMGSTAT_CUDA_REPORT(cudaFreeHost(host_extra));
     if (reset_done) IMGSTAT_CUDA_REPORT(cudaEventDestroy(reset_done));
     if (device_results) IMGSTAT_CUDA_REPORT(cudaFree(device_results));
     if (host_results) IMGSTAT_CUDA_REPORT(cudaFreeHost(host_results));
@@ -158,6 +190,7 @@ class GpuAnalysis {
   Partial partial_from_host() const;
   void use_stream(int k);
   HistogramOut histogram_out() const;
+  bool wants_colors() const { return request_.unique_colors && sample_size(layout_.type) == 1; }
 
   CudaEngine& engine_;
   Workspace* ws_;
@@ -177,6 +210,9 @@ class GpuAnalysis {
   bool one_block_ = false;
   bool finished_ = false;
   bool synced_ = false;  // finish() waited for everything
+  // 16-bit samples with a distribution or shape: the kernel counts every
+  // value, and the requested histogram is binned from those on the host.
+  bool values_ = false;
 };
 
 // Said once at start on a machine without a GPU: what is missing, in words.
@@ -249,7 +285,9 @@ class CudaEngine final : public Engine {
     } else {
       for (uint64_t y = 0; y < l.height; ++y) analysis.add(base + y * l.stride(), l.width);
     }
-    return analysis.finish();
+    Result result = analysis.finish();
+    add_luminance(*this, image, request, result);
+    return result;
   }
 
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override;
@@ -264,9 +302,45 @@ class CudaEngine final : public Engine {
     if (reinterpret_cast<uintptr_t>(image.data) % 16 != 0)
       fail(ErrorCode::kInvalidArgument, "device images must start 16-byte aligned");
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
-    GpuAnalysis analysis(*this, image.layout, request, kDeviceImageWait);
-    analysis.add_device(static_cast<const uint8_t*>(image.data), image.layout.pixels());
-    return analysis.finish();
+    Result result;
+    {
+      GpuAnalysis analysis(*this, image.layout, request, kDeviceImageWait);
+      analysis.add_device(static_cast<const uint8_t*>(image.data), image.layout.pixels());
+      result = analysis.finish();
+    }
+    if (has_luminance(image.layout, request)) {
+      result.has_luminance = true;
+      result.luminance = device_luminance(image, request);
+    }
+    return result;
+  }
+
+  // The luminance channel of pixels in device memory, computed there.
+  ChannelStats device_luminance(const DeviceImageView& image, const StatsRequest& request) {
+    const Layout plane{image.layout.width, image.layout.height, 1, luminance_type(image.layout.type), 0};
+    const uint64_t bytes = plane.pixels() * plane.pixel_bytes();
+    budget_.take(bytes, "the luminance plane");
+    void* out = nullptr;
+    if (cudaMalloc(&out, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      budget_.give(bytes);
+      fail(ErrorCode::kResourceExhausted, "GPU out of memory for the luminance plane");
+    }
+    struct Free {
+      void* p;
+      uint64_t bytes;
+      DeviceBudget& budget;
+      ~Free() {
+        IMGSTAT_CUDA_REPORT(cudaFree(p));
+        budget.give(bytes);
+      }
+    } free_plane{out, bytes, budget_};
+    launch_luminance(static_cast<const uint8_t*>(image.data), image.layout.pixels(), image.layout.channels,
+                     image.layout.type, request.rgb, out, dev_, cudaStreamPerThread);
+    IMGSTAT_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
+    GpuAnalysis analysis(*this, plane, luminance_request(request), kDeviceImageWait);
+    analysis.add_device(static_cast<const uint8_t*>(out), plane.pixels());
+    return analysis.finish().channels.front();
   }
 
   // A workspace, waiting at most `wait`. Streams hold theirs until their
@@ -330,9 +404,10 @@ GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRe
   pixel_bytes_ = layout_.pixel_bytes();
   chunk_pixels_ = std::max<uint64_t>(16, kSlotBytes / pixel_bytes_ / 16 * 16);
   direct_pixels_ = std::max<uint64_t>(16, kDeviceSlotBytes / pixel_bytes_ / 16 * 16);
+  values_ = sample_size(layout_.type) == 2 && (request_.distribution || request_.shape);
   try {
     const bool floats = is_float(layout_.type);
-    if (floats && request_.histogram && !request_.hist.explicit_range) {
+    if (floats && ((request_.histogram && !request_.hist.explicit_range) || request_.distribution)) {
       whole_bytes_ = layout_.pixels() * pixel_bytes_;
       engine_.budget().take(whole_bytes_, "this image");
       if (cudaMallocAsync(&whole_, whole_bytes_, ws_->streams[0]) != cudaSuccess) {
@@ -344,11 +419,20 @@ GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRe
       }
     }
     used_[0] = true;
-    one_block_ = sample_size(layout_.type) == 1 && layout_.pixels() * pixel_bytes_ <= kOneBlockHist8Bytes;
+    one_block_ = sample_size(layout_.type) == 1 && layout_.pixels() * pixel_bytes_ <= kOneBlockHist8Bytes &&
+                 !request_.positions && !wants_colors();
     if (!one_block_) {
+      cudaStream_t s0 = ws_->streams[0];
       launch_reset(histogram_out(), layout_.channels, ws_->device_results->ints, ws_->device_results->running,
-                   kSlots * kMaxChannels, ws_->streams[0]);
-      IMGSTAT_CUDA(cudaEventRecord(ws_->reset_done, ws_->streams[0]));
+                   kSlots * kMaxChannels, s0);
+      if (request_.positions)
+        IMGSTAT_CUDA(cudaMemsetAsync(ws_->device_results->extremes, 0, sizeof(Results::extremes), s0));
+      if (wants_colors() || (floats && request_.distribution)) ws_->ensure_extra();
+      if (wants_colors())
+        IMGSTAT_CUDA(cudaMemsetAsync(ws_->device_extra->colors, 0, color_words(layout_.channels) * 8, s0));
+      if (floats && request_.distribution)
+        IMGSTAT_CUDA(cudaMemsetAsync(ws_->device_extra->fine, 0, sizeof(uint64_t) * kFineBins * layout_.channels, s0));
+      IMGSTAT_CUDA(cudaEventRecord(ws_->reset_done, s0));
     }
   } catch (...) {
     if (whole_) {
@@ -390,8 +474,9 @@ HistogramOut GpuAnalysis::histogram_out() const {
   h.underflow = r->underflow;
   h.overflow = r->overflow;
   const bool bytes = sample_size(layout_.type) == 1;
-  h.bins = bytes ? 256 : request_.hist.bins;  // 8-bit: counts per value, binned on the host
-  h.explicit_range = request_.hist.explicit_range && !bytes;
+  // 8-bit, and 16-bit with a distribution: counts per value, binned on the host.
+  h.bins = bytes ? 256 : values_ ? 65536 : request_.hist.bins;
+  h.explicit_range = request_.hist.explicit_range && !bytes && !values_;
   h.lo = request_.hist.lo;
   h.hi = request_.hist.hi;
   return h;
@@ -430,7 +515,7 @@ void GpuAnalysis::launch_passes(const uint8_t* dst, uint64_t pixels, cudaStream_
     case SampleType::kUint16:
     case SampleType::kInt16: {
       HistogramOut h = histogram_out();
-      if (!request_.histogram) h.counts = nullptr;
+      if (!request_.histogram && !values_) h.counts = nullptr;
       launch_int16(dst, pixels, c, layout_.type == SampleType::kInt16, r->ints, h, dev, s);
       break;
     }
@@ -441,6 +526,10 @@ void GpuAnalysis::launch_passes(const uint8_t* dst, uint64_t pixels, cudaStream_
         launch_float_bins(dst, pixels, c, layout_.type, histogram_out(), nullptr, 0, dev, s);
       break;
   }
+  if (request_.positions)
+    launch_extremes(dst, pixels, sent_, c, layout_.type, ws_->extreme_partials[slot_], r->extremes + slot_ * kMaxChannels,
+                    dev, s);
+  if (wants_colors()) launch_colors(dst, pixels, c, ws_->device_extra->colors, dev, s);
 }
 
 void GpuAnalysis::add_device(const uint8_t* p, uint64_t count) {
@@ -498,12 +587,26 @@ void GpuAnalysis::collect() {
     IMGSTAT_CUDA(cudaEventRecord(ws_->stream_done[k], ws_->streams[k]));
     IMGSTAT_CUDA(cudaStreamWaitEvent(s0, ws_->stream_done[k], 0));
   }
-  if (whole_ && finished_)
-    launch_float_bins(whole_, layout_.pixels(), layout_.channels, layout_.type, histogram_out(),
-                      ws_->device_results->running, kSlots, engine_.device(), s0);
+  const bool fine = is_float(layout_.type) && request_.distribution;
+  if (whole_ && finished_) {
+    if (request_.histogram && !request_.hist.explicit_range)
+      launch_float_bins(whole_, layout_.pixels(), layout_.channels, layout_.type, histogram_out(),
+                        ws_->device_results->running, kSlots, engine_.device(), s0);
+    if (fine) {
+      HistogramOut f{ws_->device_extra->fine, nullptr, nullptr, kFineBins, false, 0, 0};
+      launch_float_bins(whole_, layout_.pixels(), layout_.channels, layout_.type, f, ws_->device_results->running,
+                        kSlots, engine_.device(), s0);
+    }
+  }
   const size_t needed =
       offsetof(Results, counts) + sizeof(unsigned long long) * histogram_out().bins * layout_.channels;
   if (!one_block_) IMGSTAT_CUDA(cudaMemcpyAsync(ws_->host_results, ws_->device_results, needed, cudaMemcpyDeviceToHost, s0));
+  if (fine && whole_ && finished_)
+    IMGSTAT_CUDA(cudaMemcpyAsync(ws_->host_extra->fine, ws_->device_extra->fine,
+                                 sizeof(uint64_t) * kFineBins * layout_.channels, cudaMemcpyDeviceToHost, s0));
+  if (wants_colors())
+    IMGSTAT_CUDA(cudaMemcpyAsync(ws_->host_extra->colors, ws_->device_extra->colors, color_words(layout_.channels) * 8,
+                                 cudaMemcpyDeviceToHost, s0));
   IMGSTAT_CUDA(cudaStreamSynchronize(s0));
 }
 
@@ -520,7 +623,7 @@ Result GpuAnalysis::finish() {
   flush();
   collect();
   synced_ = true;
-  return Result{finalize(partial_from_host(), request_), "cuda"};
+  return result_of(partial_from_host(), request_, "cuda");
 }
 
 Partial GpuAnalysis::partial_from_host() const {
@@ -529,16 +632,28 @@ Partial GpuAnalysis::partial_from_host() const {
   const SampleType type = layout_.type;
   Partial p;
   p.type = type;
+  if (wants_colors()) p.colors.assign(ws_->host_extra->colors, ws_->host_extra->colors + color_words(layout_.channels));
   for (uint32_t ch = 0; ch < layout_.channels; ++ch) {
+    Extremes at;
+    if (request_.positions)
+      for (int k = 0; k < kSlots; ++k) merge(at, h->extremes[k * kMaxChannels + ch]);
     if (sample_size(type) == 1) {
       // Counts by raw byte; int8 flips the sign bit to index by v + 128.
       std::vector<uint64_t> values(256);
       const size_t flip = type == SampleType::kInt8 ? 0x80 : 0;
       for (size_t i = 0; i < 256; ++i) values[i ^ flip] = h->counts[ch * 256 + i];
       p.channels.push_back(partial_of_values(values.data(), type, request_));
+      p.channels.back().extremes = at;
+      continue;
+    }
+    if (values_) {  // counts by offset from the type's lowest value: exactly what partial_of_values takes
+      std::vector<uint64_t> values(h->counts + ch * 65536, h->counts + (ch + 1) * 65536);
+      p.channels.push_back(partial_of_values(values.data(), type, request_));
+      p.channels.back().extremes = at;
       continue;
     }
     ChannelPartial c;
+    c.extremes = at;
     if (!is_float(type)) {
       // Sums of offsets u = v - lo, exact: sum v = sum u + n lo,
       // sum v^2 = sum u^2 + 2 lo sum u + n lo^2.
@@ -552,6 +667,8 @@ Partial GpuAnalysis::partial_from_host() const {
       c.ints.sumsq = static_cast<uint128>(static_cast<int128>(squ) + 2 * lo * su + n * lo * lo);
     } else {
       for (int k = 0; k < kSlots; ++k) merge(c.floats, h->running[k * kMaxChannels + ch]);
+      if (request_.distribution && whole_ && finished_)
+        c.fine.assign(ws_->host_extra->fine + ch * kFineBins, ws_->host_extra->fine + (ch + 1) * kFineBins);
     }
     if (request_.histogram) {
       c.histogram.counts.assign(h->counts + ch * out.bins, h->counts + (ch + 1) * out.bins);

@@ -46,6 +46,64 @@ Described describe_pixels(const std::string& format, const Layout& layout) {
   return d;
 }
 
+void fill_channel(v1::ChannelStats* c, const ChannelStats& s, const StatsRequest& request, SampleType type,
+                  uint64_t width) {
+  c->set_count(s.count);
+  if (is_float(type)) {
+    c->set_nan_count(s.nan_count);
+    c->set_posinf_count(s.posinf_count);
+    c->set_neginf_count(s.neginf_count);
+  }
+  if (s.count > 0) {
+    if (request.min_max) {
+      c->set_min(s.min);
+      c->set_max(s.max);
+    }
+    if (request.sum) {
+      c->set_sum(s.sum);
+      if (s.has_sum_int) c->set_sum_int(s.sum_int);
+      c->set_mean(s.mean);
+    }
+    if (request.stddev) c->set_stddev(s.stddev);
+  }
+  if (s.has_distribution) {
+    c->set_median(s.median);
+    for (const auto& [p, v] : s.percentiles) {
+      v1::Percentile* out = c->add_percentiles();
+      out->set_p(p);
+      out->set_value(v);
+    }
+    c->set_mode(s.mode);
+    c->set_entropy(s.entropy);
+    c->set_bin_error(s.bin_error);
+  }
+  if (s.has_shape) {
+    c->set_skewness(s.skewness);
+    c->set_kurtosis(s.kurtosis);
+  }
+  if (s.has_positions && width > 0) {
+    c->mutable_min_position()->set_x(s.min_at % width);
+    c->mutable_min_position()->set_y(s.min_at / width);
+    c->mutable_max_position()->set_x(s.max_at % width);
+    c->mutable_max_position()->set_y(s.max_at / width);
+  }
+  if (request.histogram) {
+    v1::Histogram* h = c->mutable_histogram();
+    h->mutable_counts()->Assign(s.histogram.counts.begin(), s.histogram.counts.end());
+    h->set_lo(s.histogram.lo);
+    h->set_hi(s.histogram.hi);
+    h->set_underflow(s.histogram.underflow);
+    h->set_overflow(s.histogram.overflow);
+  }
+}
+
+// The engine channels holding R, G and B, for the luminance.
+StatsRequest with_rgb(StatsRequest request, const std::vector<uint32_t>& order) {
+  if (order.size() >= 3)
+    for (int i = 0; i < 3; ++i) request.rgb[i] = order[i];
+  return request;
+}
+
 void fill_response(v1::AnalyzeResponse& r, const Described& d, const Result& result,
                    const StatsRequest& request) {
   const std::vector<ChannelStats>& stats = result.channels;
@@ -55,37 +113,25 @@ void fill_response(v1::AnalyzeResponse& r, const Described& d, const Result& res
   r.set_channel_count(d.layout.channels);
   r.set_sample_type(proto_sample_type(d.layout.type));
   r.set_engine(result.engine);
-  const bool flt = is_float(d.layout.type);
   for (size_t i = 0; i < d.order.size(); ++i) {
-    const ChannelStats& s = stats.at(d.order[i]);
     v1::ChannelStats* c = r.add_channels();
     c->set_name(d.names[i]);
-    c->set_count(s.count);
-    if (flt) {
-      c->set_nan_count(s.nan_count);
-      c->set_posinf_count(s.posinf_count);
-      c->set_neginf_count(s.neginf_count);
-    }
-    if (s.count > 0) {
-      if (request.min_max) {
-        c->set_min(s.min);
-        c->set_max(s.max);
-      }
-      if (request.sum) {
-        c->set_sum(s.sum);
-        if (s.has_sum_int) c->set_sum_int(s.sum_int);
-        c->set_mean(s.mean);
-      }
-      if (request.stddev) c->set_stddev(s.stddev);
-    }
-    if (request.histogram) {
-      v1::Histogram* h = c->mutable_histogram();
-      h->mutable_counts()->Assign(s.histogram.counts.begin(), s.histogram.counts.end());
-      h->set_lo(s.histogram.lo);
-      h->set_hi(s.histogram.hi);
-      h->set_underflow(s.histogram.underflow);
-      h->set_overflow(s.histogram.overflow);
-    }
+    fill_channel(c, stats.at(d.order[i]), request, d.layout.type, d.layout.width);
+  }
+  if (result.has_unique_colors) r.set_unique_colors(result.unique_colors);
+  if (result.has_summary) {
+    StatsRequest all = request;
+    all.histogram = false;
+    r.mutable_summary()->set_name("all");
+    fill_channel(r.mutable_summary(), result.summary, all, d.layout.type, 0);
+  }
+  if (result.has_luminance) {
+    r.mutable_luminance()->set_name("Y");
+    fill_channel(r.mutable_luminance(), result.luminance, request, luminance_type(d.layout.type), d.layout.width);
+  } else if (request.luminance) {
+    r.add_warnings(d.layout.channels < 3 ? "no luminance: the image has " + std::to_string(d.layout.channels) +
+                                               " channel" + (d.layout.channels == 1 ? "" : "s") + ", not R, G, B"
+                                         : "no luminance: it is not computed for streamed uploads");
   }
 }
 
@@ -239,7 +285,7 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
     }
   }
   const auto t1 = Clock::now();
-  const Result result = engine_->analyze(view, stats_request);
+  const Result result = engine_->analyze(view, with_rgb(stats_request, d.order));
   const auto t2 = Clock::now();
   fill_response(r, d, result, stats_request);
   r.set_decoder(decoded.decoder);

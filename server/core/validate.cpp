@@ -57,6 +57,16 @@ StatsRequest stats_request_of(const v1::Options& o) {
         case v1::STATISTIC_SUM: r.sum = true; break;
         case v1::STATISTIC_STDDEV: r.stddev = true; break;
         case v1::STATISTIC_HISTOGRAM: r.histogram = true; break;
+        case v1::STATISTIC_DISTRIBUTION: r.distribution = true; break;
+        case v1::STATISTIC_SHAPE: r.shape = true; break;
+        case v1::STATISTIC_POSITIONS: r.positions = true; break;
+        case v1::STATISTIC_UNIQUE_COLORS: r.unique_colors = true; break;
+        case v1::STATISTIC_LUMINANCE: r.luminance = true; break;
+        case v1::STATISTIC_SUMMARY: r.summary = true; break;
+        case v1::STATISTIC_ALL:
+          r.min_max = r.sum = r.stddev = r.histogram = r.distribution = r.shape = r.positions = r.unique_colors =
+              r.luminance = r.summary = true;
+          break;
         default: invalid("options.statistics: unknown statistic " + std::to_string(s));
       }
     }
@@ -66,6 +76,13 @@ StatsRequest stats_request_of(const v1::Options& o) {
   if (o.bins() > kMaxBins)
     invalid("options.bins must be 1 to " + std::to_string(kMaxBins) + " (0 means 256), got " + std::to_string(o.bins()));
   r.hist.bins = o.bins() ? o.bins() : 256;
+  if (static_cast<size_t>(o.percentiles_size()) > kMaxPercentiles)
+    invalid("options.percentiles: at most " + std::to_string(kMaxPercentiles) + ", got " +
+            std::to_string(o.percentiles_size()));
+  for (double p : o.percentiles()) {
+    if (!(p >= 0 && p <= 100)) invalid("options.percentiles must be 0 to 100, got " + std::to_string(p));
+    r.percentiles.push_back(p);
+  }
   if (o.has_range()) {
     const double lo = o.range().lo(), hi = o.range().hi();
     if (!histogram_range_ok(lo, hi, r.hist.bins))

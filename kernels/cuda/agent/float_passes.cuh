@@ -31,7 +31,7 @@ struct MomentsMerge {
 template <class T>
 struct FloatThread {
   uint32_t n = 0, nan = 0, posinf = 0, neginf = 0;
-  double shift = 0, s1 = 0, s2 = 0;
+  double shift = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0;
   T min = INFINITY, max = -INFINITY;
 
   __device__ void add(T v) {
@@ -39,8 +39,11 @@ struct FloatThread {
       const double x = v;
       if (n == 0) shift = x;
       const double d = x - shift;
+      const double d2 = d * d;
       s1 += d;
-      s2 = fma(d, d, s2);
+      s2 += d2;
+      s3 = fma(d2, d, s3);
+      s4 = fma(d2, d2, s4);
       ++n;
       min = v < min ? v : min;
       max = v > max ? v : max;
@@ -54,7 +57,7 @@ struct FloatThread {
   }
 
   __device__ FloatMoments moments() const {
-    FloatMoments m = moments_from_shifted(n, shift, s1, s2, min, max, n * shift + s1);
+    FloatMoments m = moments_from_shifted(n, shift, s1, s2, s3, s4, min, max, n * shift + s1);
     m.nan = nan;
     m.posinf = posinf;
     m.neginf = neginf;

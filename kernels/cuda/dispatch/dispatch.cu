@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "cuda/agent/extras.cuh"
 #include "cuda/agent/float_passes.cuh"
 #include "cuda/agent/hist8.cuh"
 #include "cuda/agent/int16.cuh"
@@ -208,7 +209,91 @@ struct FloatBinsF64 {
   static void run(A&&... a) { float_bins_c<double, C>(a...); }
 };
 
+// The extras' grid: one wave, fewer for small inputs.
+unsigned extras_grid(uint64_t pixels, const DeviceInfo& dev) {
+  return static_cast<unsigned>(
+      std::clamp<uint64_t>((pixels + kPassThreads - 1) / kPassThreads, 1, uint64_t(dev.sm_count) * kBlocksPerSm));
+}
+
+template <class T, int C>
+void extremes_c(const uint8_t* data, uint64_t pixels, uint64_t first, Extremes* partials, Extremes* running,
+                const DeviceInfo& dev, cudaStream_t stream) {
+  const unsigned grid = extras_grid(pixels, dev);
+  extremes_pass<T, C><<<grid, kPassThreads, 0, stream>>>(as<T>(data), pixels, first, partials);
+  IMGSTAT_CUDA_LAUNCHED("extremes_pass");
+  fold_extremes<C><<<1, kPassThreads, 0, stream>>>(partials, grid, running);
+  IMGSTAT_CUDA_LAUNCHED("fold_extremes");
+}
+
+template <int C>
+struct ExtremesOf {
+  static void run(SampleType type, const uint8_t* data, uint64_t pixels, uint64_t first, Extremes* partials,
+                  Extremes* running, const DeviceInfo& dev, cudaStream_t stream) {
+    switch (type) {
+      case SampleType::kUint8: return extremes_c<uint8_t, C>(data, pixels, first, partials, running, dev, stream);
+      case SampleType::kInt8: return extremes_c<int8_t, C>(data, pixels, first, partials, running, dev, stream);
+      case SampleType::kUint16: return extremes_c<uint16_t, C>(data, pixels, first, partials, running, dev, stream);
+      case SampleType::kInt16: return extremes_c<int16_t, C>(data, pixels, first, partials, running, dev, stream);
+      case SampleType::kFloat32: return extremes_c<float, C>(data, pixels, first, partials, running, dev, stream);
+      case SampleType::kFloat64: return extremes_c<double, C>(data, pixels, first, partials, running, dev, stream);
+    }
+  }
+};
+
+template <int C>
+struct ColorsOf {
+  static void run(const uint8_t* data, uint64_t pixels, unsigned long long* bits, const DeviceInfo& dev,
+                  cudaStream_t stream) {
+    colors_pass<C><<<extras_grid(pixels, dev), kPassThreads, 0, stream>>>(data, pixels, bits);
+    IMGSTAT_CUDA_LAUNCHED("colors_pass");
+  }
+};
+
+template <class T, int C>
+void luminance_c(const uint8_t* data, uint64_t pixels, int64_t lo, uint3 rgb, void* out, const DeviceInfo& dev,
+                 cudaStream_t stream) {
+  luminance_pass<T, C><<<extras_grid(pixels, dev), kPassThreads, 0, stream>>>(as<T>(data), pixels, lo, rgb, out);
+  IMGSTAT_CUDA_LAUNCHED("luminance_pass");
+}
+
+template <int C>
+struct LuminanceOf {
+  static void run(SampleType type, const uint8_t* data, uint64_t pixels, uint3 rgb, void* out, const DeviceInfo& dev,
+                  cudaStream_t stream) {
+    if constexpr (C >= 3) {
+      const int64_t lo = type_lo(type);
+      switch (type) {
+        case SampleType::kUint8: return luminance_c<uint8_t, C>(data, pixels, lo, rgb, out, dev, stream);
+        case SampleType::kInt8: return luminance_c<int8_t, C>(data, pixels, lo, rgb, out, dev, stream);
+        case SampleType::kUint16: return luminance_c<uint16_t, C>(data, pixels, lo, rgb, out, dev, stream);
+        case SampleType::kInt16: return luminance_c<int16_t, C>(data, pixels, lo, rgb, out, dev, stream);
+        case SampleType::kFloat32: return luminance_c<float, C>(data, pixels, lo, rgb, out, dev, stream);
+        case SampleType::kFloat64: return luminance_c<double, C>(data, pixels, lo, rgb, out, dev, stream);
+      }
+    }
+    fail(ErrorCode::kInvalidArgument, "luminance needs 3 or 4 channels");
+  }
+};
+
 }  // namespace
+
+void launch_extremes(const uint8_t* data, uint64_t pixels, uint64_t first, uint32_t channels, SampleType type,
+                     Extremes* partials, Extremes* running, const DeviceInfo& dev, cudaStream_t stream) {
+  if (pixels == 0) return;
+  by_channels<ExtremesOf>(channels, type, data, pixels, first, partials, running, dev, stream);
+}
+
+void launch_colors(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* bits,
+                   const DeviceInfo& dev, cudaStream_t stream) {
+  if (pixels == 0) return;
+  by_channels<ColorsOf>(channels, data, pixels, bits, dev, stream);
+}
+
+void launch_luminance(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type, const uint32_t* rgb,
+                      void* out, const DeviceInfo& dev, cudaStream_t stream) {
+  if (pixels == 0) return;
+  by_channels<LuminanceOf>(channels, type, data, pixels, make_uint3(rgb[0], rgb[1], rgb[2]), out, dev, stream);
+}
 
 void launch_reset(const HistogramOut& h, uint32_t channels, IntAccum* ints, FloatMoments* running,
                   uint32_t running_count, cudaStream_t stream) {

@@ -80,4 +80,18 @@ void launch_float_bins(const uint8_t* data, uint64_t pixels, uint32_t channels, 
                        const HistogramOut& h, const FloatMoments* running, uint32_t running_sets,
                        const DeviceInfo& dev, cudaStream_t stream);
 
+// Where each channel's min and max first occur among `pixels` pixels that
+// are the image's pixels from `first` on: per block into partials (at least
+// float_partials_needed(...) of them), folded into running[channel].
+void launch_extremes(const uint8_t* data, uint64_t pixels, uint64_t first, uint32_t channels, SampleType type,
+                     Extremes* partials, Extremes* running, const DeviceInfo& dev, cudaStream_t stream);
+
+// Sets the bit of each 8-bit pixel's colour (color_key()) in bits.
+void launch_colors(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* bits,
+                   const DeviceInfo& dev, cudaStream_t stream);
+
+// The luminance plane of 3 or 4 channel pixels into out (luminance_type()).
+void launch_luminance(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type, const uint32_t* rgb,
+                      void* out, const DeviceInfo& dev, cudaStream_t stream);
+
 }  // namespace imgstat::cuda

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "imgstat/error.hpp"
@@ -67,7 +68,24 @@ struct StatsRequest {
   bool stddev = true;
   bool histogram = true;
   HistogramSpec hist;
+  // Median, the percentiles below, mode and entropy: exact for integer
+  // samples (from the count of every value), from kFineBins bins over
+  // [min, max] for floats.
+  bool distribution = false;
+  std::vector<double> percentiles;  // each 0 to 100
+  bool shape = false;               // skewness and excess kurtosis
+  bool positions = false;           // where min and max first occur
+  bool unique_colors = false;       // 8-bit samples only
+  bool luminance = false;           // 3 or 4 channels, whole images only
+  uint32_t rgb[3] = {0, 1, 2};      // the channels holding R, G and B (OpenCV stores B, G, R)
+  bool summary = false;             // all channels together
 };
+
+// Float samples: the distribution's bins over [min, max]; a percentile,
+// median or mode is the middle of its bin, within half a bin of the exact
+// value.
+constexpr uint32_t kFineBins = 65536;
+constexpr size_t kMaxPercentiles = 100;
 
 struct Histogram {
   std::vector<uint64_t> counts;
@@ -92,6 +110,23 @@ struct ChannelStats {
   double mean = 0;
   double stddev = 0;  // population
   Histogram histogram;
+  // distribution: value = the smallest sample with at least p% of the
+  // samples at or below it (numpy's method="inverted_cdf").
+  bool has_distribution = false;
+  double median = 0;
+  std::vector<std::pair<double, double>> percentiles;  // (p, value)
+  double mode = 0;       // the most frequent value (the smallest of equals)
+  double entropy = 0;    // bits, over the values (integers) or the fine bins (floats)
+  double bin_error = 0;  // bound on |median, percentile or mode - exact|: 0 for integers
+  // shape: population skewness m3 / m2^1.5 and excess kurtosis m4 / m2^2 - 3
+  // (m_k: mean of (v - mean)^k); unset when all samples are equal.
+  bool has_shape = false;
+  double skewness = 0;
+  double kurtosis = 0;
+  // positions: row-major pixel indices of the first min and the first max.
+  bool has_positions = false;
+  uint64_t min_at = 0;
+  uint64_t max_at = 0;
 };
 
 // What an analysis returns: per-channel statistics, in the image's stored
@@ -100,6 +135,17 @@ struct ChannelStats {
 struct Result {
   std::vector<ChannelStats> channels;
   std::string engine;
+  // Distinct colours, 8-bit images: values of gray, or of R, G, B together;
+  // alpha is not part of a colour.
+  bool has_unique_colors = false;
+  uint64_t unique_colors = 0;
+  // All channels' samples together (no histogram, no positions).
+  bool has_summary = false;
+  ChannelStats summary;
+  // Rec. 709 luminance of 3 or 4 channel images as one more channel (see
+  // luminance.hpp for its exact arithmetic).
+  bool has_luminance = false;
+  ChannelStats luminance;
 };
 
 struct EngineInfo {

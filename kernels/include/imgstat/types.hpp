@@ -39,6 +39,9 @@ IMGSTAT_HD constexpr uint32_t type_bits(SampleType t) {
   return static_cast<uint32_t>(sample_size(t) * 8);
 }
 
+// The type of the luminance channel of an image of type t.
+IMGSTAT_HD constexpr SampleType luminance_type(SampleType t) { return is_float(t) ? SampleType::kFloat64 : t; }
+
 const char* to_string(SampleType t);  // "uint8", "uint16", ...
 bool parse_sample_type(const char* name, SampleType* out);
 
