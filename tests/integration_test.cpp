@@ -3,6 +3,7 @@
 // four RPCs, the health and reflection services, error codes, streamed
 // uploads above the message limit, concurrency and a graceful SIGTERM.
 #include <gtest/gtest.h>
+#include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/empty.pb.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -21,6 +22,7 @@
 #include <random>
 
 #include "corpus.hpp"
+#include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "imgstat/v1/imgstat.grpc.pb.h"
 #include "process.hpp"
 
@@ -378,34 +380,28 @@ TEST_F(Integration, ErrorCodesAndTheServerKeepsServing) {
   EXPECT_TRUE(analyze(r).ok()) << "the server still serves after bad requests";
 }
 
-TEST_F(Integration, HealthAndReflection) {
-  const ProcessResult r = client({"--health"});
-  EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("SERVING"), std::string::npos);
-
-  // grpc.reflection.v1alpha ServerReflectionRequest{list_services: ""} is
-  // field 7, empty: bytes 3a 00. The answer names every service.
-  grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer> generic(channel_);
+// One request to gRPC's own reflection v1alpha as raw message bytes (no
+// generated code for it ships with gRPC 1.51), and the first answer's bytes.
+std::string v1alpha_answer(const std::shared_ptr<grpc::Channel>& channel, const std::string& request_bytes) {
+  grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer> generic(channel);
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
   auto call = generic.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   void* tag;
   bool ok;
-  call->StartCall(reinterpret_cast<void*>(1));
-  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
-  const char list_services[] = {0x3a, 0x00};
-  grpc::Slice slice(list_services, 2);
-  grpc::ByteBuffer request(&slice, 1), response;
-  call->Write(request, reinterpret_cast<void*>(2));
-  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
-  call->Read(&response, reinterpret_cast<void*>(3));
-  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
-  std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(response.Dump(&slices).ok());
   std::string bytes;
-  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  EXPECT_NE(bytes.find("imgstat.v1.ImageStats"), std::string::npos);
-  EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
+  call->StartCall(reinterpret_cast<void*>(1));
+  if (cq.Next(&tag, &ok) && ok) {
+    grpc::Slice slice(request_bytes.data(), request_bytes.size());
+    grpc::ByteBuffer request(&slice, 1), response;
+    call->Write(request, reinterpret_cast<void*>(2));
+    if (cq.Next(&tag, &ok) && ok) {
+      call->Read(&response, reinterpret_cast<void*>(3));
+      std::vector<grpc::Slice> slices;
+      if (cq.Next(&tag, &ok) && ok && response.Dump(&slices).ok())
+        for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+  }
   ctx.TryCancel();
   grpc::Status finished;
   call->Finish(&finished, reinterpret_cast<void*>(4));
@@ -414,6 +410,73 @@ TEST_F(Integration, HealthAndReflection) {
   cq.Shutdown();
   while (cq.Next(&tag, &ok)) {
   }
+  return bytes;
+}
+
+// Reflection v1 answers as v1alpha does, from the same descriptors: the
+// services, imgstat's proto with its imports, and NOT_FOUND for the unknown.
+TEST_F(Integration, ReflectionV1AnswersAsV1alphaDoes) {
+  namespace rv1 = grpc::reflection::v1;
+  auto stub = rv1::ServerReflection::NewStub(channel_);
+  grpc::ClientContext ctx;
+  auto stream = stub->ServerReflectionInfo(&ctx);
+  rv1::ServerReflectionRequest list, symbol, missing;
+  list.set_list_services("");
+  symbol.set_file_containing_symbol("imgstat.v1.ImageStats");
+  missing.set_file_containing_symbol("no.such.Service");
+  rv1::ServerReflectionResponse r;
+  ASSERT_TRUE(stream->Write(list));
+  ASSERT_TRUE(stream->Read(&r));
+  std::vector<std::string> names;
+  for (const auto& s : r.list_services_response().service()) names.push_back(s.name());
+  for (const char* want : {"imgstat.v1.ImageStats", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                           "grpc.reflection.v1alpha.ServerReflection"})
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+
+  ASSERT_TRUE(stream->Write(symbol));
+  ASSERT_TRUE(stream->Read(&r));
+  ASSERT_TRUE(r.has_file_descriptor_response()) << r.DebugString();
+  std::string imgstat_file;
+  std::vector<std::string> files;
+  for (const std::string& bytes : r.file_descriptor_response().file_descriptor_proto()) {
+    google::protobuf::FileDescriptorProto f;
+    ASSERT_TRUE(f.ParseFromString(bytes));
+    files.push_back(f.name());
+    if (f.name() == "imgstat/v1/imgstat.proto") {
+      imgstat_file = bytes;
+      ASSERT_EQ(f.service_size(), 1);
+      EXPECT_EQ(f.service(0).name(), "ImageStats");
+      EXPECT_EQ(f.service(0).method(0).name(), "Analyze");
+    }
+  }
+  EXPECT_NE(std::find(files.begin(), files.end(), "google/protobuf/duration.proto"), files.end());
+  ASSERT_FALSE(imgstat_file.empty());
+
+  ASSERT_TRUE(stream->Write(missing));
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.error_response().error_code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+
+  // v1alpha, through the same message bytes (the protocols are wire-identical):
+  // the same file, to the byte.
+  rv1::ServerReflectionResponse alpha;
+  ASSERT_TRUE(alpha.ParseFromString(v1alpha_answer(channel_, symbol.SerializeAsString())));
+  bool same = false;
+  for (const std::string& bytes : alpha.file_descriptor_response().file_descriptor_proto()) same |= bytes == imgstat_file;
+  EXPECT_TRUE(same) << alpha.DebugString();
+}
+
+TEST_F(Integration, HealthAndReflection) {
+  const ProcessResult r = client({"--health"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("SERVING"), std::string::npos);
+
+  // grpc.reflection.v1alpha ServerReflectionRequest{list_services: ""} is
+  // field 7, empty: bytes 3a 00. The answer names every service.
+  const std::string bytes = v1alpha_answer(channel_, std::string("\x3a\x00", 2));
+  EXPECT_NE(bytes.find("imgstat.v1.ImageStats"), std::string::npos);
+  EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
 }
 
 TEST_F(Integration, ClientStatsListDoesNotSwallowTheFileAndInfoPrintsJson) {

@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "service/reflection_v1.hpp"
 #include "service/service.hpp"
 #include "core/work_queue.hpp"
 
@@ -64,6 +65,10 @@ void Server::start() {
       static_cast<int>(std::min<uint64_t>(options_.limits.max_message_bytes, INT_MAX)));
   builder.SetMaxSendMessageSize(INT_MAX);
   builder.RegisterService(service_.get());
+  reflection_v1_ = std::make_unique<ReflectionV1>(std::vector<std::string>{
+      kServiceName, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+      "grpc.reflection.v1alpha.ServerReflection"});
+  builder.RegisterService(reflection_v1_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
     server_.reset();

@@ -37,6 +37,8 @@ std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string*
 class ImageStatsService;
 class WorkQueue;
 
+class ReflectionV1;
+
 class Server {
  public:
   Server(const ServerOptions& options, std::shared_ptr<Engine> engine,
@@ -60,6 +62,7 @@ class Server {
   std::unique_ptr<Analyzer> analyzer_;
   std::unique_ptr<WorkQueue> queue_;
   std::unique_ptr<ImageStatsService> service_;
+  std::unique_ptr<ReflectionV1> reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };
