@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Calling imgstat from Python: an encoded image in one call, a raw pixel
+buffer streamed in chunks, and many images on one batch call.
+
+Generate the code once (Debian: python3-grpcio, protobuf-compiler-grpc):
+    protoc -I proto --python_out=gen --grpc_python_out=gen \
+        --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin proto/imgstat/v1/imgstat.proto
+then run with gen on the path:
+    PYTHONPATH=gen python3 examples/python/imgstat_example.py localhost:50051 photo.png \
+        --raw frame.raw 4096x3072x1:uint16 --batch a.png b.jpg
+
+Prints one JSON object per answer, with the proto's field names.
+"""
+import argparse
+import json
+import os
+import sys
+
+import grpc
+from google.protobuf import json_format
+
+from imgstat.v1 import imgstat_pb2 as pb
+from imgstat.v1 import imgstat_pb2_grpc as rpc
+
+CHUNK = 1 << 20  # bytes per streamed message
+SAMPLE_TYPES = {
+    "uint8": pb.SAMPLE_TYPE_UINT8, "uint16": pb.SAMPLE_TYPE_UINT16, "int8": pb.SAMPLE_TYPE_INT8,
+    "int16": pb.SAMPLE_TYPE_INT16, "float32": pb.SAMPLE_TYPE_FLOAT32, "float64": pb.SAMPLE_TYPE_FLOAT64,
+}
+# Every statistic, with the 1st and 99th percentiles besides the median.
+OPTIONS = pb.Options(statistics=[pb.STATISTIC_ALL], percentiles=[1, 99])
+
+
+def analyze_file(stub, path):
+    with open(path, "rb") as f:
+        data = f.read()
+    request = pb.AnalyzeRequest(input=pb.Input(kind=pb.INPUT_KIND_ENCODED, data=data, name=path), options=OPTIONS)
+    return stub.Analyze(request, timeout=60)
+
+
+def analyze_raw_streamed(stub, path, layout):
+    """A raw buffer of any size: a StreamHeader, then the bytes in order."""
+    width, height, channels, sample_type = layout
+
+    def messages():
+        header = pb.StreamHeader(
+            input=pb.Input(kind=pb.INPUT_KIND_RAW, name=path,
+                           raw=pb.RawLayout(width=width, height=height, channels=channels, sample_type=sample_type)),
+            options=OPTIONS, total_bytes=os.path.getsize(path))
+        yield pb.AnalyzeStreamRequest(header=header)
+        with open(path, "rb") as f:
+            while block := f.read(CHUNK):
+                yield pb.AnalyzeStreamRequest(chunk=block)
+
+    return stub.AnalyzeStream(messages(), timeout=60)
+
+
+def analyze_batch(stub, paths):
+    """Many images on one call; answers come as they complete, matched by id."""
+    def requests():
+        for i, path in enumerate(paths):
+            with open(path, "rb") as f:
+                yield pb.BatchRequest(id=str(i), request=pb.AnalyzeRequest(
+                    input=pb.Input(kind=pb.INPUT_KIND_ENCODED, data=f.read(), name=path), options=OPTIONS))
+
+    for answer in stub.AnalyzeBatch(requests(), timeout=120):
+        path = paths[int(answer.id)]
+        if answer.HasField("error"):
+            yield path, None, answer.error
+        else:
+            yield path, answer.response, None
+
+
+def parse_layout(spec):
+    size, sample_type = spec.split(":")
+    width, height, channels = (int(v) for v in size.split("x"))
+    return width, height, channels, SAMPLE_TYPES[sample_type]
+
+
+def status_name(number):
+    """The name of a google.rpc code number, as BatchResponse errors carry them."""
+    for code in grpc.StatusCode:
+        if code.value[0] == number:
+            return code.name
+    return "UNKNOWN"
+
+
+def emit(method, path, response=None, error=None):
+    line = {"method": method, "file": path}
+    if response is not None:
+        # Zeros too: a first max at x = 0 is an answer, not a missing one.
+        line["response"] = json_format.MessageToDict(response, preserving_proto_field_name=True,
+                                                     including_default_value_fields=True)
+    if error is not None:
+        line["error"] = {"code": status_name(error.code), "message": error.message}
+    print(json.dumps(line), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("server")
+    parser.add_argument("image")
+    parser.add_argument("--raw", nargs=2, metavar=("FILE", "WxHxC:TYPE"))
+    parser.add_argument("--batch", nargs="*", default=[])
+    args = parser.parse_args()
+    # Responses carry histograms (up to 65536 bins per channel): allow large ones.
+    channel = grpc.insecure_channel(args.server, options=[("grpc.max_receive_message_length", 64 << 20)])
+    stub = rpc.ImageStatsStub(channel)
+    failed = False
+    try:
+        emit("Analyze", args.image, analyze_file(stub, args.image))
+        if args.raw:
+            emit("AnalyzeStream", args.raw[0], analyze_raw_streamed(stub, args.raw[0], parse_layout(args.raw[1])))
+        for path, response, error in analyze_batch(stub, args.batch):
+            failed |= error is not None
+            emit("AnalyzeBatch", path, response, error)
+    except grpc.RpcError as e:
+        print(f"imgstat: {e.code().name}: {e.details()}", file=sys.stderr)
+        return 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

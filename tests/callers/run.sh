@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The README's callers from other services, each against a live server:
+#   run.sh python|node|shell SERVER_BIN CLIENT_BIN WORK_DIR
+# Each caller analyzes an encoded image (one call), a raw buffer (streamed)
+# and a batch with one bad file; check.py holds every number it got to
+# imgstat-client --local --json on the same inputs. Exit 77 (skipped)
+# without the corpus.
+set -euo pipefail
+lang=$1 server_bin=$2 client_bin=$3 work=$4
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+corpus=${IMGSTAT_CORPUS:-$repo/../shared/corpus}
+[ -d "$corpus/png" ] || { echo "no corpus at $corpus: skipped"; exit 77; }
+python=/usr/bin/python3  # Debian's, which has python3-grpcio
+mkdir -p "$work"
+out=$(mktemp -d)
+trap 'kill "$server_pid" 2>/dev/null || true; rm -rf "$out"' EXIT
+
+image=$corpus/png/skimage_coffee.png
+batch=("$corpus/jpeg/derived_coffee_cmyk.jpg" "$corpus/bad/pngsuite_xcsn0g01.png" "$corpus/png/pngsuite_basn2c16.png")
+# 3 MiB of 16-bit samples: several stream chunks.
+head -c $((1024 * 768 * 2 * 2)) /dev/urandom >"$out/frame.raw"
+layout=1024x768x2:uint16
+
+"$server_bin" --listen 127.0.0.1:0 --engine cpu --threads 2 >"$out/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 100); do
+  port=$(sed -n 's/.*listening on .*:\([0-9][0-9]*\)$/\1/p' "$out/server.log")
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+[ -n "$port" ] || { cat "$out/server.log"; exit 1; }
+address=127.0.0.1:$port
+
+case "$lang" in
+  python)
+    # The README's command, verbatim but for the output folder.
+    rm -rf "$work/gen" && mkdir -p "$work/gen"
+    (cd "$repo" && protoc -I proto --python_out="$work/gen" --grpc_python_out="$work/gen" \
+      --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin proto/imgstat/v1/imgstat.proto)
+    PYTHONPATH=$work/gen $python "$repo/examples/python/imgstat_example.py" "$address" "$image" \
+      --raw "$out/frame.raw" "$layout" --batch "${batch[@]}" >"$out/answers.jsonl" || [ $? -eq 1 ]
+    ;;
+  node)
+    # npm install once per build folder; the example runs from there.
+    cp "$repo/examples/node/package.json" "$repo/examples/node/imgstat_example.js" "$work/"
+    [ -d "$work/node_modules/@grpc/grpc-js" ] || (cd "$work" && npm install --no-audit --no-fund --loglevel=error)
+    IMGSTAT_PROTO_DIR=$repo/proto node "$work/imgstat_example.js" "$address" "$image" \
+      --raw "$out/frame.raw" "$layout" --batch "${batch[@]}" >"$out/answers.jsonl" || [ $? -eq 1 ]
+    ;;
+  shell)
+    export IMGSTAT_SERVER=$address
+    {
+      "$repo/examples/shell/imgstat_call.sh" analyze "$image" | sed '1s/^/#Analyze\n/'
+      "$repo/examples/shell/imgstat_call.sh" stream-raw "$out/frame.raw" "$layout" | sed '1s/^/#AnalyzeStream\n/'
+      "$repo/examples/shell/imgstat_call.sh" batch "${batch[@]}" | sed '1s/^/#AnalyzeBatch\n/'
+      # An error is a gRPC status on stderr and exit status 1.
+      if "$repo/examples/shell/imgstat_call.sh" analyze "${batch[1]}" 2>"$out/error.txt"; then exit 1; fi
+      grep -q "gRPC status 3: PNG: could not decode" "$out/error.txt" || { cat "$out/error.txt"; exit 1; }
+    } >"$out/answers.txt"
+    ;;
+  *) echo "unknown caller $lang"; exit 2 ;;
+esac
+
+# What imgstat-client says about the same inputs.
+opts=(--local --json --stats all --percentiles 1,99)
+{
+  "$client_bin" "${opts[@]}" "$image"
+  "$client_bin" "${opts[@]}" --raw "$layout" "$out/frame.raw"
+  "$client_bin" "${opts[@]}" "${batch[@]}" || true
+} >"$out/want.jsonl" 2>/dev/null
+if [ "$lang" = shell ]; then
+  $python "$here/check.py" shell "$out/answers.txt" "$out/want.jsonl"
+else
+  $python "$here/check.py" json "$out/answers.jsonl" "$out/want.jsonl"
+fi
