@@ -91,6 +91,18 @@ std::string render_table(const Outcome& o, bool color) {
                 sample_type_name(r.sample_type()).c_str(), dim, r.engine().c_str(), decoder.c_str(),
                 ms(r.decode_time()), check, ms(r.compute_time()), reset);
   out += line;
+  if (r.has_facts()) {
+    // The file's own account: what it stores and what it asks a viewer to do.
+    const v1::ImageFacts& f = r.facts();
+    std::string facts = "  file: " + std::to_string(f.bit_depth()) + "-bit " + f.color_type();
+    if (f.palette_size()) facts += ", " + std::to_string(f.palette_size()) + "-entry palette";
+    if (!f.chroma_subsampling().empty()) facts += ", " + f.chroma_subsampling();
+    if (f.jpeg_quality()) facts += ", quality ~" + std::to_string(f.jpeg_quality());
+    if (f.progressive()) facts += r.format() == "PNG" ? ", interlaced" : ", progressive";
+    if (f.icc_profile()) facts += ", ICC profile";
+    if (f.exif_orientation()) facts += ", EXIF orientation " + std::to_string(f.exif_orientation()) + " (not applied)";
+    out += std::string(dim) + facts + reset + "\n";
+  }
   for (const std::string& w : r.warnings()) out += "  warning: " + w + "\n";
   std::snprintf(line, sizeof line, "  %-7s %14s %14s %14s %16s %16s%s\n", "channel", "count", "min", "max", "mean",
                 "stddev", flt ? "   nan/+inf/-inf" : "");
@@ -261,6 +273,13 @@ std::string render_json(const Outcome& o) {
   for (const std::string& w : r.warnings()) j["warnings"].push_back(w);
   j["channels"] = json::array();
   for (const v1::ChannelStats& c : r.channels()) j["channels"].push_back(channel_json(c, flt));
+  if (r.has_facts()) {
+    const v1::ImageFacts& f = r.facts();
+    j["facts"] = {{"bit_depth", f.bit_depth()},          {"color_type", f.color_type()},
+                  {"palette_size", f.palette_size()},    {"jpeg_quality", f.jpeg_quality()},
+                  {"chroma_subsampling", f.chroma_subsampling()}, {"progressive", f.progressive()},
+                  {"icc_profile", f.icc_profile()},      {"exif_orientation", f.exif_orientation()}};
+  }
   if (r.has_unique_colors()) j["unique_colors"] = r.unique_colors();
   if (r.has_luminance()) j["luminance"] = channel_json(r.luminance(), flt);
   if (r.has_summary()) j["summary"] = channel_json(r.summary(), flt);

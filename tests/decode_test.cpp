@@ -4,12 +4,18 @@
 #include <opencv2/imgcodecs.hpp>
 
 #include <atomic>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
+#include <jpeglib.h>  // after <cstdio>: it needs FILE
+
 #include "corpus.hpp"
 #include "decode/decode.hpp"
+#include "decode/facts.hpp"
 #include "decode/jpeg_check.hpp"
 #include "decode/library_messages.hpp"
 #include "decode/sniff.hpp"
@@ -200,6 +206,120 @@ TEST(Jpeg, CheckStopsWhenCancelled) {
 
 // libpng and OpenCV print on their own; once caught, what they say while a
 // file decodes is part of its error, and a stray line goes to the handler.
+// A JPEG written by libjpeg at a quality, luma sampling h x v, and mode.
+std::vector<uint8_t> write_jpeg(int quality, int h, int v, bool progressive, int components = 3) {
+  jpeg_compress_struct c;
+  jpeg_error_mgr err;
+  c.err = jpeg_std_error(&err);
+  jpeg_create_compress(&c);
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&c, &out, &size);
+  c.image_width = 64;
+  c.image_height = 48;
+  c.input_components = components;
+  c.in_color_space = components == 3 ? JCS_RGB : JCS_GRAYSCALE;
+  jpeg_set_defaults(&c);
+  jpeg_set_quality(&c, quality, TRUE);
+  c.comp_info[0].h_samp_factor = h;
+  c.comp_info[0].v_samp_factor = v;
+  if (progressive) jpeg_simple_progression(&c);
+  jpeg_start_compress(&c, TRUE);
+  std::vector<uint8_t> row(64 * static_cast<size_t>(components));
+  for (int y = 0; y < 48; ++y) {
+    for (size_t i = 0; i < row.size(); ++i) row[i] = static_cast<uint8_t>((i * 7 + static_cast<size_t>(y) * 13) % 256);
+    JSAMPROW r = row.data();
+    jpeg_write_scanlines(&c, &r, 1);
+  }
+  jpeg_finish_compress(&c);
+  std::vector<uint8_t> jpeg(out, out + size);
+  jpeg_destroy_compress(&c);
+  free(out);
+  return jpeg;
+}
+
+// JPEGs written at known qualities and samplings: the estimate is the
+// quality, the sampling and the mode are what was asked for.
+TEST(Facts, JpegQualitySubsamplingAndProgressiveAsWritten) {
+  const struct { int h, v; const char* name; } samplings[] = {
+      {2, 2, "4:2:0"}, {2, 1, "4:2:2"}, {1, 1, "4:4:4"}, {1, 2, "4:4:0"}, {4, 1, "4:1:1"}};
+  for (int quality : {5, 30, 50, 75, 90, 95, 100})
+    for (const auto& s : samplings)
+      for (bool progressive : {false, true}) {
+        const std::vector<uint8_t> jpeg = write_jpeg(quality, s.h, s.v, progressive);
+        const Facts f = read_facts(jpeg.data(), jpeg.size());
+        SCOPED_TRACE("quality " + std::to_string(quality) + " " + s.name);
+        EXPECT_EQ(f.jpeg_quality, static_cast<uint32_t>(quality));
+        EXPECT_EQ(f.chroma_subsampling, s.name);
+        EXPECT_EQ(f.progressive, progressive);
+        EXPECT_EQ(f.bit_depth, 8u);
+        EXPECT_EQ(f.color_type, "ycbcr");
+        EXPECT_FALSE(f.icc_profile);
+        EXPECT_EQ(f.exif_orientation, 0u);
+      }
+  const std::vector<uint8_t> gray = write_jpeg(60, 1, 1, false, 1);
+  const Facts f = read_facts(gray.data(), gray.size());
+  EXPECT_EQ(f.color_type, "gray");
+  EXPECT_EQ(f.chroma_subsampling, "");
+  EXPECT_EQ(f.jpeg_quality, 60u);
+}
+
+// Every PNG in the corpus: the bit depth and colour type its manifest
+// records; the palette files have their palette, and the EXIF and ICC
+// files say so.
+TEST(Facts, CorpusPngsAsTheirManifestSays) {
+  if (!have_corpus()) GTEST_SKIP() << "no corpus";
+  std::ifstream manifest(corpus_dir() / "MANIFEST.tsv");
+  std::string line;
+  std::getline(manifest, line);
+  int checked = 0;
+  while (std::getline(manifest, line)) {
+    std::vector<std::string> col;
+    std::stringstream in(line);
+    for (std::string c; std::getline(in, c, '\t');) col.push_back(c);
+    if (col.size() < 15 || col[2] != "PNG" || col[1] == "bad" || col[6].empty()) continue;
+    const std::string data = slurp_file(corpus_dir() / col[0]);
+    const Facts f = read_facts(bytes(data), data.size());
+    SCOPED_TRACE(col[0]);
+    EXPECT_EQ(f.bit_depth, static_cast<uint32_t>(std::stoul(col[6])));
+    const bool palette = col[14].find("palette") != std::string::npos && col[5] == "1";
+    if (palette) {
+      EXPECT_EQ(f.color_type, "palette");
+      EXPECT_GE(f.palette_size, 1u);
+      EXPECT_LE(f.palette_size, 256u);
+    }
+    if (col[5] == "3" && !palette) EXPECT_EQ(f.color_type, "rgb");
+    if (col[5] == "4") EXPECT_EQ(f.color_type, "rgba");
+    ++checked;
+  }
+  EXPECT_GT(checked, 50);
+  const std::string exif = slurp_file(corpus_dir() / "png/pngsuite_exif2c08.png");
+  EXPECT_GE(read_facts(bytes(exif), exif.size()).exif_orientation, 1u);
+  const std::string portrait = slurp_file(corpus_dir() / "jpeg/imagers_portrait_2.jpg");
+  const Facts p = read_facts(bytes(portrait), portrait.size());
+  EXPECT_EQ(p.exif_orientation, 2u);  // the manifest's note: orientation tag 2
+  EXPECT_EQ(p.chroma_subsampling, "4:2:0");
+}
+
+// Cut anywhere, or with lengths that point past the end, a file gives
+// partial facts or none, never a read outside it (ASan in the sanitizer run).
+TEST(Facts, CutAndLyingFilesStayInBounds) {
+  if (!have_corpus()) GTEST_SKIP() << "no corpus";
+  for (const char* name : {"jpeg/imagers_portrait_2.jpg", "png/pngsuite_exif2c08.png", "png/pngsuite_basi3p04.png"}) {
+    const std::string data = slurp_file(corpus_dir() / name);
+    for (size_t n = 0; n <= data.size(); n += 1 + n / 64) {
+      std::vector<uint8_t> cut(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(n));
+      const Facts f = read_facts(cut.data(), cut.size());
+      EXPECT_LE(f.exif_orientation, 8u);
+    }
+  }
+  // An EXIF block whose IFD offset and entry count point far past its end.
+  const uint8_t tiff[] = {'I', 'I', '*', 0, 8, 0, 0, 0, 0xff, 0xff, 0x12, 0x01, 3, 0};
+  EXPECT_EQ(exif_orientation(tiff, sizeof tiff), 0u);
+  const uint8_t far[] = {'M', 'M', 0, '*', 0x7f, 0xff, 0xff, 0xff};
+  EXPECT_EQ(exif_orientation(far, sizeof far), 0u);
+}
+
 TEST(LibraryMessages, ALibrarysReasonJoinsTheErrorAndNothingLeaksRaw) {
   if (!have_corpus()) GTEST_SKIP() << "no corpus";
   std::vector<std::string> stray;

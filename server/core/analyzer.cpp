@@ -4,6 +4,7 @@
 
 #include "core/validate.hpp"
 #include "decode/decode.hpp"
+#include "decode/facts.hpp"
 #include "decode/sniff.hpp"
 #include "imgstat/trace.hpp"
 
@@ -95,6 +96,22 @@ void fill_channel(v1::ChannelStats* c, const ChannelStats& s, const StatsRequest
     h->set_underflow(s.histogram.underflow);
     h->set_overflow(s.histogram.overflow);
   }
+}
+
+// What the file says about itself; bit depth and colour type from the
+// decoded pixels where its format did not say.
+void fill_facts(v1::AnalyzeResponse& r, const uint8_t* data, size_t size, const Layout& layout) {
+  const Facts f = read_facts(data, size);
+  v1::ImageFacts* out = r.mutable_facts();
+  static const char* kColorTypes[] = {"", "gray", "gray+alpha", "rgb", "rgba"};
+  out->set_bit_depth(f.bit_depth ? f.bit_depth : static_cast<uint32_t>(sample_size(layout.type) * 8));
+  out->set_color_type(!f.color_type.empty() ? f.color_type : layout.channels <= 4 ? kColorTypes[layout.channels] : "");
+  out->set_palette_size(f.palette_size);
+  out->set_jpeg_quality(f.jpeg_quality);
+  out->set_chroma_subsampling(f.chroma_subsampling);
+  out->set_progressive(f.progressive);
+  out->set_icc_profile(f.icc_profile);
+  out->set_exif_orientation(f.exif_orientation);
 }
 
 // The engine channels holding R, G and B, for the luminance.
@@ -288,6 +305,7 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
   const Result result = engine_->analyze(view, with_rgb(stats_request, d.order));
   const auto t2 = Clock::now();
   fill_response(r, d, result, stats_request);
+  if (kind_of(input) == v1::INPUT_KIND_ENCODED) fill_facts(r, bytes, data.size(), d.layout);
   r.set_decoder(decoded.decoder);
   set_duration(r.mutable_decode_time(), t1 - t0);
   set_duration(r.mutable_compute_time(), t2 - t1);
@@ -336,6 +354,7 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
   }
   const auto t2 = Clock::now();
   fill_response(r, describe_pixels("JPEG", image.view.layout), result, request);
+  fill_facts(r, data, size, image.view.layout);
   r.set_decoder(image.decoder);
   for (const std::string& w : check.warnings) r.add_warnings(w);
   set_duration(r.mutable_decode_time(), t1 - t0);

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "decode/decode.hpp"
+#include "decode/facts.hpp"
 #include "decode/jpeg_check.hpp"
 #include "decode/sniff.hpp"
 #include "fuzz_support.hpp"
@@ -20,6 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     decode_image(data, size, plan, options);
   });
   std::vector<std::string> warnings;
+  // Facts never throw; whatever the bytes, they stay within them (ASan).
+  const Facts facts = read_facts(data, size);
+  if (facts.exif_orientation > 8 || facts.jpeg_quality > 100) __builtin_trap();
+  exif_orientation(data, size);
   fuzz::expect_clean([&] { decode_bmp_core(data, size, options); });
   fuzz::expect_clean([&] {
     const Probe p = probe(data, size);
