@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -42,7 +43,7 @@ class Remote {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ImageStats::Stub> stub_;
   double timeout_;
-  uint64_t message_limit_ = 0;
+  std::atomic<uint64_t> message_limit_{0};  // asked once; files are analyzed concurrently
 };
 
 class Local {

@@ -6,8 +6,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
 #include <iostream>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <regex>
 #include <unistd.h>
 
@@ -60,7 +64,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> stats;
   // A hung server must not hang the caller; a 2 GiB upload at 1 Gb/s fits.
   double timeout = 120;
-  app.add_option("files", files, "image files; - reads standard input");
+  app.add_option("files", files,
+                 "image files, folders (their images, recursively) and quoted patterns ('shots/**/*.png'); - reads standard input");
+  unsigned jobs = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+  app.add_option("--jobs,-j", jobs, "files analyzed at once")->check(CLI::Range(1u, 256u))->capture_default_str();
   app.add_option("--server", server, "server address (default: $IMGSTAT_SERVER, else localhost:50051)");
   auto* json_option = app.add_flag("--json", json, "one JSON object per input per line");
   bool csv = false;
@@ -95,6 +102,7 @@ int main(int argc, char** argv) {
   imgstat-client photo.jpg                      table and histograms, from the server at $IMGSTAT_SERVER
   imgstat-client --local *.png                  no server: decode and compute in this process
   imgstat-client --json --stats min_max,sum a.tif b.tif
+  imgstat-client --csv -j 8 shots/ 'more/**/*.tif' > stats.csv   folders and patterns, 8 at once
   imgstat-client --raw 4096x3072x1:uint16 frame.raw
   cat photo.png | imgstat-client -
   imgstat-client --decoder cpu photo.jpg        libjpeg-turbo's exact pixels, even where the server has a GPU
@@ -182,37 +190,99 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
   for (double p : percentiles) request.options.add_percentiles(p);
 
   const auto started = std::chrono::steady_clock::now();
+  std::vector<std::string> missing;
+  const std::vector<std::string> inputs = client::expand_inputs(files, &missing);
+  int failures = 0;
+  for (const std::string& m : missing) {
+    err << "imgstat-client: " << m << ": nothing matches\n";
+    ++failures;
+  }
   std::unique_ptr<client::Local> in_process;
   if (local) in_process = std::make_unique<client::Local>();
   const bool color = !json && !csv && isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");
+  // A progress bar on a terminal, for many files; none when stderr is piped.
+  const bool progress = inputs.size() > 1 && isatty(STDERR_FILENO);
   if (csv) std::cout << client::render_csv_header();
-  int failures = 0;
-  for (const std::string& file : files) {
-    client::Outcome o;
-    try {
-      client::Source source(file);
-      request.input.set_name(file);
-      o = local ? in_process->analyze(source, request) : remote.analyze(source, request);
-    } catch (const std::exception& e) {
-      o.file = file;
-      o.code = "NOT_FOUND";
-      o.error = std::string("cannot read: ") + e.what();
+
+  // Workers take files in order; answers are printed in input order as soon
+  // as each and those before it are in.
+  std::vector<std::optional<client::Outcome>> outcomes(inputs.size());
+  std::mutex mu;
+  std::condition_variable ready;
+  size_t next = 0, finished = 0;
+  auto work = [&] {
+    for (;;) {
+      size_t i;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (next == inputs.size()) return;
+        i = next++;
+      }
+      client::Outcome o;
+      try {
+        client::Source source(inputs[i]);
+        client::Request mine = request;
+        mine.input.set_name(inputs[i]);
+        o = local ? in_process->analyze(source, mine) : remote.analyze(source, mine);
+      } catch (const std::exception& e) {
+        o.file = inputs[i];
+        o.code = "NOT_FOUND";
+        o.error = std::string("cannot read: ") + e.what();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        outcomes[i] = std::move(o);
+        ++finished;
+      }
+      ready.notify_one();
     }
+  };
+  std::vector<std::thread> workers;
+  for (unsigned k = 0; k < std::min<size_t>(jobs, inputs.size()); ++k) workers.emplace_back(work);
+  auto bar = [&](size_t done, bool clear) {
+    if (!progress) return;
+    const int width = 30, filled = static_cast<int>(width * done / inputs.size());
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::fprintf(stderr, "\r\033[K");
+    if (!clear)
+      std::fprintf(stderr, "[%s%s] %zu/%zu files, %d failed, %.1f files/s", std::string(filled, '#').c_str(),
+                   std::string(width - filled, '.').c_str(), done, inputs.size(), failures, done / std::max(took, 1e-9));
+    std::fflush(stderr);
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    client::Outcome o;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      for (;;) {
+        const size_t done = finished;
+        if (outcomes[i]) break;
+        lock.unlock();
+        bar(done, false);
+        lock.lock();
+        ready.wait(lock, [&] { return outcomes[i].has_value() || finished != done; });
+      }
+      o = std::move(*outcomes[i]);
+      outcomes[i].reset();
+    }
+    bar(0, true);
     if (!o.ok) {
       ++failures;
-      err << "imgstat-client: " << file << ": " << o.code << ": " << o.error << "\n";
+      err << "imgstat-client: " << o.file << ": " << o.code << ": " << o.error << "\n";
     }
     if (json)
       std::cout << client::render_json(o) << "\n";
     else if (csv)
       std::cout << client::render_csv(o);
     else if (o.ok)
-      std::cout << client::render_table(o, color) << (files.size() > 1 ? "\n" : "");
+      std::cout << client::render_table(o, color) << (inputs.size() > 1 ? "\n" : "");
     std::cout.flush();
+    bar(i + 1, i + 1 == inputs.size());
   }
-  if (!json && !csv && files.size() > 1) {
+  for (std::thread& t : workers) t.join();
+  if (!json && !csv && inputs.size() + missing.size() > 1) {
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    std::printf("%zu files: %zu analyzed, %d failed, %.2f s\n", files.size(), files.size() - failures, failures, took);
+    std::printf("%zu files: %zu analyzed, %d failed, %.2f s\n", inputs.size() + missing.size(),
+                inputs.size() + missing.size() - failures, failures, took);
   }
   return failures == 0 ? 0 : 1;
 }

@@ -1,6 +1,11 @@
 #include "sources.hpp"
 
+#include <fnmatch.h>
+#include <glob.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <cstring>
 #include <iostream>
 #include <iterator>
@@ -54,6 +59,73 @@ void Source::for_each_chunk(size_t chunk, const std::function<bool(const std::st
     left -= buf.size();
     if (!fn(buf)) return;
   }
+}
+
+namespace {
+
+bool image_extension(const std::filesystem::path& p) {
+  static const char* kExtensions[] = {".png", ".jpg", ".jpeg", ".jpe", ".jfif", ".tif", ".tiff", ".bmp", ".dib",
+                                      ".webp", ".gif", ".exr", ".hdr", ".pic", ".pnm", ".pbm", ".pgm", ".ppm",
+                                      ".pam", ".pfm", ".jp2", ".j2k", ".ras", ".sr"};
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return std::find(std::begin(kExtensions), std::end(kExtensions), ext) != std::end(kExtensions);
+}
+
+// Every regular file under root whose path (relative to root when pattern
+// is relative to it) satisfies keep; sorted, unreadable folders skipped.
+template <class Keep>
+std::vector<std::string> walk(const std::filesystem::path& root, Keep keep) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(root, fs::directory_options::skip_permission_denied, ec), end;
+       !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec) && keep(it->path())) out.push_back(it->path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std::vector<std::string>* missing) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  for (const std::string& arg : args) {
+    std::error_code ec;
+    if (arg == "-" || fs::is_regular_file(arg, ec)) {
+      out.push_back(arg);
+    } else if (fs::is_directory(arg, ec)) {
+      const std::vector<std::string> found = walk(arg, image_extension);
+      if (found.empty()) missing->push_back(arg + " (no images in this folder)");
+      out.insert(out.end(), found.begin(), found.end());
+    } else if (arg.find_first_of("*?[") == std::string::npos) {
+      out.push_back(arg);  // missing or unreadable: its analysis says why
+    } else if (arg.find("**") != std::string::npos) {
+      // ** crosses folders: walk from the fixed part and match whole paths.
+      const std::string fixed = arg.substr(0, arg.find_first_of("*?["));
+      const fs::path root = fixed.find('/') == std::string::npos ? fs::path(".") : fs::path(fixed.substr(0, fixed.rfind('/') + 1));
+      const bool dot = root == fs::path(".");
+      const std::vector<std::string> found = walk(root, [&](const fs::path& p) {
+        std::string path = p.string();
+        if (dot && path.rfind("./", 0) == 0) path = path.substr(2);
+        return fnmatch(arg.c_str(), path.c_str(), 0) == 0;  // without FNM_PATHNAME, * also matches /
+      });
+      if (found.empty()) missing->push_back(arg);
+      for (const std::string& f : found) out.push_back(dot && f.rfind("./", 0) == 0 ? f.substr(2) : f);
+    } else {
+      glob_t g{};
+      if (glob(arg.c_str(), 0, nullptr, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; ++i)
+          if (fs::is_regular_file(g.gl_pathv[i], ec)) out.push_back(g.gl_pathv[i]);
+      } else {
+        missing->push_back(arg);
+      }
+      globfree(&g);
+    }
+  }
+  return out;
 }
 
 }  // namespace imgstat::client

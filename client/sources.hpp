@@ -5,6 +5,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace imgstat::client {
 
@@ -26,5 +27,11 @@ class Source {
   bool is_stdin_ = false;
   uint64_t size_ = 0;
 };
+
+// The files the CLI's arguments name: "-" and files as given; a folder, the
+// images under it, recursively, by extension, sorted; a pattern with * ? or
+// [ (quoted, so the shell left it), the paths it matches, where "**" also
+// crosses folders. *missing collects patterns and folders that match nothing.
+std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std::vector<std::string>* missing);
 
 }  // namespace imgstat::client

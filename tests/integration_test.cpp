@@ -230,6 +230,40 @@ TEST_F(Integration, ClientCsvHasARowPerChannelAndQuotesWhatItMust) {
   std::filesystem::remove(named);
 }
 
+// Folders (recursive, images only, sorted), quoted patterns with ** and
+// plain ones, many files at once: answers in input order whatever the jobs,
+// no progress bar when stderr is not a terminal, patterns that match
+// nothing named and counted as failures.
+TEST_F(Integration, ClientTakesFoldersAndPatternsInOrder) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> want;
+  for (const auto& e : fs::recursive_directory_iterator(corpus_dir() / "gif")) want.push_back(e.path().string());
+  std::sort(want.begin(), want.end());
+  std::vector<std::string> bmps;
+  for (const auto& e : fs::recursive_directory_iterator(corpus_dir()))
+    if (e.path().extension() == ".bmp") bmps.push_back(e.path().string());
+  std::sort(bmps.begin(), bmps.end());
+  want.insert(want.end(), bmps.begin(), bmps.end());
+  std::string sums[2];
+  for (int pass = 0; pass < 2; ++pass) {
+    const ProcessResult r = client({"--local", "--json", "--stats", "sum", "-j", pass ? "8" : "1",
+                                    (corpus_dir() / "gif").string(), (corpus_dir() / "**" / "*.bmp").string()});
+    EXPECT_EQ(r.code, 1) << "the corpus's bad BMPs fail";
+    const std::vector<json> lines = json_lines(r.out);
+    ASSERT_EQ(lines.size(), want.size()) << r.out;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      EXPECT_EQ(lines[i]["file"], want[i]);
+      if (lines[i]["ok"]) sums[pass] += lines[i]["channels"][0]["sum"].dump() + ",";
+    }
+    EXPECT_EQ(r.err.find('\r'), std::string::npos) << "a progress bar on a pipe";
+  }
+  EXPECT_EQ(sums[0], sums[1]);
+  const ProcessResult none = client({"--local", (corpus_dir() / "png" / "nothing*.png").string(), corpus("png/skimage_coffee.png")});
+  EXPECT_EQ(none.code, 1);
+  EXPECT_NE(none.err.find("nothing*.png: nothing matches"), std::string::npos) << none.err;
+  EXPECT_NE(none.out.find("2 files: 1 analyzed, 1 failed"), std::string::npos) << none.out;
+}
+
 TEST_F(Integration, ClientExitCodesAndTheSummaryLine) {
   ProcessResult r = client({corpus("png/skimage_coffee.png"), corpus("bad/pngsuite_xcsn0g01.png")});
   EXPECT_EQ(r.code, 1);
