@@ -107,10 +107,13 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std
       const std::string fixed = arg.substr(0, arg.find_first_of("*?["));
       const fs::path root = fixed.find('/') == std::string::npos ? fs::path(".") : fs::path(fixed.substr(0, fixed.rfind('/') + 1));
       const bool dot = root == fs::path(".");
+      std::string no_folders = arg;
+      for (size_t at; (at = no_folders.find("**/")) != std::string::npos;) no_folders.erase(at, 3);
       const std::vector<std::string> found = walk(root, [&](const fs::path& p) {
         std::string path = p.string();
         if (dot && path.rfind("./", 0) == 0) path = path.substr(2);
-        return fnmatch(arg.c_str(), path.c_str(), 0) == 0;  // without FNM_PATHNAME, * also matches /
+        // Without FNM_PATHNAME * also matches /; "**/" may also match no folder at all.
+        return fnmatch(arg.c_str(), path.c_str(), 0) == 0 || fnmatch(no_folders.c_str(), path.c_str(), 0) == 0;
       });
       if (found.empty()) missing->push_back(arg);
       for (const std::string& f : found) out.push_back(dot && f.rfind("./", 0) == 0 ? f.substr(2) : f);
