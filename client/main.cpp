@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "calls.hpp"
+#include "plot.hpp"
 #include "imgstat/types.hpp"
 #include "render.hpp"
 #include "core/validate.hpp"
@@ -70,7 +71,12 @@ int main(int argc, char** argv) {
   app.add_option("--jobs,-j", jobs, "files analyzed at once")->check(CLI::Range(1u, 256u))->capture_default_str();
   app.add_option("--server", server, "server address (default: $IMGSTAT_SERVER, else localhost:50051)");
   auto* json_option = app.add_flag("--json", json, "one JSON object per input per line");
-  bool csv = false;
+  bool csv = false, normalized = false;
+  std::string plot;
+  app.add_option("--plot", plot,
+                 "draw each channel's histogram into this PNG (several files: NAME-1.png, NAME-2.png, ...)");
+  app.add_flag("--normalize", normalized,
+               "values as fractions of the sample type's maximum (255, 65535, ...), as ImageMagick prints them");
   app.add_flag("--csv", csv, "CSV: a header, then a row per channel (one per failed input)")->excludes(json_option);
   auto* raw_option = app.add_option("--raw", raw_spec, "raw pixels: WxHxC:TYPE (TYPE uint8, uint16, int8, int16, float32, float64)");
   app.add_option("--stride", stride, "with --raw: bytes from one row to the next (default packed)");
@@ -265,6 +271,19 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
       outcomes[i].reset();
     }
     bar(0, true);
+    if (!plot.empty() && o.ok) {
+      std::string to = plot, why;
+      if (inputs.size() > 1) {
+        const size_t dot = plot.rfind('.');
+        to = plot.substr(0, dot) + "-" + std::to_string(i + 1) + (dot == std::string::npos ? ".png" : plot.substr(dot));
+      }
+      if (!client::write_plot(o, to, &why)) {
+        o.ok = false;
+        o.code = "INVALID_ARGUMENT";
+        o.error = "--plot: " + why;
+      }
+    }
+    if (normalized) client::normalize(o);
     if (!o.ok) {
       ++failures;
       err << "imgstat-client: " << o.file << ": " << o.code << ": " << o.error << "\n";

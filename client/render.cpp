@@ -79,7 +79,7 @@ std::string render_table(const Outcome& o, bool color) {
   const char* dim = color ? "\033[2m" : "";
   const char* reset = color ? "\033[0m" : "";
   const v1::AnalyzeResponse& r = o.response;
-  const bool flt = is_float_type(r.sample_type());
+  const bool flt = is_float_type(r.sample_type()) || o.normalized;
   std::string out;
   char line[512];
   const std::string decoder = r.decoder().empty() ? "" : ", decoder " + r.decoder();
@@ -105,7 +105,7 @@ std::string render_table(const Outcome& o, bool color) {
   }
   for (const std::string& w : r.warnings()) out += "  warning: " + w + "\n";
   std::snprintf(line, sizeof line, "  %-7s %14s %14s %14s %16s %16s%s\n", "channel", "count", "min", "max", "mean",
-                "stddev", flt ? "   nan/+inf/-inf" : "");
+                "stddev", is_float_type(r.sample_type()) ? "   nan/+inf/-inf" : "");
   out += line;
   for (const v1::ChannelStats& c : r.channels()) {
     auto opt = [&](bool has, double v, bool as_sample) {
@@ -117,7 +117,7 @@ std::string render_table(const Outcome& o, bool color) {
                   opt(c.has_max(), c.max(), true).c_str(), opt(c.has_mean(), c.mean(), false).c_str(),
                   opt(c.has_stddev(), c.stddev(), false).c_str());
     out += line;
-    if (flt)
+    if (is_float_type(r.sample_type()))
       out += "   " + std::to_string(c.nan_count()) + "/" + std::to_string(c.posinf_count()) + "/" +
              std::to_string(c.neginf_count());
     out += "\n";
@@ -195,7 +195,8 @@ std::string render_table(const Outcome& o, bool color) {
 
 namespace {
 
-nlohmann::json channel_json(const v1::ChannelStats& c, bool flt) {
+// flt: values print as floats; float_samples: NaN and Inf counts apply.
+nlohmann::json channel_json(const v1::ChannelStats& c, bool flt, bool float_samples) {
   using nlohmann::json;
   json ch;
   ch["name"] = c.name();
@@ -236,7 +237,7 @@ nlohmann::json channel_json(const v1::ChannelStats& c, bool flt) {
   } else {
     ch["histogram"] = json();
   }
-  if (flt) {
+  if (float_samples) {
     ch["nan_count"] = c.nan_count();
     ch["inf_count"] = c.posinf_count() + c.neginf_count();
     ch["posinf_count"] = c.posinf_count();
@@ -258,7 +259,7 @@ std::string render_json(const Outcome& o) {
     return j.dump();
   }
   const v1::AnalyzeResponse& r = o.response;
-  const bool flt = is_float_type(r.sample_type());
+  const bool flt = is_float_type(r.sample_type()) || o.normalized;
   j["format"] = r.format();
   j["width"] = r.width();
   j["height"] = r.height();
@@ -272,7 +273,7 @@ std::string render_json(const Outcome& o) {
   j["warnings"] = json::array();
   for (const std::string& w : r.warnings()) j["warnings"].push_back(w);
   j["channels"] = json::array();
-  for (const v1::ChannelStats& c : r.channels()) j["channels"].push_back(channel_json(c, flt));
+  for (const v1::ChannelStats& c : r.channels()) j["channels"].push_back(channel_json(c, flt, is_float_type(r.sample_type())));
   if (r.has_facts()) {
     const v1::ImageFacts& f = r.facts();
     j["facts"] = {{"bit_depth", f.bit_depth()},          {"color_type", f.color_type()},
@@ -281,8 +282,8 @@ std::string render_json(const Outcome& o) {
                   {"icc_profile", f.icc_profile()},      {"exif_orientation", f.exif_orientation()}};
   }
   if (r.has_unique_colors()) j["unique_colors"] = r.unique_colors();
-  if (r.has_luminance()) j["luminance"] = channel_json(r.luminance(), flt);
-  if (r.has_summary()) j["summary"] = channel_json(r.summary(), flt);
+  if (r.has_luminance()) j["luminance"] = channel_json(r.luminance(), flt, is_float_type(r.sample_type()));
+  if (r.has_summary()) j["summary"] = channel_json(r.summary(), flt, is_float_type(r.sample_type()));
   return j.dump();
 }
 
@@ -310,7 +311,7 @@ std::string render_csv(const Outcome& o) {
   const std::string file = csv_field(o.file);
   if (!o.ok) return file + ",false," + csv_field(o.code) + "," + csv_field(o.error) + std::string(26, ',') + "\n";
   const v1::AnalyzeResponse& r = o.response;
-  const bool flt = is_float_type(r.sample_type());
+  const bool flt = is_float_type(r.sample_type()) || o.normalized;
   const std::string image = file + ",true,,," + csv_field(r.format()) + "," + std::to_string(r.width()) + "," +
                             std::to_string(r.height()) + "," + sample_type_name(r.sample_type()) + "," +
                             csv_field(r.engine()) + "," + csv_field(r.decoder()) + ",";
@@ -327,7 +328,7 @@ std::string render_csv(const Outcome& o) {
     out += (c.has_sum_int() ? std::to_string(c.sum_int()) : c.has_sum() ? csv_number(c.sum(), false) : "") + ",";
     out += (c.has_mean() ? csv_number(c.mean(), false) : "") + ",";
     out += (c.has_stddev() ? csv_number(c.stddev(), false) : "") + ",";
-    out += flt ? std::to_string(c.nan_count()) + "," + std::to_string(c.posinf_count()) + "," +
+    out += is_float_type(r.sample_type()) ? std::to_string(c.nan_count()) + "," + std::to_string(c.posinf_count()) + "," +
                      std::to_string(c.neginf_count())
                : std::string(",,");
     out += "," + (c.has_median() ? csv_number(c.median(), !flt) : "");
@@ -344,6 +345,47 @@ std::string render_csv(const Outcome& o) {
     out += "\n";
   }
   return out;
+}
+
+namespace {
+
+double type_max(v1::SampleType t) {
+  switch (t) {
+    case v1::SAMPLE_TYPE_UINT8: return 255;
+    case v1::SAMPLE_TYPE_UINT16: return 65535;
+    case v1::SAMPLE_TYPE_INT8: return 127;
+    case v1::SAMPLE_TYPE_INT16: return 32767;
+    default: return 1;
+  }
+}
+
+void scale_channel(v1::ChannelStats& c, double k) {
+  if (c.has_min()) c.set_min(c.min() / k);
+  if (c.has_max()) c.set_max(c.max() / k);
+  if (c.has_sum()) c.set_sum(c.sum() / k);
+  c.clear_sum_int();  // no longer an integer
+  if (c.has_mean()) c.set_mean(c.mean() / k);
+  if (c.has_stddev()) c.set_stddev(c.stddev() / k);
+  if (c.has_median()) c.set_median(c.median() / k);
+  if (c.has_mode()) c.set_mode(c.mode() / k);
+  if (c.has_bin_error()) c.set_bin_error(c.bin_error() / k);
+  for (v1::Percentile& p : *c.mutable_percentiles()) p.set_value(p.value() / k);
+  if (c.has_histogram()) {
+    c.mutable_histogram()->set_lo(c.histogram().lo() / k);
+    c.mutable_histogram()->set_hi(c.histogram().hi() / k);
+  }
+}
+
+}  // namespace
+
+void normalize(Outcome& o) {
+  if (!o.ok) return;
+  v1::AnalyzeResponse& r = o.response;
+  const double k = type_max(r.sample_type());
+  o.normalized = true;
+  for (v1::ChannelStats& c : *r.mutable_channels()) scale_channel(c, k);
+  if (r.has_summary()) scale_channel(*r.mutable_summary(), k);
+  if (r.has_luminance()) scale_channel(*r.mutable_luminance(), k);
 }
 
 }  // namespace imgstat::client

@@ -14,7 +14,14 @@ struct Outcome {
   v1::AnalyzeResponse response;
   std::string code;  // gRPC status name on failure
   std::string error;
+  bool normalized = false;  // normalize() ran: sample values are fractions of the type's maximum
 };
+
+// ImageMagick's convention (--normalize): every value of the samples' scale
+// (min, max, sums, mean, stddev, median, mode, percentiles, histogram range)
+// divided by the sample type's largest value (255, 65535, 127, 32767);
+// floats, already on their own scale, are left as they are.
+void normalize(Outcome& o);
 
 std::string render_table(const Outcome& o, bool color);
 std::string render_json(const Outcome& o);  // one line, no newline

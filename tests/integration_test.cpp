@@ -264,6 +264,41 @@ TEST_F(Integration, ClientTakesFoldersAndPatternsInOrder) {
   EXPECT_NE(none.out.find("2 files: 1 analyzed, 1 failed"), std::string::npos) << none.out;
 }
 
+// --plot draws a panel per channel (and the luminance) into a PNG one can
+// open; --normalize prints values as fractions of the type's maximum.
+TEST_F(Integration, ClientPlotsAndNormalizes) {
+  const std::string png = temp_path("plot") + ".png";
+  ProcessResult r = client({"--local", "--stats", "histogram,luminance", "--plot", png, corpus("png/skimage_coffee.png")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const cv::Mat plot = cv::imread(png, cv::IMREAD_COLOR);
+  ASSERT_FALSE(plot.empty());
+  EXPECT_EQ(plot.cols, 960);
+  EXPECT_EQ(plot.rows, 4 * 240 + 40);  // R, G, B and Y
+  int red = 0, green = 0, blue = 0;
+  for (int y = 0; y < plot.rows; ++y)
+    for (int x = 0; x < plot.cols; ++x) {
+      const cv::Vec3b p = plot.at<cv::Vec3b>(y, x);
+      red += p == cv::Vec3b(40, 40, 210);
+      green += p == cv::Vec3b(40, 160, 40);
+      blue += p == cv::Vec3b(200, 90, 30);
+    }
+  EXPECT_GT(red, 10000);  // bars, not just the labels
+  EXPECT_GT(green, 10000);
+  EXPECT_GT(blue, 10000);
+  std::filesystem::remove(png);
+  r = client({"--local", "--stats", "sum", "--plot", png, corpus("png/skimage_coffee.png")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("no histogram to plot"), std::string::npos) << r.err;
+
+  const json plain = json_lines(client({"--local", "--json", corpus("png/skimage_coffee.png")}).out).at(0);
+  const json scaled = json_lines(client({"--local", "--json", "--normalize", corpus("png/skimage_coffee.png")}).out).at(0);
+  for (size_t c = 0; c < 3; ++c) {
+    EXPECT_EQ(scaled["channels"][c]["max"].get<double>(), plain["channels"][c]["max"].get<double>() / 255);
+    EXPECT_EQ(scaled["channels"][c]["mean"].get<double>(), plain["channels"][c]["mean"].get<double>() / 255);
+    EXPECT_EQ(scaled["channels"][c]["median"].get<double>(), plain["channels"][c]["median"].get<double>() / 255);
+  }
+}
+
 TEST_F(Integration, ClientExitCodesAndTheSummaryLine) {
   ProcessResult r = client({corpus("png/skimage_coffee.png"), corpus("bad/pngsuite_xcsn0g01.png")});
   EXPECT_EQ(r.code, 1);
