@@ -4,6 +4,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include <tbb/parallel_for.h>
+
 namespace imgstat {
 
 namespace {
@@ -15,12 +17,14 @@ T load(const uint8_t* p) {
   return v;
 }
 
+// Rows in parallel: a plane is a full pass over the image.
 template <class T>
-void plane_of(const ImageView& image, const uint32_t* rgb, uint8_t* out) {
+void plane_of(const ImageView& image, const uint32_t* rgb, uint8_t* plane) {
   const Layout& l = image.layout;
   const auto* base = static_cast<const uint8_t*>(image.data);
   const uint64_t pb = l.pixel_bytes();
-  for (uint64_t y = 0; y < l.height; ++y) {
+  tbb::parallel_for(uint64_t{0}, l.height, [&](uint64_t y) {
+    uint8_t* out = plane + y * l.width * sizeof(std::conditional_t<std::is_floating_point_v<T>, double, T>);
     const uint8_t* row = base + y * l.stride();
     for (uint64_t x = 0; x < l.width; ++x) {
       const uint8_t* px = row + x * pb;
@@ -40,7 +44,7 @@ void plane_of(const ImageView& image, const uint32_t* rgb, uint8_t* out) {
         out += sizeof v;
       }
     }
-  }
+  });
 }
 
 }  // namespace

@@ -273,6 +273,12 @@ class CudaEngine final : public Engine {
     validate(image.layout, request);
     if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
+    if (has_luminance(image.layout, request)) return analyze_uploaded(image, request);
+    return analyze_streamed(image, request);
+  }
+
+  // Through the staging ring, chunk by chunk: the image is never whole on the device.
+  Result analyze_streamed(const ImageView& image, const StatsRequest& request) {
     const Layout& l = image.layout;
     GpuAnalysis analysis(*this, l, request, kAnalyzeWait);
     const auto* base = static_cast<const uint8_t*>(image.data);
@@ -285,9 +291,35 @@ class CudaEngine final : public Engine {
     } else {
       for (uint64_t y = 0; y < l.height; ++y) analysis.add(base + y * l.stride(), l.width);
     }
-    Result result = analysis.finish();
-    add_luminance(*this, image, request, result);
-    return result;
+    return analysis.finish();
+  }
+
+  // The luminance needs whole pixels on the device: the image goes up packed
+  // in one copy and is analyzed there, the luminance plane made by a kernel.
+  Result analyze_uploaded(const ImageView& image, const StatsRequest& request) {
+    Layout packed = image.layout;
+    packed.row_stride = 0;
+    const uint64_t bytes = packed.pixels() * packed.pixel_bytes();
+    budget_.take(bytes, "this image");
+    void* device = nullptr;
+    if (cudaMalloc(&device, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      budget_.give(bytes);
+      fail(ErrorCode::kResourceExhausted, "GPU out of memory for a " + std::to_string(bytes >> 20) + " MiB image");
+    }
+    struct Free {
+      void* p;
+      uint64_t bytes;
+      DeviceBudget& budget;
+      ~Free() {
+        IMGSTAT_CUDA_REPORT(cudaFree(p));
+        budget.give(bytes);
+      }
+    } free_image{device, bytes, budget_};
+    IMGSTAT_CUDA(cudaMemcpy2DAsync(device, packed.row_bytes(), image.data, image.layout.stride(), packed.row_bytes(),
+                                   packed.height, cudaMemcpyHostToDevice, cudaStreamPerThread));
+    IMGSTAT_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
+    return analyze_device(DeviceImageView{device, packed}, request);
   }
 
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override;
