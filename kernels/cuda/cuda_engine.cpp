@@ -83,6 +83,31 @@ class DeviceBudget {
   std::atomic<uint64_t> used_{0};
 };
 
+// Device memory for one call, charged to the engine's budget while held.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(DeviceBudget& budget, uint64_t bytes, const std::string& what) : budget_(budget), bytes_(bytes) {
+    budget_.take(bytes_, what.c_str());
+    if (cudaMalloc(&data_, bytes_) != cudaSuccess) {
+      cudaGetLastError();
+      budget_.give(bytes_);
+      fail(ErrorCode::kResourceExhausted, "GPU out of memory for " + what);
+    }
+  }
+  ~DeviceBuffer() {
+    IMGSTAT_CUDA_REPORT(cudaFree(data_));
+    budget_.give(bytes_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  DeviceBudget& budget_;
+  uint64_t bytes_;
+  void* data_ = nullptr;
+};
+
 // Streams, staging ring and result buffers for one image at a time.
 struct Workspace {
   std::array<cudaStream_t, kSlots> streams{};
@@ -300,26 +325,11 @@ class CudaEngine final : public Engine {
     Layout packed = image.layout;
     packed.row_stride = 0;
     const uint64_t bytes = packed.pixels() * packed.pixel_bytes();
-    budget_.take(bytes, "this image");
-    void* device = nullptr;
-    if (cudaMalloc(&device, bytes) != cudaSuccess) {
-      cudaGetLastError();
-      budget_.give(bytes);
-      fail(ErrorCode::kResourceExhausted, "GPU out of memory for a " + std::to_string(bytes >> 20) + " MiB image");
-    }
-    struct Free {
-      void* p;
-      uint64_t bytes;
-      DeviceBudget& budget;
-      ~Free() {
-        IMGSTAT_CUDA_REPORT(cudaFree(p));
-        budget.give(bytes);
-      }
-    } free_image{device, bytes, budget_};
-    IMGSTAT_CUDA(cudaMemcpy2DAsync(device, packed.row_bytes(), image.data, image.layout.stride(), packed.row_bytes(),
-                                   packed.height, cudaMemcpyHostToDevice, cudaStreamPerThread));
+    const DeviceBuffer device(budget_, bytes, "a " + std::to_string(bytes >> 20) + " MiB image");
+    IMGSTAT_CUDA(cudaMemcpy2DAsync(device.data(), packed.row_bytes(), image.data, image.layout.stride(),
+                                   packed.row_bytes(), packed.height, cudaMemcpyHostToDevice, cudaStreamPerThread));
     IMGSTAT_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
-    return analyze_device(DeviceImageView{device, packed}, request);
+    return analyze_device(DeviceImageView{device.data(), packed}, request);
   }
 
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override;
@@ -350,28 +360,12 @@ class CudaEngine final : public Engine {
   // The luminance channel of pixels in device memory, computed there.
   ChannelStats device_luminance(const DeviceImageView& image, const StatsRequest& request) {
     const Layout plane{image.layout.width, image.layout.height, 1, luminance_type(image.layout.type), 0};
-    const uint64_t bytes = plane.pixels() * plane.pixel_bytes();
-    budget_.take(bytes, "the luminance plane");
-    void* out = nullptr;
-    if (cudaMalloc(&out, bytes) != cudaSuccess) {
-      cudaGetLastError();
-      budget_.give(bytes);
-      fail(ErrorCode::kResourceExhausted, "GPU out of memory for the luminance plane");
-    }
-    struct Free {
-      void* p;
-      uint64_t bytes;
-      DeviceBudget& budget;
-      ~Free() {
-        IMGSTAT_CUDA_REPORT(cudaFree(p));
-        budget.give(bytes);
-      }
-    } free_plane{out, bytes, budget_};
+    const DeviceBuffer out(budget_, plane.pixels() * plane.pixel_bytes(), "the luminance plane");
     launch_luminance(static_cast<const uint8_t*>(image.data), image.layout.pixels(), image.layout.channels,
-                     image.layout.type, request.rgb, out, dev_, cudaStreamPerThread);
+                     image.layout.type, request.rgb, out.data(), dev_, cudaStreamPerThread);
     IMGSTAT_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
     GpuAnalysis analysis(*this, plane, luminance_request(request), kDeviceImageWait);
-    analysis.add_device(static_cast<const uint8_t*>(out), plane.pixels());
+    analysis.add_device(static_cast<const uint8_t*>(out.data()), plane.pixels());
     return analysis.finish().channels.front();
   }
 

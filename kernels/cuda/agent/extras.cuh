@@ -10,17 +10,10 @@
 #include "common/float_moments.hpp"
 #include "common/partial.hpp"
 #include "common/luminance.hpp"
+#include "cuda/agent/fold.cuh"
 #include "cuda/agent/int16.cuh"
 
 namespace imgstat::cuda {
-
-struct ExtremesMerge {
-  __device__ Extremes operator()(const Extremes& a, const Extremes& b) const {
-    Extremes r = a;
-    merge(r, b);
-    return r;
-  }
-};
 
 // Each thread walks its pixels in increasing order and replaces only on a
 // strictly smaller (larger) sample, so it keeps its first extreme; merges
@@ -51,24 +44,9 @@ __global__ void __launch_bounds__(kPassThreads)
   __shared__ typename Reduce::TempStorage temp;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    const Extremes r = Reduce(temp).Reduce(t[c], ExtremesMerge());
+    const Extremes r = Reduce(temp).Reduce(t[c], MergeOp());
     __syncthreads();
     if (threadIdx.x == 0) partials[blockIdx.x * C + c] = r;
-  }
-}
-
-template <int C>
-__global__ void __launch_bounds__(kPassThreads)
-    fold_extremes(const Extremes* __restrict__ partials, uint32_t count, Extremes* __restrict__ running) {
-  using Reduce = cub::BlockReduce<Extremes, kPassThreads>;
-  __shared__ typename Reduce::TempStorage temp;
-#pragma unroll
-  for (int c = 0; c < C; ++c) {
-    Extremes m;
-    for (uint32_t i = threadIdx.x; i < count; i += blockDim.x) merge(m, partials[i * C + c]);
-    const Extremes r = Reduce(temp).Reduce(m, ExtremesMerge());
-    __syncthreads();
-    if (threadIdx.x == 0) merge(running[c], r);
   }
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "common/float_moments.hpp"
+#include "cuda/agent/fold.cuh"
 #include "cuda/agent/int16.cuh"
 #include "cuda/block/pixel_steps.cuh"
 #include "cuda/block/shared_histogram.cuh"
@@ -19,14 +20,6 @@
 #include "imgstat/binning.hpp"
 
 namespace imgstat::cuda {
-
-struct MomentsMerge {
-  __device__ FloatMoments operator()(const FloatMoments& a, const FloatMoments& b) const {
-    FloatMoments r = a;
-    merge(r, b);
-    return r;
-  }
-};
 
 template <class T>
 struct FloatThread {
@@ -78,25 +71,9 @@ __global__ void __launch_bounds__(kPassThreads, 4)
   __shared__ typename Reduce::TempStorage temp;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    const FloatMoments r = Reduce(temp).Reduce(t[c].moments(), MomentsMerge());
+    const FloatMoments r = Reduce(temp).Reduce(t[c].moments(), MergeOp());
     __syncthreads();
     if (threadIdx.x == 0) partials[blockIdx.x * C + c] = r;
-  }
-}
-
-// One block: partials of `count` blocks into running[c], always in the same order.
-template <int C>
-__global__ void __launch_bounds__(kPassThreads)
-    fold_partials(const FloatMoments* __restrict__ partials, uint32_t count, FloatMoments* __restrict__ running) {
-  using Reduce = cub::BlockReduce<FloatMoments, kPassThreads>;
-  __shared__ typename Reduce::TempStorage temp;
-#pragma unroll
-  for (int c = 0; c < C; ++c) {
-    FloatMoments m;
-    for (uint32_t i = threadIdx.x; i < count; i += blockDim.x) merge(m, partials[i * C + c]);
-    const FloatMoments r = Reduce(temp).Reduce(m, MomentsMerge());
-    __syncthreads();
-    if (threadIdx.x == 0) merge(running[c], r);
   }
 }
 

@@ -144,7 +144,7 @@ void float_moments_c(const uint8_t* data, uint64_t pixels, FloatMoments* partial
   float_moments_pass<T, C><<<grid, kPassThreads, 0, stream>>>(reinterpret_cast<const uint4*>(data), steps,
                                                               as<T>(data) + steps * S::kSamples, tail, partials);
   IMGSTAT_CUDA_LAUNCHED("float_moments_pass");
-  fold_partials<C><<<1, kPassThreads, 0, stream>>>(partials, grid, running);
+  fold_partials<FloatMoments, C, kPassThreads><<<1, kPassThreads, 0, stream>>>(partials, grid, running);
   IMGSTAT_CUDA_LAUNCHED("fold_partials");
 }
 
@@ -221,22 +221,30 @@ void extremes_c(const uint8_t* data, uint64_t pixels, uint64_t first, Extremes* 
   const unsigned grid = extras_grid(pixels, dev);
   extremes_pass<T, C><<<grid, kPassThreads, 0, stream>>>(as<T>(data), pixels, first, partials);
   IMGSTAT_CUDA_LAUNCHED("extremes_pass");
-  fold_extremes<C><<<1, kPassThreads, 0, stream>>>(partials, grid, running);
-  IMGSTAT_CUDA_LAUNCHED("fold_extremes");
+  fold_partials<Extremes, C, kPassThreads><<<1, kPassThreads, 0, stream>>>(partials, grid, running);
+  IMGSTAT_CUDA_LAUNCHED("fold_partials");
+}
+
+// Calls f with a value of the C++ type of samples of type t.
+template <class F>
+void with_sample_type(SampleType t, F&& f) {
+  switch (t) {
+    case SampleType::kUint8: return f(uint8_t{});
+    case SampleType::kInt8: return f(int8_t{});
+    case SampleType::kUint16: return f(uint16_t{});
+    case SampleType::kInt16: return f(int16_t{});
+    case SampleType::kFloat32: return f(float{});
+    case SampleType::kFloat64: return f(double{});
+  }
 }
 
 template <int C>
 struct ExtremesOf {
   static void run(SampleType type, const uint8_t* data, uint64_t pixels, uint64_t first, Extremes* partials,
                   Extremes* running, const DeviceInfo& dev, cudaStream_t stream) {
-    switch (type) {
-      case SampleType::kUint8: return extremes_c<uint8_t, C>(data, pixels, first, partials, running, dev, stream);
-      case SampleType::kInt8: return extremes_c<int8_t, C>(data, pixels, first, partials, running, dev, stream);
-      case SampleType::kUint16: return extremes_c<uint16_t, C>(data, pixels, first, partials, running, dev, stream);
-      case SampleType::kInt16: return extremes_c<int16_t, C>(data, pixels, first, partials, running, dev, stream);
-      case SampleType::kFloat32: return extremes_c<float, C>(data, pixels, first, partials, running, dev, stream);
-      case SampleType::kFloat64: return extremes_c<double, C>(data, pixels, first, partials, running, dev, stream);
-    }
+    with_sample_type(type, [&](auto sample) {
+      extremes_c<decltype(sample), C>(data, pixels, first, partials, running, dev, stream);
+    });
   }
 };
 
@@ -262,14 +270,9 @@ struct LuminanceOf {
                   cudaStream_t stream) {
     if constexpr (C >= 3) {
       const int64_t lo = type_lo(type);
-      switch (type) {
-        case SampleType::kUint8: return luminance_c<uint8_t, C>(data, pixels, lo, rgb, out, dev, stream);
-        case SampleType::kInt8: return luminance_c<int8_t, C>(data, pixels, lo, rgb, out, dev, stream);
-        case SampleType::kUint16: return luminance_c<uint16_t, C>(data, pixels, lo, rgb, out, dev, stream);
-        case SampleType::kInt16: return luminance_c<int16_t, C>(data, pixels, lo, rgb, out, dev, stream);
-        case SampleType::kFloat32: return luminance_c<float, C>(data, pixels, lo, rgb, out, dev, stream);
-        case SampleType::kFloat64: return luminance_c<double, C>(data, pixels, lo, rgb, out, dev, stream);
-      }
+      return with_sample_type(type, [&](auto sample) {
+        luminance_c<decltype(sample), C>(data, pixels, lo, rgb, out, dev, stream);
+      });
     }
     fail(ErrorCode::kInvalidArgument, "luminance needs 3 or 4 channels");
   }
