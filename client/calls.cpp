@@ -92,7 +92,9 @@ Outcome Remote::analyze(Source& source, const Request& request) {
     const size_t piece = static_cast<size_t>(std::min<uint64_t>(kStreamChunk, message_limit(until) - kEnvelope));
     source.for_each_chunk(piece, [&](const std::string& c) {
       chunk.set_chunk(c);
-      return writer->Write(chunk);  // false: the server has answered already
+      if (!writer->Write(chunk)) return false;  // the server has answered already
+      if (request.on_sent) request.on_sent(c.size());
+      return true;
     });
     writer->WritesDone();
   }

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,8 @@ struct Request {
   v1::Input input;  // kind, raw layout, name; data left empty
   v1::Options options;
   bool force_stream = false;
+  // Told of each piece of a streamed upload as it is written (its bytes).
+  std::function<void(uint64_t)> on_sent;
 };
 
 class Remote {

@@ -3,10 +3,12 @@
 #include <CLI/CLI.hpp>
 #include <google/protobuf/util/json_util.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <condition_variable>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -206,8 +208,17 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
   std::unique_ptr<client::Local> in_process;
   if (local) in_process = std::make_unique<client::Local>();
   const bool color = !json && !csv && isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");
-  // A progress bar on a terminal, for many files; none when stderr is piped.
-  const bool progress = inputs.size() > 1 && isatty(STDERR_FILENO);
+  // A progress bar on a terminal, for many files or a large upload; none
+  // when stderr is piped. Streamed uploads count their bytes as they go.
+  uint64_t total_bytes = 0;
+  for (const std::string& f : inputs) {
+    std::error_code ec;
+    const uint64_t n = f == "-" ? 0 : std::filesystem::file_size(f, ec);
+    if (!ec) total_bytes += n;
+  }
+  const bool progress = isatty(STDERR_FILENO) && (inputs.size() > 1 || total_bytes >= (uint64_t{64} << 20));
+  std::atomic<uint64_t> sent{0};
+  if (progress) request.on_sent = [&sent](uint64_t n) { sent += n; };
   if (csv) std::cout << client::render_csv_header();
 
   // Workers take files in order; answers are printed in input order as soon
@@ -249,11 +260,18 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
     if (!progress) return;
     const int width = 30, filled = static_cast<int>(width * done / inputs.size());
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    std::fprintf(stderr, "\r\033[K");
-    if (!clear)
-      std::fprintf(stderr, "[%s%s] %zu/%zu files, %d failed, %.1f files/s", std::string(filled, '#').c_str(),
-                   std::string(width - filled, '.').c_str(), done, inputs.size(), failures, done / std::max(took, 1e-9));
-    std::fflush(stderr);
+    // To the terminal itself: C's stderr is the library-message catcher's.
+    char line[256];
+    int n = std::snprintf(line, sizeof line, "\r\033[K");
+    if (!clear) {
+      n += std::snprintf(line + n, sizeof line - n, "[%s%s] %zu/%zu files, %d failed, %.1f files/s",
+                         std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), done,
+                         inputs.size(), failures, done / std::max(took, 1e-9));
+      if (const uint64_t up = sent.load())
+        n += std::snprintf(line + n, sizeof line - n, ", uploaded %.0f of %.0f MiB", up / 1048576.0,
+                           total_bytes / 1048576.0);
+    }
+    err << std::string(line, std::min<size_t>(n, sizeof line - 1)) << std::flush;
   };
   for (size_t i = 0; i < inputs.size(); ++i) {
     client::Outcome o;
@@ -265,7 +283,8 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
         lock.unlock();
         bar(done, false);
         lock.lock();
-        ready.wait(lock, [&] { return outcomes[i].has_value() || finished != done; });
+        // Woken by any answer, and every 200 ms while an upload goes on.
+        ready.wait_for(lock, std::chrono::milliseconds(200), [&] { return outcomes[i].has_value() || finished != done; });
       }
       o = std::move(*outcomes[i]);
       outcomes[i].reset();

@@ -264,6 +264,30 @@ TEST_F(Integration, ClientTakesFoldersAndPatternsInOrder) {
   EXPECT_NE(none.out.find("2 files: 1 analyzed, 1 failed"), std::string::npos) << none.out;
 }
 
+// On a terminal (util-linux's script gives the client one) a bar counts the
+// files and, for a large streamed upload, the bytes sent; the answer is
+// printed as usual.
+TEST_F(Integration, ClientShowsProgressOnATerminalOnly) {
+  if (!std::filesystem::exists("/usr/bin/script")) GTEST_SKIP() << "no script(1)";
+  const std::string raw = temp_path("big") + ".raw";
+  {
+    std::ofstream out(raw, std::ios::binary);
+    std::vector<char> block(1 << 20, 7);
+    for (int i = 0; i < 80; ++i) out.write(block.data(), static_cast<std::streamsize>(block.size()));
+  }
+  const std::string typescript = temp_path("typescript");
+  const std::string command = client_bin() + " --server " + server_->address() + " --stats min_max --raw 8192x10240x1:uint8 " + raw;
+  const ProcessResult r = run_process({"/usr/bin/script", "-qec", command, typescript}, 120);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  std::ifstream in(typescript);
+  const std::string seen((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(seen.find("0/1 files"), std::string::npos) << seen.substr(0, 2000);
+  EXPECT_NE(seen.find("uploaded"), std::string::npos) << "a streamed upload counts its bytes";
+  EXPECT_NE(seen.find("83886080"), std::string::npos) << "the answer itself";
+  std::filesystem::remove(raw);
+  std::filesystem::remove(typescript);
+}
+
 // --plot draws a panel per channel (and the luminance) into a PNG one can
 // open; --normalize prints values as fractions of the type's maximum.
 TEST_F(Integration, ClientPlotsAndNormalizes) {
