@@ -5,8 +5,11 @@
 
 #include <chrono>
 #include <climits>
+#include <fstream>
 #include <future>
+#include <sstream>
 
+#include "core/address.hpp"
 #include "core/status_name.hpp"
 
 namespace imgstat::client {
@@ -33,14 +36,46 @@ Outcome outcome_of(const std::string& file, const grpc::Status& status, v1::Anal
   return o;
 }
 
+std::string read_pem(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(std::string(flag) + " " + path + ": cannot be read");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 }  // namespace
 
-Remote::Remote(const std::string& target, double timeout_seconds) : timeout_(timeout_seconds) {
+bool Connection::uses_tls() const {
+  if (!tls_ca.empty() || !tls_cert.empty() || !tls_key.empty() || !tls_server_name.empty()) return true;
+  return !insecure && !is_loopback(target);
+}
+
+Remote::Remote(const Connection& c, double timeout_seconds) : timeout_(timeout_seconds) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(INT_MAX);
   args.SetMaxSendMessageSize(INT_MAX);
-  channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (c.uses_tls()) {
+    if (c.tls_cert.empty() != c.tls_key.empty())
+      throw std::runtime_error("a client certificate needs both --tls-cert and --tls-key");
+    grpc::SslCredentialsOptions o;
+    if (!c.tls_ca.empty()) o.pem_root_certs = read_pem(c.tls_ca, "--tls-ca");
+    if (!c.tls_cert.empty()) {
+      o.pem_cert_chain = read_pem(c.tls_cert, "--tls-cert");
+      o.pem_private_key = read_pem(c.tls_key, "--tls-key");
+    }
+    credentials = grpc::SslCredentials(o);
+    if (!c.tls_server_name.empty()) args.SetSslTargetNameOverride(c.tls_server_name);
+  }
+  if (!c.token.empty()) authorization_ = "Bearer " + c.token;
+  channel_ = grpc::CreateCustomChannel(c.target, credentials, args);
   stub_ = v1::ImageStats::NewStub(channel_);
+}
+
+void Remote::prepare(grpc::ClientContext& ctx, std::chrono::system_clock::time_point until) const {
+  ctx.set_deadline(until);
+  if (!authorization_.empty()) ctx.AddMetadata("authorization", authorization_);
 }
 
 std::chrono::system_clock::time_point Remote::deadline() const {
@@ -53,7 +88,7 @@ bool Remote::info(v1::ServerInfo* out, std::string* error) { return info(out, er
 
 bool Remote::info(v1::ServerInfo* out, std::string* error, std::chrono::system_clock::time_point until) {
   grpc::ClientContext ctx;
-  ctx.set_deadline(until);
+  prepare(ctx, until);
   const grpc::Status s = stub_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), out);
   if (!s.ok()) *error = status_code_name(s.error_code()) + ": " + s.error_message();
   return s.ok();
@@ -74,7 +109,7 @@ Outcome Remote::analyze(Source& source, const Request& request) {
   grpc::ClientContext ctx;
   // One deadline for all the file's calls: --timeout is the longest it takes.
   const auto until = deadline();
-  ctx.set_deadline(until);
+  prepare(ctx, until);
   if (!request.force_stream && source.size() + kEnvelope <= message_limit(until)) {
     v1::AnalyzeRequest r;
     *r.mutable_input() = request.input;
@@ -106,7 +141,7 @@ bool Remote::health(std::string* status) {
   // answer's field 1 (status) arrives as an unknown field of Empty.
   grpc::TemplatedGenericStub<google::protobuf::Empty, google::protobuf::Empty> stub(channel_);
   grpc::ClientContext ctx;
-  ctx.set_deadline(deadline());
+  prepare(ctx, deadline());
   google::protobuf::Empty request, response;
   std::promise<grpc::Status> done;
   stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,

@@ -26,11 +26,26 @@ struct Request {
   std::function<void(uint64_t)> on_sent;
 };
 
+// How to reach the server and prove who calls.
+struct Connection {
+  std::string target = "localhost:50051";
+  // TLS when any of these is set, or when the target is not loopback and
+  // insecure is false (then with gRPC's default roots).
+  std::string tls_ca;           // PEM CAs that signed the server's certificate
+  std::string tls_cert;         // PEM certificate chain for mutual TLS
+  std::string tls_key;          // its private key
+  std::string tls_server_name;  // the name the server's certificate must carry, when not the target's host
+  bool insecure = false;        // plaintext, even to an address that is not loopback
+  std::string token;            // sent as "authorization: Bearer TOKEN"
+  bool uses_tls() const;
+};
+
 class Remote {
  public:
   // timeout_seconds bounds each file's calls together (and --info's and
-  // --health's); 0: no deadline.
-  Remote(const std::string& target, double timeout_seconds);
+  // --health's); 0: no deadline. Throws std::runtime_error when a TLS file
+  // cannot be read.
+  Remote(const Connection& connection, double timeout_seconds);
   Outcome analyze(Source& source, const Request& request);
   // GetServerInfo; false with *error set when the call fails.
   bool info(v1::ServerInfo* out, std::string* error);
@@ -40,11 +55,14 @@ class Remote {
 
  private:
   std::chrono::system_clock::time_point deadline() const;
+  // The deadline and the token, on every call.
+  void prepare(grpc::ClientContext& ctx, std::chrono::system_clock::time_point until) const;
   bool info(v1::ServerInfo* out, std::string* error, std::chrono::system_clock::time_point until);
   uint64_t message_limit(std::chrono::system_clock::time_point until);
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ImageStats::Stub> stub_;
+  std::string authorization_;
   double timeout_;
   std::atomic<uint64_t> message_limit_{0};  // asked once; files are analyzed concurrently
 };

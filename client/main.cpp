@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include "plot.hpp"
 #include "imgstat/types.hpp"
 #include "render.hpp"
+#include "core/address.hpp"
 #include "core/validate.hpp"
 #include "decode/library_messages.hpp"
 
@@ -72,6 +74,16 @@ int main(int argc, char** argv) {
   unsigned jobs = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
   app.add_option("--jobs,-j", jobs, "files analyzed at once")->check(CLI::Range(1u, 256u))->capture_default_str();
   app.add_option("--server", server, "server address (default: $IMGSTAT_SERVER, else localhost:50051)");
+  client::Connection connection;
+  std::string token_file;
+  auto* tls = app.add_option_group("Security", "TLS is used unless the server is on loopback or --insecure is given");
+  tls->add_option("--tls-ca", connection.tls_ca, "PEM CA certificates that signed the server's (default: gRPC's roots)");
+  tls->add_option("--tls-cert", connection.tls_cert, "PEM certificate for mutual TLS (with --tls-key)");
+  tls->add_option("--tls-key", connection.tls_key, "private key of --tls-cert");
+  tls->add_option("--tls-server-name", connection.tls_server_name,
+                  "name the server's certificate must carry, when it is not the host of --server");
+  tls->add_flag("--insecure", connection.insecure, "plaintext even to an address that is not loopback");
+  tls->add_option("--token-file", token_file, "file holding the bearer token to send (default: $IMGSTAT_TOKEN)");
   auto* json_option = app.add_flag("--json", json, "one JSON object per input per line");
   bool csv = false, normalized = false;
   std::string plot;
@@ -128,7 +140,29 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
   // become part of its error or warnings, the rest are said once, cleanly.
   std::ostream& err = program_stderr();
   catch_library_messages([&err](const std::string& line) { err << "imgstat-client: library: " << line << "\n"; });
-  client::Remote remote(server, timeout);
+  connection.target = server;
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in || !std::getline(in, connection.token)) {
+      err << "imgstat-client: --token-file " << token_file << ": cannot be read\n";
+      return 2;
+    }
+  } else if (const char* t = std::getenv("IMGSTAT_TOKEN")) {
+    connection.token = t;
+  }
+  while (!connection.token.empty() && std::isspace(static_cast<unsigned char>(connection.token.back())))
+    connection.token.pop_back();
+  if (!local && !connection.uses_tls() && !is_loopback(server))
+    err << "imgstat-client: warning: plaintext to " << server
+        << " (--insecure): images, results and the token cross the network unencrypted\n";
+  std::unique_ptr<client::Remote> remote_ptr;
+  try {
+    remote_ptr = std::make_unique<client::Remote>(connection, timeout);
+  } catch (const std::exception& e) {
+    err << "imgstat-client: " << e.what() << "\n";
+    return 2;
+  }
+  client::Remote& remote = *remote_ptr;
   if (health) {
     std::string status;
     const bool ok = remote.health(&status);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -98,10 +99,12 @@ inline std::string test_engine() { return program("IMGSTAT_TEST_ENGINE", "cpu");
 class ServerProcess {
  public:
   explicit ServerProcess(std::vector<std::string> extra_args) : log_(temp_path("server-log")) {
-    std::vector<std::string> argv = {server_bin(), "--listen", "127.0.0.1:0"};
+    std::vector<std::string> argv = {server_bin()};
+    if (std::find(extra_args.begin(), extra_args.end(), "--listen") == extra_args.end())
+      argv.insert(argv.end(), {"--listen", "127.0.0.1:0"});
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     pid_ = spawn(argv, "/dev/null", log_);
-    const std::regex listening(R"(listening on 127\.0\.0\.1:(\d+))");
+    const std::regex listening(R"(listening on [^\s]+:(\d+))");
     for (int i = 0; i < 1000 && port_ == 0; ++i) {
       std::smatch m;
       const std::string log = slurp(log_);
@@ -118,6 +121,19 @@ class ServerProcess {
     std::filesystem::remove(log_);
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+  // The port the log names after `what` ("metrics on http://127.0.0.1:"),
+  // once it does; 0 when it has not within a few seconds.
+  int logged_port(const std::string& what) const {
+    for (int i = 0; i < 300; ++i) {
+      const std::string text = log();
+      const size_t at = text.find(what);
+      if (at != std::string::npos) return std::atoi(text.c_str() + at + what.size());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return 0;
+  }
+  void send_signal(int sig) { kill(pid_, sig); }
   bool alive() const { return pid_ > 0 && kill(pid_, 0) == 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
   // Resident memory now (VmRSS) and at its peak (VmHWM), in MiB.
   double rss_mib() const { return status_kib("VmRSS:") / 1024.0; }

@@ -22,7 +22,15 @@ EngineInfo FallbackEngine::info() const {
   return i;
 }
 
+EngineUsage FallbackEngine::usage() const {
+  EngineUsage u = primary_->usage();
+  u.cpu_fallbacks = fallbacks_;
+  u.gpu_lost = lost_;
+  return u;
+}
+
 void FallbackEngine::primary_failed(const Error& e) {
+  ++fallbacks_;
   if (!primary_->usable() && !lost_.exchange(true)) {
     if (on_fallback_) on_fallback_(std::string("the GPU is no longer usable (") + e.what() + "): the CPU engine takes every image from now on");
   } else if (on_fallback_) {

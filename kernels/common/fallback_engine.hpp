@@ -35,6 +35,7 @@ class FallbackEngine final : public Engine {
   Result analyze(const ImageView& image, const StatsRequest& request) override;
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override;
   bool takes_device_images() const override { return !lost_ && primary_->takes_device_images(); }
+  EngineUsage usage() const override;
   Result analyze_device(const DeviceImageView& image, const StatsRequest& request) override;
 
   // For FallbackStream: what the primary's failure means, told once.
@@ -56,6 +57,7 @@ class FallbackEngine final : public Engine {
   FallbackTuning tuning_;
   std::atomic<bool> lost_{false};
   std::atomic<uint64_t> retained_{0};
+  std::atomic<uint64_t> fallbacks_{0};
 };
 
 }  // namespace imgstat

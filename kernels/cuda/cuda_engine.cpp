@@ -65,8 +65,11 @@ class DeviceBudget {
  public:
   explicit DeviceBudget(uint64_t limit) : limit_(limit) {}
   void take(uint64_t bytes, const char* what) {
-    if (limit_ == 0) return;
     uint64_t used = used_.load();
+    if (limit_ == 0) {
+      used_ += bytes;
+      return;
+    }
     do {
       if (used + bytes > limit_)
         fail(ErrorCode::kResourceExhausted, std::string(what) + " needs " + std::to_string(bytes >> 20) +
@@ -74,9 +77,8 @@ class DeviceBudget {
                                                 std::to_string(limit_ >> 20) + " MiB");
     } while (!used_.compare_exchange_weak(used, used + bytes));
   }
-  void give(uint64_t bytes) {
-    if (limit_) used_ -= bytes;
-  }
+  void give(uint64_t bytes) { used_ -= bytes; }
+  uint64_t used() const { return used_; }
 
  private:
   uint64_t limit_;
@@ -293,6 +295,19 @@ class CudaEngine final : public Engine {
 
   EngineInfo info() const override { return info_; }
   bool usable() const override { return !device_lost(); }
+  EngineUsage usage() const override {
+    EngineUsage u;
+    u.device_bytes_held = budget_.used();
+    u.device_bytes_total = info_.device_memory_bytes;
+    size_t free = 0, total = 0;
+    // Asked from a monitoring thread: a failure here says nothing new.
+    if (!device_lost() && cudaSetDevice(options_.device) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess)
+      u.device_bytes_free = free;
+    else
+      cudaGetLastError();
+    u.gpu_lost = device_lost();
+    return u;
+  }
 
   Result analyze(const ImageView& image, const StatsRequest& request) override {
     validate(image.layout, request);

@@ -55,6 +55,7 @@ class Analyzer {
 
   v1::ServerInfo server_info() const;
   const Limits& limits() const { return limits_; }
+  const MemoryBudget& budget() const { return *budget_; }
 
  private:
   // The GPU path for one JPEG; false (with *why) when it should go to the CPU.

@@ -20,7 +20,7 @@ namespace {
 class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::BatchResponse>, IdleWatch::Target {
  public:
   BatchReactor(grpc::CallbackServerContext* ctx, CallEnv& env)
-      : ctx_(ctx), env_(env), call_(call_context(ctx)), window_(env.limits.batch_window) {
+      : ctx_(ctx), env_(env), call_(call_context(ctx)), id_(take_request_id(ctx)), window_(env.limits.batch_window) {
     env_.idle.add(this);
     StartRead(&request_);
   }
@@ -45,10 +45,12 @@ class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::
         read_more = reading_ = held_ < window_ && !broken_;
       }
     }
-    if (job && !env_.submit(call_, [this, job](const grpc::Status& why_not) { run(*job, why_not); }))
-      run(*job, queue_full_status(env_.queue));
+    if (job && !env_.submit(call_, [this, job](const grpc::Status& why_not, Clock::duration waited) {
+          run(*job, why_not, waited);
+        }))
+      run(*job, queue_full_status(env_.queue), {});
     if (read_more) StartRead(&request_);
-    if (finish) Finish(final_status());
+    if (finish) end();
   }
 
   void OnWriteDone(bool ok) override {
@@ -71,7 +73,7 @@ class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::
     }
     if (next) StartWrite(next);
     if (read_more) StartRead(&request_);
-    if (finish) Finish(final_status());
+    if (finish) end();
   }
 
   void OnDone() override {
@@ -87,11 +89,17 @@ class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::
       finished_ = true;
       idle_ = true;
     }
-    Finish(final_status());
+    end();
   }
 
  private:
-  void run(const v1::BatchRequest& request, const grpc::Status& why_not) {
+  void end() {
+    const grpc::Status status = final_status();
+    env_.call_ended("AnalyzeBatch", status, started_);
+    Finish(status);
+  }
+
+  void run(const v1::BatchRequest& request, const grpc::Status& why_not, Clock::duration waited) {
     const auto started = Clock::now();
     v1::BatchResponse response;
     response.set_id(request.id());
@@ -102,8 +110,9 @@ class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::
       response.mutable_error()->set_code(status.error_code());
       response.mutable_error()->set_message(status.error_message());
     }
-    log_request("AnalyzeBatch", ctx_->peer(), request.request().input(),
-                status.ok() ? &response.response() : nullptr, status, started);
+    env_.record({"AnalyzeBatch", id_, ctx_->peer(), caller_of(ctx_), request.request().input().name(),
+                 request.request().input().data().size(), status.ok() ? &response.response() : nullptr, status,
+                 to_ms(waited), ms_since(started), request.id().empty() ? "-" : request.id()});
 
     const v1::BatchResponse* write = nullptr;
     bool read_more = false, finish = false;
@@ -125,7 +134,7 @@ class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::
     }
     if (write) StartWrite(write);
     if (read_more) StartRead(&request_);
-    if (finish) Finish(final_status());
+    if (finish) end();
   }
 
   // Under mu_.
@@ -155,6 +164,7 @@ class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::
   grpc::CallbackServerContext* ctx_;
   CallEnv& env_;
   const CallContext call_;
+  const std::string id_;
   const size_t window_;
   v1::BatchRequest request_;
   std::mutex mu_;
@@ -168,6 +178,7 @@ class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::
   bool finished_ = false;
   bool idle_ = false;
   Clock::time_point progress_ = Clock::now();  // last read, write or answer
+  const Clock::time_point started_ = Clock::now();
 };
 
 }  // namespace

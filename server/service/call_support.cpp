@@ -72,16 +72,29 @@ void IdleWatch::loop() {
   }
 }
 
-bool CallEnv::submit(const CallContext& call, std::function<void(const grpc::Status&)> fn) {
+bool CallEnv::submit(const CallContext& call, std::function<void(const grpc::Status&, Clock::duration)> fn) {
   const auto queued = Clock::now();
   const auto patience = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits.queue_timeout_seconds));
   return queue.submit([call, fn = std::move(fn), queued, patience] {
+    const Clock::duration waited = Clock::now() - queued;
     grpc::Status why_not = run_guarded([&] { call.check("while queued"); });
-    if (why_not.ok() && Clock::now() - queued > patience)
+    if (why_not.ok() && waited > patience)
       why_not = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "the server is overloaded: waited longer than "
                                                                    "the queue timeout for a worker");
-    fn(why_not);
+    fn(why_not, waited);
   });
+}
+
+double to_ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+double ms_since(Clock::time_point t) { return to_ms(Clock::now() - t); }
+
+void CallEnv::record(const RequestRecord& r) const {
+  log_request(r);
+  if (metrics) metrics->image(r.method, r.status.error_code(), r.input_bytes, r.queue_ms / 1e3, r.response);
+}
+
+void CallEnv::call_ended(const char* method, const grpc::Status& status, Clock::time_point started) const {
+  if (metrics) metrics->call_ended(method, status.error_code(), ms_since(started) / 1e3);
 }
 
 std::string seconds_text(double seconds) { return fmt::format("{:g}", seconds); }
@@ -102,30 +115,6 @@ grpc::Status status_of_current_exception() {
     return grpc::Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what());
   } catch (...) {
     return grpc::Status(grpc::StatusCode::INTERNAL, "internal error");
-  }
-}
-
-namespace {
-
-double ms(const google::protobuf::Duration& d) { return d.seconds() * 1e3 + d.nanos() * 1e-6; }
-
-}  // namespace
-
-void log_request(const char* method, const std::string& peer, const v1::Input& input,
-                 const v1::AnalyzeResponse* r, const grpc::Status& status,
-                 std::chrono::steady_clock::time_point started) {
-  const double total_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  const std::string name = input.name().empty() ? "-" : printable(input.name(), kMaxLoggedNameBytes);
-  if (status.ok() && r) {
-    spdlog::info("{} peer={} input=\"{}\" {} {}x{}x{} {} engine={} decoder={} decode={:.3f}ms check={:.3f}ms "
-                 "compute={:.3f}ms total={:.3f}ms OK",
-                 method, peer, name, r->format(), r->width(), r->height(), r->channel_count(),
-                 to_string(sample_type_of(r->sample_type())), r->engine(), r->decoder().empty() ? "-" : r->decoder(),
-                 ms(r->decode_time()), ms(r->check_time()), ms(r->compute_time()), total_ms);
-  } else {
-    spdlog::info("{} peer={} input=\"{}\" total={:.3f}ms {}: {}", method, peer, name, total_ms,
-                 status_code_name(status.error_code()), printable(status.error_message(), 1000));
   }
 }
 

@@ -1,6 +1,7 @@
 // What every handler needs: the call's context for the core, admission (the
 // bound on calls in progress), the idle watch for streaming calls, errors as
-// gRPC statuses, and the one log line per request.
+// gRPC statuses, and what each request leaves behind: its log line and its
+// metrics.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -17,6 +18,8 @@
 #include "core/call_context.hpp"
 #include "core/work_queue.hpp"
 #include "imgstat/v1/imgstat.pb.h"
+#include "service/metrics.hpp"
+#include "service/request_log.hpp"
 
 namespace imgstat {
 
@@ -77,12 +80,21 @@ struct CallEnv {
   Admission& admission;
   IdleWatch& idle;
   const Limits& limits;
+  Metrics* metrics;  // null: none kept
 
   // Queues fn for a worker. fn receives OK, or why it must not run: the
-  // call ended while it waited, or it waited past the queue timeout. False
-  // when the queue is full (fn is not called).
-  bool submit(const CallContext& call, std::function<void(const grpc::Status&)> fn);
+  // call ended while it waited, or it waited past the queue timeout; and
+  // how long it waited. False when the queue is full (fn is not called).
+  bool submit(const CallContext& call, std::function<void(const grpc::Status&, Clock::duration waited)> fn);
+
+  // One image answered: its log line and its metrics.
+  void record(const RequestRecord& r) const;
+  // A call ended (for AnalyzeBatch, after its images).
+  void call_ended(const char* method, const grpc::Status& status, Clock::time_point started) const;
 };
+
+double ms_since(Clock::time_point t);
+double to_ms(Clock::duration d);
 
 // Runs fn; an imgstat::Error becomes its status code, running out of memory
 // RESOURCE_EXHAUSTED, anything else INTERNAL.
@@ -93,12 +105,6 @@ grpc::Status status_of_current_exception();
 // 30 -> "30", 0.25 -> "0.25": seconds as people write them, for messages.
 std::string seconds_text(double seconds);
 grpc::Status queue_full_status(const WorkQueue& queue);
-
-// One line to stderr: method, peer, input (escaped, cut), what it was,
-// engine, times, status.
-void log_request(const char* method, const std::string& peer, const v1::Input& input,
-                 const v1::AnalyzeResponse* response, const grpc::Status& status,
-                 std::chrono::steady_clock::time_point started);
 
 template <class Fn>
 grpc::Status run_guarded(Fn&& fn) {

@@ -1,12 +1,12 @@
 // imgstat-server: image statistics over gRPC.
 #include <CLI/CLI.hpp>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <csignal>
 #include <pthread.h>
 
 #include "decode/library_messages.hpp"
+#include "service/request_log.hpp"
 #include "service/server.hpp"
 
 #ifndef IMGSTAT_VERSION
@@ -19,8 +19,31 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   CLI::App app{"imgstat-server " IMGSTAT_VERSION ": per-channel image statistics over gRPC (imgstat.v1)"};
   app.set_version_flag("--version", IMGSTAT_VERSION);
-  app.add_option("--listen", options.listen, "address to listen on; port 0 picks a free one")
+  app.add_option("--listen", options.listen,
+                 "address to listen on; port 0 picks a free one. Plaintext only on loopback, else TLS or --insecure")
       ->envname("IMGSTAT_LISTEN")->capture_default_str();
+  auto& sec = options.security;
+  app.add_option("--tls-cert", sec.tls_cert, "PEM certificate chain to serve TLS with (with --tls-key)")
+      ->envname("IMGSTAT_TLS_CERT");
+  app.add_option("--tls-key", sec.tls_key, "PEM private key of --tls-cert")->envname("IMGSTAT_TLS_KEY");
+  app.add_option("--tls-client-ca", sec.tls_client_ca,
+                 "PEM CA certificates: mutual TLS, clients must present a certificate one of them signed")
+      ->envname("IMGSTAT_TLS_CLIENT_CA");
+  app.add_option("--tls-reload-interval", sec.tls_reload_seconds,
+                 "seconds between looks at the TLS files: a changed certificate, key or CA is served without a restart")
+      ->envname("IMGSTAT_TLS_RELOAD_INTERVAL")->capture_default_str();
+  app.add_flag("--insecure", sec.insecure, "serve plaintext on an address that is not loopback (a warning says so)")
+      ->envname("IMGSTAT_INSECURE");
+  app.add_option("--auth-token-file", sec.auth_token_file,
+                 "bearer tokens, one per line: TOKEN [NAME [METHOD,...]]; calls without one are refused "
+                 "(health stays open); re-read on SIGHUP")
+      ->envname("IMGSTAT_AUTH_TOKEN_FILE");
+  app.add_option("--health-listen", options.health_listen,
+                 "a second, plaintext address serving grpc.health.v1 only, for probes")
+      ->envname("IMGSTAT_HEALTH_LISTEN");
+  app.add_option("--metrics-listen", options.metrics_listen,
+                 "address to serve Prometheus metrics on (GET /metrics, plain HTTP), e.g. 0.0.0.0:9464")
+      ->envname("IMGSTAT_METRICS_LISTEN");
   app.add_option("--engine", engine, "auto: CUDA when a GPU is usable, else CPU")
       ->envname("IMGSTAT_ENGINE")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   app.add_option("--cuda-device", options.cuda_device, "CUDA device ordinal")->envname("IMGSTAT_CUDA_DEVICE");
@@ -52,13 +75,12 @@ int main(int argc, char** argv) {
       ->envname("IMGSTAT_DECODE_LANES")->check(CLI::Range(1u, 16u))->capture_default_str();
   app.add_option("--log-level", log_level)->envname("IMGSTAT_LOG_LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))->capture_default_str();
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format, "text, or json: one JSON object per line for log shippers")
+      ->envname("IMGSTAT_LOG_FORMAT")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  auto logger = spdlog::stderr_color_mt("imgstat");
-  spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  spdlog::flush_on(spdlog::level::trace);  // a line per request, written as it happens
+  imgstat::configure_logging(log_format == "json" ? imgstat::LogFormat::kJson : imgstat::LogFormat::kText, log_level);
   // The logger keeps the real stderr; what libraries print outside a
   // request's decode is logged, escaped, instead of written raw.
   imgstat::catch_library_messages([](const std::string& line) { spdlog::warn("library: {}", line); });
@@ -76,6 +98,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   try {
@@ -94,10 +117,29 @@ int main(int argc, char** argv) {
     if (!decode_note.empty()) spdlog::info("{}", decode_note);
     imgstat::Server server(options, std::move(engine_ptr), std::move(gpu_jpeg));
     server.start();
+    const std::string& transport = server.security_note();
+    if (transport.rfind("WARNING: ", 0) == 0) spdlog::warn("{}", transport.substr(9));
+    else spdlog::info("{}", transport);
+    if (!options.security.auth_token_file.empty())
+      spdlog::info("tokens required (health open): {}", server.reload());
     const std::string host = options.listen.substr(0, options.listen.rfind(':'));
     spdlog::info("imgstat-server {} listening on {}:{}", IMGSTAT_VERSION, host, server.port());
+    if (server.health_port())
+      spdlog::info("health only, plaintext, on {}:{}",
+                   options.health_listen.substr(0, options.health_listen.rfind(':')), server.health_port());
+    if (server.metrics_port())
+      spdlog::info("metrics on http://{}:{}/metrics",
+                   options.metrics_listen.substr(0, options.metrics_listen.rfind(':')), server.metrics_port());
     int sig = 0;
-    sigwait(&signals, &sig);
+    for (;;) {
+      sigwait(&signals, &sig);
+      if (sig != SIGHUP) break;
+      try {
+        spdlog::info("SIGHUP: {}", server.reload());
+      } catch (const std::exception& e) {
+        spdlog::error("SIGHUP: {}; the tokens in use are kept", e.what());
+      }
+    }
     spdlog::info("{} received: finishing in-flight calls (up to {} s)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
                  options.shutdown_grace_seconds);
     server.shutdown();

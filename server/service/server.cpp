@@ -9,7 +9,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "service/metrics.hpp"
 #include "service/reflection_v1.hpp"
+#include "service/request_log.hpp"
 #include "service/service.hpp"
 #include "core/work_queue.hpp"
 
@@ -49,7 +51,34 @@ Server::Server(const ServerOptions& options, std::shared_ptr<Engine> engine, std
   options_.limits = resolve(options_.limits, options_.threads);
   analyzer_ = std::make_unique<Analyzer>(engine_, options_.limits, std::move(gpu_jpeg));
   queue_ = std::make_unique<WorkQueue>(options_.threads, options_.limits.max_queue);
-  service_ = std::make_unique<ImageStatsService>(*analyzer_, *queue_);
+  if (!options_.metrics_listen.empty()) {
+    const std::string decoder = analyzer_->server_info().gpu_decoder();
+    metrics_ = std::make_unique<Metrics>(engine_->info(), decoder.empty() ? "cpu" : decoder,
+                                         options_.limits.max_decode_memory);
+  }
+  auth_ = std::make_shared<Authenticator>(
+      options_.security.auth_token_file,
+      [metrics = metrics_.get()](const std::string& method, const std::string& id, const Authenticator::Decision& d) {
+        log_refused(method, id, d.code, d.message);
+        if (metrics) metrics->call_ended(method, d.code, 0);
+      });
+  service_ = std::make_unique<ImageStatsService>(*analyzer_, *queue_, metrics_.get());
+}
+
+int Server::metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+
+std::string Server::reload() {
+  std::string note;
+  if (auth_->enabled()) {
+    auth_->reload();
+    note = "tokens re-read: " + std::to_string(auth_->token_count()) + " in " + options_.security.auth_token_file;
+  }
+  if (!options_.security.tls_cert.empty()) {
+    if (!note.empty()) note += "; ";
+    note += "certificate on disk: " + describe_certificate(options_.security.tls_cert) + " (served within " +
+            std::to_string(options_.security.tls_reload_seconds) + " s of a change)";
+  }
+  return note.empty() ? "nothing to reload: no tokens, no TLS" : note;
 }
 
 Server::~Server() {
@@ -59,8 +88,16 @@ Server::~Server() {
 void Server::start() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  security_note_ = check_security(options_.security, options_.listen);
+  const bool tls = !options_.security.tls_cert.empty();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(options_.listen,
+                           make_server_credentials(options_.security, tls, auth_, Authenticator::Port::kService),
+                           &port_);
+  if (!options_.health_listen.empty())
+    builder.AddListeningPort(options_.health_listen,
+                             make_server_credentials(options_.security, false, auth_, Authenticator::Port::kHealthOnly),
+                             &health_port_);
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::min<uint64_t>(options_.limits.max_message_bytes, INT_MAX)));
   builder.SetMaxSendMessageSize(INT_MAX);
@@ -70,9 +107,19 @@ void Server::start() {
       "grpc.reflection.v1alpha.ServerReflection"});
   builder.RegisterService(reflection_v1_.get());
   server_ = builder.BuildAndStart();
-  if (!server_ || port_ == 0) {
+  if (!server_ || port_ == 0 || (!options_.health_listen.empty() && health_port_ == 0)) {
     server_.reset();
-    fail(ErrorCode::kUnavailable, "cannot listen on " + options_.listen);
+    fail(ErrorCode::kUnavailable, "cannot listen on " + options_.listen +
+                                      (options_.health_listen.empty() ? "" : " and " + options_.health_listen));
+  }
+  if (metrics_) {
+    MetricSources sources;
+    sources.calls_in_progress = [this] { return service_->calls_in_progress(); };
+    sources.queue_length = [this] { return queue_->waiting(); };
+    sources.decode_memory_in_use = [this] { return analyzer_->budget().in_use(); };
+    sources.decode_memory_waiting = [this] { return analyzer_->budget().waiting(); };
+    sources.engine_usage = [this] { return engine_->usage(); };
+    metrics_->serve(options_.metrics_listen, std::move(sources));
   }
   auto* health = server_->GetHealthCheckService();
   health->SetServingStatus(true);

@@ -10,11 +10,19 @@
 #include "core/analyzer.hpp"
 #include "core/limits.hpp"
 #include "imgstat/engine.hpp"
+#include "service/security.hpp"
 
 namespace imgstat {
 
 struct ServerOptions {
-  std::string listen = "0.0.0.0:50051";
+  // Loopback unless told: another address needs TLS or --insecure.
+  std::string listen = "localhost:50051";
+  SecurityOptions security;
+  // A plaintext port serving only grpc.health.v1 (probes that cannot speak
+  // TLS or send tokens); empty: none.
+  std::string health_listen;
+  // Prometheus metrics over HTTP; empty: none.
+  std::string metrics_listen;
   EngineKind engine = EngineKind::kAuto;
   int cuda_device = 0;
   uint64_t cuda_memory_limit = 0;  // device bytes; 0: no limit
@@ -38,6 +46,7 @@ class ImageStatsService;
 class WorkQueue;
 
 class ReflectionV1;
+class Metrics;
 
 class Server {
  public:
@@ -47,8 +56,15 @@ class Server {
 
   // Binds and starts serving; throws imgstat::Error (kUnavailable) when the
   // address cannot be bound.
+  // Throws kInvalidArgument when the security options forbid starting.
   void start();
   int port() const { return port_; }
+  int health_port() const { return health_port_; }
+  int metrics_port() const;
+  // What the log should say about transport security, once started.
+  const std::string& security_note() const { return security_note_; }
+  // SIGHUP: re-reads the token file; says what it found.
+  std::string reload();
   const Analyzer& analyzer() const { return *analyzer_; }
   // Reports NOT_SERVING, refuses new calls (UNAVAILABLE), lets those in
   // progress finish within the grace period (cancelling what is left then),
@@ -61,10 +77,14 @@ class Server {
   std::shared_ptr<Engine> engine_;
   std::unique_ptr<Analyzer> analyzer_;
   std::unique_ptr<WorkQueue> queue_;
+  std::unique_ptr<Metrics> metrics_;
+  std::shared_ptr<Authenticator> auth_;
   std::unique_ptr<ImageStatsService> service_;
   std::unique_ptr<ReflectionV1> reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  int health_port_ = 0;
+  std::string security_note_;
 };
 
 }  // namespace imgstat

@@ -8,9 +8,10 @@ class AnalyzeReactor final : public grpc::ServerUnaryReactor {
  public:
   AnalyzeReactor(grpc::CallbackServerContext* ctx, const v1::AnalyzeRequest* request, v1::AnalyzeResponse* response,
                  CallEnv& env)
-      : ctx_(ctx), request_(request), response_(response), env_(env) {
+      : ctx_(ctx), request_(request), response_(response), env_(env), id_(take_request_id(ctx)) {
     const CallContext call = call_context(ctx);
-    const bool queued = env_.submit(call, [this, call](const grpc::Status& why_not) {
+    const bool queued = env_.submit(call, [this, call](const grpc::Status& why_not, Clock::duration waited) {
+      waited_ = waited;
       grpc::Status status = why_not;
       if (status.ok()) status = run_guarded([&] { *response_ = env_.analyzer.analyze(*request_, call); });
       finish(status);
@@ -25,7 +26,9 @@ class AnalyzeReactor final : public grpc::ServerUnaryReactor {
 
  private:
   void finish(const grpc::Status& status) {
-    log_request("Analyze", ctx_->peer(), request_->input(), response_, status, started_);
+    env_.record({"Analyze", id_, ctx_->peer(), caller_of(ctx_), request_->input().name(),
+                 request_->input().data().size(), response_, status, to_ms(waited_), ms_since(started_)});
+    env_.call_ended("Analyze", status, started_);
     Finish(status);
   }
 
@@ -33,8 +36,17 @@ class AnalyzeReactor final : public grpc::ServerUnaryReactor {
   const v1::AnalyzeRequest* request_;
   v1::AnalyzeResponse* response_;
   CallEnv& env_;
+  const std::string id_;
+  Clock::duration waited_{};
   const Clock::time_point started_ = Clock::now();
 };
+
+// A call refused at admission still gets its id, its line and its count.
+void note_refusal(const char* method, grpc::CallbackServerContext* ctx, const grpc::Status& status,
+                  const CallEnv& env) {
+  log_request({method, take_request_id(ctx), ctx->peer(), caller_of(ctx), {}, 0, nullptr, status, 0, 0});
+  env.call_ended(method, status, Clock::now());
+}
 
 template <class Reactor>
 Reactor* refuse(grpc::CallbackServerContext* ctx, const grpc::Status& status);
@@ -56,10 +68,10 @@ class Refusal final : public Base {
 
 }  // namespace
 
-ImageStatsService::ImageStatsService(const Analyzer& analyzer, WorkQueue& queue)
+ImageStatsService::ImageStatsService(const Analyzer& analyzer, WorkQueue& queue, Metrics* metrics)
     : admission_(analyzer.limits().max_concurrent),
       idle_(analyzer.limits().stream_idle_timeout_seconds),
-      env_{analyzer, queue, admission_, idle_, analyzer.limits()} {}
+      env_{analyzer, queue, admission_, idle_, analyzer.limits(), metrics} {}
 
 ImageStatsService::~ImageStatsService() = default;
 
@@ -68,7 +80,7 @@ grpc::ServerUnaryReactor* ImageStatsService::Analyze(grpc::CallbackServerContext
                                                       v1::AnalyzeResponse* response) {
   const grpc::Status admitted = admission_.enter();
   if (!admitted.ok()) {
-    log_request("Analyze", ctx->peer(), request->input(), nullptr, admitted, Clock::now());
+    note_refusal("Analyze", ctx, admitted, env_);
     return refuse<grpc::ServerUnaryReactor>(ctx, admitted);
   }
   return new AnalyzeReactor(ctx, request, response, env_);
@@ -77,21 +89,31 @@ grpc::ServerUnaryReactor* ImageStatsService::Analyze(grpc::CallbackServerContext
 grpc::ServerReadReactor<v1::AnalyzeStreamRequest>* ImageStatsService::AnalyzeStream(grpc::CallbackServerContext* ctx,
                                                                                     v1::AnalyzeResponse* response) {
   const grpc::Status admitted = admission_.enter();
-  if (!admitted.ok()) return new Refusal<grpc::ServerReadReactor<v1::AnalyzeStreamRequest>>(admitted);
+  if (!admitted.ok()) {
+    note_refusal("AnalyzeStream", ctx, admitted, env_);
+    return new Refusal<grpc::ServerReadReactor<v1::AnalyzeStreamRequest>>(admitted);
+  }
   return make_stream_reactor(ctx, response, env_);
 }
 
 grpc::ServerBidiReactor<v1::BatchRequest, v1::BatchResponse>* ImageStatsService::AnalyzeBatch(
     grpc::CallbackServerContext* ctx) {
   const grpc::Status admitted = admission_.enter();
-  if (!admitted.ok()) return new Refusal<grpc::ServerBidiReactor<v1::BatchRequest, v1::BatchResponse>>(admitted);
+  if (!admitted.ok()) {
+    note_refusal("AnalyzeBatch", ctx, admitted, env_);
+    return new Refusal<grpc::ServerBidiReactor<v1::BatchRequest, v1::BatchResponse>>(admitted);
+  }
   return make_batch_reactor(ctx, env_);
 }
 
 grpc::ServerUnaryReactor* ImageStatsService::GetServerInfo(grpc::CallbackServerContext* ctx,
                                                             const v1::GetServerInfoRequest*,
                                                             v1::ServerInfo* response) {
+  const auto started = Clock::now();
   *response = env_.analyzer.server_info();
+  log_request({"GetServerInfo", take_request_id(ctx), ctx->peer(), caller_of(ctx), {}, 0, nullptr, grpc::Status::OK,
+               0, ms_since(started)});
+  env_.call_ended("GetServerInfo", grpc::Status::OK, started);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -14,7 +14,8 @@ namespace imgstat {
 
 class ImageStatsService final : public v1::ImageStats::CallbackService {
  public:
-  ImageStatsService(const Analyzer& analyzer, WorkQueue& queue);
+  // metrics may be null.
+  ImageStatsService(const Analyzer& analyzer, WorkQueue& queue, Metrics* metrics);
   ~ImageStatsService() override;
 
   grpc::ServerUnaryReactor* Analyze(grpc::CallbackServerContext* ctx, const v1::AnalyzeRequest* request,

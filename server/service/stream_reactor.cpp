@@ -21,7 +21,12 @@ constexpr size_t kAhead = 2;
 class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequest>, IdleWatch::Target {
  public:
   StreamReactor(grpc::CallbackServerContext* ctx, v1::AnalyzeResponse* response, CallEnv& env)
-      : ctx_(ctx), response_(response), env_(env), call_(call_context(ctx)), assembler_(env.analyzer) {
+      : ctx_(ctx),
+        response_(response),
+        env_(env),
+        call_(call_context(ctx)),
+        id_(take_request_id(ctx)),
+        assembler_(env.analyzer) {
     env_.idle.add(this);
     StartRead(&message_);
   }
@@ -75,7 +80,14 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
   // One task on the queue works through what is pending, then finishes the
   // call when the client has sent everything.
   void schedule() {
-    if (env_.submit(call_, [this](const grpc::Status& why_not) { work(why_not); })) return;
+    if (env_.submit(call_, [this](const grpc::Status& why_not, Clock::duration waited) {
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            waited_ += waited;
+          }
+          work(why_not);
+        }))
+      return;
     {
       std::lock_guard<std::mutex> lock(mu_);
       working_ = false;
@@ -127,6 +139,10 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
       std::lock_guard<std::mutex> lock(mu_);
       input_.set_name(message.header().input().name());
     }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      input_bytes_ += message.has_header() ? message.header().input().data().size() : message.chunk().size();
+    }
     assembler_.take(message);
   }
 
@@ -138,14 +154,20 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
   // The first call wins; later ones (a late idle check, a failing chunk) do nothing.
   void finish(const grpc::Status& status) {
     v1::Input input;
+    uint64_t bytes;
+    Clock::duration waited;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (finished_) return;
       finished_ = true;
       pending_.clear();
       input = input_;
+      bytes = input_bytes_;
+      waited = waited_;
     }
-    log_request("AnalyzeStream", ctx_->peer(), input, response_, status, started_);
+    env_.record({"AnalyzeStream", id_, ctx_->peer(), caller_of(ctx_), input.name(), bytes, response_, status,
+                 to_ms(waited), ms_since(started_)});
+    env_.call_ended("AnalyzeStream", status, started_);
     Finish(status);
   }
 
@@ -153,6 +175,7 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
   v1::AnalyzeResponse* response_;
   CallEnv& env_;
   const CallContext call_;
+  const std::string id_;
   v1::AnalyzeStreamRequest message_;  // being read
   std::mutex mu_;
   std::deque<v1::AnalyzeStreamRequest> pending_;
@@ -163,6 +186,9 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
   bool done_ = false;  // OnDone has run
   Clock::time_point read_started_ = Clock::now();
   v1::Input input_;  // the header's, for the log
+  // For the log and the metrics.
+  uint64_t input_bytes_ = 0;
+  Clock::duration waited_{};
   // Used by the one task of this call at a time.
   StreamAssembler assembler_;
   bool has_header_ = false;

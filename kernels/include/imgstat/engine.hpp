@@ -156,6 +156,15 @@ struct EngineInfo {
   uint32_t threads = 0;
 };
 
+// What an engine holds now, for monitoring; zeros where it has no GPU.
+struct EngineUsage {
+  uint64_t device_bytes_held = 0;   // device memory its calls hold now
+  uint64_t device_bytes_free = 0;   // free on its device, all processes counted
+  uint64_t device_bytes_total = 0;
+  uint64_t cpu_fallbacks = 0;       // images the GPU could not take, computed on the CPU
+  bool gpu_lost = false;            // the GPU failed: the CPU takes every image
+};
+
 // An analysis fed by consecutive byte ranges of one image laid out as the
 // Layout says (row padding included), as they arrive.
 class StreamAnalysis {
@@ -175,6 +184,7 @@ class Engine {
       const Layout& layout, const StatsRequest& request) = 0;
   // False once the engine can no longer compute (a lost GPU).
   virtual bool usable() const { return true; }
+  virtual EngineUsage usage() const { return {}; }
   // Whether analyze_device() may be called now: a GPU engine whose device is usable.
   virtual bool takes_device_images() const { return false; }
   // Statistics of pixels in device memory; throws kFailedPrecondition on
