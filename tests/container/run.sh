@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The container test: builds docker/Dockerfile, the file users build, with
-# podman from local base images (no registry is reachable in CI), runs it
-# with its port on 127.0.0.1, waits for its health check, analyzes corpus
-# images from the host with imgstat-client and checks the numbers, stops it
+# podman from local base images (no registry is reachable in CI), runs it as
+# the README says (non-root, read-only root file system, TLS and a token from
+# a mounted folder) with its ports on 127.0.0.1, waits for its health check,
+# analyzes corpus images from the host with imgstat-client over TLS and checks
+# the numbers, is refused without the token, scrapes the metrics, stops it
 # with SIGTERM, and removes everything it made. Exits 77 (skipped) only where
 # no container engine can be had.
 #
@@ -73,12 +75,30 @@ size=$(podman image inspect --format '{{.Size}}' "$tag")
 echo "build: ${build_s} s, image $((size / 1048576)) MiB"
 grep -E "tests passed|copied .* libraries" "$work/build.log"
 
+# All interfaces and no TLS: the image refuses to start, and says why.
+podman run --rm "$tag" >"$work/plain.log" 2>&1 && fail "the image started plaintext on all interfaces"
+grep -q "refusing plaintext on 0.0.0.0:50051" "$work/plain.log" || { cat "$work/plain.log"; fail "no reason given"; }
+
+# The secrets, as an operator mounts them: readable by uid 10001, read-only.
+secrets=$work/secrets
+bash "$repo/tests/tls/make-certs" "$secrets" || fail "make-certs"
+token=container-test-token-$$-0123456789
+echo "$token ci" >"$secrets/tokens"
+chmod 644 "$secrets/tokens"
+
 # Started without --init: the server is PID 1 and must still stop on SIGTERM.
 t=$(now)
 # (podman cannot schedule health checks through systemd here and says so on
 # stderr; the checks below run them by hand.)
-podman run -d --name "$name" -p 127.0.0.1::50051 "$tag" >/dev/null 2>"$work/run.log" || { cat "$work/run.log"; fail "podman run"; }
+podman run -d --name "$name" --read-only -p 127.0.0.1::50051 -p 127.0.0.1::50052 -p 127.0.0.1::9464 \
+  -v "$secrets:/run/secrets/imgstat:ro" \
+  -e IMGSTAT_TLS_CERT=/run/secrets/imgstat/server.pem -e IMGSTAT_TLS_KEY=/run/secrets/imgstat/server.key \
+  -e IMGSTAT_AUTH_TOKEN_FILE=/run/secrets/imgstat/tokens \
+  "$tag" >/dev/null 2>"$work/run.log" || { cat "$work/run.log"; fail "podman run"; }
 addr=$(podman port "$name" 50051/tcp | head -1)
+health_addr=$(podman port "$name" 50052/tcp | head -1)
+metrics_addr=$(podman port "$name" 9464/tcp | head -1)
+tls=(--tls-ca "$secrets/ca.pem" --tls-server-name imgstat.test)
 healthy=0
 for _ in $(seq 120); do
   if podman healthcheck run "$name" >/dev/null 2>&1; then healthy=1; break; fi
@@ -86,9 +106,16 @@ for _ in $(seq 120); do
 done
 [ $healthy = 1 ] || { podman logs "$name"; fail "the health check never passed"; }
 echo "start to healthy: $(since "$t") s, listening on $addr"
-"$client" --server "$addr" --health | grep -qx SERVING || fail "health from the host"
+"$client" --server "$health_addr" --health | grep -qx SERVING || fail "health from the host"
 [ "$(podman exec "$name" id -u)" = 10001 ] || fail "the server does not run as the imgstat user"
-"$client" --server "$addr" --info >"$work/info.txt" || fail "GetServerInfo"
+[ "$(podman inspect --format '{{.HostConfig.ReadonlyRootfs}}' "$name")" = true ] || fail "the root is not read-only"
+podman exec "$name" sh -c 'touch /opt/imgstat/x' 2>/dev/null && fail "the root file system is writable"
+# Plaintext to a TLS port, and TLS without the token, are refused.
+"$client" --server "$addr" --insecure --info >/dev/null 2>&1 && fail "plaintext was accepted"
+"$client" --server "$addr" "${tls[@]}" --info 2>"$work/refused.txt" >/dev/null && fail "a call without the token was accepted"
+grep -q UNAUTHENTICATED "$work/refused.txt" || { cat "$work/refused.txt"; fail "no UNAUTHENTICATED without the token"; }
+export IMGSTAT_TOKEN=$token
+"$client" --server "$addr" "${tls[@]}" --info >"$work/info.txt" || fail "GetServerInfo"
 if [ ! -e /dev/nvidiactl ]; then  # no GPU here: the CPU engine, and the log says why
   grep -q 'kind: "cpu"' "$work/info.txt" || fail "GetServerInfo does not say cpu"
   said=0
@@ -98,12 +125,12 @@ if [ ! -e /dev/nvidiactl ]; then  # no GPU here: the CPU engine, and the log say
   done
   [ $said = 1 ] || { podman logs "$name" 2>&1 | head -20; fail "the log does not say why the CPU engine runs"; }
   # Without a GPU (and without libnvjpeg in this base) JPEG is libjpeg-turbo's.
-  "$client" --server "$addr" --json "$corpus/jpeg/ljt_testorig.jpg" | grep -q '"decoder":"libjpeg-turbo"' ||
+  "$client" --server "$addr" "${tls[@]}" --json "$corpus/jpeg/ljt_testorig.jpg" | grep -q '"decoder":"libjpeg-turbo"' ||
     fail "a JPEG was not decoded by libjpeg-turbo on a machine without a GPU"
 fi
 
 files=(png/skimage_coffee.png png/pngsuite_basn2c16.png jpeg/ljt_testorig.jpg tiff/tiffrs_predictor-3-gray-f32.tif)
-"$client" --server "$addr" --json "${files[@]/#/$corpus/}" >"$work/results.jsonl" || fail "imgstat-client"
+"$client" --server "$addr" "${tls[@]}" --json "${files[@]/#/$corpus/}" >"$work/results.jsonl" || fail "imgstat-client"
 python3 - "$corpus" "$work/results.jsonl" <<'PY' || fail "numbers differ from the corpus reference"
 import json, sys
 corpus, results = sys.argv[1], sys.argv[2]
@@ -118,6 +145,16 @@ for line in open(results):
         assert abs(g["mean"] - w["mean"]) <= 1e-12 * abs(w["mean"]), (got["file"], g["name"])
     print("ok", got["file"], got["engine"])
 PY
+
+# The metrics count what was asked, refusals included.
+curl -sf "http://$metrics_addr/metrics" >"$work/metrics.txt" || fail "no metrics on $metrics_addr"
+ok_calls=$(grep -E '^imgstat_requests_total\{code="OK",method="Analyze"\} ' "$work/metrics.txt" | awk '{print $2}')
+refused=$(grep -E '^imgstat_requests_total\{code="UNAUTHENTICATED",method="GetServerInfo"\} ' "$work/metrics.txt" | awk '{print $2}')
+want_ok=${#files[@]}
+[ ! -e /dev/nvidiactl ] && want_ok=$((want_ok + 1))
+[ "$ok_calls" = "$want_ok" ] || { grep imgstat_requests "$work/metrics.txt"; fail "metrics count $ok_calls Analyze calls, not $want_ok"; }
+[ "$refused" = 1 ] || fail "metrics count $refused refused calls, not 1"
+echo "metrics: $ok_calls Analyze OK, $refused refused"
 
 t=$(now)
 podman stop -t 20 "$name" >/dev/null 2>>"$work/run.log" || fail "podman stop"
