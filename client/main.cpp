@@ -252,7 +252,6 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
   }
   const bool progress = isatty(STDERR_FILENO) && (inputs.size() > 1 || total_bytes >= (uint64_t{64} << 20));
   std::atomic<uint64_t> sent{0};
-  if (progress) request.on_sent = [&sent](uint64_t n) { sent += n; };
   if (csv) std::cout << client::render_csv_header();
 
   // Workers take files in order; answers are printed in input order as soon
@@ -260,6 +259,12 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
   std::vector<std::optional<client::Outcome>> outcomes(inputs.size());
   std::mutex mu;
   std::condition_variable ready;
+  // The bar is redrawn when an upload starts, not only every 200 ms: a fast
+  // link may send it all in less.
+  if (progress)
+    request.on_sent = [&sent, &ready](uint64_t n) {
+      if (sent.fetch_add(n) == 0) ready.notify_all();
+    };
   size_t next = 0, finished = 0;
   auto work = [&] {
     for (;;) {
@@ -314,11 +319,14 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
       for (;;) {
         const size_t done = finished;
         if (outcomes[i]) break;
+        const bool uploading = sent.load() > 0;
         lock.unlock();
         bar(done, false);
         lock.lock();
-        // Woken by any answer, and every 200 ms while an upload goes on.
-        ready.wait_for(lock, std::chrono::milliseconds(200), [&] { return outcomes[i].has_value() || finished != done; });
+        // Woken by any answer, when an upload starts, and every 200 ms while it goes on.
+        ready.wait_for(lock, std::chrono::milliseconds(200), [&] {
+          return outcomes[i].has_value() || finished != done || (!uploading && sent.load() > 0);
+        });
       }
       o = std::move(*outcomes[i]);
       outcomes[i].reset();

@@ -35,7 +35,8 @@ const char* const kReaderToken = "reader-token-0123456789abcdef";
 const fs::path& certs() {
   static const fs::path dir = [] {
     const fs::path d = temp_path("certs");
-    const std::string cmd = std::string("bash ") + IMGSTAT_SOURCE_DIR "/tests/tls/make-certs " + d.string();
+    const std::string cmd =
+        "bash " + program("IMGSTAT_SOURCE_DIR", IMGSTAT_SOURCE_DIR) + "/tests/tls/make-certs " + d.string();
     if (std::system(cmd.c_str()) != 0) throw std::runtime_error("make-certs failed (is openssl installed?)");
     return d;
   }();
@@ -194,7 +195,7 @@ TEST(Tls, ServesTlsOnlyAndReloadsTheCertificateWhenItsFilesChange) {
   fs::create_directories(dir);
   fs::copy_file(cert("server.pem"), dir + "/cert.pem");
   fs::copy_file(cert("server.key"), dir + "/key.pem");
-  ServerProcess server({"--engine", "cpu", "--threads", "2", "--tls-cert", dir + "/cert.pem", "--tls-key",
+  ServerProcess server({"--engine", test_engine(), "--threads", "2", "--tls-cert", dir + "/cert.pem", "--tls-key",
                         dir + "/key.pem", "--tls-reload-interval", "1"});
   EXPECT_NE(server.log().find("TLS on 127.0.0.1:0: CN = imgstat.test"), std::string::npos) << server.log();
   EXPECT_TRUE(server_info(tls_channel(server.port(), cert("ca.pem"))).ok());
@@ -222,7 +223,7 @@ TEST(Tls, ServesTlsOnlyAndReloadsTheCertificateWhenItsFilesChange) {
 }
 
 TEST(Tls, MutualTlsTakesAGoodClientCertificateOnly) {
-  ServerProcess server({"--engine", "cpu", "--threads", "2", "--tls-cert", cert("server.pem"), "--tls-key",
+  ServerProcess server({"--engine", test_engine(), "--threads", "2", "--tls-cert", cert("server.pem"), "--tls-key",
                         cert("server.key"), "--tls-client-ca", cert("ca.pem")});
   // Good: signed by the client CA; its name is the caller in the log.
   v1::AnalyzeResponse r;
@@ -255,7 +256,7 @@ TEST(Tls, MutualTlsTakesAGoodClientCertificateOnly) {
 TEST(Tokens, MissingAndWrongTokensAreRefusedAndHealthStaysOpen) {
   const std::string tokens = token_file(std::string("# name and methods are optional\n") + kToken + " ci\n" +
                                         kReaderToken + " dashboard GetServerInfo\n");
-  ServerProcess server({"--engine", "cpu", "--threads", "2", "--auth-token-file", tokens});
+  ServerProcess server({"--engine", test_engine(), "--threads", "2", "--auth-token-file", tokens});
   const auto channel = plain_channel(server.port());
   EXPECT_EQ(analyze(channel, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(analyze(channel, "not-the-token-0123456789").error_code(), grpc::StatusCode::UNAUTHENTICATED);
@@ -327,7 +328,7 @@ TEST(Tokens, MissingAndWrongTokensAreRefusedAndHealthStaysOpen) {
 
 TEST(Tokens, AreCheckedBeforeTheBodyIsBuffered) {
   const std::string tokens = token_file(std::string(kToken) + "\n");
-  ServerProcess server({"--engine", "cpu", "--threads", "2", "--auth-token-file", tokens});
+  ServerProcess server({"--engine", test_engine(), "--threads", "2", "--auth-token-file", tokens});
   const auto channel = plain_channel(server.port());
   ASSERT_TRUE(analyze(channel, kToken).ok());
   const double before = server.peak_rss_mib();
@@ -345,11 +346,11 @@ TEST(Tokens, AreCheckedBeforeTheBodyIsBuffered) {
 }
 
 TEST(Ports, PlaintextOffLoopbackNeedsInsecureAndSaysSoOnce) {
-  const auto refused = run_process({server_bin(), "--listen", "0.0.0.0:0", "--engine", "cpu"}, 20);
+  const auto refused = run_process({server_bin(), "--listen", "0.0.0.0:0", "--engine", test_engine()}, 20);
   EXPECT_EQ(refused.code, 1);
   EXPECT_NE(refused.err.find("refusing plaintext on 0.0.0.0:0"), std::string::npos) << refused.err;
 
-  ServerProcess server({"--engine", "cpu", "--threads", "2", "--listen", "0.0.0.0:0", "--insecure"});
+  ServerProcess server({"--engine", test_engine(), "--threads", "2", "--listen", "0.0.0.0:0", "--insecure"});
   EXPECT_TRUE(server_info(plain_channel(server.logged_port("listening on 0.0.0.0:"))).ok());
   const std::string log = server.log();
   size_t warnings = 0;
@@ -360,7 +361,7 @@ TEST(Ports, PlaintextOffLoopbackNeedsInsecureAndSaysSoOnce) {
 
 TEST(Ports, TheHealthPortServesHealthOnly) {
   const std::string tokens = token_file(std::string(kToken) + "\n");
-  ServerProcess server({"--engine", "cpu", "--threads", "2", "--tls-cert", cert("server.pem"), "--tls-key",
+  ServerProcess server({"--engine", test_engine(), "--threads", "2", "--tls-cert", cert("server.pem"), "--tls-key",
                         cert("server.key"), "--auth-token-file", tokens, "--health-listen", "127.0.0.1:0"});
   const int port = server.logged_port("health only, plaintext, on 127.0.0.1:");
   ASSERT_GT(port, 0) << server.log();
@@ -377,7 +378,7 @@ TEST(Ports, TheHealthPortServesHealthOnly) {
 TEST(Metrics, CountWhatKnownCallsDid) {
   const std::string tokens = token_file(std::string(kToken) + "\n");
   const uint64_t decode_memory = uint64_t{300} << 20;
-  ServerProcess server({"--engine", "cpu", "--threads", "2", "--auth-token-file", tokens, "--metrics-listen",
+  ServerProcess server({"--engine", test_engine(), "--threads", "2", "--auth-token-file", tokens, "--metrics-listen",
                         "127.0.0.1:0", "--max-decode-memory", std::to_string(decode_memory)});
   const int port = server.logged_port("metrics on http://127.0.0.1:");
   ASSERT_GT(port, 0) << server.log();
@@ -432,12 +433,26 @@ TEST(Metrics, CountWhatKnownCallsDid) {
   EXPECT_EQ(sample(text, R"(imgstat_pixels_total{method="Analyze"})"), 3 * pixels);
   EXPECT_EQ(sample(text, R"(imgstat_pixels_total{method="AnalyzeBatch"})"), pixels);
   EXPECT_EQ(sample(text, R"(imgstat_input_bytes_total{method="Analyze"})"), 3.0 * png().size() + 19);
-  EXPECT_EQ(sample(text, R"(imgstat_images_served_total{decoder="opencv",engine="cpu"})"), 4) << text;
+  const std::string engine = test_engine();
+  EXPECT_EQ(sample(text, R"(imgstat_images_served_total{decoder="opencv",engine=")" + engine + "\"}"), 4) << text;
   EXPECT_EQ(sample(text, "imgstat_calls_in_progress"), 1);
   EXPECT_EQ(sample(text, "imgstat_queue_length"), 0);
   EXPECT_EQ(sample(text, R"(imgstat_decode_memory_bytes{state="limit"})"), static_cast<double>(decode_memory));
   EXPECT_EQ(sample(text, R"(imgstat_decode_memory_bytes{state="in_use"})"), 0);
-  EXPECT_EQ(sample(text, R"(imgstat_engine_info{device="cpu",engine="cpu",jpeg_decoder="cpu"})"), 1);
+  if (engine == "cpu") {
+    EXPECT_EQ(sample(text, R"(imgstat_engine_info{device="cpu",engine="cpu",jpeg_decoder="cpu"})"), 1);
+    EXPECT_EQ(text.find("imgstat_gpu_memory_bytes{"), std::string::npos);
+  } else {  // the GPU's own series
+    EXPECT_NE(text.find("imgstat_engine_info{device=\"NVIDIA"), std::string::npos) << text;
+    EXPECT_GT(sample(text, R"(imgstat_gpu_memory_bytes{state="total"})"), 1e9);
+    EXPECT_GT(sample(text, R"(imgstat_gpu_memory_bytes{state="free"})"), 0);
+    // The engine's workspaces, held from the start, within the device.
+    EXPECT_GT(sample(text, R"(imgstat_gpu_memory_bytes{state="held"})"), 0);
+    EXPECT_LT(sample(text, R"(imgstat_gpu_memory_bytes{state="held"})"),
+              sample(text, R"(imgstat_gpu_memory_bytes{state="total"})"));
+    EXPECT_EQ(sample(text, "imgstat_gpu_lost"), 0);
+    EXPECT_EQ(sample(text, "imgstat_gpu_fallbacks_total"), 0);
+  }
   // Histograms, so that replicas add up: cumulative buckets ending in +Inf.
   EXPECT_EQ(sample(text, R"(imgstat_request_duration_seconds_bucket{method="Analyze",le="+Inf"})"), 5);
   EXPECT_NE(text.find("# TYPE imgstat_request_duration_seconds histogram"), std::string::npos);
@@ -454,7 +469,7 @@ std::string metadata(const std::multimap<grpc::string_ref, grpc::string_ref>& md
 }
 
 TEST(RequestIds, TheCallersIdComesBackAndIsLoggedElseOneIsMade) {
-  ServerProcess server({"--engine", "cpu", "--threads", "2"});
+  ServerProcess server({"--engine", test_engine(), "--threads", "2"});
   auto stub = v1::ImageStats::NewStub(plain_channel(server.port()));
   // Given, on success and on failure.
   for (const bool good : {true, false}) {
@@ -505,7 +520,7 @@ TEST(RequestIds, TheCallersIdComesBackAndIsLoggedElseOneIsMade) {
 
 TEST(JsonLogs, EveryLineIsAnObjectWithTheRequestsFields) {
   const std::string tokens = token_file(std::string(kToken) + "\n");
-  ServerProcess server({"--engine", "cpu", "--threads", "2", "--log-format", "json", "--auth-token-file", tokens});
+  ServerProcess server({"--engine", test_engine(), "--threads", "2", "--log-format", "json", "--auth-token-file", tokens});
   const auto channel = plain_channel(server.port());
   ASSERT_TRUE(analyze(channel, kToken).ok());
   // An untrusted name: control bytes, quotes, a newline, and far too long.

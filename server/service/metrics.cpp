@@ -91,7 +91,7 @@ struct Metrics::Families {
                  .Register(r)),
         gpu_memory(prometheus::BuildGauge()
                        .Name("imgstat_gpu_memory_bytes")
-                       .Help("GPU memory: held by the engine's calls, free on the device, the device's total")
+                       .Help("GPU memory: held by the engine (workspaces and calls in progress), free on the device, its total")
                        .Register(r)),
         gpu_lost(prometheus::BuildGauge().Name("imgstat_gpu_lost").Help("1 once the GPU failed and the CPU took over").Register(r)),
         fallbacks(prometheus::BuildCounter()
