@@ -656,7 +656,9 @@ TEST(ClientDeadline, AHungServerCostsTheTimeoutAndNoMore) {
     EXPECT_EQ(r.code, 1) << what.front();
     EXPECT_NE((r.out + r.err).find("DEADLINE_EXCEEDED"), std::string::npos) << r.out << r.err;
     EXPECT_GE(took, kTimeout) << what.front();
-    EXPECT_LT(took, kTimeout + start_up + 0.5) << what.front() << ": started in " << start_up << " s";
+    // A retry or a second deadline would cost another kTimeout; a loaded CI machine costs
+    // fractions of a second, so the bound sits halfway.
+    EXPECT_LT(took, kTimeout * 1.5 + start_up) << what.front() << ": started in " << start_up << " s";
   }
   std::filesystem::remove(file);
   ::close(fd);
