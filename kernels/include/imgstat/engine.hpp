@@ -158,7 +158,7 @@ struct EngineInfo {
 
 // What an engine holds now, for monitoring; zeros where it has no GPU.
 struct EngineUsage {
-  uint64_t device_bytes_held = 0;   // device memory its calls hold now
+  uint64_t device_bytes_held = 0;   // held by the engine: workspaces and calls in progress
   uint64_t device_bytes_free = 0;   // free on its device, all processes counted
   uint64_t device_bytes_total = 0;
   uint64_t cpu_fallbacks = 0;       // images the GPU could not take, computed on the CPU
