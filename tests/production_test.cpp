@@ -17,7 +17,9 @@
 
 #include <cstdio>
 #include <future>
+#include <map>
 #include <random>
+#include <sstream>
 
 #include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "imgstat/v1/imgstat.grpc.pb.h"
@@ -325,6 +327,38 @@ TEST(Tokens, MissingAndWrongTokensAreRefusedAndHealthStaysOpen) {
   EXPECT_NE(server.log().find("the tokens in use are kept"), std::string::npos) << server.log();
   fs::remove(tokens);
   fs::remove(file);
+}
+
+// gRPC's auth context belongs to the connection, not the call: the caller's
+// name must come from each call's own token, however calls share it.
+TEST(Tokens, EachCallOnASharedConnectionIsNamedByItsOwnToken) {
+  const std::string tokens = token_file(std::string(kToken) + " ci\n" + kReaderToken + " dashboard\n");
+  ServerProcess server({"--engine", test_engine(), "--threads", "2", "--auth-token-file", tokens});
+  const auto channel = plain_channel(server.port());
+  constexpr int kCalls = 48;
+  std::vector<std::future<bool>> calls;
+  for (int i = 0; i < kCalls; ++i)
+    calls.push_back(std::async(std::launch::async, [&, i] {
+      grpc::ClientContext ctx;
+      prepare(ctx, i % 2 ? kReaderToken : kToken, 30);
+      ctx.AddMetadata("x-request-id", "call-" + std::to_string(i));
+      v1::AnalyzeResponse r;
+      return v1::ImageStats::NewStub(channel)->Analyze(&ctx, png_request(), &r).ok();
+    }));
+  for (auto& c : calls) EXPECT_TRUE(c.get());
+  // Each call's line, by its id; the log is written as calls end.
+  std::map<int, std::string> lines;
+  for (int tries = 0; tries < 100 && lines.size() < kCalls; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::istringstream log(server.log());
+    for (std::string line; std::getline(log, line);)
+      for (int i = 0; i < kCalls; ++i)
+        if (line.find("Analyze id=call-" + std::to_string(i) + " ") != std::string::npos) lines[i] = line;
+  }
+  ASSERT_EQ(lines.size(), static_cast<size_t>(kCalls)) << server.log();
+  for (const auto& [i, line] : lines)
+    EXPECT_NE(line.find(i % 2 ? "caller=\"dashboard\"" : "caller=\"ci\""), std::string::npos) << line;
+  EXPECT_TRUE(server.alive());
 }
 
 TEST(Tokens, AreCheckedBeforeTheBodyIsBuffered) {

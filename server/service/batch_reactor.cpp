@@ -110,7 +110,7 @@ class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::
       response.mutable_error()->set_code(status.error_code());
       response.mutable_error()->set_message(status.error_message());
     }
-    env_.record({"AnalyzeBatch", id_, ctx_->peer(), caller_of(ctx_), request.request().input().name(),
+    env_.record({"AnalyzeBatch", id_, ctx_->peer(), caller_of(ctx_, env_.auth), request.request().input().name(),
                  request.request().input().data().size(), status.ok() ? &response.response() : nullptr, status,
                  to_ms(waited), ms_since(started), request.id().empty() ? "-" : request.id()});
 

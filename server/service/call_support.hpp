@@ -80,7 +80,8 @@ struct CallEnv {
   Admission& admission;
   IdleWatch& idle;
   const Limits& limits;
-  Metrics* metrics;  // null: none kept
+  Metrics* metrics;           // null: none kept
+  const Authenticator* auth;  // names callers in the log
 
   // Queues fn for a worker. fn receives OK, or why it must not run: the
   // call ended while it waited, or it waited past the queue timeout; and

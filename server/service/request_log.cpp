@@ -101,11 +101,18 @@ std::string take_request_id(grpc::CallbackServerContext* ctx) {
   return id;
 }
 
-std::string caller_of(const grpc::CallbackServerContext* ctx) {
-  const auto auth = ctx->auth_context();
-  if (!auth) return {};
-  auto values = auth->FindPropertyValues(kCallerProperty);
-  if (values.empty()) values = auth->GetPeerIdentity();  // a client certificate's name
+std::string caller_of(const grpc::CallbackServerContext* ctx, const Authenticator* auth) {
+  if (auth && auth->enabled()) {
+    const auto& md = ctx->client_metadata();
+    const auto it = md.find("authorization");
+    if (it != md.end()) {
+      const std::string name = auth->caller(std::string_view(it->second.data(), it->second.size()));
+      if (!name.empty()) return printable(name, 200);
+    }
+  }
+  const auto context = ctx->auth_context();
+  if (!context) return {};
+  const auto values = context->GetPeerIdentity();  // a client certificate's name
   return values.empty() ? std::string() : printable(std::string_view(values.front().data(), values.front().size()), 200);
 }
 

@@ -12,6 +12,8 @@
 
 namespace imgstat {
 
+class Authenticator;
+
 enum class LogFormat { kText, kJson };
 
 // Sets up the process's logger: stderr, the format, the level.
@@ -27,7 +29,7 @@ std::string take_request_id(grpc::CallbackServerContext* ctx);
 
 // Who called, as authenticated: the token's name or the client
 // certificate's identity; empty when neither.
-std::string caller_of(const grpc::CallbackServerContext* ctx);
+std::string caller_of(const grpc::CallbackServerContext* ctx, const Authenticator* auth);
 
 // What one request did.
 struct RequestRecord {

@@ -60,21 +60,19 @@ struct ProcessorState {
   Authenticator::Port port;
 };
 
-// gRPC's C processor: non-blocking, answered on the calling thread. The
-// authorization header is consumed, so no handler (and no log) ever sees it.
-void process(void* state, grpc_auth_context* context, const grpc_metadata* md, size_t n,
+// gRPC's C processor: non-blocking, answered on the calling thread. It
+// writes nothing into `context`: that is the connection's, shared by all its
+// calls, some running at once (grpc/grpc#28809), so the handler names the
+// caller from the call's own header (caller_of).
+void process(void* state, grpc_auth_context* /*context*/, const grpc_metadata* md, size_t n,
              grpc_process_auth_metadata_done_cb done, void* user_data) {
   const auto* s = static_cast<const ProcessorState*>(state);
   std::string path, authorization, request_id;
-  const grpc_metadata* consumed = nullptr;
   for (size_t i = 0; i < n; ++i) {
     const std::string key = view(md[i].key);
     if (key == ":path") path = view(md[i].value);
     else if (key == "x-request-id") request_id = view(md[i].value);
-    else if (key == "authorization") {
-      authorization = view(md[i].value);
-      consumed = &md[i];
-    }
+    else if (key == "authorization") authorization = view(md[i].value);
   }
   const Authenticator::Decision d = s->auth->decide(s->port, path, authorization);
   if (d.code != grpc::StatusCode::OK) {
@@ -82,8 +80,7 @@ void process(void* state, grpc_auth_context* context, const grpc_metadata* md, s
     done(user_data, nullptr, 0, nullptr, 0, static_cast<grpc_status_code>(d.code), d.message.c_str());
     return;
   }
-  if (!d.caller.empty()) grpc_auth_context_add_cstring_property(context, kCallerProperty, d.caller.c_str());
-  done(user_data, consumed, consumed ? 1 : 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
+  done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
 }
 
 // ServerCredentials around C-core credentials: the C++ API offers no

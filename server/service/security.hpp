@@ -68,6 +68,11 @@ class Authenticator {
   size_t token_count() const;
 
   Decision decide(Port port, std::string_view path, std::string_view authorization) const;
+  // The name of the token an authorization header carries; empty when it
+  // carries none of them.
+  std::string caller(std::string_view authorization) const {
+    return decide(Port::kService, {}, authorization).caller;
+  }
   void refused(const std::string& method, const std::string& request_id, const Decision& d) const {
     if (on_refused_) on_refused_(method, request_id, d);
   }
@@ -78,9 +83,6 @@ class Authenticator {
   mutable std::mutex mu_;
   std::shared_ptr<const TokenTable> tokens_;
 };
-
-// The auth context property that names an authenticated caller.
-inline constexpr const char* kCallerProperty = "imgstat.caller";
 
 // Credentials for one listening port: TLS (mutual when a client CA is set,
 // reloaded when the files change) or plaintext, with the authenticator on

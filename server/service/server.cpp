@@ -62,7 +62,7 @@ Server::Server(const ServerOptions& options, std::shared_ptr<Engine> engine, std
         log_refused(method, id, d.code, d.message);
         if (metrics) metrics->call_ended(method, d.code, 0);
       });
-  service_ = std::make_unique<ImageStatsService>(*analyzer_, *queue_, metrics_.get());
+  service_ = std::make_unique<ImageStatsService>(*analyzer_, *queue_, metrics_.get(), auth_.get());
 }
 
 int Server::metrics_port() const { return metrics_ ? metrics_->port() : 0; }

@@ -26,7 +26,7 @@ class AnalyzeReactor final : public grpc::ServerUnaryReactor {
 
  private:
   void finish(const grpc::Status& status) {
-    env_.record({"Analyze", id_, ctx_->peer(), caller_of(ctx_), request_->input().name(),
+    env_.record({"Analyze", id_, ctx_->peer(), caller_of(ctx_, env_.auth), request_->input().name(),
                  request_->input().data().size(), response_, status, to_ms(waited_), ms_since(started_)});
     env_.call_ended("Analyze", status, started_);
     Finish(status);
@@ -44,7 +44,7 @@ class AnalyzeReactor final : public grpc::ServerUnaryReactor {
 // A call refused at admission still gets its id, its line and its count.
 void note_refusal(const char* method, grpc::CallbackServerContext* ctx, const grpc::Status& status,
                   const CallEnv& env) {
-  log_request({method, take_request_id(ctx), ctx->peer(), caller_of(ctx), {}, 0, nullptr, status, 0, 0});
+  log_request({method, take_request_id(ctx), ctx->peer(), caller_of(ctx, env.auth), {}, 0, nullptr, status, 0, 0});
   env.call_ended(method, status, Clock::now());
 }
 
@@ -68,10 +68,11 @@ class Refusal final : public Base {
 
 }  // namespace
 
-ImageStatsService::ImageStatsService(const Analyzer& analyzer, WorkQueue& queue, Metrics* metrics)
+ImageStatsService::ImageStatsService(const Analyzer& analyzer, WorkQueue& queue, Metrics* metrics,
+                                     const Authenticator* auth)
     : admission_(analyzer.limits().max_concurrent),
       idle_(analyzer.limits().stream_idle_timeout_seconds),
-      env_{analyzer, queue, admission_, idle_, analyzer.limits(), metrics} {}
+      env_{analyzer, queue, admission_, idle_, analyzer.limits(), metrics, auth} {}
 
 ImageStatsService::~ImageStatsService() = default;
 
@@ -111,8 +112,8 @@ grpc::ServerUnaryReactor* ImageStatsService::GetServerInfo(grpc::CallbackServerC
                                                             v1::ServerInfo* response) {
   const auto started = Clock::now();
   *response = env_.analyzer.server_info();
-  log_request({"GetServerInfo", take_request_id(ctx), ctx->peer(), caller_of(ctx), {}, 0, nullptr, grpc::Status::OK,
-               0, ms_since(started)});
+  log_request({"GetServerInfo", take_request_id(ctx), ctx->peer(), caller_of(ctx, env_.auth), {}, 0, nullptr,
+               grpc::Status::OK, 0, ms_since(started)});
   env_.call_ended("GetServerInfo", grpc::Status::OK, started);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

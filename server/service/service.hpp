@@ -15,7 +15,7 @@ namespace imgstat {
 class ImageStatsService final : public v1::ImageStats::CallbackService {
  public:
   // metrics may be null.
-  ImageStatsService(const Analyzer& analyzer, WorkQueue& queue, Metrics* metrics);
+  ImageStatsService(const Analyzer& analyzer, WorkQueue& queue, Metrics* metrics, const Authenticator* auth);
   ~ImageStatsService() override;
 
   grpc::ServerUnaryReactor* Analyze(grpc::CallbackServerContext* ctx, const v1::AnalyzeRequest* request,

@@ -165,7 +165,7 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
       bytes = input_bytes_;
       waited = waited_;
     }
-    env_.record({"AnalyzeStream", id_, ctx_->peer(), caller_of(ctx_), input.name(), bytes, response_, status,
+    env_.record({"AnalyzeStream", id_, ctx_->peer(), caller_of(ctx_, env_.auth), input.name(), bytes, response_, status,
                  to_ms(waited), ms_since(started_)});
     env_.call_ended("AnalyzeStream", status, started_);
     Finish(status);
