@@ -281,7 +281,7 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
       std::optional<JpegCheck> checked;
       if (plan.format == "JPEG" && choice != v1::DECODER_CHOICE_CPU) {
         std::string why;
-        if (analyze_on_gpu(bytes, data.size(), options, stats_request, call, r, &checked, &why)) return r;
+        if (analyze_on_gpu(bytes, data.size(), options, stats_request, call, r, &why)) return r;
         if (choice == v1::DECODER_CHOICE_GPU)
           fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but " + why);
       } else if (choice == v1::DECODER_CHOICE_GPU) {
@@ -314,7 +314,7 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
 
 bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options,
                               const StatsRequest& request, const CallContext& call, v1::AnalyzeResponse& r,
-                              std::optional<JpegCheck>* check_out, std::string* why) const {
+                              std::string* why) const {
   if (!gpu_jpeg_) {
     *why = "this server has no GPU JPEG decoder";
     return false;
@@ -325,22 +325,23 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
   }
   const auto t0 = Clock::now();
   std::unique_ptr<GpuJpegDecoder::Ticket> ticket = gpu_jpeg_->announce();
-  // The same check as the CPU path: bad and truncated files get the same answers.
-  const JpegCheck& check = timed_jpeg_check(data, size, options, *check_out, r);
-  if (check.truncated) {
-    *why = "a truncated JPEG is analyzed as libjpeg fills it in, on the CPU";
-    return false;
-  }
   call.check("before decoding");
   GpuDecodedImage image;
   try {
-    TraceRange range("gpu jpeg decode (queued and batched)");
+    TraceRange range("gpu jpeg decode and check (queued and batched)");
     image = gpu_jpeg_->decode(*ticket, data, size);
   } catch (const Error& e) {
     *why = e.what();
     return false;
   }
   ticket.reset();
+  // The GPU's check gives libjpeg's verdict: the CPU path's answers.
+  enforce_jpeg_check(image.check, options.allow_truncated);
+  if (image.check.truncated) {
+    *why = "a truncated JPEG is analyzed as libjpeg fills it in, on the CPU";
+    return false;
+  }
+  const JpegCheck& check = image.check;
   call.check("after decoding");
   const auto t1 = Clock::now();
   Result result;

@@ -61,8 +61,7 @@ class Analyzer {
   // The GPU path for one JPEG; false (with *why) when it should go to the CPU.
   // *check keeps libjpeg's check pass for the CPU path to reuse.
   bool analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options, const StatsRequest& request,
-                      const CallContext& call, v1::AnalyzeResponse& r, std::optional<JpegCheck>* check,
-                      std::string* why) const;
+                      const CallContext& call, v1::AnalyzeResponse& r, std::string* why) const;
 
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<GpuJpegDecoder> gpu_jpeg_;

@@ -110,11 +110,16 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
 JpegCheck check_jpeg_data(const uint8_t* data, size_t size, const DecodeOptions& options) {
   JpegCheck check = check_jpeg(data, size, options.cancelled);
   if (!check.ok && check.error == "cancelled") fail(ErrorCode::kCancelled, "cancelled while decoding");
+  enforce_jpeg_check(check, options.allow_truncated);
+  return check;
+}
+
+void enforce_jpeg_check(const JpegCheck& check, bool allow_truncated) {
   if (!check.ok) invalid_data("JPEG: " + check.error);
-  if (check.truncated && !options.allow_truncated)
+  if (check.corrupt) invalid_data("JPEG: " + check.corrupt_reason);
+  if (check.truncated && !allow_truncated)
     invalid_data("JPEG data ends before its last block (truncated file); libjpeg would fill the "
                  "rest with gray. Set allow_truncated to analyze it anyway");
-  return check;
 }
 
 DecodedImage decode_image(const uint8_t* data, size_t size, const DecodeOptions& options) {

@@ -65,6 +65,11 @@ DecodedImage decode_image(const uint8_t* data, size_t size, const DecodePlan& pl
 // allow_truncated, for data that ends before its last block; kCancelled.
 JpegCheck check_jpeg_data(const uint8_t* data, size_t size, const DecodeOptions& options);
 
+// The answer a check's verdict gives, the same for the CPU and GPU paths:
+// throws kInvalidArgument for corrupt data, for truncated data unless
+// allowed, and for what libjpeg refused.
+void enforce_jpeg_check(const JpegCheck& check, bool allow_truncated);
+
 // plan_decode, then decode_image.
 DecodedImage decode_image(const uint8_t* data, size_t size, const DecodeOptions& options);
 

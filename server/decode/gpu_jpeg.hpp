@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "decode/jpeg_check.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
@@ -28,6 +29,7 @@ struct GpuDecodedImage {
   std::string decoder;           // "nvjpeg-hardware" or "nvjpeg-cuda"
   DeviceImageView view;          // packed R,G,B or Gray, uint8
   std::shared_ptr<void> memory;  // frees the device pixels when the last holder lets go
+  JpegCheck check;               // the GPU's integrity check: libjpeg's verdict
 };
 
 class GpuJpegDecoder {
@@ -42,10 +44,12 @@ class GpuJpegDecoder {
   };
   virtual std::unique_ptr<Ticket> announce() = 0;
 
-  // Decodes one baseline or progressive 8-bit JPEG of 1 or 3 components.
-  // Throws imgstat::Error: kUnimplemented for what nvJPEG cannot decode
-  // (CMYK, 12-bit, arithmetic coding, damaged data: decode it on the CPU),
-  // kUnavailable when the GPU fails.
+  // Decodes one baseline Huffman 8-bit JPEG, gray or YCbCr in one scan, to
+  // libjpeg-turbo's exact pixels, and checks its data as libjpeg does
+  // (image.check: corrupt or truncated files come back with their verdict).
+  // Throws imgstat::Error: kUnimplemented for what it leaves to the CPU
+  // (progressive, CMYK, 12-bit, arithmetic coding, odd samplings, data the
+  // check cannot vouch for), kUnavailable when the GPU fails.
   virtual GpuDecodedImage decode(Ticket& ticket, const uint8_t* data, size_t size) = 0;
 
   // e.g. "nvJPEG 13.0.1 (libnvjpeg.so.13), hardware backend"

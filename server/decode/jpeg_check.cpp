@@ -1,5 +1,6 @@
 #include "decode/jpeg_check.hpp"
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstdio>
 
@@ -39,15 +40,73 @@ void on_message(j_common_ptr cinfo, int level) {
   if (level >= 0) return;  // trace messages
   auto* em = reinterpret_cast<ErrorManager*>(cinfo->err);
   const int code = cinfo->err->msg_code;
-  // Data that runs out, or that meets the end-of-image marker while blocks
-  // are still owed (half a file with FF D9 appended), is a truncated file.
-  if (code == JWRN_JPEG_EOF ||
-      (code == JWRN_HIT_MARKER && reinterpret_cast<j_decompress_ptr>(cinfo)->unread_marker == JPEG_EOI))
-    em->out->truncated = true;
   std::string m = message_of(cinfo);
+  // Data that runs out, or meets a marker while blocks are still owed (half
+  // a file with FF D9 appended; an end-of-image marker where a restart
+  // marker was due), is a truncated file.
+  const bool eoi_for_restart = code == JWRN_MUST_RESYNC && cinfo->err->msg_parm.i[0] == JPEG_EOI;
+  if (code == JWRN_JPEG_EOF || code == JWRN_HIT_MARKER || eoi_for_restart) {
+    em->out->truncated = true;
+  } else if (code == JWRN_HUFF_BAD_CODE || code == JWRN_MUST_RESYNC || code == JWRN_NOT_SEQUENTIAL ||
+             code == JWRN_BOGUS_PROGRESSION) {
+    if (!em->out->corrupt) em->out->corrupt_reason = m;
+    em->out->corrupt = true;
+  }
   auto& w = em->out->warnings;
   constexpr size_t kMaxWarnings = 8;
   if (w.size() < kMaxWarnings && (w.empty() || w.back() != m)) w.push_back(std::move(m));
+}
+
+// jpeg_mem_src, handing out at most kPiece bytes at a time: libjpeg's fast
+// Huffman path wants 512 bytes a block in its buffer, so it never runs.
+struct PieceSource {
+  static constexpr size_t kPiece = 256;
+  jpeg_source_mgr pub;
+  const JOCTET* next;
+  const JOCTET* end;
+};
+
+void piece_init(j_decompress_ptr) {}
+void piece_term(j_decompress_ptr) {}
+
+boolean piece_fill(j_decompress_ptr cinfo) {
+  static const JOCTET kEoi[2] = {0xff, JPEG_EOI};
+  auto* src = reinterpret_cast<PieceSource*>(cinfo->src);
+  if (src->next >= src->end) {  // as jpeg_mem_src: warn and end the image
+    WARNMS(cinfo, JWRN_JPEG_EOF);
+    src->pub.next_input_byte = kEoi;
+    src->pub.bytes_in_buffer = 2;
+    return TRUE;
+  }
+  const size_t n = std::min<size_t>(PieceSource::kPiece, static_cast<size_t>(src->end - src->next));
+  src->pub.next_input_byte = src->next;
+  src->pub.bytes_in_buffer = n;
+  src->next += n;
+  return TRUE;
+}
+
+void piece_skip(j_decompress_ptr cinfo, long count) {
+  auto* src = reinterpret_cast<PieceSource*>(cinfo->src);
+  while (count > 0) {
+    if (src->pub.bytes_in_buffer == 0) piece_fill(cinfo);
+    const size_t n = std::min<size_t>(static_cast<size_t>(count), src->pub.bytes_in_buffer);
+    src->pub.next_input_byte += n;
+    src->pub.bytes_in_buffer -= n;
+    count -= static_cast<long>(n);
+  }
+}
+
+void piece_src(j_decompress_ptr cinfo, PieceSource* src, const uint8_t* data, size_t size) {
+  src->pub.init_source = piece_init;
+  src->pub.fill_input_buffer = piece_fill;
+  src->pub.skip_input_data = piece_skip;
+  src->pub.resync_to_restart = jpeg_resync_to_restart;
+  src->pub.term_source = piece_term;
+  src->pub.bytes_in_buffer = 0;
+  src->pub.next_input_byte = nullptr;
+  src->next = data;
+  src->end = data + size;
+  cinfo->src = &src->pub;
 }
 
 void on_progress(j_common_ptr cinfo) {
@@ -138,7 +197,8 @@ JpegCheck check_jpeg(const uint8_t* data, size_t size, const std::function<bool(
   }
   jpeg_create_decompress(&cinfo);
   cinfo.progress = &progress.pub;
-  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  PieceSource source;
+  piece_src(&cinfo, &source, data, size);
   jpeg_read_header(&cinfo, TRUE);
   // Entropy decoding is what finds corrupt or missing data; 1/8 scale skips
   // most of the inverse DCT and colour work that OpenCV will do for real.

@@ -33,13 +33,23 @@ JpegHeader read_jpeg_header(const uint8_t* data, size_t size, uint64_t max_pixel
 // are decoded from such a buffer; baseline files are decoded row by row.
 uint64_t jpeg_coefficient_bytes(const JpegHeader& h);
 
+// libjpeg's verdict, in classes that both decoders answer alike: corrupt
+// data (a bad Huffman code, a wrong restart marker, inconsistent progressive
+// scans) is refused; data that ends early (the file, or a segment at a
+// marker, before its last block) is refused unless the caller allows it;
+// other warnings (extraneous bytes before a marker) ride on an OK answer.
 struct JpegCheck {
   bool ok = false;          // libjpeg decoded it (possibly with warnings)
   std::string error;        // libjpeg's message when !ok
-  bool truncated = false;   // the data ended (or met its end-of-image marker) before the last block
+  bool truncated = false;   // the data ended (or met a marker) before the last block
+  bool corrupt = false;
+  std::string corrupt_reason;  // libjpeg's first such warning
   std::vector<std::string> warnings;
 };
 
+// libjpeg's slow Huffman path warns of every bad code, its fast path of
+// none: the check feeds the data in pieces too small for the fast path, so
+// that its verdict never depends on where in the file a bad code lies.
 // cancelled, when set, is polled between passes and rows; true stops the
 // pass (ok false, error "cancelled").
 JpegCheck check_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled = {});

@@ -17,7 +17,7 @@ static_assert(int(n::kSuccess) == int(NVJPEG_STATUS_SUCCESS) && int(n::kBadJpeg)
               int(n::kIncompleteBitstream) == int(NVJPEG_STATUS_INCOMPLETE_BITSTREAM));
 static_assert(int(n::kCss444) == int(NVJPEG_CSS_444) && int(n::kCss420) == int(NVJPEG_CSS_420) && int(n::kCssGray) == int(NVJPEG_CSS_GRAY) &&
               int(n::kCss410V) == int(NVJPEG_CSS_410V) && int(n::kCssUnknown) == int(NVJPEG_CSS_UNKNOWN));
-static_assert(int(n::kOutputY) == int(NVJPEG_OUTPUT_Y) && int(n::kOutputRgbi) == int(NVJPEG_OUTPUT_RGBI));
+static_assert(int(n::kOutputYuv) == int(NVJPEG_OUTPUT_YUV) && int(n::kOutputY) == int(NVJPEG_OUTPUT_Y) && int(n::kOutputRgbi) == int(NVJPEG_OUTPUT_RGBI));
 static_assert(int(n::kBackendDefault) == int(NVJPEG_BACKEND_DEFAULT) && int(n::kBackendGpuHybrid) == int(NVJPEG_BACKEND_GPU_HYBRID) &&
               int(n::kBackendHardware) == int(NVJPEG_BACKEND_HARDWARE));
 static_assert(int(n::kMaxComponents) == int(NVJPEG_MAX_COMPONENT));

@@ -39,6 +39,7 @@ enum Subsampling : int {
 };
 
 enum OutputFormat : int {
+  kOutputYuv = 1,   // planar Y, Cb, Cr, chroma at its stored resolution
   kOutputY = 2,     // luma only: gray images
   kOutputRgbi = 5,  // interleaved R,G,B
 };

@@ -1,7 +1,12 @@
 // The nvJPEG decoder: one thread owns the library's handles and states and
-// decodes what callers queue, in batches. Files the hardware backend takes
-// (baseline Huffman) go to it together in one call; the rest go one by one
-// to the GPU hybrid backend (batching does not pay there).
+// decodes what callers queue, in batches. It takes the files whose pixels
+// and integrity it can vouch for (jpeg_verify.hpp: baseline Huffman, one
+// scan, gray or YCbCr); the rest decode on the CPU. Files the hardware
+// backend takes go to it together in one call, the rest one by one to the
+// GPU hybrid backend (batching does not pay there). Beside the decode, on
+// the SMs while the JPEG engines work, the entropy-coded data is checked as
+// libjpeg checks it; colour comes out as planes and is made RGB by
+// libjpeg-turbo's own upsampling and conversion (gpu_check.cu).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,12 +19,18 @@
 
 #include "decode/gpu_jpeg.hpp"
 #include "decode/nvjpeg/api.hpp"
+#include "decode/nvjpeg/gpu_check.hpp"
 #include "imgstat/trace.hpp"
 
 namespace imgstat {
 namespace {
 
 using nvjpeg::Api;
+
+// Synchronizing rounds queued with each check before its records come back;
+// a file that needs more gets them after the batch (jpeg_verify_test: a
+// 1001x667 photo needs 6).
+constexpr int kCheckRounds = 12;
 using nvjpeg::Status;
 
 // The first frame header's first component: sampling factors 1x1? A gray
@@ -71,7 +82,9 @@ struct Job {
   // Filled by the batcher.
   int width = 0, height = 0, channels = 0;
   bool hardware = false;
-  uint8_t* pixels = nullptr;
+  uint8_t* pixels = nullptr;      // packed output
+  uint8_t* planes_memory = nullptr;  // Y, Cb, Cr as nvJPEG writes them (colour files)
+  nvjpeg::PendingCheck check;
   nvjpeg::Planes planes{};
   Status status = nvjpeg::kSuccess;
   std::string error;  // set: refused before decoding
@@ -82,6 +95,8 @@ struct Job {
 // batch run on the JPEG engines while another lane parses the next.
 struct Lane {
   cudaStream_t stream = nullptr;
+  cudaStream_t check_stream = nullptr;  // the integrity check, beside the decode
+  nvjpeg::CheckStaging staging;
   nvjpeg::State hw_state = nullptr, gpu_state = nullptr;
   nvjpeg::JpegStream parsed = nullptr;
   std::thread thread;
@@ -126,6 +141,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       lanes_.push_back(std::make_unique<Lane>());  // before any call that throws: release() frees it
       Lane& l = *lanes_.back();
       check_cuda(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      check_cuda(cudaStreamCreateWithFlags(&l.check_stream, cudaStreamNonBlocking), "cudaStreamCreate");
       check(api_.state_create(gpu_, &l.gpu_state), "nvjpegJpegStateCreate");
       if (hardware_states)
         hardware_states = api_.state_create(hw_, &l.hw_state) == nvjpeg::kSuccess &&
@@ -153,6 +169,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       if (l->hw_state) api_.state_destroy(l->hw_state);
       if (l->gpu_state) api_.state_destroy(l->gpu_state);
       if (l->stream) cudaStreamDestroy(l->stream);
+      if (l->check_stream) cudaStreamDestroy(l->check_stream);
     }
     if (hw_) api_.destroy(hw_);
     if (gpu_) api_.destroy(gpu_);
@@ -232,9 +249,12 @@ class NvjpegDecoder final : public GpuJpegDecoder {
         // Nothing of this batch was answered yet: every caller decodes on the CPU.
         for (auto& job : batch) {
           if (job->pixels) cudaFreeAsync(job->pixels, lane.stream);
+          if (job->planes_memory) cudaFreeAsync(job->planes_memory, lane.stream);
+          if (job->check.device) cudaFreeAsync(job->check.device, lane.check_stream);
           job->done.set_exception(std::make_exception_ptr(e));
         }
         cudaStreamSynchronize(lane.stream);
+        cudaStreamSynchronize(lane.check_stream);
         cudaGetLastError();
       }
     }
@@ -263,9 +283,19 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       job.error = "nvJPEG: a gray JPEG with sampling factors other than 1x1 is decoded on the CPU";
       return false;
     }
+    job.check.scan = parse_jpeg_scan(job.data, job.size);
+    if (!job.check.scan.covered) {
+      job.error = "the GPU decodes the JPEGs whose pixels and integrity it can vouch for; this one (" +
+                  job.check.scan.why_not + ") is decoded on the CPU";
+      return false;
+    }
     job.width = widths[0];
     job.height = heights[0];
     job.channels = components == 1 ? 1 : 3;
+    if (job.width != static_cast<int>(job.check.scan.width) || job.height != static_cast<int>(job.check.scan.height)) {
+      job.error = "nvJPEG and the headers disagree on the image size";
+      return false;
+    }
     if (hardware_) {
       // The headers say whether the hardware takes it; parsing the whole
       // stream here would read every byte once more than the decode does.
@@ -276,14 +306,23 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       if (parsed == nvjpeg::kSuccess && api_.batched_supported(hw_, lane.parsed, &unsupported) == nvjpeg::kSuccess)
         job.hardware = unsupported == 0;
     }
-    const size_t pitch = static_cast<size_t>(job.width) * job.channels;
-    check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&job.pixels), pitch * job.height, lane.stream),
+    const size_t w = static_cast<size_t>(job.width), h = static_cast<size_t>(job.height);
+    check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&job.pixels), w * h * job.channels, lane.stream),
                "cudaMallocAsync for decoded pixels");
-    // Data the check passed with warnings (corrupt, not truncated) can leave
-    // blocks nvJPEG never writes: zeros there, not another request's pixels.
-    check_cuda(cudaMemsetAsync(job.pixels, 0, pitch * job.height, lane.stream), "cudaMemsetAsync for decoded pixels");
-    job.planes.channel[0] = job.pixels;
-    job.planes.pitch[0] = pitch;
+    if (job.channels == 1) {
+      job.planes.channel[0] = job.pixels;
+      job.planes.pitch[0] = w;
+    } else {
+      const JpegScan& scan = job.check.scan;
+      const size_t cw = (w + scan.h[0] - 1) / scan.h[0], ch = (h + scan.v[0] - 1) / scan.v[0];
+      check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&job.planes_memory), w * h + 2 * cw * ch, lane.stream),
+                 "cudaMallocAsync for decoded planes");
+      job.planes.channel[0] = job.planes_memory;
+      job.planes.pitch[0] = w;
+      job.planes.channel[1] = job.planes_memory + w * h;
+      job.planes.channel[2] = job.planes_memory + w * h + cw * ch;
+      job.planes.pitch[1] = job.planes.pitch[2] = cw;
+    }
     return true;
   }
 
@@ -292,7 +331,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
   void decode_one(Lane& lane, Job& job) {
     job.hardware = false;
     job.status = api_.decode(gpu_, lane.gpu_state, job.data, job.size,
-                             job.channels == 1 ? nvjpeg::kOutputY : nvjpeg::kOutputRgbi, &job.planes, lane.stream);
+                             job.channels == 1 ? nvjpeg::kOutputY : nvjpeg::kOutputYuv, &job.planes, lane.stream);
     check_cuda(cudaStreamSynchronize(lane.stream), "nvJPEG decode");
   }
 
@@ -314,31 +353,59 @@ class NvjpegDecoder final : public GpuJpegDecoder {
 
   void decode_batch(Lane& lane, std::vector<std::shared_ptr<Job>>& batch) {
     TraceRange range("nvjpeg batch");
+    std::vector<Job*> ready;
+    for (auto& job : batch)
+      if (prepare(lane, *job)) ready.push_back(job.get());
+    // The checks first: they run on the SMs while the JPEG engines decode.
+    size_t staging = 0;
+    for (Job* j : ready) staging += nvjpeg::check_staging_bytes(j->check.scan, j->size);
+    lane.staging.reserve(staging);
+    for (Job* j : ready) nvjpeg::launch_check(j->check, j->data, j->size, lane.staging, lane.check_stream, kCheckRounds);
     std::vector<Job*> groups[2];  // hardware: gray, color
-    for (auto& job : batch) {
-      if (!prepare(lane, *job)) continue;
+    for (Job* job : ready) {
       if (job->hardware)
-        groups[job->channels == 1 ? 0 : 1].push_back(job.get());
+        groups[job->channels == 1 ? 0 : 1].push_back(job);
       else
         decode_one(lane, *job);
     }
     for (int g = 0; g < 2; ++g) {
       std::vector<Job*>& jobs = groups[g];
       if (jobs.empty()) continue;
-      const nvjpeg::OutputFormat format = g == 0 ? nvjpeg::kOutputY : nvjpeg::kOutputRgbi;
+      const nvjpeg::OutputFormat format = g == 0 ? nvjpeg::kOutputY : nvjpeg::kOutputYuv;
       if (decode_hardware(lane, jobs, format) == nvjpeg::kSuccess) continue;
       // One file spoiled the batch: each on its own, so that the others
       // still get the hardware's pixels, and the hybrid backend for the rest.
       for (Job* j : jobs)
         if (jobs.size() == 1 || decode_hardware(lane, {j}, format) != nvjpeg::kSuccess) decode_one(lane, *j);
     }
+    for (Job* j : ready) {
+      if (j->channels != 3 || j->status != nvjpeg::kSuccess) continue;
+      nvjpeg::launch_ycc_to_rgb(j->planes.channel[0], j->planes.channel[1], j->planes.channel[2],
+                                static_cast<uint32_t>(j->width), static_cast<uint32_t>(j->height), j->check.scan.h[0],
+                                j->check.scan.v[0], j->pixels, lane.stream);
+    }
+    for (Job* j : ready)
+      if (j->planes_memory) {
+        cudaFreeAsync(j->planes_memory, lane.stream);
+        j->planes_memory = nullptr;
+      }
     check_cuda(cudaStreamSynchronize(lane.stream), "nvJPEG decode");
+    check_cuda(cudaStreamSynchronize(lane.check_stream), "JPEG check");
     for (auto& job : batch) {
+      bool covered = false;
+      JpegCheck verdict;
+      if (job->check.device) verdict = nvjpeg::finish_check(job->check, lane.check_stream, &covered);
+      if (job->error.empty() && !covered)
+        job->error = "the GPU's check leaves this JPEG to libjpeg (bytes past its last block, or markers inside its data)";
       if (!job->error.empty()) {
+        if (job->pixels) cudaFreeAsync(job->pixels, lane.stream);
+        job->pixels = nullptr;
         job->done.set_exception(std::make_exception_ptr(Error(ErrorCode::kUnimplemented, job->error)));
         continue;
       }
-      if (job->status != nvjpeg::kSuccess) {
+      // A corrupt or cut file is answered by its verdict, whatever nvJPEG made of it.
+      const bool refused = verdict.corrupt || verdict.truncated;
+      if (job->status != nvjpeg::kSuccess && !refused) {
         cudaFreeAsync(job->pixels, lane.stream);
         job->pixels = nullptr;
         job->done.set_exception(std::make_exception_ptr(
@@ -346,6 +413,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
         continue;
       }
       GpuDecodedImage out;
+      out.check = std::move(verdict);
       out.decoder = job->hardware ? "nvjpeg-hardware" : "nvjpeg-cuda";
       out.view.data = job->pixels;
       out.view.layout = Layout{static_cast<uint64_t>(job->width), static_cast<uint64_t>(job->height),

@@ -1,0 +1,114 @@
+// The entropy verifier (the GPU's algorithm, run on the host) against
+// libjpeg's check, file by file: the corpus, every sampling libjpeg-turbo
+// writes at odd sizes with and without restart markers, and each of them cut
+// and bit-flipped.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "corpus.hpp"
+#include "decode/jpeg_verify.hpp"
+#include "jpeg_samples.hpp"
+
+namespace imgstat::testing {
+namespace {
+
+struct Tally {
+  int covered = 0, not_covered = 0, whole = 0, truncated = 0, corrupt = 0;
+};
+
+std::string verdict_text(const JpegCheck& c) {
+  if (!c.ok) return "error: " + c.error;
+  if (c.corrupt) return "corrupt: " + c.corrupt_reason;
+  if (c.truncated) return "truncated";
+  std::string w;
+  for (const std::string& s : c.warnings) w += " [" + s + "]";
+  return "whole" + w;
+}
+
+// Where the verifier vouches for a file, libjpeg says the same: the same
+// class, the same reason, and no warning on a whole file.
+void expect_agreement(const std::string& f, const std::string& what, Tally& t) {
+  const auto* d = reinterpret_cast<const uint8_t*>(f.data());
+  bool covered = false;
+  const JpegCheck ours = verify_jpeg_on_host(d, f.size(), &covered);
+  if (!covered) {
+    ++t.not_covered;
+    return;
+  }
+  ++t.covered;
+  const JpegCheck lib = check_jpeg(d, f.size());
+  const std::string a = verdict_text(ours), b = verdict_text(lib);
+  EXPECT_EQ(a, b) << what << " (" << f.size() << " bytes)";
+  if (a != b) return;
+  if (ours.corrupt) ++t.corrupt;
+  else if (ours.truncated) ++t.truncated;
+  else ++t.whole;
+}
+
+void print(const char* name, const Tally& t) {
+  std::printf("%-28s covered %5d (whole %5d, truncated %5d, corrupt %5d), left to libjpeg %5d\n", name, t.covered, t.whole,
+              t.truncated, t.corrupt, t.not_covered);
+}
+
+TEST(JpegVerify, EverySamplingSizeAndRestartIntervalWholeCutAndFlipped) {
+  Tally t;
+  const std::pair<int, int> sizes[] = {{1, 1}, {7, 7}, {17, 5}, {33, 33}, {100, 61}, {257, 129}};
+  uint32_t seed = 1;
+  for (const JpegSampling& s : jpeg_samplings())
+    for (const auto& [w, h] : sizes)
+      for (int restart : {0, 1, 3}) {
+        const std::string f = write_jpeg(w, h, s, restart, 90, seed++);
+        const std::string name = std::string(s.name) + " " + std::to_string(w) + "x" + std::to_string(h) + " restart " +
+                                 std::to_string(restart);
+        Tally whole;
+        expect_agreement(f, name, whole);
+        EXPECT_EQ(whole.whole, 1) << name << ": a file libjpeg-turbo wrote is covered and whole";
+        t.whole += whole.whole;
+        t.covered += whole.covered;
+        int i = 0;
+        for (const std::string& g : damaged_jpegs(f, seed, w * h > 1000 ? 48 : 8))
+          expect_agreement(g, name + " damaged #" + std::to_string(i++), t);
+      }
+  print("generated, whole + damaged", t);
+  // The comparison means something only where the verifier decided.
+  EXPECT_GT(t.truncated, 1000);
+  EXPECT_GT(t.corrupt, 10);
+  EXPECT_GT(t.covered, t.not_covered);
+}
+
+TEST(JpegVerify, EveryCorpusJpegWholeCutAndFlipped) {
+  if (!have_corpus()) GTEST_SKIP() << "no corpus";
+  Tally t;
+  int files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(corpus_dir())) {
+    if (!e.is_regular_file()) continue;
+    const std::string f = slurp_file(e.path().string());
+    if (f.size() < 3 || static_cast<uint8_t>(f[0]) != 0xff || static_cast<uint8_t>(f[1]) != 0xd8) continue;
+    ++files;
+    expect_agreement(f, e.path().filename().string(), t);
+    int i = 0;
+    for (const std::string& g : damaged_jpegs(f, static_cast<uint32_t>(f.size()), 64))
+      expect_agreement(g, e.path().filename().string() + " damaged #" + std::to_string(i++), t);
+  }
+  print("corpus, whole + damaged", t);
+  EXPECT_GE(files, 20);
+  EXPECT_GT(t.covered, 1000);
+}
+
+TEST(JpegVerify, RoundsResynchronizeALargeFileWithoutRestartMarkers) {
+  const std::string f = write_jpeg(1001, 667, jpeg_samplings()[2], 0, 92, 7);
+  bool covered = false;
+  int rounds = -1;
+  const JpegCheck c = verify_jpeg_on_host(reinterpret_cast<const uint8_t*>(f.data()), f.size(), &covered, &rounds);
+  ASSERT_TRUE(covered);
+  EXPECT_FALSE(c.truncated || c.corrupt);
+  std::printf("%zu bytes, %zu subsequences: %d rounds after the first decode\n", f.size(),
+              (f.size() + jpeg::kSubsequenceBytes - 1) / jpeg::kSubsequenceBytes, rounds);
+  // Each round puts most of the rest in step: a few rounds, not one per subsequence.
+  EXPECT_LE(rounds, 12);
+}
+
+}  // namespace
+}  // namespace imgstat::testing
