@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/analyzer.hpp"
+#include "decode/jpeg_verify.hpp"
 #include "corpus.hpp"
 #include "error_code.hpp"
 #include "decode/sniff.hpp"
@@ -268,9 +269,10 @@ TEST_F(AnalyzerTest, ServerInfoSaysEngineAndLimits) {
 
 namespace gpu_path {
 
-// A stand-in for nvJPEG: decodes on the CPU and hands over packed R,G,B
-// pixels as a GPU decoder would (in host memory, which the stand-in engine
-// below reads), or fails as told.
+// A stand-in for nvJPEG: checks the data with the GPU's algorithm run on the
+// host, decodes on the CPU and hands over packed R,G,B pixels as a GPU
+// decoder would (in host memory, which the stand-in engine below reads), or
+// fails as told.
 class FakeGpuDecoder final : public GpuJpegDecoder {
  public:
   ErrorCode fail_with = ErrorCode::kInternal;  // kInternal: do not fail
@@ -290,6 +292,11 @@ class FakeGpuDecoder final : public GpuJpegDecoder {
   GpuDecodedImage decode(Ticket&, const uint8_t* data, size_t size) override {
     ++decodes;
     if (fail_with != ErrorCode::kInternal) fail(fail_with, "fake GPU decoder told to fail");
+    bool covered = false;
+    GpuDecodedImage out;
+    out.check = verify_jpeg_on_host(data, size, &covered);
+    if (!covered) fail(ErrorCode::kUnimplemented, "the check leaves it to libjpeg");
+    if (out.check.truncated || out.check.corrupt) return out;  // answered by the verdict
     const DecodedImage cpu = decode_image(data, size, DecodeOptions{});
     const Layout& l = cpu.view.layout;
     auto px = std::make_shared<std::vector<uint8_t>>(l.pixels() * l.channels);
@@ -298,7 +305,6 @@ class FakeGpuDecoder final : public GpuJpegDecoder {
       for (uint64_t x = 0; x < l.width; ++x)
         for (uint32_t c = 0; c < l.channels; ++c)  // OpenCV's BGR to R,G,B
           (*px)[(y * l.width + x) * l.channels + c] = base[y * l.stride() + x * l.channels + cpu.channel_order[c]];
-    GpuDecodedImage out;
     out.decoder = "fake-gpu";
     out.view = DeviceImageView{px->data(), Layout{l.width, l.height, l.channels, SampleType::kUint8, 0}};
     out.memory = px;
@@ -368,13 +374,13 @@ TEST_F(GpuPathTest, DevicePixelsGiveTheCpuPathsAnswerInRgbOrder) {
   expect_same_channels(gpu, cpu);
   EXPECT_EQ(decoder_->outstanding, 0);
   EXPECT_EQ(analyzer_->server_info().gpu_decoder(), "fake GPU decoder");
-  // The check's share of the decode time is reported on both paths.
-  for (const v1::AnalyzeResponse* r : {&cpu, &gpu}) {
-    ASSERT_TRUE(r->has_check_time());
-    const auto ns = [](const google::protobuf::Duration& d) { return d.seconds() * 1000000000 + d.nanos(); };
-    EXPECT_GT(ns(r->check_time()), 0);
-    EXPECT_LE(ns(r->check_time()), ns(r->decode_time()));
-  }
+  // libjpeg's check's share of the decode time is reported; the GPU's runs
+  // beside its decode and reports none.
+  ASSERT_TRUE(cpu.has_check_time());
+  const auto ns = [](const google::protobuf::Duration& d) { return d.seconds() * 1000000000 + d.nanos(); };
+  EXPECT_GT(ns(cpu.check_time()), 0);
+  EXPECT_LE(ns(cpu.check_time()), ns(cpu.decode_time()));
+  EXPECT_FALSE(gpu.has_check_time());
 }
 
 TEST_F(GpuPathTest, AFailingGpuFallsBackToTheCpuDecoderWithNothingLost) {
@@ -407,17 +413,36 @@ TEST_F(GpuPathTest, DecoderGpuIsAFailedPreconditionWhenItCannotBeHad) {
   EXPECT_EQ(code_of([&] { without.analyze(r); }), ErrorCode::kFailedPrecondition);
 }
 
-TEST_F(GpuPathTest, TruncatedJpegsNeverReachTheGpuDecoder) {
+TEST_F(GpuPathTest, CutAndCorruptJpegsGetTheCpuPathsAnswersFromTheGpuCheck) {
   v1::AnalyzeRequest cut = jpeg_;
   const std::string& whole = jpeg_.input().data();
   cut.mutable_input()->set_data(whole.substr(0, whole.size() / 2) + "\xff\xd9");
+  v1::AnalyzeRequest cut_on_cpu = cut;
+  cut_on_cpu.mutable_options()->set_decoder(v1::DECODER_CHOICE_CPU);
   EXPECT_EQ(code_of([&] { analyzer_->analyze(cut); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(message_of([&] { analyzer_->analyze(cut); }), message_of([&] { analyzer_->analyze(cut_on_cpu); }));
+  EXPECT_EQ(decoder_->decodes, 2);  // the GPU's check answered, no CPU decode
   cut.mutable_options()->set_allow_truncated(true);  // libjpeg's gray fill, on the CPU
   const v1::AnalyzeResponse r = analyzer_->analyze(cut);
   EXPECT_EQ(r.decoder(), "libjpeg-turbo");
   EXPECT_GT(r.warnings_size(), 0);
-  EXPECT_EQ(decoder_->decodes, 0);
   EXPECT_EQ(decoder_->outstanding, 0);
+  // A bad Huffman code is refused by both paths alike, allowed truncation or not.
+  bool found = false;
+  for (size_t at = whole.size() / 3; at < whole.size() - 2 && !found; ++at)
+    for (int bit = 0; bit < 8 && !found; ++bit) {
+      v1::AnalyzeRequest flipped = cut;
+      std::string d = whole;
+      d[at] = static_cast<char>(d[at] ^ (1 << bit));
+      flipped.mutable_input()->set_data(d);
+      const std::string gpu = message_of([&] { analyzer_->analyze(flipped); });
+      if (gpu.find("bad Huffman code") == std::string::npos) continue;
+      found = true;
+      flipped.mutable_options()->set_decoder(v1::DECODER_CHOICE_CPU);
+      EXPECT_EQ(message_of([&] { analyzer_->analyze(flipped); }), gpu);
+      EXPECT_EQ(code_of([&] { analyzer_->analyze(flipped); }), ErrorCode::kInvalidArgument);
+    }
+  EXPECT_TRUE(found);
 }
 
 }  // namespace gpu_path
