@@ -83,16 +83,20 @@ inline size_t jpeg_scan_start(const std::string& f) {
   return f.size();
 }
 
-// Damaged versions: cut at 64 offsets and around every marker, each with and
+// Damaged versions: cut at 64 offsets and around markers, each with and
 // without an end-of-image marker appended, and single bits flipped across
 // the entropy-coded data.
 inline std::vector<std::string> damaged_jpegs(const std::string& f, uint32_t seed, int flips = 48) {
   std::vector<std::string> out;
   std::vector<size_t> cuts;
   for (int i = 1; i <= 64; ++i) cuts.push_back(f.size() * i / 65);
+  std::vector<size_t> markers;
   for (size_t i = 0; i + 1 < f.size(); ++i)
-    if (static_cast<uint8_t>(f[i]) == 0xff && static_cast<uint8_t>(f[i + 1]) != 0)
-      for (size_t d : {size_t{0}, size_t{1}, size_t{2}, size_t{3}}) cuts.push_back(i + d > 0 ? i + d - 1 : 0);
+    if (static_cast<uint8_t>(f[i]) == 0xff && static_cast<uint8_t>(f[i + 1]) != 0) markers.push_back(i);
+  // Around every marker, or 64 of them spread over a file with restart markers.
+  const size_t step = markers.size() > 64 ? markers.size() / 64 : 1;
+  for (size_t m = 0; m < markers.size(); m += step)
+    for (size_t d : {size_t{0}, size_t{1}, size_t{2}, size_t{3}}) cuts.push_back(markers[m] + d > 0 ? markers[m] + d - 1 : 0);
   for (size_t cut : cuts) {
     if (cut < 4 || cut >= f.size()) continue;
     out.push_back(f.substr(0, cut));
