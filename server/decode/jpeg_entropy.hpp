@@ -19,11 +19,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define IMGSTAT_HD __host__ __device__ __forceinline__
-#else
-#define IMGSTAT_HD inline
-#endif
+#include "imgstat/types.hpp"  // IMGSTAT_HD
 
 namespace imgstat::jpeg {
 
