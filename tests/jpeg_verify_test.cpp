@@ -110,5 +110,52 @@ TEST(JpegVerify, RoundsResynchronizeALargeFileWithoutRestartMarkers) {
   EXPECT_LE(rounds, 12);
 }
 
+// Headers that libjpeg refuses (jdmarker.c's exact lengths, an undefined
+// quantization table, a marker it does not know) are left to it: the GPU
+// path must never call such a file cut or whole. The first was found by
+// fuzz_jpeg_verify: a scan header five bytes long too.
+TEST(JpegVerify, HeadersLibjpegRefusesAreLeftToIt) {
+  const std::string f = write_jpeg(33, 17, jpeg_samplings()[2], 2, 90, 3);
+  auto find = [&](uint8_t marker) {
+    for (size_t i = 2; i + 1 < f.size(); ++i)
+      if (static_cast<uint8_t>(f[i]) == 0xff && static_cast<uint8_t>(f[i + 1]) == marker) return i;
+    return std::string::npos;
+  };
+  // A segment lengthened by n bytes, its length field adjusted.
+  auto lengthen = [&](uint8_t marker, size_t n) {
+    std::string g = f;
+    const size_t at = find(marker);
+    const size_t len = (static_cast<uint8_t>(g[at + 2]) << 8 | static_cast<uint8_t>(g[at + 3])) + n;
+    g[at + 2] = static_cast<char>(len >> 8);
+    g[at + 3] = static_cast<char>(len & 0xff);
+    g.insert(at + 4 + len - n - 2, std::string(n, '\0'));
+    return g;
+  };
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {"scan header too long", lengthen(0xda, 5)},
+      {"frame header too long", lengthen(0xc0, 3)},
+      {"restart interval too long", lengthen(0xdd, 2)},
+      {"quantization table too long", lengthen(0xdb, 7)},
+  };
+  {
+    std::string g = f;  // the first component names quantization table 3, never defined
+    const size_t sof = find(0xc0);
+    g[sof + 4 + 6 + 2] = 3;
+    cases.emplace_back("undefined quantization table", g);
+  }
+  {
+    std::string g = f;  // a reserved marker libjpeg does not know, with a plausible segment
+    g.insert(2, std::string("\xff\xf3\x00\x04\x00\x00", 6));
+    cases.emplace_back("unknown marker", g);
+  }
+  for (const auto& [what, g] : cases) {
+    const auto* d = reinterpret_cast<const uint8_t*>(g.data());
+    bool covered = true;
+    verify_jpeg_on_host(d, g.size(), &covered);
+    EXPECT_FALSE(covered) << what;
+    EXPECT_FALSE(check_jpeg(d, g.size()).ok) << what << ": libjpeg takes it after all; then the check should too";
+  }
+}
+
 }  // namespace
 }  // namespace imgstat::testing

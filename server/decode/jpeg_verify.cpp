@@ -82,8 +82,11 @@ JpegScan parse_jpeg_scan(const uint8_t* data, size_t size) {
   JpegScan s;
   if (size < 4 || data[0] != 0xff || data[1] != 0xd8) return not_covered(s, "no JPEG start marker");
   RawTable raw[2][4];  // [DC, AC][id]
-  uint8_t ids[3] = {}, tq_unused[3] = {};
-  (void)tq_unused;
+  // Where libjpeg would stop with an error on a header, this check leaves
+  // the file to it: lengths exact as jdmarker.c wants them, quantization
+  // tables defined, only the markers it knows.
+  uint8_t ids[3] = {}, tq[3] = {};
+  bool quant_defined[4] = {};
   bool frame = false;
   size_t i = 2;
   for (;;) {
@@ -107,13 +110,16 @@ JpegScan parse_jpeg_scan(const uint8_t* data, size_t size) {
         s.width = be16(seg + 3);
         s.components = seg[5];
         if (s.components != 1 && s.components != 3) return not_covered(s, "neither gray nor three components");
-        if (n < 6 + 3 * size_t{s.components}) return not_covered(s, "short frame header");
+        if (n != 6 + 3 * size_t{s.components}) return not_covered(s, "a frame header of the wrong length");
         for (uint32_t c = 0; c < s.components; ++c) {
           ids[c] = seg[6 + 3 * c];
+          tq[c] = seg[8 + 3 * c];
           s.h[c] = seg[7 + 3 * c] >> 4;
           s.v[c] = seg[7 + 3 * c] & 15;
           if (s.h[c] < 1 || s.h[c] > 4 || s.v[c] < 1 || s.v[c] > 4) return not_covered(s, "bad sampling factors");
         }
+        if (s.components == 3 && (ids[0] == ids[1] || ids[0] == ids[2] || ids[1] == ids[2]))
+          return not_covered(s, "two components with one id");
         frame = true;
         break;
       }
@@ -134,8 +140,20 @@ JpegScan parse_jpeg_scan(const uint8_t* data, size_t size) {
         }
         break;
       }
+      case 0xdb: {
+        size_t k = 0;
+        while (k < n) {
+          const uint32_t precision = seg[k] >> 4, id = seg[k] & 15;
+          if (precision > 1 || id > 3) return not_covered(s, "a bad quantization table");
+          const size_t bytes = 64 * (precision + 1);
+          if (n - k - 1 < bytes) return not_covered(s, "a short quantization table");
+          quant_defined[id] = true;
+          k += 1 + bytes;
+        }
+        break;
+      }
       case 0xdd:
-        if (n < 2) return not_covered(s, "short restart interval");
+        if (n != 2) return not_covered(s, "a restart interval of the wrong length");
         s.restart_interval = be16(seg);
         break;
       case 0xee:
@@ -143,8 +161,10 @@ JpegScan parse_jpeg_scan(const uint8_t* data, size_t size) {
         break;
       case 0xda: {
         if (!frame) return not_covered(s, "a scan before the frame header");
-        if (n < 1 || seg[0] != s.components || n < 4 + 2 * size_t{seg[0]})
-          return not_covered(s, "a scan without every component");
+        if (n < 1 || seg[0] != s.components) return not_covered(s, "a scan without every component");
+        if (n != 4 + 2 * size_t{seg[0]}) return not_covered(s, "a scan header of the wrong length");
+        for (uint32_t c = 0; c < s.components; ++c)
+          if (tq[c] > 3 || !quant_defined[tq[c]]) return not_covered(s, "an undefined quantization table");
         const uint8_t* p = seg + 1 + 2 * s.components;
         if (p[0] != 0 || p[1] != 63 || p[2] != 0) return not_covered(s, "not a sequential scan");
         if (s.width == 0 || s.height == 0 || s.width > 65500 || s.height > 65500) return not_covered(s, "no image size libjpeg takes");
@@ -192,8 +212,8 @@ JpegScan parse_jpeg_scan(const uint8_t* data, size_t size) {
       }
       default:
         if (m >= 0xc0 && m <= 0xcf) return not_covered(s, "not a baseline Huffman JPEG");
-        if (m == 0xdc) return not_covered(s, "a DNL marker");
-        break;  // tables, APPn, COM
+        if ((m >= 0xe0 && m <= 0xef) || m == 0xfe) break;  // APPn, COM
+        return not_covered(s, "a marker this check does not read");
     }
     i += 2 + len;
   }

@@ -27,10 +27,15 @@ namespace {
 
 using nvjpeg::Api;
 
-// Synchronizing rounds queued with each check before its records come back;
-// a file that needs more gets them after the batch (jpeg_verify_test: a
-// 1001x667 photo needs 6).
-constexpr int kCheckRounds = 12;
+// Launches of synchronizing rounds queued after a batch's first decode
+// before its records come back; each block already converges within itself,
+// so these only carry fixes across blocks. A batch that needs more gets
+// them after its verdicts are read.
+constexpr int kCheckRounds = 3;
+// How long a lane spins on the GPU's work before it sleeps: a small batch
+// is over sooner (and waking costs tens of microseconds), a batch of
+// camera photos takes tens of milliseconds that a spinning core would burn.
+constexpr std::chrono::microseconds kSpinBeforeSleep{2000};
 using nvjpeg::Status;
 
 // The first frame header's first component: sampling factors 1x1? A gray
@@ -84,7 +89,7 @@ struct Job {
   bool hardware = false;
   uint8_t* pixels = nullptr;      // packed output
   uint8_t* planes_memory = nullptr;  // Y, Cb, Cr as nvJPEG writes them (colour files)
-  nvjpeg::PendingCheck check;
+  nvjpeg::PendingCheck check;  // this file's part of the lane's CheckBatch
   nvjpeg::Planes planes{};
   Status status = nvjpeg::kSuccess;
   std::string error;  // set: refused before decoding
@@ -96,7 +101,9 @@ struct Job {
 struct Lane {
   cudaStream_t stream = nullptr;
   cudaStream_t check_stream = nullptr;  // the integrity check, beside the decode
+  cudaEvent_t done = nullptr;           // blocking-sync: a lane that waits long sleeps
   nvjpeg::CheckStaging staging;
+  nvjpeg::CheckBatch checks;
   nvjpeg::State hw_state = nullptr, gpu_state = nullptr;
   nvjpeg::JpegStream parsed = nullptr;
   std::thread thread;
@@ -142,6 +149,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       Lane& l = *lanes_.back();
       check_cuda(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking), "cudaStreamCreate");
       check_cuda(cudaStreamCreateWithFlags(&l.check_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      check_cuda(cudaEventCreateWithFlags(&l.done, cudaEventBlockingSync | cudaEventDisableTiming), "cudaEventCreate");
       check(api_.state_create(gpu_, &l.gpu_state), "nvjpegJpegStateCreate");
       if (hardware_states)
         hardware_states = api_.state_create(hw_, &l.hw_state) == nvjpeg::kSuccess &&
@@ -170,6 +178,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       if (l->gpu_state) api_.state_destroy(l->gpu_state);
       if (l->stream) cudaStreamDestroy(l->stream);
       if (l->check_stream) cudaStreamDestroy(l->check_stream);
+      if (l->done) cudaEventDestroy(l->done);
     }
     if (hw_) api_.destroy(hw_);
     if (gpu_) api_.destroy(gpu_);
@@ -250,9 +259,9 @@ class NvjpegDecoder final : public GpuJpegDecoder {
         for (auto& job : batch) {
           if (job->pixels) cudaFreeAsync(job->pixels, lane.stream);
           if (job->planes_memory) cudaFreeAsync(job->planes_memory, lane.stream);
-          if (job->check.device) cudaFreeAsync(job->check.device, lane.check_stream);
           job->done.set_exception(std::make_exception_ptr(e));
         }
+        lane.checks.abandon(lane.check_stream);
         cudaStreamSynchronize(lane.stream);
         cudaStreamSynchronize(lane.check_stream);
         cudaGetLastError();
@@ -284,6 +293,8 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       return false;
     }
     job.check.scan = parse_jpeg_scan(job.data, job.size);
+    job.check.data = job.data;
+    job.check.size = job.size;
     if (!job.check.scan.covered) {
       job.error = "the GPU decodes the JPEGs whose pixels and integrity it can vouch for; this one (" +
                   job.check.scan.why_not + ") is decoded on the CPU";
@@ -332,7 +343,20 @@ class NvjpegDecoder final : public GpuJpegDecoder {
     job.hardware = false;
     job.status = api_.decode(gpu_, lane.gpu_state, job.data, job.size,
                              job.channels == 1 ? nvjpeg::kOutputY : nvjpeg::kOutputYuv, &job.planes, lane.stream);
-    check_cuda(cudaStreamSynchronize(lane.stream), "nvJPEG decode");
+    wait(lane, lane.stream, "nvJPEG decode");
+  }
+
+  // Waits for the work queued on stream: spins a while, then sleeps.
+  static void wait(Lane& lane, cudaStream_t stream, const char* what) {
+    check_cuda(cudaEventRecord(lane.done, stream), what);
+    const auto until = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+    for (;;) {
+      const cudaError_t e = cudaEventQuery(lane.done);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) check_cuda(e, what);
+      if (std::chrono::steady_clock::now() >= until) break;
+    }
+    check_cuda(cudaEventSynchronize(lane.done), what);
   }
 
   Status decode_hardware(Lane& lane, const std::vector<Job*>& jobs, nvjpeg::OutputFormat format) {
@@ -347,7 +371,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
     Status s = api_.batched_initialize(hw_, lane.hw_state, static_cast<int>(jobs.size()), 1, format);
     if (s == nvjpeg::kSuccess)
       s = api_.decode_batched(hw_, lane.hw_state, data.data(), sizes.data(), planes.data(), lane.stream);
-    check_cuda(cudaStreamSynchronize(lane.stream), "nvJPEG batched decode");
+    wait(lane, lane.stream, "nvJPEG batched decode");
     return s;
   }
 
@@ -357,10 +381,9 @@ class NvjpegDecoder final : public GpuJpegDecoder {
     for (auto& job : batch)
       if (prepare(lane, *job)) ready.push_back(job.get());
     // The checks first: they run on the SMs while the JPEG engines decode.
-    size_t staging = 0;
-    for (Job* j : ready) staging += nvjpeg::check_staging_bytes(j->check.scan, j->size);
-    lane.staging.reserve(staging);
-    for (Job* j : ready) nvjpeg::launch_check(j->check, j->data, j->size, lane.staging, lane.check_stream, kCheckRounds);
+    lane.checks.clear();
+    for (Job* j : ready) lane.checks.add(&j->check);
+    lane.checks.launch(lane.staging, lane.check_stream, kCheckRounds);
     std::vector<Job*> groups[2];  // hardware: gray, color
     for (Job* job : ready) {
       if (job->hardware)
@@ -389,12 +412,19 @@ class NvjpegDecoder final : public GpuJpegDecoder {
         cudaFreeAsync(j->planes_memory, lane.stream);
         j->planes_memory = nullptr;
       }
-    check_cuda(cudaStreamSynchronize(lane.stream), "nvJPEG decode");
-    check_cuda(cudaStreamSynchronize(lane.check_stream), "JPEG check");
+    wait(lane, lane.stream, "nvJPEG decode");
+    wait(lane, lane.check_stream, "JPEG check");
+    std::vector<JpegCheck> verdicts(ready.size());
+    std::unique_ptr<bool[]> covered_by_check(new bool[ready.size()]());
+    lane.checks.finish(lane.check_stream, verdicts.data(), covered_by_check.get());
     for (auto& job : batch) {
       bool covered = false;
       JpegCheck verdict;
-      if (job->check.device) verdict = nvjpeg::finish_check(job->check, lane.check_stream, &covered);
+      const auto at = std::find(ready.begin(), ready.end(), job.get());
+      if (at != ready.end()) {
+        verdict = std::move(verdicts[at - ready.begin()]);
+        covered = covered_by_check[at - ready.begin()];
+      }
       if (job->error.empty() && !covered)
         job->error = "the GPU's check leaves this JPEG to libjpeg (bytes past its last block, or markers inside its data)";
       if (!job->error.empty()) {

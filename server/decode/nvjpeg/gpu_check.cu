@@ -27,44 +27,57 @@ __device__ void load_tables(const jpeg::EntropyTables* from, jpeg::EntropyTables
   __syncthreads();
 }
 
-__global__ void __launch_bounds__(kThreads) first_decode_kernel(const jpeg::EntropyTables* tables, const uint8_t* data,
-                                                                const uint64_t* seg_start, const uint64_t* sub_first,
-                                                                uint32_t segments, uint64_t n, jpeg::Record* records) {
-  __shared__ jpeg::EntropyTables t;
-  load_tables(tables, &t);
-  const uint64_t j = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (j >= n) return;
-  records[j] = jpeg::first_decode(t, data, jpeg::span_of(j, seg_start, sub_first, segments));
-}
+// One file of a batch on the device; offsets from the batch's base.
+struct CheckFile {
+  uint64_t data, seg_start, sub_first, tables;
+  uint64_t first_record, subsequences;
+  uint32_t segments, first_block;
+};
 
-// One round: a subsequence whose entry is not its predecessor's exit is
-// decoded again from that exit. A predecessor redone in the same round is
-// read before or after: either is a state some decode reached, and the host
-// checks the final chain.
-__global__ void __launch_bounds__(kThreads) sync_round_kernel(const jpeg::EntropyTables* tables, const uint8_t* data,
-                                                              const uint64_t* seg_start, const uint64_t* sub_first,
-                                                              uint32_t segments, uint64_t n, jpeg::Record* records) {
-  __shared__ jpeg::EntropyTables t;
-  load_tables(tables, &t);
-  const uint64_t j = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (j == 0 || j >= n) return;
-  const jpeg::State before = *reinterpret_cast<volatile const uint64_t*>(&records[j - 1].exit);
-  if (records[j].entry == before) return;
-  const jpeg::Span sp = jpeg::span_of(j, seg_start, sub_first, segments);
-  if (sp.first_of_segment) return;
-  records[j] = jpeg::decode_span(t, data, sp.seg_end_bits, sp.limit_bits, before);
-}
+struct BatchView {
+  const uint8_t* base;
+  const CheckFile* files;
+  const uint32_t* block_file;
+  jpeg::Record* records;
+};
 
-void launch_rounds(PendingCheck& p, cudaStream_t stream, int rounds) {
-  const unsigned blocks = static_cast<unsigned>((p.subsequences + kThreads - 1) / kThreads);
-  const uint32_t segments = static_cast<uint32_t>(p.segments.marker.size());
-  for (int r = 0; r < rounds; ++r)
-    sync_round_kernel<<<blocks, kThreads, 0, stream>>>(p.device_tables, p.device_data, p.device_seg_start,
-                                                        p.device_sub_first, segments, p.subsequences, p.device_records);
-  check(cudaGetLastError(), "JPEG check rounds");
-  check(cudaMemcpyAsync(p.records, p.device_records, p.subsequences * sizeof(jpeg::Record), cudaMemcpyDeviceToHost,
-                        stream),
-        "JPEG check records to the host");
+// A block holds subsequences of one file. With first, each is decoded from
+// its guessed state; then the block redoes, round after round, every
+// subsequence whose entry is not its predecessor's exit, until none is (or
+// the cap: a hostile chain is left to the host's extra launches and, at
+// worst, to libjpeg). In later launches its first subsequence reads the
+// block before as it stands: that is some state a decode reached, the host
+// checks the final chain, and a later launch carries any change across.
+__global__ void __launch_bounds__(kThreads) check_kernel(BatchView b, bool first) {
+  // Raw bytes: EntropyTables has initializers, which __shared__ cannot run.
+  __shared__ alignas(jpeg::EntropyTables) unsigned char tables[sizeof(jpeg::EntropyTables)];
+  jpeg::EntropyTables& t = *reinterpret_cast<jpeg::EntropyTables*>(tables);
+  const CheckFile f = b.files[b.block_file[blockIdx.x]];
+  load_tables(reinterpret_cast<const jpeg::EntropyTables*>(b.base + f.tables), &t);
+  const uint64_t j = uint64_t{blockIdx.x - f.first_block} * blockDim.x + threadIdx.x;
+  const bool mine = j < f.subsequences;
+  const uint8_t* data = b.base + f.data;
+  jpeg::Record* records = b.records + f.first_record;
+  jpeg::Span sp{};
+  if (mine)
+    sp = jpeg::span_of(j, reinterpret_cast<const uint64_t*>(b.base + f.seg_start),
+                       reinterpret_cast<const uint64_t*>(b.base + f.sub_first), f.segments);
+  if (first && mine) records[j] = jpeg::first_decode(t, data, sp);
+  // In the first launch the block before may not have run yet: the block's
+  // first subsequence keeps its warm-up entry until a later launch.
+  const bool chain_start = sp.first_of_segment || (first && threadIdx.x == 0);
+  for (int round = 0; round < kThreads + 1; ++round) {
+    __syncthreads();
+    jpeg::State before = 0;
+    bool redo = false;
+    if (mine && !chain_start) {
+      before = *reinterpret_cast<volatile const uint64_t*>(&records[j - 1].exit);
+      redo = records[j].entry != before;
+    }
+    __syncthreads();  // every thread has read before any writes
+    if (redo) records[j] = jpeg::decode_span(t, data, sp.seg_end_bits, sp.limit_bits, before);
+    if (!__syncthreads_or(redo)) break;
+  }
 }
 
 // Fancy upsampling of one chroma sample at output (x, y), as jdsample.c.
@@ -141,60 +154,111 @@ uint8_t* CheckStaging::take(size_t bytes) {
   return p;
 }
 
-size_t check_staging_bytes(const JpegScan& scan, size_t size) {
+namespace {
+
+// Pinned bytes a file's part of the batch takes at most.
+size_t staging_bytes(const JpegScan& scan, size_t size) {
   const uint64_t segments = (scan.restart_interval ? (scan.mcus + scan.restart_interval - 1) / scan.restart_interval : 1) + 1;
   const uint64_t subs = size / jpeg::kSubsequenceBytes + segments + 1;
   return aligned(size) + 2 * aligned((segments + 2) * sizeof(uint64_t)) + aligned(sizeof(jpeg::EntropyTables)) +
-         aligned(subs * sizeof(jpeg::Record));
+         aligned(subs * sizeof(jpeg::Record)) + sizeof(CheckFile) + (subs / kThreads + 1) * sizeof(uint32_t);
 }
 
-void launch_check(PendingCheck& p, const uint8_t* data, size_t size, CheckStaging& staging, cudaStream_t stream,
-                  int rounds) {
-  uint8_t* bytes = staging.take(size);
-  p.segments = unstuff_jpeg_scan(p.scan, data, size, bytes);
-  const JpegSegments& g = p.segments;
-  p.subsequences = g.sub_first.back();
-  const size_t n_seg = g.start.size() * sizeof(uint64_t), n_sub = g.sub_first.size() * sizeof(uint64_t);
-  auto* seg_start = reinterpret_cast<uint64_t*>(staging.take(n_seg));
-  auto* sub_first = reinterpret_cast<uint64_t*>(staging.take(n_sub));
-  auto* tables = reinterpret_cast<jpeg::EntropyTables*>(staging.take(sizeof(jpeg::EntropyTables)));
-  std::memcpy(seg_start, g.start.data(), n_seg);
-  std::memcpy(sub_first, g.sub_first.data(), n_sub);
-  *tables = p.scan.tables;
-  p.records = reinterpret_cast<jpeg::Record*>(staging.take(p.subsequences * sizeof(jpeg::Record)));
-
-  // One device allocation: data, segment tables, Huffman tables, records.
-  const size_t o_seg = aligned(size), o_sub = o_seg + aligned(n_seg),
-               o_tab = o_sub + aligned(n_sub), o_rec = o_tab + aligned(sizeof(jpeg::EntropyTables)),
-               total = o_rec + aligned(p.subsequences * sizeof(jpeg::Record));
-  check(cudaMallocAsync(&p.device, total, stream), "device memory for the JPEG check");
-  auto* base = static_cast<uint8_t*>(p.device);
-  p.device_data = base;
-  p.device_seg_start = reinterpret_cast<const uint64_t*>(base + o_seg);
-  p.device_sub_first = reinterpret_cast<const uint64_t*>(base + o_sub);
-  p.device_tables = reinterpret_cast<const jpeg::EntropyTables*>(base + o_tab);
-  p.device_records = reinterpret_cast<jpeg::Record*>(base + o_rec);
-  // The staging pieces are contiguous in the same order: one copy up.
-  check(cudaMemcpyAsync(base, bytes, o_rec, cudaMemcpyHostToDevice, stream), "JPEG data to the device");
-  const unsigned blocks = static_cast<unsigned>((p.subsequences + kThreads - 1) / kThreads);
-  first_decode_kernel<<<blocks, kThreads, 0, stream>>>(p.device_tables, p.device_data, p.device_seg_start,
-                                                       p.device_sub_first, static_cast<uint32_t>(g.marker.size()),
-                                                       p.subsequences, p.device_records);
-  launch_rounds(p, stream, rounds);
+BatchView view_of(uint8_t* device, size_t files_offset, size_t blocks_offset, size_t records_offset) {
+  return BatchView{device, reinterpret_cast<const CheckFile*>(device + files_offset),
+                   reinterpret_cast<const uint32_t*>(device + blocks_offset),
+                   reinterpret_cast<jpeg::Record*>(device + records_offset)};
 }
 
-JpegCheck finish_check(PendingCheck& p, cudaStream_t stream, bool* covered) {
-  JpegCheck out;
+}  // namespace
+
+CheckBatch::~CheckBatch() {
+  if (device_) cudaFree(device_);  // only after a failure that skipped abandon()
+}
+
+void CheckBatch::launch(CheckStaging& staging, cudaStream_t stream, int rounds) {
+  size_t bytes = 4 * kAlign;
+  for (const PendingCheck* p : files_) bytes += staging_bytes(p->scan, p->size);
+  staging.reserve(bytes);
+  std::vector<CheckFile> files;
+  records_ = 0;
+  blocks_ = 0;
+  auto offset = [&](const uint8_t* p) { return static_cast<uint64_t>(p - staging.base()); };
+  auto put = [&](const void* from, size_t n) {
+    uint8_t* to = staging.take(n);
+    std::memcpy(to, from, n);
+    return offset(to);
+  };
+  for (PendingCheck* p : files_) {
+    uint8_t* data = staging.take(p->size);
+    p->segments = unstuff_jpeg_scan(p->scan, p->data, p->size, data);
+    const JpegSegments& g = p->segments;
+    p->subsequences = g.sub_first.back();
+    p->first_record = records_;
+    CheckFile f{};
+    f.data = offset(data);
+    f.seg_start = put(g.start.data(), g.start.size() * sizeof(uint64_t));
+    f.sub_first = put(g.sub_first.data(), g.sub_first.size() * sizeof(uint64_t));
+    f.tables = put(&p->scan.tables, sizeof(jpeg::EntropyTables));
+    f.first_record = records_;
+    f.subsequences = p->subsequences;
+    f.segments = static_cast<uint32_t>(g.marker.size());
+    f.first_block = blocks_;
+    files.push_back(f);
+    records_ += p->subsequences;
+    blocks_ += static_cast<uint32_t>((p->subsequences + kThreads - 1) / kThreads);
+  }
+  files_offset_ = put(files.data(), files.size() * sizeof(CheckFile));
+  uint8_t* block_file = staging.take(size_t{blocks_} * sizeof(uint32_t));
+  blocks_offset_ = offset(block_file);
+  for (uint32_t i = 0; i < files.size(); ++i) {
+    const uint32_t end = i + 1 < files.size() ? files[i + 1].first_block : blocks_;
+    for (uint32_t blk = files[i].first_block; blk < end; ++blk) std::memcpy(block_file + blk * sizeof(uint32_t), &i, 4);
+  }
+  upload_bytes_ = staging.used();
+  host_records_ = reinterpret_cast<jpeg::Record*>(staging.take(records_ * sizeof(jpeg::Record)));
+
+  // One device allocation: the staging's image, then the records.
+  void* device = nullptr;
+  check(cudaMallocAsync(&device, upload_bytes_ + aligned(records_ * sizeof(jpeg::Record)), stream),
+        "device memory for the JPEG check");
+  device_ = static_cast<uint8_t*>(device);
+  check(cudaMemcpyAsync(device_, staging.base(), upload_bytes_, cudaMemcpyHostToDevice, stream), "JPEG data to the device");
+  if (blocks_ == 0) return;
+  check_kernel<<<blocks_, kThreads, 0, stream>>>(view_of(device_, files_offset_, blocks_offset_, upload_bytes_), true);
+  launch_rounds(stream, rounds);
+}
+
+void CheckBatch::launch_rounds(cudaStream_t stream, int rounds) {
+  if (blocks_ == 0) return;
+  const BatchView view = view_of(device_, files_offset_, blocks_offset_, upload_bytes_);
+  for (int r = 0; r < rounds; ++r) check_kernel<<<blocks_, kThreads, 0, stream>>>(view, false);
+  check(cudaGetLastError(), "JPEG check");
+  check(cudaMemcpyAsync(host_records_, view.records, records_ * sizeof(jpeg::Record), cudaMemcpyDeviceToHost, stream),
+        "JPEG check records to the host");
+}
+
+void CheckBatch::finish(cudaStream_t stream, JpegCheck* verdicts, bool* covered) {
   for (int extra = 0;; ++extra) {
-    bool synchronized = false;
-    out = jpeg_verdict(p.scan, p.segments, p.records, covered, &synchronized);
-    if (synchronized || extra == 64) break;  // 64 x 8 rounds: hostile data is left to libjpeg
-    launch_rounds(p, stream, 8);
+    bool all = true;
+    for (size_t i = 0; i < files_.size(); ++i) {
+      bool synchronized = false;
+      verdicts[i] = jpeg_verdict(files_[i]->scan, files_[i]->segments, host_records_ + files_[i]->first_record,
+                                 &covered[i], &synchronized);
+      all = all && synchronized;
+    }
+    // Each launch carries a fix across at least one block: 64 x 8 more is
+    // more than a real file needs; hostile data is then left to libjpeg.
+    if (all || extra == 64) break;
+    launch_rounds(stream, 8);
     check(cudaStreamSynchronize(stream), "JPEG check rounds");
   }
-  cudaFreeAsync(p.device, stream);
-  p.device = nullptr;
-  return out;
+  abandon(stream);
+}
+
+void CheckBatch::abandon(cudaStream_t stream) {
+  if (device_) cudaFreeAsync(device_, stream);
+  device_ = nullptr;
 }
 
 void launch_ycc_to_rgb(const uint8_t* y, const uint8_t* cb, const uint8_t* cr, uint32_t width, uint32_t height,
