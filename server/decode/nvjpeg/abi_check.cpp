@@ -15,8 +15,6 @@ static_assert(int(n::kSuccess) == int(NVJPEG_STATUS_SUCCESS) && int(n::kBadJpeg)
               int(n::kExecutionFailed) == int(NVJPEG_STATUS_EXECUTION_FAILED) &&
               int(n::kImplementationNotSupported) == int(NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED) &&
               int(n::kIncompleteBitstream) == int(NVJPEG_STATUS_INCOMPLETE_BITSTREAM));
-static_assert(int(n::kCss444) == int(NVJPEG_CSS_444) && int(n::kCss420) == int(NVJPEG_CSS_420) && int(n::kCssGray) == int(NVJPEG_CSS_GRAY) &&
-              int(n::kCss410V) == int(NVJPEG_CSS_410V) && int(n::kCssUnknown) == int(NVJPEG_CSS_UNKNOWN));
 static_assert(int(n::kOutputYuv) == int(NVJPEG_OUTPUT_YUV) && int(n::kOutputY) == int(NVJPEG_OUTPUT_Y) && int(n::kOutputRgbi) == int(NVJPEG_OUTPUT_RGBI));
 static_assert(int(n::kBackendDefault) == int(NVJPEG_BACKEND_DEFAULT) && int(n::kBackendGpuHybrid) == int(NVJPEG_BACKEND_GPU_HYBRID) &&
               int(n::kBackendHardware) == int(NVJPEG_BACKEND_HARDWARE));
@@ -31,9 +29,6 @@ int main() { return 0; }
 static_assert(std::is_same_v<decltype(&nvjpegCreateEx),
                              nvjpegStatus_t (*)(nvjpegBackend_t, nvjpegDevAllocator_t*, nvjpegPinnedAllocator_t*,
                                                 unsigned int, nvjpegHandle_t*)>);
-static_assert(std::is_same_v<decltype(&nvjpegGetImageInfo),
-                             nvjpegStatus_t (*)(nvjpegHandle_t, const unsigned char*, size_t, int*,
-                                                nvjpegChromaSubsampling_t*, int*, int*)>);
 static_assert(std::is_same_v<decltype(&nvjpegDecode),
                              nvjpegStatus_t (*)(nvjpegHandle_t, nvjpegJpegState_t, const unsigned char*, size_t,
                                                 nvjpegOutputFormat_t, nvjpegImage_t*, cudaStream_t)>);

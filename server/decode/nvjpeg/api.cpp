@@ -40,7 +40,6 @@ Loaded load_once() {
          resolve(lib, "nvjpegDestroy", &a.destroy, &l.why_not) &&
          resolve(lib, "nvjpegJpegStateCreate", &a.state_create, &l.why_not) &&
          resolve(lib, "nvjpegJpegStateDestroy", &a.state_destroy, &l.why_not) &&
-         resolve(lib, "nvjpegGetImageInfo", &a.get_image_info, &l.why_not) &&
          resolve(lib, "nvjpegDecode", &a.decode, &l.why_not) &&
          resolve(lib, "nvjpegDecodeBatchedInitialize", &a.batched_initialize, &l.why_not) &&
          resolve(lib, "nvjpegDecodeBatched", &a.decode_batched, &l.why_not) &&

@@ -26,18 +26,6 @@ enum Status : int {
   kIncompleteBitstream = 10,
 };
 
-enum Subsampling : int {
-  kCss444 = 0,
-  kCss422 = 1,
-  kCss420 = 2,
-  kCss440 = 3,
-  kCss411 = 4,
-  kCss410 = 5,
-  kCssGray = 6,
-  kCss410V = 7,
-  kCssUnknown = -1,
-};
-
 enum OutputFormat : int {
   kOutputYuv = 1,   // planar Y, Cb, Cr, chroma at its stored resolution
   kOutputY = 2,     // luma only: gray images
@@ -70,8 +58,6 @@ struct Api {
   Status (*destroy)(Handle);
   Status (*state_create)(Handle, State*);
   Status (*state_destroy)(State);
-  Status (*get_image_info)(Handle, const unsigned char*, size_t, int* components, Subsampling*, int* widths,
-                           int* heights);
   Status (*decode)(Handle, State, const unsigned char*, size_t, OutputFormat, Planes*, cudaStream_t);
   Status (*batched_initialize)(Handle, State, int batch_size, int max_cpu_threads, OutputFormat);
   Status (*decode_batched)(Handle, State, const unsigned char* const* data, const size_t* lengths, Planes*,
