@@ -155,6 +155,34 @@ TEST(JpegVerify, HeadersLibjpegRefusesAreLeftToIt) {
     EXPECT_FALSE(covered) << what;
     EXPECT_FALSE(check_jpeg(d, g.size()).ok) << what << ": libjpeg takes it after all; then the check should too";
   }
+  // A warning in the headers is left to libjpeg too, so that an answer's
+  // warnings never depend on the decoder (also found by fuzz_jpeg_verify).
+  std::string g = f;
+  const size_t app0 = find(0xe0);
+  ASSERT_NE(app0, std::string::npos);
+  ASSERT_EQ(g.compare(app0 + 4, 5, std::string("JFIF\0", 5)), 0);
+  g[app0 + 9] = 2;
+  const auto* d = reinterpret_cast<const uint8_t*>(g.data());
+  bool covered = true;
+  verify_jpeg_on_host(d, g.size(), &covered);
+  EXPECT_FALSE(covered);
+  const JpegCheck lib = check_jpeg(d, g.size());
+  EXPECT_TRUE(lib.ok);
+  EXPECT_FALSE(lib.warnings.empty()) << "libjpeg no longer warns of a JFIF version 2";
+}
+
+// What fuzz_jpeg_verify found stays a test: every JPEG among the inputs
+// fuzzers stopped on gets the same verdict from both checks.
+TEST(JpegVerify, InputsTheDifferentialFuzzerStoppedOn) {
+  Tally t;
+  int jpegs = 0;
+  for (const auto& e : std::filesystem::directory_iterator(IMGSTAT_FUZZ_CRASHES)) {
+    const std::string f = slurp_file(e.path().string());
+    if (f.size() < 3 || static_cast<uint8_t>(f[0]) != 0xff || static_cast<uint8_t>(f[1]) != 0xd8) continue;
+    ++jpegs;
+    expect_agreement(f, e.path().filename().string(), t);
+  }
+  EXPECT_GT(jpegs, 0);
 }
 
 }  // namespace

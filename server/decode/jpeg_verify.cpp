@@ -156,6 +156,12 @@ JpegScan parse_jpeg_scan(const uint8_t* data, size_t size) {
         if (n != 2) return not_covered(s, "a restart interval of the wrong length");
         s.restart_interval = be16(seg);
         break;
+      case 0xe0:
+        // jdmarker.c warns of a JFIF major version other than 1: that file's
+        // answer carries libjpeg's warning, so libjpeg decides it.
+        if (n >= 14 && std::memcmp(seg, "JFIF\0", 5) == 0 && seg[5] != 1)
+          return not_covered(s, "a JFIF version libjpeg warns about");
+        break;
       case 0xee:
         if (n >= 5 && std::memcmp(seg, "Adobe", 5) == 0) return not_covered(s, "an Adobe colour transform marker");
         break;
