@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-truncated", allow_truncated, "analyze truncated JPEGs (libjpeg fills the rest with gray)");
   std::string decoder = "auto";
   app.add_option("--decoder", decoder,
-                 "auto: JPEG on the server's GPU when it has one; cpu: libjpeg-turbo's exact pixels; gpu: the GPU or an error")
+                 "where JPEG decodes, the answer being the same: auto: the server's GPU when it has one; cpu: libjpeg-turbo; gpu: the GPU or an error")
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}))->capture_default_str();
   app.add_option("--timeout", timeout, "seconds each file (or --info, --health) may take; 0: no limit")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
   imgstat-client --csv -j 8 shots/ 'more/**/*.tif' > stats.csv   folders and patterns, 8 at once
   imgstat-client --raw 4096x3072x1:uint16 frame.raw
   cat photo.png | imgstat-client -
-  imgstat-client --decoder cpu photo.jpg        libjpeg-turbo's exact pixels, even where the server has a GPU
+  imgstat-client --decoder cpu photo.jpg        decode with libjpeg-turbo, even where the server has a GPU
 
 Exit status: 0 when every input was analyzed, 1 when any failed (each named on stderr),
 2 for a usage error.
