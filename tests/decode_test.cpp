@@ -4,6 +4,7 @@
 #include <opencv2/imgcodecs.hpp>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "decode/library_messages.hpp"
 #include "decode/sniff.hpp"
 #include "hostile/inputs.hpp"
+#include "jpeg_samples.hpp"
 
 namespace imgstat {
 namespace {
@@ -132,6 +134,68 @@ std::string encode_jpeg(bool progressive, int w = 256, int h = 192) {
   std::vector<uchar> out;
   cv::imencode(".jpg", img, out, {cv::IMWRITE_JPEG_PROGRESSIVE, progressive ? 1 : 0});
   return std::string(out.begin(), out.end());
+}
+
+// The one-pass JPEG decode (libjpeg-turbo directly, the check included)
+// gives OpenCV's pixels, sample for sample: every corpus JPEG, every sampling
+// libjpeg-turbo writes at odd sizes and restart intervals, progressive files,
+// and files cut short and analyzed anyway (OpenCV then sees FF D9 appended,
+// as libjpeg's file reader supplies it).
+TEST(Decode, JpegInOnePassEqualsOpenCvsDecode) {
+  std::vector<std::pair<std::string, std::string>> files;
+  if (have_corpus())
+    for (const auto& e : std::filesystem::recursive_directory_iterator(corpus_dir())) {
+      if (!e.is_regular_file()) continue;
+      std::string f = testing::slurp_file(e.path().string());
+      if (f.size() > 3 && static_cast<uint8_t>(f[0]) == 0xff && static_cast<uint8_t>(f[1]) == 0xd8)
+        files.emplace_back(e.path().filename().string(), std::move(f));
+    }
+  uint32_t seed = 5;
+  for (const testing::JpegSampling& s : testing::jpeg_samplings())
+    for (const auto& [w, h] : {std::pair{1, 1}, {17, 5}, {101, 61}, {333, 201}})
+      for (int restart : {0, 3})
+        files.emplace_back(std::string(s.name) + " " + std::to_string(w) + "x" + std::to_string(h),
+                           testing::write_jpeg(w, h, s, restart, 85, seed++));
+  files.emplace_back("progressive", encode_jpeg(true, 301, 199));
+  int compared = 0, cut = 0;
+  for (const auto& [name, whole] : files) {
+    for (const bool truncate : {false, true}) {
+      const std::string f = truncate ? whole.substr(0, whole.size() * 2 / 3) : whole;
+      DecodeOptions o;
+      o.allow_truncated = true;
+      DecodedImage got;
+      try {
+        got = decode_image(bytes(f), f.size(), o);
+      } catch (const Error&) {
+        continue;  // refused (corrupt, or a header cut off): nothing to compare
+      }
+      std::string completed = f;
+      completed += "\xff\xd9";
+      const cv::Mat want = cv::imdecode(cv::Mat(1, static_cast<int>(completed.size()), CV_8U, completed.data()),
+                                        cv::IMREAD_UNCHANGED);
+      ASSERT_FALSE(want.empty()) << name;
+      const Layout& l = got.view.layout;
+      ASSERT_EQ(l.width, static_cast<uint64_t>(want.cols)) << name;
+      ASSERT_EQ(l.height, static_cast<uint64_t>(want.rows)) << name;
+      ASSERT_EQ(l.channels, static_cast<uint32_t>(want.channels())) << name;
+      uint64_t differ = 0;
+      for (uint64_t y = 0; y < l.height; ++y) {
+        const uint8_t* row = static_cast<const uint8_t*>(got.view.data) + y * l.stride();
+        for (uint64_t x = 0; x < l.width; ++x)
+          for (uint32_t c = 0; c < l.channels; ++c) {
+            // Reported channel c: engine channel channel_order[c] here, OpenCV's BGR there.
+            const uint32_t cv_channel = l.channels >= 3 && c < 3 ? 2 - c : c;
+            differ += row[x * l.channels + got.channel_order[c]] != want.ptr<uint8_t>(static_cast<int>(y))[x * l.channels + cv_channel];
+          }
+      }
+      EXPECT_EQ(differ, 0u) << name << (truncate ? " (cut)" : "");
+      ++compared;
+      cut += truncate;
+    }
+  }
+  std::printf("%d decodes compared with OpenCV's, %d of them cut short\n", compared, cut);
+  EXPECT_GT(compared, 50);
+  EXPECT_GT(cut, 20);
 }
 
 TEST(Jpeg, HeaderGivesSizeBlocksAndMode) {

@@ -1,6 +1,7 @@
 #include "core/analyzer.hpp"
 
 #include <chrono>
+#include <future>
 
 #include "core/validate.hpp"
 #include "decode/decode.hpp"
@@ -21,17 +22,6 @@ void set_duration(google::protobuf::Duration* d, Clock::duration t) {
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t).count();
   d->set_seconds(ns / 1000000000);
   d->set_nanos(static_cast<int32_t>(ns % 1000000000));
-}
-
-// libjpeg's check pass, kept in *out for the decode that follows and timed
-// into the response: the same on the CPU and GPU paths.
-const JpegCheck& timed_jpeg_check(const uint8_t* data, size_t size, const DecodeOptions& options,
-                                  std::optional<JpegCheck>& out, v1::AnalyzeResponse& r) {
-  const auto t0 = Clock::now();
-  TraceRange range("jpeg check (libjpeg)");
-  const JpegCheck& check = out.emplace(check_jpeg_data(data, size, options));
-  set_duration(r.mutable_check_time(), Clock::now() - t0);
-  return check;
 }
 
 struct Described {
@@ -273,12 +263,13 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
       const DecodePlan plan = plan_decode(bytes, data.size(), options);
       const auto waited_until = std::min(call.deadline, t0 + std::chrono::duration_cast<Clock::duration>(
                                                                  std::chrono::duration<double>(limits_.queue_timeout_seconds)));
-      lease = budget_->acquire(plan.memory_bytes,
+      // Bands suffice unless a statistic needs the whole image (the luminance).
+      const bool in_bands = plan.band_memory_bytes > 0 && !stats_request.luminance;
+      lease = budget_->acquire(in_bands ? plan.band_memory_bytes : plan.memory_bytes,
                                "this " + std::to_string(plan.width) + "x" + std::to_string(plan.height) + " " + plan.format,
                                call, waited_until);
       call.check("before decoding");
       const v1::DecoderChoice choice = request.options().decoder();
-      std::optional<JpegCheck> checked;
       if (plan.format == "JPEG" && choice != v1::DECODER_CHOICE_CPU) {
         std::string why;
         if (analyze_on_gpu(bytes, data.size(), options, stats_request, call, r, &why)) return r;
@@ -287,9 +278,11 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
       } else if (choice == v1::DECODER_CHOICE_GPU) {
         fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but the GPU decodes JPEG only, not " + plan.format);
       }
-      if (plan.format == "JPEG") {
-        if (!checked) timed_jpeg_check(bytes, data.size(), options, checked, r);
-        options.checked = &*checked;
+      // A JPEG's check is its decode on this path (decode_jpeg): one pass.
+      if (in_bands && analyze_jpeg_in_bands(bytes, data.size(), options, stats_request, call, r)) return r;
+      if (in_bands) {  // decode_jpeg did not take it after all: the whole image, in the budget
+        lease.release();
+        lease = budget_->acquire(plan.memory_bytes, "this " + plan.format, call, waited_until);
       }
       {
         TraceRange range("cpu decode");
@@ -358,6 +351,64 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
   fill_facts(r, data, size, image.view.layout);
   r.set_decoder(image.decoder);
   for (const std::string& w : check.warnings) r.add_warnings(w);
+  set_duration(r.mutable_decode_time(), t1 - t0);
+  set_duration(r.mutable_compute_time(), t2 - t1);
+  return true;
+}
+
+bool Analyzer::analyze_jpeg_in_bands(const uint8_t* data, size_t size, const DecodeOptions& options,
+                                     const StatsRequest& request, const CallContext& call,
+                                     v1::AnalyzeResponse& r) const {
+  const auto t0 = Clock::now();
+  TraceRange range("cpu decode in bands");
+  Described d;
+  std::unique_ptr<StreamAnalysis> stream;
+  std::vector<uint8_t> buffers[2];
+  int next = 0;
+  uint32_t band_rows = 0;
+  // While a band is in the engine the next one decodes into the other buffer.
+  std::future<void> feeding;
+  struct Drain {  // no feed outlives its buffer, whatever is thrown
+    std::future<void>& f;
+    ~Drain() {
+      if (f.valid()) f.wait();
+    }
+  } drain{feeding};
+  auto fed = [&] {
+    if (feeding.valid()) feeding.get();
+  };
+  JpegSink sink;
+  sink.begin = [&](uint32_t w, uint32_t h, uint32_t channels) {
+    d = describe_pixels("JPEG", Layout{w, h, channels, SampleType::kUint8, 0});
+    stream = engine_->open_stream(d.layout, with_rgb(request, d.order));
+    band_rows = jpeg_band_rows(d.layout.row_bytes(), h);
+    for (auto& b : buffers) b.resize(size_t{band_rows} * d.layout.row_bytes());
+    return JpegBand{buffers[0].data(), band_rows};
+  };
+  sink.band = [&](const uint8_t* rows, uint32_t, uint32_t count) {
+    fed();
+    call.check("while decoding");
+    const size_t bytes = size_t{count} * d.layout.row_bytes();
+    StreamAnalysis* s = stream.get();
+    feeding = std::async(std::launch::async, [s, rows, bytes] { s->feed(rows, bytes); });
+    next ^= 1;
+    return JpegBand{buffers[next].data(), band_rows};
+  };
+  bool taken = false;
+  const JpegCheck check = decode_jpeg(data, size, options.cancelled, sink, &taken);
+  fed();
+  if (!check.ok && check.error == "cancelled") fail(ErrorCode::kCancelled, "cancelled while decoding");
+  if (!taken) return false;
+  enforce_jpeg_check(check, options.allow_truncated);
+  call.check("after decoding");
+  const auto t1 = Clock::now();
+  const Result result = stream->finish();
+  const auto t2 = Clock::now();
+  fill_response(r, d, result, request);
+  fill_facts(r, data, size, d.layout);
+  r.set_decoder("libjpeg-turbo");
+  for (const std::string& w : check.warnings) r.add_warnings(w);
+  // The computation overlaps the decode; compute_time is what follows the last row.
   set_duration(r.mutable_decode_time(), t1 - t0);
   set_duration(r.mutable_compute_time(), t2 - t1);
   return true;

@@ -56,7 +56,8 @@ cv::Mat opencv_decode(const uint8_t* data, size_t size, const std::string& forma
 
 }  // namespace
 
-DecodedImage finish_decoded(DecodedImage out, const cv::Mat& m, const DecodeOptions& options);
+// bgr: the channels are OpenCV's B,G,R(,A), reported as R,G,B(,A).
+DecodedImage finish_decoded(DecodedImage out, const cv::Mat& m, const DecodeOptions& options, bool bgr = true);
 
 std::vector<std::string> channel_names(uint32_t n) {
   switch (n) {
@@ -95,6 +96,10 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     p.has_size = h.width > 0 && h.height > 0;
     p.bytes_per_pixel = h.components == 1 ? 1 : 3;
     extra = jpeg_coefficient_bytes(h) + (options.allow_truncated ? size + 2 : 0);
+    if (h.components != 4 && h.width > 0) {
+      const uint64_t row_bytes = h.width * p.bytes_per_pixel;
+      plan.band_memory_bytes = 2 * row_bytes * jpeg_band_rows(row_bytes, h.height) + jpeg_coefficient_bytes(h);
+    }
   }
   if (!p.has_size) invalid_data(p.format + ": the header gives no image size (corrupt or truncated header)");
   check_pixels(plan.width, plan.height, options.max_pixels);
@@ -105,6 +110,11 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   // Below 2^40 pixels and 2^20 bytes a pixel: no overflow.
   plan.memory_bytes = plan.width * plan.height * p.bytes_per_pixel + extra;
   return plan;
+}
+
+uint32_t jpeg_band_rows(uint64_t row_bytes, uint64_t height) {
+  const uint64_t rows = std::max<uint64_t>(16, kJpegBandBytes / std::max<uint64_t>(1, row_bytes));
+  return static_cast<uint32_t>(std::min<uint64_t>(rows, std::max<uint64_t>(1, height)));
 }
 
 JpegCheck check_jpeg_data(const uint8_t* data, size_t size, const DecodeOptions& options) {
@@ -151,7 +161,28 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
   configure_decoders(options.max_pixels);
   DecodedImage out;
   out.format = plan.format;
-  if (plan.format == "JPEG") {
+  if (plan.format == "JPEG" && !options.checked) {
+    // One pass of libjpeg-turbo is the check and the decode: no second
+    // entropy decode, and no OpenCV copy of every row into BGR order.
+    cv::Mat m;
+    bool taken = false;
+    JpegSink sink;
+    sink.begin = [&](uint32_t w, uint32_t h, uint32_t channels) {
+      check_pixels(w, h, options.max_pixels);
+      m.create(static_cast<int>(h), static_cast<int>(w), CV_8UC(static_cast<int>(channels)));
+      return JpegBand{m.data, h};
+    };
+    sink.band = [](const uint8_t*, uint32_t, uint32_t) { return JpegBand{}; };
+    const JpegCheck check = decode_jpeg(data, size, options.cancelled, sink, &taken);
+    if (!check.ok && check.error == "cancelled") fail(ErrorCode::kCancelled, "cancelled while decoding");
+    if (taken || !check.ok) {
+      enforce_jpeg_check(check, options.allow_truncated);
+      out.warnings = check.warnings;
+      out.decoder = "libjpeg-turbo";
+      return finish_decoded(std::move(out), m, options, /*bgr=*/false);
+    }
+  }
+  if (plan.format == "JPEG") {  // CMYK and YCCK: OpenCV's conversion, after the check pass
     const JpegCheck check = options.checked ? *options.checked : check_jpeg_data(data, size, options);
     out.warnings = check.warnings;
     out.decoder = "libjpeg-turbo";
@@ -182,7 +213,7 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
 }
 }  // namespace
 
-DecodedImage finish_decoded(DecodedImage out, const cv::Mat& m, const DecodeOptions& options) {
+DecodedImage finish_decoded(DecodedImage out, const cv::Mat& m, const DecodeOptions& options, bool bgr) {
   const std::string& format = out.format;
   check_pixels(static_cast<uint64_t>(m.cols), static_cast<uint64_t>(m.rows), options.max_pixels);
   SampleType type;
@@ -196,7 +227,7 @@ DecodedImage finish_decoded(DecodedImage out, const cv::Mat& m, const DecodeOpti
                                       static_cast<uint64_t>(m.step[0])}};
   out.channel_names = channel_names(channels);
   for (uint32_t c = 0; c < channels; ++c) out.channel_order.push_back(c);
-  if (channels >= 3) std::swap(out.channel_order[0], out.channel_order[2]);  // BGR(A) -> RGB(A)
+  if (bgr && channels >= 3) std::swap(out.channel_order[0], out.channel_order[2]);  // BGR(A) -> RGB(A)
   return out;
 }
 

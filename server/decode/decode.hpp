@@ -33,7 +33,18 @@ struct DecodePlan {
   uint64_t width = 0;   // of the image that will be decoded (a GIF's first frame)
   uint64_t height = 0;
   uint64_t memory_bytes = 0;  // most memory the decode may hold at once
+  // Gray and YCbCr JPEG: the memory when decoded in bands (decode_jpeg)
+  // straight into an engine's stream; 0 where only the whole image will do.
+  uint64_t band_memory_bytes = 0;
 };
+
+// Tuning: a JPEG decoded in bands hands the engine this much at a time (two
+// such bands live: one in the engine while the next decodes). Small enough
+// to stay in a large cache, large enough that a band's computation spreads
+// over every core.
+constexpr uint64_t kJpegBandBytes = uint64_t{4} << 20;
+// Rows in a band of an image whose rows are row_bytes long.
+uint32_t jpeg_band_rows(uint64_t row_bytes, uint64_t height);
 
 [[noreturn]] inline void invalid_data(const std::string& message) { fail(ErrorCode::kInvalidArgument, message); }
 

@@ -180,6 +180,65 @@ uint64_t jpeg_coefficient_bytes(const JpegHeader& h) {
   return h.progressive ? h.blocks * DCTSIZE2 * sizeof(JCOEF) : 0;
 }
 
+JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const JpegSink& sink,
+                      bool* taken) {
+  JpegCheck out;
+  jpeg_decompress_struct cinfo;
+  ErrorManager em;
+  Progress progress;
+  install_errors(cinfo, em, &out);
+  progress.pub.progress_monitor = on_progress;
+  progress.cancelled = &cancelled;
+  progress.em = &em;
+  *taken = false;
+  if (setjmp(em.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    out.ok = false;
+    return out;
+  }
+  jpeg_create_decompress(&cinfo);
+  cinfo.progress = &progress.pub;
+  PieceSource source;
+  piece_src(&cinfo, &source, data, size);
+  jpeg_read_header(&cinfo, TRUE);
+  if (cinfo.num_components == 4) {
+    jpeg_destroy_decompress(&cinfo);
+    out.ok = true;
+    return out;
+  }
+  *taken = true;
+  // OpenCV's settings (grfmt_jpeg.cpp): libjpeg's defaults, Gray or RGB out.
+  cinfo.out_color_space = cinfo.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_start_decompress(&cinfo);
+  const uint32_t width = cinfo.output_width, height = cinfo.output_height;
+  const uint32_t channels = static_cast<uint32_t>(cinfo.output_components);
+  const size_t row_bytes = size_t{width} * channels;
+  try {  // the sink may throw (limits, memory, the engine): libjpeg's memory goes first
+    JpegBand band = sink.begin(width, height, channels);
+    uint32_t band_first = 0, filled = 0;
+    JSAMPROW rows[16];
+    while (cinfo.output_scanline < height) {
+      const uint32_t n = std::min<uint32_t>({16, height - cinfo.output_scanline, band.count - filled});
+      for (uint32_t i = 0; i < n; ++i) rows[i] = band.rows + (filled + i) * row_bytes;
+      filled += jpeg_read_scanlines(&cinfo, rows, n);
+      if (filled == band.count || cinfo.output_scanline == height) {
+        band = sink.band(band.rows, band_first, filled);
+        band_first += filled;
+        filled = 0;
+        if (band.count == 0 && cinfo.output_scanline < height) fail(ErrorCode::kInternal, "JPEG: no room for the next rows");
+      }
+    }
+  } catch (...) {
+    jpeg_destroy_decompress(&cinfo);
+    throw;
+  }
+  if (!all_scans_present(cinfo)) out.truncated = true;
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  out.ok = true;
+  return out;
+}
+
 JpegCheck check_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled) {
   JpegCheck out;
   jpeg_decompress_struct cinfo;

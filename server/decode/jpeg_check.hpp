@@ -1,9 +1,9 @@
-// libjpeg passes over a JPEG before OpenCV decodes it. The header pass reads
-// what the file declares and refuses a file far too small to hold it; the
-// check pass entropy-decodes every block (at 1/8 scale, cheap) so that
-// libjpeg's warnings ("Corrupt JPEG data: ...") are collected instead of
-// printed, and a file whose data stops early is caught rather than analyzed
-// with libjpeg's gray fill.
+// libjpeg's passes over a JPEG. The header pass reads what the file declares
+// and refuses a file far too small to hold it; the check pass entropy-decodes
+// every block (at 1/8 scale, cheap) so that libjpeg's warnings ("Corrupt JPEG
+// data: ...") are collected instead of printed, and a file whose data stops
+// early is caught rather than analyzed with libjpeg's gray fill; the decode
+// pass does the same while it makes the pixels.
 #pragma once
 
 #include <cstddef>
@@ -53,5 +53,26 @@ struct JpegCheck {
 // cancelled, when set, is polled between passes and rows; true stops the
 // pass (ok false, error "cancelled").
 JpegCheck check_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled = {});
+
+// Where decoded rows go: a band of rows at a time.
+struct JpegBand {
+  uint8_t* rows = nullptr;  // packed: width * channels bytes a row
+  uint32_t count = 0;       // rows it holds
+};
+struct JpegSink {
+  // Before the first row: the image's size; returns where the first band goes.
+  std::function<JpegBand(uint32_t width, uint32_t height, uint32_t channels)> begin;
+  // A band is full (the last may hold fewer rows): returns where the next goes.
+  std::function<JpegBand(const uint8_t* rows, uint32_t first_row, uint32_t count)> band;
+};
+
+// The check and the decode in one pass: libjpeg-turbo decodes the file as
+// OpenCV configures it (fancy upsampling, the accurate integer IDCT) into
+// R,G,B or Gray rows (3 or 1 channels) handed to sink a band at a time; the
+// verdict is check_jpeg's, since the data is fed in the same small pieces.
+// Not for four-component (CMYK, YCCK) files: *taken false, nothing decoded.
+// On an error (ok false) the rows are incomplete. The sink may throw.
+JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const JpegSink& sink,
+                      bool* taken);
 
 }  // namespace imgstat
