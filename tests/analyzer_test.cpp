@@ -4,10 +4,14 @@
 
 #include <random>
 
+#include <google/protobuf/util/field_comparator.h>
+#include <google/protobuf/util/message_differencer.h>
+
 #include "core/analyzer.hpp"
 #include "decode/jpeg_verify.hpp"
 #include "corpus.hpp"
 #include "error_code.hpp"
+#include "jpeg_samples.hpp"
 #include "decode/sniff.hpp"
 #include "test_images.hpp"
 #include "core/validate.hpp"
@@ -106,6 +110,68 @@ TEST(Validate, RawLayoutsAndSizes) {
   raw.set_channels(1);
   raw.set_sample_type(v1::SAMPLE_TYPE_UNSPECIFIED);
   EXPECT_NE(message_of([&] { raw_layout_of(raw); }).find("sample_type"), std::string::npos);
+}
+
+// A JPEG decoded on the CPU reaches the engine in bands (two of 4 MiB held,
+// not the image): every statistic equals the whole-image path's (taken when
+// the luminance is asked for, which needs the whole image), for gray and
+// colour, several bands, a file cut short and analyzed anyway, a tiny one.
+TEST(AnalyzerBands, JpegInBandsAnswersAsTheWholeImage) {
+  Limits limits;
+  Analyzer analyzer(make_cpu_engine(2), limits);
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"gray 2600x1700", write_jpeg(2600, 1700, jpeg_samplings()[5], 0, 90, 1)},
+      {"4:2:0 1500x1300", write_jpeg(1500, 1300, jpeg_samplings()[2], 0, 90, 2)},
+      {"4:4:4 17x5", write_jpeg(17, 5, jpeg_samplings()[0], 0, 90, 3)},
+  };
+  const std::string whole = write_jpeg(1201, 1700, jpeg_samplings()[1], 4, 90, 4);
+  files.emplace_back("4:2:2 1201x1700 cut", whole.substr(0, whole.size() / 2));
+  google::protobuf::util::DefaultFieldComparator approx;
+  approx.set_float_comparison(google::protobuf::util::DefaultFieldComparator::APPROXIMATE);
+  approx.SetDefaultFractionAndMargin(1e-12, 0);  // float sums: 1e-12 relative; integers exact
+  for (const auto& [name, f] : files) {
+    SCOPED_TRACE(name);
+    v1::AnalyzeRequest req;
+    req.mutable_input()->set_data(f);
+    req.mutable_options()->set_allow_truncated(true);
+    for (v1::Statistic s : {v1::STATISTIC_MIN_MAX, v1::STATISTIC_SUM, v1::STATISTIC_STDDEV, v1::STATISTIC_HISTOGRAM,
+                            v1::STATISTIC_DISTRIBUTION, v1::STATISTIC_SHAPE, v1::STATISTIC_POSITIONS,
+                            v1::STATISTIC_UNIQUE_COLORS, v1::STATISTIC_SUMMARY})
+      req.mutable_options()->add_statistics(s);
+    v1::AnalyzeResponse bands = analyzer.analyze(req);
+    req.mutable_options()->add_statistics(v1::STATISTIC_LUMINANCE);
+    v1::AnalyzeResponse image = analyzer.analyze(req);
+    EXPECT_EQ(bands.decoder(), "libjpeg-turbo");
+    EXPECT_EQ(image.decoder(), "libjpeg-turbo");
+    // A gray image asked for its luminance says there is none; nothing else differs.
+    if (image.channel_count() == 1 && image.warnings_size() > 0 && image.warnings(image.warnings_size() - 1).rfind("no luminance", 0) == 0)
+      image.mutable_warnings()->RemoveLast();
+    for (v1::AnalyzeResponse* r : {&bands, &image}) {
+      r->clear_decode_time();
+      r->clear_compute_time();
+      r->clear_check_time();
+      r->clear_luminance();
+    }
+    ASSERT_GT(bands.channels_size(), 0);
+    google::protobuf::util::MessageDifferencer diff;
+    diff.set_field_comparator(&approx);
+    std::string report;
+    diff.ReportDifferencesToString(&report);
+    EXPECT_TRUE(diff.Compare(bands, image)) << report;
+  }
+}
+
+// What a band costs the memory budget: a 13 MB colour image goes through a
+// 12 MiB budget in bands, and is refused when the whole image is needed.
+TEST(AnalyzerBands, TheBudgetIsChargedBandsNotTheImage) {
+  Limits limits;
+  limits.max_decode_memory = uint64_t{12} << 20;
+  Analyzer analyzer(make_cpu_engine(2), limits);
+  v1::AnalyzeRequest req;
+  req.mutable_input()->set_data(write_jpeg(2600, 1700, jpeg_samplings()[2], 0, 90, 9));
+  EXPECT_EQ(analyzer.analyze(req).width(), 2600u);
+  req.mutable_options()->add_statistics(v1::STATISTIC_LUMINANCE);
+  EXPECT_EQ(code_of([&] { analyzer.analyze(req); }), ErrorCode::kResourceExhausted);
 }
 
 class AnalyzerTest : public ::testing::Test {
