@@ -11,7 +11,19 @@
 #include <string>
 #include <vector>
 
+#include "decode/jpeg_check.hpp"
+
 namespace imgstat::testing {
+
+// A check's verdict in one line, to compare two checks' verdicts whole.
+inline std::string verdict_text(const JpegCheck& c) {
+  if (!c.ok) return "error: " + c.error;
+  if (c.corrupt) return "corrupt: " + c.corrupt_reason;
+  if (c.truncated) return "truncated";
+  std::string w;
+  for (const std::string& s : c.warnings) w += " [" + s + "]";
+  return "whole" + w;
+}
 
 struct JpegSampling {
   const char* name;

@@ -18,15 +18,6 @@ struct Tally {
   int covered = 0, not_covered = 0, whole = 0, truncated = 0, corrupt = 0;
 };
 
-std::string verdict_text(const JpegCheck& c) {
-  if (!c.ok) return "error: " + c.error;
-  if (c.corrupt) return "corrupt: " + c.corrupt_reason;
-  if (c.truncated) return "truncated";
-  std::string w;
-  for (const std::string& s : c.warnings) w += " [" + s + "]";
-  return "whole" + w;
-}
-
 // Where the verifier vouches for a file, libjpeg says the same: the same
 // class, the same reason, and no warning on a whole file.
 void expect_agreement(const std::string& f, const std::string& what, Tally& t) {

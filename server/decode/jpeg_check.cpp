@@ -136,6 +136,28 @@ void install_errors(jpeg_decompress_struct& cinfo, ErrorManager& em, JpegCheck* 
   em.out = out;
 }
 
+// One libjpeg pass over the data fed in small pieces: its errors and
+// warnings go to *out, `cancelled` is polled. The caller sets its setjmp
+// between constructing and open().
+struct Pass {
+  jpeg_decompress_struct cinfo;
+  ErrorManager em;
+  Progress progress;
+  PieceSource source;
+  Pass(JpegCheck* out, const std::function<bool()>& cancelled) {
+    install_errors(cinfo, em, out);
+    progress.pub.progress_monitor = on_progress;
+    progress.cancelled = &cancelled;
+    progress.em = &em;
+  }
+  void open(const uint8_t* data, size_t size) {
+    jpeg_create_decompress(&cinfo);
+    cinfo.progress = &progress.pub;
+    piece_src(&cinfo, &source, data, size);
+    jpeg_read_header(&cinfo, TRUE);
+  }
+};
+
 }  // namespace
 
 JpegHeader read_jpeg_header(const uint8_t* data, size_t size, uint64_t max_pixels) {
@@ -183,24 +205,15 @@ uint64_t jpeg_coefficient_bytes(const JpegHeader& h) {
 JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const JpegSink& sink,
                       bool* taken) {
   JpegCheck out;
-  jpeg_decompress_struct cinfo;
-  ErrorManager em;
-  Progress progress;
-  install_errors(cinfo, em, &out);
-  progress.pub.progress_monitor = on_progress;
-  progress.cancelled = &cancelled;
-  progress.em = &em;
+  Pass pass(&out, cancelled);
+  jpeg_decompress_struct& cinfo = pass.cinfo;
   *taken = false;
-  if (setjmp(em.jump)) {
+  if (setjmp(pass.em.jump)) {
     jpeg_destroy_decompress(&cinfo);
     out.ok = false;
     return out;
   }
-  jpeg_create_decompress(&cinfo);
-  cinfo.progress = &progress.pub;
-  PieceSource source;
-  piece_src(&cinfo, &source, data, size);
-  jpeg_read_header(&cinfo, TRUE);
+  pass.open(data, size);
   if (cinfo.num_components == 4) {
     jpeg_destroy_decompress(&cinfo);
     out.ok = true;
@@ -241,24 +254,15 @@ JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool
 
 JpegCheck check_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled) {
   JpegCheck out;
-  jpeg_decompress_struct cinfo;
-  ErrorManager em;
-  Progress progress;
-  install_errors(cinfo, em, &out);
-  progress.pub.progress_monitor = on_progress;
-  progress.cancelled = &cancelled;
-  progress.em = &em;
+  Pass pass(&out, cancelled);
+  jpeg_decompress_struct& cinfo = pass.cinfo;
   std::vector<JSAMPLE> row;
-  if (setjmp(em.jump)) {
+  if (setjmp(pass.em.jump)) {
     jpeg_destroy_decompress(&cinfo);
     out.ok = false;
     return out;
   }
-  jpeg_create_decompress(&cinfo);
-  cinfo.progress = &progress.pub;
-  PieceSource source;
-  piece_src(&cinfo, &source, data, size);
-  jpeg_read_header(&cinfo, TRUE);
+  pass.open(data, size);
   // Entropy decoding is what finds corrupt or missing data; 1/8 scale skips
   // most of the inverse DCT and colour work that OpenCV will do for real.
   cinfo.scale_num = 1;

@@ -11,19 +11,7 @@
 
 #include "decode/jpeg_verify.hpp"
 #include "fuzz_support.hpp"
-
-namespace {
-
-std::string verdict_text(const imgstat::JpegCheck& c) {
-  if (!c.ok) return "error: " + c.error;
-  if (c.corrupt) return "corrupt: " + c.corrupt_reason;
-  if (c.truncated) return "truncated";
-  std::string w;
-  for (const std::string& s : c.warnings) w += " [" + s + "]";
-  return "whole" + w;
-}
-
-}  // namespace
+#include "../jpeg_samples.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace imgstat;
@@ -35,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const JpegCheck ours = verify_jpeg_on_host(data, size, &covered);
     if (!covered) return;
     const JpegCheck lib = check_jpeg(data, size);
-    const std::string a = verdict_text(ours), b = verdict_text(lib);
+    const std::string a = testing::verdict_text(ours), b = testing::verdict_text(lib);
     if (a != b) {
       std::fprintf(stderr, "the GPU's JPEG check says \"%s\", libjpeg says \"%s\"\n", a.c_str(), b.c_str());
       std::abort();
