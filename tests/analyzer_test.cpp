@@ -369,7 +369,7 @@ class FakeGpuDecoder final : public GpuJpegDecoder {
     const auto* base = static_cast<const uint8_t*>(cpu.view.data);
     for (uint64_t y = 0; y < l.height; ++y)
       for (uint64_t x = 0; x < l.width; ++x)
-        for (uint32_t c = 0; c < l.channels; ++c)  // OpenCV's BGR to R,G,B
+        for (uint32_t c = 0; c < l.channels; ++c)  // the CPU decoder's channels in R,G,B order
           (*px)[(y * l.width + x) * l.channels + c] = base[y * l.stride() + x * l.channels + cpu.channel_order[c]];
     out.decoder = "fake-gpu";
     out.view = DeviceImageView{px->data(), Layout{l.width, l.height, l.channels, SampleType::kUint8, 0}};

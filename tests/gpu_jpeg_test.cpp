@@ -107,10 +107,9 @@ TEST_F(GpuJpegTest, EveryCorpusJpegAgainstLibjpegTurbo) {
     for (uint64_t y = 0; y < c.height; ++y)
       for (uint64_t x = 0; x < c.width; ++x)
         for (uint32_t ch = 0; ch < c.channels; ++ch) {
-          // OpenCV's BGR against nvJPEG's RGB.
-          const uint32_t cv_ch = c.channels == 3 ? 2 - ch : ch;
+          // nvJPEG's R,G,B against the CPU decoder's reported channel ch.
           const int a = px[(y * c.width + x) * c.channels + ch];
-          const int b = base[y * c.stride() + x * c.channels + cv_ch];
+          const int b = base[y * c.stride() + x * c.channels + cpu.channel_order[ch]];
           const int d = std::abs(a - b);
           if (d) ++differ;
           total += d;
