@@ -80,14 +80,14 @@ int main(int argc, char** argv) {
     double one_pass = -1;
     if (plan.format == "JPEG") {
       std::vector<uint8_t> band;
-      JpegSink sink;
+      RowSink sink;
       uint32_t rows = 0;
-      sink.begin = [&](uint32_t w, uint32_t h, uint32_t c) {
-        rows = jpeg_band_rows(uint64_t{w} * c, h);
+      sink.begin = [&](uint32_t w, uint32_t h, uint32_t c, SampleType) {
+        rows = band_rows(uint64_t{w} * c, h);
         band.resize(size_t{rows} * w * c);
-        return JpegBand{band.data(), rows};
+        return RowBand{band.data(), rows};
       };
-      sink.band = [&](const uint8_t*, uint32_t, uint32_t) { return JpegBand{band.data(), rows}; };
+      sink.band = [&](const uint8_t*, uint32_t, uint32_t) { return RowBand{band.data(), rows}; };
       one_pass = median_ms(runs, [&] {
         bool taken = false;
         decode_jpeg(d, f.size(), {}, sink, &taken);

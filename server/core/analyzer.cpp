@@ -279,8 +279,8 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
         fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but the GPU decodes JPEG only, not " + plan.format);
       }
       // A JPEG's check is its decode on this path (decode_jpeg): one pass.
-      if (in_bands && analyze_jpeg_in_bands(bytes, data.size(), options, stats_request, call, r)) return r;
-      if (in_bands) {  // decode_jpeg did not take it after all: the whole image, in the budget
+      if (in_bands && analyze_in_bands(bytes, data.size(), plan, options, stats_request, call, r)) return r;
+      if (in_bands) {  // the streamed decoder did not take it after all: the whole image, in the budget
         lease.release();
         lease = budget_->acquire(plan.memory_bytes, "this " + plan.format, call, waited_until);
       }
@@ -356,16 +356,16 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
   return true;
 }
 
-bool Analyzer::analyze_jpeg_in_bands(const uint8_t* data, size_t size, const DecodeOptions& options,
-                                     const StatsRequest& request, const CallContext& call,
-                                     v1::AnalyzeResponse& r) const {
+bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePlan& plan,
+                                const DecodeOptions& options, const StatsRequest& request, const CallContext& call,
+                                v1::AnalyzeResponse& r) const {
   const auto t0 = Clock::now();
   TraceRange range("cpu decode in bands");
   Described d;
   std::unique_ptr<StreamAnalysis> stream;
   std::vector<uint8_t> buffers[2];
   int next = 0;
-  uint32_t band_rows = 0;
+  uint32_t rows_per_band = 0;
   // While a band is in the engine the next one decodes into the other buffer.
   std::future<void> feeding;
   struct Drain {  // no feed outlives its buffer, whatever is thrown
@@ -377,13 +377,13 @@ bool Analyzer::analyze_jpeg_in_bands(const uint8_t* data, size_t size, const Dec
   auto fed = [&] {
     if (feeding.valid()) feeding.get();
   };
-  JpegSink sink;
-  sink.begin = [&](uint32_t w, uint32_t h, uint32_t channels) {
-    d = describe_pixels("JPEG", Layout{w, h, channels, SampleType::kUint8, 0});
+  RowSink sink;
+  sink.begin = [&](uint32_t w, uint32_t h, uint32_t channels, SampleType type) {
+    d = describe_pixels(plan.format, Layout{w, h, channels, type, 0});
     stream = engine_->open_stream(d.layout, with_rgb(request, d.order));
-    band_rows = jpeg_band_rows(d.layout.row_bytes(), h);
-    for (auto& b : buffers) b.resize(size_t{band_rows} * d.layout.row_bytes());
-    return JpegBand{buffers[0].data(), band_rows};
+    rows_per_band = band_rows(d.layout.row_bytes(), h);
+    for (auto& b : buffers) b.resize(size_t{rows_per_band} * d.layout.row_bytes());
+    return RowBand{buffers[0].data(), rows_per_band};
   };
   sink.band = [&](const uint8_t* rows, uint32_t, uint32_t count) {
     fed();
@@ -392,22 +392,19 @@ bool Analyzer::analyze_jpeg_in_bands(const uint8_t* data, size_t size, const Dec
     StreamAnalysis* s = stream.get();
     feeding = std::async(std::launch::async, [s, rows, bytes] { s->feed(rows, bytes); });
     next ^= 1;
-    return JpegBand{buffers[next].data(), band_rows};
+    return RowBand{buffers[next].data(), rows_per_band};
   };
-  bool taken = false;
-  const JpegCheck check = decode_jpeg(data, size, options.cancelled, sink, &taken);
+  BandedDecode decoded = decode_in_bands(data, size, plan, options, sink);
   fed();
-  if (!check.ok && check.error == "cancelled") fail(ErrorCode::kCancelled, "cancelled while decoding");
-  if (!taken) return false;
-  enforce_jpeg_check(check, options.allow_truncated);
+  if (!decoded.taken) return false;
   call.check("after decoding");
   const auto t1 = Clock::now();
   const Result result = stream->finish();
   const auto t2 = Clock::now();
   fill_response(r, d, result, request);
   fill_facts(r, data, size, d.layout);
-  r.set_decoder("libjpeg-turbo");
-  for (const std::string& w : check.warnings) r.add_warnings(w);
+  r.set_decoder(decoded.decoder);
+  for (const std::string& w : decoded.warnings) r.add_warnings(w);
   // The computation overlaps the decode; compute_time is what follows the last row.
   set_duration(r.mutable_decode_time(), t1 - t0);
   set_duration(r.mutable_compute_time(), t2 - t1);

@@ -62,10 +62,10 @@ class Analyzer {
   // *check keeps libjpeg's check pass for the CPU path to reuse.
   bool analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options, const StatsRequest& request,
                       const CallContext& call, v1::AnalyzeResponse& r, std::string* why) const;
-  // A Gray or YCbCr JPEG decoded on the CPU into the engine in bands; false
-  // (nothing answered) for a file decode_jpeg does not take.
-  bool analyze_jpeg_in_bands(const uint8_t* data, size_t size, const DecodeOptions& options,
-                             const StatsRequest& request, const CallContext& call, v1::AnalyzeResponse& r) const;
+  // A streamed decode (decode_in_bands: Gray or YCbCr JPEG, plain PNG) on
+  // the CPU into the engine in bands; false when the decoder did not take it.
+  bool analyze_in_bands(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options,
+                        const StatsRequest& request, const CallContext& call, v1::AnalyzeResponse& r) const;
 
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<GpuJpegDecoder> gpu_jpeg_;

@@ -8,6 +8,7 @@
 
 #include "decode/jpeg_check.hpp"
 #include "decode/library_messages.hpp"
+#include "decode/png.hpp"
 #include "decode/sniff.hpp"
 
 namespace imgstat {
@@ -98,9 +99,11 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     extra = jpeg_coefficient_bytes(h) + (options.allow_truncated ? size + 2 : 0);
     if (h.components != 4 && h.width > 0) {
       const uint64_t row_bytes = h.width * p.bytes_per_pixel;
-      plan.band_memory_bytes = 2 * row_bytes * jpeg_band_rows(row_bytes, h.height) + jpeg_coefficient_bytes(h);
+      plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, h.height) + jpeg_coefficient_bytes(h);
     }
   }
+  if (p.format == "PNG" && size >= 29)
+    plan.band_memory_bytes = png_stream_memory_bytes(plan.width, plan.height, data[24], data[25], data[28] != 0);
   if (!p.has_size) invalid_data(p.format + ": the header gives no image size (corrupt or truncated header)");
   check_pixels(plan.width, plan.height, options.max_pixels);
   if (size < p.least_bytes)
@@ -112,8 +115,8 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   return plan;
 }
 
-uint32_t jpeg_band_rows(uint64_t row_bytes, uint64_t height) {
-  const uint64_t rows = std::max<uint64_t>(16, kJpegBandBytes / std::max<uint64_t>(1, row_bytes));
+uint32_t band_rows(uint64_t row_bytes, uint64_t height) {
+  const uint64_t rows = std::max<uint64_t>(16, kBandBytes / std::max<uint64_t>(1, row_bytes));
   return static_cast<uint32_t>(std::min<uint64_t>(rows, std::max<uint64_t>(1, height)));
 }
 
@@ -161,29 +164,29 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
   configure_decoders(options.max_pixels);
   DecodedImage out;
   out.format = plan.format;
-  if (plan.format == "JPEG" && !options.checked) {
-    // One pass of libjpeg-turbo is the check and the decode: no second
-    // entropy decode, and no OpenCV copy of every row into BGR order.
+  {
+    // The streamed decoders into one image: JPEG in one libjpeg-turbo pass
+    // (no second entropy decode for the check, no copy into BGR order), PNG
+    // with its own unfiltering. What a decoder gives up on after some rows
+    // is decoded again below.
     cv::Mat m;
-    bool taken = false;
-    JpegSink sink;
-    sink.begin = [&](uint32_t w, uint32_t h, uint32_t channels) {
+    RowSink sink;
+    sink.begin = [&](uint32_t w, uint32_t h, uint32_t channels, SampleType type) {
       check_pixels(w, h, options.max_pixels);
-      m.create(static_cast<int>(h), static_cast<int>(w), CV_8UC(static_cast<int>(channels)));
-      return JpegBand{m.data, h};
+      m.create(static_cast<int>(h), static_cast<int>(w),
+               CV_MAKETYPE(type == SampleType::kUint16 ? CV_16U : CV_8U, static_cast<int>(channels)));
+      return RowBand{m.data, h};
     };
-    sink.band = [](const uint8_t*, uint32_t, uint32_t) { return JpegBand{}; };
-    const JpegCheck check = decode_jpeg(data, size, options.cancelled, sink, &taken);
-    if (!check.ok && check.error == "cancelled") fail(ErrorCode::kCancelled, "cancelled while decoding");
-    if (taken || !check.ok) {
-      enforce_jpeg_check(check, options.allow_truncated);
-      out.warnings = check.warnings;
-      out.decoder = "libjpeg-turbo";
+    sink.band = [](const uint8_t*, uint32_t, uint32_t) { return RowBand{}; };
+    BandedDecode banded = decode_in_bands(data, size, plan, options, sink);
+    if (banded.taken) {
+      out.warnings = std::move(banded.warnings);
+      out.decoder = std::move(banded.decoder);
       return finish_decoded(std::move(out), m, options, /*bgr=*/false);
     }
   }
   if (plan.format == "JPEG") {  // CMYK and YCCK: OpenCV's conversion, after the check pass
-    const JpegCheck check = options.checked ? *options.checked : check_jpeg_data(data, size, options);
+    const JpegCheck check = check_jpeg_data(data, size, options);
     out.warnings = check.warnings;
     out.decoder = "libjpeg-turbo";
     if (check.truncated) {
@@ -212,6 +215,27 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
   return finish_decoded(std::move(out), m, options);
 }
 }  // namespace
+
+BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options,
+                             const RowSink& sink) {
+  BandedDecode out;
+  if (plan.format == "JPEG") {
+    bool taken = false;
+    JpegCheck check = decode_jpeg(data, size, options.cancelled, sink, &taken);
+    if (!check.ok && check.error == "cancelled") fail(ErrorCode::kCancelled, "cancelled while decoding");
+    if (!taken && check.ok) return out;  // CMYK, YCCK: OpenCV's conversion
+    enforce_jpeg_check(check, options.allow_truncated);
+    out.taken = true;
+    out.decoder = "libjpeg-turbo";
+    out.warnings = std::move(check.warnings);
+  } else if (plan.format == "PNG" && plan.band_memory_bytes > 0) {
+    PngDecode png = decode_png(data, size, options.cancelled, sink);
+    out.taken = png.taken;
+    out.decoder = "imgstat-png";
+    out.warnings = std::move(png.warnings);
+  }
+  return out;
+}
 
 DecodedImage finish_decoded(DecodedImage out, const cv::Mat& m, const DecodeOptions& options, bool bgr) {
   const std::string& format = out.format;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "decode/jpeg_check.hpp"
+#include "decode/rows.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
@@ -22,9 +23,6 @@ struct DecodeOptions {
   // Polled inside long decodes where the library allows (libjpeg's check
   // pass, giflib's rows); true ends the decode with kCancelled.
   std::function<bool()> cancelled;
-  // The check pass already run on these very bytes (check_jpeg_data), so
-  // that a JPEG the GPU path hands back is not checked twice.
-  const JpegCheck* checked = nullptr;
 };
 
 // What a file declares, from its header alone, before anything is allocated.
@@ -33,18 +31,11 @@ struct DecodePlan {
   uint64_t width = 0;   // of the image that will be decoded (a GIF's first frame)
   uint64_t height = 0;
   uint64_t memory_bytes = 0;  // most memory the decode may hold at once
-  // Gray and YCbCr JPEG: the memory when decoded in bands (decode_jpeg)
-  // straight into an engine's stream; 0 where only the whole image will do.
+  // Gray and YCbCr JPEG, plain PNG: the memory when decoded in bands
+  // (decode_in_bands) straight into an engine's stream; 0 where only the
+  // whole image will do.
   uint64_t band_memory_bytes = 0;
 };
-
-// Tuning: a JPEG decoded in bands hands the engine this much at a time (two
-// such bands live: one in the engine while the next decodes). Small enough
-// to stay in a large cache, large enough that a band's computation spreads
-// over every core.
-constexpr uint64_t kJpegBandBytes = uint64_t{4} << 20;
-// Rows in a band of an image whose rows are row_bytes long.
-uint32_t jpeg_band_rows(uint64_t row_bytes, uint64_t height);
 
 [[noreturn]] inline void invalid_data(const std::string& message) { fail(ErrorCode::kInvalidArgument, message); }
 
@@ -61,8 +52,20 @@ struct DecodedImage {
   std::vector<uint32_t> channel_order;
   std::vector<std::string> channel_names;
   std::vector<std::string> warnings;
-  std::string decoder;  // "libjpeg-turbo", "giflib", "libwebp", "imgstat-bmp" or "opencv"
+  std::string decoder;  // "libjpeg-turbo", "imgstat-png", "giflib", "libwebp", "imgstat-bmp" or "opencv"
 };
+
+// The streamed decoders: a Gray or YCbCr JPEG (libjpeg-turbo's one pass,
+// which is also its check) and a plain PNG (decode_png), rows to sink a band
+// at a time. Not taken: nothing went to the sink, and decode_image answers.
+// Throws as decode_image does.
+struct BandedDecode {
+  bool taken = false;
+  std::string decoder;
+  std::vector<std::string> warnings;
+};
+BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options,
+                             const RowSink& sink);
 
 // Throws imgstat::Error: kInvalidArgument for empty, unrecognized or corrupt
 // headers and unsupported formats, kResourceExhausted over max_pixels.

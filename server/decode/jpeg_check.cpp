@@ -202,7 +202,7 @@ uint64_t jpeg_coefficient_bytes(const JpegHeader& h) {
   return h.progressive ? h.blocks * DCTSIZE2 * sizeof(JCOEF) : 0;
 }
 
-JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const JpegSink& sink,
+JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
                       bool* taken) {
   JpegCheck out;
   Pass pass(&out, cancelled);
@@ -227,7 +227,7 @@ JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool
   const uint32_t channels = static_cast<uint32_t>(cinfo.output_components);
   const size_t row_bytes = size_t{width} * channels;
   try {  // the sink may throw (limits, memory, the engine): libjpeg's memory goes first
-    JpegBand band = sink.begin(width, height, channels);
+    RowBand band = sink.begin(width, height, channels, SampleType::kUint8);
     uint32_t band_first = 0, filled = 0;
     JSAMPROW rows[16];
     while (cinfo.output_scanline < height) {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "decode/rows.hpp"
+
 namespace imgstat {
 
 struct JpegHeader {
@@ -54,25 +56,13 @@ struct JpegCheck {
 // pass (ok false, error "cancelled").
 JpegCheck check_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled = {});
 
-// Where decoded rows go: a band of rows at a time.
-struct JpegBand {
-  uint8_t* rows = nullptr;  // packed: width * channels bytes a row
-  uint32_t count = 0;       // rows it holds
-};
-struct JpegSink {
-  // Before the first row: the image's size; returns where the first band goes.
-  std::function<JpegBand(uint32_t width, uint32_t height, uint32_t channels)> begin;
-  // A band is full (the last may hold fewer rows): returns where the next goes.
-  std::function<JpegBand(const uint8_t* rows, uint32_t first_row, uint32_t count)> band;
-};
-
 // The check and the decode in one pass: libjpeg-turbo decodes the file as
 // OpenCV configures it (fancy upsampling, the accurate integer IDCT) into
 // R,G,B or Gray rows (3 or 1 channels) handed to sink a band at a time; the
 // verdict is check_jpeg's, since the data is fed in the same small pieces.
 // Not for four-component (CMYK, YCCK) files: *taken false, nothing decoded.
 // On an error (ok false) the rows are incomplete. The sink may throw.
-JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const JpegSink& sink,
+JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
                       bool* taken);
 
 }  // namespace imgstat

@@ -1,0 +1,452 @@
+#include "decode/png.hpp"
+
+#include <png.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <csetjmp>
+#include <cstring>
+#include <memory>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace imgstat {
+namespace {
+
+uint32_t be32(const uint8_t* p) {
+  return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
+}
+
+uint32_t stored_channels(uint32_t colour_type) {
+  switch (colour_type) {
+    case PNG_COLOR_TYPE_GRAY_ALPHA: return 2;
+    case PNG_COLOR_TYPE_RGB: return 3;
+    case PNG_COLOR_TYPE_RGB_ALPHA: return 4;
+  }
+  return 1;  // gray, palette
+}
+
+bool streamable(uint32_t bit_depth, uint32_t colour_type, bool interlaced) {
+  if (interlaced) return false;  // Adam7's passes: libpng
+  if (colour_type == PNG_COLOR_TYPE_PALETTE) return bit_depth <= 8;
+  return bit_depth == 8 || bit_depth == 16;  // gray under 8 bits: libpng's scaling
+}
+
+// ---- unfiltering ------------------------------------------------------------
+// Sub, Average and Paeth depend on the pixel to the left: one pixel at a time,
+// its bytes in one vector (16-bit lanes for the arithmetic).
+
+#if defined(__SSE2__)
+template <int kBpp>
+__m128i load_pixel(const uint8_t* p) {
+  uint64_t v = 0;
+  std::memcpy(&v, p, kBpp);
+  return _mm_unpacklo_epi8(_mm_cvtsi64_si128(static_cast<long long>(v)), _mm_setzero_si128());
+}
+template <int kBpp>
+void store_pixel(uint8_t* p, __m128i v) {
+  const uint64_t x = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_packus_epi16(v, v)));
+  std::memcpy(p, &x, kBpp);
+}
+__m128i abs16(__m128i x) { return _mm_max_epi16(x, _mm_sub_epi16(_mm_setzero_si128(), x)); }
+__m128i low_byte(__m128i x) { return _mm_and_si128(x, _mm_set1_epi16(0xff)); }
+
+template <int kBpp>
+void unfilter_sub(uint8_t* row, size_t n) {
+  __m128i a = _mm_setzero_si128();
+  for (size_t i = 0; i < n; i += kBpp) {
+    a = low_byte(_mm_add_epi16(load_pixel<kBpp>(row + i), a));
+    store_pixel<kBpp>(row + i, a);
+  }
+}
+template <int kBpp>
+void unfilter_avg(uint8_t* row, const uint8_t* prev, size_t n) {
+  __m128i a = _mm_setzero_si128();
+  for (size_t i = 0; i < n; i += kBpp) {
+    const __m128i b = load_pixel<kBpp>(prev + i);
+    a = low_byte(_mm_add_epi16(load_pixel<kBpp>(row + i), _mm_srli_epi16(_mm_add_epi16(a, b), 1)));
+    store_pixel<kBpp>(row + i, a);
+  }
+}
+template <int kBpp>
+void unfilter_paeth(uint8_t* row, const uint8_t* prev, size_t n) {
+  __m128i a = _mm_setzero_si128(), c = _mm_setzero_si128();
+  for (size_t i = 0; i < n; i += kBpp) {
+    const __m128i b = load_pixel<kBpp>(prev + i);
+    const __m128i bc = _mm_sub_epi16(b, c), ac = _mm_sub_epi16(a, c);
+    const __m128i pa = abs16(bc), pb = abs16(ac), pc = abs16(_mm_add_epi16(bc, ac));
+    const __m128i least = _mm_min_epi16(pa, _mm_min_epi16(pb, pc));
+    // Paeth's ties: a before b before c.
+    const __m128i take_a = _mm_cmpeq_epi16(least, pa);
+    const __m128i take_b = _mm_andnot_si128(take_a, _mm_cmpeq_epi16(least, pb));
+    const __m128i take_c = _mm_andnot_si128(_mm_or_si128(take_a, take_b), _mm_set1_epi16(-1));
+    const __m128i pred = _mm_or_si128(_mm_or_si128(_mm_and_si128(take_a, a), _mm_and_si128(take_b, b)),
+                                      _mm_and_si128(take_c, c));
+    c = b;
+    a = low_byte(_mm_add_epi16(load_pixel<kBpp>(row + i), pred));
+    store_pixel<kBpp>(row + i, a);
+  }
+}
+template <int kBpp>
+bool unfilter_simd(uint8_t filter, uint8_t* row, const uint8_t* prev, size_t n) {
+  switch (filter) {
+    case 1: unfilter_sub<kBpp>(row, n); return true;
+    case 3: unfilter_avg<kBpp>(row, prev, n); return true;
+    case 4: unfilter_paeth<kBpp>(row, prev, n); return true;
+  }
+  return false;
+}
+#endif
+
+void unfilter_scalar(uint8_t filter, uint8_t* row, const uint8_t* prev, size_t n, uint32_t bpp) {
+  switch (filter) {
+    case 1:
+      for (size_t i = bpp; i < n; ++i) row[i] = static_cast<uint8_t>(row[i] + row[i - bpp]);
+      break;
+    case 3:
+      for (size_t i = 0; i < n; ++i) {
+        const unsigned left = i >= bpp ? row[i - bpp] : 0;
+        row[i] = static_cast<uint8_t>(row[i] + ((left + prev[i]) >> 1));
+      }
+      break;
+    case 4:
+      for (size_t i = 0; i < n; ++i) {
+        const int a = i >= bpp ? row[i - bpp] : 0, b = prev[i], c = i >= bpp ? prev[i - bpp] : 0;
+        const int pa = std::abs(b - c), pb = std::abs(a - c), pc = std::abs(a + b - 2 * c);
+        const int pred = pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
+        row[i] = static_cast<uint8_t>(row[i] + pred);
+      }
+      break;
+  }
+}
+
+// ---- libpng for everything before the image data ----------------------------
+
+struct InfoRead {
+  const uint8_t* data;
+  size_t size;
+  size_t pos = 0;
+  std::vector<std::string>* warnings;
+  jmp_buf jump;
+};
+
+void read_bytes(png_structp png, png_bytep out, size_t n) {
+  auto* r = static_cast<InfoRead*>(png_get_io_ptr(png));
+  if (n > r->size - r->pos) png_error(png, "PNG input buffer is incomplete");
+  std::memcpy(out, r->data + r->pos, n);
+  r->pos += n;
+}
+
+// Errors end the attempt (libpng through OpenCV will say them); warnings are
+// kept as the default handler would print them, distinct, at most 8.
+void on_error(png_structp png, png_const_charp) { longjmp(static_cast<InfoRead*>(png_get_error_ptr(png))->jump, 1); }
+void on_warning(png_structp png, png_const_charp message) {
+  auto* w = static_cast<InfoRead*>(png_get_error_ptr(png))->warnings;
+  std::string line = std::string("libpng warning: ") + message;
+  if (w->size() < 8 && std::find(w->begin(), w->end(), line) == w->end()) w->push_back(std::move(line));
+}
+
+// png_read_info, as OpenCV's PngDecoder::readHeader calls it. No C++ object
+// lives across the jump.
+bool read_info(png_structp png, png_infop info, InfoRead* r) {
+  if (setjmp(r->jump)) return false;
+  png_set_read_fn(png, r, read_bytes);
+  png_read_info(png, info);
+  return true;
+}
+
+struct PngHeader {
+  png_uint_32 width = 0, height = 0;
+  int bit_depth = 0, colour_type = 0, interlace = 0;
+  png_colorp palette = nullptr;
+  int palette_size = 0;
+  png_bytep trans_alpha = nullptr;
+  int trans_count = 0;
+  png_color_16p trans_colour = nullptr;
+};
+
+struct Libpng {
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+  ~Libpng() { png_destroy_read_struct(&png, info ? &info : nullptr, nullptr); }
+};
+
+// ---- row conversion, as libpng's transformations that OpenCV asks for -------
+
+struct Converter {
+  uint32_t width;
+  int bit_depth, colour_type;
+  uint32_t out_channels;
+  uint8_t lut[256][4];  // palette index -> R,G,B,A
+  bool trans = false;   // RGB tRNS: the colour made transparent
+  uint16_t trans_rgb[3] = {0, 0, 0};
+
+  void row(const uint8_t* in, uint8_t* out) const {
+    const uint32_t w = width;
+    if (colour_type == PNG_COLOR_TYPE_PALETTE) {
+      const int per_byte = 8 / bit_depth, mask = (1 << bit_depth) - 1;
+      for (uint32_t x = 0; x < w; ++x) {
+        const uint32_t idx =
+            bit_depth == 8 ? in[x] : (in[x / per_byte] >> (8 - bit_depth * (x % per_byte + 1))) & mask;
+        std::memcpy(out + size_t{x} * out_channels, lut[idx], out_channels);
+      }
+      return;
+    }
+    if (bit_depth == 8) {
+      switch (colour_type) {
+        case PNG_COLOR_TYPE_GRAY_ALPHA:
+          for (uint32_t x = 0; x < w; ++x) {
+            const uint8_t g = in[2 * x], a = in[2 * x + 1];
+            uint8_t* o = out + 4 * size_t{x};
+            o[0] = o[1] = o[2] = g;
+            o[3] = a;
+          }
+          return;
+        case PNG_COLOR_TYPE_RGB:
+          if (trans) {
+            for (uint32_t x = 0; x < w; ++x) {
+              const uint8_t* p = in + 3 * size_t{x};
+              uint8_t* o = out + 4 * size_t{x};
+              o[0] = p[0], o[1] = p[1], o[2] = p[2];
+              o[3] = p[0] == (trans_rgb[0] & 0xff) && p[1] == (trans_rgb[1] & 0xff) && p[2] == (trans_rgb[2] & 0xff)
+                         ? 0 : 255;
+            }
+            return;
+          }
+          break;
+      }
+      std::memcpy(out, in, size_t{w} * out_channels);
+      return;
+    }
+    // 16-bit: big-endian in the file, native (little-endian) out.
+    auto sample = [](const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); };
+    auto* o = reinterpret_cast<uint16_t*>(out);
+    switch (colour_type) {
+      case PNG_COLOR_TYPE_GRAY_ALPHA:
+        for (uint32_t x = 0; x < w; ++x) {
+          const uint16_t g = sample(in + 4 * size_t{x}), a = sample(in + 4 * size_t{x} + 2);
+          o[4 * size_t{x}] = o[4 * size_t{x} + 1] = o[4 * size_t{x} + 2] = g;
+          o[4 * size_t{x} + 3] = a;
+        }
+        return;
+      case PNG_COLOR_TYPE_RGB:
+        if (trans) {
+          for (uint32_t x = 0; x < w; ++x) {
+            const uint16_t r = sample(in + 6 * size_t{x}), g = sample(in + 6 * size_t{x} + 2),
+                           b = sample(in + 6 * size_t{x} + 4);
+            uint16_t* p = o + 4 * size_t{x};
+            p[0] = r, p[1] = g, p[2] = b;
+            p[3] = r == trans_rgb[0] && g == trans_rgb[1] && b == trans_rgb[2] ? 0 : 65535;
+          }
+          return;
+        }
+        break;
+    }
+    const size_t samples = size_t{w} * out_channels;
+    for (size_t i = 0; i < samples; ++i) o[i] = sample(in + 2 * i);
+  }
+};
+
+}  // namespace
+
+bool png_unfilter_row(uint8_t filter, uint8_t* row, const uint8_t* prev, size_t row_bytes, uint32_t bpp) {
+  if (filter > 4) return false;
+  if (filter == 0) return true;
+  if (!prev) {  // the first row: the row above is zeros
+    if (filter == 2) return true;
+    if (filter == 4) filter = 1;  // Paeth of (a, 0, 0) is a
+    if (filter == 3) {
+      for (size_t i = bpp; i < row_bytes; ++i) row[i] = static_cast<uint8_t>(row[i] + (row[i - bpp] >> 1));
+      return true;
+    }
+  }
+  if (filter == 2) {
+    for (size_t i = 0; i < row_bytes; ++i) row[i] = static_cast<uint8_t>(row[i] + prev[i]);
+    return true;
+  }
+#if defined(__SSE2__)
+  switch (bpp) {
+    case 1: return unfilter_simd<1>(filter, row, prev, row_bytes);
+    case 2: return unfilter_simd<2>(filter, row, prev, row_bytes);
+    case 3: return unfilter_simd<3>(filter, row, prev, row_bytes);
+    case 4: return unfilter_simd<4>(filter, row, prev, row_bytes);
+    case 6: return unfilter_simd<6>(filter, row, prev, row_bytes);
+    case 8: return unfilter_simd<8>(filter, row, prev, row_bytes);
+  }
+#endif
+  unfilter_scalar(filter, row, prev, row_bytes, bpp);
+  return true;
+}
+
+uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_depth, uint32_t colour_type,
+                                 bool interlaced) {
+  if (!streamable(bit_depth, colour_type, interlaced) || width == 0 || height == 0) return 0;
+  const uint64_t stride = (width * stored_channels(colour_type) * bit_depth + 7) / 8 + 1;
+  const uint64_t out_row = width * 4 * (bit_depth == 16 ? 2 : 1);
+  const uint64_t zlib_state = 64 << 10;
+  return (stride + 1) * band_rows(stride, height) + 2 * out_row * band_rows(out_row, height) + zlib_state;
+}
+
+PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink) {
+  PngDecode out;
+  InfoRead reader{data, size, 0, &out.warnings, {}};
+  Libpng lib;
+  lib.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &reader, on_error, on_warning);
+  if (!lib.png || !(lib.info = png_create_info_struct(lib.png))) return out;
+  if (!read_info(lib.png, lib.info, &reader)) return out;
+  PngHeader h;
+  png_get_IHDR(lib.png, lib.info, &h.width, &h.height, &h.bit_depth, &h.colour_type, &h.interlace, nullptr, nullptr);
+  if (!streamable(h.bit_depth, h.colour_type, h.interlace != PNG_INTERLACE_NONE)) return out;
+  if (h.colour_type == PNG_COLOR_TYPE_PALETTE) png_get_PLTE(lib.png, lib.info, &h.palette, &h.palette_size);
+  png_get_tRNS(lib.png, lib.info, &h.trans_alpha, &h.trans_count, &h.trans_colour);
+
+  // libpng stopped just past the first IDAT's length and type. The image
+  // data is that chunk and the IDATs that follow it, then IEND: anything
+  // else (a CRC libpng would refuse, chunks after the image data) is libpng's.
+  std::vector<std::pair<const uint8_t*, size_t>> idat;
+  size_t at = reader.pos - 8;
+  for (;;) {
+    if (size - at < 12) return out;
+    const uint32_t length = be32(data + at);
+    if (length > 0x7fffffffu || size - at - 12 < length) return out;
+    const uint8_t* type = data + at + 4;
+    if (static_cast<uint32_t>(crc32(0, type, static_cast<uInt>(length) + 4)) != be32(type + 4 + length)) return out;
+    if (std::memcmp(type, "IEND", 4) == 0) {
+      if (length != 0) return out;
+      break;
+    }
+    if (std::memcmp(type, "IDAT", 4) != 0) return out;
+    idat.emplace_back(type + 4, length);
+    at += size_t{length} + 12;
+  }
+  const uint32_t channels_in = stored_channels(static_cast<uint32_t>(h.colour_type));
+  const size_t row_bytes = (size_t{h.width} * channels_in * static_cast<uint32_t>(h.bit_depth) + 7) / 8;
+  const size_t stride = row_bytes + 1;
+  Converter convert{h.width, h.bit_depth, h.colour_type, 0, {}, false, {}};
+  const uint32_t bpp = std::max<uint32_t>(1, channels_in * static_cast<uint32_t>(h.bit_depth) / 8);
+  switch (h.colour_type) {
+    case PNG_COLOR_TYPE_GRAY: convert.out_channels = 1; break;  // tRNS ignored, as OpenCV's decode does
+    case PNG_COLOR_TYPE_GRAY_ALPHA:
+    case PNG_COLOR_TYPE_RGB_ALPHA: convert.out_channels = 4; break;
+    case PNG_COLOR_TYPE_RGB:
+      convert.trans = h.trans_count > 0 && h.trans_colour;
+      if (convert.trans) {
+        convert.trans_rgb[0] = h.trans_colour->red;
+        convert.trans_rgb[1] = h.trans_colour->green;
+        convert.trans_rgb[2] = h.trans_colour->blue;
+      }
+      convert.out_channels = convert.trans ? 4 : 3;
+      break;
+    case PNG_COLOR_TYPE_PALETTE:
+      convert.out_channels = h.trans_count > 0 ? 4 : 3;
+      for (int i = 0; i < 256; ++i) {
+        const bool known = i < h.palette_size;
+        convert.lut[i][0] = known ? h.palette[i].red : 0;
+        convert.lut[i][1] = known ? h.palette[i].green : 0;
+        convert.lut[i][2] = known ? h.palette[i].blue : 0;
+        convert.lut[i][3] = i < h.trans_count ? h.trans_alpha[i] : 255;
+      }
+      break;
+  }
+  const bool short_palette = h.colour_type == PNG_COLOR_TYPE_PALETTE && h.palette_size < (1 << h.bit_depth);
+
+  // zlib, as libpng runs it (the window its header names), straight from the
+  // IDAT chunks into a band of filtered rows: no copy of the compressed data,
+  // no buffer of the whole image. libdeflate inflates faster but accepts
+  // streams zlib refuses (codes 286-287 and 30-31, incomplete code sets), so
+  // a damaged file would get pixels here and an error from libpng.
+  z_stream z{};
+  if (inflateInit2(&z, 0) != Z_OK) return out;
+  struct End {
+    z_stream& z;
+    ~End() { inflateEnd(&z); }
+  } end{z};
+  const uint32_t chunk_rows = band_rows(stride, h.height);
+  std::unique_ptr<uint8_t[]> filtered(new uint8_t[size_t{chunk_rows} * stride]);
+  std::vector<uint8_t> last_row(row_bytes);  // the chunk before's last row, unfiltered
+  size_t next_idat = 0;
+  bool ended = false;
+  // Fills n rows of filtered data; false where libpng would refuse or warn.
+  auto inflate_rows = [&](uint32_t n) {
+    z.next_out = filtered.get();
+    z.avail_out = static_cast<uInt>(size_t{n} * stride);
+    while (z.avail_out > 0) {
+      if (ended) return false;  // too little image data
+      if (z.avail_in == 0) {
+        if (next_idat == idat.size()) return false;
+        z.next_in = const_cast<Bytef*>(idat[next_idat].first);
+        z.avail_in = static_cast<uInt>(idat[next_idat].second);
+        ++next_idat;
+        continue;
+      }
+      const int r = inflate(&z, Z_NO_FLUSH);
+      if (r == Z_STREAM_END) ended = true;
+      else if (r != Z_OK) return false;
+    }
+    return true;
+  };
+
+  const SampleType type = h.bit_depth == 16 ? SampleType::kUint16 : SampleType::kUint8;
+  const size_t out_row_bytes = size_t{h.width} * convert.out_channels * (h.bit_depth == 16 ? 2 : 1);
+  RowBand band{};
+  uint32_t band_first = 0, filled = 0;
+  const int per_byte = 8 / h.bit_depth, mask = (1 << h.bit_depth) - 1;
+  // Not taken after all, though rows may have gone out.
+  auto given_up = [&] {
+    out.taken = false;
+    return out;
+  };
+  for (uint32_t y0 = 0; y0 < h.height; y0 += chunk_rows) {
+    const uint32_t n = std::min(chunk_rows, h.height - y0);
+    if (!inflate_rows(n)) return given_up();
+    for (uint32_t i = 0; i < n; ++i) {
+      uint8_t* row = &filtered[size_t{i} * stride + 1];
+      const uint8_t* prev = i ? row - stride : y0 ? last_row.data() : nullptr;
+      if (!png_unfilter_row(row[-1], row, prev, row_bytes, bpp)) return given_up();
+      if (short_palette) {  // an index past the palette: libpng warns at the end
+        for (uint32_t x = 0; x < h.width; ++x) {
+          const int idx = h.bit_depth == 8 ? row[x] : (row[x / per_byte] >> (8 - h.bit_depth * (x % per_byte + 1))) & mask;
+          if (idx >= h.palette_size) return given_up();
+        }
+      }
+      if (y0 == 0 && i == 0) {
+        out.taken = true;  // from here a refusal comes after rows went out: the caller drops them
+        band = sink.begin(h.width, h.height, convert.out_channels, type);
+      }
+      convert.row(row, band.rows + size_t{filled} * out_row_bytes);
+      const uint32_t y = y0 + i;
+      if (++filled == band.count || y + 1 == h.height) {
+        if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+        band = sink.band(band.rows, band_first, filled);
+        band_first += filled;
+        filled = 0;
+        if (band.count == 0 && y + 1 < h.height) fail(ErrorCode::kInternal, "PNG: no room for the next rows");
+      }
+    }
+    std::memcpy(last_row.data(), &filtered[size_t{n - 1} * stride + 1], row_bytes);
+  }
+  // The stream ends exactly with the last row, its checksum right, and no
+  // data follows it: anything else makes libpng warn or refuse.
+  uint8_t spare = 0;
+  while (!ended) {
+    if (z.avail_in == 0) {
+      if (next_idat == idat.size()) break;
+      z.next_in = const_cast<Bytef*>(idat[next_idat].first);
+      z.avail_in = static_cast<uInt>(idat[next_idat].second);
+      ++next_idat;
+      continue;
+    }
+    z.next_out = &spare;
+    z.avail_out = 1;
+    const int r = inflate(&z, Z_NO_FLUSH);
+    if (r == Z_STREAM_END && z.avail_out == 1) ended = true;
+    else if (r != Z_OK || z.avail_out == 0) break;  // damaged, or more image data than rows
+  }
+  for (; next_idat < idat.size(); ++next_idat) z.avail_in += static_cast<uInt>(idat[next_idat].second > 0);
+  if (!ended || z.avail_in != 0) out.taken = false;
+  return out;
+}
+
+}  // namespace imgstat

@@ -1,0 +1,48 @@
+// PNG in bands, without a buffer of the whole image: libpng reads the header
+// and every chunk before the image data (its checks, its warnings, the
+// palette and tRNS it keeps: exactly what OpenCV's decode meets); zlib
+// inflates the IDAT chunks as libpng would, a band of rows at a time; rows
+// are unfiltered with SIMD, converted as
+// OpenCV asks libpng to convert them (palette to RGB or RGBA, tRNS to alpha
+// for RGB and palette images, gray+alpha to RGBA, 16-bit samples to native
+// order) and handed to the sink a band at a time, channels in R,G,B,A order.
+//
+// What it cannot vouch for gives the same answer as libpng only through
+// libpng: interlaced and sub-8-bit gray images, a CRC or zlib stream libpng
+// would refuse or warn about, too much or too little image data, palette
+// indices past the palette, chunks after the image data. Such files are not
+// taken (taken false), and the caller decodes them through OpenCV as before.
+// Damage inside the zlib data shows only as it is met: bands may have gone to
+// the sink already, and the caller drops them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "decode/rows.hpp"
+
+namespace imgstat {
+
+struct PngDecode {
+  bool taken = false;
+  std::vector<std::string> warnings;  // libpng's, as OpenCV's decode prints them
+};
+
+// Memory decode_png holds at once for a plain PNG of this header: a band of
+// filtered rows, zlib's window, two bands of pixels. 0
+// where the file will not be taken (interlaced, gray under 8 bits).
+uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_depth, uint32_t colour_type,
+                                 bool interlaced);
+
+// cancelled is polled between bands; true throws kCancelled. The sink may throw.
+PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink);
+
+// Reverses one row's PNG filter in place (types 0..4; bpp = bytes per
+// complete pixel, at least 1; prev = the previous row, already unfiltered,
+// or null for the first row). False for an unknown filter type.
+bool png_unfilter_row(uint8_t filter, uint8_t* row, const uint8_t* prev, size_t row_bytes, uint32_t bpp);
+
+}  // namespace imgstat

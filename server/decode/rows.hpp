@@ -1,0 +1,36 @@
+// Where a streamed decoder (JPEG, PNG) puts its rows: a band at a time, so
+// that the engine computes one band while the next decodes and no decode
+// needs the whole image in memory at once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "imgstat/engine.hpp"
+
+namespace imgstat {
+
+struct RowBand {
+  uint8_t* rows = nullptr;  // packed: width * channels samples a row
+  uint32_t count = 0;       // rows it holds
+};
+
+struct RowSink {
+  // Before the first row: the image's size and samples (channels in the
+  // reported order); returns where the first band goes.
+  std::function<RowBand(uint32_t width, uint32_t height, uint32_t channels, SampleType type)> begin;
+  // A band is full (the last may hold fewer rows): returns where the next goes.
+  // A decoder that meets damage later may still give up (not taken): the
+  // caller then drops what it was handed.
+  std::function<RowBand(const uint8_t* rows, uint32_t first_row, uint32_t count)> band;
+};
+
+// Tuning: a streamed decode hands the engine this much at a time (two such
+// bands live: one in the engine while the next decodes). Small enough to stay
+// in a large cache, large enough that a band's computation spreads over every
+// core.
+constexpr uint64_t kBandBytes = uint64_t{4} << 20;
+// Rows in a band of an image whose rows are row_bytes long.
+uint32_t band_rows(uint64_t row_bytes, uint64_t height);
+
+}  // namespace imgstat

@@ -1,0 +1,347 @@
+// The PNG decoder (decode_png) against libpng as OpenCV drives it: every
+// file it takes gives OpenCV's pixels and libpng's warnings, and everything
+// it leaves (interlaced, sub-8-bit gray, bad CRCs, odd zlib streams, chunks
+// after the image data, indices past the palette) gets OpenCV's answer, error
+// or pixels, because OpenCV decodes it.
+#include <gtest/gtest.h>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "corpus.hpp"
+#include "decode/decode.hpp"
+#include "decode/library_messages.hpp"
+#include "decode/png.hpp"
+#include "png_samples.hpp"
+
+namespace imgstat {
+namespace {
+
+using testing::PngSpec;
+using testing::random_png;
+using testing::write_png;
+
+const uint8_t* bytes(const std::string& s) { return reinterpret_cast<const uint8_t*>(s.data()); }
+
+struct Answer {
+  bool ok = false;
+  std::string decoder;
+  std::vector<cv::Mat> planes;  // reported order: R,G,B,A or Gray
+  std::vector<std::string> warnings;
+  std::string error;
+};
+
+Answer ours(const std::string& f) {
+  Answer a;
+  try {
+    const DecodedImage d = decode_image(bytes(f), f.size(), DecodeOptions{});
+    a.ok = true;
+    a.decoder = d.decoder;
+    a.warnings = d.warnings;
+    for (uint32_t c : d.channel_order) {
+      cv::Mat plane;
+      cv::extractChannel(d.pixels, plane, static_cast<int>(c));
+      a.planes.push_back(plane);
+    }
+  } catch (const Error& e) {
+    a.error = e.what();
+  }
+  return a;
+}
+
+// OpenCV's imdecode with what libpng printed meanwhile.
+Answer libpng(const std::string& f) {
+  Answer a;
+  LibraryMessages said;
+  cv::Mat m;
+  try {
+    m = cv::imdecode(cv::Mat(1, static_cast<int>(f.size()), CV_8U, const_cast<char*>(f.data())), cv::IMREAD_UNCHANGED);
+  } catch (const cv::Exception&) {
+  }
+  a.warnings = said.lines();
+  if (m.empty()) return a;
+  a.ok = true;
+  for (int i = 0; i < m.channels(); ++i) {
+    cv::Mat plane;
+    cv::extractChannel(m, plane, m.channels() >= 3 && i < 3 ? 2 - i : i);
+    a.planes.push_back(plane);
+  }
+  return a;
+}
+
+// Empty when both answers agree.
+std::string difference(const Answer& a, const Answer& b) {
+  if (a.ok != b.ok) return std::string("decoded: ") + (a.ok ? "ours" : "libpng's") + " only";
+  if (!a.ok) {  // the error names what libpng said
+    for (const auto& w : b.warnings)
+      if (a.error.find(w) == std::string::npos) return "the error \"" + a.error + "\" leaves out \"" + w + "\"";
+    return {};
+  }
+  if (a.warnings != b.warnings) {
+    std::string s = "warnings differ:";
+    for (const auto& w : a.warnings) s += " [ours] " + w;
+    for (const auto& w : b.warnings) s += " [libpng] " + w;
+    return s;
+  }
+  if (a.planes.size() != b.planes.size())
+    return "channels " + std::to_string(a.planes.size()) + " vs " + std::to_string(b.planes.size());
+  for (size_t c = 0; c < a.planes.size(); ++c) {
+    if (a.planes[c].size() != b.planes[c].size() || a.planes[c].type() != b.planes[c].type())
+      return "channel " + std::to_string(c) + ": size or type differs";
+    if (cv::norm(a.planes[c], b.planes[c], cv::NORM_INF) != 0) return "channel " + std::to_string(c) + ": samples differ";
+  }
+  return {};
+}
+
+void setup_messages() {
+  static bool done = false;
+  if (!done) catch_library_messages([](const std::string&) {});
+  done = true;
+}
+
+struct Kind {
+  const char* name;
+  int depth, colour;
+  std::string trns;  // tRNS body
+};
+
+std::vector<Kind> kinds() {
+  return {
+      {"gray8", 8, 0, ""},          {"gray16", 16, 0, ""},       {"gray8 tRNS (ignored)", 8, 0, std::string("\0\x5a", 2)},
+      {"gray+alpha8", 8, 4, ""},    {"gray+alpha16", 16, 4, ""}, {"RGB8", 8, 2, ""},
+      {"RGB16", 16, 2, ""},         {"RGBA8", 8, 6, ""},         {"RGBA16", 16, 6, ""},
+      {"RGB8 tRNS", 8, 2, std::string("\0\x5a\0\x5a\0\x5a", 6)},
+      {"RGB8 tRNS out of range", 8, 2, std::string("\x01\x5a\0\x5a\0\x5a", 6)},
+      {"RGB16 tRNS", 16, 2, std::string("\x5a\x5a\x5a\x5a\x5a\x5a", 6)},
+      {"palette1", 1, 3, ""},       {"palette2", 2, 3, ""},      {"palette4", 4, 3, ""},
+      {"palette8", 8, 3, ""},       {"palette4 tRNS", 4, 3, std::string("\x00\x80\xff\x10", 4)},
+      {"palette8 tRNS", 8, 3, std::string("\x10\x20\x30", 3)},
+  };
+}
+
+TEST(Png, EveryColourTypeAndDepthGivesLibpngsPixels) {
+  setup_messages();
+  std::mt19937 rng(7);
+  const std::pair<uint32_t, uint32_t> sizes[] = {{1, 1}, {2, 3}, {7, 5}, {31, 17}, {257, 3}, {1001, 2}, {3, 400}};
+  int files = 0;
+  for (const Kind& k : kinds()) {
+    for (const auto& [w, h] : sizes) {
+      SCOPED_TRACE(std::string(k.name) + " " + std::to_string(w) + "x" + std::to_string(h));
+      PngSpec p = random_png(w, h, k.depth, k.colour, rng);
+      p.trns = k.trns;
+      p.idat_piece = 1 + rng() % 300;  // many IDAT chunks, split anywhere
+      p.window_bits = 9 + static_cast<int>(rng() % 7);  // zlib's window as the header says
+      const std::string f = write_png(p, rng);
+      const Answer a = ours(f);
+      EXPECT_EQ(a.decoder, "imgstat-png");
+      EXPECT_EQ(difference(a, libpng(f)), "");
+      ++files;
+    }
+  }
+  EXPECT_EQ(files, 126);
+}
+
+TEST(Png, ChunksLibpngChecksBeforeTheImageDataKeepItsWarnings) {
+  setup_messages();
+  std::mt19937 rng(8);
+  const std::vector<std::pair<std::string, std::string>> chunks = {
+      {"gAMA", std::string("\0\0\xb1\x8f", 4)},          // 1/2.2: fine
+      {"gAMA", std::string("\0\0\0\0", 4)},              // zero: libpng warns
+      {"sRGB", std::string("\x09", 1)},                  // unknown intent: warns
+      {"tEXt", std::string("Comment\0hello", 13)},
+      {"pHYs", std::string("\0\0\x0b\x13\0\0\x0b\x13\x01", 9)},
+      {"bKGD", std::string("\0\x01\0\x02", 4)},          // wrong length for RGB: warns
+      {"vpAg", "unknown ancillary"},
+  };
+  for (const auto& [type, body] : chunks) {
+    SCOPED_TRACE(type);
+    PngSpec p = random_png(40, 30, 8, 2, rng);
+    p.before = {{type, body}};
+    const std::string f = write_png(p, rng);
+    const Answer a = ours(f), b = libpng(f);
+    EXPECT_EQ(a.decoder, "imgstat-png");
+    EXPECT_EQ(difference(a, b), "");
+  }
+}
+
+// Flips a byte of the image data and gives the chunk a correct CRC again,
+// so that the zlib stream, not the CRC, is what is damaged.
+std::string damage_image_data(std::string f, std::mt19937& rng) {
+  size_t at = 8;
+  std::vector<std::pair<size_t, uint32_t>> idats;
+  while (at + 12 <= f.size()) {
+    const auto* p = bytes(f) + at;
+    const uint32_t n = uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
+    if (std::memcmp(p + 4, "IDAT", 4) == 0 && n > 0) idats.emplace_back(at, n);
+    at += size_t{n} + 12;
+  }
+  const auto [chunk, n] = idats[rng() % idats.size()];
+  f[chunk + 8 + rng() % n] ^= static_cast<char>(1 + rng() % 255);
+  const std::string fixed =
+      testing::png_chunk("IDAT", f.substr(chunk + 8, n));  // same length, new CRC
+  return f.replace(chunk, fixed.size(), fixed);
+}
+
+// The same file with IHDR's height changed (and its CRC made right).
+std::string with_height(std::string f, uint32_t height) {
+  for (int i = 0; i < 4; ++i) f[20 + i] = static_cast<char>(height >> (24 - 8 * i));
+  return f.replace(8, 25, testing::png_chunk("IHDR", f.substr(16, 13)));
+}
+
+TEST(Png, WhatItCannotVouchForGetsLibpngsAnswer) {
+  setup_messages();
+  std::mt19937 rng(9);
+  auto base = [&] { return random_png(64, 48, 8, 2, rng); };
+  std::vector<std::pair<std::string, std::string>> files;
+  {
+    PngSpec p = base();
+    p.after = {{"tEXt", std::string("Comment\0after", 13)}};
+    files.emplace_back("a chunk after the image data", write_png(p, rng));
+  }
+  {
+    PngSpec p = random_png(64, 48, 8, 3, rng);
+    p.palette.resize(3 * 100);
+    files.emplace_back("indices past a 100-entry palette", write_png(p, rng));
+  }
+  {
+    PngSpec p = random_png(64, 48, 4, 0, rng);
+    files.emplace_back("4-bit gray", write_png(p, rng));
+  }
+  {
+    std::string f = write_png(base(), rng);
+    f[f.size() - 13] ^= 1;  // the last IDAT's CRC
+    files.emplace_back("an IDAT CRC error", f);
+  }
+  {
+    std::string f = write_png(base(), rng);
+    files.emplace_back("no IEND", f.substr(0, f.size() - 12));
+  }
+  files.emplace_back("too much image data", with_height(write_png(base(), rng), 40));
+  files.emplace_back("too little image data", with_height(write_png(base(), rng), 50));
+  {
+    cv::Mat m(37, 29, CV_8UC3);
+    cv::randu(m, 0, 255);
+    std::vector<uchar> buf;
+    cv::imencode(".png", m, buf, {cv::IMWRITE_PNG_COMPRESSION, 3});
+    // IHDR's interlace byte, then IHDR's CRC: a valid header asking for Adam7
+    // over data that is not interlaced (libpng decides what follows).
+    std::string f(buf.begin(), buf.end());
+    f[28] = 1;
+    f.replace(8, 25, testing::png_chunk("IHDR", f.substr(16, 13)));
+    files.emplace_back("interlaced", f);
+  }
+  for (int i = 0; i < 40; ++i) files.emplace_back("damaged zlib data " + std::to_string(i), damage_image_data(write_png(base(), rng), rng));
+  int taken = 0;
+  for (const auto& [name, f] : files) {
+    SCOPED_TRACE(name);
+    const Answer a = ours(f), b = libpng(f);
+    EXPECT_EQ(difference(a, b), "") << a.error << " / " << b.error << (b.warnings.empty() ? "" : b.warnings[0]);
+    if (a.decoder == "imgstat-png") ++taken;
+  }
+  EXPECT_EQ(taken, 0);
+}
+
+TEST(Png, CorpusFilesTakenOrNotAnswerAsLibpng) {
+  if (!testing::have_corpus()) GTEST_SKIP() << "no corpus";
+  setup_messages();
+  int taken = 0, left = 0;
+  for (const auto& dir : {"png", "bad"}) {
+    for (const auto& e : std::filesystem::directory_iterator(testing::corpus_dir() / dir)) {
+      if (e.path().extension() != ".png") continue;
+      SCOPED_TRACE(e.path().string());
+      const std::string f = testing::slurp_file(e.path().string());
+      const Answer a = ours(f);
+      EXPECT_EQ(difference(a, libpng(f)), "");
+      (a.decoder == "imgstat-png" ? taken : left) += 1;
+    }
+  }
+  std::printf("corpus PNGs: %d by decode_png, %d left to libpng\n", taken, left);
+  EXPECT_GE(taken, 60);
+}
+
+TEST(Png, BandsCarryEveryRowOnceInOrder) {
+  std::mt19937 rng(10);
+  PngSpec p = random_png(1500, 1601, 16, 6, rng);  // 12,000 bytes a row: several bands
+  const std::string f = write_png(p, rng);
+  const DecodedImage whole = decode_image(bytes(f), f.size(), DecodeOptions{});
+  ASSERT_EQ(whole.decoder, "imgstat-png");
+  std::vector<uint8_t> band, joined;
+  uint32_t rows = 0, next_row = 0, calls = 0;
+  RowSink sink;
+  sink.begin = [&](uint32_t w, uint32_t h, uint32_t c, SampleType t) {
+    EXPECT_EQ(t, SampleType::kUint16);
+    rows = band_rows(uint64_t{w} * c * 2, h);
+    band.resize(size_t{rows} * w * c * 2);
+    return RowBand{band.data(), rows};
+  };
+  sink.band = [&](const uint8_t* r, uint32_t first, uint32_t count) {
+    EXPECT_EQ(first, next_row);
+    next_row += count;
+    ++calls;
+    joined.insert(joined.end(), r, r + size_t{count} * 1500 * 4 * 2);
+    return RowBand{band.data(), rows};
+  };
+  ASSERT_TRUE(decode_png(bytes(f), f.size(), {}, sink).taken);
+  EXPECT_EQ(next_row, 1601u);
+  EXPECT_GT(calls, 2u);
+  ASSERT_EQ(joined.size(), whole.pixels.total() * whole.pixels.elemSize());
+  EXPECT_EQ(std::memcmp(joined.data(), whole.pixels.data, joined.size()), 0);
+  // Cancelled between bands: no more rows, kCancelled.
+  calls = 0;
+  next_row = 0;
+  try {
+    decode_png(bytes(f), f.size(), [&] { return calls >= 1; }, sink);
+    ADD_FAILURE() << "not cancelled";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCancelled);
+  }
+  EXPECT_EQ(calls, 1u);
+}
+
+// The filters as the PNG specification writes them, byte by byte.
+void unfilter_reference(int f, std::vector<uint8_t>& row, const std::vector<uint8_t>& prev, size_t bpp) {
+  for (size_t i = 0; i < row.size(); ++i) {
+    const int a = i >= bpp ? row[i - bpp] : 0, b = prev[i], c = i >= bpp ? prev[i - bpp] : 0;
+    int pred = 0;
+    if (f == 1) pred = a;
+    if (f == 2) pred = b;
+    if (f == 3) pred = (a + b) / 2;
+    if (f == 4) {
+      const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
+      pred = pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
+    }
+    row[i] = static_cast<uint8_t>(row[i] + pred);
+  }
+}
+
+TEST(PngUnfilter, EveryFilterAndPixelSizeAsTheSpecificationSays) {
+  std::mt19937 rng(11);
+  for (uint32_t bpp = 1; bpp <= 8; ++bpp) {
+    for (size_t pixels : {1, 2, 3, 15, 16, 17, 333}) {
+      for (int f = 0; f <= 4; ++f) {
+        for (bool first : {false, true}) {
+          SCOPED_TRACE("bpp " + std::to_string(bpp) + " pixels " + std::to_string(pixels) + " filter " +
+                       std::to_string(f) + (first ? " first row" : ""));
+          std::vector<uint8_t> row(pixels * bpp), prev(row.size(), 0);
+          for (auto& v : row) v = static_cast<uint8_t>(rng());
+          if (!first)
+            for (auto& v : prev) v = static_cast<uint8_t>(rng() & 1 ? rng() : 0xff);
+          std::vector<uint8_t> expected = row;
+          unfilter_reference(f, expected, prev, bpp);
+          ASSERT_TRUE(png_unfilter_row(static_cast<uint8_t>(f), row.data(), first ? nullptr : prev.data(), row.size(), bpp));
+          EXPECT_EQ(row, expected);
+        }
+      }
+    }
+  }
+  uint8_t one = 0;
+  EXPECT_FALSE(png_unfilter_row(5, &one, nullptr, 1, 1));
+}
+
+}  // namespace
+}  // namespace imgstat
