@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <csetjmp>
 #include <cstring>
+#include <future>
 #include <memory>
 
 #if defined(__SSE2__)
@@ -39,42 +40,35 @@ bool streamable(uint32_t bit_depth, uint32_t colour_type, bool interlaced) {
 // its bytes in one vector (16-bit lanes for the arithmetic).
 
 #if defined(__SSE2__)
-template <int kBpp>
-__m128i load_pixel(const uint8_t* p) {
+// Loads and stores of W bytes, W >= the pixel's: a 3- or 6-byte pixel moves
+// as 4 or 8 bytes, the bytes past it written back as they were read.
+template <int W>
+__m128i load_bytes(const uint8_t* p) {
   uint64_t v = 0;
-  std::memcpy(&v, p, kBpp);
+  std::memcpy(&v, p, W);
   return _mm_unpacklo_epi8(_mm_cvtsi64_si128(static_cast<long long>(v)), _mm_setzero_si128());
 }
-template <int kBpp>
-void store_pixel(uint8_t* p, __m128i v) {
+template <int W>
+void store_bytes(uint8_t* p, __m128i v) {
   const uint64_t x = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_packus_epi16(v, v)));
-  std::memcpy(p, &x, kBpp);
+  std::memcpy(p, &x, W);
 }
 __m128i abs16(__m128i x) { return _mm_max_epi16(x, _mm_sub_epi16(_mm_setzero_si128(), x)); }
 __m128i low_byte(__m128i x) { return _mm_and_si128(x, _mm_set1_epi16(0xff)); }
+template <int kBpp>
+__m128i pixel_lanes() {  // 16-bit lanes of the pixel's bytes
+  alignas(16) int16_t m[8] = {};
+  for (int i = 0; i < kBpp; ++i) m[i] = -1;
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(m));
+}
 
-template <int kBpp>
-void unfilter_sub(uint8_t* row, size_t n) {
-  __m128i a = _mm_setzero_si128();
-  for (size_t i = 0; i < n; i += kBpp) {
-    a = low_byte(_mm_add_epi16(load_pixel<kBpp>(row + i), a));
-    store_pixel<kBpp>(row + i, a);
-  }
-}
-template <int kBpp>
-void unfilter_avg(uint8_t* row, const uint8_t* prev, size_t n) {
-  __m128i a = _mm_setzero_si128();
-  for (size_t i = 0; i < n; i += kBpp) {
-    const __m128i b = load_pixel<kBpp>(prev + i);
-    a = low_byte(_mm_add_epi16(load_pixel<kBpp>(row + i), _mm_srli_epi16(_mm_add_epi16(a, b), 1)));
-    store_pixel<kBpp>(row + i, a);
-  }
-}
-template <int kBpp>
-void unfilter_paeth(uint8_t* row, const uint8_t* prev, size_t n) {
-  __m128i a = _mm_setzero_si128(), c = _mm_setzero_si128();
-  for (size_t i = 0; i < n; i += kBpp) {
-    const __m128i b = load_pixel<kBpp>(prev + i);
+// The prediction of each filter from left a, up b, up-left c.
+enum class Filter { kSub, kAvg, kPaeth };
+template <Filter F>
+__m128i predict(__m128i a, __m128i b, __m128i c) {
+  if constexpr (F == Filter::kSub) return a;
+  if constexpr (F == Filter::kAvg) return _mm_srli_epi16(_mm_add_epi16(a, b), 1);
+  if constexpr (F == Filter::kPaeth) {
     const __m128i bc = _mm_sub_epi16(b, c), ac = _mm_sub_epi16(a, c);
     const __m128i pa = abs16(bc), pb = abs16(ac), pc = abs16(_mm_add_epi16(bc, ac));
     const __m128i least = _mm_min_epi16(pa, _mm_min_epi16(pb, pc));
@@ -82,19 +76,36 @@ void unfilter_paeth(uint8_t* row, const uint8_t* prev, size_t n) {
     const __m128i take_a = _mm_cmpeq_epi16(least, pa);
     const __m128i take_b = _mm_andnot_si128(take_a, _mm_cmpeq_epi16(least, pb));
     const __m128i take_c = _mm_andnot_si128(_mm_or_si128(take_a, take_b), _mm_set1_epi16(-1));
-    const __m128i pred = _mm_or_si128(_mm_or_si128(_mm_and_si128(take_a, a), _mm_and_si128(take_b, b)),
-                                      _mm_and_si128(take_c, c));
+    return _mm_or_si128(_mm_or_si128(_mm_and_si128(take_a, a), _mm_and_si128(take_b, b)), _mm_and_si128(take_c, c));
+  }
+}
+
+template <int kBpp, Filter F>
+void unfilter_pixels(uint8_t* row, const uint8_t* prev, size_t n) {
+  constexpr int kWide = kBpp == 3 ? 4 : kBpp == 6 ? 8 : kBpp;
+  const __m128i keep = pixel_lanes<kBpp>();
+  __m128i a = _mm_setzero_si128(), c = _mm_setzero_si128();
+  size_t i = 0;
+  // Wide moves while they stay inside the row, then the last pixel exactly.
+  for (; i + kWide <= n; i += kBpp) {
+    const __m128i b = F == Filter::kSub ? c : load_bytes<kWide>(prev + i);
+    a = low_byte(_mm_add_epi16(load_bytes<kWide>(row + i), _mm_and_si128(predict<F>(a, b, c), keep)));
+    store_bytes<kWide>(row + i, a);
     c = b;
-    a = low_byte(_mm_add_epi16(load_pixel<kBpp>(row + i), pred));
-    store_pixel<kBpp>(row + i, a);
+  }
+  for (; i < n; i += kBpp) {
+    const __m128i b = F == Filter::kSub ? c : load_bytes<kBpp>(prev + i);
+    a = low_byte(_mm_add_epi16(load_bytes<kBpp>(row + i), _mm_and_si128(predict<F>(a, b, c), keep)));
+    store_bytes<kBpp>(row + i, a);
+    c = b;
   }
 }
 template <int kBpp>
 bool unfilter_simd(uint8_t filter, uint8_t* row, const uint8_t* prev, size_t n) {
   switch (filter) {
-    case 1: unfilter_sub<kBpp>(row, n); return true;
-    case 3: unfilter_avg<kBpp>(row, prev, n); return true;
-    case 4: unfilter_paeth<kBpp>(row, prev, n); return true;
+    case 1: unfilter_pixels<kBpp, Filter::kSub>(row, nullptr, n); return true;
+    case 3: unfilter_pixels<kBpp, Filter::kAvg>(row, prev, n); return true;
+    case 4: unfilter_pixels<kBpp, Filter::kPaeth>(row, prev, n); return true;
   }
   return false;
 }
@@ -364,13 +375,15 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
     ~End() { inflateEnd(&z); }
   } end{z};
   const uint32_t chunk_rows = band_rows(stride, h.height);
-  std::unique_ptr<uint8_t[]> filtered(new uint8_t[size_t{chunk_rows} * stride]);
+  // Two chunks of filtered rows: zlib fills one while the other is unfiltered.
+  std::unique_ptr<uint8_t[]> filtered[2] = {std::unique_ptr<uint8_t[]>(new uint8_t[size_t{chunk_rows} * stride]),
+                                            std::unique_ptr<uint8_t[]>(new uint8_t[size_t{chunk_rows} * stride])};
   std::vector<uint8_t> last_row(row_bytes);  // the chunk before's last row, unfiltered
   size_t next_idat = 0;
   bool ended = false;
   // Fills n rows of filtered data; false where libpng would refuse or warn.
-  auto inflate_rows = [&](uint32_t n) {
-    z.next_out = filtered.get();
+  auto inflate_rows = [&](uint8_t* into, uint32_t n) {
+    z.next_out = into;
     z.avail_out = static_cast<uInt>(size_t{n} * stride);
     while (z.avail_out > 0) {
       if (ended) return false;  // too little image data
@@ -398,17 +411,17 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
     out.taken = false;
     return out;
   };
-  for (uint32_t y0 = 0; y0 < h.height; y0 += chunk_rows) {
-    const uint32_t n = std::min(chunk_rows, h.height - y0);
-    if (!inflate_rows(n)) return given_up();
+  // Unfilters, converts and hands on one chunk of rows; false where libpng
+  // would refuse or warn.
+  auto pass_on = [&](uint8_t* chunk, uint32_t y0, uint32_t n) {
     for (uint32_t i = 0; i < n; ++i) {
-      uint8_t* row = &filtered[size_t{i} * stride + 1];
+      uint8_t* row = chunk + size_t{i} * stride + 1;
       const uint8_t* prev = i ? row - stride : y0 ? last_row.data() : nullptr;
-      if (!png_unfilter_row(row[-1], row, prev, row_bytes, bpp)) return given_up();
+      if (!png_unfilter_row(row[-1], row, prev, row_bytes, bpp)) return false;
       if (short_palette) {  // an index past the palette: libpng warns at the end
         for (uint32_t x = 0; x < h.width; ++x) {
           const int idx = h.bit_depth == 8 ? row[x] : (row[x / per_byte] >> (8 - h.bit_depth * (x % per_byte + 1))) & mask;
-          if (idx >= h.palette_size) return given_up();
+          if (idx >= h.palette_size) return false;
         }
       }
       if (y0 == 0 && i == 0) {
@@ -425,8 +438,35 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
         if (band.count == 0 && y + 1 < h.height) fail(ErrorCode::kInternal, "PNG: no room for the next rows");
       }
     }
-    std::memcpy(last_row.data(), &filtered[size_t{n - 1} * stride + 1], row_bytes);
+    std::memcpy(last_row.data(), chunk + size_t{n - 1} * stride + 1, row_bytes);
+    return true;
+  };
+  // Inflating and unfiltering are each sequential, but not with each other:
+  // a helper unfilters chunk k while zlib inflates chunk k + 1.
+  std::future<bool> passing;
+  struct Drain {  // no helper outlives the buffers, whatever is thrown
+    std::future<bool>& f;
+    ~Drain() {
+      if (f.valid()) f.wait();
+    }
+  } drain{passing};
+  auto passed = [&] { return !passing.valid() || passing.get(); };
+  int k = 0;
+  for (uint32_t y0 = 0; y0 < h.height; y0 += chunk_rows, k ^= 1) {
+    const uint32_t n = std::min(chunk_rows, h.height - y0);
+    uint8_t* chunk = filtered[k].get();
+    if (!inflate_rows(chunk, n)) {
+      passed();
+      return given_up();
+    }
+    if (!passed()) return given_up();
+    if (n == h.height) {  // one chunk: no helper
+      if (!pass_on(chunk, y0, n)) return given_up();
+    } else {
+      passing = std::async(std::launch::async, pass_on, chunk, y0, n);
+    }
   }
+  if (!passed()) return given_up();
   // The stream ends exactly with the last row, its checksum right, and no
   // data follows it: anything else makes libpng warn or refuse.
   uint8_t spare = 0;

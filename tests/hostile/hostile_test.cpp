@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
 
 #include <cmath>
 #include <future>
@@ -584,3 +585,64 @@ TEST(HostileShutdown, OpenHealthWatchDoesNotHoldSigterm) {
 
 }  // namespace
 }  // namespace imgstat::testing
+
+namespace imgstat {
+namespace {
+
+// A camera-like photo: smooth colour with a little noise, as encoders see it.
+cv::Mat photo(int w, int h) {
+  cv::RNG rng(5);
+  cv::Mat small(h / 64 + 1, w / 64 + 1, CV_8UC3), big, noise(h, w, CV_8UC3);
+  rng.fill(small, cv::RNG::UNIFORM, 0, 255);
+  cv::resize(small, big, cv::Size(w, h), 0, 0, cv::INTER_CUBIC);
+  rng.fill(noise, cv::RNG::UNIFORM, 0, 6);
+  return big + noise;
+}
+
+// Eight 48 MP JPEGs and eight 12 MP PNGs at once, under a decode budget big
+// enough for eight whole images (144 MB each for the JPEG): decoded in bands,
+// the server's peak memory stays far below what whole images would hold
+// (decoded whole, the JPEGs alone would take 1.1 GiB).
+TEST(HostileBands, EightLargeImagesAtOnceHoldBandsNotImages) {
+  std::vector<uchar> jpeg, png;
+  cv::imencode(".jpg", photo(8000, 6000), jpeg, {cv::IMWRITE_JPEG_QUALITY, 92});
+  cv::imencode(".png", photo(4000, 3000), png, {cv::IMWRITE_PNG_COMPRESSION, 1});
+  testing::ServerProcess server({"--engine", "cpu", "--threads", "8", "--max-decode-memory", std::to_string(uint64_t{2} << 30),
+                        "--max-queue", "32", "--max-message-bytes", std::to_string(64 << 20)});
+  auto stub = v1::ImageStats::NewStub(grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  const double idle = server.peak_rss_mib();
+  for (const auto* file : {&jpeg, &png}) {
+    const bool is_jpeg = file == &jpeg;
+    SCOPED_TRACE(is_jpeg ? "JPEG 8000x6000" : "PNG 4000x3000");
+    v1::AnalyzeRequest req;
+    req.mutable_input()->set_data(std::string(file->begin(), file->end()));
+    req.mutable_options()->set_decoder(v1::DECODER_CHOICE_CPU);
+    std::vector<std::future<v1::AnalyzeResponse>> calls;
+    for (int i = 0; i < 8; ++i)
+      calls.push_back(std::async(std::launch::async, [&] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+        v1::AnalyzeResponse r;
+        const grpc::Status s = stub->Analyze(&ctx, req, &r);
+        EXPECT_TRUE(s.ok()) << s.error_message();
+        return r;
+      }));
+    std::vector<v1::AnalyzeResponse> answers;
+    for (auto& c : calls) answers.push_back(c.get());
+    for (const auto& r : answers) {
+      EXPECT_EQ(r.decoder(), is_jpeg ? "libjpeg-turbo" : "imgstat-png");
+      EXPECT_EQ(r.width(), is_jpeg ? 8000u : 4000u);
+      ASSERT_EQ(r.channels_size(), 3);
+      EXPECT_EQ(r.channels(0).sum_int(), answers[0].channels(0).sum_int());
+      EXPECT_GT(r.channels(0).sum_int(), 0);
+    }
+  }
+  const double growth = server.peak_rss_mib() - idle;
+  std::printf("eight 48 MP JPEGs, then eight 12 MP PNGs, at once: peak RSS %.0f MiB above idle "
+              "(whole images: %.0f MiB for the JPEGs alone)\n", growth, 8 * 144e6 / (1 << 20));
+  RecordProperty("eight_large_images_peak_rss_growth_mib", std::to_string(growth));
+  EXPECT_LT(growth, 512) << "peak memory grew by " << growth << " MiB";
+}
+
+}  // namespace
+}  // namespace imgstat
