@@ -1,7 +1,8 @@
 // What decoding costs, per file: OpenCV's imdecode (the baseline: what every
-// format but GPU JPEG went through), the one-pass JPEG decoder alone
-// (decode_jpeg into a reused band, nothing computed), and the analyzer's
-// whole path on the CPU engine (decode + statistics, JPEG in bands). Median
+// format but GPU JPEG went through), the streamed decoder alone (JPEG's one
+// pass, PNG's bands: decode_in_bands into a reused band, nothing computed),
+// and the analyzer's whole path on the CPU engine (decode + statistics, in
+// bands where the format streams). Median
 // of --runs after one warm-up; the process's peak RSS last. Usage:
 //   imgstat-decode-bench [--runs N] [--threads T] FILE...
 #include <sys/resource.h>
@@ -78,20 +79,19 @@ int main(int argc, char** argv) {
       cv::imdecode(cv::Mat(1, static_cast<int>(f.size()), CV_8U, const_cast<char*>(f.data())), cv::IMREAD_UNCHANGED);
     });
     double one_pass = -1;
-    if (plan.format == "JPEG") {
+    if (plan.format == "JPEG" || plan.band_memory_bytes > 0) {
+      // The streamed decoder alone (JPEG's one pass, PNG's bands), into one reused band.
       std::vector<uint8_t> band;
       RowSink sink;
       uint32_t rows = 0;
-      sink.begin = [&](uint32_t w, uint32_t h, uint32_t c, SampleType) {
-        rows = band_rows(uint64_t{w} * c, h);
-        band.resize(size_t{rows} * w * c);
+      sink.begin = [&](uint32_t w, uint32_t h, uint32_t c, SampleType t) {
+        const uint64_t row = uint64_t{w} * c * (t == SampleType::kUint16 ? 2 : 1);
+        rows = band_rows(row, h);
+        band.resize(size_t{rows} * row);
         return RowBand{band.data(), rows};
       };
       sink.band = [&](const uint8_t*, uint32_t, uint32_t) { return RowBand{band.data(), rows}; };
-      one_pass = median_ms(runs, [&] {
-        bool taken = false;
-        decode_jpeg(d, f.size(), {}, sink, &taken);
-      });
+      one_pass = median_ms(runs, [&] { decode_in_bands(d, f.size(), plan, DecodeOptions{}, sink); });
     }
     v1::AnalyzeRequest req;
     req.mutable_input()->set_data(f);
