@@ -471,7 +471,7 @@ TEST(Metrics, CountWhatKnownCallsDid) {
   EXPECT_EQ(sample(text, R"(imgstat_pixels_total{method="AnalyzeBatch"})"), pixels);
   EXPECT_EQ(sample(text, R"(imgstat_input_bytes_total{method="Analyze"})"), 3.0 * png().size() + 19);
   const std::string engine = test_engine();
-  EXPECT_EQ(sample(text, R"(imgstat_images_served_total{decoder="opencv",engine=")" + engine + "\"}"), 4) << text;
+  EXPECT_EQ(sample(text, R"(imgstat_images_served_total{decoder="imgstat-png",engine=")" + engine + "\"}"), 4) << text;
   EXPECT_EQ(sample(text, "imgstat_calls_in_progress"), 1);
   EXPECT_EQ(sample(text, "imgstat_queue_length"), 0);
   EXPECT_EQ(sample(text, R"(imgstat_decode_memory_bytes{state="limit"})"), static_cast<double>(decode_memory));
