@@ -297,7 +297,9 @@ uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_d
   const uint64_t stride = (width * stored_channels(colour_type) * bit_depth + 7) / 8 + 1;
   const uint64_t out_row = width * 4 * (bit_depth == 16 ? 2 : 1);
   const uint64_t zlib_state = 64 << 10;
-  return (stride + 1) * band_rows(stride, height) + 2 * out_row * band_rows(out_row, height) + zlib_state;
+  // Two chunks of filtered rows (one inflating, one unfiltering), a row kept
+  // across chunks, two bands of pixels.
+  return 2 * stride * band_rows(stride, height) + stride + 2 * out_row * band_rows(out_row, height) + zlib_state;
 }
 
 PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink) {

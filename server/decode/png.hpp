@@ -31,8 +31,8 @@ struct PngDecode {
   std::vector<std::string> warnings;  // libpng's, as OpenCV's decode prints them
 };
 
-// Memory decode_png holds at once for a plain PNG of this header: a band of
-// filtered rows, zlib's window, two bands of pixels. 0
+// Memory decode_png holds at once for a plain PNG of this header: two chunks
+// of filtered rows, zlib's window, two bands of pixels. 0
 // where the file will not be taken (interlaced, gray under 8 bits).
 uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_depth, uint32_t colour_type,
                                  bool interlaced);
