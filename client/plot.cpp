@@ -1,11 +1,12 @@
 #include "plot.hpp"
 
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+
+#include "decode/opencv_codecs.hpp"
 
 namespace imgstat::client {
 namespace {
@@ -100,10 +101,12 @@ bool write_plot(const Outcome& o, const std::string& path, std::string* error) {
        0.6, {0, 0, 0});
   for (size_t i = 0; i < panels.size(); ++i) draw_panel(img, 40 + static_cast<int>(i) * kPanel, *panels[i]);
   try {
-    if (cv::imwrite(path, img)) return true;
+    if (imgstat::opencv_codecs::imwrite(path, img)) return true;
     *error = "cannot write " + path;
   } catch (const cv::Exception& e) {
     *error = "cannot write " + path + ": " + e.err;
+  } catch (const imgstat::Error& e) {
+    *error = "cannot write " + path + ": " + e.what();
   }
   return false;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# copy-closure.sh DEST PROGRAM...: copies the programs to DEST/bin and the
-# shared libraries they load to DEST/lib, with an rpath to find them there.
+# copy-closure.sh DEST PROGRAM|MODULE.so...: copies the programs to DEST/bin,
+# the modules they load at run time (OpenCV's codecs) to DEST/lib, and the
+# shared libraries both need to DEST/lib, with an rpath to find them there.
 # The C library, the C++ runtime and the NVIDIA driver stay out: the runtime
 # image (or the container toolkit) provides them, matched to its system.
 set -euo pipefail
@@ -9,8 +10,13 @@ shift
 system='^(linux-vdso|ld-linux|libc|libm|libpthread|libdl|librt|libresolv|libutil|libgcc_s|libstdc\+\+|libcuda|libnvidia-)\.so'
 mkdir -p "$dest/bin" "$dest/lib"
 for prog in "$@"; do
-  cp "$prog" "$dest/bin/"
-  patchelf --force-rpath --set-rpath '$ORIGIN/../lib' "$dest/bin/$(basename "$prog")"
+  if [[ $prog == *.so ]]; then
+    cp "$prog" "$dest/lib/"
+    patchelf --force-rpath --set-rpath '$ORIGIN' "$dest/lib/$(basename "$prog")"
+  else
+    cp "$prog" "$dest/bin/"
+    patchelf --force-rpath --set-rpath '$ORIGIN/../lib' "$dest/bin/$(basename "$prog")"
+  fi
   ldd "$prog" | awk '/=> \// {print $1, $3}' | while read -r soname path; do
     [[ $soname =~ $system ]] && continue
     [ -e "$dest/lib/$soname" ] || cp -L "$path" "$dest/lib/$soname"

@@ -8,6 +8,7 @@
 
 #include "decode/jpeg_check.hpp"
 #include "decode/library_messages.hpp"
+#include "decode/opencv_codecs.hpp"
 #include "decode/png.hpp"
 #include "decode/sniff.hpp"
 
@@ -48,7 +49,7 @@ std::string first_bytes(const uint8_t* d, size_t n) {
 cv::Mat opencv_decode(const uint8_t* data, size_t size, const std::string& format) {
   const cv::Mat buf(1, static_cast<int>(size), CV_8U, const_cast<uint8_t*>(data));
   try {
-    return cv::imdecode(buf, cv::IMREAD_UNCHANGED);
+    return opencv_codecs::imdecode(buf, cv::IMREAD_UNCHANGED);
   } catch (const cv::Exception& e) {
     if (e.code == cv::Error::StsNoMem) fail(ErrorCode::kResourceExhausted, format + ": out of memory while decoding");
     invalid_data(format + ": could not decode (" + (e.err.empty() ? e.msg : e.err) + ")");
