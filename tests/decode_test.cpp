@@ -13,6 +13,7 @@
 #include <thread>
 
 #include <jpeglib.h>  // after <cstdio>: it needs FILE
+#include <tbb/task_arena.h>
 
 #include "corpus.hpp"
 #include "decode/decode.hpp"
@@ -196,6 +197,81 @@ TEST(Decode, JpegInOnePassEqualsOpenCvsDecode) {
   std::printf("%d decodes compared with OpenCV's, %d of them cut short\n", compared, cut);
   EXPECT_GT(compared, 50);
   EXPECT_GT(cut, 20);
+}
+
+// What decode_image answers for a file: its pixels in reported order and
+// its warnings, or its error.
+std::string outcome_of(const std::string& f, std::vector<uint8_t>* pixels) {
+  pixels->clear();
+  try {
+    DecodedImage d = decode_image(bytes(f), f.size(), DecodeOptions{});
+    const Layout& l = d.view.layout;
+    for (uint64_t y = 0; y < l.height; ++y) {
+      const uint8_t* row = static_cast<const uint8_t*>(d.view.data) + y * l.stride();
+      for (uint64_t x = 0; x < l.width; ++x)
+        for (uint32_t c = 0; c < l.channels; ++c) pixels->push_back(row[x * l.channels + d.channel_order[c]]);
+    }
+    std::string w = d.decoder + " " + std::to_string(l.width) + "x" + std::to_string(l.height);
+    for (const std::string& s : d.warnings) w += " [" + s + "]";
+    return w;
+  } catch (const Error& e) {
+    return "error " + std::to_string(static_cast<int>(e.code())) + ": " + e.what();
+  }
+}
+
+uint32_t runs_of(const std::string& f) {
+  std::vector<uint8_t> rows;
+  RowSink sink;
+  sink.begin = [&](uint32_t w, uint32_t h, uint32_t c, SampleType) {
+    rows.resize(size_t{w} * h * c);
+    return RowBand{rows.data(), h};
+  };
+  sink.band = [](const uint8_t*, uint32_t, uint32_t) { return RowBand{}; };
+  bool taken = false;
+  const JpegCheck check = decode_jpeg(bytes(f), f.size(), {}, sink, &taken);
+  return taken ? check.runs : 0;
+}
+
+TEST(Jpeg, RunsCutAtRestartMarkersDecodeAsOnePass) {
+  // A file with restart markers decodes in runs on several cores (four
+  // here, whatever this machine has); in an arena of one core, in one pass.
+  // Pixels, warnings and errors must not depend on which ran: clean files of
+  // every subsampling and interval (a part of an MCU row, one, several, none
+  // that meets a row's start), odd sizes, and each cut or bit-flipped.
+  tbb::task_arena four(4), one(1);
+  int files = 0, in_runs = 0, damaged = 0;
+  uint32_t seed = 11;
+  for (const testing::JpegSampling& s : testing::jpeg_samplings())
+    for (const auto& [w, h] : {std::pair{1001, 777}, {97, 1203}, {2000, 40}, {333, 201}}) {
+      const uint32_t mcu_w = 8 * static_cast<uint32_t>(s.h);
+      const int per_row = static_cast<int>((static_cast<uint32_t>(w) + mcu_w - 1) / mcu_w);
+      for (int restart : {1, per_row, 2 * per_row, 7, per_row + 1}) {
+        const std::string f = testing::write_jpeg(w, h, s, restart, 90, seed++);
+        std::vector<std::string> cases = {f};
+        if (files % 13 == 0)
+          for (const std::string& d : testing::damaged_jpegs(f, seed, 16)) cases.push_back(d);
+        for (size_t i = 0; i < cases.size(); ++i) {
+          std::vector<uint8_t> a, b;
+          const std::string want = one.execute([&] { return outcome_of(cases[i], &a); });
+          const std::string got = four.execute([&] { return outcome_of(cases[i], &b); });
+          const std::string name = std::string(s.name) + " " + std::to_string(w) + "x" + std::to_string(h) +
+                                   " restart " + std::to_string(restart) + (i ? " damaged #" + std::to_string(i) : "");
+          ASSERT_EQ(got, want) << name;
+          ASSERT_TRUE(a == b) << name;
+          damaged += i > 0;
+        }
+        const uint32_t runs = four.execute([&] { return runs_of(f); });
+        EXPECT_EQ(one.execute([&] { return runs_of(f); }), 0u);
+        // Every interval that meets row starts often enough is cut.
+        if (h > 200 && restart <= 2 * per_row && (restart == 1 || per_row % restart == 0 || restart % per_row == 0))
+          EXPECT_GT(runs, 1u) << s.name << " " << w << "x" << h << " restart " << restart;
+        in_runs += runs > 1;
+        ++files;
+      }
+    }
+  std::printf("%d files (%d decoded in runs), %d damaged versions: the same answers in runs as in one pass\n", files,
+              in_runs, damaged);
+  EXPECT_GT(in_runs, files / 2);
 }
 
 TEST(Jpeg, HeaderGivesSizeBlocksAndMode) {

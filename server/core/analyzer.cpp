@@ -379,9 +379,10 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
   };
   RowSink sink;
   sink.begin = [&](uint32_t w, uint32_t h, uint32_t channels, SampleType type) {
+    fed();  // a decoder starting over: the last band's feed ends before its stream goes
     d = describe_pixels(plan.format, Layout{w, h, channels, type, 0});
     stream = engine_->open_stream(d.layout, with_rgb(request, d.order));
-    rows_per_band = band_rows(d.layout.row_bytes(), h);
+    rows_per_band = plan.band_rows ? std::min(plan.band_rows, h) : band_rows(d.layout.row_bytes(), h);
     for (auto& b : buffers) b.resize(size_t{rows_per_band} * d.layout.row_bytes());
     return RowBand{buffers[0].data(), rows_per_band};
   };

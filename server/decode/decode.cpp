@@ -100,7 +100,12 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     extra = jpeg_coefficient_bytes(h) + (options.allow_truncated ? size + 2 : 0);
     if (h.components != 4 && h.width > 0) {
       const uint64_t row_bytes = h.width * p.bytes_per_pixel;
-      plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, h.height) + jpeg_coefficient_bytes(h);
+      plan.band_rows = h.interval_band_rows;
+      const uint64_t rows = plan.band_rows ? plan.band_rows : band_rows(row_bytes, h.height);
+      // Cut at restart markers, each core's run also holds a copy of its
+      // data and libjpeg's rows (a few MCU rows).
+      const uint64_t runs = size + uint64_t{h.interval_threads} * 64 * row_bytes;
+      plan.band_memory_bytes = 2 * row_bytes * rows + jpeg_coefficient_bytes(h) + (plan.band_rows ? runs : 0);
     }
   }
   if (p.format == "PNG" && size >= 29)

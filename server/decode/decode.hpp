@@ -35,6 +35,9 @@ struct DecodePlan {
   // (decode_in_bands) straight into an engine's stream; 0 where only the
   // whole image will do.
   uint64_t band_memory_bytes = 0;
+  // Rows a band should hold for that decode; 0: band_rows()'s. A JPEG cut at
+  // its restart markers wants large bands, one run per core in each.
+  uint32_t band_rows = 0;
 };
 
 [[noreturn]] inline void invalid_data(const std::string& message) { fail(ErrorCode::kInvalidArgument, message); }

@@ -3,10 +3,15 @@
 #include <algorithm>
 #include <csetjmp>
 #include <cstdio>
+#include <numeric>
+#include <optional>
 
 #include <jpeglib.h>
 #include <jerror.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
+#include "decode/jpeg_intervals.hpp"
 #include "imgstat/error.hpp"
 
 namespace imgstat {
@@ -158,6 +163,150 @@ struct Pass {
   }
 };
 
+
+// What the header pass says of the scan's MCUs, where the scan can be cut at
+// restart markers into runs decoded apart: one baseline Huffman scan of all
+// components, 8-bit, with restart markers.
+std::optional<JpegScanFacts> scan_facts(const jpeg_decompress_struct& c, size_t scan_start) {
+  if (c.progressive_mode || c.arith_code || c.data_precision != 8 || c.restart_interval == 0) return std::nullopt;
+  if ((c.num_components != 1 && c.num_components != 3) || c.comps_in_scan != c.num_components) return std::nullopt;
+  JpegScanFacts f;
+  f.height = c.image_height;
+  f.restart_interval = c.restart_interval;
+  f.scan_start = scan_start;
+  if (c.num_components == 1) {  // non-interleaved: an MCU is one block
+    f.mcus_per_row = c.comp_info[0].width_in_blocks;
+    f.mcu_rows = c.comp_info[0].height_in_blocks;
+    f.mcu_height = DCTSIZE;
+  } else {
+    const uint32_t w = DCTSIZE * c.max_h_samp_factor, h = DCTSIZE * c.max_v_samp_factor;
+    f.mcus_per_row = (c.image_width + w - 1) / w;
+    f.mcu_rows = (c.image_height + h - 1) / h;
+    f.mcu_height = h;
+    for (int i = 0; i < c.num_components; ++i)
+      if (c.comp_info[i].v_samp_factor != c.max_v_samp_factor) f.context_rows = true;
+  }
+  return f;
+}
+
+uint32_t decode_threads() { return static_cast<uint32_t>(std::max(1, tbb::this_task_arena::max_concurrency())); }
+
+// Rows a band holds when the decode is cut into runs: enough that every core
+// gets a run, whole cut units, the whole image at most.
+uint32_t interval_band_rows(const JpegScanFacts& f, uint64_t row_bytes) {
+  const uint32_t cut_every = f.restart_interval / std::gcd(f.mcus_per_row, f.restart_interval);
+  const uint64_t unit = uint64_t{cut_every} * f.mcu_height;
+  const uint64_t bytes = std::max<uint64_t>(kBandBytes, kIntervalBandBytesPerCore * decode_threads());
+  uint64_t rows = std::max<uint64_t>(band_rows(row_bytes, f.height), bytes / std::max<uint64_t>(1, row_bytes));
+  rows = std::max<uint64_t>(unit, rows / unit * unit);
+  return static_cast<uint32_t>(std::min<uint64_t>(rows, f.height));
+}
+
+// One run: a JPEG of whole MCU rows, of which rows [skip, skip + keep) go to
+// dst and the context rows around them to a scratch row.
+JpegCheck decode_run(const std::vector<uint8_t>& jpeg, J_COLOR_SPACE space, uint32_t skip, uint32_t keep, uint8_t* dst,
+                     size_t row_bytes) {
+  JpegCheck out;
+  static const std::function<bool()> never;
+  Pass pass(&out, never);
+  jpeg_decompress_struct& cinfo = pass.cinfo;
+  std::vector<JSAMPLE> scratch(row_bytes);
+  if (setjmp(pass.em.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    out.ok = false;
+    return out;
+  }
+  pass.open(jpeg.data(), jpeg.size());
+  cinfo.out_color_space = space;
+  jpeg_start_decompress(&cinfo);
+  if (size_t{cinfo.output_width} * cinfo.output_components != row_bytes || cinfo.output_height < skip + keep) {
+    jpeg_destroy_decompress(&cinfo);
+    out.error = "a run's size differs from the image's";
+    return out;
+  }
+  JSAMPROW rows[16];
+  while (cinfo.output_scanline < cinfo.output_height) {
+    const uint32_t y = cinfo.output_scanline, n = std::min<uint32_t>(16, cinfo.output_height - y);
+    for (uint32_t i = 0; i < n; ++i)
+      rows[i] = y + i >= skip && y + i < skip + keep ? dst + size_t{y + i - skip} * row_bytes : scratch.data();
+    jpeg_read_scanlines(&cinfo, rows, n);
+  }
+  jpeg_finish_decompress(&cinfo);  // reads the run's last marker: bytes left before it are a warning
+  jpeg_destroy_decompress(&cinfo);
+  out.ok = true;
+  return out;
+}
+
+// decode_jpeg's rows, a band at a time, each band's runs on every core. Any
+// run that warns or fails gives up (*taken false, no error): the caller
+// decodes the file again in one pass, for libjpeg's own verdict and words.
+JpegCheck decode_in_intervals(const uint8_t* data, const JpegScanFacts& f, const RestartMap& map, J_COLOR_SPACE space,
+                              uint32_t width, uint32_t channels, const std::function<bool()>& cancelled,
+                              const RowSink& sink, bool* taken) {
+  JpegCheck out;
+  const size_t row_bytes = size_t{width} * channels;
+  const uint32_t cut_rows = map.cut_every * f.mcu_height;
+  const uint32_t threads = decode_threads();
+  RowBand band = sink.begin(width, f.height, channels, SampleType::kUint8);
+  struct Run {
+    uint32_t first_row, last_row;  // kept rows of the image
+    std::vector<uint8_t> jpeg;
+    uint32_t skip = 0;
+    JpegCheck check;
+  };
+  uint32_t first = 0;
+  while (first < f.height) {
+    if (cancelled && cancelled()) {
+      out.error = "cancelled";
+      return out;
+    }
+    const uint32_t count = std::min(band.count, f.height - first), end = first + count;
+    if (count == 0) fail(ErrorCode::kInternal, "JPEG: no room for the next rows");
+    // About two runs a core, of whole cut units and at least kMinRunMcuRows.
+    const uint32_t min_rows = (kMinRunMcuRows * f.mcu_height + cut_rows - 1) / cut_rows * cut_rows;
+    const uint32_t run_rows = std::max(min_rows, (count + 2 * threads - 1) / (2 * threads));
+    std::vector<Run> runs;
+    for (uint32_t r0 = first; r0 < end;) {
+      uint32_t r1 = (r0 + run_rows) / cut_rows * cut_rows;
+      if (r1 <= r0) r1 = r0 + run_rows;
+      r1 = std::min(r1, end);
+      if (end - r1 < min_rows / 2) r1 = end;  // no sliver at the end
+      runs.push_back(Run{r0, r1, {}, 0, {}});
+      r0 = r1;
+    }
+    // Isolated: a thread waiting for the runs takes no other work (the
+    // engine's, on the band before) that would hold the next band back.
+    tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t{0}, runs.size(), [&](size_t i) {
+      Run& run = runs[i];
+      uint32_t m0 = run.first_row / f.mcu_height, m1 = (run.last_row + f.mcu_height - 1) / f.mcu_height;
+      if (f.context_rows) {
+        m0 = m0 > 0 ? m0 - 1 : 0;
+        m1 += 1;
+      }
+      m0 = m0 / map.cut_every * map.cut_every;
+      m1 = std::min(f.mcu_rows, (m1 + map.cut_every - 1) / map.cut_every * map.cut_every);
+      run.jpeg = jpeg_of_mcu_rows(data, map, f, m0, m1);
+      run.skip = run.first_row - m0 * f.mcu_height;
+      run.check = decode_run(run.jpeg, space, run.skip, run.last_row - run.first_row,
+                             band.rows + size_t{run.first_row - first} * row_bytes, row_bytes);
+      std::vector<uint8_t>().swap(run.jpeg);
+    }); });
+    for (const Run& run : runs) {
+      const JpegCheck& c = run.check;
+      if (!c.ok || c.corrupt || c.truncated || !c.warnings.empty()) {
+        *taken = false;
+        out.ok = true;
+        return out;
+      }
+    }
+    out.runs += static_cast<uint32_t>(runs.size());
+    band = sink.band(band.rows, first, count);
+    first = end;
+  }
+  out.ok = true;
+  return out;
+}
+
 }  // namespace
 
 JpegHeader read_jpeg_header(const uint8_t* data, size_t size, uint64_t max_pixels) {
@@ -184,6 +333,11 @@ JpegHeader read_jpeg_header(const uint8_t* data, size_t size, uint64_t max_pixel
     h.blocks += b;
     largest = std::max(largest, b);
   }
+  const std::optional<JpegScanFacts> facts = scan_facts(cinfo, size - cinfo.src->bytes_in_buffer);
+  if (facts && facts->mcu_rows >= 2 && decode_threads() > 1) {
+    h.interval_threads = decode_threads();
+    h.interval_band_rows = interval_band_rows(*facts, uint64_t{h.width} * (h.components == 1 ? 1 : 3));
+  }
   jpeg_destroy_decompress(&cinfo);
   if (h.width == 0 || h.height > max_pixels / h.width)
     fail(ErrorCode::kResourceExhausted, "image is " + std::to_string(h.width) + "x" + std::to_string(h.height) +
@@ -202,8 +356,19 @@ uint64_t jpeg_coefficient_bytes(const JpegHeader& h) {
   return h.progressive ? h.blocks * DCTSIZE2 * sizeof(JCOEF) : 0;
 }
 
+namespace {
+JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
+                      bool* taken, bool in_runs);
+}  // namespace
+
 JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
                       bool* taken) {
+  return decode_jpeg(data, size, cancelled, sink, taken, /*in_runs=*/true);
+}
+
+namespace {
+JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
+                      bool* taken, bool in_runs) {
   JpegCheck out;
   Pass pass(&out, cancelled);
   jpeg_decompress_struct& cinfo = pass.cinfo;
@@ -222,6 +387,21 @@ JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool
   *taken = true;
   // OpenCV's settings (grfmt_jpeg.cpp): libjpeg's defaults, Gray or RGB out.
   cinfo.out_color_space = cinfo.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  if (in_runs && out.warnings.empty() && decode_threads() > 1) {
+    const size_t scan_start = static_cast<size_t>(pass.source.next - data) - cinfo.src->bytes_in_buffer;
+    const std::optional<JpegScanFacts> facts = scan_facts(cinfo, scan_start);
+    const std::optional<RestartMap> map = facts ? map_restarts(data, size, *facts) : std::nullopt;
+    if (map) {
+      const J_COLOR_SPACE space = cinfo.out_color_space;
+      const uint32_t width = cinfo.image_width, channels = cinfo.num_components == 1 ? 1 : 3;
+      jpeg_destroy_decompress(&cinfo);
+      JpegCheck runs = decode_in_intervals(data, *facts, *map, space, width, channels, cancelled, sink, taken);
+      // A run that warned: the file again in one pass, which words the
+      // warnings (or the refusal) as libjpeg reads the whole file.
+      if (*taken || !runs.error.empty()) return runs;
+      return decode_jpeg(data, size, cancelled, sink, taken, /*in_runs=*/false);
+    }
+  }
   jpeg_start_decompress(&cinfo);
   const uint32_t width = cinfo.output_width, height = cinfo.output_height;
   const uint32_t channels = static_cast<uint32_t>(cinfo.output_components);
@@ -251,6 +431,8 @@ JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool
   out.ok = true;
   return out;
 }
+
+}  // namespace
 
 JpegCheck check_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled) {
   JpegCheck out;

@@ -23,6 +23,11 @@ struct JpegHeader {
   bool progressive = false;
   bool arithmetic = false;
   uint64_t blocks = 0;  // 8x8 blocks over all components
+  // A baseline file with restart markers that decode_jpeg may cut into runs
+  // of MCU rows decoded on several cores (jpeg_intervals.hpp): the rows its
+  // bands should hold, and the cores; 0 where it decodes in one piece.
+  uint32_t interval_band_rows = 0;
+  uint32_t interval_threads = 0;
 };
 
 // Throws imgstat::Error: kResourceExhausted beyond max_pixels;
@@ -47,6 +52,7 @@ struct JpegCheck {
   bool corrupt = false;
   std::string corrupt_reason;  // libjpeg's first such warning
   std::vector<std::string> warnings;
+  uint32_t runs = 0;  // decode_jpeg: runs between restart markers decoded apart (0: one pass)
 };
 
 // libjpeg's slow Huffman path warns of every bad code, its fast path of
@@ -61,6 +67,10 @@ JpegCheck check_jpeg(const uint8_t* data, size_t size, const std::function<bool(
 // R,G,B or Gray rows (3 or 1 channels) handed to sink a band at a time; the
 // verdict is check_jpeg's, since the data is fed in the same small pieces.
 // Not for four-component (CMYK, YCCK) files: *taken false, nothing decoded.
+// A file whose restart markers allow it decodes in runs on several cores,
+// into bands of JpegHeader::interval_band_rows where the sink gives them;
+// should a run warn of anything, *taken is false and the whole-image path,
+// with its check, answers.
 // On an error (ok false) the rows are incomplete. The sink may throw.
 JpegCheck decode_jpeg(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
                       bool* taken);

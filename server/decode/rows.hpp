@@ -21,7 +21,8 @@ struct RowSink {
   std::function<RowBand(uint32_t width, uint32_t height, uint32_t channels, SampleType type)> begin;
   // A band is full (the last may hold fewer rows): returns where the next goes.
   // A decoder that meets damage later may still give up (not taken): the
-  // caller then drops what it was handed.
+  // caller then drops what it was handed. Or it may start over: begin again,
+  // and what was handed before is dropped.
   std::function<RowBand(const uint8_t* rows, uint32_t first_row, uint32_t count)> band;
 };
 
