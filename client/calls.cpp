@@ -125,9 +125,13 @@ Outcome Remote::analyze(Source& source, const Request& request) {
   if (writer->Write(header)) {
     v1::AnalyzeStreamRequest chunk;
     const size_t piece = static_cast<size_t>(std::min<uint64_t>(kStreamChunk, message_limit(until) - kEnvelope));
-    source.for_each_chunk(piece, [&](const std::string& c) {
-      chunk.set_chunk(c);
-      if (!writer->Write(chunk)) return false;  // the server has answered already
+    source.for_each_chunk(piece, [&](std::string& c) {
+      // The piece's buffer lent to the message and taken back: no copy, and
+      // the next piece is read into the same memory.
+      chunk.mutable_chunk()->swap(c);
+      const bool sent = writer->Write(chunk);
+      chunk.mutable_chunk()->swap(c);
+      if (!sent) return false;  // the server has answered already
       if (request.on_sent) request.on_sent(c.size());
       return true;
     });
@@ -191,7 +195,7 @@ Outcome Local::analyze(Source& source, const Request& request) {
     *header.mutable_options() = request.options;
     header.set_total_bytes(source.size());
     auto upload = analyzer_->begin_upload(header);
-    source.for_each_chunk(size_t{16} << 20, [&](const std::string& c) {
+    source.for_each_chunk(size_t{16} << 20, [&](std::string& c) {
       upload->add(c);
       return true;
     });

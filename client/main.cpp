@@ -18,6 +18,7 @@
 #include <regex>
 #include <unistd.h>
 
+#include "core/malloc_tuning.hpp"
 #include "calls.hpp"
 #include "plot.hpp"
 #include "imgstat/types.hpp"
@@ -57,6 +58,7 @@ bool parse_raw(const std::string& spec, v1::RawLayout* raw, std::string* error) 
 }  // namespace
 
 int main(int argc, char** argv) {
+  imgstat::tune_malloc_for_large_messages();
   CLI::App app{"imgstat-client " IMGSTAT_VERSION ": per-channel statistics and histograms of images"};
   app.set_version_flag("--version", IMGSTAT_VERSION);
   std::vector<std::string> files;

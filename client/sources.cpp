@@ -43,10 +43,12 @@ std::string Source::read_all() {
   return data;
 }
 
-void Source::for_each_chunk(size_t chunk, const std::function<bool(const std::string&)>& fn) {
+void Source::for_each_chunk(size_t chunk, const std::function<bool(std::string&)>& fn) {
   if (is_stdin_) {
-    for (size_t off = 0; off < stdin_data_.size(); off += chunk)
-      if (!fn(stdin_data_.substr(off, chunk))) return;
+    for (size_t off = 0; off < stdin_data_.size(); off += chunk) {
+      std::string piece = stdin_data_.substr(off, chunk);
+      if (!fn(piece)) return;
+    }
     return;
   }
   std::ifstream in(name_, std::ios::binary);

@@ -18,8 +18,8 @@ class Source {
   uint64_t size() const { return size_; }
   std::string read_all();
   // Calls fn with consecutive pieces of at most chunk bytes; stops early when
-  // fn returns false.
-  void for_each_chunk(size_t chunk, const std::function<bool(const std::string&)>& fn);
+  // fn returns false. fn may swap the piece's buffer away, and back.
+  void for_each_chunk(size_t chunk, const std::function<bool(std::string&)>& fn);
 
  private:
   std::string name_;

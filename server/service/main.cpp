@@ -5,6 +5,7 @@
 #include <csignal>
 #include <pthread.h>
 
+#include "core/malloc_tuning.hpp"
 #include "decode/library_messages.hpp"
 #include "service/request_log.hpp"
 #include "service/server.hpp"
@@ -14,6 +15,7 @@
 #endif
 
 int main(int argc, char** argv) {
+  imgstat::tune_malloc_for_large_messages();
   imgstat::ServerOptions options;
   std::string engine = "auto";
   std::string log_level = "info";
