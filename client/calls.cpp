@@ -172,10 +172,7 @@ Local::Local() {
   limits.max_input_bytes = UINT64_MAX;
   std::shared_ptr<Engine> engine = make_engine(options);
   std::shared_ptr<GpuJpegDecoder> gpu_jpeg;
-  if (engine->takes_device_images()) {
-    std::string why_not;
-    gpu_jpeg = open_gpu_jpeg_decoder(GpuJpegOptions{}, &why_not);
-  }
+  if (engine->takes_device_images()) gpu_jpeg = open_gpu_jpeg_decoder_on_first_use(GpuJpegOptions{});
   analyzer_ = std::make_unique<Analyzer>(engine, limits, std::move(gpu_jpeg));
 }
 

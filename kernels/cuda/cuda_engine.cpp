@@ -289,8 +289,10 @@ class CudaEngine final : public Engine {
     IMGSTAT_CUDA(cudaDeviceGetDefaultMemPool(&pool, options.device));
     uint64_t keep = options.memory_limit ? options.memory_limit : UINT64_MAX;
     IMGSTAT_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
-    for (int i = 0; i < std::max(1, options.workspaces); ++i)
-      free_.push_back(std::make_unique<Workspace>(dev_, budget_));
+    // One workspace now, the others when calls at once first need them: a
+    // process that analyzes one image (the CLI's --local) pins 1/4 as much.
+    free_.push_back(std::make_unique<Workspace>(dev_, budget_));
+    created_ = 1;
   }
 
   EngineInfo info() const override { return info_; }
@@ -390,6 +392,18 @@ class CudaEngine final : public Engine {
   // FallbackEngine), keeps that from ever deadlocking.
   Workspace* acquire(std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lock(mu_);
+    if (free_.empty() && created_ < std::max(1, options_.workspaces)) {
+      ++created_;
+      lock.unlock();
+      try {
+        IMGSTAT_CUDA(cudaSetDevice(options_.device));
+        return new Workspace(dev_, budget_);
+      } catch (...) {
+        std::lock_guard<std::mutex> relock(mu_);
+        --created_;
+        throw;
+      }
+    }
     if (!available_.wait_for(lock, wait, [this] { return !free_.empty(); }))
       fail(ErrorCode::kResourceExhausted,
            "all " + std::to_string(options_.workspaces) + " GPU workspaces are busy");
@@ -434,6 +448,7 @@ class CudaEngine final : public Engine {
   std::mutex mu_;
   std::condition_variable available_;
   std::vector<std::unique_ptr<Workspace>> free_;
+  int created_ = 0;  // workspaces made so far, free or lent
 };
 
 GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRequest& request,

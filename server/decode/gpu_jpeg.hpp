@@ -60,4 +60,10 @@ class GpuJpegDecoder {
 // not installed, or no device is usable.
 std::unique_ptr<GpuJpegDecoder> open_gpu_jpeg_decoder(const GpuJpegOptions& options, std::string* why_not);
 
+// The same decoder, opened by the first JPEG that asks for it: creating
+// nvJPEG's state costs a process about 0.3 s (H200 machine), which one that
+// may never meet a JPEG (the CLI's --local on raw frames) should not pay.
+// Where it cannot be opened, decode() throws kUnavailable saying why.
+std::unique_ptr<GpuJpegDecoder> open_gpu_jpeg_decoder_on_first_use(const GpuJpegOptions& options);
+
 }  // namespace imgstat
