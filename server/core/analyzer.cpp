@@ -368,12 +368,7 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
   uint32_t rows_per_band = 0;
   // While a band is in the engine the next one decodes into the other buffer.
   std::future<void> feeding;
-  struct Drain {  // no feed outlives its buffer, whatever is thrown
-    std::future<void>& f;
-    ~Drain() {
-      if (f.valid()) f.wait();
-    }
-  } drain{feeding};
+  WaitOnExit<void> drain{feeding};
   auto fed = [&] {
     if (feeding.valid()) feeding.get();
   };

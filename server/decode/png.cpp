@@ -446,12 +446,7 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
   // Inflating and unfiltering are each sequential, but not with each other:
   // a helper unfilters chunk k while zlib inflates chunk k + 1.
   std::future<bool> passing;
-  struct Drain {  // no helper outlives the buffers, whatever is thrown
-    std::future<bool>& f;
-    ~Drain() {
-      if (f.valid()) f.wait();
-    }
-  } drain{passing};
+  WaitOnExit<bool> drain{passing};
   auto passed = [&] { return !passing.valid() || passing.get(); };
   int k = 0;
   for (uint32_t y0 = 0; y0 < h.height; y0 += chunk_rows, k ^= 1) {

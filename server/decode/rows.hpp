@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 
 #include "imgstat/engine.hpp"
 
@@ -33,5 +34,16 @@ struct RowSink {
 constexpr uint64_t kBandBytes = uint64_t{4} << 20;
 // Rows in a band of an image whose rows are row_bytes long.
 uint32_t band_rows(uint64_t row_bytes, uint64_t height);
+
+// Waits for a helper's work (the engine feeding one band, the unfiltering
+// of another) when the scope ends, whatever is thrown: no helper outlives
+// the buffers it reads or writes.
+template <class T>
+struct WaitOnExit {
+  std::future<T>& f;
+  ~WaitOnExit() {
+    if (f.valid()) f.wait();
+  }
+};
 
 }  // namespace imgstat
