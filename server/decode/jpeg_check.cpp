@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <csetjmp>
 #include <cstdio>
-#include <numeric>
 #include <optional>
 
 #include <jpeglib.h>
@@ -191,11 +190,10 @@ std::optional<JpegScanFacts> scan_facts(const jpeg_decompress_struct& c, size_t 
 
 uint32_t decode_threads() { return static_cast<uint32_t>(std::max(1, tbb::this_task_arena::max_concurrency())); }
 
-// Rows a band holds when the decode is cut into runs: enough that every core
-// gets a run, whole cut units, the whole image at most.
+// Rows a band holds when the decode is cut into runs (cut_every(f) > 0):
+// enough that every core gets a run, whole cut units, the whole image at most.
 uint32_t interval_band_rows(const JpegScanFacts& f, uint64_t row_bytes) {
-  const uint32_t cut_every = f.restart_interval / std::gcd(f.mcus_per_row, f.restart_interval);
-  const uint64_t unit = uint64_t{cut_every} * f.mcu_height;
+  const uint64_t unit = uint64_t{cut_every(f)} * f.mcu_height;
   const uint64_t bytes = std::max<uint64_t>(kBandBytes, kIntervalBandBytesPerCore * decode_threads());
   uint64_t rows = std::max<uint64_t>(band_rows(row_bytes, f.height), bytes / std::max<uint64_t>(1, row_bytes));
   rows = std::max<uint64_t>(unit, rows / unit * unit);
@@ -334,7 +332,7 @@ JpegHeader read_jpeg_header(const uint8_t* data, size_t size, uint64_t max_pixel
     largest = std::max(largest, b);
   }
   const std::optional<JpegScanFacts> facts = scan_facts(cinfo, size - cinfo.src->bytes_in_buffer);
-  if (facts && facts->mcu_rows >= 2 && decode_threads() > 1) {
+  if (facts && cut_every(*facts) > 0 && decode_threads() > 1) {
     h.interval_threads = decode_threads();
     h.interval_band_rows = interval_band_rows(*facts, uint64_t{h.width} * (h.components == 1 ? 1 : 3));
   }

@@ -36,14 +36,19 @@ std::optional<size_t> sof_height_offset(const uint8_t* d, size_t scan_start) {
 
 }  // namespace
 
+uint32_t cut_every(const JpegScanFacts& f) {
+  if (f.restart_interval == 0 || f.mcus_per_row == 0 || f.mcu_rows < 2) return 0;
+  const uint32_t every = f.restart_interval / std::gcd(f.mcus_per_row, f.restart_interval);
+  return every <= f.mcu_rows / 2 ? every : 0;
+}
+
 std::optional<RestartMap> map_restarts(const uint8_t* d, size_t size, const JpegScanFacts& f) {
-  if (f.restart_interval == 0 || f.mcus_per_row == 0 || f.mcu_rows < 2 || f.scan_start >= size) return std::nullopt;
+  if (cut_every(f) == 0 || f.scan_start >= size) return std::nullopt;
   RestartMap map;
   const std::optional<size_t> sof = sof_height_offset(d, f.scan_start);
   if (!sof || be16(d + *sof) != f.height) return std::nullopt;
   map.sof_height_at = *sof;
-  map.cut_every = f.restart_interval / std::gcd(f.mcus_per_row, f.restart_interval);
-  if (map.cut_every > f.mcu_rows / 2) return std::nullopt;
+  map.cut_every = cut_every(f);
   const uint64_t mcus = uint64_t{f.mcus_per_row} * f.mcu_rows;
   const uint64_t intervals = (mcus + f.restart_interval - 1) / f.restart_interval;
   map.interval_begin.reserve(intervals);

@@ -40,6 +40,10 @@ struct RestartMap {
   std::vector<size_t> interval_end;
 };
 
+// MCU rows between the places a run may start (restart markers meet a row's
+// start there); 0 where the scan cannot be cut at least once in two.
+uint32_t cut_every(const JpegScanFacts& facts);
+
 // The map of a file's intervals, or nothing where the file is not one scan
 // of whole, ordered intervals ending at the end-of-image marker (anything
 // else decodes in one piece, as libjpeg reads it).
