@@ -237,7 +237,8 @@ TEST(Jpeg, RunsCutAtRestartMarkersDecodeAsOnePass) {
   // here, whatever this machine has); in an arena of one core, in one pass.
   // Pixels, warnings and errors must not depend on which ran: clean files of
   // every subsampling and interval (a part of an MCU row, one, several, none
-  // that meets a row's start), odd sizes, and each cut or bit-flipped.
+  // that meets a row's start), odd sizes, each cut or bit-flipped, and stray
+  // bytes before its markers.
   tbb::task_arena four(4), one(1);
   int files = 0, in_runs = 0, damaged = 0;
   uint32_t seed = 11;
@@ -250,6 +251,7 @@ TEST(Jpeg, RunsCutAtRestartMarkersDecodeAsOnePass) {
         std::vector<std::string> cases = {f};
         if (files % 13 == 0)
           for (const std::string& d : testing::damaged_jpegs(f, seed, 16)) cases.push_back(d);
+        for (const std::string& d : testing::stray_byte_jpegs(f, 4)) cases.push_back(d);
         for (size_t i = 0; i < cases.size(); ++i) {
           std::vector<uint8_t> a, b;
           const std::string want = one.execute([&] { return outcome_of(cases[i], &a); });

@@ -5,6 +5,7 @@
 
 #include <jpeglib.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
@@ -123,6 +124,22 @@ inline std::vector<std::string> damaged_jpegs(const std::string& f, uint32_t see
       g[at] = static_cast<char>(g[at] ^ (1 << (rng() % 8)));
       out.push_back(std::move(g));
     }
+  return out;
+}
+
+// Stray bytes before restart markers and the end marker (`count` of them,
+// spread over the file): one pass warns of extraneous data, whether its
+// entropy decoder had read them ahead or not.
+inline std::vector<std::string> stray_byte_jpegs(const std::string& f, size_t count) {
+  std::vector<size_t> markers;
+  for (size_t i = 0; i + 1 < f.size(); ++i)
+    if (static_cast<uint8_t>(f[i]) == 0xff && static_cast<uint8_t>(f[i + 1]) >= 0xd0 &&
+        static_cast<uint8_t>(f[i + 1]) <= 0xd9)
+      markers.push_back(i);
+  std::vector<std::string> out;
+  const size_t step = std::max<size_t>(1, markers.size() / count);
+  for (size_t m = 0; m < markers.size(); m += step)
+    for (size_t n : {1, 3}) out.push_back(f.substr(0, markers[m]) + std::string(n, '\x5a') + f.substr(markers[m]));
   return out;
 }
 

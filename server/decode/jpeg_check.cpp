@@ -7,6 +7,7 @@
 
 #include <jpeglib.h>
 #include <jerror.h>
+#include <jpegint.h>  // the marker reader's discarded-byte count, open to applications
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
@@ -230,6 +231,11 @@ JpegCheck decode_run(const std::vector<uint8_t>& jpeg, J_COLOR_SPACE space, uint
     jpeg_read_scanlines(&cinfo, rows, n);
   }
   jpeg_finish_decompress(&cinfo);  // reads the run's last marker: bytes left before it are a warning
+  // Bytes the entropy decoder held unread at a restart are counted here and
+  // worded only at the next marker it has not already met, perhaps never:
+  // one pass may name them at a marker of another run. Counted at all, the
+  // file goes again in one pass for libjpeg's own words.
+  if (cinfo.marker->discarded_bytes != 0) out.warnings.push_back("extraneous bytes before a restart marker");
   jpeg_destroy_decompress(&cinfo);
   out.ok = true;
   return out;
@@ -277,10 +283,13 @@ JpegCheck decode_in_intervals(const uint8_t* data, const JpegScanFacts& f, const
     tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t{0}, runs.size(), [&](size_t i) {
       Run& run = runs[i];
       uint32_t m0 = run.first_row / f.mcu_height, m1 = (run.last_row + f.mcu_height - 1) / f.mcu_height;
-      if (f.context_rows) {
-        m0 = m0 > 0 ? m0 - 1 : 0;
-        m1 += 1;
-      }
+      if (f.context_rows && m0 > 0) m0 -= 1;  // the upsampler's context above
+      // One MCU row more below: the upsampler's context, and the restart
+      // after the kept rows. One pass counts the bytes its entropy decoder
+      // holds unread at a restart as extraneous (a warning); at the end of
+      // an image it drops them silently, so a run ending on the kept rows
+      // would miss that warning.
+      m1 += 1;
       m0 = m0 / map.cut_every * map.cut_every;
       m1 = std::min(f.mcu_rows, (m1 + map.cut_every - 1) / map.cut_every * map.cut_every);
       run.jpeg = jpeg_of_mcu_rows(data, map, f, m0, m1);
