@@ -8,10 +8,12 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/analyzer.hpp"
 #include "imgstat/v1/imgstat.grpc.pb.h"
+#include "region_client.hpp"
 #include "render.hpp"
 #include "sources.hpp"
 
@@ -37,6 +39,9 @@ struct Connection {
   std::string tls_server_name;  // the name the server's certificate must carry, when not the target's host
   bool insecure = false;        // plaintext, even to an address that is not loopback
   std::string token;            // sent as "authorization: Bearer TOKEN"
+  // A server on this host (loopback or unix: target) gets large files in a
+  // shared-memory region, not over the socket.
+  bool shm = true;
   bool uses_tls() const;
 };
 
@@ -59,12 +64,21 @@ class Remote {
   void prepare(grpc::ClientContext& ctx, std::chrono::system_clock::time_point until) const;
   bool info(v1::ServerInfo* out, std::string* error, std::chrono::system_clock::time_point until);
   uint64_t message_limit(std::chrono::system_clock::time_point until);
+  // The file through a region; false when regions cannot be had (the caller
+  // sends it over the socket then).
+  bool analyze_in_region(Source& source, const Request& request, std::chrono::system_clock::time_point until,
+                         Outcome* out);
+  RegionSocketClient* region_socket(std::chrono::system_clock::time_point until);
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ImageStats::Stub> stub_;
   std::string authorization_;
   double timeout_;
   std::atomic<uint64_t> message_limit_{0};  // asked once; files are analyzed concurrently
+  bool use_regions_ = false;
+  std::mutex region_mu_;
+  bool region_tried_ = false;
+  std::unique_ptr<RegionSocketClient> region_socket_;
 };
 
 class Local {

@@ -98,6 +98,10 @@ int main(int argc, char** argv) {
   app.add_option("--stride", stride, "with --raw: bytes from one row to the next (default packed)");
   auto* bytes_option = app.add_flag("--bytes", bytes, "histogram of the bytes of any file (a 1xN uint8 image)");
   app.add_flag("--stream", stream, "upload in chunks (automatic above the server's message limit)");
+  bool no_shm = false;
+  app.add_flag("--no-shm", no_shm,
+               "send files over the socket even to a server on this host (by default files of 1 MiB and more go "
+               "to it in shared memory)");
   app.add_flag("--local", local, "compute in-process with the same engine, no server");
   app.add_option("--bins", bins, "histogram bins, 1 to 65536")->check(CLI::Range(1, 65536));
   app.add_option("--range", range_spec, "explicit histogram range LO:HI (default automatic)");
@@ -143,6 +147,7 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
   std::ostream& err = program_stderr();
   catch_library_messages([&err](const std::string& line) { err << "imgstat-client: library: " << line << "\n"; });
   connection.target = server;
+  connection.shm = !no_shm;
   if (!token_file.empty()) {
     std::ifstream in(token_file);
     if (!in || !std::getline(in, connection.token)) {

@@ -16,6 +16,7 @@ class Source {
   explicit Source(const std::string& name);
   const std::string& name() const { return name_; }
   uint64_t size() const { return size_; }
+  bool is_file() const { return !is_stdin_; }
   std::string read_all();
   // Calls fn with consecutive pieces of at most chunk bytes; stops early when
   // fn returns false. fn may swap the piece's buffer away, and back.

@@ -14,7 +14,7 @@ bool is_loopback(const std::string& address) {
   } else if (std::count(host.begin(), host.end(), ':') == 1) {
     host = host.substr(0, host.find(':'));  // localhost:50051, 127.0.0.1:50051
   }
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0 || host.rfind("::ffff:127.", 0) == 0;
 }
 
 }  // namespace imgstat

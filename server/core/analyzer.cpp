@@ -185,6 +185,23 @@ class EncodedUpload final : public Upload {
   uint64_t total_ = 0;
 };
 
+// An input in a region: a stream of its header alone, analyzed at its end.
+class RegionUpload final : public Upload {
+ public:
+  RegionUpload(const Analyzer& analyzer, const v1::StreamHeader& header) : analyzer_(analyzer) {
+    *request_.mutable_input() = header.input();
+    *request_.mutable_options() = header.options();
+  }
+  void add(const std::string&) override {
+    fail(ErrorCode::kInvalidArgument, "the header names a region: its bytes are there, send no chunks");
+  }
+  v1::AnalyzeResponse finish(const CallContext& call) override { return analyzer_.analyze(request_, call); }
+
+ private:
+  const Analyzer& analyzer_;
+  v1::AnalyzeRequest request_;
+};
+
 // Raw pixels and plain bytes go to the engine chunk by chunk as they arrive.
 class PixelUpload final : public Upload {
  public:
@@ -227,17 +244,42 @@ class PixelUpload final : public Upload {
 
 }  // namespace
 
-Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_ptr<GpuJpegDecoder> gpu_jpeg)
-    : engine_(std::move(engine)), gpu_jpeg_(std::move(gpu_jpeg)), limits_(resolve(limits, engine_->info().threads)) {
+Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_ptr<GpuJpegDecoder> gpu_jpeg,
+                   std::shared_ptr<RegionTable> regions)
+    : engine_(std::move(engine)),
+      gpu_jpeg_(std::move(gpu_jpeg)),
+      limits_(resolve(limits, engine_->info().threads)),
+      regions_(std::move(regions)) {
   budget_ = std::make_unique<MemoryBudget>(limits_.max_decode_memory, limits_.max_queue);
   configure_decoders(limits_.max_pixels);
+}
+
+Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const CallContext& call) const {
+  InputBytes out;
+  if (!input.has_region()) {
+    out.data = reinterpret_cast<const uint8_t*>(input.data().data());
+    out.bytes = input.data().size();
+    return out;
+  }
+  if (!input.data().empty()) fail(ErrorCode::kInvalidArgument, "the input has both data and a region: send one");
+  if (!regions_) fail(ErrorCode::kFailedPrecondition, "this server offers no shared-memory regions");
+  // A region is a capability of processes on this host; a remote caller that
+  // learned an id still has nothing to read through it.
+  if (!call.same_host)
+    fail(ErrorCode::kPermissionDenied, "regions may be named only by callers on the server's own host");
+  out.region = regions_->resolve(input.region(), call.caller);
+  if (kind_of(input) == v1::INPUT_KIND_ENCODED && out.region.size > static_cast<uint64_t>(INT32_MAX))
+    fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
+  out.data = out.region.data;
+  out.bytes = static_cast<size_t>(out.region.size);
+  return out;
 }
 
 v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const CallContext& call) const {
   const v1::Input& input = request.input();
   const StatsRequest stats_request = stats_request_of(request.options());
-  const std::string& data = input.data();
-  const auto* bytes = reinterpret_cast<const uint8_t*>(data.data());
+  const InputBytes data = bytes_of(input, call);  // holds a region mapped until the engine is done
+  const uint8_t* bytes = data.data;
   v1::AnalyzeResponse r;
   Described d;
   ImageView view;
@@ -411,6 +453,11 @@ std::unique_ptr<Upload> Analyzer::begin_upload(const v1::StreamHeader& header) c
   const v1::Input& input = header.input();
   if (!input.data().empty())
     fail(ErrorCode::kInvalidArgument, "the stream header carries data; send it in the chunks that follow");
+  if (input.has_region()) {
+    if (header.total_bytes() != 0)
+      fail(ErrorCode::kInvalidArgument, "the header names a region: total_bytes must be 0, as no chunks follow");
+    return std::make_unique<RegionUpload>(*this, header);
+  }
   const uint64_t total = header.total_bytes();
   if (total == 0) fail(ErrorCode::kInvalidArgument, "the stream header's total_bytes must be at least 1");
   if (total > limits_.max_input_bytes)
@@ -453,6 +500,7 @@ v1::ServerInfo Analyzer::server_info() const {
   v1::ServerInfo info;
   info.set_version(IMGSTAT_VERSION);
   if (gpu_jpeg_) info.set_gpu_decoder(gpu_jpeg_->description());
+  if (regions_) info.set_region_socket(region_socket_);
   v1::EngineInfo* e = info.mutable_engine();
   const EngineInfo engine = engine_->info();  // live: a lost GPU leaves the CPU engine
   e->set_kind(engine.kind);
@@ -468,6 +516,8 @@ v1::ServerInfo Analyzer::server_info() const {
   l->set_max_decode_memory(limits_.max_decode_memory);
   l->set_max_concurrent(limits_.max_concurrent);
   l->set_batch_window(limits_.batch_window);
+  l->set_max_regions(limits_.max_regions);
+  l->set_max_region_bytes(limits_.max_region_bytes);
   set_duration(l->mutable_stream_idle_timeout(), std::chrono::duration_cast<Clock::duration>(
                                                      std::chrono::duration<double>(limits_.stream_idle_timeout_seconds)));
   for (const std::string& f : supported_formats()) info.add_formats(f);

@@ -10,6 +10,7 @@
 #include "core/budget.hpp"
 #include "core/call_context.hpp"
 #include "core/limits.hpp"
+#include "core/regions.hpp"
 #include "decode/decode.hpp"
 #include "decode/gpu_jpeg.hpp"
 #include "imgstat/engine.hpp"
@@ -45,8 +46,10 @@ class Analyzer {
  public:
   // Limits left at 0 take the machine's defaults (resolve()). gpu_jpeg, when
   // set, decodes JPEG into the engine's GPU memory (engines that take device
-  // images only).
-  Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_ptr<GpuJpegDecoder> gpu_jpeg = nullptr);
+  // images only). regions, when set, are the shared-memory regions inputs
+  // may name (the server's; --local has none).
+  Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_ptr<GpuJpegDecoder> gpu_jpeg = nullptr,
+           std::shared_ptr<RegionTable> regions = nullptr);
 
   // Each throws imgstat::Error naming what is wrong with the request, or
   // kCancelled / kDeadlineExceeded when the call ended first.
@@ -56,8 +59,23 @@ class Analyzer {
   v1::ServerInfo server_info() const;
   const Limits& limits() const { return limits_; }
   const MemoryBudget& budget() const { return *budget_; }
+  RegionTable* regions() const { return regions_.get(); }
+  const std::shared_ptr<RegionTable>& shared_regions() const { return regions_; }
+  // Where the server takes region descriptors, for ServerInfo.
+  void set_region_socket(std::string path) { region_socket_ = std::move(path); }
 
  private:
+  // An input's bytes: its data, or the part of a region it names (then held
+  // mapped while this lives).
+  struct InputBytes {
+    const uint8_t* data = nullptr;
+    size_t bytes = 0;
+    RegionBytes region;
+    size_t size() const { return bytes; }
+    bool empty() const { return bytes == 0; }
+  };
+  InputBytes bytes_of(const v1::Input& input, const CallContext& call) const;
+
   // The GPU path for one JPEG; false (with *why) when it should go to the CPU.
   // *check keeps libjpeg's check pass for the CPU path to reuse.
   bool analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options, const StatsRequest& request,
@@ -71,6 +89,8 @@ class Analyzer {
   std::shared_ptr<GpuJpegDecoder> gpu_jpeg_;
   Limits limits_;
   std::unique_ptr<MemoryBudget> budget_;
+  std::shared_ptr<RegionTable> regions_;
+  std::string region_socket_;
 };
 
 }  // namespace imgstat

@@ -14,6 +14,11 @@ struct CallContext {
   using Clock = std::chrono::steady_clock;
   Clock::time_point deadline = Clock::time_point::max();  // the caller's own
   std::function<bool()> cancelled;
+  // Who calls: the token's or the client certificate's name, "" when none
+  // (regions belong to it).
+  std::string caller;
+  // The call came over loopback or a Unix socket: regions may be named.
+  bool same_host = false;
 
   bool is_cancelled() const { return cancelled && cancelled(); }
   bool has_deadline() const { return deadline != Clock::time_point::max(); }

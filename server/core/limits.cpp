@@ -44,6 +44,15 @@ void add_limit_flags(CLI::App& app, Limits& l) {
       ->envname("IMGSTAT_STREAM_IDLE_TIMEOUT")->check(CLI::Range(0.01, 86400.0))->capture_default_str();
   app.add_option("--batch-window", l.batch_window, "AnalyzeBatch requests of one call held until answered")
       ->envname("IMGSTAT_BATCH_WINDOW")->check(CLI::Range(1u, 1024u))->capture_default_str();
+  app.add_option("--max-regions", l.max_regions, "shared-memory regions one caller may hold")
+      ->envname("IMGSTAT_MAX_REGIONS")->check(CLI::Range(0u, 1u << 16))->capture_default_str();
+  app.add_option("--max-region-bytes", l.max_region_bytes, "bytes all regions of one caller may span")
+      ->envname("IMGSTAT_MAX_REGION_BYTES")->capture_default_str();
+  app.add_option("--max-region-connections", l.max_region_connections, "region socket connections open at once")
+      ->envname("IMGSTAT_MAX_REGION_CONNECTIONS")->check(CLI::Range(1u, 1u << 16))->capture_default_str();
+  app.add_option("--max-region-tickets", l.max_region_tickets,
+                 "descriptors one region socket connection may pass before registering them")
+      ->envname("IMGSTAT_MAX_REGION_TICKETS")->check(CLI::Range(1u, 1024u))->capture_default_str();
 }
 
 }  // namespace imgstat

@@ -42,6 +42,16 @@ struct Limits {
   // --batch-window: AnalyzeBatch requests of one call held at once, counted
   // until their answer is written: a client that never reads holds no more.
   uint32_t batch_window = 8;
+  // Shared-memory regions (RegisterRegion), per caller: --max-regions held
+  // at once, --max-region-bytes spanned together. The memory is the
+  // caller's; these bound what the server maps and keeps.
+  uint32_t max_regions = 64;
+  uint64_t max_region_bytes = uint64_t{64} << 30;
+  // The region socket: --max-region-connections open at once, and
+  // --max-region-tickets descriptors one connection may pass that are not
+  // registered yet.
+  uint32_t max_region_connections = 256;
+  uint32_t max_region_tickets = 16;
 };
 
 // Fills the defaults that depend on the machine (0 above).

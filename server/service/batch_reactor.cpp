@@ -20,7 +20,7 @@ namespace {
 class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::BatchResponse>, IdleWatch::Target {
  public:
   BatchReactor(grpc::CallbackServerContext* ctx, CallEnv& env)
-      : ctx_(ctx), env_(env), call_(call_context(ctx)), id_(take_request_id(ctx)), window_(env.limits.batch_window) {
+      : ctx_(ctx), env_(env), call_(call_context(ctx, env.auth)), id_(take_request_id(ctx)), window_(env.limits.batch_window) {
     env_.idle.add(this);
     StartRead(&request_);
   }

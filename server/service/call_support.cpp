@@ -4,6 +4,7 @@
 
 #include <new>
 
+#include "core/address.hpp"
 #include "core/limits.hpp"
 #include "core/status_name.hpp"
 #include "core/text.hpp"
@@ -12,8 +13,10 @@
 
 namespace imgstat {
 
-CallContext call_context(grpc::CallbackServerContext* ctx) {
+CallContext call_context(grpc::CallbackServerContext* ctx, const Authenticator* auth) {
   CallContext c;
+  c.caller = caller_of(ctx, auth);
+  c.same_host = is_loopback(ctx->peer());
   const auto deadline = ctx->deadline();
   const auto now = std::chrono::system_clock::now();
   // gRPC reports "no deadline" as the far future.

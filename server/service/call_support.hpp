@@ -26,7 +26,7 @@ namespace imgstat {
 using Clock = std::chrono::steady_clock;
 
 // The caller's deadline and cancellation, as the core sees them.
-CallContext call_context(grpc::CallbackServerContext* ctx);
+CallContext call_context(grpc::CallbackServerContext* ctx, const Authenticator* auth);
 
 // At most `max` calls in progress; none once closed (shutting down).
 class Admission {

@@ -57,6 +57,10 @@ int main(int argc, char** argv) {
                  "how threads wait for the GPU: spin (soonest answer, a core each), yield (spin, giving the core "
                  "away under load), block (sleep: less CPU per large JPEG, slower small ones)")
       ->envname("IMGSTAT_CUDA_WAIT")->check(CLI::IsMember({"spin", "yield", "block"}))->capture_default_str();
+  app.add_option("--region-socket", options.region_socket,
+                 "Unix socket where callers on this host pass shared memory (regions); auto: in $XDG_RUNTIME_DIR "
+                 "or /tmp; off: no regions")
+      ->envname("IMGSTAT_REGION_SOCKET")->capture_default_str();
   imgstat::add_limit_flags(app, options.limits);
   app.add_option("--threads", options.threads, "threads that decode and compute; 0: one per core")
       ->envname("IMGSTAT_THREADS")->capture_default_str();
@@ -129,6 +133,8 @@ int main(int argc, char** argv) {
     if (server.health_port())
       spdlog::info("health only, plaintext, on {}:{}",
                    options.health_listen.substr(0, options.health_listen.rfind(':')), server.health_port());
+    if (!server.analyzer().server_info().region_socket().empty())
+      spdlog::info("regions: descriptors on {}", server.analyzer().server_info().region_socket());
     if (server.metrics_port())
       spdlog::info("metrics on http://{}:{}/metrics",
                    options.metrics_listen.substr(0, options.metrics_listen.rfind(':')), server.metrics_port());

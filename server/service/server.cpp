@@ -11,6 +11,7 @@
 
 #include "service/metrics.hpp"
 #include "service/reflection_v1.hpp"
+#include "service/region_socket.hpp"
 #include "service/request_log.hpp"
 #include "service/service.hpp"
 #include "core/work_queue.hpp"
@@ -49,7 +50,9 @@ Server::Server(const ServerOptions& options, std::shared_ptr<Engine> engine, std
     : options_(options), engine_(std::move(engine)) {
   if (options_.threads == 0) options_.threads = std::max(1u, std::thread::hardware_concurrency());
   options_.limits = resolve(options_.limits, options_.threads);
-  analyzer_ = std::make_unique<Analyzer>(engine_, options_.limits, std::move(gpu_jpeg));
+  std::shared_ptr<RegionTable> regions;
+  if (options_.region_socket != "off") regions = std::make_shared<RegionTable>(options_.limits);
+  analyzer_ = std::make_unique<Analyzer>(engine_, options_.limits, std::move(gpu_jpeg), regions);
   queue_ = std::make_unique<WorkQueue>(options_.threads, options_.limits.max_queue);
   if (!options_.metrics_listen.empty()) {
     const std::string decoder = analyzer_->server_info().gpu_decoder();
@@ -112,6 +115,12 @@ void Server::start() {
     fail(ErrorCode::kUnavailable, "cannot listen on " + options_.listen +
                                       (options_.health_listen.empty() ? "" : " and " + options_.health_listen));
   }
+  if (analyzer_->regions()) {
+    const std::string path =
+        options_.region_socket == "auto" ? default_region_socket_path() : options_.region_socket;
+    region_socket_ = std::make_unique<RegionSocket>(path, analyzer_->shared_regions());
+    analyzer_->set_region_socket(path);
+  }
   if (metrics_) {
     MetricSources sources;
     sources.calls_in_progress = [this] { return service_->calls_in_progress(); };
@@ -142,6 +151,7 @@ void Server::shutdown() {
   queue_->drain();
   server_->Wait();
   server_.reset();
+  region_socket_.reset();  // its connections' regions go
 }
 
 }  // namespace imgstat

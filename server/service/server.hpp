@@ -32,6 +32,9 @@ struct ServerOptions {
   double shutdown_grace_seconds = 30;  // calls in progress get this long to finish
   bool gpu_decode = true;              // JPEG on the GPU (nvJPEG) when the engine is CUDA
   GpuJpegOptions gpu_jpeg;             // its batching; device is cuda_device
+  // The Unix socket that takes region descriptors: "auto" (the default) puts
+  // it in $XDG_RUNTIME_DIR or /tmp; "off": no regions.
+  std::string region_socket = "auto";
 };
 
 // nvJPEG for the engine's GPU, when it is one and libnvjpeg loads; else
@@ -47,6 +50,7 @@ class WorkQueue;
 
 class ReflectionV1;
 class Metrics;
+class RegionSocket;
 
 class Server {
  public:
@@ -81,6 +85,7 @@ class Server {
   std::shared_ptr<Authenticator> auth_;
   std::unique_ptr<ImageStatsService> service_;
   std::unique_ptr<ReflectionV1> reflection_v1_;
+  std::unique_ptr<RegionSocket> region_socket_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   int health_port_ = 0;

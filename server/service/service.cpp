@@ -9,7 +9,7 @@ class AnalyzeReactor final : public grpc::ServerUnaryReactor {
   AnalyzeReactor(grpc::CallbackServerContext* ctx, const v1::AnalyzeRequest* request, v1::AnalyzeResponse* response,
                  CallEnv& env)
       : ctx_(ctx), request_(request), response_(response), env_(env), id_(take_request_id(ctx)) {
-    const CallContext call = call_context(ctx);
+    const CallContext call = call_context(ctx, env_.auth);
     const bool queued = env_.submit(call, [this, call](const grpc::Status& why_not, Clock::duration waited) {
       waited_ = waited;
       grpc::Status status = why_not;
@@ -118,6 +118,53 @@ grpc::ServerUnaryReactor* ImageStatsService::GetServerInfo(grpc::CallbackServerC
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
+}
+
+namespace {
+
+// The region RPCs: quick (a table lookup, an mmap), answered in the reaction.
+grpc::ServerUnaryReactor* region_call(const char* method, grpc::CallbackServerContext* ctx, const CallEnv& env,
+                                      const std::function<void(RegionTable&, const CallContext&)>& fn) {
+  const auto started = Clock::now();
+  const CallContext call = call_context(ctx, env.auth);
+  const grpc::Status status = run_guarded([&] {
+    RegionTable* table = env.analyzer.regions();
+    if (!table) fail(ErrorCode::kFailedPrecondition, "this server offers no shared-memory regions (--region-socket off)");
+    if (!call.same_host)
+      fail(ErrorCode::kPermissionDenied, "regions are for callers on the server's own host (loopback or Unix socket)");
+    fn(*table, call);
+  });
+  log_request({method, take_request_id(ctx), ctx->peer(), call.caller, {}, 0, nullptr, status, 0, ms_since(started)});
+  env.call_ended(method, status, started);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ImageStatsService::RegisterRegion(grpc::CallbackServerContext* ctx,
+                                                             const v1::RegisterRegionRequest* request,
+                                                             v1::Region* response) {
+  return region_call("RegisterRegion", ctx, env_, [&](RegionTable& table, const CallContext& call) {
+    *response = table.register_region(*request, call.caller);
+  });
+}
+
+grpc::ServerUnaryReactor* ImageStatsService::ListRegions(grpc::CallbackServerContext* ctx,
+                                                          const v1::ListRegionsRequest*,
+                                                          v1::ListRegionsResponse* response) {
+  return region_call("ListRegions", ctx, env_, [&](RegionTable& table, const CallContext& call) {
+    for (v1::Region& r : table.list(call.caller)) *response->add_regions() = std::move(r);
+  });
+}
+
+grpc::ServerUnaryReactor* ImageStatsService::UnregisterRegion(grpc::CallbackServerContext* ctx,
+                                                               const v1::UnregisterRegionRequest* request,
+                                                               v1::UnregisterRegionResponse*) {
+  return region_call("UnregisterRegion", ctx, env_, [&](RegionTable& table, const CallContext& call) {
+    table.unregister(request->region_id(), call.caller);
+  });
 }
 
 }  // namespace imgstat

@@ -26,6 +26,13 @@ class ImageStatsService final : public v1::ImageStats::CallbackService {
       grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* ctx, const v1::GetServerInfoRequest* request,
                                           v1::ServerInfo* response) override;
+  grpc::ServerUnaryReactor* RegisterRegion(grpc::CallbackServerContext* ctx, const v1::RegisterRegionRequest* request,
+                                           v1::Region* response) override;
+  grpc::ServerUnaryReactor* ListRegions(grpc::CallbackServerContext* ctx, const v1::ListRegionsRequest* request,
+                                        v1::ListRegionsResponse* response) override;
+  grpc::ServerUnaryReactor* UnregisterRegion(grpc::CallbackServerContext* ctx,
+                                             const v1::UnregisterRegionRequest* request,
+                                             v1::UnregisterRegionResponse* response) override;
 
   // From now on new calls are refused with UNAVAILABLE; those in progress go on.
   void stop_admitting() { admission_.close(); }

@@ -24,7 +24,7 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
       : ctx_(ctx),
         response_(response),
         env_(env),
-        call_(call_context(ctx)),
+        call_(call_context(ctx, env.auth)),
         id_(take_request_id(ctx)),
         assembler_(env.analyzer) {
     env_.idle.add(this);

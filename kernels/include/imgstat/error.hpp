@@ -12,6 +12,7 @@ enum class ErrorCode : int {
   kInvalidArgument = 3,
   kDeadlineExceeded = 4,
   kNotFound = 5,
+  kPermissionDenied = 7,
   kResourceExhausted = 8,
   kFailedPrecondition = 9,
   kUnimplemented = 12,

@@ -1,0 +1,97 @@
+#include "region_client.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace imgstat::client {
+namespace {
+
+std::runtime_error system_error(const std::string& what) { return std::runtime_error(what + ": " + strerror(errno)); }
+
+}  // namespace
+
+int sealed_memfd_of_file(const std::string& path, uint64_t size) {
+  const int in = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) throw system_error(path);
+  const int fd = memfd_create("imgstat-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    close(in);
+    throw system_error("memfd_create");
+  }
+  try {
+    if (ftruncate(fd, static_cast<off_t>(size)) != 0) throw system_error("ftruncate");
+    off_t offset = 0;
+    while (static_cast<uint64_t>(offset) < size) {
+      const ssize_t n = sendfile(fd, in, &offset, static_cast<size_t>(size - static_cast<uint64_t>(offset)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw system_error("copying " + path + " into shared memory");
+      if (n == 0) throw std::runtime_error(path + ": shorter than the " + std::to_string(size) + " bytes it had");
+    }
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+      throw system_error("sealing the memfd");
+  } catch (...) {
+    close(in);
+    close(fd);
+    throw;
+  }
+  close(in);
+  return fd;
+}
+
+RegionSocketClient::RegionSocketClient(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) throw std::runtime_error("no region socket path");
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  socket_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (socket_ < 0) throw system_error("socket");
+  if (connect(socket_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const auto e = system_error(path);
+    close(socket_);
+    throw e;
+  }
+}
+
+RegionSocketClient::~RegionSocketClient() { close(socket_); }
+
+std::string RegionSocketClient::pass(int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  char byte = 'R';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  ssize_t sent;
+  do sent = sendmsg(socket_, &msg, MSG_NOSIGNAL);
+  while (sent < 0 && errno == EINTR);
+  if (sent != 1) throw system_error("passing the descriptor");
+  std::string line;
+  char ch;
+  while (line.size() < 4096) {
+    const ssize_t n = recv(socket_, &ch, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::runtime_error("the region socket closed without an answer");
+    if (ch == '\n') break;
+    line += ch;
+  }
+  if (line.rfind("ok ", 0) == 0) return line.substr(3);
+  throw std::runtime_error(line.rfind("error ", 0) == 0 ? line.substr(6) : "the region socket answered \"" + line + "\"");
+}
+
+}  // namespace imgstat::client

@@ -1,0 +1,263 @@
+#include "core/regions.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+
+#include "imgstat/error.hpp"
+
+namespace imgstat {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A ticket not taken by RegisterRegion within this long is dropped with its descriptor.
+constexpr auto kTicketLifetime = std::chrono::seconds(60);
+
+// 128 random bits: ids and tickets are capabilities, never guessed.
+std::string random_id(const char* prefix) {
+  static thread_local std::random_device device;
+  static const char* kHex = "0123456789abcdef";
+  std::string s = prefix;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t v = device();
+    for (int b = 0; b < 8; ++b) s += kHex[(v >> (4 * b)) & 15];
+  }
+  return s;
+}
+
+std::string mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+struct Descriptor {
+  int fd = -1;
+  explicit Descriptor(int f) : fd(f) {}
+  ~Descriptor() {
+    if (fd >= 0) close(fd);
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+};
+
+}  // namespace
+
+class Region {
+ public:
+  Region(std::string id, std::string name, std::string owner, uint64_t session, void* map, size_t map_size,
+         const uint8_t* data, uint64_t size)
+      : id(std::move(id)), name(std::move(name)), owner(std::move(owner)), session(session), map_(map),
+        map_size_(map_size), data(data), size(size) {}
+  ~Region() { munmap(map_, map_size_); }
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+
+  v1::Region describe() const {
+    v1::Region r;
+    r.set_region_id(id);
+    r.set_name(name);
+    r.set_size(size);
+    return r;
+  }
+
+  const std::string id, name, owner;
+  const uint64_t session;
+
+ private:
+  void* map_;
+  size_t map_size_;
+
+ public:
+  const uint8_t* const data;
+  const uint64_t size;
+};
+
+struct RegionTable::Ticket {
+  uint64_t session;
+  std::unique_ptr<Descriptor> fd;
+  uint64_t file_size;
+  Clock::time_point expires;
+};
+
+RegionTable::RegionTable(const Limits& limits) : limits_(limits) {}
+RegionTable::~RegionTable() = default;
+
+uint64_t RegionTable::open_session() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (sessions_.size() >= limits_.max_region_connections)
+    fail(ErrorCode::kResourceExhausted, std::to_string(sessions_.size()) +
+                                            " region socket connections are open, the limit (--max-region-connections)");
+  const uint64_t id = next_session_++;
+  sessions_.insert(id);
+  return id;
+}
+
+std::string RegionTable::deposit(uint64_t session, int raw_fd) {
+  auto fd = std::make_unique<Descriptor>(raw_fd);
+  struct stat st;
+  if (fstat(fd->fd, &st) != 0 || !S_ISREG(st.st_mode))
+    fail(ErrorCode::kInvalidArgument, "the descriptor is not a regular file: pass a memfd (memfd_create)");
+  const int seals = fcntl(fd->fd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK))
+    fail(ErrorCode::kFailedPrecondition,
+         "the descriptor is not sealed against shrinking: create it with memfd_create(MFD_ALLOW_SEALING) and "
+         "fcntl(F_ADD_SEALS, F_SEAL_SHRINK), so that it cannot be cut short while the server reads it");
+  if (st.st_size <= 0) fail(ErrorCode::kInvalidArgument, "the descriptor's file is empty");
+  std::lock_guard<std::mutex> lock(mu_);
+  drop_expired_tickets();
+  if (!sessions_.count(session)) fail(ErrorCode::kFailedPrecondition, "the region socket connection has ended");
+  uint32_t pending = 0;
+  for (const auto& [_, t] : tickets_) pending += t->session == session;
+  if (pending >= limits_.max_region_tickets)
+    fail(ErrorCode::kResourceExhausted, "this connection holds " + std::to_string(pending) +
+                                            " descriptors not yet registered (--max-region-tickets): register or "
+                                            "let them expire first");
+  std::string ticket = random_id("t-");
+  tickets_[ticket] = std::make_unique<Ticket>(
+      Ticket{session, std::move(fd), static_cast<uint64_t>(st.st_size), Clock::now() + kTicketLifetime});
+  return ticket;
+}
+
+void RegionTable::close_session(uint64_t session) {
+  std::vector<std::shared_ptr<Region>> going;  // unmapped outside the lock, when no call holds them
+  std::vector<std::unique_ptr<Ticket>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_.erase(session);
+    for (auto it = tickets_.begin(); it != tickets_.end();)
+      if (it->second->session == session) {
+        dropped.push_back(std::move(it->second));
+        it = tickets_.erase(it);
+      } else {
+        ++it;
+      }
+    for (auto it = regions_.begin(); it != regions_.end();)
+      if (it->second->session == session) {
+        Owner& o = owners_[it->second->owner];
+        o.regions -= 1;
+        o.bytes -= it->second->size;
+        going.push_back(std::move(it->second));
+        it = regions_.erase(it);
+      } else {
+        ++it;
+      }
+  }
+}
+
+void RegionTable::drop_expired_tickets() {
+  const auto now = Clock::now();
+  for (auto it = tickets_.begin(); it != tickets_.end();) it = it->second->expires <= now ? tickets_.erase(it) : ++it;
+}
+
+v1::Region RegionTable::register_region(const v1::RegisterRegionRequest& request, const std::string& owner) {
+  std::unique_ptr<Ticket> ticket;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drop_expired_tickets();
+    auto it = tickets_.find(request.ticket());
+    if (it == tickets_.end())
+      fail(ErrorCode::kNotFound, "no such ticket: each is good once, for a minute, while the region socket "
+                                 "connection that passed its descriptor stays open");
+    ticket = std::move(it->second);
+    tickets_.erase(it);
+  }
+  const uint64_t file_size = ticket->file_size, offset = request.offset();
+  if (offset >= file_size)
+    fail(ErrorCode::kInvalidArgument, "offset " + std::to_string(offset) + " is not inside the descriptor's " +
+                                          std::to_string(file_size) + " bytes");
+  const uint64_t size = request.size() == 0 ? file_size - offset : request.size();
+  if (size > file_size - offset)
+    fail(ErrorCode::kInvalidArgument, "offset " + std::to_string(offset) + " + size " + std::to_string(size) +
+                                          " is past the end of the descriptor's " + std::to_string(file_size) +
+                                          " bytes");
+  if (size > SIZE_MAX / 2) fail(ErrorCode::kInvalidArgument, "the region is too large to map");
+  {  // the owner's room, checked before mapping
+    std::lock_guard<std::mutex> lock(mu_);
+    const Owner& o = owners_[owner];
+    if (o.regions >= limits_.max_regions)
+      fail(ErrorCode::kResourceExhausted,
+           "the caller holds " + std::to_string(o.regions) + " regions, the limit (--max-regions)");
+    if (size > limits_.max_region_bytes - std::min(limits_.max_region_bytes, o.bytes))
+      fail(ErrorCode::kResourceExhausted, "the caller's regions would span " + mib(o.bytes + size) + ", over " +
+                                              mib(limits_.max_region_bytes) + " (--max-region-bytes)");
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t map_offset = offset / page * page, skip = offset - map_offset;
+  const size_t map_size = static_cast<size_t>(skip + size);
+  void* map = mmap(nullptr, map_size, PROT_READ, MAP_SHARED, ticket->fd->fd, static_cast<off_t>(map_offset));
+  if (map == MAP_FAILED) fail(ErrorCode::kInvalidArgument, std::string("the descriptor cannot be mapped: ") + strerror(errno));
+  auto region = std::make_shared<Region>(random_id("r-"), request.name().substr(0, kMaxLoggedNameBytes), owner,
+                                         ticket->session, map, map_size, static_cast<const uint8_t*>(map) + skip, size);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!sessions_.count(ticket->session))
+    fail(ErrorCode::kFailedPrecondition, "the region socket connection that passed the descriptor has ended");
+  Owner& o = owners_[owner];
+  // Counted again: another registration of the same owner may have come in between.
+  if (o.regions >= limits_.max_regions || size > limits_.max_region_bytes - std::min(limits_.max_region_bytes, o.bytes))
+    fail(ErrorCode::kResourceExhausted, "the caller's regions reached their limits (--max-regions, --max-region-bytes)");
+  o.regions += 1;
+  o.bytes += size;
+  regions_[region->id] = region;
+  return region->describe();
+}
+
+std::vector<v1::Region> RegionTable::list(const std::string& owner) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::Region> out;
+  for (const auto& [_, r] : regions_)
+    if (r->owner == owner) out.push_back(r->describe());
+  return out;
+}
+
+void RegionTable::unregister(const std::string& region_id, const std::string& owner) {
+  std::shared_ptr<Region> going;  // unmapped outside the lock, once no call holds it
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = regions_.find(region_id);
+  // Another caller's region is as absent as one that never was.
+  if (it == regions_.end() || it->second->owner != owner)
+    fail(ErrorCode::kNotFound, "no region " + region_id.substr(0, 64) + " of this caller");
+  Owner& o = owners_[owner];
+  o.regions -= 1;
+  o.bytes -= it->second->size;
+  going = std::move(it->second);
+  regions_.erase(it);
+}
+
+RegionBytes RegionTable::resolve(const v1::RegionRef& ref, const std::string& owner) const {
+  std::shared_ptr<const Region> region;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = regions_.find(ref.region_id());
+    if (it == regions_.end() || it->second->owner != owner)
+      fail(ErrorCode::kNotFound, "no region " + ref.region_id().substr(0, 64) + " of this caller");
+    region = it->second;
+  }
+  if (ref.offset() > region->size)
+    fail(ErrorCode::kInvalidArgument, "region offset " + std::to_string(ref.offset()) + " is past the region's " +
+                                          std::to_string(region->size) + " bytes");
+  const uint64_t length = ref.length() == 0 ? region->size - ref.offset() : ref.length();
+  if (length > region->size - ref.offset())
+    fail(ErrorCode::kInvalidArgument, "region offset " + std::to_string(ref.offset()) + " + length " +
+                                          std::to_string(length) + " is past the region's " +
+                                          std::to_string(region->size) + " bytes");
+  RegionBytes out;
+  out.data = region->data + ref.offset();
+  out.size = length;
+  out.region = std::move(region);
+  return out;
+}
+
+size_t RegionTable::regions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return regions_.size();
+}
+
+size_t RegionTable::pending_tickets() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tickets_.size();
+}
+
+}  // namespace imgstat
