@@ -8,11 +8,13 @@
 
 #include "core/budget.hpp"
 #include "core/limits.hpp"
+#include "core/regions.hpp"
 #include "core/text.hpp"
 #include "core/validate.hpp"
 #include "core/work_queue.hpp"
 #include "error_code.hpp"
 #include "imgstat/engine.hpp"
+#include "region_memfd.hpp"
 
 namespace imgstat {
 namespace {
@@ -21,6 +23,144 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 using testing::code_of;
+using testing::memfd_with;
+using testing::random_bytes;
+
+v1::RegisterRegionRequest registration(const std::string& ticket, uint64_t offset = 0, uint64_t size = 0) {
+  v1::RegisterRegionRequest r;
+  r.set_ticket(ticket);
+  r.set_offset(offset);
+  r.set_size(size);
+  r.set_name("test");
+  return r;
+}
+
+v1::RegionRef ref(const std::string& id, uint64_t offset, uint64_t length) {
+  v1::RegionRef r;
+  r.set_region_id(id);
+  r.set_offset(offset);
+  r.set_length(length);
+  return r;
+}
+
+TEST(RegionTable, TakesOnlyMemfdsSealedAgainstShrinking) {
+  RegionTable table(Limits{});
+  const uint64_t s = table.open_session();
+  const std::vector<uint8_t> bytes = random_bytes(5000, 1);
+  // Unsealed: the caller could cut it short under the server's mapping.
+  EXPECT_EQ(code_of([&] { table.deposit(s, memfd_with(bytes, 0)); }), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(code_of([&] { table.deposit(s, memfd_with(bytes, F_SEAL_GROW | F_SEAL_WRITE)); }),
+            ErrorCode::kFailedPrecondition);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  close(pipe_fds[1]);
+  EXPECT_EQ(code_of([&] { table.deposit(s, pipe_fds[0]); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { table.deposit(s, memfd_with({}, F_SEAL_SHRINK)); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(table.pending_tickets(), 0u);
+  const std::string ticket = table.deposit(s, memfd_with(bytes, F_SEAL_SHRINK));
+  EXPECT_EQ(table.pending_tickets(), 1u);
+  EXPECT_NE(ticket, table.deposit(s, memfd_with(bytes, F_SEAL_SHRINK)));
+}
+
+TEST(RegionTable, ReferencesAreCheckedAgainstTheRegionAndReadItsBytes) {
+  RegionTable table(Limits{});
+  const uint64_t s = table.open_session();
+  const std::vector<uint8_t> bytes = random_bytes(50000, 2);
+  const int mine = memfd_with(bytes, F_SEAL_SHRINK);
+  // A part of the file, at an offset that is not a page's.
+  const v1::Region region = table.register_region(registration(table.deposit(s, dup(mine)), 5003, 30011), "");
+  EXPECT_EQ(region.size(), 30011u);
+  EXPECT_EQ(region.name(), "test");
+  RegionBytes b = table.resolve(ref(region.region_id(), 17, 1000), "");
+  ASSERT_EQ(b.size, 1000u);
+  EXPECT_TRUE(std::equal(b.data, b.data + b.size, bytes.begin() + 5003 + 17));
+  b = table.resolve(ref(region.region_id(), 11, 0), "");  // to the end
+  EXPECT_EQ(b.size, 30000u);
+  EXPECT_EQ(b.data[b.size - 1], bytes[5003 + 30010]);
+  for (const auto& [offset, length] : std::vector<std::pair<uint64_t, uint64_t>>{
+           {30012, 0}, {30011, 1}, {1, 30011}, {1, UINT64_MAX}, {UINT64_MAX, 2}, {uint64_t{1} << 63, uint64_t{1} << 63}})
+    EXPECT_EQ(code_of([&] { table.resolve(ref(region.region_id(), offset, length), ""); }),
+              ErrorCode::kInvalidArgument)
+        << offset << " + " << length;
+  EXPECT_EQ(code_of([&] { table.resolve(ref("r-nonesuch", 0, 1), ""); }), ErrorCode::kNotFound);
+  // Registration's own bounds, each ticket good once.
+  EXPECT_EQ(code_of([&] { table.register_region(registration(table.deposit(s, dup(mine)), 50000), ""); }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { table.register_region(registration(table.deposit(s, dup(mine)), 49999, 2), ""); }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { table.register_region(registration(table.deposit(s, dup(mine)), 1, UINT64_MAX), ""); }),
+            ErrorCode::kInvalidArgument);
+  const std::string once = table.deposit(s, dup(mine));
+  table.register_region(registration(once), "");
+  EXPECT_EQ(code_of([&] { table.register_region(registration(once), ""); }), ErrorCode::kNotFound);
+  EXPECT_EQ(code_of([&] { table.register_region(registration("t-guessed"), ""); }), ErrorCode::kNotFound);
+  // The seal holds: the caller cannot cut the file short under the mapping.
+  EXPECT_NE(ftruncate(mine, 100), 0);
+  EXPECT_EQ(errno, EPERM);
+  close(mine);  // the caller's descriptor gone: the region stays readable
+  b = table.resolve(ref(region.region_id(), 0, 0), "");
+  EXPECT_TRUE(std::equal(b.data, b.data + b.size, bytes.begin() + 5003));
+}
+
+TEST(RegionTable, ARegionIsItsOwnersAlone) {
+  RegionTable table(Limits{});
+  const uint64_t s = table.open_session();
+  const v1::Region a = table.register_region(registration(table.deposit(s, memfd_with(random_bytes(100, 3), F_SEAL_SHRINK))), "alice");
+  EXPECT_EQ(code_of([&] { table.resolve(ref(a.region_id(), 0, 0), "bob"); }), ErrorCode::kNotFound);
+  EXPECT_EQ(code_of([&] { table.resolve(ref(a.region_id(), 0, 0), ""); }), ErrorCode::kNotFound);
+  EXPECT_TRUE(table.list("bob").empty());
+  EXPECT_EQ(code_of([&] { table.unregister(a.region_id(), "bob"); }), ErrorCode::kNotFound);
+  ASSERT_EQ(table.list("alice").size(), 1u);
+  EXPECT_EQ(table.list("alice")[0].region_id(), a.region_id());
+  table.unregister(a.region_id(), "alice");
+  EXPECT_TRUE(table.list("alice").empty());
+}
+
+TEST(RegionTable, LimitsPerCallerAndPerConnection) {
+  Limits limits;
+  limits.max_regions = 2;
+  limits.max_region_bytes = 10000;
+  limits.max_region_tickets = 3;
+  limits.max_region_connections = 2;
+  RegionTable table(limits);
+  const uint64_t s = table.open_session();
+  table.open_session();
+  EXPECT_EQ(code_of([&] { table.open_session(); }), ErrorCode::kResourceExhausted);
+  const std::vector<uint8_t> bytes = random_bytes(6000, 4);
+  auto ticket = [&] { return table.deposit(s, memfd_with(bytes, F_SEAL_SHRINK)); };
+  const std::string t1 = ticket(), t2 = ticket(), t3 = ticket();
+  EXPECT_EQ(code_of([&] { ticket(); }), ErrorCode::kResourceExhausted);  // three waiting already
+  const v1::Region a = table.register_region(registration(t1), "alice");
+  // 6000 + 6000 bytes is over 10000: refused before mapping.
+  EXPECT_EQ(code_of([&] { table.register_region(registration(t2), "alice"); }), ErrorCode::kResourceExhausted);
+  table.register_region(registration(t3, 0, 4000), "alice");
+  EXPECT_EQ(code_of([&] { table.register_region(registration(ticket(), 0, 1), "alice"); }),
+            ErrorCode::kResourceExhausted);  // two regions held
+  table.register_region(registration(ticket()), "bob");  // limits are per caller
+  table.unregister(a.region_id(), "alice");
+  table.register_region(registration(ticket(), 0, 5000), "alice");  // room again
+}
+
+TEST(RegionTable, ACallHoldsItsRegionPastUnregisterAndTheConnectionsEnd) {
+  RegionTable table(Limits{});
+  const uint64_t s = table.open_session();
+  const std::vector<uint8_t> bytes = random_bytes(1 << 20, 5);
+  const v1::Region a = table.register_region(registration(table.deposit(s, memfd_with(bytes, F_SEAL_SHRINK))), "");
+  const v1::Region b = table.register_region(registration(table.deposit(s, memfd_with(bytes, F_SEAL_SHRINK))), "");
+  const std::string pending = table.deposit(s, memfd_with(bytes, F_SEAL_SHRINK));
+  RegionBytes in_use = table.resolve(ref(a.region_id(), 0, 0), "");
+  table.unregister(a.region_id(), "");
+  EXPECT_EQ(code_of([&] { table.resolve(ref(a.region_id(), 0, 0), ""); }), ErrorCode::kNotFound);
+  EXPECT_TRUE(std::equal(in_use.data, in_use.data + in_use.size, bytes.begin()));  // still mapped
+  RegionBytes other = table.resolve(ref(b.region_id(), 0, 0), "");
+  table.close_session(s);  // the caller's socket closed: its regions and tickets go
+  EXPECT_EQ(table.regions(), 0u);
+  EXPECT_EQ(table.pending_tickets(), 0u);
+  EXPECT_EQ(code_of([&] { table.register_region(registration(pending), ""); }), ErrorCode::kNotFound);
+  EXPECT_EQ(code_of([&] { table.resolve(ref(b.region_id(), 0, 0), ""); }), ErrorCode::kNotFound);
+  EXPECT_TRUE(std::equal(other.data, other.data + other.size, bytes.begin()));
+  EXPECT_EQ(code_of([&] { table.deposit(s, memfd_with(bytes, F_SEAL_SHRINK)); }), ErrorCode::kFailedPrecondition);
+}
 
 TEST(MemoryBudget, GrantsWhatFitsAndRefusesWhatNeverCan) {
   MemoryBudget budget(1000, 4);
