@@ -117,6 +117,12 @@ class ServerProcess {
     if (pid_ > 0) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
+      // A killed server leaves its region socket (the server's default place).
+      const char* dir = std::getenv("XDG_RUNTIME_DIR");
+      std::error_code ignored;
+      std::filesystem::remove(std::string(dir && *dir ? dir : "/tmp") + "/imgstat-" + std::to_string(pid_) +
+                                  "-regions.sock",
+                              ignored);
     }
     std::filesystem::remove(log_);
   }
