@@ -297,7 +297,9 @@ TEST_F(Integration, ClientShowsProgressOnATerminalOnly) {
     for (int i = 0; i < 80; ++i) out.write(block.data(), static_cast<std::streamsize>(block.size()));
   }
   const std::string typescript = temp_path("typescript");
-  const std::string command = client_bin() + " --server " + server_->address() + " --stats min_max --raw 8192x10240x1:uint8 " + raw;
+  // Over the socket (a file this large would go to a server on this host in shared memory).
+  const std::string command =
+      client_bin() + " --server " + server_->address() + " --no-shm --stats min_max --raw 8192x10240x1:uint8 " + raw;
   const ProcessResult r = run_process({"/usr/bin/script", "-qec", command, typescript}, 120);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   std::ifstream in(typescript);
@@ -395,14 +397,19 @@ TEST_F(Integration, UploadsAboveTheMessageLimitAreStreamed) {
   ASSERT_GT(std::filesystem::file_size(png), kMessageLimit);
 
   for (const auto& args : std::vector<std::vector<std::string>>{{"--raw", "1024x1536x1:uint16", raw}, {png}}) {
-    std::vector<std::string> remote_args = {"--json"}, local_args = {"--json", "--local"};
+    // Over the socket, in a region, and in-process: one answer.
+    std::vector<std::string> remote_args = {"--json", "--no-shm"}, region_args = {"--json"},
+                             local_args = {"--json", "--local"};
     remote_args.insert(remote_args.end(), args.begin(), args.end());
+    region_args.insert(region_args.end(), args.begin(), args.end());
     local_args.insert(local_args.end(), args.begin(), args.end());
-    const ProcessResult remote = client(remote_args), local = client(local_args);
+    const ProcessResult remote = client(remote_args), region = client(region_args), local = client(local_args);
     ASSERT_EQ(remote.code, 0) << remote.err;
+    ASSERT_EQ(region.code, 0) << region.err;
     ASSERT_EQ(local.code, 0) << local.err;
-    json a = json_lines(remote.out).at(0), b = json_lines(local.out).at(0);
+    json a = json_lines(remote.out).at(0), b = json_lines(local.out).at(0), c = json_lines(region.out).at(0);
     EXPECT_EQ(a["channels"], b["channels"]);
+    EXPECT_EQ(a["channels"], c["channels"]);
   }
   // The server logged them as streamed uploads.
   EXPECT_NE(server_->log().find("AnalyzeStream"), std::string::npos);
