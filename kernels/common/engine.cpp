@@ -81,6 +81,8 @@ void validate(const Layout& layout, const StatsRequest& request) {
     if (!(p >= 0 && p <= 100)) invalid("percentiles must be 0 to 100, got " + std::to_string(p));
 }
 
+std::shared_ptr<void> Engine::pin_host_memory(const void*, size_t) { return nullptr; }
+
 Result Engine::analyze_device(const DeviceImageView&, const StatsRequest&) {
   fail(ErrorCode::kFailedPrecondition, "the " + info().kind + " engine does not take images in GPU memory");
 }

@@ -37,6 +37,9 @@ class FallbackEngine final : public Engine {
   bool takes_device_images() const override { return !lost_ && primary_->takes_device_images(); }
   EngineUsage usage() const override;
   Result analyze_device(const DeviceImageView& image, const StatsRequest& request) override;
+  std::shared_ptr<void> pin_host_memory(const void* data, size_t bytes) override {
+    return lost_ ? nullptr : primary_->pin_host_memory(data, bytes);
+  }
 
   // For FallbackStream: what the primary's failure means, told once.
   void primary_failed(const Error& e);

@@ -353,6 +353,20 @@ class CudaEngine final : public Engine {
 
   bool takes_device_images() const override { return !device_lost(); }
 
+  std::shared_ptr<void> pin_host_memory(const void* data, size_t bytes) override {
+    if (device_lost() || cudaSetDevice(options_.device) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    // Read-only: the pages are mapped PROT_READ, and the GPU only reads them.
+    void* p = const_cast<void*>(data);
+    if (cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly) != cudaSuccess) {
+      cudaGetLastError();  // not sticky: the memory is staged as any other
+      return nullptr;
+    }
+    return std::shared_ptr<void>(p, [](void* q) { IMGSTAT_CUDA_REPORT(cudaHostUnregister(q)); });
+  }
+
   Result analyze_device(const DeviceImageView& image, const StatsRequest& request) override {
     validate(image.layout, request);
     if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");

@@ -51,7 +51,10 @@ class Region {
          const uint8_t* data, uint64_t size)
       : id(std::move(id)), name(std::move(name)), owner(std::move(owner)), session(session), map_(map),
         map_size_(map_size), data(data), size(size) {}
-  ~Region() { munmap(map_, map_size_); }
+  ~Region() {
+    pinned.reset();  // unregistered from the GPU before the pages go
+    munmap(map_, map_size_);
+  }
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
 
@@ -60,6 +63,7 @@ class Region {
     r.set_region_id(id);
     r.set_name(name);
     r.set_size(size);
+    r.set_pinned(pinned != nullptr);
     return r;
   }
 
@@ -73,6 +77,10 @@ class Region {
  public:
   const uint8_t* const data;
   const uint64_t size;
+  std::shared_ptr<void> pinned;  // the engine's page-lock, when it took one
+
+  void* map() const { return map_; }
+  size_t map_size() const { return map_size_; }
 };
 
 struct RegionTable::Ticket {
@@ -82,7 +90,7 @@ struct RegionTable::Ticket {
   Clock::time_point expires;
 };
 
-RegionTable::RegionTable(const Limits& limits) : limits_(limits) {}
+RegionTable::RegionTable(const Limits& limits, Pin pin) : limits_(limits), pin_(std::move(pin)) {}
 RegionTable::~RegionTable() = default;
 
 uint64_t RegionTable::open_session() {
@@ -191,6 +199,7 @@ v1::Region RegionTable::register_region(const v1::RegisterRegionRequest& request
   if (map == MAP_FAILED) fail(ErrorCode::kInvalidArgument, std::string("the descriptor cannot be mapped: ") + strerror(errno));
   auto region = std::make_shared<Region>(random_id("r-"), request.name().substr(0, kMaxLoggedNameBytes), owner,
                                          ticket->session, map, map_size, static_cast<const uint8_t*>(map) + skip, size);
+  if (pin_) region->pinned = pin_(region->map(), region->map_size());  // seconds for tens of GiB: outside the lock
   std::lock_guard<std::mutex> lock(mu_);
   if (!sessions_.count(ticket->session))
     fail(ErrorCode::kFailedPrecondition, "the region socket connection that passed the descriptor has ended");

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,7 +38,10 @@ struct RegionBytes {
 
 class RegionTable {
  public:
-  explicit RegionTable(const Limits& limits);
+  // Page-locks a region's memory for an engine (Engine::pin_host_memory);
+  // null: nothing to do.
+  using Pin = std::function<std::shared_ptr<void>(const void* data, size_t bytes)>;
+  explicit RegionTable(const Limits& limits, Pin pin = {});
   ~RegionTable();
   RegionTable(const RegionTable&) = delete;
   RegionTable& operator=(const RegionTable&) = delete;
@@ -68,6 +72,7 @@ class RegionTable {
   void drop_expired_tickets();
 
   const Limits limits_;
+  const Pin pin_;
   mutable std::mutex mu_;
   uint64_t next_session_ = 1;
   std::set<uint64_t> sessions_;

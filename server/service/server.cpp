@@ -51,7 +51,9 @@ Server::Server(const ServerOptions& options, std::shared_ptr<Engine> engine, std
   if (options_.threads == 0) options_.threads = std::max(1u, std::thread::hardware_concurrency());
   options_.limits = resolve(options_.limits, options_.threads);
   std::shared_ptr<RegionTable> regions;
-  if (options_.region_socket != "off") regions = std::make_shared<RegionTable>(options_.limits);
+  if (options_.region_socket != "off")
+    regions = std::make_shared<RegionTable>(
+        options_.limits, [engine = engine_](const void* data, size_t bytes) { return engine->pin_host_memory(data, bytes); });
   analyzer_ = std::make_unique<Analyzer>(engine_, options_.limits, std::move(gpu_jpeg), regions);
   queue_ = std::make_unique<WorkQueue>(options_.threads, options_.limits.max_queue);
   if (!options_.metrics_listen.empty()) {

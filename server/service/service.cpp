@@ -122,31 +122,48 @@ grpc::ServerUnaryReactor* ImageStatsService::GetServerInfo(grpc::CallbackServerC
 
 namespace {
 
-// The region RPCs: quick (a table lookup, an mmap), answered in the reaction.
-grpc::ServerUnaryReactor* region_call(const char* method, grpc::CallbackServerContext* ctx, const CallEnv& env,
-                                      const std::function<void(RegionTable&, const CallContext&)>& fn) {
-  const auto started = Clock::now();
-  const CallContext call = call_context(ctx, env.auth);
-  const grpc::Status status = run_guarded([&] {
-    RegionTable* table = env.analyzer.regions();
+// The region RPCs, on a worker: registering page-locks the memory for the
+// GPU, which takes a while for large regions, and no reaction may block.
+class RegionReactor final : public grpc::ServerUnaryReactor {
+ public:
+  using Work = std::function<void(RegionTable&, const CallContext&)>;
+  RegionReactor(const char* method, grpc::CallbackServerContext* ctx, CallEnv& env, Work work)
+      : method_(method), ctx_(ctx), env_(env), call_(call_context(ctx, env.auth)), work_(std::move(work)) {
+    if (!env_.submit(call_, [this](const grpc::Status& why_not, Clock::duration) {
+          finish(why_not.ok() ? run_guarded([&] { run(); }) : why_not);
+        }))
+      finish(queue_full_status(env_.queue));
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void run() {
+    RegionTable* table = env_.analyzer.regions();
     if (!table) fail(ErrorCode::kFailedPrecondition, "this server offers no shared-memory regions (--region-socket off)");
-    if (!call.same_host)
+    if (!call_.same_host)
       fail(ErrorCode::kPermissionDenied, "regions are for callers on the server's own host (loopback or Unix socket)");
-    fn(*table, call);
-  });
-  log_request({method, take_request_id(ctx), ctx->peer(), call.caller, {}, 0, nullptr, status, 0, ms_since(started)});
-  env.call_ended(method, status, started);
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
-}
+    work_(*table, call_);
+  }
+  void finish(const grpc::Status& status) {
+    log_request({method_, take_request_id(ctx_), ctx_->peer(), call_.caller, {}, 0, nullptr, status, 0, ms_since(started_)});
+    env_.call_ended(method_, status, started_);
+    Finish(status);
+  }
+
+  const char* method_;
+  grpc::CallbackServerContext* ctx_;
+  CallEnv& env_;
+  const CallContext call_;
+  Work work_;
+  const Clock::time_point started_ = Clock::now();
+};
 
 }  // namespace
 
 grpc::ServerUnaryReactor* ImageStatsService::RegisterRegion(grpc::CallbackServerContext* ctx,
                                                              const v1::RegisterRegionRequest* request,
                                                              v1::Region* response) {
-  return region_call("RegisterRegion", ctx, env_, [&](RegionTable& table, const CallContext& call) {
+  return new RegionReactor("RegisterRegion", ctx, env_, [=](RegionTable& table, const CallContext& call) {
     *response = table.register_region(*request, call.caller);
   });
 }
@@ -154,7 +171,7 @@ grpc::ServerUnaryReactor* ImageStatsService::RegisterRegion(grpc::CallbackServer
 grpc::ServerUnaryReactor* ImageStatsService::ListRegions(grpc::CallbackServerContext* ctx,
                                                           const v1::ListRegionsRequest*,
                                                           v1::ListRegionsResponse* response) {
-  return region_call("ListRegions", ctx, env_, [&](RegionTable& table, const CallContext& call) {
+  return new RegionReactor("ListRegions", ctx, env_, [=](RegionTable& table, const CallContext& call) {
     for (v1::Region& r : table.list(call.caller)) *response->add_regions() = std::move(r);
   });
 }
@@ -162,7 +179,7 @@ grpc::ServerUnaryReactor* ImageStatsService::ListRegions(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* ImageStatsService::UnregisterRegion(grpc::CallbackServerContext* ctx,
                                                                const v1::UnregisterRegionRequest* request,
                                                                v1::UnregisterRegionResponse*) {
-  return region_call("UnregisterRegion", ctx, env_, [&](RegionTable& table, const CallContext& call) {
+  return new RegionReactor("UnregisterRegion", ctx, env_, [=](RegionTable& table, const CallContext& call) {
     table.unregister(request->region_id(), call.caller);
   });
 }

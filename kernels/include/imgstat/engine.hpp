@@ -191,6 +191,12 @@ class Engine {
   // engines without a GPU and kUnavailable when the GPU fails (the pixels
   // are then out of reach: the caller decodes again on the CPU).
   virtual Result analyze_device(const DeviceImageView& image, const StatsRequest& request);
+  // Host memory that stays put and is read often (a shared-memory region):
+  // a GPU engine page-locks it for DMA, read-only, so analyze() sends it at
+  // the pinned-copy rate without staging. The registration lasts while the
+  // returned handle lives; null where nothing was done (no GPU, or the
+  // driver refused: analyze() then stages the memory as any other).
+  virtual std::shared_ptr<void> pin_host_memory(const void* data, size_t bytes);
 };
 
 enum class EngineKind { kAuto, kCpu, kCuda };
