@@ -25,8 +25,11 @@ class RegionSocketClient {
   RegionSocketClient& operator=(const RegionSocketClient&) = delete;
 
   // Passes fd (the server keeps its own copy) and returns the ticket for
-  // RegisterRegion; throws std::runtime_error with the server's reason.
+  // RegisterRegion; throws std::runtime_error with the server's reason. A
+  // negative fd sends the byte alone.
   std::string pass(int fd);
+  // The connection's own ticket, for GPU regions (RegisterRegionRequest.cuda).
+  std::string connection_ticket() { return pass(-1); }
 
  private:
   int socket_ = -1;

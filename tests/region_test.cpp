@@ -298,18 +298,51 @@ TEST_F(Regions, BadReferencesAndDescriptorsGetClearErrorsAndTheServerServesOn) {
 }
 
 TEST_F(Regions, TheSocketAnswersWhatItCannotTakeAndClosingItDropsTheRegions) {
-  {  // a byte without a descriptor
+  {  // two descriptors on one byte
     const int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::strncpy(addr.sun_path, socket_path_.c_str(), sizeof(addr.sun_path) - 1);
     ASSERT_EQ(connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    ASSERT_EQ(send(s, "R", 1, MSG_NOSIGNAL), 1);
+    const int fds[2] = {memfd_with(random_bytes(10, 1), F_SEAL_SHRINK), memfd_with(random_bytes(10, 2), F_SEAL_SHRINK)};
+    char byte = 'R';
+    iovec iov{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(fds));
+    std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
+    ASSERT_EQ(sendmsg(s, &msg, MSG_NOSIGNAL), 1);
     char line[256] = {};
-    const ssize_t n = recv(s, line, sizeof(line) - 1, 0);
-    EXPECT_GT(n, 0);
+    EXPECT_GT(recv(s, line, sizeof(line) - 1, 0), 0);
     EXPECT_EQ(std::string(line).rfind("error ", 0), 0u) << line;
     close(s);
+    close(fds[0]);
+    close(fds[1]);
+  }
+  {  // a byte alone: the connection's own ticket, for GPU memory only
+    RegionSocketClient socket(socket_path_);
+    const std::string own = socket.connection_ticket();
+    EXPECT_EQ(own, socket.connection_ticket());
+    v1::Region region;
+    EXPECT_EQ(me_->register_region(own, &region).error_code(), grpc::StatusCode::NOT_FOUND);
+    grpc::ClientContext ctx;
+    me_->prepare(ctx);
+    v1::RegisterRegionRequest r;
+    r.set_ticket(own);
+    r.mutable_cuda()->set_handle(std::string(64, '\0'));
+    r.mutable_cuda()->set_size(1024);
+    const grpc::Status s = stub_->RegisterRegion(&ctx, r, &region);
+    // The CPU engine reads no GPU memory; the CUDA engine cannot open a zero handle.
+    EXPECT_TRUE(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+                s.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+        << s.error_message();
   }
   std::string id;
   {

@@ -83,6 +83,10 @@ void validate(const Layout& layout, const StatsRequest& request) {
 
 std::shared_ptr<void> Engine::pin_host_memory(const void*, size_t) { return nullptr; }
 
+std::shared_ptr<void> Engine::open_ipc_memory(const std::string&, uint64_t) {
+  fail(ErrorCode::kFailedPrecondition, "the " + info().kind + " engine cannot read GPU memory (CUDA IPC regions)");
+}
+
 Result Engine::analyze_device(const DeviceImageView&, const StatsRequest&) {
   fail(ErrorCode::kFailedPrecondition, "the " + info().kind + " engine does not take images in GPU memory");
 }

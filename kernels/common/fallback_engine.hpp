@@ -40,6 +40,10 @@ class FallbackEngine final : public Engine {
   std::shared_ptr<void> pin_host_memory(const void* data, size_t bytes) override {
     return lost_ ? nullptr : primary_->pin_host_memory(data, bytes);
   }
+  std::shared_ptr<void> open_ipc_memory(const std::string& handle, uint64_t bytes) override {
+    if (lost_) fail(ErrorCode::kUnavailable, "the GPU was lost: GPU memory cannot be read");
+    return primary_->open_ipc_memory(handle, bytes);
+  }
 
   // For FallbackStream: what the primary's failure means, told once.
   void primary_failed(const Error& e);

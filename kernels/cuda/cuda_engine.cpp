@@ -177,6 +177,29 @@ struct Workspace {
   }
 };
 
+// Bytes from p to the end of the device allocation holding it, from the
+// driver (cuMemGetAddressRange, reached through the runtime: no libcuda link).
+uint64_t allocation_bytes(const void* p) {
+  using Fn = int (*)(unsigned long long* base, size_t* size, unsigned long long ptr);
+  static const Fn range = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return Fn(nullptr);
+    }
+    return reinterpret_cast<Fn>(f);
+  }();
+  if (!range) fail(ErrorCode::kInternal, "the driver does not give cuMemGetAddressRange");
+  unsigned long long base = 0;
+  size_t size = 0;
+  const auto at = static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(p));
+  if (range(&base, &size, at) != 0 || at < base || at - base > size)
+    fail(ErrorCode::kInvalidArgument, "the driver knows no allocation at the CUDA IPC handle's address");
+  return base + size - at;
+}
+
 bool is_pinned(const void* p) {
   cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
@@ -367,14 +390,50 @@ class CudaEngine final : public Engine {
     return std::shared_ptr<void>(p, [](void* q) { IMGSTAT_CUDA_REPORT(cudaHostUnregister(q)); });
   }
 
-  Result analyze_device(const DeviceImageView& image, const StatsRequest& request) override {
-    validate(image.layout, request);
-    if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
-    if (image.layout.row_stride != 0 && image.layout.row_stride != image.layout.row_bytes())
-      fail(ErrorCode::kInvalidArgument, "device images must be packed");
-    if (reinterpret_cast<uintptr_t>(image.data) % 16 != 0)
-      fail(ErrorCode::kInvalidArgument, "device images must start 16-byte aligned");
+  std::shared_ptr<void> open_ipc_memory(const std::string& handle, uint64_t bytes) override {
+    cudaIpcMemHandle_t h;
+    if (handle.size() != sizeof(h))
+      fail(ErrorCode::kInvalidArgument, "a CUDA IPC memory handle is " + std::to_string(sizeof(h)) + " bytes, not " +
+                                            std::to_string(handle.size()));
+    std::memcpy(&h, handle.data(), sizeof(h));
+    if (device_lost()) fail(ErrorCode::kUnavailable, "the GPU was lost");
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
+    void* p = nullptr;
+    const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // a bad handle is the caller's, not a fault of the device
+      fail(ErrorCode::kInvalidArgument, std::string("the CUDA IPC handle cannot be opened on device ") +
+                                            std::to_string(options_.device) + ": " + cudaGetErrorString(e));
+    }
+    std::shared_ptr<void> opened(p, [](void* q) { IMGSTAT_CUDA_REPORT(cudaIpcCloseMemHandle(q)); });
+    // The caller says how large it is; the driver knows. Reading past the
+    // allocation would fault the device for every caller.
+    const uint64_t held = allocation_bytes(p);
+    if (bytes > held)
+      fail(ErrorCode::kInvalidArgument, "the CUDA allocation holds " + std::to_string(held) + " bytes, not the " +
+                                            std::to_string(bytes) + " declared");
+    return opened;
+  }
+
+  Result analyze_device(const DeviceImageView& given, const StatsRequest& request) override {
+    validate(given.layout, request);
+    if (!given.data) fail(ErrorCode::kInvalidArgument, "image data is null");
+    IMGSTAT_CUDA(cudaSetDevice(options_.device));
+    // Padded rows, or a start the vector loads cannot take (a region's
+    // offset): packed into a buffer of the engine's first, device to device.
+    std::unique_ptr<DeviceBuffer> packed;
+    DeviceImageView image = given;
+    if ((given.layout.row_stride != 0 && given.layout.row_stride != given.layout.row_bytes()) ||
+        reinterpret_cast<uintptr_t>(given.data) % 16 != 0) {
+      image.layout.row_stride = 0;
+      packed = std::make_unique<DeviceBuffer>(budget_, image.layout.pixels() * image.layout.pixel_bytes(),
+                                              "a packed copy of a device image");
+      IMGSTAT_CUDA(cudaMemcpy2DAsync(packed->data(), image.layout.row_bytes(), given.data, given.layout.stride(),
+                                     image.layout.row_bytes(), image.layout.height, cudaMemcpyDeviceToDevice,
+                                     cudaStreamPerThread));
+      IMGSTAT_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
+      image.data = packed->data();
+    }
     Result result;
     {
       GpuAnalysis analysis(*this, image.layout, request, kDeviceImageWait);

@@ -270,8 +270,12 @@ Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const CallContex
   out.region = regions_->resolve(input.region(), call.caller);
   if (kind_of(input) == v1::INPUT_KIND_ENCODED && out.region.size > static_cast<uint64_t>(INT32_MAX))
     fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
+  if (out.region.on_device && kind_of(input) == v1::INPUT_KIND_ENCODED)
+    fail(ErrorCode::kInvalidArgument, "encoded images are decoded from host memory: put the file in a memfd region, "
+                                      "not GPU memory");
   out.data = out.region.data;
   out.bytes = static_cast<size_t>(out.region.size);
+  out.on_device = out.region.on_device;
   return out;
 }
 
@@ -337,7 +341,9 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
     }
   }
   const auto t1 = Clock::now();
-  const Result result = engine_->analyze(view, with_rgb(stats_request, d.order));
+  const Result result = data.on_device
+                            ? engine_->analyze_device(DeviceImageView{view.data, view.layout}, with_rgb(stats_request, d.order))
+                            : engine_->analyze(view, with_rgb(stats_request, d.order));
   const auto t2 = Clock::now();
   fill_response(r, d, result, stats_request);
   if (kind_of(input) == v1::INPUT_KIND_ENCODED) fill_facts(r, bytes, data.size(), d.layout);

@@ -70,6 +70,7 @@ class Analyzer {
   struct InputBytes {
     const uint8_t* data = nullptr;
     size_t bytes = 0;
+    bool on_device = false;  // in a GPU region: data is a device address
     RegionBytes region;
     size_t size() const { return bytes; }
     bool empty() const { return bytes == 0; }

@@ -47,14 +47,11 @@ struct Descriptor {
 
 class Region {
  public:
-  Region(std::string id, std::string name, std::string owner, uint64_t session, void* map, size_t map_size,
-         const uint8_t* data, uint64_t size)
-      : id(std::move(id)), name(std::move(name)), owner(std::move(owner)), session(session), map_(map),
-        map_size_(map_size), data(data), size(size) {}
-  ~Region() {
-    pinned.reset();  // unregistered from the GPU before the pages go
-    munmap(map_, map_size_);
-  }
+  // memory's deleter unmaps the host pages or closes the CUDA IPC handle.
+  Region(std::string id, std::string name, std::string owner, uint64_t session, std::shared_ptr<void> memory,
+         const uint8_t* data, uint64_t size, bool on_device)
+      : id(std::move(id)), name(std::move(name)), owner(std::move(owner)), session(session),
+        memory(std::move(memory)), data(data), size(size), on_device(on_device) {}
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
 
@@ -64,23 +61,19 @@ class Region {
     r.set_name(name);
     r.set_size(size);
     r.set_pinned(pinned != nullptr);
+    r.set_on_device(on_device);
     return r;
   }
 
   const std::string id, name, owner;
   const uint64_t session;
-
- private:
-  void* map_;
-  size_t map_size_;
-
- public:
+  const std::shared_ptr<void> memory;
   const uint8_t* const data;
   const uint64_t size;
-  std::shared_ptr<void> pinned;  // the engine's page-lock, when it took one
-
-  void* map() const { return map_; }
-  size_t map_size() const { return map_size_; }
+  const bool on_device;
+  // The engine's page-lock, when it took one; declared last, so it is
+  // released before the pages it locks go.
+  std::shared_ptr<void> pinned;
 };
 
 struct RegionTable::Ticket {
@@ -90,7 +83,8 @@ struct RegionTable::Ticket {
   Clock::time_point expires;
 };
 
-RegionTable::RegionTable(const Limits& limits, Pin pin) : limits_(limits), pin_(std::move(pin)) {}
+RegionTable::RegionTable(const Limits& limits, Pin pin, OpenIpc open_ipc)
+    : limits_(limits), pin_(std::move(pin)), open_ipc_(std::move(open_ipc)) {}
 RegionTable::~RegionTable() = default;
 
 uint64_t RegionTable::open_session() {
@@ -99,8 +93,16 @@ uint64_t RegionTable::open_session() {
     fail(ErrorCode::kResourceExhausted, std::to_string(sessions_.size()) +
                                             " region socket connections are open, the limit (--max-region-connections)");
   const uint64_t id = next_session_++;
-  sessions_.insert(id);
+  sessions_[id];
   return id;
+}
+
+std::string RegionTable::session_ticket(uint64_t session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) fail(ErrorCode::kFailedPrecondition, "the region socket connection has ended");
+  if (it->second.empty()) it->second = random_id("s-");
+  return it->second;
 }
 
 std::string RegionTable::deposit(uint64_t session, int raw_fd) {
@@ -160,7 +162,32 @@ void RegionTable::drop_expired_tickets() {
   for (auto it = tickets_.begin(); it != tickets_.end();) it = it->second->expires <= now ? tickets_.erase(it) : ++it;
 }
 
+void RegionTable::check_room(const std::string& owner, uint64_t size) const {
+  const auto it = owners_.find(owner);
+  const Owner o = it == owners_.end() ? Owner{} : it->second;
+  if (o.regions >= limits_.max_regions)
+    fail(ErrorCode::kResourceExhausted,
+         "the caller holds " + std::to_string(o.regions) + " regions, the limit (--max-regions)");
+  if (size > limits_.max_region_bytes - std::min(limits_.max_region_bytes, o.bytes))
+    fail(ErrorCode::kResourceExhausted, "the caller's regions would span " + mib(o.bytes + size) + ", over " +
+                                            mib(limits_.max_region_bytes) + " (--max-region-bytes)");
+}
+
+v1::Region RegionTable::admit(std::shared_ptr<Region> region) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!sessions_.count(region->session))
+    fail(ErrorCode::kFailedPrecondition, "the region socket connection that passed it has ended");
+  // Counted again: another registration of the same owner may have come in between.
+  check_room(region->owner, region->size);
+  Owner& o = owners_[region->owner];
+  o.regions += 1;
+  o.bytes += region->size;
+  regions_[region->id] = region;
+  return region->describe();
+}
+
 v1::Region RegionTable::register_region(const v1::RegisterRegionRequest& request, const std::string& owner) {
+  if (request.has_cuda()) return register_device(request, owner);
   std::unique_ptr<Ticket> ticket;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -184,33 +211,37 @@ v1::Region RegionTable::register_region(const v1::RegisterRegionRequest& request
   if (size > SIZE_MAX / 2) fail(ErrorCode::kInvalidArgument, "the region is too large to map");
   {  // the owner's room, checked before mapping
     std::lock_guard<std::mutex> lock(mu_);
-    const Owner& o = owners_[owner];
-    if (o.regions >= limits_.max_regions)
-      fail(ErrorCode::kResourceExhausted,
-           "the caller holds " + std::to_string(o.regions) + " regions, the limit (--max-regions)");
-    if (size > limits_.max_region_bytes - std::min(limits_.max_region_bytes, o.bytes))
-      fail(ErrorCode::kResourceExhausted, "the caller's regions would span " + mib(o.bytes + size) + ", over " +
-                                              mib(limits_.max_region_bytes) + " (--max-region-bytes)");
+    check_room(owner, size);
   }
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t map_offset = offset / page * page, skip = offset - map_offset;
   const size_t map_size = static_cast<size_t>(skip + size);
   void* map = mmap(nullptr, map_size, PROT_READ, MAP_SHARED, ticket->fd->fd, static_cast<off_t>(map_offset));
   if (map == MAP_FAILED) fail(ErrorCode::kInvalidArgument, std::string("the descriptor cannot be mapped: ") + strerror(errno));
+  std::shared_ptr<void> memory(map, [map_size](void* p) { munmap(p, map_size); });
   auto region = std::make_shared<Region>(random_id("r-"), request.name().substr(0, kMaxLoggedNameBytes), owner,
-                                         ticket->session, map, map_size, static_cast<const uint8_t*>(map) + skip, size);
-  if (pin_) region->pinned = pin_(region->map(), region->map_size());  // seconds for tens of GiB: outside the lock
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!sessions_.count(ticket->session))
-    fail(ErrorCode::kFailedPrecondition, "the region socket connection that passed the descriptor has ended");
-  Owner& o = owners_[owner];
-  // Counted again: another registration of the same owner may have come in between.
-  if (o.regions >= limits_.max_regions || size > limits_.max_region_bytes - std::min(limits_.max_region_bytes, o.bytes))
-    fail(ErrorCode::kResourceExhausted, "the caller's regions reached their limits (--max-regions, --max-region-bytes)");
-  o.regions += 1;
-  o.bytes += size;
-  regions_[region->id] = region;
-  return region->describe();
+                                         ticket->session, memory, static_cast<const uint8_t*>(map) + skip, size, false);
+  if (pin_) region->pinned = pin_(map, map_size);  // a second or more for tens of GiB: outside the lock
+  return admit(std::move(region));
+}
+
+v1::Region RegionTable::register_device(const v1::RegisterRegionRequest& request, const std::string& owner) {
+  if (!open_ipc_) fail(ErrorCode::kFailedPrecondition, "this server's engine reads no GPU memory (CUDA IPC regions)");
+  uint64_t session = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [s, own] : sessions_)
+      if (!own.empty() && own == request.ticket()) session = s;
+    if (session == 0)
+      fail(ErrorCode::kNotFound, "no such connection ticket: a GPU region takes the ticket the region socket "
+                                 "answers to a byte sent without a descriptor, while that connection stays open");
+    check_room(owner, request.cuda().size());
+  }
+  if (request.cuda().size() == 0) fail(ErrorCode::kInvalidArgument, "a GPU region's size must be at least 1");
+  std::shared_ptr<void> memory = open_ipc_(request.cuda().handle(), request.cuda().size());
+  auto region = std::make_shared<Region>(random_id("r-"), request.name().substr(0, kMaxLoggedNameBytes), owner, session,
+                                         memory, static_cast<const uint8_t*>(memory.get()), request.cuda().size(), true);
+  return admit(std::move(region));
 }
 
 std::vector<v1::Region> RegionTable::list(const std::string& owner) const {
@@ -255,6 +286,7 @@ RegionBytes RegionTable::resolve(const v1::RegionRef& ref, const std::string& ow
   RegionBytes out;
   out.data = region->data + ref.offset();
   out.size = length;
+  out.on_device = region->on_device;
   out.region = std::move(region);
   return out;
 }

@@ -34,6 +34,7 @@ struct RegionBytes {
   std::shared_ptr<const Region> region;
   const uint8_t* data = nullptr;
   uint64_t size = 0;
+  bool on_device = false;  // data is a device address
 };
 
 class RegionTable {
@@ -41,7 +42,9 @@ class RegionTable {
   // Page-locks a region's memory for an engine (Engine::pin_host_memory);
   // null: nothing to do.
   using Pin = std::function<std::shared_ptr<void>(const void* data, size_t bytes)>;
-  explicit RegionTable(const Limits& limits, Pin pin = {});
+  // Opens a CUDA IPC handle (Engine::open_ipc_memory); null: no GPU regions.
+  using OpenIpc = std::function<std::shared_ptr<void>(const std::string& handle, uint64_t bytes)>;
+  explicit RegionTable(const Limits& limits, Pin pin = {}, OpenIpc open_ipc = {});
   ~RegionTable();
   RegionTable(const RegionTable&) = delete;
   RegionTable& operator=(const RegionTable&) = delete;
@@ -52,6 +55,8 @@ class RegionTable {
   // table owns fd from the call on, whatever happens. Throws imgstat::Error.
   uint64_t open_session();
   std::string deposit(uint64_t session, int fd);
+  // The session's own ticket, for GPU regions: one per session, reusable.
+  std::string session_ticket(uint64_t session);
   void close_session(uint64_t session);
 
   // The RPCs' side; owner is the caller's name ("" without tokens).
@@ -70,12 +75,17 @@ class RegionTable {
     uint64_t bytes = 0;
   };
   void drop_expired_tickets();
+  v1::Region register_device(const v1::RegisterRegionRequest& request, const std::string& owner);
+  // Counts the region against its owner's limits and adds it, or throws.
+  v1::Region admit(std::shared_ptr<Region> region);
+  void check_room(const std::string& owner, uint64_t size) const;
 
   const Limits limits_;
   const Pin pin_;
+  const OpenIpc open_ipc_;
   mutable std::mutex mu_;
   uint64_t next_session_ = 1;
-  std::set<uint64_t> sessions_;
+  std::map<uint64_t, std::string> sessions_;  // session -> its own ticket, once asked for
   std::map<std::string, std::unique_ptr<Ticket>> tickets_;
   std::map<std::string, std::shared_ptr<Region>> regions_;
   std::map<std::string, Owner> owners_;

@@ -147,12 +147,13 @@ void RegionSocket::loop() {
       }
       if (n < 0) continue;
       std::string line;
-      if (fds.size() != 1 || truncated) {
+      if (fds.size() > 1 || truncated) {
         close_all(fds);
-        line = "error send one descriptor (SCM_RIGHTS) with each byte, not " + std::to_string(fds.size()) + "\n";
+        line = "error send one descriptor (SCM_RIGHTS) with each byte, not several\n";
       } else {
         try {
-          line = "ok " + table_->deposit(sessions[fd], fds[0]) + "\n";
+          // A descriptor: a ticket for it. None: the connection's own ticket (GPU regions).
+          line = "ok " + (fds.empty() ? table_->session_ticket(sessions[fd]) : table_->deposit(sessions[fd], fds[0])) + "\n";
         } catch (const Error& e) {
           line = std::string("error ") + e.what() + "\n";
         }

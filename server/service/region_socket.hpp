@@ -5,7 +5,8 @@
 //
 // Protocol: the caller sends one byte with one descriptor attached; the
 // server answers one line, "ok TICKET" or "error MESSAGE", and the caller
-// registers the ticket with RegisterRegion. The connection is the regions'
+// registers the ticket with RegisterRegion. A byte without a descriptor gets
+// the connection's own ticket, which registers GPU memory (CUDA IPC). The connection is the regions'
 // lifetime: when it closes (the caller exits, say), the regions registered
 // with its tickets go. One thread serves every connection without blocking:
 // a caller that never reads its answers is disconnected.

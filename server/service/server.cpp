@@ -53,7 +53,9 @@ Server::Server(const ServerOptions& options, std::shared_ptr<Engine> engine, std
   std::shared_ptr<RegionTable> regions;
   if (options_.region_socket != "off")
     regions = std::make_shared<RegionTable>(
-        options_.limits, [engine = engine_](const void* data, size_t bytes) { return engine->pin_host_memory(data, bytes); });
+        options_.limits,
+        [engine = engine_](const void* data, size_t bytes) { return engine->pin_host_memory(data, bytes); },
+        [engine = engine_](const std::string& handle, uint64_t bytes) { return engine->open_ipc_memory(handle, bytes); });
   analyzer_ = std::make_unique<Analyzer>(engine_, options_.limits, std::move(gpu_jpeg), regions);
   queue_ = std::make_unique<WorkQueue>(options_.threads, options_.limits.max_queue);
   if (!options_.metrics_listen.empty()) {

@@ -197,6 +197,12 @@ class Engine {
   // returned handle lives; null where nothing was done (no GPU, or the
   // driver refused: analyze() then stages the memory as any other).
   virtual std::shared_ptr<void> pin_host_memory(const void* data, size_t bytes);
+  // Another process's GPU memory (a CUDA IPC memory handle of that
+  // process's cudaIpcGetMemHandle), opened on this engine's device and
+  // checked to hold at least `bytes`; get() is the device address, closed
+  // when the handle goes. Throws kInvalidArgument naming the driver's reason,
+  // kFailedPrecondition on engines without a GPU.
+  virtual std::shared_ptr<void> open_ipc_memory(const std::string& handle, uint64_t bytes);
 };
 
 enum class EngineKind { kAuto, kCpu, kCuda };
