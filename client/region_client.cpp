@@ -1,8 +1,6 @@
 #include "region_client.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -17,34 +15,6 @@ namespace {
 std::runtime_error system_error(const std::string& what) { return std::runtime_error(what + ": " + strerror(errno)); }
 
 }  // namespace
-
-int sealed_memfd_of_file(const std::string& path, uint64_t size) {
-  const int in = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) throw system_error(path);
-  const int fd = memfd_create("imgstat-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) {
-    close(in);
-    throw system_error("memfd_create");
-  }
-  try {
-    if (ftruncate(fd, static_cast<off_t>(size)) != 0) throw system_error("ftruncate");
-    off_t offset = 0;
-    while (static_cast<uint64_t>(offset) < size) {
-      const ssize_t n = sendfile(fd, in, &offset, static_cast<size_t>(size - static_cast<uint64_t>(offset)));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw system_error("copying " + path + " into shared memory");
-      if (n == 0) throw std::runtime_error(path + ": shorter than the " + std::to_string(size) + " bytes it had");
-    }
-    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
-      throw system_error("sealing the memfd");
-  } catch (...) {
-    close(in);
-    close(fd);
-    throw;
-  }
-  close(in);
-  return fd;
-}
 
 RegionSocketClient::RegionSocketClient(const std::string& path) {
   sockaddr_un addr{};

@@ -1,6 +1,6 @@
-// The caller's side of shared-memory regions (imgstat.v1 RegisterRegion): a
-// memfd sealed so that the server can map it safely, and the region socket
-// connection that passes it. The CLI and the C++ example use these.
+// The caller's side of shared-memory regions (imgstat.v1 RegisterRegion):
+// the region socket connection that passes descriptors (a sealed memfd the
+// server maps, or any file it reads). The CLI and the C++ example use it.
 #pragma once
 
 #include <cstdint>
@@ -8,11 +8,6 @@
 #include <string>
 
 namespace imgstat::client {
-
-// A memfd holding the file's bytes (copied by the kernel, not through this
-// process), sealed against shrinking, growing and writing. Throws
-// std::runtime_error. The caller closes it.
-int sealed_memfd_of_file(const std::string& path, uint64_t size);
 
 // A connection to the server's region socket (ServerInfo.region_socket).
 // The regions registered with its tickets live until it closes.

@@ -43,23 +43,37 @@ v1::RegionRef ref(const std::string& id, uint64_t offset, uint64_t length) {
   return r;
 }
 
-TEST(RegionTable, TakesOnlyMemfdsSealedAgainstShrinking) {
+TEST(RegionTable, SealedMemfdsAreMappedAndOtherFilesReadAsTheyAreThen) {
   RegionTable table(Limits{});
   const uint64_t s = table.open_session();
-  const std::vector<uint8_t> bytes = random_bytes(5000, 1);
-  // Unsealed: the caller could cut it short under the server's mapping.
-  EXPECT_EQ(code_of([&] { table.deposit(s, memfd_with(bytes, 0)); }), ErrorCode::kFailedPrecondition);
-  EXPECT_EQ(code_of([&] { table.deposit(s, memfd_with(bytes, F_SEAL_GROW | F_SEAL_WRITE)); }),
-            ErrorCode::kFailedPrecondition);
+  const std::vector<uint8_t> bytes = random_bytes(50000, 1);
   int pipe_fds[2];
   ASSERT_EQ(pipe(pipe_fds), 0);
   close(pipe_fds[1]);
   EXPECT_EQ(code_of([&] { table.deposit(s, pipe_fds[0]); }), ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of([&] { table.deposit(s, memfd_with({}, F_SEAL_SHRINK)); }), ErrorCode::kInvalidArgument);
   EXPECT_EQ(table.pending_tickets(), 0u);
-  const std::string ticket = table.deposit(s, memfd_with(bytes, F_SEAL_SHRINK));
-  EXPECT_EQ(table.pending_tickets(), 1u);
-  EXPECT_NE(ticket, table.deposit(s, memfd_with(bytes, F_SEAL_SHRINK)));
+  // Sealed against shrinking: mapped, read in place.
+  const v1::Region mapped = table.register_region(registration(table.deposit(s, memfd_with(bytes, F_SEAL_SHRINK))), "");
+  EXPECT_TRUE(mapped.mapped());
+  EXPECT_NE(table.resolve(ref(mapped.region_id(), 0, 0), "").data, nullptr);
+  // Unsealed (or sealed against growing and writing only): never mapped, read at each use.
+  for (int seals : {0, F_SEAL_GROW | F_SEAL_WRITE}) {
+    const int mine = memfd_with(bytes, seals);
+    const v1::Region read = table.register_region(registration(table.deposit(s, dup(mine)), 1000, 20000), "");
+    EXPECT_FALSE(read.mapped());
+    const RegionBytes b = table.resolve(ref(read.region_id(), 5, 100), "");
+    EXPECT_EQ(b.data, nullptr);
+    std::vector<uint8_t> got(100);
+    read_region(b, 0, 100, got.data());
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), bytes.begin() + 1005));
+    if (!(seals & F_SEAL_WRITE)) {
+      // Cut short by its owner mid-use: an error, not a SIGBUS.
+      ASSERT_EQ(ftruncate(mine, 1050), 0);
+      EXPECT_EQ(code_of([&] { read_region(b, 0, 100, got.data()); }), ErrorCode::kFailedPrecondition);
+    }
+    close(mine);
+  }
 }
 
 TEST(RegionTable, ReferencesAreCheckedAgainstTheRegionAndReadItsBytes) {

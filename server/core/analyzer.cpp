@@ -254,7 +254,15 @@ Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_pt
   configure_decoders(limits_.max_pixels);
 }
 
-Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const CallContext& call) const {
+namespace {
+// Raw pixels and bytes in a region that is read go to the engine in chunks,
+// unless a statistic needs the whole image (the luminance).
+bool streams_from_region(const v1::Input& input, const StatsRequest& stats) {
+  return kind_of(input) != v1::INPUT_KIND_ENCODED && !stats.luminance;
+}
+}  // namespace
+
+Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsRequest& stats, const CallContext& call) const {
   InputBytes out;
   if (!input.has_region()) {
     out.data = reinterpret_cast<const uint8_t*>(input.data().data());
@@ -276,13 +284,51 @@ Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const CallContex
   out.data = out.region.data;
   out.bytes = static_cast<size_t>(out.region.size);
   out.on_device = out.region.on_device;
+  if (out.region.fd >= 0 && !streams_from_region(input, stats)) {  // a file read, not mapped: whole, for the decoder or the luminance
+    const auto until = std::min(call.deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                                   std::chrono::duration<double>(limits_.queue_timeout_seconds)));
+    out.lease = budget_->acquire(out.region.size, "this region's encoded file", call, until);
+    out.owned.resize(static_cast<size_t>(out.region.size));
+    read_region(out.region, 0, out.region.size, reinterpret_cast<uint8_t*>(out.owned.data()));
+    out.data = reinterpret_cast<const uint8_t*>(out.owned.data());
+  }
   return out;
+}
+
+v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& request, const RegionBytes& region,
+                                                  const CallContext& call) const {
+  constexpr uint64_t kChunk = uint64_t{16} << 20;
+  v1::StreamHeader header;
+  *header.mutable_input() = request.input();
+  header.mutable_input()->clear_region();
+  *header.mutable_options() = request.options();
+  header.set_total_bytes(region.size);
+  if (region.size == 0) fail(ErrorCode::kInvalidArgument, "empty input: the region's part has no bytes");
+  std::unique_ptr<Upload> upload = begin_upload(header);
+  std::string buffers[2];
+  std::future<void> feeding;
+  WaitOnExit<void> drain{feeding};
+  int next = 0;
+  for (uint64_t at = 0; at < region.size; at += kChunk) {
+    std::string& b = buffers[next];
+    b.resize(static_cast<size_t>(std::min(kChunk, region.size - at)));
+    read_region(region, at, b.size(), reinterpret_cast<uint8_t*>(b.data()));
+    if (feeding.valid()) feeding.get();
+    call.check("while reading the region");
+    Upload* u = upload.get();
+    feeding = std::async(std::launch::async, [u, &b] { u->add(b); });
+    next ^= 1;
+  }
+  feeding.get();
+  return upload->finish(call);
 }
 
 v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const CallContext& call) const {
   const v1::Input& input = request.input();
   const StatsRequest stats_request = stats_request_of(request.options());
-  const InputBytes data = bytes_of(input, call);  // holds a region mapped until the engine is done
+  const InputBytes data = bytes_of(input, stats_request, call);  // holds a region mapped until the engine is done
+  if (data.region.fd >= 0 && streams_from_region(input, stats_request))
+    return analyze_read_region(request, data.region, call);
   const uint8_t* bytes = data.data;
   v1::AnalyzeResponse r;
   Described d;

@@ -72,10 +72,18 @@ class Analyzer {
     size_t bytes = 0;
     bool on_device = false;  // in a GPU region: data is a device address
     RegionBytes region;
+    // An encoded file (or pixels for the luminance) in a region that is
+    // read: its bytes, in the budget.
+    std::string owned;
+    MemoryBudget::Lease lease;
     size_t size() const { return bytes; }
     bool empty() const { return bytes == 0; }
   };
-  InputBytes bytes_of(const v1::Input& input, const CallContext& call) const;
+  InputBytes bytes_of(const v1::Input& input, const StatsRequest& stats, const CallContext& call) const;
+  // Raw pixels or bytes in a region that is read (not mapped): to the engine
+  // a chunk at a time, the next read while the last is computed.
+  v1::AnalyzeResponse analyze_read_region(const v1::AnalyzeRequest& request, const RegionBytes& region,
+                                          const CallContext& call) const;
 
   // The GPU path for one JPEG; false (with *why) when it should go to the CPU.
   // *check keeps libjpeg's check pass for the CPU path to reuse.

@@ -47,11 +47,12 @@ struct Descriptor {
 
 class Region {
  public:
-  // memory's deleter unmaps the host pages or closes the CUDA IPC handle.
+  // memory's deleter unmaps the host pages, closes the CUDA IPC handle, or
+  // closes the descriptor of a region that is read (data null, fd set).
   Region(std::string id, std::string name, std::string owner, uint64_t session, std::shared_ptr<void> memory,
-         const uint8_t* data, uint64_t size, bool on_device)
+         const uint8_t* data, uint64_t size, bool on_device, int fd = -1, uint64_t file_offset = 0)
       : id(std::move(id)), name(std::move(name)), owner(std::move(owner)), session(session),
-        memory(std::move(memory)), data(data), size(size), on_device(on_device) {}
+        memory(std::move(memory)), data(data), size(size), on_device(on_device), fd(fd), file_offset(file_offset) {}
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
 
@@ -62,6 +63,7 @@ class Region {
     r.set_size(size);
     r.set_pinned(pinned != nullptr);
     r.set_on_device(on_device);
+    r.set_mapped(data != nullptr && !on_device);
     return r;
   }
 
@@ -71,6 +73,8 @@ class Region {
   const uint8_t* const data;
   const uint64_t size;
   const bool on_device;
+  const int fd;
+  const uint64_t file_offset;
   // The engine's page-lock, when it took one; declared last, so it is
   // released before the pages it locks go.
   std::shared_ptr<void> pinned;
@@ -80,8 +84,23 @@ struct RegionTable::Ticket {
   uint64_t session;
   std::unique_ptr<Descriptor> fd;
   uint64_t file_size;
+  bool sealed;  // against shrinking: mapped; else read at each use
   Clock::time_point expires;
 };
+
+void read_region(const RegionBytes& bytes, uint64_t at, uint64_t n, uint8_t* out) {
+  uint64_t done = 0;
+  while (done < n) {
+    const ssize_t got = pread(bytes.fd, out + done, static_cast<size_t>(std::min<uint64_t>(n - done, uint64_t{1} << 30)),
+                              static_cast<off_t>(bytes.offset + at + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) fail(ErrorCode::kFailedPrecondition, std::string("the region's file cannot be read: ") + strerror(errno));
+    if (got == 0)
+      fail(ErrorCode::kFailedPrecondition, "the region's file was cut short while it was read: it ends before byte " +
+                                               std::to_string(bytes.offset + at + done) + " of the region");
+    done += static_cast<uint64_t>(got);
+  }
+}
 
 RegionTable::RegionTable(const Limits& limits, Pin pin, OpenIpc open_ipc)
     : limits_(limits), pin_(std::move(pin)), open_ipc_(std::move(open_ipc)) {}
@@ -110,11 +129,11 @@ std::string RegionTable::deposit(uint64_t session, int raw_fd) {
   struct stat st;
   if (fstat(fd->fd, &st) != 0 || !S_ISREG(st.st_mode))
     fail(ErrorCode::kInvalidArgument, "the descriptor is not a regular file: pass a memfd (memfd_create)");
+  const int flags = fcntl(fd->fd, F_GETFL);
+  if (flags < 0 || (flags & O_ACCMODE) == O_WRONLY)
+    fail(ErrorCode::kInvalidArgument, "the descriptor is open for writing only: the server cannot read it");
   const int seals = fcntl(fd->fd, F_GET_SEALS);
-  if (seals < 0 || !(seals & F_SEAL_SHRINK))
-    fail(ErrorCode::kFailedPrecondition,
-         "the descriptor is not sealed against shrinking: create it with memfd_create(MFD_ALLOW_SEALING) and "
-         "fcntl(F_ADD_SEALS, F_SEAL_SHRINK), so that it cannot be cut short while the server reads it");
+  const bool sealed = seals >= 0 && (seals & F_SEAL_SHRINK);
   if (st.st_size <= 0) fail(ErrorCode::kInvalidArgument, "the descriptor's file is empty");
   std::lock_guard<std::mutex> lock(mu_);
   drop_expired_tickets();
@@ -127,7 +146,7 @@ std::string RegionTable::deposit(uint64_t session, int raw_fd) {
                                             "let them expire first");
   std::string ticket = random_id("t-");
   tickets_[ticket] = std::make_unique<Ticket>(
-      Ticket{session, std::move(fd), static_cast<uint64_t>(st.st_size), Clock::now() + kTicketLifetime});
+      Ticket{session, std::move(fd), static_cast<uint64_t>(st.st_size), sealed, Clock::now() + kTicketLifetime});
   return ticket;
 }
 
@@ -213,6 +232,13 @@ v1::Region RegionTable::register_region(const v1::RegisterRegionRequest& request
     std::lock_guard<std::mutex> lock(mu_);
     check_room(owner, size);
   }
+  if (!ticket->sealed) {  // read at each use: never mapped, so never a SIGBUS
+    const int fd = ticket->fd->fd;
+    ticket->fd->fd = -1;
+    std::shared_ptr<void> memory(nullptr, [fd](void*) { close(fd); });
+    return admit(std::make_shared<Region>(random_id("r-"), request.name().substr(0, kMaxLoggedNameBytes), owner,
+                                          ticket->session, memory, nullptr, size, false, fd, offset));
+  }
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t map_offset = offset / page * page, skip = offset - map_offset;
   const size_t map_size = static_cast<size_t>(skip + size);
@@ -284,9 +310,11 @@ RegionBytes RegionTable::resolve(const v1::RegionRef& ref, const std::string& ow
                                           std::to_string(length) + " is past the region's " +
                                           std::to_string(region->size) + " bytes");
   RegionBytes out;
-  out.data = region->data + ref.offset();
+  out.data = region->data ? region->data + ref.offset() : nullptr;
   out.size = length;
   out.on_device = region->on_device;
+  out.fd = region->fd;
+  out.offset = region->file_offset + ref.offset();
   out.region = std::move(region);
   return out;
 }

@@ -1,12 +1,13 @@
 // Shared memory that callers on the same host register once and then name in
 // their inputs, so the bytes reach the decoder or the engine without a copy.
 //
-// Safety: the only memory taken is a memfd sealed against shrinking
-// (F_SEAL_SHRINK), mapped read-only. A mapping of a file that shrinks under
-// it raises SIGBUS on the next read, and a caller could do that mid-call;
-// the seal makes the kernel refuse it instead. Writing into the memory stays
-// possible (a caller reuses its buffers), so a caller that writes while a
-// call reads gets statistics of a mix, never a crash. Regions have an owner
+// Safety: only a memfd sealed against shrinking (F_SEAL_SHRINK) is mapped
+// (read-only, in place). A mapping of a file that shrinks under it raises
+// SIGBUS on the next read, and a caller could do that mid-call; the seal
+// makes the kernel refuse it instead. Any other regular file is never
+// mapped: each use reads it (pread), and a short read is an error. Writing
+// into the memory stays possible (a caller reuses its buffers), so a caller
+// that writes while a call reads gets statistics of a mix, never a crash. Regions have an owner
 // (the caller's name with tokens on, else everyone alike), limits per owner,
 // and a session: the region socket connection that passed the descriptor.
 // They go when unregistered, when the session ends, or with the table; calls
@@ -35,7 +36,15 @@ struct RegionBytes {
   const uint8_t* data = nullptr;
   uint64_t size = 0;
   bool on_device = false;  // data is a device address
+  // A region that is read, not mapped: data is null, and the bytes are
+  // [offset, offset + size) of this descriptor, read with read_region().
+  int fd = -1;
+  uint64_t offset = 0;
 };
+
+// Reads [at, at + n) of a read region's bytes into out; throws
+// kFailedPrecondition when the file has been cut short.
+void read_region(const RegionBytes& bytes, uint64_t at, uint64_t n, uint8_t* out);
 
 class RegionTable {
  public:
