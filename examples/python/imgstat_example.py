@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
 """Calling imgstat from Python: an encoded image in one call, a raw pixel
-buffer streamed in chunks, and many images on one batch call.
+buffer streamed in chunks, many images on one batch call, and, on the
+server's own host, a raw frame in shared memory (a region) that no socket
+carries.
 
 Generate the code once (Debian: python3-grpcio, protobuf-compiler-grpc):
     protoc -I proto --python_out=gen --grpc_python_out=gen \
         --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin proto/imgstat/v1/imgstat.proto
 then run with gen on the path:
     PYTHONPATH=gen python3 examples/python/imgstat_example.py localhost:50051 photo.png \
-        --raw frame.raw 4096x3072x1:uint16 --batch a.png b.jpg
+        --raw frame.raw 4096x3072x1:uint16 --batch a.png b.jpg --region frame.raw 4096x3072x1:uint16
 
 Prints one JSON object per answer, with the proto's field names.
 """
 import argparse
+import fcntl
 import json
 import os
+import socket
 import sys
 
 import grpc
@@ -71,6 +75,39 @@ def analyze_batch(stub, paths):
             yield path, answer.response, None
 
 
+def analyze_raw_in_region(stub, region_socket, path, layout):
+    """Same host: the frame in a sealed memfd, passed once over the server's
+    region socket, registered, then named by the call instead of sent."""
+    width, height, channels, sample_type = layout
+    fd = os.memfd_create("imgstat-frame", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        with open(path, "rb") as f:
+            view = memoryview(f.read())
+        while view:
+            view = view[os.write(fd, view):]
+        # Sealed against shrinking: the server maps it in place and no one can
+        # cut it short under that mapping. (Unsealed, the server reads it instead.)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+        # The connection is the region's lifetime: it stays open while the region is used.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(region_socket)
+            socket.send_fds(s, [b"R"], [fd])
+            answer = s.makefile("r").readline().strip()
+            if not answer.startswith("ok "):
+                raise RuntimeError(f"region socket: {answer}")
+            region = stub.RegisterRegion(pb.RegisterRegionRequest(ticket=answer[3:], name=path), timeout=60)
+            try:
+                raw = pb.RawLayout(width=width, height=height, channels=channels, sample_type=sample_type)
+                request = pb.AnalyzeRequest(input=pb.Input(kind=pb.INPUT_KIND_RAW, name=path, raw=raw,
+                                                           region=pb.RegionRef(region_id=region.region_id)),
+                                            options=OPTIONS)
+                return stub.Analyze(request, timeout=60)
+            finally:
+                stub.UnregisterRegion(pb.UnregisterRegionRequest(region_id=region.region_id), timeout=60)
+    finally:
+        os.close(fd)
+
+
 def parse_layout(spec):
     size, sample_type = spec.split(":")
     width, height, channels = (int(v) for v in size.split("x"))
@@ -102,6 +139,8 @@ def main():
     parser.add_argument("image")
     parser.add_argument("--raw", nargs=2, metavar=("FILE", "WxHxC:TYPE"))
     parser.add_argument("--batch", nargs="*", default=[])
+    parser.add_argument("--region", nargs=2, metavar=("FILE", "WxHxC:TYPE"),
+                        help="a raw frame through shared memory (the server must be on this host)")
     args = parser.parse_args()
     # Responses carry histograms (up to 65536 bins per channel): allow large ones.
     channel = grpc.insecure_channel(args.server, options=[("grpc.max_receive_message_length", 64 << 20)])
@@ -114,6 +153,13 @@ def main():
         for path, response, error in analyze_batch(stub, args.batch):
             failed |= error is not None
             emit("AnalyzeBatch", path, response, error)
+        if args.region:
+            info = stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=60)
+            if not info.region_socket:
+                print("imgstat: this server offers no regions", file=sys.stderr)
+                return 1
+            emit("AnalyzeRegion", args.region[0],
+                 analyze_raw_in_region(stub, info.region_socket, args.region[0], parse_layout(args.region[1])))
     except grpc.RpcError as e:
         print(f"imgstat: {e.code().name}: {e.details()}", file=sys.stderr)
         return 1

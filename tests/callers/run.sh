@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's callers from other services, each against a live server:
-#   run.sh python|node|shell SERVER_BIN CLIENT_BIN WORK_DIR
+#   run.sh python|node|shell|cpp SERVER_BIN CLIENT_BIN WORK_DIR
 # Each caller analyzes an encoded image (one call), a raw buffer (streamed)
 # and a batch with one bad file; check.py holds every number it got to
 # imgstat-client --local --json on the same inputs. Exit 77 (skipped)
@@ -39,7 +39,8 @@ case "$lang" in
     (cd "$repo" && protoc -I proto --python_out="$work/gen" --grpc_python_out="$work/gen" \
       --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin proto/imgstat/v1/imgstat.proto)
     PYTHONPATH=$work/gen $python "$repo/examples/python/imgstat_example.py" "$address" "$image" \
-      --raw "$out/frame.raw" "$layout" --batch "${batch[@]}" >"$out/answers.jsonl" || [ $? -eq 1 ]
+      --raw "$out/frame.raw" "$layout" --batch "${batch[@]}" --region "$out/frame.raw" "$layout" \
+      >"$out/answers.jsonl" || [ $? -eq 1 ]
     ;;
   node)
     # npm install once per build folder; the example runs from there.
@@ -59,6 +60,10 @@ case "$lang" in
       grep -q "gRPC status 3: PNG: could not decode" "$out/error.txt" || { cat "$out/error.txt"; exit 1; }
     } >"$out/answers.txt"
     ;;
+  cpp)
+    # Built with the project (examples/cpp): an encoded image, a raw frame through a region.
+    "${IMGSTAT_CPP_EXAMPLE:?no C++ example built}" "$address" "$image" "$out/frame.raw" "$layout" >"$out/answers.jsonl"
+    ;;
   *) echo "unknown caller $lang"; exit 2 ;;
 esac
 
@@ -69,8 +74,14 @@ opts=(--local --json --stats all --percentiles 1,99)
   "$client_bin" "${opts[@]}" --raw "$layout" "$out/frame.raw"
   "$client_bin" "${opts[@]}" "${batch[@]}" || true
 } >"$out/want.jsonl" 2>/dev/null
+# The calls each caller must have answered from.
+case "$lang" in
+  python) methods=Analyze,AnalyzeStream,AnalyzeBatch,AnalyzeRegion ;;
+  cpp) methods=Analyze,AnalyzeRegion ;;
+  *) methods=Analyze,AnalyzeStream,AnalyzeBatch ;;
+esac
 if [ "$lang" = shell ]; then
   $python "$here/check.py" shell "$out/answers.txt" "$out/want.jsonl"
 else
-  $python "$here/check.py" json "$out/answers.jsonl" "$out/want.jsonl"
+  $python "$here/check.py" json "$out/answers.jsonl" "$out/want.jsonl" "$methods"
 fi
