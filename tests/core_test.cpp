@@ -91,11 +91,11 @@ TEST(RegionTable, ReferencesAreCheckedAgainstTheRegionAndReadItsBytes) {
   b = table.resolve(ref(region.region_id(), 11, 0), "");  // to the end
   EXPECT_EQ(b.size, 30000u);
   EXPECT_EQ(b.data[b.size - 1], bytes[5003 + 30010]);
-  for (const auto& [offset, length] : std::vector<std::pair<uint64_t, uint64_t>>{
+  for (const auto& bad : std::vector<std::pair<uint64_t, uint64_t>>{
            {30012, 0}, {30011, 1}, {1, 30011}, {1, UINT64_MAX}, {UINT64_MAX, 2}, {uint64_t{1} << 63, uint64_t{1} << 63}})
-    EXPECT_EQ(code_of([&] { table.resolve(ref(region.region_id(), offset, length), ""); }),
+    EXPECT_EQ(code_of([&] { table.resolve(ref(region.region_id(), bad.first, bad.second), ""); }),
               ErrorCode::kInvalidArgument)
-        << offset << " + " << length;
+        << bad.first << " + " << bad.second;
   EXPECT_EQ(code_of([&] { table.resolve(ref("r-nonesuch", 0, 1), ""); }), ErrorCode::kNotFound);
   // Registration's own bounds, each ticket good once.
   EXPECT_EQ(code_of([&] { table.register_region(registration(table.deposit(s, dup(mine)), 50000), ""); }),
