@@ -238,9 +238,9 @@ bool Remote::health(std::string* status) {
   return true;
 }
 
-Local::Local() {
+Local::Local(EngineKind kind) {
   EngineOptions options;
-  options.kind = EngineKind::kAuto;
+  options.kind = kind;
   Limits limits;
   limits.max_pixels = uint64_t{1} << 40;
   limits.max_input_bytes = UINT64_MAX;

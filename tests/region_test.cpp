@@ -496,6 +496,22 @@ TEST(RegionOwners, RegionsOffMeansNoSocketAndAClearRefusal) {
             grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+TEST(RegionOwners, AStoppingServerLetsGoOfItsRegionsAndRemovesItsSocket) {
+  ServerProcess server({"--engine", test_engine(), "--threads", "2"});
+  const std::string path = region_socket_of(server);
+  ASSERT_TRUE(std::filesystem::exists(path));
+  auto stub = stub_for(server.address());
+  RegionSocketClient socket(path);
+  const int fd = memfd_with(random_bytes(1 << 20, 15), F_SEAL_SHRINK);
+  v1::Region region;
+  ASSERT_TRUE(Caller(stub.get()).register_region(socket.pass(fd), &region).ok());
+  close(fd);
+  EXPECT_EQ(server.terminate(30), 0);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  // The connection the regions lived on is closed from the server's side.
+  EXPECT_THROW(socket.connection_ticket(), std::runtime_error);
+}
+
 TEST_F(Regions, TheClientPutsLargeFilesInARegionByItselfWithTheSameAnswers) {
   const std::string small = temp_path("small.raw"), large = temp_path("large.raw");
   {
