@@ -496,6 +496,49 @@ TEST(RegionOwners, RegionsOffMeansNoSocketAndAClearRefusal) {
             grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+TEST(RegionOwners, TheSocketBoundsItsConnectionsAndDropsOneThatNeverReads) {
+  ServerProcess server({"--engine", test_engine(), "--threads", "2", "--max-region-connections", "3"});
+  const std::string path = region_socket_of(server);
+  ASSERT_FALSE(path.empty());
+  std::vector<std::unique_ptr<RegionSocketClient>> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(std::make_unique<RegionSocketClient>(path));
+    held.back()->connection_ticket();
+  }
+  try {
+    RegionSocketClient one_too_many(path);
+    one_too_many.connection_ticket();
+    ADD_FAILURE() << "a fourth connection was served";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("--max-region-connections"), std::string::npos) << e.what();
+  }
+  // A caller that asks and never reads the answers: disconnected once its
+  // answers fill the socket, never waited for.
+  held.pop_back();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int flood = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(connect(flood, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string bytes(4096, 'R');
+  bool dropped = false;
+  for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       !dropped && std::chrono::steady_clock::now() < until;) {
+    if (send(flood, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT) >= 0) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    else dropped = true;  // EPIPE or ECONNRESET: the server hung up
+  }
+  close(flood);
+  EXPECT_TRUE(dropped) << "the server still reads a caller that never reads its answers";
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Its place is free again, and the others were served throughout.
+  RegionSocketClient next(path);
+  EXPECT_FALSE(next.connection_ticket().empty());
+  EXPECT_FALSE(held[0]->connection_ticket().empty());
+  EXPECT_TRUE(server.alive());
+}
+
 TEST(RegionOwners, AStoppingServerLetsGoOfItsRegionsAndRemovesItsSocket) {
   ServerProcess server({"--engine", test_engine(), "--threads", "2"});
   const std::string path = region_socket_of(server);

@@ -18,6 +18,9 @@ using Clock = std::chrono::steady_clock;
 
 // A ticket not taken by RegisterRegion within this long is dropped with its descriptor.
 constexpr auto kTicketLifetime = std::chrono::seconds(60);
+// Descriptors waiting for RegisterRegion, all connections together: each is
+// an open file of the server's, and its file table is shared with gRPC.
+constexpr size_t kMaxPendingTickets = 1024;
 
 // 128 random bits: ids and tickets are capabilities, never guessed.
 std::string random_id(const char* prefix) {
@@ -138,6 +141,9 @@ std::string RegionTable::deposit(uint64_t session, int raw_fd) {
   std::lock_guard<std::mutex> lock(mu_);
   drop_expired_tickets();
   if (!sessions_.count(session)) fail(ErrorCode::kFailedPrecondition, "the region socket connection has ended");
+  if (tickets_.size() >= kMaxPendingTickets)
+    fail(ErrorCode::kResourceExhausted, std::to_string(tickets_.size()) +
+                                            " descriptors wait to be registered, the server's limit: try again later");
   uint32_t pending = 0;
   for (const auto& [_, t] : tickets_) pending += t->session == session;
   if (pending >= limits_.max_region_tickets)

@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include "core/malloc_tuning.hpp"
 #include "decode/library_messages.hpp"
@@ -16,6 +17,13 @@
 
 int main(int argc, char** argv) {
   imgstat::tune_malloc_for_large_messages();
+  // Connections, region descriptors and their tickets are open files: the
+  // soft limit (often 1024) raised to the hard one, as network servers do.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
   imgstat::ServerOptions options;
   std::string engine = "auto";
   std::string log_level = "info";
