@@ -184,7 +184,13 @@ Outcome Remote::analyze(Source& source, const Request& request) {
     Outcome o;
     if (analyze_in_region(source, request, until, &o)) return o;
   }
-  if (!request.force_stream && source.size() + kEnvelope <= message_limit(until)) {
+  // gRPC moves one large message far slower than the same bytes as a stream
+  // of chunks (36 MB of raw pixels, 2 cores: 1.30 s against 0.36 s), so
+  // only small inputs go in one message, and raw ones that ask for the
+  // luminance, which a stream does not compute.
+  const bool pixels = request.input.kind() == v1::INPUT_KIND_RAW || request.input.kind() == v1::INPUT_KIND_BYTES;
+  const bool whole = source.size() <= kStreamChunk || (pixels && stats_request_of(request.options).luminance);
+  if (!request.force_stream && whole && source.size() + kEnvelope <= message_limit(until)) {
     v1::AnalyzeRequest r;
     *r.mutable_input() = request.input;
     r.mutable_input()->set_data(source.read_all());
