@@ -387,7 +387,11 @@ class CudaEngine final : public Engine {
       cudaGetLastError();  // not sticky: the memory is staged as any other
       return nullptr;
     }
-    return std::shared_ptr<void>(p, [](void* q) { IMGSTAT_CUDA_REPORT(cudaHostUnregister(q)); });
+    // Released on whichever thread drops the last reference: the device first.
+    return std::shared_ptr<void>(p, [device = options_.device](void* q) {
+      IMGSTAT_CUDA_REPORT(cudaSetDevice(device));
+      IMGSTAT_CUDA_REPORT(cudaHostUnregister(q));
+    });
   }
 
   std::shared_ptr<void> open_ipc_memory(const std::string& handle, uint64_t bytes) override {
@@ -405,7 +409,10 @@ class CudaEngine final : public Engine {
       fail(ErrorCode::kInvalidArgument, std::string("the CUDA IPC handle cannot be opened on device ") +
                                             std::to_string(options_.device) + ": " + cudaGetErrorString(e));
     }
-    std::shared_ptr<void> opened(p, [](void* q) { IMGSTAT_CUDA_REPORT(cudaIpcCloseMemHandle(q)); });
+    std::shared_ptr<void> opened(p, [device = options_.device](void* q) {
+      IMGSTAT_CUDA_REPORT(cudaSetDevice(device));  // closed in the context that opened it
+      IMGSTAT_CUDA_REPORT(cudaIpcCloseMemHandle(q));
+    });
     // The caller says how large it is; the driver knows. Reading past the
     // allocation would fault the device for every caller.
     const uint64_t held = allocation_bytes(p);
