@@ -262,6 +262,11 @@ bool streams_from_region(const v1::Input& input, const StatsRequest& stats) {
 }
 }  // namespace
 
+Clock::time_point Analyzer::memory_wait_until(const CallContext& call, Clock::time_point from) const {
+  return std::min(call.deadline, from + std::chrono::duration_cast<Clock::duration>(
+                                            std::chrono::duration<double>(limits_.queue_timeout_seconds)));
+}
+
 Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsRequest& stats, const CallContext& call) const {
   InputBytes out;
   if (!input.has_region()) {
@@ -285,9 +290,8 @@ Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsReque
   out.bytes = static_cast<size_t>(out.region.size);
   out.on_device = out.region.on_device;
   if (out.region.fd >= 0 && !streams_from_region(input, stats)) {  // a file read, not mapped: whole, for the decoder or the luminance
-    const auto until = std::min(call.deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                                   std::chrono::duration<double>(limits_.queue_timeout_seconds)));
-    out.lease = budget_->acquire(out.region.size, "this region's encoded file", call, until);
+    out.lease = budget_->acquire(out.region.size, "this region's " + std::to_string(out.region.size >> 20) + " MiB",
+                                 call, memory_wait_until(call, Clock::now()));
     out.owned.resize(static_cast<size_t>(out.region.size));
     read_region(out.region, 0, out.region.size, reinterpret_cast<uint8_t*>(out.owned.data()));
     out.data = reinterpret_cast<const uint8_t*>(out.owned.data());
@@ -353,8 +357,7 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
       options.allow_truncated = request.options().allow_truncated();
       options.cancelled = call.cancelled;
       const DecodePlan plan = plan_decode(bytes, data.size(), options);
-      const auto waited_until = std::min(call.deadline, t0 + std::chrono::duration_cast<Clock::duration>(
-                                                                 std::chrono::duration<double>(limits_.queue_timeout_seconds)));
+      const auto waited_until = memory_wait_until(call, t0);
       // Bands suffice unless a statistic needs the whole image (the luminance).
       const bool in_bands = plan.band_memory_bytes > 0 && !stats_request.luminance;
       lease = budget_->acquire(in_bands ? plan.band_memory_bytes : plan.memory_bytes,

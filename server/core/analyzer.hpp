@@ -80,6 +80,9 @@ class Analyzer {
     bool empty() const { return bytes == 0; }
   };
   InputBytes bytes_of(const v1::Input& input, const StatsRequest& stats, const CallContext& call) const;
+  // How long a call may wait for decode memory: its deadline, or the queue
+  // timeout from `from`.
+  CallContext::Clock::time_point memory_wait_until(const CallContext& call, CallContext::Clock::time_point from) const;
   // Raw pixels or bytes in a region that is read (not mapped): to the engine
   // a chunk at a time, the next read while the last is computed.
   v1::AnalyzeResponse analyze_read_region(const v1::AnalyzeRequest& request, const RegionBytes& region,
