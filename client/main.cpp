@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/malloc_tuning.hpp"
+#include "aggregate.hpp"
 #include "calls.hpp"
 #include "plot.hpp"
 #include "imgstat/types.hpp"
@@ -103,6 +104,10 @@ int main(int argc, char** argv) {
                "send files over the socket even to a server on this host (by default files of 1 MiB and more go "
                "to it in shared memory)");
   app.add_flag("--local", local, "compute in-process with the same engine, no server");
+  bool aggregate = false;
+  app.add_flag("--aggregate", aggregate,
+               "one answer for all the files together (each kind of image, by sample type and channels, apart): "
+               "the statistics of all their pixels at once, integers exact");
   std::string local_engine = "cpu";
   app.add_option("--engine", local_engine,
                  "with --local: cpu (starts at once), cuda (pays about 0.4 s to start CUDA, then JPEG on the GPU), "
@@ -242,6 +247,16 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
       {"all", v1::STATISTIC_ALL}};
   for (const std::string& s : stats) request.options.add_statistics(kStatistics.at(s));
   for (double p : percentiles) request.options.add_percentiles(p);
+  std::optional<client::Aggregation> aggregation;
+  if (aggregate) {
+    try {
+      aggregation.emplace(request.options);
+    } catch (const std::exception& e) {
+      err << "imgstat-client: " << e.what() << "\n";
+      return 2;
+    }
+    request.options = aggregation->part_options();
+  }
 
   const auto started = std::chrono::steady_clock::now();
   std::vector<std::string> missing;
@@ -333,6 +348,33 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
     }
     err << std::string(line, std::min<size_t>(n, sizeof line - 1)) << std::flush;
   };
+  // One answer as asked: a plot, JSON, CSV or the table; `count` answers in all.
+  auto show = [&](client::Outcome o, size_t i, size_t count) {
+    if (!plot.empty() && o.ok) {
+      std::string to = plot, why;
+      if (count > 1) {
+        const size_t dot = plot.rfind('.');
+        to = plot.substr(0, dot) + "-" + std::to_string(i + 1) + (dot == std::string::npos ? ".png" : plot.substr(dot));
+      }
+      if (!client::write_plot(o, to, &why)) {
+        o.ok = false;
+        o.code = "INVALID_ARGUMENT";
+        o.error = "--plot: " + why;
+      }
+    }
+    if (normalized) client::normalize(o);
+    if (!o.ok) {
+      ++failures;
+      err << "imgstat-client: " << o.file << ": " << o.code << ": " << o.error << "\n";
+    }
+    if (json)
+      std::cout << client::render_json(o) << "\n";
+    else if (csv)
+      std::cout << client::render_csv(o);
+    else if (o.ok)
+      std::cout << client::render_table(o, color) << (count > 1 ? "\n" : "");
+    std::cout.flush();
+  };
   for (size_t i = 0; i < inputs.size(); ++i) {
     client::Outcome o;
     {
@@ -353,37 +395,32 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
       outcomes[i].reset();
     }
     bar(0, true);
-    if (!plot.empty() && o.ok) {
-      std::string to = plot, why;
-      if (inputs.size() > 1) {
-        const size_t dot = plot.rfind('.');
-        to = plot.substr(0, dot) + "-" + std::to_string(i + 1) + (dot == std::string::npos ? ".png" : plot.substr(dot));
-      }
-      if (!client::write_plot(o, to, &why)) {
+    if (aggregation) {  // nothing printed per file: each answer joins its kind's merge
+      std::string why;
+      if (o.ok && !aggregation->add(o.response, &why)) {
         o.ok = false;
-        o.code = "INVALID_ARGUMENT";
-        o.error = "--plot: " + why;
+        o.code = "INTERNAL";
+        o.error = "its answer cannot be merged: " + why;
       }
+      if (!o.ok) {
+        ++failures;
+        err << "imgstat-client: " << o.file << ": " << o.code << ": " << o.error << "\n";
+      }
+    } else {
+      show(o, i, inputs.size());
     }
-    if (normalized) client::normalize(o);
-    if (!o.ok) {
-      ++failures;
-      err << "imgstat-client: " << o.file << ": " << o.code << ": " << o.error << "\n";
-    }
-    if (json)
-      std::cout << client::render_json(o) << "\n";
-    else if (csv)
-      std::cout << client::render_csv(o);
-    else if (o.ok)
-      std::cout << client::render_table(o, color) << (inputs.size() > 1 ? "\n" : "");
-    std::cout.flush();
     bar(i + 1, i + 1 == inputs.size());
   }
   for (std::thread& t : workers) t.join();
-  if (!json && !csv && inputs.size() + missing.size() > 1) {
+  if (aggregation) {
+    for (const std::string& note : aggregation->notes()) err << "imgstat-client: note: " << note << "\n";
+    const std::vector<client::Outcome> merged = aggregation->outcomes();
+    for (size_t i = 0; i < merged.size(); ++i) show(merged[i], i, merged.size());
+  }
+  if (!json && !csv && (aggregation || inputs.size() + missing.size() > 1)) {
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    std::printf("%zu files: %zu analyzed, %d failed, %.2f s\n", inputs.size() + missing.size(),
-                inputs.size() + missing.size() - failures, failures, took);
+    std::printf("%zu files: %zu %s, %d failed, %.2f s\n", inputs.size() + missing.size(),
+                inputs.size() + missing.size() - failures, aggregation ? "merged" : "analyzed", failures, took);
   }
   return failures == 0 ? 0 : 1;
 }

@@ -85,6 +85,14 @@ std::string render_table(const Outcome& o, bool color) {
   const std::string decoder = r.decoder().empty() ? "" : ", decoder " + r.decoder();
   char check[48] = "";
   if (r.has_check_time()) std::snprintf(check, sizeof check, " (check %.2f ms)", ms(r.check_time()));
+  if (o.images > 0)  // --aggregate: no one file's format, size or timings
+    std::snprintf(line, sizeof line, "%s%s%s: %s\n", bold, o.file.c_str(), reset,
+                  r.channels_size() ? (std::to_string(r.channels(0).count() + r.channels(0).nan_count() +
+                                                      r.channels(0).posinf_count() + r.channels(0).neginf_count()) +
+                                       " samples a channel")
+                                          .c_str()
+                                    : "");
+  else
   std::snprintf(line, sizeof line, "%s%s%s: %s %llux%llu, %u channel%s, %s  %s(engine %s%s, decode %.2f ms%s, compute %.2f ms)%s\n",
                 bold, o.file.c_str(), reset, r.format().c_str(), static_cast<unsigned long long>(r.width()),
                 static_cast<unsigned long long>(r.height()), r.channel_count(), r.channel_count() == 1 ? "" : "s",
@@ -246,6 +254,53 @@ nlohmann::json channel_json(const v1::ChannelStats& c, bool flt, bool float_samp
   return ch;
 }
 
+// --aggregate's answer: the images merged, their kind, the channels and the
+// summary, with sums exact however large (JSON integers have no size limit;
+// nlohmann's hold 64 bits, so a larger one is written into the text).
+std::string aggregate_json(const Outcome& o, bool flt) {
+  using nlohmann::json;
+  const v1::AnalyzeResponse& r = o.response;
+  json j;
+  j["file"] = o.file;
+  j["ok"] = true;
+  j["aggregate"] = true;
+  j["images"] = o.images;
+  j["channel_count"] = r.channel_count();
+  j["sample_type"] = sample_type_name(r.sample_type());
+  std::vector<std::string> big;  // sums past 64 bits, by placeholder
+  auto exact = [&](json& ch, size_t k) {
+    if (k >= o.exact_sums.size() || o.exact_sums[k].empty()) return;
+    const std::string& text = o.exact_sums[k];
+    try {
+      if (text[0] == '-')
+        ch["sum"] = std::stoll(text);
+      else
+        ch["sum"] = std::stoull(text);
+    } catch (const std::out_of_range&) {
+      ch["sum"] = "\x01sum" + std::to_string(big.size()) + "\x01";
+      big.push_back(text);
+    }
+  };
+  j["channels"] = json::array();
+  size_t k = 0;
+  for (const v1::ChannelStats& c : r.channels()) {
+    json ch = channel_json(c, flt, is_float_type(r.sample_type()));
+    exact(ch, k++);
+    j["channels"].push_back(ch);
+  }
+  if (r.has_summary()) {
+    j["summary"] = channel_json(r.summary(), flt, is_float_type(r.sample_type()));
+    exact(j["summary"], k);
+  }
+  std::string text = j.dump();
+  for (size_t i = 0; i < big.size(); ++i) {
+    const std::string mark = "\"\\u0001sum" + std::to_string(i) + "\\u0001\"";
+    const size_t at = text.find(mark);
+    if (at != std::string::npos) text.replace(at, mark.size(), big[i]);
+  }
+  return text;
+}
+
 }  // namespace
 
 std::string render_json(const Outcome& o) {
@@ -260,6 +315,7 @@ std::string render_json(const Outcome& o) {
   }
   const v1::AnalyzeResponse& r = o.response;
   const bool flt = is_float_type(r.sample_type()) || o.normalized;
+  if (o.images > 0) return aggregate_json(o, flt);
   j["format"] = r.format();
   j["width"] = r.width();
   j["height"] = r.height();
@@ -320,12 +376,14 @@ std::string render_csv(const Outcome& o) {
   for (const v1::ChannelStats& c : r.channels()) rows.push_back(&c);
   if (r.has_luminance()) rows.push_back(&r.luminance());
   if (r.has_summary()) rows.push_back(&r.summary());
-  for (const v1::ChannelStats* row : rows) {
-    const v1::ChannelStats& c = *row;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const v1::ChannelStats& c = *rows[k];
+    // --aggregate's exact sums (channels, then the summary; no luminance there).
+    const std::string exact = k < o.exact_sums.size() ? o.exact_sums[k] : "";
     out += image + csv_field(c.name()) + "," + std::to_string(c.count()) + ",";
     out += (c.has_min() ? csv_number(c.min(), !flt) : "") + ",";
     out += (c.has_max() ? csv_number(c.max(), !flt) : "") + ",";
-    out += (c.has_sum_int() ? std::to_string(c.sum_int()) : c.has_sum() ? csv_number(c.sum(), false) : "") + ",";
+    out += (!exact.empty() ? exact : c.has_sum_int() ? std::to_string(c.sum_int()) : c.has_sum() ? csv_number(c.sum(), false) : "") + ",";
     out += (c.has_mean() ? csv_number(c.mean(), false) : "") + ",";
     out += (c.has_stddev() ? csv_number(c.stddev(), false) : "") + ",";
     out += is_float_type(r.sample_type()) ? std::to_string(c.nan_count()) + "," + std::to_string(c.posinf_count()) + "," +
@@ -383,6 +441,7 @@ void normalize(Outcome& o) {
   v1::AnalyzeResponse& r = o.response;
   const double k = type_max(r.sample_type());
   o.normalized = true;
+  o.exact_sums.clear();
   for (v1::ChannelStats& c : *r.mutable_channels()) scale_channel(c, k);
   if (r.has_summary()) scale_channel(*r.mutable_summary(), k);
   if (r.has_luminance()) scale_channel(*r.mutable_luminance(), k);

@@ -2,7 +2,9 @@
 // one JSON object per line, or CSV rows.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "imgstat/v1/imgstat.pb.h"
 
@@ -15,6 +17,11 @@ struct Outcome {
   std::string code;  // gRPC status name on failure
   std::string error;
   bool normalized = false;  // normalize() ran: sample values are fractions of the type's maximum
+  // --aggregate: the images merged into this answer, and the exact sums of
+  // its channels then its summary, in decimal ("" where none), which may
+  // pass sum_int's 64 bits.
+  uint64_t images = 0;
+  std::vector<std::string> exact_sums;
 };
 
 // ImageMagick's convention (--normalize): every value of the samples' scale

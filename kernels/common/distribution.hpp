@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/float_moments.hpp"
+#include "imgstat/float_moments.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {

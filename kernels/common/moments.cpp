@@ -1,5 +1,6 @@
 #include "common/moments.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -86,11 +87,26 @@ ChannelStats finalize(const IntMoments& m, const StatsRequest& request) {
     s.mean = static_cast<double>(static_cast<long double>(m.sum) / n);
   }
   if (request.stddev) {
-    // n * sumsq - sum^2 = n^2 * variance, exact in 128 bits: n < 2^41 and
-    // |v| <= 2^16 bound both terms by 2^114.
-    const uint128 sum_abs = static_cast<uint128>(m.sum < 0 ? -m.sum : m.sum);
-    const uint128 num = static_cast<uint128>(m.n) * m.sumsq - sum_abs * sum_abs;
-    s.stddev = static_cast<double>(std::sqrt(static_cast<long double>(num)) / n);
+    if (m.n < kExactVarianceSamples) {
+      // n * sumsq - sum^2 = n^2 * variance, exact in 128 bits: n < 2^41 and
+      // |v| <= 2^16 bound both terms by 2^114.
+      const uint128 sum_abs = static_cast<uint128>(m.sum < 0 ? -m.sum : m.sum);
+      const uint128 num = static_cast<uint128>(m.n) * m.sumsq - sum_abs * sum_abs;
+      s.stddev = static_cast<double>(std::sqrt(static_cast<long double>(num)) / n);
+    } else {
+      // Many images together (imgstat-client --aggregate): n * sumsq would
+      // pass 128 bits. With sum = a n + r (0 <= r < n), the squared
+      // deviations from a, d = sumsq - 2 a sum + a^2 n, are exact and small,
+      // and variance = d / n - (r / n)^2.
+      int128 a = m.sum / static_cast<int128>(m.n), r = m.sum % static_cast<int128>(m.n);
+      if (r < 0) {
+        a -= 1;
+        r += static_cast<int128>(m.n);
+      }
+      const int128 d = static_cast<int128>(m.sumsq) - 2 * a * m.sum + a * a * static_cast<int128>(m.n);
+      const long double f = static_cast<long double>(r) / n;
+      s.stddev = static_cast<double>(std::sqrt(std::max(0.0L, static_cast<long double>(d) / n - f * f)));
+    }
   }
   return s;
 }

@@ -7,13 +7,17 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/float_moments.hpp"
+#include "imgstat/float_moments.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
 
 using int128 = __int128;
 using uint128 = unsigned __int128;
+
+// Below this many samples an integer channel's variance is computed from
+// exact 128-bit integers; above it (many images merged) in long double.
+constexpr uint64_t kExactVarianceSamples = uint64_t{1} << 41;
 
 // Exact moments of an integer channel.
 struct IntMoments {

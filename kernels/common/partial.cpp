@@ -12,7 +12,7 @@ ChannelPartial partial_of_values(const uint64_t* counts, SampleType type, const 
   ChannelPartial p;
   p.ints = moments_of_values(counts, values, type_lo(type));
   if (request.histogram) p.histogram = bin_values(counts, values, type, request.hist);
-  if (request.distribution || request.shape) p.values.assign(counts, counts + values);
+  if (request.distribution || request.shape || request.merge_state) p.values.assign(counts, counts + values);
   return p;
 }
 
@@ -104,6 +104,13 @@ std::vector<ChannelStats> finalize(const Partial& partial, const StatsRequest& r
     } else {
       describe_values(p.values, type_lo(partial.type), request, s);
     }
+    if (request.merge_state) {
+      s.has_merge_state = true;
+      if (floats)
+        s.moments = p.floats;
+      else
+        s.value_counts = p.values;
+    }
     if (request.positions && p.extremes.any) {
       s.has_positions = true;
       s.min_at = p.extremes.min_at;
@@ -129,6 +136,7 @@ ChannelStats summary_of(const Partial& partial, const StatsRequest& request) {
   StatsRequest r = request;
   r.histogram = false;
   r.positions = false;
+  r.merge_state = false;
   ChannelPartial all;
   for (const ChannelPartial& c : partial.channels) {
     merge(all.floats, c.floats);

@@ -540,7 +540,7 @@ GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRe
   pixel_bytes_ = layout_.pixel_bytes();
   chunk_pixels_ = std::max<uint64_t>(16, kSlotBytes / pixel_bytes_ / 16 * 16);
   direct_pixels_ = std::max<uint64_t>(16, kDeviceSlotBytes / pixel_bytes_ / 16 * 16);
-  values_ = sample_size(layout_.type) == 2 && (request_.distribution || request_.shape);
+  values_ = sample_size(layout_.type) == 2 && (request_.distribution || request_.shape || request_.merge_state);
   try {
     const bool floats = is_float(layout_.type);
     if (floats && ((request_.histogram && !request_.hist.explicit_range) || request_.distribution)) {

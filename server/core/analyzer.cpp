@@ -3,6 +3,7 @@
 #include <chrono>
 #include <future>
 
+#include "core/response.hpp"
 #include "core/validate.hpp"
 #include "decode/decode.hpp"
 #include "decode/facts.hpp"
@@ -35,57 +36,6 @@ Described describe_pixels(const std::string& format, const Layout& layout) {
   Described d{format, layout, {}, channel_names(layout.channels)};
   for (uint32_t c = 0; c < layout.channels; ++c) d.order.push_back(c);
   return d;
-}
-
-void fill_channel(v1::ChannelStats* c, const ChannelStats& s, const StatsRequest& request, SampleType type,
-                  uint64_t width) {
-  c->set_count(s.count);
-  if (is_float(type)) {
-    c->set_nan_count(s.nan_count);
-    c->set_posinf_count(s.posinf_count);
-    c->set_neginf_count(s.neginf_count);
-  }
-  if (s.count > 0) {
-    if (request.min_max) {
-      c->set_min(s.min);
-      c->set_max(s.max);
-    }
-    if (request.sum) {
-      c->set_sum(s.sum);
-      if (s.has_sum_int) c->set_sum_int(s.sum_int);
-      c->set_mean(s.mean);
-    }
-    if (request.stddev) c->set_stddev(s.stddev);
-  }
-  if (s.has_distribution) {
-    c->set_median(s.median);
-    for (const auto& [p, v] : s.percentiles) {
-      v1::Percentile* out = c->add_percentiles();
-      out->set_p(p);
-      out->set_value(v);
-    }
-    c->set_mode(s.mode);
-    c->set_entropy(s.entropy);
-    c->set_bin_error(s.bin_error);
-  }
-  if (s.has_shape) {
-    c->set_skewness(s.skewness);
-    c->set_kurtosis(s.kurtosis);
-  }
-  if (s.has_positions && width > 0) {
-    c->mutable_min_position()->set_x(s.min_at % width);
-    c->mutable_min_position()->set_y(s.min_at / width);
-    c->mutable_max_position()->set_x(s.max_at % width);
-    c->mutable_max_position()->set_y(s.max_at / width);
-  }
-  if (request.histogram) {
-    v1::Histogram* h = c->mutable_histogram();
-    h->mutable_counts()->Assign(s.histogram.counts.begin(), s.histogram.counts.end());
-    h->set_lo(s.histogram.lo);
-    h->set_hi(s.histogram.hi);
-    h->set_underflow(s.histogram.underflow);
-    h->set_overflow(s.histogram.overflow);
-  }
 }
 
 // What the file says about itself; bit depth and colour type from the

@@ -63,6 +63,7 @@ StatsRequest stats_request_of(const v1::Options& o) {
         case v1::STATISTIC_UNIQUE_COLORS: r.unique_colors = true; break;
         case v1::STATISTIC_LUMINANCE: r.luminance = true; break;
         case v1::STATISTIC_SUMMARY: r.summary = true; break;
+        case v1::STATISTIC_MERGE_STATE: r.merge_state = true; break;
         case v1::STATISTIC_ALL:
           r.min_max = r.sum = r.stddev = r.histogram = r.distribution = r.shape = r.positions = r.unique_colors =
               r.luminance = r.summary = true;

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "common/float_moments.hpp"
+#include "imgstat/float_moments.hpp"
 #include "common/partial.hpp"
 #include "common/luminance.hpp"
 #include "cuda/agent/fold.cuh"

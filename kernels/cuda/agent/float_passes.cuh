@@ -11,7 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "common/float_moments.hpp"
+#include "imgstat/float_moments.hpp"
 #include "cuda/agent/fold.cuh"
 #include "cuda/agent/int16.cuh"
 #include "cuda/block/pixel_steps.cuh"

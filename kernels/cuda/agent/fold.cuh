@@ -1,5 +1,5 @@
 // Per-block partial results merged into running totals: the merge every
-// partial type defines (merge(a, b) in common/float_moments.hpp), as a CUB
+// partial type defines (merge(a, b) in imgstat/float_moments.hpp), as a CUB
 // reduction operator, and the one-block fold that adds `count` partials to
 // running[channel] always in the same order (deterministic).
 #pragma once
@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "common/float_moments.hpp"
+#include "imgstat/float_moments.hpp"
 
 namespace imgstat::cuda {
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "common/float_moments.hpp"
+#include "imgstat/float_moments.hpp"
 #include "imgstat/types.hpp"
 
 namespace imgstat::cuda {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "imgstat/error.hpp"
+#include "imgstat/float_moments.hpp"
 #include "imgstat/types.hpp"
 
 namespace imgstat {
@@ -79,6 +80,10 @@ struct StatsRequest {
   bool luminance = false;           // 3 or 4 channels, whole images only
   uint32_t rgb[3] = {0, 1, 2};      // the channels holding R, G and B (OpenCV stores B, G, R)
   bool summary = false;             // all channels together
+  // Each channel's merge state (ChannelStats::value_counts or ::moments):
+  // what merging it with other images' gives, exactly, the statistics of all
+  // their pixels at once.
+  bool merge_state = false;
 };
 
 // Float samples: the distribution's bins over [min, max]; a percentile,
@@ -127,6 +132,12 @@ struct ChannelStats {
   bool has_positions = false;
   uint64_t min_at = 0;
   uint64_t max_at = 0;
+  // merge_state: integer samples, the count of every value (value_counts[i]
+  // samples of type_lo + i); float samples, their moments (NaN and Inf
+  // counts included).
+  bool has_merge_state = false;
+  std::vector<uint64_t> value_counts;
+  FloatMoments moments;
 };
 
 // What an analysis returns: per-channel statistics, in the image's stored
