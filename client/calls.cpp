@@ -8,8 +8,11 @@
 #include <fstream>
 #include <future>
 #include <sstream>
+#include <thread>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <unistd.h>
 
 #include "core/address.hpp"
@@ -25,6 +28,27 @@ constexpr uint64_t kEnvelope = 64 << 10;
 // Files this large go through a region to a server on this host: below it,
 // the two region calls cost more than the socket saves.
 constexpr uint64_t kRegionMinBytes = uint64_t{1} << 20;
+// Keep-alive pings on idle and busy connections alike: a server whose host
+// vanished (no FIN, no RST) is noticed within ping interval + timeout. The
+// server lets pings come this often (server/core/limits.hpp).
+constexpr int kKeepaliveMs = 10000;
+// The CLI's own retries of a file whose call ended UNAVAILABLE after gRPC's
+// (a server killed with the file's bytes past gRPC's replay buffer): in all,
+// at most this many attempts, the first wait doubling each time.
+constexpr int kAttempts = 5;
+constexpr std::chrono::milliseconds kFirstBackoff{100};
+constexpr int kKeepaliveTimeoutMs = 5000;
+// round_robin over every address of the target, and gRPC's own retries for
+// calls that never reached a server (UNAVAILABLE before any answer, within
+// its 256 KiB replay buffer); retry_unavailable() below covers the rest.
+constexpr const char* kServiceConfig = R"({
+  "loadBalancingConfig": [{"round_robin": {}}],
+  "methodConfig": [{
+    "name": [{"service": "imgstat.v1.ImageStats"}],
+    "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.05s", "maxBackoff": "1s",
+                    "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+  }]
+})";
 
 Outcome failure(const std::string& file, const std::string& code, const std::string& error) {
   Outcome o;
@@ -49,6 +73,56 @@ std::string read_pem(const std::string& path, const char* flag) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// The target gRPC is given: a list of names, resolved; anything else as it is.
+std::string channel_target(const std::string& target, std::string* first_host) {
+  const std::vector<std::string> all = target_addresses(target);
+  const bool plain_list = all.size() > 1 && target.find(':') != std::string::npos &&
+                          target.rfind("ipv4:", 0) != 0 && target.rfind("ipv6:", 0) != 0 &&
+                          target.rfind("dns:", 0) != 0 && target.rfind("unix", 0) != 0;
+  if (!all.empty()) {
+    const std::string& a = all.front();
+    *first_host = a.front() == '[' ? a.substr(1, a.find(']') - 1) : a.substr(0, a.rfind(':'));
+  }
+  if (!plain_list) return target;
+  // gRPC's ipv4: and ipv6: targets take lists of addresses, not names: each
+  // name is resolved here, once (dns:/// re-resolves, for names that move).
+  std::vector<std::string> v4, v6;
+  for (const std::string& a : all) {
+    const size_t colon = a.rfind(':');
+    if (colon == std::string::npos || colon + 1 == a.size())
+      throw std::runtime_error("--server: \"" + a + "\" in the list has no port");
+    std::string host = a.substr(0, colon);
+    const std::string port = a.substr(colon + 1);
+    if (!host.empty() && host.front() == '[') host = host.substr(1, host.size() - 2);
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || !found)
+      throw std::runtime_error("--server: cannot resolve \"" + host + "\"");
+    char text[INET6_ADDRSTRLEN] = "";
+    const addrinfo* pick = found;
+    for (const addrinfo* i = found; i; i = i->ai_next)
+      if (i->ai_family == AF_INET) {
+        pick = i;
+        break;
+      }
+    if (pick->ai_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(pick->ai_addr)->sin_addr, text, sizeof text);
+      v4.push_back(std::string(text) + ":" + port);
+      v6.push_back("[::ffff:" + std::string(text) + "]:" + port);
+    } else {
+      inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(pick->ai_addr)->sin6_addr, text, sizeof text);
+      v6.push_back("[" + std::string(text) + "]:" + port);
+    }
+    freeaddrinfo(found);
+  }
+  const std::vector<std::string>& use = v4.size() == all.size() ? v4 : v6;
+  std::string out = v4.size() == all.size() ? "ipv4:" : "ipv6:";
+  for (size_t i = 0; i < use.size(); ++i) out += (i ? "," : "") + use[i];
+  return out;
 }
 
 }  // namespace
@@ -76,8 +150,22 @@ Remote::Remote(const Connection& c, double timeout_seconds) : timeout_(timeout_s
     if (!c.tls_server_name.empty()) args.SetSslTargetNameOverride(c.tls_server_name);
   }
   if (!c.token.empty()) authorization_ = "Bearer " + c.token;
-  use_regions_ = c.shm && is_loopback(c.target);
-  channel_ = grpc::CreateCustomChannel(c.target, credentials, args);
+  // A region lives on the one server that registered it: none when calls
+  // may land on several.
+  use_regions_ = c.shm && is_loopback(c.target) && !names_several_servers(c.target);
+  std::string first_host;
+  const std::string target = channel_target(c.target, &first_host);
+  if (c.uses_tls() && c.tls_server_name.empty() && target != c.target)
+    args.SetSslTargetNameOverride(first_host);  // the servers of a list share a certificate name
+  // Calls go to every server the target names in turn (round_robin; gRPC's
+  // default, pick_first, would put them all on one); a call that fails
+  // before it reached a server is retried by gRPC itself, and keep-alive
+  // pings notice a server that went away without closing its connections.
+  args.SetServiceConfigJSON(kServiceConfig);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  channel_ = grpc::CreateCustomChannel(target, credentials, args);
   stub_ = v1::ImageStats::NewStub(channel_);
 }
 
@@ -175,10 +263,26 @@ bool Remote::analyze_in_region(Source& source, const Request& request, std::chro
 }
 
 Outcome Remote::analyze(Source& source, const Request& request) {
+  // One deadline for all the file's calls, retries included: --timeout is the
+  // longest it takes.
+  const auto until = deadline();
+  auto backoff = kFirstBackoff;
+  for (int attempt = 1;; ++attempt) {
+    Outcome o = analyze_once(source, request, until);
+    // UNAVAILABLE: the server went away (killed, restarted, shutting down)
+    // or none answered. Statistics are the same whoever computes them, so
+    // the file is sent again, to whichever server the channel picks next.
+    if (o.ok || o.code != "UNAVAILABLE" || attempt == kAttempts ||
+        std::chrono::system_clock::now() + backoff >= until)
+      return o;
+    std::this_thread::sleep_for(backoff);
+    backoff *= 2;
+  }
+}
+
+Outcome Remote::analyze_once(Source& source, const Request& request, std::chrono::system_clock::time_point until) {
   v1::AnalyzeResponse response;
   grpc::ClientContext ctx;
-  // One deadline for all the file's calls: --timeout is the longest it takes.
-  const auto until = deadline();
   prepare(ctx, until);
   if (use_regions_ && source.is_file() && source.size() >= kRegionMinBytes) {
     Outcome o;

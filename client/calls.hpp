@@ -60,6 +60,7 @@ class Remote {
 
  private:
   std::chrono::system_clock::time_point deadline() const;
+  Outcome analyze_once(Source& source, const Request& request, std::chrono::system_clock::time_point until);
   // The deadline and the token, on every call.
   void prepare(grpc::ClientContext& ctx, std::chrono::system_clock::time_point until) const;
   bool info(v1::ServerInfo* out, std::string* error, std::chrono::system_clock::time_point until);

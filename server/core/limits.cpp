@@ -53,6 +53,10 @@ void add_limit_flags(CLI::App& app, Limits& l) {
   app.add_option("--max-region-tickets", l.max_region_tickets,
                  "descriptors one region socket connection may pass before registering them")
       ->envname("IMGSTAT_MAX_REGION_TICKETS")->check(CLI::Range(1u, 1024u))->capture_default_str();
+  app.add_option("--max-connection-age", l.max_connection_age_seconds,
+                 "seconds after which a connection is asked to go, so that clients re-resolving a name spread "
+                 "over new servers; 0: never")
+      ->envname("IMGSTAT_MAX_CONNECTION_AGE")->check(CLI::Range(0.0, 1e7))->capture_default_str();
 }
 
 }  // namespace imgstat

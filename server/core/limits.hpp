@@ -52,7 +52,20 @@ struct Limits {
   // registered yet.
   uint32_t max_region_connections = 256;
   uint32_t max_region_tickets = 16;
+  // --max-connection-age: seconds after which a connection is asked to go
+  // (GOAWAY; its calls get --shutdown-grace to finish), so that clients
+  // resolving a name again spread over servers added since (Kubernetes
+  // scaling out). 0: connections stay.
+  double max_connection_age_seconds = 0;
 };
+
+// Keep-alive, fixed: callers may ping this often (imgstat-client pings every
+// 10 s to notice a server gone without a word; gRPC's default answers pings
+// more often than every 5 minutes with GOAWAY), and the server pings quiet
+// callers to drop the connections of hosts that vanished.
+inline constexpr int kMinClientPingIntervalMs = 5000;
+inline constexpr int kServerPingIntervalMs = 60000;
+inline constexpr int kServerPingTimeoutMs = 20000;
 
 // Fills the defaults that depend on the machine (0 above).
 Limits resolve(Limits limits, unsigned worker_threads);

@@ -108,6 +108,15 @@ void Server::start() {
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::min<uint64_t>(options_.limits.max_message_bytes, INT_MAX)));
   builder.SetMaxSendMessageSize(INT_MAX);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, kMinClientPingIntervalMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kServerPingIntervalMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kServerPingTimeoutMs);
+  if (options_.limits.max_connection_age_seconds > 0) {
+    auto ms = [](double s) { return static_cast<int>(std::min(s * 1000, double{INT_MAX})); };
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, ms(options_.limits.max_connection_age_seconds));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, ms(options_.shutdown_grace_seconds));
+  }
   builder.RegisterService(service_.get());
   reflection_v1_ = std::make_unique<ReflectionV1>(std::vector<std::string>{
       kServiceName, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
