@@ -1,0 +1,250 @@
+// Many servers behind one target, as real processes: the CLI spreads calls
+// over a comma-separated list with round_robin, a server killed mid-run
+// costs only retries (every file answered once, and correctly), and
+// --aggregate across servers equals one server's answer over the
+// concatenated pixels.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+
+#include "process.hpp"
+
+namespace imgstat::testing {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+class Folder {
+ public:
+  Folder() : path_(temp_path("scaleout")) { fs::create_directories(path_); }
+  ~Folder() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Three CPU servers of two threads each, and the list that names them.
+struct ThreeServers {
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  std::string list;
+  ThreeServers() {
+    for (int i = 0; i < 3; ++i) {
+      servers.push_back(std::make_unique<ServerProcess>(
+          std::vector<std::string>{"--engine", "cpu", "--threads", "2", "--region-socket", "off"}));
+      list += (i ? "," : "") + std::string("localhost:") + std::to_string(servers.back()->port());
+    }
+  }
+};
+
+size_t analyze_calls(const ServerProcess& s) {
+  const std::string log = s.log();
+  size_t n = 0;
+  for (size_t at = log.find(" info Analyze "); at != std::string::npos; at = log.find(" info Analyze ", at + 1)) ++n;
+  return n;
+}
+
+// Kills `victim` once it has answered `after` calls (from another thread,
+// while the client runs); true when it did.
+std::thread kill_after(ServerProcess& victim, size_t after, std::atomic<bool>& killed) {
+  return std::thread([&victim, after, &killed] {
+    for (int i = 0; i < 3000 && analyze_calls(victim) < after; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    victim.send_signal(SIGKILL);
+    killed = true;
+  });
+}
+
+std::vector<json> json_lines(const std::string& text) {
+  std::vector<json> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+// The statistics of an answer, without what depends on where and when it ran.
+json statistics_of(json j) {
+  for (const char* key : {"engine", "decode_ms", "compute_ms", "check_ms"}) j.erase(key);
+  return j;
+}
+
+std::vector<std::string> write_random_pngs(const Folder& dir, int count, std::mt19937& rng) {
+  std::vector<std::string> files;
+  for (int i = 0; i < count; ++i) {
+    const int w = 1 + static_cast<int>(rng() % 24), h = 1 + static_cast<int>(rng() % 24);
+    cv::Mat m(h, w, i % 4 == 0 ? CV_8UC1 : CV_8UC3);
+    cv::randu(m, 0, 256);
+    files.push_back(dir / ("img-" + std::to_string(10000 + i) + ".png"));
+    cv::imwrite(files.back(), m);
+  }
+  return files;
+}
+
+TEST(ManyServers, AServerKilledMidRunCostsOnlyRetries) {
+  Folder dir;
+  std::mt19937 rng(7);
+  const std::vector<std::string> files = write_random_pngs(dir, 3000, rng);
+  // What each file's answer must be: the CLI's own, in-process.
+  const ProcessResult local = run_process({client_bin(), "--local", "--json", dir.path()}, 300);
+  ASSERT_EQ(local.code, 0) << local.err;
+  std::map<std::string, json> want;
+  for (json& j : json_lines(local.out)) want[j["file"]] = statistics_of(j);
+  ASSERT_EQ(want.size(), files.size());
+
+  ThreeServers three;
+  std::atomic<bool> killed{false};
+  std::thread killer = kill_after(*three.servers[1], 200, killed);
+  const ProcessResult run = run_process({client_bin(), "--server", three.list, "--json", "-j", "8", dir.path()}, 300);
+  killer.join();
+  ASSERT_TRUE(killed);
+  EXPECT_EQ(run.code, 0) << run.err.substr(0, 2000);
+  EXPECT_FALSE(three.servers[1]->alive());
+  std::set<std::string> seen;
+  for (json& j : json_lines(run.out)) {
+    const std::string file = j["file"];
+    ASSERT_TRUE(seen.insert(file).second) << file << " answered twice";
+    ASSERT_TRUE(j["ok"].get<bool>()) << j.dump();
+    EXPECT_EQ(statistics_of(j), want[file]) << file;
+  }
+  EXPECT_EQ(seen.size(), files.size());
+  // Every server took a share before one was killed; the others finished the rest.
+  for (const auto& s : three.servers) EXPECT_GT(analyze_calls(*s), 100u);
+  size_t answered = 0;
+  for (const auto& s : three.servers) answered += analyze_calls(*s);
+  EXPECT_GE(answered, files.size());
+}
+
+// One kind of image: its files, and all their pixels one after another in
+// the order the answers report channels (R, G, B; OpenCV stores B, G, R).
+struct Kind {
+  std::string type;  // uint8, uint16, float32
+  int channels;
+  std::vector<std::string> files;
+  std::string raw;  // the concatenation
+  uint64_t pixels = 0;
+};
+
+Kind write_kind(const Folder& dir, const std::string& type, int channels, int count, std::mt19937& rng) {
+  Kind k{type, channels, {}, {}, 0};
+  const int depth = type == "uint8" ? CV_8U : type == "uint16" ? CV_16U : CV_32F;
+  for (int i = 0; i < count; ++i) {
+    const int w = 1 + static_cast<int>(rng() % 97), h = 1 + static_cast<int>(rng() % 31);
+    cv::Mat m(h, w, CV_MAKETYPE(depth, channels));
+    if (depth == CV_32F) {
+      cv::randn(m, static_cast<double>(rng() % 7) - 3, 2.5);
+      if (i % 4 == 0) m.at<float>(0, 0) = i % 8 ? std::numeric_limits<float>::quiet_NaN()
+                                                : std::numeric_limits<float>::infinity();
+    } else {
+      cv::randu(m, 0, depth == CV_8U ? 256 : 65536);
+    }
+    if (i == 0) m.setTo(cv::Scalar::all(depth == CV_32F ? 0.5 : 200));  // a constant image
+    const std::string file = dir / (type + "-" + std::to_string(1000 + i) + (depth == CV_32F ? ".tiff" : ".png"));
+    if (!cv::imwrite(file, m)) throw std::runtime_error("cannot write " + file);
+    cv::Mat back = cv::imread(file, cv::IMREAD_UNCHANGED);
+    if (channels == 3) cv::cvtColor(back, back, cv::COLOR_BGR2RGB);
+    if (!back.isContinuous()) back = back.clone();
+    k.raw.append(reinterpret_cast<const char*>(back.data), back.total() * back.elemSize());
+    k.pixels += back.total();
+    k.files.push_back(file);
+  }
+  return k;
+}
+
+void expect_channel(const json& got, const json& want, bool floats, const std::string& what) {
+  SCOPED_TRACE(what);
+  if (!floats) {
+    // Integer samples: every field, to the bit.
+    json g = got, w = want;
+    for (json* j : {&g, &w}) j->erase("histogram");
+    EXPECT_EQ(g, w);
+    if (want.contains("histogram")) EXPECT_EQ(got["histogram"], want["histogram"]);
+    return;
+  }
+  for (const char* key : {"count", "min", "max", "nan_count", "posinf_count", "neginf_count"})
+    EXPECT_EQ(got[key], want[key]) << key;
+  for (const char* key : {"sum", "mean", "stddev"}) {
+    const double g = got[key], w = want[key];
+    EXPECT_LE(std::abs(g - w), 1e-12 * std::abs(w)) << key << ": " << g << " vs " << w;
+  }
+  for (const char* key : {"skewness", "kurtosis"}) {
+    const double g = got[key], w = want[key];
+    EXPECT_LE(std::abs(g - w), 1e-9 * (1 + std::abs(w))) << key;
+  }
+  EXPECT_EQ(got["histogram"]["counts"], want["histogram"]["counts"]);
+  EXPECT_EQ(got["histogram"]["underflow"], want["histogram"]["underflow"]);
+  EXPECT_EQ(got["histogram"]["overflow"], want["histogram"]["overflow"]);
+}
+
+TEST(ManyServers, AggregateAcrossServersEqualsOneServerOverTheConcatenatedPixels) {
+  Folder dir;
+  std::mt19937 rng(11);
+  std::vector<Kind> kinds;
+  kinds.push_back(write_kind(dir, "uint8", 3, 600, rng));
+  kinds.push_back(write_kind(dir, "uint16", 1, 80, rng));
+  kinds.push_back(write_kind(dir, "float32", 1, 80, rng));
+  ThreeServers three;
+  ServerProcess one({"--engine", "cpu", "--threads", "2", "--region-socket", "off"});
+  const std::vector<std::string> stats = {"--stats", "min_max,sum,stddev,histogram,distribution,shape,summary",
+                                          "--percentiles", "0,1,10,50,90,99,100"};
+  for (Kind& k : kinds) {
+    SCOPED_TRACE(k.type);
+    // One histogram range for every image: float histograms merge only so.
+    std::vector<std::string> range;
+    if (k.type == "float32") range = {"--range", "-9:9"};
+    std::vector<std::string> argv = {client_bin(), "--server", three.list, "--aggregate", "--json"};
+    argv.insert(argv.end(), stats.begin(), stats.end());
+    argv.insert(argv.end(), range.begin(), range.end());
+    argv.insert(argv.end(), k.files.begin(), k.files.end());
+    // The first kind runs while a server is killed part way.
+    std::atomic<bool> killed{false};
+    std::thread killer;
+    if (k.type == "uint8") killer = kill_after(*three.servers[2], 100, killed);
+    const ProcessResult merged = run_process(argv, 300);
+    if (killer.joinable()) killer.join();
+    ASSERT_EQ(merged.code, 0) << merged.err;
+    const std::vector<json> groups = json_lines(merged.out);
+    ASSERT_EQ(groups.size(), 1u) << merged.out;
+    const json& g = groups[0];
+    EXPECT_EQ(g["images"], k.files.size());
+    EXPECT_EQ(g["sample_type"], k.type);
+
+    const std::string raw = dir / (k.type + ".raw");
+    std::ofstream(raw, std::ios::binary).write(k.raw.data(), static_cast<std::streamsize>(k.raw.size()));
+    std::vector<std::string> whole = {client_bin(), "--server", one.address(), "--json", "--raw",
+                                      std::to_string(k.pixels) + "x1x" + std::to_string(k.channels) + ":" + k.type};
+    whole.insert(whole.end(), stats.begin(), stats.end());
+    whole.insert(whole.end(), range.begin(), range.end());
+    whole.push_back(raw);
+    const ProcessResult at_once = run_process(whole, 120);
+    ASSERT_EQ(at_once.code, 0) << at_once.err;
+    const json w = json::parse(at_once.out);
+    const bool floats = k.type == "float32";
+    ASSERT_EQ(g["channels"].size(), w["channels"].size());
+    for (size_t c = 0; c < w["channels"].size(); ++c)
+      expect_channel(g["channels"][c], w["channels"][c], floats, "channel " + std::to_string(c));
+    if (!floats) expect_channel(g["summary"], w["summary"], false, "summary");
+  }
+}
+
+TEST(ManyServers, ListTargetsNeedPortsAndNamesThatResolve) {
+  const ProcessResult r = run_process({client_bin(), "--server", "localhost:1,no-such-host.invalid:2", "--info"}, 30);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("cannot resolve \"no-such-host.invalid\""), std::string::npos) << r.err;
+  const ProcessResult p = run_process({client_bin(), "--server", "localhost:1,localhost", "--info"}, 30);
+  EXPECT_EQ(p.code, 2);
+  EXPECT_NE(p.err.find("\"localhost\" in the list has no port"), std::string::npos) << p.err;
+}
+
+}  // namespace
+}  // namespace imgstat::testing
