@@ -45,6 +45,8 @@ class FallbackEngine final : public Engine {
     return primary_->open_ipc_memory(handle, bytes);
   }
 
+  std::shared_ptr<Placement> placement() const override { return primary_->placement(); }
+
   // For FallbackStream: what the primary's failure means, told once.
   void primary_failed(const Error& e);
   Engine& backup() { return *backup_; }

@@ -6,7 +6,16 @@
 
 namespace imgstat::cuda {
 namespace {
-std::atomic<bool> g_lost{false};
+// Per device: a sticky error ruins the context of the device it struck,
+// not the others a server computes on.
+constexpr int kMaxDevices = 64;
+std::atomic<bool> g_lost[kMaxDevices] = {};
+
+void mark_lost() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) device = 0;
+  g_lost[device] = true;
+}
 std::mutex g_reporter_mu;
 std::function<void(const std::string&)> g_reporter;
 }  // namespace
@@ -19,18 +28,18 @@ void set_error_reporter(std::function<void(const std::string&)> reporter) {
 void report(cudaError_t e, const char* what, const char* file, int line) {
   if (e == cudaSuccess) return;
   cudaGetLastError();
-  if (is_sticky(e)) g_lost = true;
+  if (is_sticky(e)) mark_lost();
   const std::string message = std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
                               ") in " + what + " (" + file + ":" + std::to_string(line) + "), during cleanup";
   std::lock_guard<std::mutex> lock(g_reporter_mu);
   if (g_reporter) g_reporter(message);
 }
 
-bool device_lost() { return g_lost.load(); }
+bool device_lost(int device) { return device >= 0 && device < kMaxDevices && g_lost[device].load(); }
 
 void throw_cuda_error(cudaError_t e, const char* what, const char* file, int line) {
   cudaGetLastError();  // clear a non-sticky error so the next call starts clean
-  if (is_sticky(e)) g_lost = true;
+  if (is_sticky(e)) mark_lost();
   const std::string where = std::string(what) + " (" + file + ":" + std::to_string(line) + ")";
   if (e == cudaErrorMemoryAllocation)
     fail(ErrorCode::kResourceExhausted, "GPU out of memory in " + where);

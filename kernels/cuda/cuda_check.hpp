@@ -27,8 +27,8 @@ void set_error_reporter(std::function<void(const std::string&)> reporter);
 
 // True for errors after which the CUDA context cannot be used again.
 bool is_sticky(cudaError_t e);
-// True once any call has failed with such an error.
-bool device_lost();
+// True once any call on this device (CUDA ordinal) has failed with such an error.
+bool device_lost(int device);
 
 }  // namespace imgstat::cuda
 

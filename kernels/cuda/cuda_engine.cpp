@@ -319,18 +319,18 @@ class CudaEngine final : public Engine {
   }
 
   EngineInfo info() const override { return info_; }
-  bool usable() const override { return !device_lost(); }
+  bool usable() const override { return !device_lost(options_.device); }
   EngineUsage usage() const override {
     EngineUsage u;
     u.device_bytes_held = budget_.used();
     u.device_bytes_total = info_.device_memory_bytes;
     size_t free = 0, total = 0;
     // Asked from a monitoring thread: a failure here says nothing new.
-    if (!device_lost() && cudaSetDevice(options_.device) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess)
+    if (!device_lost(options_.device) && cudaSetDevice(options_.device) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess)
       u.device_bytes_free = free;
     else
       cudaGetLastError();
-    u.gpu_lost = device_lost();
+    u.gpu_lost = device_lost(options_.device);
     return u;
   }
 
@@ -374,10 +374,10 @@ class CudaEngine final : public Engine {
 
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override;
 
-  bool takes_device_images() const override { return !device_lost(); }
+  bool takes_device_images() const override { return !device_lost(options_.device); }
 
   std::shared_ptr<void> pin_host_memory(const void* data, size_t bytes) override {
-    if (device_lost() || cudaSetDevice(options_.device) != cudaSuccess) {
+    if (device_lost(options_.device) || cudaSetDevice(options_.device) != cudaSuccess) {
       cudaGetLastError();
       return nullptr;
     }
@@ -400,7 +400,7 @@ class CudaEngine final : public Engine {
       fail(ErrorCode::kInvalidArgument, "a CUDA IPC memory handle is " + std::to_string(sizeof(h)) + " bytes, not " +
                                             std::to_string(handle.size()));
     std::memcpy(&h, handle.data(), sizeof(h));
-    if (device_lost()) fail(ErrorCode::kUnavailable, "the GPU was lost");
+    if (device_lost(options_.device)) fail(ErrorCode::kUnavailable, "the GPU was lost");
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
     void* p = nullptr;
     const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
@@ -425,6 +425,9 @@ class CudaEngine final : public Engine {
   Result analyze_device(const DeviceImageView& given, const StatsRequest& request) override {
     validate(given.layout, request);
     if (!given.data) fail(ErrorCode::kInvalidArgument, "image data is null");
+    if (given.device >= 0 && given.device != options_.device)
+      fail(ErrorCode::kFailedPrecondition, "pixels on GPU " + std::to_string(given.device) +
+                                               " given to the engine of GPU " + std::to_string(options_.device));
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
     // Padded rows, or a start the vector loads cannot take (a region's
     // offset): packed into a buffer of the engine's first, device to device.
@@ -858,6 +861,15 @@ std::unique_ptr<Engine> make_engine(const CudaOptions& options) { return std::ma
 }  // namespace imgstat::cuda
 
 namespace imgstat {
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
 
 std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& options, std::string* why_not, bool* absent) {
   try {

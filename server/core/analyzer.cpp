@@ -70,6 +70,7 @@ void fill_response(v1::AnalyzeResponse& r, const Described& d, const Result& res
   r.set_channel_count(d.layout.channels);
   r.set_sample_type(proto_sample_type(d.layout.type));
   r.set_engine(result.engine);
+  if (result.device >= 0) r.set_device(result.device);
   for (size_t i = 0; i < d.order.size(); ++i) {
     v1::ChannelStats* c = r.add_channels();
     c->set_name(d.names[i]);
@@ -513,6 +514,18 @@ v1::ServerInfo Analyzer::server_info() const {
   e->set_device_memory_bytes(engine.device_memory_bytes);
   e->set_compute_capability(engine.compute_capability);
   e->set_threads(engine.threads);
+  if (const std::shared_ptr<Placement> placement = engine_->placement(); placement && engine.kind == "cuda")
+    for (const GpuStatus& g : placement->status()) {
+      v1::Gpu* out = info.add_gpus();
+      out->set_device(g.device);
+      out->set_name(g.name);
+      out->set_memory_bytes(g.memory_bytes);
+      out->set_compute_capability(g.compute_capability);
+      out->set_in_service(g.in_service);
+      out->set_out_of_service_reason(g.out_of_service_reason);
+      out->set_images(g.images);
+      out->set_in_flight(g.in_flight);
+    }
   v1::Limits* l = info.mutable_limits();
   l->set_max_message_bytes(limits_.max_message_bytes);
   l->set_max_pixels(limits_.max_pixels);

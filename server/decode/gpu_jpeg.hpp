@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "decode/jpeg_check.hpp"
 #include "imgstat/engine.hpp"
@@ -65,5 +66,12 @@ std::unique_ptr<GpuJpegDecoder> open_gpu_jpeg_decoder(const GpuJpegOptions& opti
 // may never meet a JPEG (the CLI's --local on raw frames) should not pay.
 // Where it cannot be opened, decode() throws kUnavailable saying why.
 std::unique_ptr<GpuJpegDecoder> open_gpu_jpeg_decoder_on_first_use(const GpuJpegOptions& options);
+
+// One decoder per slot of `placement` (decoders[i] on slot i's GPU, null
+// where none opened) as one: each JPEG goes to the least loaded slot in
+// service that has one, and its pixels come back naming that GPU
+// (view.device), for the engine to compute there.
+std::unique_ptr<GpuJpegDecoder> make_placed_gpu_jpeg_decoder(std::vector<std::unique_ptr<GpuJpegDecoder>> decoders,
+                                                             std::shared_ptr<Placement> placement);
 
 }  // namespace imgstat

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <csignal>
+#include <sstream>
 #include <pthread.h>
 #include <sys/resource.h>
 
@@ -56,7 +57,13 @@ int main(int argc, char** argv) {
       ->envname("IMGSTAT_METRICS_LISTEN");
   app.add_option("--engine", engine, "auto: CUDA when a GPU is usable, else CPU")
       ->envname("IMGSTAT_ENGINE")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
-  app.add_option("--cuda-device", options.cuda_device, "CUDA device ordinal")->envname("IMGSTAT_CUDA_DEVICE");
+  app.add_option("--cuda-device", options.cuda_device, "CUDA device ordinal (one GPU; see --cuda-devices)")
+      ->envname("IMGSTAT_CUDA_DEVICE");
+  std::string cuda_devices;
+  app.add_option("--cuda-devices", cuda_devices,
+                 "GPUs to compute on: all, or ordinals such as 0,1; each gets an engine and JPEG lanes, and each "
+                 "image goes to the least loaded (default: --cuda-device alone)")
+      ->envname("IMGSTAT_CUDA_DEVICES");
   app.add_option("--cuda-memory-limit", options.cuda_memory_limit,
                  "GPU memory the engine may hold, in bytes (0: no limit); images beyond it go to the CPU")
       ->envname("IMGSTAT_CUDA_MEMORY_LIMIT")->capture_default_str();
@@ -99,6 +106,20 @@ int main(int argc, char** argv) {
   // request's decode is logged, escaped, instead of written raw.
   imgstat::catch_library_messages([](const std::string& line) { spdlog::warn("library: {}", line); });
   options.gpu_jpeg.batch_window = std::chrono::microseconds(static_cast<int64_t>(window_ms * 1000));
+  if (cuda_devices == "all") {
+    options.every_cuda_device = true;
+  } else if (!cuda_devices.empty()) {
+    std::stringstream list(cuda_devices);
+    for (std::string one; std::getline(list, one, ',');) {
+      char* end = nullptr;
+      const long d = std::strtol(one.c_str(), &end, 10);
+      if (one.empty() || *end || d < 0 || d > 63) {
+        spdlog::error("--cuda-devices wants all, or GPU ordinals 0 to 63 separated by commas; got \"{}\"", cuda_devices);
+        return 2;
+      }
+      options.cuda_devices.push_back(static_cast<int>(d));
+    }
+  }
   options.engine = engine == "cpu" ? imgstat::EngineKind::kCpu
                    : engine == "cuda" ? imgstat::EngineKind::kCuda
                                       : imgstat::EngineKind::kAuto;
@@ -121,7 +142,11 @@ int main(int argc, char** argv) {
     auto engine_ptr = imgstat::choose_engine(options, &note, &gpu_absent);
     if (!note.empty()) spdlog::log(gpu_absent ? spdlog::level::info : spdlog::level::warn, "{}", note);
     const imgstat::EngineInfo info = engine_ptr->info();
-    if (info.kind == "cuda")
+    if (info.kind == "cuda" && engine_ptr->placement())
+      for (const imgstat::GpuStatus& g : engine_ptr->placement()->status())
+        spdlog::info("engine cuda: GPU {}: {} ({} MiB, compute capability {})", g.device, g.name,
+                     g.memory_bytes >> 20, g.compute_capability);
+    else if (info.kind == "cuda")
       spdlog::info("engine cuda: {} ({} MiB, compute capability {})", info.device_name,
                    info.device_memory_bytes >> 20, info.compute_capability);
     else

@@ -7,6 +7,7 @@
 #include <prometheus/registry.h>
 
 #include <array>
+#include <map>
 #include <mutex>
 
 #include "core/status_name.hpp"
@@ -97,7 +98,20 @@ struct Metrics::Families {
         fallbacks(prometheus::BuildCounter()
                       .Name("imgstat_gpu_fallbacks_total")
                       .Help("Images the GPU could not take, computed on the CPU")
-                      .Register(r)) {
+                      .Register(r)),
+        gpu_in_service(prometheus::BuildGauge()
+                           .Name("imgstat_gpu_in_service")
+                           .Help("Each GPU of --cuda-devices (by slot and CUDA ordinal): 1 while it takes work, 0 "
+                                 "once a fault took it out")
+                           .Register(r)),
+        gpu_in_flight(prometheus::BuildGauge()
+                          .Name("imgstat_gpu_in_flight")
+                          .Help("Decodes and analyses on each GPU now: the load that places the next image")
+                          .Register(r)),
+        gpu_images(prometheus::BuildCounter()
+                       .Name("imgstat_gpu_images_total")
+                       .Help("Images each GPU computed")
+                       .Register(r)) {
     for (size_t m = 0; m < kMethods.size(); ++m) {
       const std::string method(kMethods[m]);
       call_seconds[m] = &request_seconds.Add({{"method", method}}, latency_buckets());
@@ -128,6 +142,9 @@ struct Metrics::Families {
   Family<Gauge>& gpu_memory;
   Family<Gauge>& gpu_lost;
   Family<Counter>& fallbacks;
+  Family<Gauge>& gpu_in_service;
+  Family<Gauge>& gpu_in_flight;
+  Family<Counter>& gpu_images;
 
   std::array<prometheus::Histogram*, kMethods.size()> call_seconds{};
   std::array<Counter*, kMethods.size()> bytes{};
@@ -173,6 +190,21 @@ class Metrics::Scrape final : public prometheus::Collectable {
           fallbacks_seen_ = u.cpu_fallbacks;
         }
       }
+      if (sources_.gpus) {
+        const std::vector<GpuStatus> gpus = sources_.gpus();
+        images_seen_.resize(gpus.size(), 0);
+        for (size_t i = 0; i < gpus.size(); ++i) {
+          const std::map<std::string, std::string> labels{{"slot", std::to_string(i)},
+                                                          {"device", std::to_string(gpus[i].device)}};
+          f_.gpu_in_service.Add(labels).Set(gpus[i].in_service ? 1 : 0);
+          f_.gpu_in_flight.Add(labels).Set(gpus[i].in_flight);
+          Counter& images = f_.gpu_images.Add(labels);
+          if (gpus[i].images > images_seen_[i]) {
+            images.Increment(static_cast<double>(gpus[i].images - images_seen_[i]));
+            images_seen_[i] = gpus[i].images;
+          }
+        }
+      }
     }
     return registry_->Collect();
   }
@@ -183,6 +215,7 @@ class Metrics::Scrape final : public prometheus::Collectable {
   MetricSources sources_;
   mutable std::mutex mu_;
   mutable uint64_t fallbacks_seen_ = 0;
+  mutable std::vector<uint64_t> images_seen_;  // per GPU slot
 };
 
 Metrics::Metrics(const EngineInfo& engine, const std::string& jpeg_decoder, uint64_t decode_memory_limit)

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "imgstat/engine.hpp"
 #include "imgstat/v1/imgstat.pb.h"
@@ -27,6 +28,8 @@ struct MetricSources {
   std::function<uint64_t()> decode_memory_in_use;
   std::function<uint64_t()> decode_memory_waiting;
   std::function<EngineUsage()> engine_usage;
+  // Each GPU of the CUDA engine; empty for the CPU engine.
+  std::function<std::vector<GpuStatus>()> gpus;
 };
 
 class Metrics {

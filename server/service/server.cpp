@@ -25,6 +25,8 @@ std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string*
   e.kind = options.engine;
   e.cpu_threads = options.threads;
   e.cuda_device = options.cuda_device;
+  e.cuda_devices = options.cuda_devices;
+  e.every_cuda_device = options.every_cuda_device;
   e.cuda_memory_limit = options.cuda_memory_limit;
   e.cuda_wait = options.cuda_wait;
   e.on_fallback = [](const std::string& why) { spdlog::warn("{}", why); };
@@ -37,12 +39,26 @@ std::shared_ptr<GpuJpegDecoder> choose_gpu_jpeg(const ServerOptions& options, co
     *note = "JPEG decodes on the CPU (--gpu-decode false)";
     return nullptr;
   }
-  if (!engine.takes_device_images()) return nullptr;  // the CPU engine: nothing to say
-  GpuJpegOptions o = options.gpu_jpeg;
-  o.device = options.cuda_device;
+  const std::shared_ptr<Placement> placement = engine.placement();
+  if (!engine.takes_device_images() || !placement) return nullptr;  // the CPU engine: nothing to say
+  // Lanes of their own on each GPU, so that each GPU's JPEGs batch together.
+  std::vector<std::unique_ptr<GpuJpegDecoder>> decoders;
   std::string why;
-  std::shared_ptr<GpuJpegDecoder> d = open_gpu_jpeg_decoder(o, &why);
-  *note = d ? "JPEG decodes on the GPU: " + d->description() : "JPEG decodes on the CPU: " + why;
+  bool any = false;
+  for (size_t slot = 0; slot < placement->size(); ++slot) {
+    GpuJpegOptions o = options.gpu_jpeg;
+    o.device = placement->device(slot);
+    std::string why_here;
+    decoders.push_back(open_gpu_jpeg_decoder(o, &why_here));
+    any |= decoders.back() != nullptr;
+    if (!decoders.back() && why.empty()) why = why_here;
+  }
+  if (!any) {
+    *note = "JPEG decodes on the CPU: " + why;
+    return nullptr;
+  }
+  std::shared_ptr<GpuJpegDecoder> d = make_placed_gpu_jpeg_decoder(std::move(decoders), placement);
+  *note = "JPEG decodes on the GPU: " + d->description();
   return d;
 }
 
@@ -141,6 +157,8 @@ void Server::start() {
     sources.decode_memory_in_use = [this] { return analyzer_->budget().in_use(); };
     sources.decode_memory_waiting = [this] { return analyzer_->budget().waiting(); };
     sources.engine_usage = [this] { return engine_->usage(); };
+    if (const std::shared_ptr<Placement> placement = engine_->placement(); placement && engine_->info().kind == "cuda")
+      sources.gpus = [placement] { return placement->status(); };
     metrics_->serve(options_.metrics_listen, std::move(sources));
   }
   auto* health = server_->GetHealthCheckService();

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/analyzer.hpp"
 #include "core/limits.hpp"
@@ -25,20 +26,24 @@ struct ServerOptions {
   std::string metrics_listen;
   EngineKind engine = EngineKind::kAuto;
   int cuda_device = 0;
-  uint64_t cuda_memory_limit = 0;  // device bytes; 0: no limit
+  // The GPUs to compute on (--cuda-devices), each with its engine and JPEG
+  // lanes; empty: cuda_device alone. every_cuda_device: all of them.
+  std::vector<int> cuda_devices;
+  bool every_cuda_device = false;
+  uint64_t cuda_memory_limit = 0;  // device bytes, per GPU; 0: no limit
   CudaWait cuda_wait = CudaWait::kSpin;
   Limits limits;
   unsigned threads = 0;  // workers for decoding and computing; 0: one per core
   double shutdown_grace_seconds = 30;  // calls in progress get this long to finish
   bool gpu_decode = true;              // JPEG on the GPU (nvJPEG) when the engine is CUDA
-  GpuJpegOptions gpu_jpeg;             // its batching; device is cuda_device
+  GpuJpegOptions gpu_jpeg;             // its batching and lanes, on each GPU
   // The Unix socket that takes region descriptors: "auto" (the default) puts
   // it in $XDG_RUNTIME_DIR or /tmp; "off": no regions.
   std::string region_socket = "auto";
 };
 
-// nvJPEG for the engine's GPU, when it is one and libnvjpeg loads; else
-// null with *note saying why JPEG decodes on the CPU.
+// nvJPEG for each of the engine's GPUs, when it has any and libnvjpeg
+// loads; else null with *note saying why JPEG decodes on the CPU.
 std::shared_ptr<GpuJpegDecoder> choose_gpu_jpeg(const ServerOptions& options, const Engine& engine, std::string* note);
 
 // The engine the options ask for; with kAuto, CUDA when a device is usable,

@@ -12,6 +12,7 @@
 
 #include "imgstat/error.hpp"
 #include "imgstat/float_moments.hpp"
+#include "imgstat/placement.hpp"
 #include "imgstat/types.hpp"
 
 namespace imgstat {
@@ -53,6 +54,8 @@ struct ImageView {
 struct DeviceImageView {
   const void* data = nullptr;
   Layout layout;
+  // The CUDA ordinal of the GPU holding the pixels; -1: the engine's first.
+  int device = -1;
 };
 
 struct HistogramSpec {
@@ -146,6 +149,8 @@ struct ChannelStats {
 struct Result {
   std::vector<ChannelStats> channels;
   std::string engine;
+  int device = -1;  // the GPU (CUDA ordinal) that computed it; -1: none did
+
   // Distinct colours, 8-bit images: values of gray, or of R, G, B together;
   // alpha is not part of a colour.
   bool has_unique_colors = false;
@@ -214,6 +219,8 @@ class Engine {
   // when the handle goes. Throws kInvalidArgument naming the driver's reason,
   // kFailedPrecondition on engines without a GPU.
   virtual std::shared_ptr<void> open_ipc_memory(const std::string& handle, uint64_t bytes);
+  // How work is spread over the engine's GPUs; null for an engine without one.
+  virtual std::shared_ptr<Placement> placement() const { return nullptr; }
 };
 
 enum class EngineKind { kAuto, kCpu, kCuda };
@@ -227,7 +234,11 @@ struct EngineOptions {
   EngineKind kind = EngineKind::kAuto;
   uint32_t cpu_threads = 0;        // 0: all cores
   int cuda_device = 0;
-  uint64_t cuda_memory_limit = 0;  // device bytes the CUDA engine may hold; 0: no limit
+  // The GPUs to compute on, one engine each (a GPU listed twice gets two);
+  // empty: cuda_device alone. every_cuda_device: all the machine has.
+  std::vector<int> cuda_devices;
+  bool every_cuda_device = false;
+  uint64_t cuda_memory_limit = 0;  // device bytes each GPU's engine may hold; 0: no limit
   CudaWait cuda_wait = CudaWait::kSpin;
   // Told why, each time the CUDA engine hands an image to the CPU engine.
   std::function<void(const std::string&)> on_fallback;
@@ -236,15 +247,26 @@ struct EngineOptions {
   std::function<void(const std::string&)> on_error;
 };
 
-// kCpu: the CPU engine. kCuda: the CUDA engine backed by the CPU engine for
-// images the GPU cannot take (out of memory, failed or lost device); throws
-// imgstat::Error (kUnavailable) when no device is usable. kAuto: as kCuda
+// kCpu: the CPU engine. kCuda: a CUDA engine on each GPU listed, each call
+// placed on the least loaded one, backed by the CPU engine for images no GPU
+// can take (out of memory, failed or lost devices); throws imgstat::Error
+// (kUnavailable) when no device is usable. A GPU that cannot be opened at
+// start is left out, and *note says so. kAuto: as kCuda
 // when a device is usable, else the CPU engine, with *note saying why and
 // *gpu_absent true when that is simply a machine without a GPU (nothing to
 // warn about) rather than a GPU that failed.
 std::unique_ptr<Engine> make_engine(const EngineOptions& options, std::string* note = nullptr,
                                     bool* gpu_absent = nullptr);
 std::unique_ptr<Engine> make_cpu_engine(uint32_t threads = 0);
+// Several engines of one kind, one per slot of `placement` (engines[i] on
+// its slot i), as one: each call goes to the least loaded slot in service;
+// a slot whose engine fails and is no longer usable is taken out and the
+// call tried on the others, then it fails as the last one did (a
+// FallbackEngine above then takes it to the CPU).
+std::unique_ptr<Engine> make_placed_engine(std::vector<std::unique_ptr<Engine>> engines,
+                                           std::shared_ptr<Placement> placement);
+// The CUDA devices this process sees; 0 without a driver or a CUDA build.
+int cuda_device_count();
 // The bare CUDA engine, no fallback; null when this build has no CUDA engine
 // or no device is usable, with *why_not saying why (and *absent true when
 // there is no GPU or no NVIDIA driver at all).

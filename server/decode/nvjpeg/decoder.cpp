@@ -419,8 +419,13 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       out.view.data = job->pixels;
       out.view.layout = Layout{static_cast<uint64_t>(job->width), static_cast<uint64_t>(job->height),
                                static_cast<uint32_t>(job->channels), SampleType::kUint8, 0};
+      out.view.device = options_.device;
       cudaStream_t stream = lane.stream;
-      out.memory = std::shared_ptr<void>(job->pixels, [stream](void* p) { cudaFreeAsync(p, stream); });
+      // Freed by whichever thread lets go last, perhaps one last on another GPU.
+      out.memory = std::shared_ptr<void>(job->pixels, [stream, device = options_.device](void* p) {
+        if (cudaSetDevice(device) == cudaSuccess) cudaFreeAsync(p, stream);
+        cudaGetLastError();
+      });
       job->pixels = nullptr;
       job->done.set_value(std::move(out));
     }

@@ -1,0 +1,229 @@
+// Several GPUs' engines as one (make_placed_engine in engine.hpp). Each call
+// holds its slot's share of the load while it runs; a stream holds it from
+// open to finish. A fault that leaves a slot's engine unusable takes the
+// slot out and the call moves to the next least loaded slot; other faults
+// (out of memory, busy workspaces) move the call on without taking anything
+// out. Bad input is not retried: every GPU would refuse it the same way.
+#include <optional>
+
+#include "common/partial.hpp"
+#include "imgstat/engine.hpp"
+
+namespace imgstat {
+namespace {
+
+class PlacedEngine;
+
+// A stream on one slot: holds the slot's share and says when the slot's
+// engine failed under it, so that the slot is taken out. What carries the
+// stream on elsewhere is the FallbackEngine above, from its checkpoint.
+class PlacedStream final : public CheckpointStream {
+ public:
+  PlacedStream(PlacedEngine& owner, Placement::Hold hold, std::unique_ptr<StreamAnalysis> inner)
+      : owner_(owner), hold_(std::move(hold)), inner_(std::move(inner)) {}
+  void feed(const void* data, size_t bytes) override {
+    guarded([&] { inner_->feed(data, bytes); });
+  }
+  Result finish() override {
+    Result r;
+    guarded([&] { r = inner_->finish(); });
+    tag(r);
+    hold_ = {};  // its share of the GPU's load ends with its work
+    return r;
+  }
+  std::optional<Partial> partial() override {
+    auto* cp = dynamic_cast<CheckpointStream*>(inner_.get());
+    std::optional<Partial> p;
+    if (cp) guarded([&] { p = cp->partial(); });
+    return p;
+  }
+
+ private:
+  template <class Fn>
+  void guarded(Fn&& fn);
+  void tag(Result& r);
+  PlacedEngine& owner_;
+  Placement::Hold hold_;
+  std::unique_ptr<StreamAnalysis> inner_;
+};
+
+class PlacedEngine final : public Engine {
+ public:
+  PlacedEngine(std::vector<std::unique_ptr<Engine>> engines, std::shared_ptr<Placement> placement)
+      : engines_(std::move(engines)), placement_(std::move(placement)) {
+    if (engines_.empty() || engines_.size() != placement_->size())
+      fail(ErrorCode::kInternal, "a placed engine needs one engine per slot");
+  }
+
+  EngineInfo info() const override {
+    // The first slot in service speaks for the kind and the threads; the
+    // name counts the GPUs and memory adds up.
+    EngineInfo first;
+    std::string name;
+    uint64_t memory = 0;
+    size_t serving = 0;
+    bool same = true;
+    for (size_t i = 0; i < engines_.size(); ++i) {
+      if (!placement_->in_service(i)) continue;
+      const EngineInfo e = engines_[i]->info();
+      if (serving++ == 0) {
+        first = e;
+        name = e.device_name;
+      } else {
+        same &= e.device_name == name;
+        name += ", " + e.device_name;
+      }
+      memory += e.device_memory_bytes;
+    }
+    if (serving == 0) return engines_.front()->info();
+    if (serving > 1 && same) name = std::to_string(serving) + " x " + first.device_name;
+    first.device_name = name;
+    first.device_memory_bytes = memory;
+    return first;
+  }
+
+  bool usable() const override {
+    for (size_t i = 0; i < engines_.size(); ++i)
+      if (placement_->in_service(i) && engines_[i]->usable()) return true;
+    return false;
+  }
+
+  EngineUsage usage() const override {
+    EngineUsage u;
+    u.gpu_lost = true;
+    for (size_t i = 0; i < engines_.size(); ++i) {
+      if (!placement_->in_service(i)) continue;
+      const EngineUsage e = engines_[i]->usage();
+      u.device_bytes_held += e.device_bytes_held;
+      u.device_bytes_free += e.device_bytes_free;
+      u.device_bytes_total += e.device_bytes_total;
+      u.gpu_lost = u.gpu_lost && e.gpu_lost;
+    }
+    return u;
+  }
+
+  Result analyze(const ImageView& image, const StatsRequest& request) override {
+    return on_a_slot([&](Engine& e) { return e.analyze(image, request); }, {});
+  }
+
+  // The pixels are on one GPU: only its slots can read them.
+  Result analyze_device(const DeviceImageView& image, const StatsRequest& request) override {
+    const int device = image.device >= 0 ? image.device : first_device();
+    return on_a_slot([&](Engine& e) { return e.analyze_device(image, request); },
+                     [&](size_t slot) { return placement_->device(slot) == device; });
+  }
+
+  std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override {
+    std::optional<Error> last;
+    std::vector<bool> tried(engines_.size(), false);
+    for (;;) {
+      Placement::Hold hold = placement_->take([&](size_t s) { return !tried[s]; });
+      if (!hold) break;
+      const size_t slot = hold.slot();
+      tried[slot] = true;
+      try {
+        return std::make_unique<PlacedStream>(*this, std::move(hold), engines_[slot]->open_stream(layout, request));
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::kInvalidArgument) throw;
+        failed(slot, e);
+        last = e;
+      }
+    }
+    if (last) throw *last;
+    fail(ErrorCode::kUnavailable, "no GPU is in service");
+  }
+
+  bool takes_device_images() const override {
+    for (size_t i = 0; i < engines_.size(); ++i)
+      if (placement_->in_service(i) && engines_[i]->takes_device_images()) return true;
+    return false;
+  }
+
+  // Page-locked memory is "portable": every GPU of the process reads it at
+  // the pinned rate, whichever slot registered it.
+  std::shared_ptr<void> pin_host_memory(const void* data, size_t bytes) override {
+    const size_t slot = first_slot();
+    return slot < engines_.size() ? engines_[slot]->pin_host_memory(data, bytes) : nullptr;
+  }
+
+  // Opened on the first GPU in service, and read there (analyze_device with
+  // device -1), through peer access when the memory is on another GPU.
+  std::shared_ptr<void> open_ipc_memory(const std::string& handle, uint64_t bytes) override {
+    const size_t slot = first_slot();
+    if (slot == engines_.size()) fail(ErrorCode::kUnavailable, "no GPU is in service");
+    return engines_[slot]->open_ipc_memory(handle, bytes);
+  }
+
+  std::shared_ptr<Placement> placement() const override { return placement_; }
+
+  // A slot's engine failed: taken out when it can no longer compute.
+  void failed(size_t slot, const Error& e) {
+    if (!engines_[slot]->usable()) placement_->take_out(slot, e.what());
+  }
+  void served(size_t slot, Result& r) {
+    r.device = placement_->device(slot);
+    placement_->count_image(slot);
+  }
+
+ private:
+  size_t first_slot() const {
+    for (size_t i = 0; i < engines_.size(); ++i)
+      if (placement_->in_service(i)) return i;
+    return engines_.size();
+  }
+  int first_device() const {
+    const size_t slot = first_slot();
+    return slot < engines_.size() ? placement_->device(slot) : -1;
+  }
+
+  template <class Fn>
+  Result on_a_slot(Fn&& fn, const std::function<bool(size_t)>& allowed) {
+    std::optional<Error> last;
+    std::vector<bool> tried(engines_.size(), false);
+    for (;;) {
+      Placement::Hold hold = placement_->take([&](size_t s) { return !tried[s] && (!allowed || allowed(s)); });
+      if (!hold) break;
+      const size_t slot = hold.slot();
+      tried[slot] = true;
+      try {
+        Result r = fn(*engines_[slot]);
+        served(slot, r);
+        return r;
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::kInvalidArgument) throw;
+        failed(slot, e);
+        last = e;
+      }
+    }
+    if (last) throw *last;
+    fail(ErrorCode::kUnavailable, "no GPU is in service");
+  }
+
+  std::vector<std::unique_ptr<Engine>> engines_;
+  std::shared_ptr<Placement> placement_;
+};
+
+template <class Fn>
+void PlacedStream::guarded(Fn&& fn) {
+  if (!hold_) fail(ErrorCode::kInternal, "a stream used after its end");
+  try {
+    fn();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kInvalidArgument) {
+      owner_.failed(hold_.slot(), e);
+      hold_ = {};  // a stream that failed here goes on elsewhere, if at all
+    }
+    throw;
+  }
+}
+
+void PlacedStream::tag(Result& r) { owner_.served(hold_.slot(), r); }
+
+}  // namespace
+
+std::unique_ptr<Engine> make_placed_engine(std::vector<std::unique_ptr<Engine>> engines,
+                                           std::shared_ptr<Placement> placement) {
+  return std::make_unique<PlacedEngine>(std::move(engines), std::move(placement));
+}
+
+}  // namespace imgstat
