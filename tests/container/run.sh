@@ -47,6 +47,7 @@ runroot = "$work/run"
 CONF
 export CONTAINERS_CONF=$work/containers.conf CONTAINERS_STORAGE_CONF=$work/storage.conf
 cleanup() {
+  [ -f "$work/kube.yaml" ] && podman kube down "$work/kube.yaml" >/dev/null 2>&1
   podman rm -f -t 0 "$name" >/dev/null 2>&1
   podman rmi -f "$tag" "$base" >/dev/null 2>&1
   podman image prune -f >/dev/null 2>&1
@@ -131,20 +132,7 @@ fi
 
 files=(png/skimage_coffee.png png/pngsuite_basn2c16.png jpeg/ljt_testorig.jpg tiff/tiffrs_predictor-3-gray-f32.tif)
 "$client" --server "$addr" "${tls[@]}" --json "${files[@]/#/$corpus/}" >"$work/results.jsonl" || fail "imgstat-client"
-python3 - "$corpus" "$work/results.jsonl" <<'PY' || fail "numbers differ from the corpus reference"
-import json, sys
-corpus, results = sys.argv[1], sys.argv[2]
-refs = {json.loads(l)["file"]: json.loads(l) for l in open(f"{corpus}/reference.jsonl")}
-for line in open(results):
-    got = json.loads(line)
-    want = refs[got["file"][len(corpus) + 1:]]["reference"]
-    assert got["ok"] and got["width"] == want["width"] and got["sample_type"] == want["sample_type"], got["file"]
-    for g, w in zip(got["channels"], want["stats"]):
-        assert g["name"] == w["channel"] and g["min"] == w["min"] and g["max"] == w["max"], (got["file"], g["name"])
-        assert g["histogram"]["counts"] == w["histogram"], (got["file"], g["name"])
-        assert abs(g["mean"] - w["mean"]) <= 1e-12 * abs(w["mean"]), (got["file"], g["name"])
-    print("ok", got["file"], got["engine"])
-PY
+python3 "$repo/tests/container/check_results.py" "$corpus" "$work/results.jsonl" || fail "numbers differ from the corpus reference"
 
 # The metrics count what was asked, refusals included.
 curl -sf "http://$metrics_addr/metrics" >"$work/metrics.txt" || fail "no metrics on $metrics_addr"
@@ -170,4 +158,56 @@ for _ in $(seq 20); do
   sleep 0.25
 done
 [ $seen = 1 ] || { podman logs "$name"; fail "the server did not log SIGTERM"; }
+# The Kubernetes manifest's CPU variant, as written, under podman kube play:
+# only what a single host needs changes (the local image, one replica, host
+# ports on loopback), and the Secret volume becomes the same folder mounted
+# from the host (podman 4.3 reads Secret volumes wrong).
+kube_ports=$(python3 -c 'import socket
+s=[socket.socket() for _ in range(3)]
+[x.bind(("127.0.0.1", 0)) for x in s]
+print(" ".join(str(x.getsockname()[1]) for x in s))')
+read -r kube_grpc kube_health kube_metrics <<<"$kube_ports"
+python3 - "$repo/deploy/kubernetes/imgstat-cpu.yaml" "$work/kube.yaml" "$tag" "$secrets" $kube_ports <<'PY' || fail "rendering the manifest"
+import re, sys
+src, dst, image, secrets, grpc, health, metrics = sys.argv[1:]
+s = open(src).read()
+def sub(old, new):
+    global s
+    assert old in s, old
+    s = s.replace(old, new)
+sub("registry.example.com/imgstat-server:0.1.0", image)
+sub("replicas: 2", "replicas: 1")
+for name, port, host in (("grpc", 50051, grpc), ("health", 50052, health), ("metrics", 9464, metrics)):
+    sub(f"{{name: {name}, containerPort: {port}}}", f"{{name: {name}, containerPort: {port}, hostPort: {host}, hostIP: 127.0.0.1}}")
+sub("secret: {secretName: imgstat, defaultMode: 0440}", f"hostPath: {{path: {secrets}, type: Directory}}")
+open(dst, "w").write(s)
+PY
+t=$(now)
+podman kube play "$work/kube.yaml" >"$work/kube.log" 2>&1 || { cat "$work/kube.log"; fail "podman kube play"; }
+kube_container=$(podman ps --format '{{.Names}}' | grep -- '^imgstat-cpu-.*-imgstat-server$' | head -1)
+[ -n "$kube_container" ] || { podman ps -a; fail "no container from podman kube play"; }
+healthy=0
+for _ in $(seq 120); do
+  if "$client" --server "127.0.0.1:$kube_health" --timeout 2 --health >/dev/null 2>&1; then healthy=1; break; fi
+  sleep 0.5
+done
+[ $healthy = 1 ] || { podman logs "$kube_container"; fail "the kube play pod never became healthy"; }
+echo "kube play: healthy in $(since "$t") s ($kube_container)"
+[ "$(podman inspect --format '{{.HostConfig.ReadonlyRootfs}} {{.Config.User}}' "$kube_container")" = "true 10001:10001" ] ||
+  fail "the kube play container is not read-only as uid 10001"
+"$client" --server "127.0.0.1:$kube_grpc" "${tls[@]}" --info --json >"$work/kube-info.json" || fail "GetServerInfo from the kube play pod"
+python3 -c 'import json, sys
+i = json.load(open(sys.argv[1]))
+assert i["engine"]["kind"] == "cpu" and i["engine"]["threads"] == 4, i["engine"]
+assert int(i["limits"]["max_decode_memory"]) == 4 << 30, i["limits"]' "$work/kube-info.json" ||
+  fail "the pod does not run as the manifest says (cpu engine, 4 threads, 4 GiB of decode memory)"
+"$client" --server "127.0.0.1:$kube_grpc" "${tls[@]}" --json "${files[@]/#/$corpus/}" >"$work/kube-results.jsonl" ||
+  fail "imgstat-client against the kube play pod"
+python3 "$repo/tests/container/check_results.py" "$corpus" "$work/kube-results.jsonl" || fail "kube play: numbers differ"
+curl -sf "http://127.0.0.1:$kube_metrics/metrics" | grep -q '^imgstat_calls_in_progress ' ||
+  fail "the autoscaler's metric is not on the pod's metrics port"
+podman kube down "$work/kube.yaml" >/dev/null 2>&1 || fail "podman kube down"
+rm -f "$work/kube.yaml"
+echo "kube play: the CPU variant served ${#files[@]} files from the host and went down"
+
 echo "PASS: image $((size / 1048576)) MiB, build ${build_s} s"
