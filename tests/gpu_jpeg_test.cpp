@@ -333,6 +333,76 @@ TEST_F(GpuJpegTest, ADeviceLostMidBatchLosesNoCall) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
+// One GPU listed twice (--cuda-devices 0,0): two engines and two decoders,
+// each with lanes of its own, behind one placement. Every corpus JPEG from
+// many callers at once: decoded and computed on both slots, answers the CPU
+// decoder's to the last count; a slot taken out gets nothing more.
+TEST_F(GpuJpegTest, OneGpuListedTwiceDecodesOnBothSlotsAsTheCpuDoes) {
+  EngineOptions o;
+  o.kind = EngineKind::kCuda;
+  o.cuda_devices = {0, 0};
+  std::shared_ptr<Engine> twice = make_engine(o);
+  const std::shared_ptr<Placement> placement = twice->placement();
+  ASSERT_TRUE(placement);
+  ASSERT_EQ(placement->size(), 2u);
+  std::vector<std::unique_ptr<GpuJpegDecoder>> decoders;
+  for (int i = 0; i < 2; ++i) {
+    std::string why;
+    decoders.push_back(open_gpu_jpeg_decoder(GpuJpegOptions{}, &why));
+    ASSERT_TRUE(decoders.back()) << why;
+  }
+  Analyzer gpu(twice, Limits{}, make_placed_gpu_jpeg_decoder(std::move(decoders), placement));
+  Analyzer cpu(make_cpu_engine(), Limits{}, nullptr);
+  std::vector<std::string> files;
+  for (const auto& path : corpus_jpegs()) files.push_back(slurp_file(path.string()));
+  auto run = [&](int callers, int each) {
+    std::atomic<int> wrong{0}, on_gpu{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < callers; ++t)
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < each; ++i) {
+          v1::AnalyzeRequest req;
+          req.mutable_input()->set_data(files[(t * each + i) % files.size()]);
+          v1::AnalyzeResponse got, want;
+          try {
+            got = gpu.analyze(req);
+          } catch (const Error& e) {
+            try {
+              cpu.analyze(req);
+              ++wrong;  // refused on one path only
+            } catch (const Error& c) {
+              if (c.code() != e.code()) ++wrong;
+            }
+            continue;
+          }
+          want = cpu.analyze(req);
+          if (got.decoder().rfind("nvjpeg", 0) == 0) {
+            ++on_gpu;
+            if (!got.has_device() || got.device() != 0) ++wrong;
+          }
+          for (int c = 0; c < want.channels_size(); ++c)
+            if (got.channels(c).SerializeAsString() != want.channels(c).SerializeAsString()) ++wrong;
+        }
+      });
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(wrong.load(), 0);
+    return on_gpu.load();
+  };
+  EXPECT_GT(run(16, 24), 100);
+  std::vector<GpuStatus> s = placement->status();
+  EXPECT_GT(s[0].images, 20u);
+  EXPECT_GT(s[1].images, 20u);
+  EXPECT_EQ(s[0].in_flight + s[1].in_flight, 0u);
+  placement->take_out(1, "taken out by the test");
+  const uint64_t before = s[1].images;
+  EXPECT_GT(run(8, 8), 10);
+  s = placement->status();
+  EXPECT_EQ(s[1].images, before);
+  EXPECT_FALSE(s[1].in_service);
+  std::printf("GPU 0 listed twice: slot 0 %llu images, slot 1 %llu\n", static_cast<unsigned long long>(s[0].images),
+              static_cast<unsigned long long>(s[1].images));
+}
+
 TEST_F(GpuJpegTest, TheAnalyzerSaysWhichDecoderRanAndHonoursTheChoice) {
   Analyzer analyzer(engine_, Limits{}, decoder_);
   int gpu_answers = 0;

@@ -6,8 +6,10 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cfloat>
 #include <random>
+#include <thread>
 
 #include "cuda/dispatch/dispatch.hpp"
 #include "imgstat/engine.hpp"
@@ -317,6 +319,59 @@ TEST_F(GpuTest, OverTheMemoryLimitFallsBackToTheCpu) {
   // Small images still go to the GPU.
   TestImage small = random_image(rng, 640, 480, 3, SampleType::kUint8, 0, 0);
   EXPECT_EQ(engine->analyze(small.view, StatsRequest{}).engine, "cuda");
+}
+
+// One GPU listed twice: two engines behind one placement, calls from many
+// threads spread over both, each answer the CPU engine's; a slot taken out
+// takes no more.
+TEST(GpuPlacement, OneGpuListedTwiceSpreadsCallsAndAgreesWithTheCpu) {
+  std::string why;
+  if (!make_cuda_engine(EngineOptions{}, &why)) GTEST_SKIP() << "no usable GPU: " << why;
+  EngineOptions o;
+  o.kind = EngineKind::kCuda;
+  o.cuda_devices = {0, 0};
+  std::unique_ptr<Engine> twice = make_engine(o);
+  const std::shared_ptr<Placement> placement = twice->placement();
+  ASSERT_TRUE(placement);
+  ASSERT_EQ(placement->size(), 2u);
+  EXPECT_NE(twice->info().device_name.find("2 x "), std::string::npos) << twice->info().device_name;
+  auto cpu = make_cpu_engine();
+  std::atomic<int> wrong{0};
+  auto run = [&](int threads, int each, uint64_t seed) {
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t] {
+        std::mt19937_64 rng(seed + t);
+        for (int i = 0; i < each; ++i) {
+          const SampleType type = kAllTypes[rng() % std::size(kAllTypes)];
+          TestImage img = random_image(rng, 1 + rng() % 700, 1 + rng() % 300, 1 + rng() % 4, type, 0, 0);
+          StatsRequest r;
+          r.distribution = r.shape = r.summary = r.merge_state = true;
+          const Result g = twice->analyze(img.view, r);
+          if (g.engine != "cuda" || g.device != 0) ++wrong;
+          expect_same_stats(g, cpu->analyze(img.view, r), type);
+          // A stream holds its slot from open to finish.
+          auto s = twice->open_stream(img.view.layout, StatsRequest{});
+          s->feed(img.view.data, img.view.layout.min_bytes());
+          expect_same_stats(s->finish(), cpu->analyze(img.view, StatsRequest{}), type);
+        }
+      });
+    for (auto& th : ts) th.join();
+  };
+  run(8, 12, 1000);
+  EXPECT_EQ(wrong.load(), 0);
+  std::vector<GpuStatus> s = placement->status();
+  EXPECT_EQ(s[0].images + s[1].images, 8u * 12 * 2);
+  EXPECT_GT(s[0].images, 20u);
+  EXPECT_GT(s[1].images, 20u);
+  EXPECT_EQ(s[0].in_flight + s[1].in_flight, 0u);
+  placement->take_out(0, "taken out by the test");
+  const uint64_t before = s[0].images;
+  run(4, 4, 2000);
+  s = placement->status();
+  EXPECT_EQ(s[0].images, before);
+  EXPECT_EQ(s[1].images + s[0].images, 8u * 12 * 2 + 4 * 4 * 2);
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 }  // namespace
