@@ -82,7 +82,8 @@ std::string render_table(const Outcome& o, bool color) {
   const bool flt = is_float_type(r.sample_type()) || o.normalized;
   std::string out;
   char line[512];
-  const std::string decoder = r.decoder().empty() ? "" : ", decoder " + r.decoder();
+  const std::string decoder = (r.has_device() ? ", GPU " + std::to_string(r.device()) : std::string()) +
+                              (r.decoder().empty() ? "" : ", decoder " + r.decoder());
   char check[48] = "";
   if (r.has_check_time()) std::snprintf(check, sizeof check, " (check %.2f ms)", ms(r.check_time()));
   if (o.images > 0)  // --aggregate: no one file's format, size or timings
@@ -322,6 +323,7 @@ std::string render_json(const Outcome& o) {
   j["channel_count"] = r.channel_count();
   j["sample_type"] = sample_type_name(r.sample_type());
   j["engine"] = r.engine();
+  if (r.has_device()) j["device"] = r.device();
   j["decoder"] = r.decoder();
   j["decode_ms"] = ms(r.decode_time());
   if (r.has_check_time()) j["check_ms"] = ms(r.check_time());

@@ -5,8 +5,13 @@
 //   cd examples/node && npm install
 //   node imgstat_example.js localhost:50051 photo.png --raw frame.raw 4096x3072x1:uint16 --batch a.png b.jpg
 //
+// The server may be one address, a comma-separated list of servers
+// (host1:50051,host2:50051) or a dns:/// name that resolves to many (a
+// Kubernetes headless Service): calls then go to each in turn (round_robin).
+//
 // Prints one JSON object per answer, with the proto's field names.
 'use strict';
+const dns = require('dns');
 const fs = require('fs');
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
@@ -32,6 +37,44 @@ const CHUNK = 1 << 20; // bytes per streamed message
 // Every statistic, with the 1st and 99th percentiles besides the median.
 const OPTIONS = { statistics: ['STATISTIC_ALL'], percentiles: [1, 99] };
 const deadline = (seconds) => ({ deadline: new Date(Date.now() + seconds * 1000) });
+// Calls spread over every address the target names (pick_first, the
+// default, would put them all on one server), retried by gRPC when they
+// never reached one; keep-alive pings notice a server that vanished.
+const CHANNEL_OPTIONS = {
+  'grpc.max_receive_message_length': 64 << 20, // histograms: up to 65536 bins per channel
+  'grpc.service_config': JSON.stringify({
+    loadBalancingConfig: [{ round_robin: {} }],
+    methodConfig: [{
+      name: [{ service: 'imgstat.v1.ImageStats' }],
+      retryPolicy: { maxAttempts: 4, initialBackoff: '0.05s', maxBackoff: '1s', backoffMultiplier: 2,
+        retryableStatusCodes: ['UNAVAILABLE'] },
+    }],
+  }),
+  'grpc.keepalive_time_ms': 10000,
+  'grpc.keepalive_timeout_ms': 5000,
+  'grpc.keepalive_permit_without_calls': 1,
+};
+
+// gRPC's ipv4:/ipv6: targets list addresses, not names: a list of names is resolved here.
+async function channelTarget(server) {
+  if (!server.includes(',') || /^(dns|ipv4|ipv6|unix):/.test(server)) return server;
+  const v4 = [];
+  const v6 = [];
+  for (const entry of server.split(',')) {
+    const at = entry.lastIndexOf(':');
+    const host = entry.slice(0, at).replace(/^\[|\]$/g, '');
+    const port = entry.slice(at + 1);
+    const found = await dns.promises.lookup(host, { all: true });
+    const four = found.find((a) => a.family === 4);
+    if (four) {
+      v4.push(`${four.address}:${port}`);
+      v6.push(`[::ffff:${four.address}]:${port}`);
+    } else {
+      v6.push(`[${found[0].address}]:${port}`);
+    }
+  }
+  return v4.length === v6.length ? `ipv4:${v4.join(',')}` : `ipv6:${v6.join(',')}`;
+}
 
 function analyzeFile(client, file) {
   const request = { input: { kind: 'INPUT_KIND_ENCODED', data: fs.readFileSync(file), name: file }, options: OPTIONS };
@@ -97,9 +140,7 @@ async function main(argv) {
   const raw = rest[0] === '--raw' ? rest.slice(1, 3) : null;
   const batchAt = rest.indexOf('--batch');
   const batch = batchAt >= 0 ? rest.slice(batchAt + 1) : [];
-  // Responses carry histograms (up to 65536 bins per channel): allow large ones.
-  const client = new v1.ImageStats(server, grpc.credentials.createInsecure(),
-    { 'grpc.max_receive_message_length': 64 << 20 });
+  const client = new v1.ImageStats(await channelTarget(server), grpc.credentials.createInsecure(), CHANNEL_OPTIONS);
   let failed = false;
   try {
     emit('Analyze', image, await analyzeFile(client, image));

@@ -11,6 +11,10 @@ then run with gen on the path:
     PYTHONPATH=gen python3 examples/python/imgstat_example.py localhost:50051 photo.png \
         --raw frame.raw 4096x3072x1:uint16 --batch a.png b.jpg --region frame.raw 4096x3072x1:uint16
 
+The server may be one address, a comma-separated list of servers
+(host1:50051,host2:50051) or a dns:/// name that resolves to many (a
+Kubernetes headless Service): calls then go to each in turn (round_robin).
+
 Prints one JSON object per answer, with the proto's field names.
 """
 import argparse
@@ -33,6 +37,40 @@ SAMPLE_TYPES = {
 }
 # Every statistic, with the 1st and 99th percentiles besides the median.
 OPTIONS = pb.Options(statistics=[pb.STATISTIC_ALL], percentiles=[1, 99])
+# Calls spread over every address the target names (gRPC's default,
+# pick_first, would put them all on one server), and retried by gRPC when
+# they never reached a server.
+SERVICE_CONFIG = json.dumps({
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "methodConfig": [{"name": [{"service": "imgstat.v1.ImageStats"}],
+                      "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.05s", "maxBackoff": "1s",
+                                      "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),  # histograms: up to 65536 bins per channel
+    ("grpc.service_config", SERVICE_CONFIG),
+    # Pings notice a server whose host vanished without closing its connections;
+    # imgstat's server accepts them every 5 s or more.
+    ("grpc.keepalive_time_ms", 10000),
+    ("grpc.keepalive_timeout_ms", 5000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+def channel_target(server):
+    """gRPC's ipv4:/ipv6: targets list addresses, not names: a list of names is resolved here."""
+    if "," not in server or server.startswith(("dns:", "ipv4:", "ipv6:", "unix:")):
+        return server
+    v4, v6 = [], []
+    for entry in server.split(","):
+        host, port = entry.rsplit(":", 1)
+        found = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+        four = [a for a in found if a[0] == socket.AF_INET]
+        if four:
+            v4.append(f"{four[0][4][0]}:{port}")
+            v6.append(f"[::ffff:{four[0][4][0]}]:{port}")
+        else:
+            v6.append(f"[{found[0][4][0]}]:{port}")
+    return ("ipv4:" + ",".join(v4)) if len(v4) == len(v6) else ("ipv6:" + ",".join(v6))
 
 
 def analyze_file(stub, path):
@@ -142,8 +180,7 @@ def main():
     parser.add_argument("--region", nargs=2, metavar=("FILE", "WxHxC:TYPE"),
                         help="a raw frame through shared memory (the server must be on this host)")
     args = parser.parse_args()
-    # Responses carry histograms (up to 65536 bins per channel): allow large ones.
-    channel = grpc.insecure_channel(args.server, options=[("grpc.max_receive_message_length", 64 << 20)])
+    channel = grpc.insecure_channel(channel_target(args.server), options=CHANNEL_OPTIONS)
     stub = rpc.ImageStatsStub(channel)
     failed = False
     try:

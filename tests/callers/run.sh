@@ -31,6 +31,9 @@ for _ in $(seq 100); do
 done
 [ -n "$port" ] || { cat "$out/server.log"; exit 1; }
 address=127.0.0.1:$port
+# The Python and Node callers are given a list of servers (one server named
+# twice, by address and by name): a list resolves and balances as one.
+servers=127.0.0.1:$port,localhost:$port
 
 case "$lang" in
   python)
@@ -38,7 +41,7 @@ case "$lang" in
     rm -rf "$work/gen" && mkdir -p "$work/gen"
     (cd "$repo" && protoc -I proto --python_out="$work/gen" --grpc_python_out="$work/gen" \
       --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin proto/imgstat/v1/imgstat.proto)
-    PYTHONPATH=$work/gen $python "$repo/examples/python/imgstat_example.py" "$address" "$image" \
+    PYTHONPATH=$work/gen $python "$repo/examples/python/imgstat_example.py" "$servers" "$image" \
       --raw "$out/frame.raw" "$layout" --batch "${batch[@]}" --region "$out/frame.raw" "$layout" \
       >"$out/answers.jsonl" || [ $? -eq 1 ]
     ;;
@@ -46,7 +49,7 @@ case "$lang" in
     # npm install once per build folder; the example runs from there.
     cp "$repo/examples/node/package.json" "$repo/examples/node/imgstat_example.js" "$work/"
     [ -d "$work/node_modules/@grpc/grpc-js" ] || (cd "$work" && npm install --no-audit --no-fund --loglevel=error)
-    IMGSTAT_PROTO_DIR=$repo/proto node "$work/imgstat_example.js" "$address" "$image" \
+    IMGSTAT_PROTO_DIR=$repo/proto node "$work/imgstat_example.js" "$servers" "$image" \
       --raw "$out/frame.raw" "$layout" --batch "${batch[@]}" >"$out/answers.jsonl" || [ $? -eq 1 ]
     ;;
   shell)
