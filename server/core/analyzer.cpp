@@ -514,7 +514,8 @@ v1::ServerInfo Analyzer::server_info() const {
   e->set_device_memory_bytes(engine.device_memory_bytes);
   e->set_compute_capability(engine.compute_capability);
   e->set_threads(engine.threads);
-  if (const std::shared_ptr<Placement> placement = engine_->placement(); placement && engine.kind == "cuda")
+  // Listed while the CPU engine stands in for lost GPUs too: they say why.
+  if (const std::shared_ptr<Placement> placement = engine_->placement())
     for (const GpuStatus& g : placement->status()) {
       v1::Gpu* out = info.add_gpus();
       out->set_device(g.device);

@@ -157,7 +157,7 @@ void Server::start() {
     sources.decode_memory_in_use = [this] { return analyzer_->budget().in_use(); };
     sources.decode_memory_waiting = [this] { return analyzer_->budget().waiting(); };
     sources.engine_usage = [this] { return engine_->usage(); };
-    if (const std::shared_ptr<Placement> placement = engine_->placement(); placement && engine_->info().kind == "cuda")
+    if (const std::shared_ptr<Placement> placement = engine_->placement())
       sources.gpus = [placement] { return placement->status(); };
     metrics_->serve(options_.metrics_listen, std::move(sources));
   }
