@@ -5,6 +5,7 @@
 // (out of memory, busy workspaces) move the call on without taking anything
 // out. Bad input is not retried: every GPU would refuse it the same way.
 #include <optional>
+#include <type_traits>
 
 #include "common/partial.hpp"
 #include "imgstat/engine.hpp"
@@ -103,34 +104,20 @@ class PlacedEngine final : public Engine {
   }
 
   Result analyze(const ImageView& image, const StatsRequest& request) override {
-    return on_a_slot([&](Engine& e) { return e.analyze(image, request); }, {});
+    return computed({}, [&](Engine& e) { return e.analyze(image, request); });
   }
 
   // The pixels are on one GPU: only its slots can read them.
   Result analyze_device(const DeviceImageView& image, const StatsRequest& request) override {
     const int device = image.device >= 0 ? image.device : first_device();
-    return on_a_slot([&](Engine& e) { return e.analyze_device(image, request); },
-                     [&](size_t slot) { return placement_->device(slot) == device; });
+    return computed([&](size_t slot) { return placement_->device(slot) == device; },
+                    [&](Engine& e) { return e.analyze_device(image, request); });
   }
 
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override {
-    std::optional<Error> last;
-    std::vector<bool> tried(engines_.size(), false);
-    for (;;) {
-      Placement::Hold hold = placement_->take([&](size_t s) { return !tried[s]; });
-      if (!hold) break;
-      const size_t slot = hold.slot();
-      tried[slot] = true;
-      try {
-        return std::make_unique<PlacedStream>(*this, std::move(hold), engines_[slot]->open_stream(layout, request));
-      } catch (const Error& e) {
-        if (e.code() == ErrorCode::kInvalidArgument) throw;
-        failed(slot, e);
-        last = e;
-      }
-    }
-    if (last) throw *last;
-    fail(ErrorCode::kUnavailable, "no GPU is in service");
+    return on_a_slot({}, [&](size_t slot, Placement::Hold hold) -> std::unique_ptr<StreamAnalysis> {
+      return std::make_unique<PlacedStream>(*this, std::move(hold), engines_[slot]->open_stream(layout, request));
+    });
   }
 
   bool takes_device_images() const override {
@@ -176,8 +163,10 @@ class PlacedEngine final : public Engine {
     return slot < engines_.size() ? placement_->device(slot) : -1;
   }
 
+  // fn(slot, its hold) on the least loaded slot that `allowed` accepts,
+  // then on the next one after each failure but bad input.
   template <class Fn>
-  Result on_a_slot(Fn&& fn, const std::function<bool(size_t)>& allowed) {
+  std::invoke_result_t<Fn&, size_t, Placement::Hold> on_a_slot(const std::function<bool(size_t)>& allowed, Fn&& fn) {
     std::optional<Error> last;
     std::vector<bool> tried(engines_.size(), false);
     for (;;) {
@@ -186,9 +175,7 @@ class PlacedEngine final : public Engine {
       const size_t slot = hold.slot();
       tried[slot] = true;
       try {
-        Result r = fn(*engines_[slot]);
-        served(slot, r);
-        return r;
+        return fn(slot, std::move(hold));
       } catch (const Error& e) {
         if (e.code() == ErrorCode::kInvalidArgument) throw;
         failed(slot, e);
@@ -197,6 +184,16 @@ class PlacedEngine final : public Engine {
     }
     if (last) throw *last;
     fail(ErrorCode::kUnavailable, "no GPU is in service");
+  }
+
+  // A whole image on a slot, held while it computes.
+  template <class Fn>
+  Result computed(const std::function<bool(size_t)>& allowed, Fn&& fn) {
+    return on_a_slot(allowed, [&](size_t slot, Placement::Hold) {
+      Result r = fn(*engines_[slot]);
+      served(slot, r);
+      return r;
+    });
   }
 
   std::vector<std::unique_ptr<Engine>> engines_;
