@@ -18,9 +18,9 @@ namespace {
 
 // Where the injected fault strikes.
 struct Fault {
-  enum Where { kNever, kFeed, kCheckpoint, kFinish } where = kNever;
+  enum Where { kNever, kFeed, kCheckpoint, kFinish, kPause } where = kNever;
   uint64_t after_bytes = 0;  // kFeed: once this many bytes were fed
-  int after_checkpoints = 0; // kCheckpoint: on this checkpoint (0 = the first)
+  int after_checkpoints = 0; // kCheckpoint, kPause: on this checkpoint or pause (0 = the first)
   bool device_lost = false;  // the engine is unusable afterwards
 };
 
@@ -32,6 +32,10 @@ class FaultyStream final : public CheckpointStream {
     fed_ += bytes;
     if (fault_.where == Fault::kFeed && fed_ >= fault_.after_bytes) strike();
     inner_->feed(data, bytes);
+  }
+  void pause() override {
+    if (fault_.where == Fault::kPause && pauses_++ == fault_.after_checkpoints) strike();
+    inner_->pause();
   }
   Result finish() override {
     if (fault_.where == Fault::kFinish) strike();
@@ -52,6 +56,7 @@ class FaultyStream final : public CheckpointStream {
   std::unique_ptr<StreamAnalysis> inner_;
   Fault fault_;
   uint64_t fed_ = 0;
+  int pauses_ = 0;
   std::atomic<bool>& lost_;
   int& checkpoints_;
 };
@@ -112,16 +117,21 @@ class FallbackStreamTest : public ::testing::TestWithParam<std::string> {
   };
 
   // Streams img in chunks of `chunk` bytes through a FallbackEngine whose
-  // primary fails as `fault` says.
+  // primary fails as `fault` says, pausing after every `pause_every` chunks
+  // (a client slower than the engine).
   Run stream(const TestImage& img, const StatsRequest& request, Fault fault, size_t chunk,
-             FallbackTuning tuning) {
+             FallbackTuning tuning, int pause_every = 0) {
     Run run;
     FallbackEngine engine(std::make_unique<FaultyEngine>(std::make_shared<Borrowed>(*primary_), fault, run.checkpoints),
                           make_cpu_engine(), [&](const std::string& why) { run.told.push_back(why); }, tuning);
     auto s = engine.open_stream(img.view.layout, request);
     const auto* p = static_cast<const uint8_t*>(img.view.data);
     const uint64_t n = img.view.layout.min_bytes();
-    for (uint64_t off = 0; off < n; off += chunk) s->feed(p + off, std::min<uint64_t>(chunk, n - off));
+    int chunks = 0;
+    for (uint64_t off = 0; off < n; off += chunk) {
+      s->feed(p + off, std::min<uint64_t>(chunk, n - off));
+      if (pause_every && ++chunks % pause_every == 0) s->pause();
+    }
     run.result = s->finish();
     return run;
   }
@@ -161,11 +171,15 @@ TEST_P(FallbackStreamTest, AFaultAnywhereGivesTheWholeImagesAnswer) {
             {Fault::kFeed, bytes - 1},                // on the last chunk
             {Fault::kCheckpoint, 0, 2},               // reading a checkpoint back
             {Fault::kFinish},
+            {Fault::kPause, 0, 1},                    // giving back what a waiting stream holds
         };
-        for (const Fault& f : faults) {
+        for (const Fault& f : faults)
+        for (int pause_every : {0, 3}) {
+          if (f.where == Fault::kPause && !pause_every) continue;
           SCOPED_TRACE(describe(img.view.layout) + " histogram " + std::to_string(h) + " fault " +
-                       std::to_string(f.where) + " at " + std::to_string(f.after_bytes));
-          const Run run = stream(img, request, f, chunk, tuning);
+                       std::to_string(f.where) + " at " + std::to_string(f.after_bytes) + ", pausing every " +
+                       std::to_string(pause_every));
+          const Run run = stream(img, request, f, chunk, tuning, pause_every);
           expect_same_stats(run.result, want, t);
           const bool auto_floats = is_float(t) && !request.hist.explicit_range;
           if (f.where == Fault::kNever) {

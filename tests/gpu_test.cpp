@@ -36,6 +36,13 @@ class GpuTest : public ::testing::Test {
   std::unique_ptr<Engine> gpu_, cpu_;
 };
 
+// Every statistic a stream computes (the luminance is for whole images).
+StatsRequest streamed_everything() {
+  StatsRequest r = everything();
+  r.luminance = false;
+  return r;
+}
+
 const SampleType kAllTypes[] = {SampleType::kUint8,  SampleType::kUint16,  SampleType::kInt8,
                                 SampleType::kInt16,  SampleType::kFloat32, SampleType::kFloat64};
 
@@ -142,23 +149,32 @@ TEST_F(GpuTest, HistogramBinsAndRanges) {
       }
 }
 
-TEST_F(GpuTest, StreamsCutAnywhere) {
+// Cut anywhere and paused anywhere (each pause ends a session: its counts
+// come back and merge, a float stream's pixels stay on the device), every
+// statistic is the CPU engine's on the whole image.
+TEST_F(GpuTest, StreamsCutAndPausedAnywhere) {
   std::mt19937_64 rng(17);
   for (SampleType t : kAllTypes)
-    for (uint32_t c : {1u, 3u, 4u}) {
-      TestImage img = random_image(rng, 2000, 1500, c, t, rng() % 2 ? 7 : 0, 0);
-      auto g = gpu_->open_stream(img.view.layout, StatsRequest{});
-      const auto* p = static_cast<const uint8_t*>(img.view.data);
-      uint64_t left = img.view.layout.min_bytes();
-      while (left > 0) {
-        const uint64_t n = std::min<uint64_t>(left, 1 + rng() % (3 << 20));
-        g->feed(p, n);
-        p += n;
-        left -= n;
+    for (uint32_t c : {1u, 3u, 4u})
+      for (int pauses : {0, 1, 2}) {
+        TestImage img = random_image(rng, 2000, 1500, c, t, rng() % 2 ? 7 : 0, 0, is_float(t) && pauses ? 0.001 : 0);
+        const StatsRequest request = pauses == 2 ? streamed_everything() : StatsRequest{};
+        auto g = gpu_->open_stream(img.view.layout, request);
+        const auto* p = static_cast<const uint8_t*>(img.view.data);
+        uint64_t left = img.view.layout.min_bytes();
+        g->pause();  // nothing sent yet: nothing to give back
+        while (left > 0) {
+          const uint64_t n = std::min<uint64_t>(left, 1 + rng() % (3 << 20));
+          g->feed(p, n);
+          if (pauses && rng() % 2) g->pause();
+          p += n;
+          left -= n;
+        }
+        SCOPED_TRACE(describe(img.view.layout) + ", " + std::to_string(pauses) + " (pauses, all statistics)");
+        const Result r = g->finish();
+        EXPECT_EQ(r.engine, "cuda");
+        expect_same_stats(r, cpu_->analyze(img.view, request), t);
       }
-      SCOPED_TRACE(describe(img.view.layout));
-      expect_same_stats(g->finish(), cpu_->analyze(img.view, StatsRequest{}), t);
-    }
 }
 
 TEST_F(GpuTest, PinnedSourcesGoStraightToTheDevice) {
@@ -229,28 +245,121 @@ TEST_F(GpuTest, ConcurrentCallsShareTheDevice) {
   for (size_t i = 0; i < images.size(); ++i) expect_same_stats(got[i], want[i], images[i].view.layout.type);
 }
 
-TEST_F(GpuTest, BusyWorkspacesSendStreamsToTheCpu) {
-  // Four streams hold the four workspaces; a fifth goes to the CPU at once
-  // rather than wait for a client that may never come back.
+// A stream holds a workspace only while it has bytes to compute: 64 streams
+// paused part way hold no workspace and no device memory but their float
+// pixels, whole images meanwhile go to the GPU, and each stream then
+// finishes with the CPU engine's answer. Four streams computing hold the
+// four workspaces: a fifth waits a bounded time, then goes to the CPU.
+TEST_F(GpuTest, StreamsHoldAWorkspaceOnlyWhileTheyCompute) {
   EngineOptions o;
   o.kind = EngineKind::kCuda;
   std::string reason;
   o.on_fallback = [&](const std::string& why) { reason = why; };
   auto engine = make_engine(o);
   std::mt19937_64 rng(37);
+  TestImage whole = random_image(rng, 640, 480, 3, SampleType::kUint8, 0, 0);
+  // The workspace's first-use buffers exist before the baseline.
+  (void)engine->analyze(whole.view, everything());
+  const uint64_t held0 = engine->usage().device_bytes_held;
+
+  struct Stalled {
+    TestImage img;
+    StatsRequest request;
+    std::unique_ptr<StreamAnalysis> stream;
+    uint64_t sent = 0;
+  };
+  std::vector<Stalled> stalled;
+  uint64_t float_bytes = 0;
+  for (int i = 0; i < 64; ++i) {
+    const SampleType t = kAllTypes[i % 6];
+    Stalled s{random_image(rng, 700 + i, 300, 1 + i % 4, t, 0, 0, is_float(t) ? 0.01 : 0),
+              i % 2 ? streamed_everything() : StatsRequest{}, nullptr};
+    s.stream = engine->open_stream(s.img.view.layout, s.request);
+    s.sent = 1 + rng() % (s.img.view.layout.min_bytes() / 2);
+    s.stream->feed(s.img.view.data, s.sent);
+    s.stream->pause();
+    const uint64_t pixel = s.img.view.layout.pixel_bytes();
+    if (is_float(t)) float_bytes += s.sent / pixel * pixel;  // whole pixels; the rest waits on the host
+    stalled.push_back(std::move(s));
+  }
+  const uint64_t held = engine->usage().device_bytes_held - held0;
+  EXPECT_EQ(held, float_bytes) << "device bytes held by 64 paused streams, against their float pixels";
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(engine->analyze(whole.view, StatsRequest{}).engine, "cuda") << reason;
+  EXPECT_EQ(reason, "");
+  for (Stalled& s : stalled) {
+    const auto* p = static_cast<const uint8_t*>(s.img.view.data) + s.sent;
+    uint64_t left = s.img.view.layout.min_bytes() - s.sent;
+    while (left > 0) {
+      const uint64_t n = std::min<uint64_t>(left, 1 + rng() % (1 << 20));
+      s.stream->feed(p, n);
+      if (rng() % 2) s.stream->pause();
+      p += n;
+      left -= n;
+    }
+    const Result r = s.stream->finish();
+    SCOPED_TRACE(describe(s.img.view.layout));
+    EXPECT_EQ(r.engine, "cuda");
+    expect_same_stats(r, cpu_->analyze(s.img.view, s.request), s.img.view.layout.type);
+  }
+  stalled.clear();
+  EXPECT_EQ(engine->usage().device_bytes_held, held0) << "device memory kept after every stream finished";
+
+  // Fed and not paused, a stream computes: four hold the four workspaces.
   TestImage img = random_image(rng, 300, 200, 3, SampleType::kUint8, 0, 0);
-  std::vector<std::unique_ptr<StreamAnalysis>> held;
-  for (int i = 0; i < 4; ++i) held.push_back(engine->open_stream(img.view.layout, StatsRequest{}));
+  std::vector<std::unique_ptr<StreamAnalysis>> busy;
+  for (int i = 0; i < 4; ++i) {
+    busy.push_back(engine->open_stream(img.view.layout, StatsRequest{}));
+    busy.back()->feed(img.view.data, 100);
+  }
   auto fifth = engine->open_stream(img.view.layout, StatsRequest{});
-  EXPECT_NE(reason.find("busy"), std::string::npos) << reason;
+  EXPECT_EQ(reason, "") << "a stream that has sent nothing takes no workspace";
   fifth->feed(img.view.data, img.view.layout.min_bytes());
+  EXPECT_NE(reason.find("busy"), std::string::npos) << reason;
   const Result r = fifth->finish();
   EXPECT_EQ(r.engine, "cpu");
   expect_same_stats(r, cpu_->analyze(img.view, StatsRequest{}), SampleType::kUint8);
-  for (auto& s : held) {
-    s->feed(img.view.data, img.view.layout.min_bytes());
-    EXPECT_EQ(s->finish().engine, "cuda");
+  for (auto& s : busy) {
+    s->feed(static_cast<const uint8_t*>(img.view.data) + 100, img.view.layout.min_bytes() - 100);
+    const Result b = s->finish();
+    EXPECT_EQ(b.engine, "cuda");
+    expect_same_stats(b, cpu_->analyze(img.view, StatsRequest{}), SampleType::kUint8);
   }
+}
+
+// A server's engine makes every workspace at start, within its memory
+// limit, and never more: streams fed and paused from many threads at once
+// leave the GPU memory it holds as it was.
+TEST_F(GpuTest, WorkspacesMadeAtStartAreAllItHolds) {
+  EngineOptions o;
+  o.kind = EngineKind::kCuda;
+  o.cuda_workspaces_at_start = true;
+  auto engine = make_engine(o);
+  const uint64_t held0 = engine->usage().device_bytes_held;
+  std::mt19937_64 rng(41);
+  std::vector<TestImage> images;
+  for (int i = 0; i < 16; ++i) images.push_back(random_image(rng, 1500 + i, 700, 1 + i % 4, SampleType::kUint8, 0, 0));
+  std::vector<std::thread> threads;
+  std::vector<Result> got(images.size());
+  for (size_t i = 0; i < images.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto s = engine->open_stream(images[i].view.layout, StatsRequest{});
+      const auto* p = static_cast<const uint8_t*>(images[i].view.data);
+      const uint64_t n = images[i].view.layout.min_bytes(), half = n / 2;
+      s->feed(p, half);
+      s->pause();
+      s->feed(p + half, n - half);
+      got[i] = s->finish();
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(engine->usage().device_bytes_held, held0);
+  for (size_t i = 0; i < images.size(); ++i)
+    expect_same_stats(got[i], cpu_->analyze(images[i].view, StatsRequest{}), SampleType::kUint8);
+  // A limit with room for two workspaces (about 105 MiB each): two are made, and they serve.
+  o.cuda_memory_limit = uint64_t{300} << 20;
+  auto limited = make_engine(o);
+  EXPECT_LE(limited->usage().device_bytes_held, o.cuda_memory_limit);
+  EXPECT_GE(limited->usage().device_bytes_held, uint64_t{200} << 20);
+  EXPECT_EQ(limited->analyze(images[0].view, StatsRequest{}).engine, "cuda");
 }
 
 // Distribution, shape, positions, colours, summary and luminance: the same

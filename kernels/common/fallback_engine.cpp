@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "common/partial.hpp"
@@ -44,6 +45,23 @@ bool FallbackEngine::try_retain(uint64_t bytes) {
     if (now + bytes > tuning_.retain_limit) return false;
   } while (!retained_.compare_exchange_weak(now, now + bytes));
   return true;
+}
+
+std::vector<uint8_t> FallbackEngine::take_buffer() {
+  std::lock_guard<std::mutex> lock(spare_mu_);
+  if (spare_.empty()) return {};
+  std::vector<uint8_t> b = std::move(spare_.back());
+  spare_.pop_back();
+  spare_held_ -= b.capacity();
+  return b;
+}
+
+void FallbackEngine::give_buffer(std::vector<uint8_t> buffer) {
+  buffer.clear();
+  std::lock_guard<std::mutex> lock(spare_mu_);
+  if (buffer.capacity() == 0 || spare_held_ + buffer.capacity() > tuning_.spare_bytes) return;  // freed here
+  spare_held_ += buffer.capacity();
+  spare_.push_back(std::move(buffer));
 }
 
 template <class Fn>
@@ -92,10 +110,7 @@ class FallbackStream final : public StreamAnalysis {
         destrider_(layout),
         pixel_bytes_(layout.pixel_bytes()),
         primary_(std::move(primary)),
-        checkpoint_(empty_partial(layout.type, layout.channels, request)) {
-    // One allocation per stream rather than a chain of doublings.
-    kept_.reserve(std::min(owner.tuning().checkpoint_bytes + kKeptSlack, layout.pixels() * pixel_bytes_));
-  }
+        checkpoint_(empty_partial(layout.type, layout.channels, request)) {}
 
   ~FallbackStream() override { drop_retained(); }
 
@@ -104,6 +119,24 @@ class FallbackStream final : public StreamAnalysis {
       fail(ErrorCode::kInvalidArgument, "more data than the layout holds");
     destrider_.feed(static_cast<const uint8_t*>(data), bytes,
                     [&](const uint8_t* p, uint64_t pixels, bool) { take(p, pixels); });
+  }
+
+  // What the GPU counted comes to the host as it pauses: a checkpoint then
+  // costs a copy, and the pixels kept since the last one go, so a stream
+  // waiting on its client holds no more than the CPU engine's would.
+  void pause() override {
+    if (!primary_) {
+      if (backup_) backup_->pause();
+      return;
+    }
+    try {
+      primary_->pause();
+    } catch (const Error& e) {
+      take_over(e);
+      return;
+    }
+    if (can_checkpoint_ && !kept_.empty()) checkpoint();
+    if (can_checkpoint_) owner_.give_buffer(std::exchange(kept_, {}));
   }
 
   Result finish() override {
@@ -150,6 +183,11 @@ class FallbackStream final : public StreamAnalysis {
 
   void keep(const uint8_t* p, uint64_t bytes) {
     if (!keeping_) return;
+    // One allocation per stream (again after a pause) rather than a chain of doublings.
+    if (kept_.capacity() == 0) {
+      kept_ = owner_.take_buffer();
+      kept_.reserve(std::min(owner_.tuning().checkpoint_bytes + kKeptSlack, layout_.pixels() * pixel_bytes_));
+    }
     if (!can_checkpoint_) {
       if (!owner_.try_retain(bytes)) {
         drop_retained();
@@ -164,7 +202,7 @@ class FallbackStream final : public StreamAnalysis {
   void drop_retained() {
     owner_.unretain(charged_);
     charged_ = 0;
-    std::vector<uint8_t>().swap(kept_);
+    owner_.give_buffer(std::exchange(kept_, {}));
   }
 
   void checkpoint() {

@@ -10,12 +10,20 @@
 // cannot be checkpointed (the bins need every sample's min and max first);
 // such streams keep all their pixels, within retain_limit for the whole
 // engine, and beyond it a fault fails the call as before.
+//
+// A stream that pauses (its client has not sent more) checkpoints and hands
+// its buffer of kept pixels back, so a stalled stream holds none; buffers
+// given back wait for the next stream up to spare_bytes, their pages
+// already touched (a buffer over glibc's mmap threshold, new for every
+// chunk of a slow client, costs a page fault a page).
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "imgstat/engine.hpp"
 
@@ -24,6 +32,7 @@ namespace imgstat {
 struct FallbackTuning {
   uint64_t checkpoint_bytes = uint64_t{32} << 20;
   uint64_t retain_limit = uint64_t{1} << 30;
+  uint64_t spare_bytes = uint64_t{128} << 20;  // kept-pixel buffers waiting for a stream
 };
 
 class FallbackEngine final : public Engine {
@@ -55,6 +64,9 @@ class FallbackEngine final : public Engine {
   // `bytes` more would pass retain_limit.
   bool try_retain(uint64_t bytes);
   void unretain(uint64_t bytes) { retained_ -= bytes; }
+  // A buffer for a stream's kept pixels: one a stream gave back, or empty.
+  std::vector<uint8_t> take_buffer();
+  void give_buffer(std::vector<uint8_t> buffer);
 
  private:
   template <class Fn>
@@ -67,6 +79,9 @@ class FallbackEngine final : public Engine {
   std::atomic<bool> lost_{false};
   std::atomic<uint64_t> retained_{0};
   std::atomic<uint64_t> fallbacks_{0};
+  std::mutex spare_mu_;
+  std::vector<std::vector<uint8_t>> spare_;
+  uint64_t spare_held_ = 0;  // their capacities
 };
 
 }  // namespace imgstat

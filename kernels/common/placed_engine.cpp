@@ -25,6 +25,9 @@ class PlacedStream final : public CheckpointStream {
   void feed(const void* data, size_t bytes) override {
     guarded([&] { inner_->feed(data, bytes); });
   }
+  void pause() override {
+    guarded([&] { inner_->pause(); });
+  }
   Result finish() override {
     Result r;
     guarded([&] { r = inner_->finish(); });

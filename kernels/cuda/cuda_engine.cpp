@@ -32,11 +32,11 @@ constexpr uint64_t kSlotBytes = uint64_t{8} << 20;
 constexpr uint64_t kDeviceSlotBytes = uint64_t{32} << 20;
 constexpr uint32_t kMaxBins = 65536;
 constexpr uint32_t kMaxChannels = kRunningStride;
-// How long an image waits for a free workspace before the CPU takes it: a
-// whole image briefly, a stream (which would hold it while its client sends)
-// not at all.
+// How long an image waits for a free workspace before the CPU takes it. A
+// stream's session waits as long: it holds a workspace only while it has
+// bytes to compute, never while its client is slow to send them (pause()).
 constexpr std::chrono::milliseconds kAnalyzeWait{500};
-constexpr std::chrono::milliseconds kStreamWait{0};
+constexpr std::chrono::milliseconds kStreamWait = kAnalyzeWait;
 // An image already decoded into device memory holds no client and takes
 // milliseconds; the CPU's alternative is decoding it again: wait longer.
 constexpr std::chrono::milliseconds kDeviceImageWait{10000};
@@ -110,6 +110,80 @@ class DeviceBuffer {
   void* data_ = nullptr;
 };
 
+// Float pixels binned over their own range wait on the device for the
+// second pass. A whole image's bytes are at hand: one buffer of its size. A
+// stream's come as its client sends them: a piece each time a chunk goes up,
+// so what a stream holds grows with what it was sent, never with what its
+// header declared.
+class KeptPixels {
+ public:
+  struct Piece {
+    uint8_t* data;
+    uint64_t first;     // the image's pixel index of the piece's first pixel
+    uint64_t pixels;    // filled
+    uint64_t capacity;  // pixels
+  };
+  KeptPixels(DeviceBudget& budget, uint64_t pixel_bytes, int device)
+      : budget_(budget), pixel_bytes_(pixel_bytes), device_(device) {}
+  ~KeptPixels() {
+    if (pieces_.empty()) return;
+    // Every session that wrote or read the pieces has synchronized.
+    IMGSTAT_CUDA_REPORT(cudaSetDevice(device_));
+    for (const Piece& p : pieces_) {
+      IMGSTAT_CUDA_REPORT(cudaFreeAsync(p.data, cudaStreamPerThread));
+      budget_.give(p.capacity * pixel_bytes_);
+    }
+    IMGSTAT_CUDA_REPORT(cudaStreamSynchronize(cudaStreamPerThread));
+  }
+  KeptPixels(const KeptPixels&) = delete;
+  KeptPixels& operator=(const KeptPixels&) = delete;
+
+  // Room for `pixels` more in one buffer, taken now.
+  void reserve(uint64_t pixels, cudaStream_t s) { allocate(pixels, s); }
+  // Where the next `pixels` go, ordered on s.
+  uint8_t* append(uint64_t pixels, cudaStream_t s) {
+    if (pieces_.empty() || pieces_.back().capacity - pieces_.back().pixels < pixels) allocate(pixels, s);
+    Piece& p = pieces_.back();
+    uint8_t* at = p.data + p.pixels * pixel_bytes_;
+    p.pixels += pixels;
+    total_ += pixels;
+    return at;
+  }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+
+ private:
+  void allocate(uint64_t pixels, cudaStream_t s) {
+    const uint64_t bytes = pixels * pixel_bytes_;
+    budget_.take(bytes, "this image");
+    void* p = nullptr;
+    if (cudaMallocAsync(&p, bytes, s) != cudaSuccess) {
+      cudaGetLastError();
+      budget_.give(bytes);
+      fail(ErrorCode::kResourceExhausted, "GPU out of memory for " + std::to_string(bytes >> 20) +
+                                              " MiB of a float image's pixels");
+    }
+    pieces_.push_back(Piece{static_cast<uint8_t*>(p), total_, 0, pixels});
+  }
+
+  DeviceBudget& budget_;
+  uint64_t pixel_bytes_;
+  int device_;
+  uint64_t total_ = 0;
+  std::vector<Piece> pieces_;
+};
+
+// Floats binned over [min, max] need every pixel before their second pass.
+bool keeps_pixels(const Layout& layout, const StatsRequest& request) {
+  return is_float(layout.type) && ((request.histogram && !request.hist.explicit_range) || request.distribution);
+}
+
+// Where one session of a stream sits in its image: it starts where the last
+// one ended, and a float stream's pixels stay with the stream across sessions.
+struct Session {
+  uint64_t first = 0;           // the image's pixel index of the session's first pixel
+  KeptPixels* kept = nullptr;   // keeps_pixels(): the stream's pieces
+};
+
 // Streams, staging ring and result buffers for one image at a time.
 struct Workspace {
   std::array<cudaStream_t, kSlots> streams{};
@@ -136,6 +210,15 @@ struct Workspace {
       fail(ErrorCode::kResourceExhausted, "GPU out of memory for the distribution and colour buffers");
     }
     IMGSTAT_CUDA(cudaMallocHost(&host_extra, sizeof(ExtraBuffers)));
+  }
+
+  // The driver maps pinned pages into the process as the CPU first touches
+  // them: a server touches its workspaces at start, so that its idle
+  // resident figure is what it holds, not something its first calls add.
+  void touch() {
+    for (uint8_t* p : pinned) std::memset(p, 0, kSlotBytes);
+    std::memset(static_cast<void*>(host_results), 0, sizeof(Results));
+    if (host_extra) std::memset(static_cast<void*>(host_extra), 0, sizeof(ExtraBuffers));
   }
 
   Workspace(const DeviceInfo& dev, DeviceBudget& budget) : budget_(&budget) {
@@ -211,12 +294,13 @@ bool is_pinned(const void* p) {
 
 class CudaEngine;
 
-// One image's accumulation: whole pixels in order, staged through the
-// workspace's ring (or sent straight from pinned memory), kernels per chunk.
+// One image's accumulation, or one session of a stream's: whole pixels in
+// order, staged through the workspace's ring (or sent straight from pinned
+// memory), kernels per chunk. It holds the workspace while it lives.
 class GpuAnalysis {
  public:
   GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRequest& request,
-              std::chrono::milliseconds wait);
+              std::chrono::milliseconds wait, const Session* session = nullptr);
   ~GpuAnalysis();
   GpuAnalysis(const GpuAnalysis&) = delete;
   GpuAnalysis& operator=(const GpuAnalysis&) = delete;
@@ -224,17 +308,21 @@ class GpuAnalysis {
   void add(const uint8_t* pixels, uint64_t count);         // pageable memory: staged
   void add_pinned(const uint8_t* pixels, uint64_t count);  // page-locked memory: sent as is
   void add_device(const uint8_t* pixels, uint64_t count);  // already on the device: no transfer
+  // Sends what is staged on its way (a session about to end).
+  void flush();
   // What the pixels added so far add up to, waiting for their work to
   // finish; empty where that needs the rest of the image (floats binned over
   // their own range) or would disturb it (one-block images).
   std::optional<Partial> partial();
   Result finish();
+  // The same, before result_of(): a stream merges it with its earlier sessions'.
+  Partial finish_partial();
 
  private:
   void submit(const uint8_t* host, uint64_t pixels);
-  // The passes that run on one chunk alone, on device pixels at dst.
-  void launch_passes(const uint8_t* dst, uint64_t pixels, cudaStream_t s);
-  void flush();
+  // The passes that run on one chunk alone: `pixels` device pixels at dst,
+  // the image's from `first` on, on the streams and buffers of `slot`.
+  void launch_passes(const uint8_t* dst, uint64_t first, uint64_t pixels, int slot);
   // Brings the accumulators to host_results once all work so far has run.
   void collect();
   Partial partial_from_host() const;
@@ -252,9 +340,14 @@ class GpuAnalysis {
   int slot_ = 0;            // the slot being filled or sent next
   bool used_[kSlots] = {};  // streams that carry work of this image
   uint64_t staged_ = 0;    // pixels in pinned[slot_]
+  uint64_t first_ = 0;     // the image's pixel index of this analysis's first pixel
   uint64_t sent_ = 0;      // pixels submitted
-  uint8_t* whole_ = nullptr;  // floats binned over [min, max]: the image stays on the device
-  uint64_t whole_bytes_ = 0;
+  // Floats binned over [min, max]: the pixels stay on the device, in the
+  // stream's pieces or, for a whole image, in own_kept_. Pieces before
+  // kept_before_ came in earlier sessions: finish() counts them again.
+  std::optional<KeptPixels> own_kept_;
+  KeptPixels* kept_ = nullptr;
+  size_t kept_before_ = 0;
   // A small 8-bit image: one chunk, one block that writes the counts into
   // pinned host memory, no reset, no copies.
   bool one_block_ = false;
@@ -312,10 +405,42 @@ class CudaEngine final : public Engine {
     IMGSTAT_CUDA(cudaDeviceGetDefaultMemPool(&pool, options.device));
     uint64_t keep = options.memory_limit ? options.memory_limit : UINT64_MAX;
     IMGSTAT_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
-    // One workspace now, the others when calls at once first need them: a
-    // process that analyzes one image (the CLI's --local) pins 1/4 as much.
+    // One workspace now and the others when calls at once first need them
+    // (the CLI's --local pins a quarter), or all of them now, as far as the
+    // memory limit allows, and never more (a server: see EngineOptions).
     free_.push_back(std::make_unique<Workspace>(dev_, budget_));
-    created_ = 1;
+    max_workspaces_ = std::max(1, options.workspaces);
+    if (options.workspaces_at_start) {
+      try {
+        free_.back()->ensure_extra();
+        while (static_cast<int>(free_.size()) < max_workspaces_) {
+          auto ws = std::make_unique<Workspace>(dev_, budget_);
+          ws->ensure_extra();
+          free_.push_back(std::move(ws));
+        }
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kResourceExhausted) throw;
+      }
+      for (auto& ws : free_) ws->touch();
+      max_workspaces_ = static_cast<int>(free_.size());
+    }
+    created_ = static_cast<int>(free_.size());
+    if (options.workspaces_at_start) warm_up();
+  }
+
+  // Every pass once on a small image of each sample type: the kernels load
+  // (and the driver takes what it needs for them) at start, not on a
+  // server's first calls.
+  void warm_up() {
+    StatsRequest all;
+    all.distribution = all.shape = all.positions = all.unique_colors = all.luminance = all.summary = true;
+    std::vector<uint8_t> pixels(size_t{300} * 300 * 3 * 8);
+    for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 7 % 61);
+    for (SampleType t : {SampleType::kUint8, SampleType::kInt8, SampleType::kUint16, SampleType::kInt16,
+                         SampleType::kFloat32, SampleType::kFloat64}) {
+      analyze(ImageView{pixels.data(), Layout{300, 300, 3, t, 0}}, all);
+      analyze(ImageView{pixels.data(), Layout{64, 64, 1, t, 0}}, StatsRequest{});  // one block
+    }
   }
 
   EngineInfo info() const override { return info_; }
@@ -475,7 +600,7 @@ class CudaEngine final : public Engine {
   // FallbackEngine), keeps that from ever deadlocking.
   Workspace* acquire(std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (free_.empty() && created_ < std::max(1, options_.workspaces)) {
+    if (free_.empty() && created_ < max_workspaces_) {
       ++created_;
       lock.unlock();
       try {
@@ -488,8 +613,7 @@ class CudaEngine final : public Engine {
       }
     }
     if (!available_.wait_for(lock, wait, [this] { return !free_.empty(); }))
-      fail(ErrorCode::kResourceExhausted,
-           "all " + std::to_string(options_.workspaces) + " GPU workspaces are busy");
+      fail(ErrorCode::kResourceExhausted, "all " + std::to_string(max_workspaces_) + " GPU workspaces are busy");
     Workspace* ws = free_.back().release();
     free_.pop_back();
     return ws;
@@ -504,6 +628,7 @@ class CudaEngine final : public Engine {
   }
 
   const DeviceInfo& device() const { return dev_; }
+  void use_device() { IMGSTAT_CUDA(cudaSetDevice(options_.device)); }
   DeviceBudget& budget() { return budget_; }
   int device_ordinal() const { return options_.device; }
 
@@ -532,10 +657,11 @@ class CudaEngine final : public Engine {
   std::condition_variable available_;
   std::vector<std::unique_ptr<Workspace>> free_;
   int created_ = 0;  // workspaces made so far, free or lent
+  int max_workspaces_ = 1;
 };
 
 GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRequest& request,
-                         std::chrono::milliseconds wait)
+                         std::chrono::milliseconds wait, const Session* session)
     : engine_(engine), ws_(engine.acquire(wait)), layout_(layout), request_(request) {
   layout_.width = layout.pixels();
   layout_.height = 1;
@@ -546,19 +672,19 @@ GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRe
   values_ = sample_size(layout_.type) == 2 && (request_.distribution || request_.shape || request_.merge_state);
   try {
     const bool floats = is_float(layout_.type);
-    if (floats && ((request_.histogram && !request_.hist.explicit_range) || request_.distribution)) {
-      whole_bytes_ = layout_.pixels() * pixel_bytes_;
-      engine_.budget().take(whole_bytes_, "this image");
-      if (cudaMallocAsync(&whole_, whole_bytes_, ws_->streams[0]) != cudaSuccess) {
-        cudaGetLastError();
-        engine_.budget().give(whole_bytes_);
-        whole_bytes_ = 0;
-        fail(ErrorCode::kResourceExhausted,
-             "GPU out of memory for a " + std::to_string(layout_.pixels() * pixel_bytes_ >> 20) + " MiB float image");
+    if (session) first_ = session->first;
+    if (keeps_pixels(layout_, request_)) {
+      if (session) {
+        kept_ = session->kept;
+        kept_before_ = kept_->pieces().size();
+      } else {
+        kept_ = &own_kept_.emplace(engine_.budget(), pixel_bytes_, engine_.device_ordinal());
+        kept_->reserve(layout_.pixels(), ws_->streams[0]);
       }
     }
     used_[0] = true;
-    one_block_ = sample_size(layout_.type) == 1 && layout_.pixels() * pixel_bytes_ <= kOneBlockHist8Bytes &&
+    // A session may end part way (its counts are read back): never one block.
+    one_block_ = !session && sample_size(layout_.type) == 1 && layout_.pixels() * pixel_bytes_ <= kOneBlockHist8Bytes &&
                  !request_.positions && !wants_colors();
     if (!one_block_) {
       cudaStream_t s0 = ws_->streams[0];
@@ -574,10 +700,6 @@ GpuAnalysis::GpuAnalysis(CudaEngine& engine, const Layout& layout, const StatsRe
       IMGSTAT_CUDA(cudaEventRecord(ws_->reset_done, s0));
     }
   } catch (...) {
-    if (whole_) {
-      IMGSTAT_CUDA_REPORT(cudaFreeAsync(whole_, ws_->streams[0]));
-      engine_.budget().give(whole_bytes_);
-    }
     IMGSTAT_CUDA_REPORT(cudaStreamSynchronize(ws_->streams[0]));
     engine_.release(ws_);
     throw;
@@ -590,11 +712,6 @@ GpuAnalysis::~GpuAnalysis() {
   if (!synced_)
     for (int k = 0; k < kSlots; ++k)
       if (used_[k]) IMGSTAT_CUDA_REPORT(cudaStreamSynchronize(ws_->streams[k]));
-  if (whole_) {
-    IMGSTAT_CUDA_REPORT(cudaFreeAsync(whole_, ws_->streams[0]));
-    IMGSTAT_CUDA_REPORT(cudaStreamSynchronize(ws_->streams[0]));
-    engine_.budget().give(whole_bytes_);
-  }
   IMGSTAT_CUDA_REPORT(cudaGetLastError());
   engine_.release(ws_);
 }
@@ -634,15 +751,16 @@ void GpuAnalysis::submit(const uint8_t* host, uint64_t pixels) {
     return;
   }
   const uint64_t bytes = pixels * pixel_bytes_;
-  uint8_t* dst = whole_ ? whole_ + sent_ * pixel_bytes_ : ws_->device_slot[slot_];
+  uint8_t* dst = kept_ ? kept_->append(pixels, s) : ws_->device_slot[slot_];
   IMGSTAT_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
-  launch_passes(dst, pixels, s);
+  launch_passes(dst, first_ + sent_, pixels, slot_);
   IMGSTAT_CUDA(cudaEventRecord(ws_->slot_free[slot_], s));
   sent_ += pixels;
   slot_ = (slot_ + 1) % kSlots;
 }
 
-void GpuAnalysis::launch_passes(const uint8_t* dst, uint64_t pixels, cudaStream_t s) {
+void GpuAnalysis::launch_passes(const uint8_t* dst, uint64_t first, uint64_t pixels, int slot) {
+  const cudaStream_t s = ws_->streams[slot];
   Results* r = ws_->device_results;
   const DeviceInfo& dev = engine_.device();
   const uint32_t c = layout_.channels;
@@ -660,13 +778,13 @@ void GpuAnalysis::launch_passes(const uint8_t* dst, uint64_t pixels, cudaStream_
     }
     case SampleType::kFloat32:
     case SampleType::kFloat64:
-      launch_float_moments(dst, pixels, c, layout_.type, ws_->partials[slot_], r->running + slot_ * kMaxChannels, dev, s);
+      launch_float_moments(dst, pixels, c, layout_.type, ws_->partials[slot], r->running + slot * kMaxChannels, dev, s);
       if (request_.histogram && request_.hist.explicit_range)
         launch_float_bins(dst, pixels, c, layout_.type, histogram_out(), nullptr, 0, dev, s);
       break;
   }
   if (request_.positions)
-    launch_extremes(dst, pixels, sent_, c, layout_.type, ws_->extreme_partials[slot_], r->extremes + slot_ * kMaxChannels,
+    launch_extremes(dst, pixels, first, c, layout_.type, ws_->extreme_partials[slot], r->extremes + slot * kMaxChannels,
                     dev, s);
   if (wants_colors()) launch_colors(dst, pixels, c, ws_->device_extra->colors, dev, s);
 }
@@ -677,12 +795,12 @@ void GpuAnalysis::add_device(const uint8_t* p, uint64_t count) {
   cudaStream_t s = ws_->streams[slot_];
   if (one_block_) {  // the one-block kernel reads device memory as well as mapped host memory
     launch_hist8_one_block(p, count, layout_.channels, ws_->host_results->counts, s);
-  } else if (whole_) {  // pass 2 needs the whole image in its own buffer
-    uint8_t* dst = whole_ + sent_ * pixel_bytes_;
+  } else if (kept_) {  // pass 2 needs the whole image in its own buffer
+    uint8_t* dst = kept_->append(count, s);
     IMGSTAT_CUDA(cudaMemcpyAsync(dst, p, count * pixel_bytes_, cudaMemcpyDeviceToDevice, s));
-    launch_passes(dst, count, s);
+    launch_passes(dst, first_ + sent_, count, slot_);
   } else {
-    launch_passes(p, count, s);
+    launch_passes(p, first_ + sent_, count, slot_);
   }
   sent_ += count;
   if (!one_block_) {
@@ -727,20 +845,25 @@ void GpuAnalysis::collect() {
     IMGSTAT_CUDA(cudaStreamWaitEvent(s0, ws_->stream_done[k], 0));
   }
   const bool fine = is_float(layout_.type) && request_.distribution;
-  if (whole_ && finished_) {
-    if (request_.histogram && !request_.hist.explicit_range)
-      launch_float_bins(whole_, layout_.pixels(), layout_.channels, layout_.type, histogram_out(),
-                        ws_->device_results->running, kSlots, engine_.device(), s0);
-    if (fine) {
-      HistogramOut f{ws_->device_extra->fine, nullptr, nullptr, kFineBins, false, 0, 0};
-      launch_float_bins(whole_, layout_.pixels(), layout_.channels, layout_.type, f, ws_->device_results->running,
-                        kSlots, engine_.device(), s0);
+  if (kept_ && finished_) {
+    const std::vector<KeptPixels::Piece>& pieces = kept_->pieces();
+    // Earlier sessions' counts went with their workspaces; their pixels did not.
+    for (size_t i = 0; i < kept_before_; ++i) launch_passes(pieces[i].data, pieces[i].first, pieces[i].pixels, 0);
+    for (const KeptPixels::Piece& piece : pieces) {
+      if (request_.histogram && !request_.hist.explicit_range)
+        launch_float_bins(piece.data, piece.pixels, layout_.channels, layout_.type, histogram_out(),
+                          ws_->device_results->running, kSlots, engine_.device(), s0);
+      if (fine) {
+        HistogramOut f{ws_->device_extra->fine, nullptr, nullptr, kFineBins, false, 0, 0};
+        launch_float_bins(piece.data, piece.pixels, layout_.channels, layout_.type, f, ws_->device_results->running,
+                          kSlots, engine_.device(), s0);
+      }
     }
   }
   const size_t needed =
       offsetof(Results, counts) + sizeof(unsigned long long) * histogram_out().bins * layout_.channels;
   if (!one_block_) IMGSTAT_CUDA(cudaMemcpyAsync(ws_->host_results, ws_->device_results, needed, cudaMemcpyDeviceToHost, s0));
-  if (fine && whole_ && finished_)
+  if (fine && kept_ && finished_)
     IMGSTAT_CUDA(cudaMemcpyAsync(ws_->host_extra->fine, ws_->device_extra->fine,
                                  sizeof(uint64_t) * kFineBins * layout_.channels, cudaMemcpyDeviceToHost, s0));
   if (wants_colors())
@@ -750,19 +873,21 @@ void GpuAnalysis::collect() {
 }
 
 std::optional<Partial> GpuAnalysis::partial() {
-  if (finished_ || one_block_ || whole_) return std::nullopt;
+  if (finished_ || one_block_ || kept_) return std::nullopt;
   flush();
   collect();
   return partial_from_host();
 }
 
-Result GpuAnalysis::finish() {
+Result GpuAnalysis::finish() { return result_of(finish_partial(), request_, "cuda"); }
+
+Partial GpuAnalysis::finish_partial() {
   if (finished_) fail(ErrorCode::kInternal, "analysis finished twice");
   finished_ = true;
   flush();
   collect();
   synced_ = true;
-  return result_of(partial_from_host(), request_, "cuda");
+  return partial_from_host();
 }
 
 Partial GpuAnalysis::partial_from_host() const {
@@ -806,7 +931,7 @@ Partial GpuAnalysis::partial_from_host() const {
       c.ints.sumsq = static_cast<uint128>(static_cast<int128>(squ) + 2 * lo * su + n * lo * lo);
     } else {
       for (int k = 0; k < kSlots; ++k) merge(c.floats, h->running[k * kMaxChannels + ch]);
-      if (request_.distribution && whole_ && finished_)
+      if (request_.distribution && kept_ && finished_)
         c.fine.assign(ws_->host_extra->fine + ch * kFineBins, ws_->host_extra->fine + (ch + 1) * kFineBins);
     }
     if (request_.histogram) {
@@ -821,31 +946,87 @@ Partial GpuAnalysis::partial_from_host() const {
   return p;
 }
 
+// A stream computes in sessions: one takes a workspace when bytes arrive
+// and gives it back when the caller pauses, what it counted merged into the
+// stream's partial on the host. A stream waiting on its client holds no
+// workspace, pinned slot or device buffer, so stalled callers neither make
+// the server commit memory nor keep other calls off the GPU. Floats binned
+// over their own range keep their pixels on the device, as they arrive,
+// for the last session to count.
 class CudaStream final : public CheckpointStream {
  public:
   CudaStream(CudaEngine& engine, const Layout& layout, const StatsRequest& request)
-      : layout_(layout), destrider_(layout), analysis_(engine, layout, request, kStreamWait) {}
+      : engine_(engine),
+        layout_(layout),
+        request_(request),
+        destrider_(layout),
+        keeps_(keeps_pixels(layout, request)),
+        kept_(engine.budget(), layout.pixel_bytes(), engine.device_ordinal()),
+        counted_(empty_partial(layout.type, layout.channels, request)) {}
 
   void feed(const void* data, size_t bytes) override {
     if (destrider_.consumed() + bytes > layout_.stride() * layout_.height)
       fail(ErrorCode::kInvalidArgument, "more data than the layout holds");
-    destrider_.feed(static_cast<const uint8_t*>(data), bytes,
-                    [&](const uint8_t* p, uint64_t pixels, bool) { analysis_.add(p, pixels); });
+    engine_.use_device();  // feeds come on whichever thread the caller has
+    destrider_.feed(static_cast<const uint8_t*>(data), bytes, [&](const uint8_t* p, uint64_t pixels, bool) {
+      session().add(p, pixels);
+      fed_ += pixels;
+    });
+  }
+
+  void pause() override {
+    if (!session_) return;
+    engine_.use_device();
+    if (keeps_)
+      session_->flush();
+    else
+      merge(counted_, *session_->partial());
+    session_.reset();
   }
 
   Result finish() override {
     if (!destrider_.complete())
       fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(destrider_.consumed()) +
                                             " bytes; the layout needs " + std::to_string(layout_.min_bytes()));
-    return analysis_.finish();
+    engine_.use_device();
+    if (keeps_) {  // the last session counts every piece
+      const Result r = session().finish();
+      session_.reset();  // a finished stream holds no workspace
+      return r;
+    }
+    if (session_) {
+      merge(counted_, session_->finish_partial());
+      session_.reset();
+    }
+    return result_of(counted_, request_, "cuda");
   }
 
-  std::optional<Partial> partial() override { return analysis_.partial(); }
+  std::optional<Partial> partial() override {
+    if (keeps_) return std::nullopt;
+    engine_.use_device();
+    Partial p = counted_;
+    if (session_) merge(p, *session_->partial());
+    return p;
+  }
 
  private:
+  GpuAnalysis& session() {
+    if (!session_) {
+      const Session at{fed_, keeps_ ? &kept_ : nullptr};
+      session_ = std::make_unique<GpuAnalysis>(engine_, layout_, request_, kStreamWait, &at);
+    }
+    return *session_;
+  }
+
+  CudaEngine& engine_;
   Layout layout_;
+  StatsRequest request_;
   Destrider destrider_;
-  GpuAnalysis analysis_;
+  bool keeps_;
+  KeptPixels kept_;   // keeps_: every pixel so far, on the device
+  Partial counted_;   // what ended sessions counted
+  uint64_t fed_ = 0;  // pixels given to sessions
+  std::unique_ptr<GpuAnalysis> session_;
 };
 
 std::unique_ptr<StreamAnalysis> CudaEngine::open_stream(const Layout& layout, const StatsRequest& request) {
@@ -879,6 +1060,7 @@ std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& options, std::stri
     o.memory_limit = options.cuda_memory_limit;
     o.host_threads = options.cpu_threads;
     o.wait = options.cuda_wait;
+    o.workspaces_at_start = options.cuda_workspaces_at_start;
     return cuda::make_engine(o);
   } catch (const Error& e) {
     if (why_not) *why_not = e.what();

@@ -170,6 +170,11 @@ class PixelUpload final : public Upload {
     stream_->feed(chunk.data(), chunk.size());
     compute_ += Clock::now() - t0;
   }
+  void pause() override {
+    const auto t0 = Clock::now();
+    stream_->pause();
+    compute_ += Clock::now() - t0;
+  }
   v1::AnalyzeResponse finish(const CallContext&) override {
     if (received_ != total_)
       fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(received_) +
@@ -495,6 +500,10 @@ void StreamAssembler::take(const v1::AnalyzeStreamRequest& message) {
   } else {
     upload_->add(message.chunk());
   }
+}
+
+void StreamAssembler::pause() {
+  if (upload_) upload_->pause();
 }
 
 v1::AnalyzeResponse StreamAssembler::end(const CallContext& call) {

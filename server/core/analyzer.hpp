@@ -23,6 +23,9 @@ class Upload {
  public:
   virtual ~Upload() = default;
   virtual void add(const std::string& chunk) = 0;
+  // The client has not sent the next chunk yet: give back what other calls
+  // could use while it is awaited (StreamAnalysis::pause()).
+  virtual void pause() {}
   virtual v1::AnalyzeResponse finish(const CallContext& call) = 0;
 };
 
@@ -35,6 +38,8 @@ class StreamAssembler {
  public:
   explicit StreamAssembler(const Analyzer& analyzer) : analyzer_(analyzer) {}
   void take(const v1::AnalyzeStreamRequest& message);
+  // Called when the next message is not yet there.
+  void pause();
   v1::AnalyzeResponse end(const CallContext& call);
 
  private:

@@ -29,6 +29,7 @@ std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string*
   e.every_cuda_device = options.every_cuda_device;
   e.cuda_memory_limit = options.cuda_memory_limit;
   e.cuda_wait = options.cuda_wait;
+  e.cuda_workspaces_at_start = true;  // no caller can make it commit more than its idle figure
   e.on_fallback = [](const std::string& why) { spdlog::warn("{}", why); };
   e.on_error = [](const std::string& what) { spdlog::error("{}", what); };
   return make_engine(e, note, gpu_absent);

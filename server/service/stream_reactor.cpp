@@ -96,7 +96,7 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
   }
 
   void work(grpc::Status status) {
-    enum class Next { kStop, kEnd, kTake };
+    enum class Next { kStop, kPause, kEnd, kTake };
     for (;;) {
       if (!status.ok()) finish(status);
       v1::AnalyzeStreamRequest message;
@@ -104,7 +104,12 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
       bool read_more = false, gone = false;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (finished_ || (pending_.empty() && !reads_done_)) {
+        if (!finished_ && pending_.empty() && !reads_done_ && !paused_) {
+          // Before the task lets go of the call: the engine gives back what
+          // it holds while the client is awaited (a stalled client holds
+          // none of it), then looks again.
+          next = Next::kPause;
+        } else if (finished_ || (pending_.empty() && !reads_done_)) {
           next = Next::kStop;
           working_ = false;
           gone = done_;
@@ -124,6 +129,12 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
         if (gone) delete this;
         return;
       }
+      if (next == Next::kPause) {
+        paused_ = true;
+        status = run_guarded([&] { assembler_.pause(); });
+        continue;
+      }
+      paused_ = false;
       if (read_more) StartRead(&message_);
       if (next == Next::kEnd) {
         end();
@@ -192,6 +203,7 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
   // Used by the one task of this call at a time.
   StreamAssembler assembler_;
   bool has_header_ = false;
+  bool paused_ = false;  // nothing was taken since the last pause
   const Clock::time_point started_ = Clock::now();
 };
 

@@ -187,6 +187,11 @@ class StreamAnalysis {
  public:
   virtual ~StreamAnalysis() = default;
   virtual void feed(const void* data, size_t bytes) = 0;
+  // The caller has no more bytes at hand and will wait for them (its client
+  // has not sent the next chunk): the engine gives back what other calls
+  // could use meanwhile (a GPU workspace, its pinned and device buffers) and
+  // keeps only what it has counted. feed() may follow as before.
+  virtual void pause() {}
   // Throws InvalidArgument when fewer than layout.min_bytes() were fed.
   virtual Result finish() = 0;
 };
@@ -239,6 +244,12 @@ struct EngineOptions {
   std::vector<int> cuda_devices;
   bool every_cuda_device = false;
   uint64_t cuda_memory_limit = 0;  // device bytes each GPU's engine may hold; 0: no limit
+  // Every GPU workspace (pinned staging ring, device slots, result buffers)
+  // made at start, within cuda_memory_limit: a server's memory is then its
+  // idle figure, not something callers at once can make it commit. Else the
+  // first at start and the others when calls at once first need them (a
+  // process that analyzes one image, as the CLI's --local, pins a quarter).
+  bool cuda_workspaces_at_start = false;
   CudaWait cuda_wait = CudaWait::kSpin;
   // Told why, each time the CUDA engine hands an image to the CPU engine.
   std::function<void(const std::string&)> on_fallback;
