@@ -23,6 +23,7 @@
 
 #include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "imgstat/v1/imgstat.grpc.pb.h"
+#include "metrics_scrape.hpp"
 #include "process.hpp"
 
 namespace imgstat::testing {
@@ -145,37 +146,6 @@ grpc::StatusCode reflection(const std::shared_ptr<grpc::Channel>& channel, const
   while (stream->Read(&response)) {
   }
   return stream->Finish().error_code();
-}
-
-// GET http://127.0.0.1:port/path, the body.
-std::string http_get(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return {};
-  }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  (void)!::write(fd, request.data(), request.size());
-  std::string response;
-  char buf[65536];
-  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) response.append(buf, static_cast<size_t>(n));
-  close(fd);
-  const size_t body = response.find("\r\n\r\n");
-  return body == std::string::npos ? std::string() : response.substr(body + 4);
-}
-
-// The value of one series in Prometheus text, e.g.
-// imgstat_requests_total{code="OK",method="Analyze"}; -1 when absent.
-double sample(const std::string& text, const std::string& series) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  return -1;
 }
 
 ProcessResult client(const std::vector<std::string>& args) {
