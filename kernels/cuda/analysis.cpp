@@ -1,0 +1,317 @@
+#include "cuda/analysis.hpp"
+
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cuda/dispatch/dispatch.hpp"
+#include "cuda/tuning.hpp"
+
+namespace imgstat::cuda {
+
+void GpuContext::copy(uint8_t* to, const uint8_t* from, uint64_t n) const {
+  if (n < 2 * kParallelCopyBytes) {
+    std::memcpy(to, from, n);
+    return;
+  }
+  const uint64_t pieces = (n + kParallelCopyBytes - 1) / kParallelCopyBytes;
+  arena->execute([&] {
+    tbb::parallel_for(uint64_t{0}, pieces, [&](uint64_t i) {
+      const uint64_t off = i * kParallelCopyBytes;
+      std::memcpy(to + off, from + off, std::min(kParallelCopyBytes, n - off));
+    });
+  });
+}
+
+bool keeps_pixels(const Layout& layout, const StatsRequest& request) {
+  return is_float(layout.type) && ((request.histogram && !request.hist.explicit_range) || request.distribution);
+}
+
+GpuAnalysis::GpuAnalysis(const GpuContext& gpu, const Layout& layout, const StatsRequest& request,
+                         std::chrono::milliseconds wait, const Session* session)
+    : gpu_(gpu), ws_(gpu.workspaces->acquire(wait)), layout_(layout), request_(request) {
+  layout_.width = layout.pixels();
+  layout_.height = 1;
+  layout_.row_stride = 0;
+  pixel_bytes_ = layout_.pixel_bytes();
+  chunk_pixels_ = std::max<uint64_t>(16, kSlotBytes / pixel_bytes_ / 16 * 16);
+  direct_pixels_ = std::max<uint64_t>(16, kDeviceSlotBytes / pixel_bytes_ / 16 * 16);
+  values_ = sample_size(layout_.type) == 2 && (request_.distribution || request_.shape || request_.merge_state);
+  try {
+    const bool floats = is_float(layout_.type);
+    if (session) first_ = session->first;
+    if (keeps_pixels(layout_, request_)) {
+      if (session) {
+        kept_ = session->kept;
+        kept_before_ = kept_->pieces().size();
+      } else {
+        kept_ = &own_kept_.emplace(*gpu_.budget, pixel_bytes_, gpu_.device);
+        kept_->reserve(layout_.pixels(), ws_->streams[0]);
+      }
+    }
+    used_[0] = true;
+    // A session may end part way (its counts are read back): never one block.
+    one_block_ = !session && sample_size(layout_.type) == 1 && layout_.pixels() * pixel_bytes_ <= kOneBlockHist8Bytes &&
+                 !request_.positions && !wants_colors();
+    if (!one_block_) {
+      cudaStream_t s0 = ws_->streams[0];
+      launch_reset(histogram_out(), layout_.channels, ws_->device_results->ints, ws_->device_results->running,
+                   kSlots * kMaxChannels, s0);
+      if (request_.positions)
+        IMGSTAT_CUDA(cudaMemsetAsync(ws_->device_results->extremes, 0, sizeof(Results::extremes), s0));
+      if (wants_colors() || (floats && request_.distribution)) ws_->ensure_extra();
+      if (wants_colors())
+        IMGSTAT_CUDA(cudaMemsetAsync(ws_->device_extra->colors, 0, color_words(layout_.channels) * 8, s0));
+      if (floats && request_.distribution)
+        IMGSTAT_CUDA(cudaMemsetAsync(ws_->device_extra->fine, 0, sizeof(uint64_t) * kFineBins * layout_.channels, s0));
+      IMGSTAT_CUDA(cudaEventRecord(ws_->reset_done, s0));
+    }
+  } catch (...) {
+    IMGSTAT_CUDA_REPORT(cudaStreamSynchronize(ws_->streams[0]));
+    gpu_.workspaces->release(ws_);
+    throw;
+  }
+}
+
+GpuAnalysis::~GpuAnalysis() {
+  // On success or failure alike: nothing of this image may run when the
+  // workspace goes to the next one.
+  if (!synced_)
+    for (int k = 0; k < kSlots; ++k)
+      if (used_[k]) IMGSTAT_CUDA_REPORT(cudaStreamSynchronize(ws_->streams[k]));
+  IMGSTAT_CUDA_REPORT(cudaGetLastError());
+  gpu_.workspaces->release(ws_);
+}
+
+// A stream's first work of this image waits for the results to be reset.
+void GpuAnalysis::use_stream(int k) {
+  if (used_[k]) return;
+  IMGSTAT_CUDA(cudaStreamWaitEvent(ws_->streams[k], ws_->reset_done, 0));
+  used_[k] = true;
+}
+
+HistogramOut GpuAnalysis::histogram_out() const {
+  Results* r = ws_->device_results;
+  HistogramOut h;
+  h.counts = r->counts;
+  h.underflow = r->underflow;
+  h.overflow = r->overflow;
+  const bool bytes = sample_size(layout_.type) == 1;
+  // 8-bit, and 16-bit with a distribution: counts per value, binned on the host.
+  h.bins = bytes ? 256 : values_ ? 65536 : request_.hist.bins;
+  h.explicit_range = request_.hist.explicit_range && !bytes && !values_;
+  h.lo = request_.hist.lo;
+  h.hi = request_.hist.hi;
+  return h;
+}
+
+// One chunk from host memory (pinned) through the slot's stream: transfer,
+// then the passes that can run on it alone.
+void GpuAnalysis::submit(const uint8_t* host, uint64_t pixels) {
+  use_stream(slot_);
+  cudaStream_t s = ws_->streams[slot_];
+  if (one_block_) {
+    // Small 8-bit image: the kernel reads the pinned slot and writes the
+    // pinned results straight over the bus; one launch, no copies.
+    launch_hist8_one_block(host, pixels, layout_.channels, ws_->host_results->counts, s);
+    sent_ += pixels;
+    return;
+  }
+  const uint64_t bytes = pixels * pixel_bytes_;
+  uint8_t* dst = kept_ ? kept_->append(pixels, s) : ws_->device_slot[slot_];
+  IMGSTAT_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
+  launch_passes(dst, first_ + sent_, pixels, slot_);
+  IMGSTAT_CUDA(cudaEventRecord(ws_->slot_free[slot_], s));
+  sent_ += pixels;
+  slot_ = (slot_ + 1) % kSlots;
+}
+
+void GpuAnalysis::launch_passes(const uint8_t* dst, uint64_t first, uint64_t pixels, int slot) {
+  const cudaStream_t s = ws_->streams[slot];
+  Results* r = ws_->device_results;
+  const DeviceInfo& dev = gpu_.info;
+  const uint32_t c = layout_.channels;
+  switch (layout_.type) {
+    case SampleType::kUint8:
+    case SampleType::kInt8:
+      launch_hist8(dst, pixels, c, r->counts, dev, s);
+      break;
+    case SampleType::kUint16:
+    case SampleType::kInt16: {
+      HistogramOut h = histogram_out();
+      if (!request_.histogram && !values_) h.counts = nullptr;
+      launch_int16(dst, pixels, c, layout_.type == SampleType::kInt16, r->ints, h, dev, s);
+      break;
+    }
+    case SampleType::kFloat32:
+    case SampleType::kFloat64:
+      launch_float_moments(dst, pixels, c, layout_.type, ws_->partials[slot], r->running + slot * kMaxChannels, dev, s);
+      if (request_.histogram && request_.hist.explicit_range)
+        launch_float_bins(dst, pixels, c, layout_.type, histogram_out(), nullptr, 0, dev, s);
+      break;
+  }
+  if (request_.positions)
+    launch_extremes(dst, pixels, first, c, layout_.type, ws_->extreme_partials[slot], r->extremes + slot * kMaxChannels,
+                    dev, s);
+  if (wants_colors()) launch_colors(dst, pixels, c, ws_->device_extra->colors, dev, s);
+}
+
+void GpuAnalysis::add_device(const uint8_t* p, uint64_t count) {
+  flush();
+  use_stream(slot_);
+  cudaStream_t s = ws_->streams[slot_];
+  if (one_block_) {  // the one-block kernel reads device memory as well as mapped host memory
+    launch_hist8_one_block(p, count, layout_.channels, ws_->host_results->counts, s);
+  } else if (kept_) {  // pass 2 needs the whole image in its own buffer
+    uint8_t* dst = kept_->append(count, s);
+    IMGSTAT_CUDA(cudaMemcpyAsync(dst, p, count * pixel_bytes_, cudaMemcpyDeviceToDevice, s));
+    launch_passes(dst, first_ + sent_, count, slot_);
+  } else {
+    launch_passes(p, first_ + sent_, count, slot_);
+  }
+  sent_ += count;
+  if (!one_block_) {
+    IMGSTAT_CUDA(cudaEventRecord(ws_->slot_free[slot_], s));
+    slot_ = (slot_ + 1) % kSlots;
+  }
+}
+
+void GpuAnalysis::flush() {
+  if (staged_ == 0) return;
+  submit(ws_->pinned[slot_], staged_);
+  staged_ = 0;
+}
+
+void GpuAnalysis::add(const uint8_t* p, uint64_t count) {
+  while (count > 0) {
+    if (staged_ == 0) IMGSTAT_CUDA(cudaEventSynchronize(ws_->slot_free[slot_]));  // the slot's last use is over
+    const uint64_t n = std::min(count, chunk_pixels_ - staged_);
+    gpu_.copy(ws_->pinned[slot_] + staged_ * pixel_bytes_, p, n * pixel_bytes_);
+    staged_ += n;
+    p += n * pixel_bytes_;
+    count -= n;
+    if (staged_ == chunk_pixels_) flush();
+  }
+}
+
+void GpuAnalysis::add_pinned(const uint8_t* p, uint64_t count) {
+  flush();
+  while (count > 0) {
+    const uint64_t n = std::min(count, direct_pixels_);
+    submit(p, n);
+    p += n * pixel_bytes_;
+    count -= n;
+  }
+}
+
+void GpuAnalysis::collect() {
+  cudaStream_t s0 = ws_->streams[0];
+  for (int k = 1; k < kSlots; ++k) {
+    if (!used_[k]) continue;
+    IMGSTAT_CUDA(cudaEventRecord(ws_->stream_done[k], ws_->streams[k]));
+    IMGSTAT_CUDA(cudaStreamWaitEvent(s0, ws_->stream_done[k], 0));
+  }
+  const bool fine = is_float(layout_.type) && request_.distribution;
+  if (kept_ && finished_) {
+    const std::vector<KeptPixels::Piece>& pieces = kept_->pieces();
+    // Earlier sessions' counts went with their workspaces; their pixels did not.
+    for (size_t i = 0; i < kept_before_; ++i) launch_passes(pieces[i].data, pieces[i].first, pieces[i].pixels, 0);
+    for (const KeptPixels::Piece& piece : pieces) {
+      if (request_.histogram && !request_.hist.explicit_range)
+        launch_float_bins(piece.data, piece.pixels, layout_.channels, layout_.type, histogram_out(),
+                          ws_->device_results->running, kSlots, gpu_.info, s0);
+      if (fine) {
+        HistogramOut f{ws_->device_extra->fine, nullptr, nullptr, kFineBins, false, 0, 0};
+        launch_float_bins(piece.data, piece.pixels, layout_.channels, layout_.type, f, ws_->device_results->running,
+                          kSlots, gpu_.info, s0);
+      }
+    }
+  }
+  const size_t needed =
+      offsetof(Results, counts) + sizeof(unsigned long long) * histogram_out().bins * layout_.channels;
+  if (!one_block_) IMGSTAT_CUDA(cudaMemcpyAsync(ws_->host_results, ws_->device_results, needed, cudaMemcpyDeviceToHost, s0));
+  if (fine && kept_ && finished_)
+    IMGSTAT_CUDA(cudaMemcpyAsync(ws_->host_extra->fine, ws_->device_extra->fine,
+                                 sizeof(uint64_t) * kFineBins * layout_.channels, cudaMemcpyDeviceToHost, s0));
+  if (wants_colors())
+    IMGSTAT_CUDA(cudaMemcpyAsync(ws_->host_extra->colors, ws_->device_extra->colors, color_words(layout_.channels) * 8,
+                                 cudaMemcpyDeviceToHost, s0));
+  IMGSTAT_CUDA(cudaStreamSynchronize(s0));
+}
+
+std::optional<Partial> GpuAnalysis::partial() {
+  if (finished_ || one_block_ || kept_) return std::nullopt;
+  flush();
+  collect();
+  return partial_from_host();
+}
+
+Result GpuAnalysis::finish() { return result_of(finish_partial(), request_, "cuda"); }
+
+Partial GpuAnalysis::finish_partial() {
+  if (finished_) fail(ErrorCode::kInternal, "analysis finished twice");
+  finished_ = true;
+  flush();
+  collect();
+  synced_ = true;
+  return partial_from_host();
+}
+
+Partial GpuAnalysis::partial_from_host() const {
+  const Results* h = ws_->host_results;
+  const HistogramOut out = histogram_out();
+  const SampleType type = layout_.type;
+  Partial p;
+  p.type = type;
+  if (wants_colors()) p.colors.assign(ws_->host_extra->colors, ws_->host_extra->colors + color_words(layout_.channels));
+  for (uint32_t ch = 0; ch < layout_.channels; ++ch) {
+    Extremes at;
+    if (request_.positions)
+      for (int k = 0; k < kSlots; ++k) merge(at, h->extremes[k * kMaxChannels + ch]);
+    if (sample_size(type) == 1) {
+      // Counts by raw byte; int8 flips the sign bit to index by v + 128.
+      std::vector<uint64_t> values(256);
+      const size_t flip = type == SampleType::kInt8 ? 0x80 : 0;
+      for (size_t i = 0; i < 256; ++i) values[i ^ flip] = h->counts[ch * 256 + i];
+      p.channels.push_back(partial_of_values(values.data(), type, request_));
+      p.channels.back().extremes = at;
+      continue;
+    }
+    if (values_) {  // counts by offset from the type's lowest value: exactly what partial_of_values takes
+      std::vector<uint64_t> values(h->counts + ch * 65536, h->counts + (ch + 1) * 65536);
+      p.channels.push_back(partial_of_values(values.data(), type, request_));
+      p.channels.back().extremes = at;
+      continue;
+    }
+    ChannelPartial c;
+    c.extremes = at;
+    if (!is_float(type)) {
+      // Sums of offsets u = v - lo, exact: sum v = sum u + n lo,
+      // sum v^2 = sum u^2 + 2 lo sum u + n lo^2.
+      const IntAccum& a = h->ints[ch];
+      const int128 lo = type_lo(type), n = sent_, su = a.sum;
+      const uint128 squ = (static_cast<uint128>(a.sumsq_hi) << 64) | a.sumsq_lo;
+      c.ints.n = sent_;
+      c.ints.min = static_cast<int64_t>(a.min) + type_lo(type);
+      c.ints.max = static_cast<int64_t>(a.max) + type_lo(type);
+      c.ints.sum = su + n * lo;
+      c.ints.sumsq = static_cast<uint128>(static_cast<int128>(squ) + 2 * lo * su + n * lo * lo);
+    } else {
+      for (int k = 0; k < kSlots; ++k) merge(c.floats, h->running[k * kMaxChannels + ch]);
+      if (request_.distribution && kept_ && finished_)
+        c.fine.assign(ws_->host_extra->fine + ch * kFineBins, ws_->host_extra->fine + (ch + 1) * kFineBins);
+    }
+    if (request_.histogram) {
+      c.histogram.counts.assign(h->counts + ch * out.bins, h->counts + (ch + 1) * out.bins);
+      if (out.explicit_range) {
+        c.histogram.underflow = h->underflow[ch];
+        c.histogram.overflow = h->overflow[ch];
+      }
+    }
+    p.channels.push_back(std::move(c));
+  }
+  return p;
+}
+
+}  // namespace imgstat::cuda

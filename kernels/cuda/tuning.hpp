@@ -1,0 +1,31 @@
+// The CUDA engine's tuning, in one place: the staging ring's shape and how
+// long a call waits for a workspace. Measured figures behind them are in
+// bench/NOTES.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "cuda/dispatch/dispatch.hpp"
+
+namespace imgstat::cuda {
+
+constexpr int kSlots = 3;
+// Host copies land in 8 MiB pinned slots; pinned sources go straight to the
+// device in 32 MiB pieces, few enough that their per-copy cost disappears.
+constexpr uint64_t kSlotBytes = uint64_t{8} << 20;
+constexpr uint64_t kDeviceSlotBytes = uint64_t{32} << 20;
+constexpr uint32_t kMaxBins = 65536;
+constexpr uint32_t kMaxChannels = kRunningStride;
+// How long an image waits for a free workspace before the CPU takes it. A
+// stream's session waits as long: it holds a workspace only while it has
+// bytes to compute, never while its client is slow to send them (pause()).
+constexpr std::chrono::milliseconds kAnalyzeWait{500};
+constexpr std::chrono::milliseconds kStreamWait = kAnalyzeWait;
+// An image already decoded into device memory holds no client and takes
+// milliseconds; the CPU's alternative is decoding it again: wait longer.
+constexpr std::chrono::milliseconds kDeviceImageWait{10000};
+// Host copies into the staging ring are split across threads above this.
+constexpr uint64_t kParallelCopyBytes = uint64_t{1} << 20;
+
+}  // namespace imgstat::cuda
