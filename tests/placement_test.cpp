@@ -187,6 +187,40 @@ TEST(Placement, TheLeastLoadedSlotTakesTheNextCall) {
   EXPECT_NE(ra.device, rb.device);
 }
 
+// A stream waiting for its client computes nothing: its GPU's load is as
+// if it were not there, so the next call may go there; it comes back to the
+// same GPU when it computes again, and its answer is the whole image's.
+TEST(Placement, AStreamWaitingForItsClientPutsNoLoadOnItsGpu) {
+  Pool pool({0, 1});
+  std::mt19937_64 rng(6);
+  TestImage img = random_image(rng, 300, 200, 3, SampleType::kUint16, 0, 0);
+  const auto* p = static_cast<const uint8_t*>(img.view.data);
+  const uint64_t n = img.view.layout.min_bytes();
+  auto s = pool.engine->open_stream(img.view.layout, StatsRequest{});
+  s->feed(p, n / 3);
+  const auto load = [&] {
+    uint32_t sum = 0;
+    for (const GpuStatus& g : pool.placement->status()) sum += g.in_flight;
+    return sum;
+  };
+  EXPECT_EQ(load(), 1u) << "a stream computing holds its GPU's share";
+  s->pause();
+  EXPECT_EQ(load(), 0u) << "a stream waiting for its client holds none";
+  s->feed(p + n / 3, n / 3);
+  EXPECT_EQ(load(), 1u);
+  s->pause();
+  s->pause();  // twice in a row: still none
+  EXPECT_EQ(load(), 0u);
+  s->feed(p + 2 * (n / 3), n - 2 * (n / 3));
+  const Result r = s->finish();
+  EXPECT_EQ(load(), 0u);
+  EXPECT_EQ(r.engine, "cuda");
+  const std::vector<GpuStatus> status = pool.placement->status();
+  EXPECT_EQ(status[0].images + status[1].images, 1u);
+  EXPECT_EQ(r.device, status[0].images ? 0 : 1);
+  expect_same_stats(r, make_cpu_engine()->analyze(img.view, StatsRequest{}), SampleType::kUint16);
+}
+
 TEST(Placement, AFaultingGpuIsTakenOutAndItsWorkRedoneOnAnother) {
   Pool pool({0, 1});
   auto cpu = make_cpu_engine();

@@ -15,24 +15,28 @@ namespace {
 
 class PlacedEngine;
 
-// A stream on one slot: holds the slot's share and says when the slot's
-// engine failed under it, so that the slot is taken out. What carries the
-// stream on elsewhere is the FallbackEngine above, from its checkpoint.
+// A stream on one slot: holds the slot's share while it computes (not
+// while it waits for its client: the next call is placed as if it were not
+// there) and says when the slot's engine failed under it, so that the slot
+// is taken out. What carries the stream on elsewhere is the FallbackEngine
+// above, from its checkpoint.
 class PlacedStream final : public CheckpointStream {
  public:
   PlacedStream(PlacedEngine& owner, Placement::Hold hold, std::unique_ptr<StreamAnalysis> inner)
-      : owner_(owner), hold_(std::move(hold)), inner_(std::move(inner)) {}
+      : owner_(owner), slot_(hold.slot()), hold_(std::move(hold)), inner_(std::move(inner)) {}
   void feed(const void* data, size_t bytes) override {
     guarded([&] { inner_->feed(data, bytes); });
   }
   void pause() override {
     guarded([&] { inner_->pause(); });
+    hold_ = {};
   }
   Result finish() override {
     Result r;
     guarded([&] { r = inner_->finish(); });
     tag(r);
     hold_ = {};  // its share of the GPU's load ends with its work
+    ended_ = true;
     return r;
   }
   std::optional<Partial> partial() override {
@@ -47,7 +51,9 @@ class PlacedStream final : public CheckpointStream {
   void guarded(Fn&& fn);
   void tag(Result& r);
   PlacedEngine& owner_;
-  Placement::Hold hold_;
+  size_t slot_;
+  Placement::Hold hold_;  // while it computes
+  bool ended_ = false;    // finished, or failed here
   std::unique_ptr<StreamAnalysis> inner_;
 };
 
@@ -205,19 +211,21 @@ class PlacedEngine final : public Engine {
 
 template <class Fn>
 void PlacedStream::guarded(Fn&& fn) {
-  if (!hold_) fail(ErrorCode::kInternal, "a stream used after its end");
+  if (ended_) fail(ErrorCode::kInternal, "a stream used after its end");
+  if (!hold_) hold_ = owner_.placement()->hold(slot_);  // computing again after a pause
   try {
     fn();
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kInvalidArgument) {
-      owner_.failed(hold_.slot(), e);
+      owner_.failed(slot_, e);
       hold_ = {};  // a stream that failed here goes on elsewhere, if at all
+      ended_ = true;
     }
     throw;
   }
 }
 
-void PlacedStream::tag(Result& r) { owner_.served(hold_.slot(), r); }
+void PlacedStream::tag(Result& r) { owner_.served(slot_, r); }
 
 }  // namespace
 

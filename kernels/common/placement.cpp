@@ -52,6 +52,11 @@ Placement::Hold Placement::take(const std::function<bool(size_t)>& allowed) {
   return Hold(this, best);
 }
 
+Placement::Hold Placement::hold(size_t slot) {
+  ++slots_[slot].in_flight;
+  return Hold(this, slot);
+}
+
 void Placement::take_out(size_t slot, const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);

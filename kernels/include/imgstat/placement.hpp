@@ -56,6 +56,9 @@ class Placement {
   // The least loaded slot in service that `allowed` accepts (ties go round
   // the slots in turn); an empty Hold when there is none.
   Hold take(const std::function<bool(size_t)>& allowed = {});
+  // The share of a slot already chosen: a stream that computes again after
+  // waiting for its client, on the GPU that holds what it counted.
+  Hold hold(size_t slot);
   // After a fault that left the slot's GPU unusable: no more work goes there.
   void take_out(size_t slot, const std::string& why);
   void count_image(size_t slot) { ++slots_[slot].images; }
