@@ -204,7 +204,9 @@ assert int(i["limits"]["max_decode_memory"]) == 4 << 30, i["limits"]' "$work/kub
 "$client" --server "127.0.0.1:$kube_grpc" "${tls[@]}" --json "${files[@]/#/$corpus/}" >"$work/kube-results.jsonl" ||
   fail "imgstat-client against the kube play pod"
 python3 "$repo/tests/container/check_results.py" "$corpus" "$work/kube-results.jsonl" || fail "kube play: numbers differ"
-curl -sf "http://127.0.0.1:$kube_metrics/metrics" | grep -q '^imgstat_calls_in_progress ' ||
+# Into a file first: under pipefail, grep -q leaving early fails curl (EPIPE).
+{ curl -sf "http://127.0.0.1:$kube_metrics/metrics" >"$work/kube-metrics.txt" &&
+  grep -q '^imgstat_calls_in_progress ' "$work/kube-metrics.txt"; } ||
   fail "the autoscaler's metric is not on the pod's metrics port"
 podman kube down "$work/kube.yaml" >/dev/null 2>&1 || fail "podman kube down"
 rm -f "$work/kube.yaml"
