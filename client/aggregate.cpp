@@ -25,24 +25,62 @@ bool Aggregation::add(const v1::AnalyzeResponse& r, std::string* why) {
 
 bool Aggregation::add_or_throw(const v1::AnalyzeResponse& r) {
   const SampleType type = sample_type_of(r.sample_type());
-  const std::pair<int, uint32_t> key{r.sample_type(), static_cast<uint32_t>(r.channels_size())};
+  const uint32_t channels = r.channel_count();
+  const std::pair<int, uint32_t> key{r.sample_type(), channels};
   auto at = index_.find(key);
   if (at == index_.end()) {
     std::vector<std::string> names;
-    for (const v1::ChannelStats& c : r.channels()) names.push_back(c.name());
-    groups_.push_back(Group{r.sample_type(), std::move(names),
-                            Merger(type, static_cast<uint32_t>(r.channels_size()), request_)});
+    const auto& named = r.channels_size() ? r.channels() : r.parts_size() ? r.parts(0).channels() : r.channels();
+    for (const v1::ChannelStats& c : named) names.push_back(c.name());
+    if (names.size() != channels) fail(ErrorCode::kInvalidArgument, "the answer's channels do not match its channel count");
+    groups_.push_back(Group{r.sample_type(), std::move(names), Merger(type, channels, request_), {}});
     at = index_.emplace(key, groups_.size() - 1).first;
   }
-  std::vector<ChannelStats> parts;
-  for (const v1::ChannelStats& c : r.channels()) parts.push_back(merge_part_of(c, type));
-  groups_[at->second].merger.add(parts);
+  Group& g = groups_[at->second];
+  auto states = [&](const google::protobuf::RepeatedPtrField<v1::ChannelStats>& cs) {
+    std::vector<ChannelStats> out;
+    for (const v1::ChannelStats& c : cs) out.push_back(merge_part_of(c, type));
+    return out;
+  };
+  if (r.parts_size() == 0) {
+    g.merger.add(states(r.channels()));
+    return true;
+  }
+  for (const v1::PartStats& p : r.parts()) {
+    if (!p.has_label()) fail(ErrorCode::kInvalidArgument, "only labelled parts are merged across files");
+    g.labels.try_emplace(p.label(), type, channels, request_).first->second.add(states(p.channels()));
+  }
+  ++g.label_files;
   return true;
 }
 
 std::vector<Outcome> Aggregation::outcomes() const {
   std::vector<Outcome> out;
   for (const Group& g : groups_) {
+    if (!g.labels.empty()) {  // each label over every file, in ascending order
+      const SampleType type = sample_type_of(g.type);
+      Outcome o;
+      o.ok = true;
+      o.images = g.label_files;
+      o.file = "all " + std::to_string(o.images) + " " + to_string(type) + " image" + (o.images == 1 ? "" : "s") +
+               " of " + std::to_string(g.names.size()) + " channel" + (g.names.size() == 1 ? "" : "s") + ", by label";
+      v1::AnalyzeResponse& r = o.response;
+      r.set_format("aggregate");
+      r.set_channel_count(static_cast<uint32_t>(g.names.size()));
+      r.set_sample_type(g.type);
+      for (const auto& [label, merger] : g.labels) {
+        const Result merged = merger.result();
+        r.set_engine(merged.engine);
+        v1::PartStats* p = r.add_parts();
+        p->set_label(label);
+        for (size_t c = 0; c < merged.channels.size(); ++c) {
+          v1::ChannelStats* ch = p->add_channels();
+          ch->set_name(g.names[c]);
+          fill_channel(ch, merged.channels[c], merger.request(), type, 0);
+        }
+      }
+      out.push_back(std::move(o));
+    }
     if (g.merger.images() == 0) continue;
     const Result merged = g.merger.result();
     const StatsRequest& request = g.merger.request();

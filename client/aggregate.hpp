@@ -1,5 +1,6 @@
 // --aggregate: the statistics of many files' pixels together, as one
-// analysis of all of them at once would give. Each file's answer carries
+// analysis of all of them at once would give. With --labels, each label's
+// pixels over all files: a segmentation dataset's per-class statistics. Each file's answer carries
 // its merge state; files of one sample type and channel count merge into
 // one answer, and each other kind of image gets an answer of its own.
 #pragma once
@@ -37,6 +38,9 @@ class Aggregation {
     v1::SampleType type;
     std::vector<std::string> names;
     Merger merger;
+    // --labels: each label merged over every file (files without parts go to merger).
+    std::map<int64_t, Merger> labels;
+    uint64_t label_files = 0;
   };
   StatsRequest request_;
   v1::Options part_options_;

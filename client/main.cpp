@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 #include <regex>
+#include <cstring>
 #include <unistd.h>
 
 #include "core/malloc_tuning.hpp"
@@ -108,6 +109,29 @@ int main(int argc, char** argv) {
   app.add_flag("--aggregate", aggregate,
                "one answer for all the files together (each kind of image, by sample type and channels, apart): "
                "the statistics of all their pixels at once, integers exact");
+  // Parts of each image (one kind at a time).
+  auto* parts_group = app.add_option_group("Parts", "statistics of parts of each image instead of the whole");
+  std::vector<std::string> rois;
+  std::string mask_spec, labels_spec, tiles_spec, map_raw_spec;
+  std::optional<int64_t> ignore_label;
+  uint32_t max_labels = 0;
+  int plot_part = -1;
+  auto* roi_option = parts_group->add_option("--roi", rois, "a rectangle X,Y,W,H (repeatable; one answer each)");
+  auto* mask_option = parts_group->add_option(
+      "--mask", mask_spec, "only the pixels where this image's first channel is nonzero; 'alpha': the image's own alpha");
+  auto* labels_option = parts_group->add_option(
+      "--labels", labels_spec,
+      "a label image (uint8/uint16 PNG or TIFF, or --map-raw): one answer per label; a folder: each input's label "
+      "file of the same name stem there");
+  auto* tiles_option = parts_group->add_option("--tiles", tiles_spec, "a grid of CxR tiles, one answer each");
+  parts_group->add_option("--ignore-label", ignore_label, "with --labels: leave this label's pixels out (e.g. 0)");
+  parts_group->add_option("--max-labels", max_labels, "with --labels: refuse label images with more labels (0: the server's --max-parts)");
+  parts_group->add_option("--map-raw", map_raw_spec,
+                          "the --mask or --labels file is raw: WxHxC:TYPE (TYPE as --raw, or uint32, int32)");
+  app.add_option("--plot-part", plot_part, "with --plot and parts: draw this part (0 = the first answered)");
+  roi_option->excludes(mask_option)->excludes(labels_option)->excludes(tiles_option);
+  mask_option->excludes(labels_option)->excludes(tiles_option);
+  labels_option->excludes(tiles_option);
   std::string local_engine = "cpu";
   app.add_option("--engine", local_engine,
                  "with --local: cpu (starts at once), cuda (pays about 0.4 s to start CUDA, then JPEG on the GPU), "
@@ -237,6 +261,75 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
       return 2;
     }
   }
+  // Parts: the request's Options.parts; a label folder pairs files by name stem below.
+  std::map<std::string, std::vector<std::string>> labels_by_stem;
+  bool labels_folder = false;
+  try {
+    v1::Parts& parts = *request.options.mutable_parts();
+    auto map_input = [&](const std::string& file, v1::Input* in) {
+      client::Source source(file);
+      in->set_data(source.read_all());
+      if (map_raw_spec.empty()) return;
+      in->set_kind(v1::INPUT_KIND_RAW);
+      std::string why, spec = map_raw_spec;
+      // uint32 and int32 are sample types of label images alone.
+      v1::SampleType wide = v1::SAMPLE_TYPE_UNSPECIFIED;
+      for (auto [name, t] : {std::pair{":uint32", v1::SAMPLE_TYPE_UINT32}, std::pair{":int32", v1::SAMPLE_TYPE_INT32}})
+        if (spec.size() > std::strlen(name) && spec.compare(spec.size() - std::strlen(name), std::string::npos, name) == 0) {
+          wide = t;
+          spec = spec.substr(0, spec.size() - std::strlen(name)) + ":uint8";
+        }
+      if (!parse_raw(spec, in->mutable_raw(), &why)) throw std::runtime_error(std::regex_replace(why, std::regex("--raw"), "--map-raw"));
+      if (wide != v1::SAMPLE_TYPE_UNSPECIFIED) in->mutable_raw()->set_sample_type(wide);
+    };
+    if (!rois.empty()) {
+      for (const std::string& r : rois) {
+        static const std::regex re(R"((\d+),(\d+),(\d+),(\d+))");
+        std::smatch m;
+        if (!std::regex_match(r, m, re)) throw std::runtime_error("--roi wants X,Y,W,H, e.g. 0,0,64,64; got \"" + r + "\"");
+        v1::Rectangle* q = parts.mutable_rectangles()->add_rectangles();
+        auto u32 = [&](int i) {
+          const unsigned long long v = std::stoull(m[i].str());
+          if (v > UINT32_MAX) throw std::runtime_error("--roi " + r + ": " + m[i].str() + " is past 32 bits");
+          return static_cast<uint32_t>(v);
+        };
+        q->set_x(u32(1));
+        q->set_y(u32(2));
+        q->set_width(u32(3));
+        q->set_height(u32(4));
+      }
+    } else if (!tiles_spec.empty()) {
+      static const std::regex re(R"((\d+)x(\d+))");
+      std::smatch m;
+      if (!std::regex_match(tiles_spec, m, re) || m[1].length() > 9 || m[2].length() > 9)
+        throw std::runtime_error("--tiles wants CxR, e.g. 16x16; got \"" + tiles_spec + "\"");
+      parts.mutable_tiles()->set_columns(static_cast<uint32_t>(std::stoul(m[1].str())));
+      parts.mutable_tiles()->set_rows(static_cast<uint32_t>(std::stoul(m[2].str())));
+    } else if (!mask_spec.empty()) {
+      if (mask_spec == "alpha")
+        parts.mutable_mask()->set_alpha(true);
+      else
+        map_input(mask_spec, parts.mutable_mask()->mutable_image());
+    } else if (!labels_spec.empty()) {
+      v1::Labels* labels = parts.mutable_labels();
+      if (ignore_label) labels->set_ignore(*ignore_label);
+      labels->set_max_labels(max_labels);
+      if (std::filesystem::is_directory(labels_spec)) {
+        labels_folder = true;
+        for (const auto& e : std::filesystem::directory_iterator(labels_spec))
+          if (e.is_regular_file()) labels_by_stem[e.path().stem().string()].push_back(e.path().string());
+      } else {
+        map_input(labels_spec, labels->mutable_image());
+      }
+    } else {
+      request.options.clear_parts();
+    }
+    if ((ignore_label || max_labels) && labels_spec.empty())
+      throw std::runtime_error("--ignore-label and --max-labels go with --labels");
+  } catch (const std::exception& e) {
+    err << "imgstat-client: " << e.what() << "\n";
+    return 2;
+  }
   if (stats.empty()) stats = {"min_max", "sum", "stddev", "histogram", "distribution", "shape", "summary"};
   static const std::map<std::string, v1::Statistic> kStatistics{
       {"min_max", v1::STATISTIC_MIN_MAX},       {"sum", v1::STATISTIC_SUM},
@@ -315,11 +408,21 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
         client::Source source(inputs[i]);
         client::Request mine = request;
         mine.input.set_name(inputs[i]);
+        if (labels_folder) {  // this file's label image: the same name stem in the folder
+          const std::string stem = std::filesystem::path(inputs[i]).stem().string();
+          const auto at = labels_by_stem.find(stem);
+          if (at == labels_by_stem.end())
+            throw std::runtime_error("no label file named " + stem + ".* in " + labels_spec);
+          if (at->second.size() > 1)
+            throw std::runtime_error("several label files named " + stem + ".* in " + labels_spec + ": keep one");
+          client::Source labels(at->second.front());
+          mine.options.mutable_parts()->mutable_labels()->mutable_image()->set_data(labels.read_all());
+        }
         o = local ? in_process->analyze(source, mine) : remote.analyze(source, mine);
       } catch (const std::exception& e) {
         o.file = inputs[i];
         o.code = "NOT_FOUND";
-        o.error = std::string("cannot read: ") + e.what();
+        o.error = std::string(labels_folder ? "" : "cannot read: ") + e.what();
       }
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -356,7 +459,15 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
         const size_t dot = plot.rfind('.');
         to = plot.substr(0, dot) + "-" + std::to_string(i + 1) + (dot == std::string::npos ? ".png" : plot.substr(dot));
       }
-      if (!client::write_plot(o, to, &why)) {
+      client::Outcome drawn = o;
+      if (o.response.parts_size() > 0) {  // a part's histograms, drawn as an image's
+        const int k = std::max(plot_part, 0);
+        if (k < o.response.parts_size()) {
+          *drawn.response.mutable_channels() = o.response.parts(k).channels();
+          drawn.file = o.file + " " + client::part_name(o.response.parts(k));
+        }
+      }
+      if (!client::write_plot(drawn, to, &why)) {
         o.ok = false;
         o.code = "INVALID_ARGUMENT";
         o.error = "--plot: " + why;

@@ -74,6 +74,50 @@ Drawing drawing(const v1::Histogram& h) {
 
 }  // namespace
 
+std::string part_name(const v1::PartStats& p) {
+  if (p.has_label()) return "label " + std::to_string(p.label());
+  const v1::Rectangle& q = p.roi();
+  const std::string roi = std::to_string(q.x()) + "," + std::to_string(q.y()) + "," + std::to_string(q.width()) + "," +
+                          std::to_string(q.height());
+  if (p.has_tile()) return "tile " + std::to_string(p.tile().column()) + "," + std::to_string(p.tile().row()) + " (" + roi + ")";
+  return "roi " + roi;
+}
+
+namespace {
+
+// Parts: one row per part and channel; a few parts also draw their histograms.
+std::string parts_table(const v1::AnalyzeResponse& r, bool flt, const char* dim, const char* reset) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-28s %-7s %14s %14s %14s %16s %16s\n", "part", "channel", "count", "min", "max",
+                "mean", "stddev");
+  out += line;
+  const bool few = r.parts_size() <= 4;
+  for (const v1::PartStats& p : r.parts()) {
+    const std::string name = part_name(p);
+    for (const v1::ChannelStats& c : p.channels()) {
+      auto opt = [&](bool has, double v, bool as_sample) {
+        return has ? (as_sample ? number(v, flt) : fmt("%.10g", v)) : std::string("-");
+      };
+      std::snprintf(line, sizeof line, "  %-28s %-7s %14llu %14s %14s %16s %16s\n", name.c_str(), c.name().c_str(),
+                    static_cast<unsigned long long>(c.count()), opt(c.has_min(), c.min(), true).c_str(),
+                    opt(c.has_max(), c.max(), true).c_str(), opt(c.has_mean(), c.mean(), false).c_str(),
+                    opt(c.has_stddev(), c.stddev(), false).c_str());
+      out += line;
+    }
+    if (!few) continue;
+    for (const v1::ChannelStats& c : p.channels()) {
+      if (!c.has_histogram() || c.count() == 0) continue;
+      const Drawing d = drawing(c.histogram());
+      std::snprintf(line, sizeof line, "  %-28s %-7s %s\n", "", c.name().c_str(), d.row.c_str());
+      out += std::string(dim) + line + reset;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string render_table(const Outcome& o, bool color) {
   const char* bold = color ? "\033[1m" : "";
   const char* dim = color ? "\033[2m" : "";
@@ -113,6 +157,11 @@ std::string render_table(const Outcome& o, bool color) {
     out += std::string(dim) + facts + reset + "\n";
   }
   for (const std::string& w : r.warnings()) out += "  warning: " + w + "\n";
+  if (r.parts_size() > 0 && r.channels_size() == 0) {
+    const int n = r.parts_size();
+    out += "  " + std::to_string(n) + " part" + (n == 1 ? "" : "s") + "\n";
+    return out + parts_table(r, flt, dim, reset);
+  }
   std::snprintf(line, sizeof line, "  %-7s %14s %14s %14s %16s %16s%s\n", "channel", "count", "min", "max", "mean",
                 "stddev", is_float_type(r.sample_type()) ? "   nan/+inf/-inf" : "");
   out += line;
@@ -255,6 +304,23 @@ nlohmann::json channel_json(const v1::ChannelStats& c, bool flt, bool float_samp
   return ch;
 }
 
+// The parts of an answer: {"roi": [x, y, w, h]}, {"label": N} or
+// {"tile": [c, r], "roi": [...]}, each with its channels.
+nlohmann::json parts_json(const v1::AnalyzeResponse& r, bool flt) {
+  using nlohmann::json;
+  json parts = json::array();
+  for (const v1::PartStats& p : r.parts()) {
+    json j;
+    if (p.has_label()) j["label"] = p.label();
+    if (p.has_tile()) j["tile"] = {p.tile().column(), p.tile().row()};
+    if (p.has_roi()) j["roi"] = {p.roi().x(), p.roi().y(), p.roi().width(), p.roi().height()};
+    j["channels"] = json::array();
+    for (const v1::ChannelStats& c : p.channels()) j["channels"].push_back(channel_json(c, flt, is_float_type(r.sample_type())));
+    parts.push_back(std::move(j));
+  }
+  return parts;
+}
+
 // --aggregate's answer: the images merged, their kind, the channels and the
 // summary, with sums exact however large (JSON integers have no size limit;
 // nlohmann's hold 64 bits, so a larger one is written into the text).
@@ -293,6 +359,7 @@ std::string aggregate_json(const Outcome& o, bool flt) {
     j["summary"] = channel_json(r.summary(), flt, is_float_type(r.sample_type()));
     exact(j["summary"], k);
   }
+  if (r.parts_size()) j["parts"] = parts_json(r, flt);
   std::string text = j.dump();
   for (size_t i = 0; i < big.size(); ++i) {
     const std::string mark = "\"\\u0001sum" + std::to_string(i) + "\\u0001\"";
@@ -342,6 +409,7 @@ std::string render_json(const Outcome& o) {
   if (r.has_unique_colors()) j["unique_colors"] = r.unique_colors();
   if (r.has_luminance()) j["luminance"] = channel_json(r.luminance(), flt, is_float_type(r.sample_type()));
   if (r.has_summary()) j["summary"] = channel_json(r.summary(), flt, is_float_type(r.sample_type()));
+  if (r.parts_size()) j["parts"] = parts_json(r, flt);
   return j.dump();
 }
 
@@ -362,12 +430,12 @@ std::string csv_number(double v, bool integer) { return integer ? fmt("%.0f", v)
 std::string render_csv_header() {
   return "file,ok,code,error,format,width,height,sample_type,engine,decoder,channel,count,min,max,sum,mean,stddev,"
          "nan_count,posinf_count,neginf_count,median,mode,entropy,skewness,kurtosis,min_x,min_y,max_x,max_y,"
-         "unique_colors\n";
+         "unique_colors,part\n";
 }
 
 std::string render_csv(const Outcome& o) {
   const std::string file = csv_field(o.file);
-  if (!o.ok) return file + ",false," + csv_field(o.code) + "," + csv_field(o.error) + std::string(26, ',') + "\n";
+  if (!o.ok) return file + ",false," + csv_field(o.code) + "," + csv_field(o.error) + std::string(27, ',') + "\n";
   const v1::AnalyzeResponse& r = o.response;
   const bool flt = is_float_type(r.sample_type()) || o.normalized;
   const std::string image = file + ",true,,," + csv_field(r.format()) + "," + std::to_string(r.width()) + "," +
@@ -375,9 +443,16 @@ std::string render_csv(const Outcome& o) {
                             csv_field(r.engine()) + "," + csv_field(r.decoder()) + ",";
   std::string out;
   std::vector<const v1::ChannelStats*> rows;
+  std::vector<std::string> part_of;  // the part column of each row
   for (const v1::ChannelStats& c : r.channels()) rows.push_back(&c);
   if (r.has_luminance()) rows.push_back(&r.luminance());
   if (r.has_summary()) rows.push_back(&r.summary());
+  part_of.resize(rows.size());
+  for (const v1::PartStats& p : r.parts())
+    for (const v1::ChannelStats& c : p.channels()) {
+      rows.push_back(&c);
+      part_of.push_back(part_name(p));
+    }
   for (size_t k = 0; k < rows.size(); ++k) {
     const v1::ChannelStats& c = *rows[k];
     // --aggregate's exact sums (channels, then the summary; no luminance there).
@@ -401,7 +476,8 @@ std::string render_csv(const Outcome& o) {
              std::to_string(c.max_position().x()) + "," + std::to_string(c.max_position().y());
     else
       out += ",,,,";
-    out += "," + (r.has_unique_colors() ? std::to_string(r.unique_colors()) : "");
+    out += "," + (r.has_unique_colors() && part_of[k].empty() ? std::to_string(r.unique_colors()) : "");
+    out += "," + csv_field(part_of[k]);
     out += "\n";
   }
   return out;
@@ -447,6 +523,8 @@ void normalize(Outcome& o) {
   for (v1::ChannelStats& c : *r.mutable_channels()) scale_channel(c, k);
   if (r.has_summary()) scale_channel(*r.mutable_summary(), k);
   if (r.has_luminance()) scale_channel(*r.mutable_luminance(), k);
+  for (v1::PartStats& p : *r.mutable_parts())
+    for (v1::ChannelStats& c : *p.mutable_channels()) scale_channel(c, k);
 }
 
 }  // namespace imgstat::client

@@ -31,6 +31,8 @@ struct Outcome {
 void normalize(Outcome& o);
 
 std::string render_table(const Outcome& o, bool color);
+// A part as the table and CSV name it: "roi X,Y,W,H", "label N", "tile C,R (X,Y,W,H)".
+std::string part_name(const v1::PartStats& part);
 std::string render_json(const Outcome& o);  // one line, no newline
 // RFC 4180 CSV: the header, then a row per channel (one row for a failed
 // input), each line ending in a newline.

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/fallback_engine.hpp"
+#include "common/parts.hpp"
 #include "imgstat/binning.hpp"
 #include "imgstat/engine.hpp"
 
@@ -85,6 +86,10 @@ std::shared_ptr<void> Engine::pin_host_memory(const void*, size_t) { return null
 
 std::shared_ptr<void> Engine::open_ipc_memory(const std::string&, uint64_t) {
   fail(ErrorCode::kFailedPrecondition, "the " + info().kind + " engine cannot read GPU memory (CUDA IPC regions)");
+}
+
+Result Engine::analyze_parts(const ImageView&, const Parts&, const StatsRequest&) {
+  fail(ErrorCode::kUnimplemented, "the " + info().kind + " engine does not compute parts of images");
 }
 
 Result Engine::analyze_device(const DeviceImageView&, const StatsRequest&) {

@@ -69,9 +69,12 @@ auto FallbackEngine::either(Fn&& fn) {
   if (!lost_) {
     try {
       return fn(*primary_);
+    } catch (const LimitError&) {
+      throw;
     } catch (const Error& e) {
       if (e.code() == ErrorCode::kInvalidArgument) throw;
-      primary_failed(e);
+      // What the GPU does not compute (float parts) is the CPU's work, not a fault.
+      if (e.code() != ErrorCode::kUnimplemented) primary_failed(e);
     }
   }
   return fn(*backup_);
@@ -79,6 +82,10 @@ auto FallbackEngine::either(Fn&& fn) {
 
 Result FallbackEngine::analyze(const ImageView& image, const StatsRequest& request) {
   return either([&](Engine& e) { return e.analyze(image, request); });
+}
+
+Result FallbackEngine::analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request) {
+  return either([&](Engine& e) { return e.analyze_parts(image, parts, request); });
 }
 
 Result FallbackEngine::analyze_device(const DeviceImageView& image, const StatsRequest& request) {

@@ -42,6 +42,7 @@ class FallbackEngine final : public Engine {
 
   EngineInfo info() const override;
   Result analyze(const ImageView& image, const StatsRequest& request) override;
+  Result analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request) override;
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override;
   bool takes_device_images() const override { return !lost_ && primary_->takes_device_images(); }
   EngineUsage usage() const override;

@@ -116,6 +116,10 @@ class PlacedEngine final : public Engine {
     return computed({}, [&](Engine& e) { return e.analyze(image, request); });
   }
 
+  Result analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request) override {
+    return computed({}, [&](Engine& e) { return e.analyze_parts(image, parts, request); });
+  }
+
   // The pixels are on one GPU: only its slots can read them.
   Result analyze_device(const DeviceImageView& image, const StatsRequest& request) override {
     const int device = image.device >= 0 ? image.device : first_device();
@@ -185,8 +189,10 @@ class PlacedEngine final : public Engine {
       tried[slot] = true;
       try {
         return fn(slot, std::move(hold));
+      } catch (const LimitError&) {
+        throw;
       } catch (const Error& e) {
-        if (e.code() == ErrorCode::kInvalidArgument) throw;
+        if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kUnimplemented) throw;
         failed(slot, e);
         last = e;
       }

@@ -16,6 +16,8 @@
 #include "common/luminance.hpp"
 #include "cpu/counters.hpp"
 #include "cpu/extras.hpp"
+#include "cpu/part_counter.hpp"
+#include "common/parts.hpp"
 #include "cpu/float_passes.hpp"
 #include "imgstat/engine.hpp"
 
@@ -346,6 +348,195 @@ class CpuStream final : public CheckpointStream {
   std::vector<uint8_t> kept_;
 };
 
+// A request as each part answers it: its channels only.
+StatsRequest per_part_request(StatsRequest request) {
+  request.unique_colors = false;
+  request.summary = false;
+  request.luminance = false;
+  return request;
+}
+
+// One view, analyzed whole on the calling thread's arena.
+Result analyze_view(const ImageView& view, const StatsRequest& request) {
+  auto analysis = make_analysis(view.layout, request);
+  const std::vector<Piece> pieces = pieces_of(view);
+  analysis->add_all(pieces);
+  if (analysis->wants_second_pass()) analysis->add_second_pass(pieces);
+  return analysis->finish();
+}
+
+// Rectangles and tiles: each a view of the image, analyzed as a whole image
+// is (so each answer is the whole-image answer for its pixels), in parallel.
+Result analyze_rects(const ImageView& image, const Parts& parts, const StatsRequest& request) {
+  const Layout& l = image.layout;
+  const uint32_t n = parts.kind == PartsKind::kTiles ? parts.columns * parts.rows
+                                                     : static_cast<uint32_t>(parts.rects.size());
+  const StatsRequest per_part = per_part_request(request);
+  Result r;
+  r.engine = "cpu";
+  r.parts.resize(n);
+  tbb::parallel_for(uint32_t{0}, n, [&](uint32_t i) {
+    PartStats s = part_key(parts, nullptr, l, i);
+    const Rect& roi = s.roi;
+    const ImageView view{static_cast<const uint8_t*>(image.data) + roi.y * l.stride() + roi.x * l.pixel_bytes(),
+                         Layout{roi.width, roi.height, l.channels, l.type, l.stride()}};
+    s.channels = analyze_view(view, per_part).channels;
+    for (ChannelStats& c : s.channels)
+      if (c.has_positions) {
+        c.min_at = image_position(c.min_at, roi, l.width);
+        c.max_at = image_position(c.max_at, roi, l.width);
+      }
+    r.parts[i] = std::move(s);
+  });
+  return r;
+}
+
+// A mask over integer samples: the runs of selected pixels go to one
+// analysis as pieces, exactly as a whole image's pieces do.
+Result analyze_masked_runs(const ImageView& image, const PartIndex& index, const StatsRequest& request) {
+  const Layout& l = image.layout;
+  auto analysis = make_analysis(l, request);
+  const uint64_t blocks = (l.height + kPartRowsPerBlock - 1) / kPartRowsPerBlock;
+  tbb::parallel_for(uint64_t{0}, blocks, [&](uint64_t b) {
+    std::vector<uint32_t> part(l.width);
+    std::vector<Piece> runs;
+    for (uint64_t y = b * kPartRowsPerBlock; y < std::min(l.height, (b + 1) * kPartRowsPerBlock); ++y) {
+      index.row(y, 0, l.width, part.data());
+      const uint8_t* row = static_cast<const uint8_t*>(image.data) + y * l.stride();
+      for (uint64_t x = 0; x < l.width;) {
+        if (part[x] == kNoPart) {
+          ++x;
+          continue;
+        }
+        uint64_t end = x + 1;
+        while (end < l.width && part[end] != kNoPart) ++end;
+        runs.push_back(Piece{row + x * l.pixel_bytes(), 1, l.stride(), end - x, y * l.width + x, l.width});
+        x = end;
+      }
+    }
+    if (!runs.empty()) analysis->add_all(runs);
+  });
+  return analysis->finish();
+}
+
+// Float samples of a mask, labels or tiles: each part's pixels gathered in
+// row-major order, then analyzed as a 1 x n image (so as a whole image of
+// those pixels is); positions map back through the gathered indices.
+Result analyze_gathered(const ImageView& image, const PartIndex& index, const Parts& parts,
+                        const StatsRequest& request) {
+  const Layout& l = image.layout;
+  const uint64_t pb = l.pixel_bytes();
+  const uint32_t n = index.count();
+  std::vector<uint64_t> offset(size_t{n} + 1, 0);
+  std::vector<uint32_t> part(l.width);
+  for (uint64_t y = 0; y < l.height; ++y) {
+    index.row(y, 0, l.width, part.data());
+    for (uint64_t x = 0; x < l.width; ++x)
+      if (part[x] != kNoPart) ++offset[part[x] + 1];
+  }
+  for (uint32_t p = 0; p < n; ++p) offset[p + 1] += offset[p];
+  std::vector<uint8_t> pixels(offset[n] * pb);
+  std::vector<uint64_t> at(request.positions ? offset[n] : 0);
+  std::vector<uint64_t> next(offset.begin(), offset.end() - 1);
+  for (uint64_t y = 0; y < l.height; ++y) {
+    index.row(y, 0, l.width, part.data());
+    const uint8_t* row = static_cast<const uint8_t*>(image.data) + y * l.stride();
+    for (uint64_t x = 0; x < l.width; ++x) {
+      const uint32_t p = part[x];
+      if (p == kNoPart) continue;
+      const uint64_t to = next[p]++;
+      std::memcpy(&pixels[to * pb], row + x * pb, pb);
+      if (!at.empty()) at[to] = y * l.width + x;
+    }
+  }
+  const bool mask = parts.kind == PartsKind::kMask;
+  StatsRequest per_part = mask ? request : per_part_request(request);
+  per_part.unique_colors = false;
+  per_part.luminance = false;
+  auto analyze_part = [&](uint32_t p) {
+    const uint64_t count = offset[p + 1] - offset[p];
+    Result res = count == 0 ? result_of(empty_partial(l.type, l.channels, per_part), per_part, "cpu")
+                            : analyze_view(ImageView{&pixels[offset[p] * pb], Layout{count, 1, l.channels, l.type, 0}},
+                                           per_part);
+    for (ChannelStats& c : res.channels)
+      if (c.has_positions) {
+        c.min_at = at[offset[p] + c.min_at];
+        c.max_at = at[offset[p] + c.max_at];
+      }
+    return res;
+  };
+  if (mask) {
+    Result r = analyze_part(0);
+    r.engine = "cpu";
+    return r;
+  }
+  Result r;
+  r.engine = "cpu";
+  r.parts.resize(n);
+  tbb::parallel_for(uint32_t{0}, n, [&](uint32_t p) {
+    PartStats s = part_key(parts, &index, l, p);
+    s.channels = analyze_part(p).channels;
+    r.parts[p] = std::move(s);
+  });
+  return r;
+}
+
+template <uint32_t C>
+PartCounts count_parts_c(const ImageView& image, const PartIndex& index, const StatsRequest& request) {
+  switch (image.layout.type) {
+    case SampleType::kUint8: return PartCounter<uint8_t, C>(image, index, request).count();
+    case SampleType::kInt8: return PartCounter<int8_t, C>(image, index, request).count();
+    case SampleType::kUint16: return PartCounter<uint16_t, C>(image, index, request).count();
+    case SampleType::kInt16: return PartCounter<int16_t, C>(image, index, request).count();
+    default: fail(ErrorCode::kInternal, "part counts are for integer samples");
+  }
+}
+
+PartCounts count_parts(const ImageView& image, const PartIndex& index, const StatsRequest& request) {
+  switch (image.layout.channels) {
+    case 1: return count_parts_c<1>(image, index, request);
+    case 2: return count_parts_c<2>(image, index, request);
+    case 3: return count_parts_c<3>(image, index, request);
+    default: return count_parts_c<4>(image, index, request);
+  }
+}
+
+void check_answer(uint64_t parts, const Layout& layout, const Parts& spec, const StatsRequest& request) {
+  const uint64_t bytes = answer_bytes(parts, layout.channels, layout.type, request);
+  if (bytes > spec.max_answer_bytes)
+    fail_limit(
+         "the answer for " + std::to_string(parts) + " parts would take about " + std::to_string(bytes >> 20) +
+             " MiB, more than the largest message (" + std::to_string(spec.max_answer_bytes >> 20) +
+             " MiB): ask for fewer parts or fewer statistics (the histogram and merge state are the large ones)");
+}
+
+}  // namespace
+
+Result analyze_parts_on_cpu(const ImageView& image, const Parts& parts, const StatsRequest& request) {
+  const Layout& l = image.layout;
+  switch (parts.kind) {
+    case PartsKind::kRects:
+    case PartsKind::kTiles:
+      check_answer(parts.kind == PartsKind::kTiles ? uint64_t{parts.columns} * parts.rows : parts.rects.size(), l,
+                   parts, request);
+      return analyze_rects(image, parts, request);
+    default: break;
+  }
+  const PartIndex index(l, parts);
+  if (parts.kind == PartsKind::kLabels) check_answer(index.count(), l, parts, request);
+  if (is_float(l.type)) return analyze_gathered(image, index, parts, request);
+  if (parts.kind == PartsKind::kMask) {
+    StatsRequest masked = request;
+    masked.unique_colors = false;
+    masked.luminance = false;
+    return analyze_masked_runs(image, index, masked);
+  }
+  check_part_count_bytes(index.count(), l.channels, l.type, request);
+  return result_of_parts(count_parts(image, index, request), index, parts, l, request, "cpu");
+}
+
+namespace {
+
 class CpuEngine final : public Engine {
  public:
   explicit CpuEngine(uint32_t threads)
@@ -376,6 +567,16 @@ class CpuEngine final : public Engine {
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override {
     validate(layout, request);
     return std::make_unique<CpuStream>(layout, request, arena_);
+  }
+
+  Result analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request) override {
+    if (parts.kind == PartsKind::kWhole) return analyze(image, request);
+    validate(image.layout, request);
+    if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
+    validate(image.layout, parts);
+    Result r;
+    arena_.execute([&] { r = analyze_parts_on_cpu(image, parts, request); });
+    return r;
   }
 
  private:

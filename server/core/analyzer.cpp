@@ -62,7 +62,7 @@ StatsRequest with_rgb(StatsRequest request, const std::vector<uint32_t>& order) 
 }
 
 void fill_response(v1::AnalyzeResponse& r, const Described& d, const Result& result,
-                   const StatsRequest& request) {
+                   const StatsRequest& request, bool parts = false) {
   const std::vector<ChannelStats>& stats = result.channels;
   r.set_format(d.format);
   r.set_width(d.layout.width);
@@ -89,16 +89,41 @@ void fill_response(v1::AnalyzeResponse& r, const Described& d, const Result& res
   } else if (request.luminance) {
     r.add_warnings(d.layout.channels < 3 ? "no luminance: the image has " + std::to_string(d.layout.channels) +
                                                " channel" + (d.layout.channels == 1 ? "" : "s") + ", not R, G, B"
-                                         : "no luminance: it is not computed for streamed uploads");
+                   : parts ? "no luminance: it is not computed for parts of an image"
+                           : "no luminance: it is not computed for streamed uploads");
+  }
+  if (parts && request.unique_colors && !result.has_unique_colors)
+    r.add_warnings("no unique colours: they are not computed for parts of an image");
+  for (const PartStats& p : result.parts) {
+    v1::PartStats* out = r.add_parts();
+    if (!p.has_label) {
+      v1::Rectangle* roi = out->mutable_roi();
+      roi->set_x(static_cast<uint32_t>(p.roi.x));
+      roi->set_y(static_cast<uint32_t>(p.roi.y));
+      roi->set_width(static_cast<uint32_t>(p.roi.width));
+      roi->set_height(static_cast<uint32_t>(p.roi.height));
+    }
+    if (p.has_label) out->set_label(p.label);
+    if (p.is_tile) {
+      out->mutable_tile()->set_column(p.column);
+      out->mutable_tile()->set_row(p.row);
+    }
+    for (size_t i = 0; i < d.order.size(); ++i) {
+      v1::ChannelStats* c = out->add_channels();
+      c->set_name(d.names[i]);
+      fill_channel(c, p.channels.at(d.order[i]), request, d.layout.type, d.layout.width);
+    }
   }
 }
 
-class EncodedUpload final : public Upload {
+// An upload analyzed at its end from all its bytes: an encoded file, or
+// raw pixels whose parts are asked for.
+class HeldUpload final : public Upload {
  public:
-  EncodedUpload(const Analyzer& analyzer, MemoryBudget& budget, const v1::StreamHeader& header)
+  HeldUpload(const Analyzer& analyzer, MemoryBudget& budget, const v1::StreamHeader& header)
       : analyzer_(analyzer), budget_(budget) {
-    request_.mutable_input()->set_kind(v1::INPUT_KIND_ENCODED);
-    request_.mutable_input()->set_name(header.input().name());
+    *request_.mutable_input() = header.input();
+    request_.mutable_input()->clear_data();
     *request_.mutable_options() = header.options();
     total_ = header.total_bytes();
   }
@@ -213,8 +238,8 @@ Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_pt
 namespace {
 // Raw pixels and bytes in a region that is read go to the engine in chunks,
 // unless a statistic needs the whole image (the luminance).
-bool streams_from_region(const v1::Input& input, const StatsRequest& stats) {
-  return kind_of(input) != v1::INPUT_KIND_ENCODED && !stats.luminance;
+bool streams_from_region(const v1::Input& input, const StatsRequest& stats, bool parts) {
+  return kind_of(input) != v1::INPUT_KIND_ENCODED && !stats.luminance && !parts;
 }
 }  // namespace
 
@@ -223,7 +248,8 @@ Clock::time_point Analyzer::memory_wait_until(const CallContext& call, Clock::ti
                                             std::chrono::duration<double>(limits_.queue_timeout_seconds)));
 }
 
-Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsRequest& stats, const CallContext& call) const {
+Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsRequest& stats, bool parts,
+                                        const CallContext& call) const {
   InputBytes out;
   if (!input.has_region()) {
     out.data = reinterpret_cast<const uint8_t*>(input.data().data());
@@ -245,7 +271,7 @@ Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsReque
   out.data = out.region.data;
   out.bytes = static_cast<size_t>(out.region.size);
   out.on_device = out.region.on_device;
-  if (out.region.fd >= 0 && !streams_from_region(input, stats)) {  // a file read, not mapped: whole, for the decoder or the luminance
+  if (out.region.fd >= 0 && !streams_from_region(input, stats, parts)) {  // a file read, not mapped: whole, for the decoder or the luminance
     out.lease = budget_->acquire(out.region.size, "this region's " + std::to_string(out.region.size >> 20) + " MiB",
                                  call, memory_wait_until(call, Clock::now()));
     out.owned.resize(static_cast<size_t>(out.region.size));
@@ -286,9 +312,14 @@ v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& requ
 v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const CallContext& call) const {
   const v1::Input& input = request.input();
   const StatsRequest stats_request = stats_request_of(request.options());
-  const InputBytes data = bytes_of(input, stats_request, call);  // holds a region mapped until the engine is done
-  if (data.region.fd >= 0 && streams_from_region(input, stats_request))
+  Parts parts = parts_of(request.options(), limits_);
+  const bool with_parts = parts.kind != PartsKind::kWhole;
+  const InputBytes data = bytes_of(input, stats_request, with_parts, call);  // holds a region mapped until the engine is done
+  if (data.region.fd >= 0 && streams_from_region(input, stats_request, with_parts))
     return analyze_read_region(request, data.region, call);
+  if (with_parts && data.on_device)
+    fail(ErrorCode::kFailedPrecondition,
+         "parts are not computed for images in GPU memory: send the image from host memory (a memfd region)");
   const uint8_t* bytes = data.data;
   v1::AnalyzeResponse r;
   Described d;
@@ -315,13 +346,16 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
       const DecodePlan plan = plan_decode(bytes, data.size(), options);
       const auto waited_until = memory_wait_until(call, t0);
       // Bands suffice unless a statistic needs the whole image (the luminance).
-      const bool in_bands = plan.band_memory_bytes > 0 && !stats_request.luminance;
+      const bool in_bands = plan.band_memory_bytes > 0 && !stats_request.luminance && !with_parts;
       lease = budget_->acquire(in_bands ? plan.band_memory_bytes : plan.memory_bytes,
                                "this " + std::to_string(plan.width) + "x" + std::to_string(plan.height) + " " + plan.format,
                                call, waited_until);
       call.check("before decoding");
       const v1::DecoderChoice choice = request.options().decoder();
-      if (plan.format == "JPEG" && choice != v1::DECODER_CHOICE_CPU) {
+      if (with_parts && choice == v1::DECODER_CHOICE_GPU)
+        fail(ErrorCode::kFailedPrecondition,
+             "decoder GPU was asked for, but parts of an image are computed from the CPU decoder's pixels");
+      if (plan.format == "JPEG" && choice != v1::DECODER_CHOICE_CPU && !with_parts) {
         std::string why;
         if (analyze_on_gpu(bytes, data.size(), options, stats_request, call, r, &why)) return r;
         if (choice == v1::DECODER_CHOICE_GPU)
@@ -345,17 +379,69 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
       for (const std::string& w : decoded.warnings) r.add_warnings(w);
     }
   }
+  MapInput map;  // the mask or label image, held until the engine is done
+  if (with_parts) {
+    const v1::Parts& p = request.options().parts();
+    if (p.has_mask() && p.mask().source_case() == v1::Mask::kAlpha) {
+      if (d.layout.channels != 2 && d.layout.channels != 4)
+        fail(ErrorCode::kInvalidArgument, "mask alpha needs an image with alpha (2 or 4 channels); this one has " +
+                                              std::to_string(d.layout.channels));
+      parts.map = PartMapView{view.data, d.layout.width, d.layout.height, d.layout.channels,
+                              d.order.at(d.layout.channels - 1), map_type_of(d.layout.type), d.layout.row_stride};
+    } else if (p.has_mask() || p.has_labels()) {
+      read_map(p.has_mask() ? p.mask().image() : p.labels().image(), p.has_mask() ? "mask" : "label image", call, map);
+      parts.map = map.view;
+    }
+  }
   const auto t1 = Clock::now();
-  const Result result = data.on_device
-                            ? engine_->analyze_device(DeviceImageView{view.data, view.layout}, with_rgb(stats_request, d.order))
-                            : engine_->analyze(view, with_rgb(stats_request, d.order));
+  const Result result =
+      with_parts       ? engine_->analyze_parts(view, parts, with_rgb(stats_request, d.order))
+      : data.on_device ? engine_->analyze_device(DeviceImageView{view.data, view.layout}, with_rgb(stats_request, d.order))
+                       : engine_->analyze(view, with_rgb(stats_request, d.order));
   const auto t2 = Clock::now();
-  fill_response(r, d, result, stats_request);
+  fill_response(r, d, result, stats_request, with_parts);
   if (kind_of(input) == v1::INPUT_KIND_ENCODED) fill_facts(r, bytes, data.size(), d.layout);
   r.set_decoder(decoded.decoder);
   set_duration(r.mutable_decode_time(), t1 - t0);
   set_duration(r.mutable_compute_time(), t2 - t1);
   return r;
+}
+
+void Analyzer::read_map(const v1::Input& input, const char* what, const CallContext& call, MapInput& out) const {
+  const std::string w = what;
+  StatsRequest none;
+  out.bytes = bytes_of(input, none, true, call);
+  if (out.bytes.on_device)
+    fail(ErrorCode::kInvalidArgument, "the " + w + " is read from host memory: not GPU memory");
+  switch (kind_of(input)) {
+    case v1::INPUT_KIND_RAW:
+      out.view = raw_map_of(input.raw(), out.bytes.data, out.bytes.size(), what);
+      return;
+    case v1::INPUT_KIND_BYTES:
+      fail(ErrorCode::kInvalidArgument, "the " + w + " must be an encoded image or raw pixels, not bytes");
+    default: break;
+  }
+  if (out.bytes.empty()) fail(ErrorCode::kInvalidArgument, "the " + w + " has no bytes");
+  DecodeOptions options;
+  options.max_pixels = limits_.max_pixels;
+  options.cancelled = call.cancelled;
+  DecodePlan plan;
+  try {
+    plan = plan_decode(out.bytes.data, out.bytes.size(), options);
+  } catch (const Error& e) {
+    fail(e.code(), "the " + w + ": " + e.what());
+  }
+  out.lease = budget_->acquire(plan.memory_bytes, "the " + w + " (" + std::to_string(plan.width) + "x" +
+                                                      std::to_string(plan.height) + " " + plan.format + ")",
+                               call, memory_wait_until(call, Clock::now()));
+  try {
+    out.decoded = decode_image(out.bytes.data, out.bytes.size(), plan, options);
+  } catch (const Error& e) {
+    fail(e.code(), "the " + w + ": " + e.what());
+  }
+  const Layout& l = out.decoded.view.layout;
+  out.view = PartMapView{out.decoded.view.data, l.width, l.height, l.channels, out.decoded.channel_order.at(0),
+                         map_type_of(l.type), l.row_stride};
 }
 
 bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options,
@@ -475,6 +561,10 @@ std::unique_ptr<Upload> Analyzer::begin_upload(const v1::StreamHeader& header) c
     fail(ErrorCode::kResourceExhausted, "upload of " + std::to_string(total) + " bytes is over the limit of " +
                                             std::to_string(limits_.max_input_bytes));
   const StatsRequest stats_request = stats_request_of(header.options());
+  if (header.options().has_parts() && kind_of(input) != v1::INPUT_KIND_ENCODED) {
+    if (kind_of(input) == v1::INPUT_KIND_RAW) check_raw_size(raw_layout_of(input.raw()), total);
+    return std::make_unique<HeldUpload>(*this, *budget_, header);  // parts need the whole image
+  }
   switch (kind_of(input)) {
     case v1::INPUT_KIND_RAW: {
       Described d = describe_pixels("raw", raw_layout_of(input.raw()));
@@ -487,7 +577,7 @@ std::unique_ptr<Upload> Analyzer::begin_upload(const v1::StreamHeader& header) c
     default:
       if (total > static_cast<uint64_t>(INT32_MAX))
         fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
-      return std::make_unique<EncodedUpload>(*this, *budget_, header);
+      return std::make_unique<HeldUpload>(*this, *budget_, header);
   }
 }
 
@@ -546,6 +636,7 @@ v1::ServerInfo Analyzer::server_info() const {
   l->set_batch_window(limits_.batch_window);
   l->set_max_regions(limits_.max_regions);
   l->set_max_region_bytes(limits_.max_region_bytes);
+  l->set_max_parts(static_cast<uint32_t>(limits_.max_parts));
   set_duration(l->mutable_stream_idle_timeout(), std::chrono::duration_cast<Clock::duration>(
                                                      std::chrono::duration<double>(limits_.stream_idle_timeout_seconds)));
   for (const std::string& f : supported_formats()) info.add_formats(f);

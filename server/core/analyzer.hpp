@@ -84,7 +84,16 @@ class Analyzer {
     size_t size() const { return bytes; }
     bool empty() const { return bytes == 0; }
   };
-  InputBytes bytes_of(const v1::Input& input, const StatsRequest& stats, const CallContext& call) const;
+  // parts: the input must be read whole (a region is not streamed).
+  InputBytes bytes_of(const v1::Input& input, const StatsRequest& stats, bool parts, const CallContext& call) const;
+  // A mask or label image, decoded (in the budget) or raw, and its view.
+  struct MapInput {
+    InputBytes bytes;
+    DecodedImage decoded;
+    MemoryBudget::Lease lease;
+    PartMapView view;
+  };
+  void read_map(const v1::Input& input, const char* what, const CallContext& call, MapInput& out) const;
   // How long a call may wait for decode memory: its deadline, or the queue
   // timeout from `from`.
   CallContext::Clock::time_point memory_wait_until(const CallContext& call, CallContext::Clock::time_point from) const;

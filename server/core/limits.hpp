@@ -46,6 +46,10 @@ struct Limits {
   // at once, --max-region-bytes spanned together. The memory is the
   // caller's; these bound what the server maps and keeps.
   uint32_t max_regions = 64;
+  // --max-parts: rectangles, labels or tiles one request may ask for
+  // (Options.parts); a label image with more distinct labels is refused.
+  // Each part's answer is also bounded by --max-message-bytes.
+  uint64_t max_parts = 65536;
   uint64_t max_region_bytes = uint64_t{64} << 30;
   // The region socket: --max-region-connections open at once, and
   // --max-region-tickets descriptors one connection may pass that are not

@@ -1,5 +1,6 @@
 #include "core/validate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -21,6 +22,8 @@ SampleType sample_type_of(v1::SampleType t) {
     case v1::SAMPLE_TYPE_INT16: return SampleType::kInt16;
     case v1::SAMPLE_TYPE_FLOAT32: return SampleType::kFloat32;
     case v1::SAMPLE_TYPE_FLOAT64: return SampleType::kFloat64;
+    case v1::SAMPLE_TYPE_UINT32:
+    case v1::SAMPLE_TYPE_INT32: invalid("raw.sample_type uint32 and int32 are for label images only");
     default: invalid("raw.sample_type must be set (uint8, uint16, int8, int16, float32 or float64)");
   }
 }
@@ -126,6 +129,73 @@ void check_raw_size(const Layout& l, uint64_t bytes) {
             (l.row_stride ? " with row stride " + std::to_string(l.row_stride) : std::string()) + " needs " +
             want);
   }
+}
+
+Parts parts_of(const v1::Options& options, const Limits& limits) {
+  Parts p;
+  p.max_parts = limits.max_parts;
+  p.max_answer_bytes = limits.max_message_bytes;
+  if (!options.has_parts()) return p;
+  const v1::Parts& in = options.parts();
+  switch (in.where_case()) {
+    case v1::Parts::kRectangles:
+      p.kind = PartsKind::kRects;
+      if (static_cast<uint64_t>(in.rectangles().rectangles_size()) > limits.max_parts)
+        fail_limit(std::to_string(in.rectangles().rectangles_size()) + " rectangles is more than the limit of " +
+                   std::to_string(limits.max_parts) + " parts (--max-parts)");
+      for (const v1::Rectangle& r : in.rectangles().rectangles())
+        p.rects.push_back(Rect{r.x(), r.y(), r.width(), r.height()});
+      if (p.rects.empty()) invalid("options.parts.rectangles is empty: give at least one rectangle");
+      break;
+    case v1::Parts::kTiles:
+      p.kind = PartsKind::kTiles;
+      p.columns = in.tiles().columns();
+      p.rows = in.tiles().rows();
+      break;
+    case v1::Parts::kMask:
+      p.kind = PartsKind::kMask;
+      if (in.mask().source_case() == v1::Mask::SOURCE_NOT_SET)
+        invalid("options.parts.mask needs an image or alpha");
+      if (in.mask().source_case() == v1::Mask::kAlpha && !in.mask().alpha())
+        invalid("options.parts.mask.alpha is false: set it, or give a mask image");
+      break;
+    case v1::Parts::kLabels:
+      p.kind = PartsKind::kLabels;
+      if (!in.labels().has_image()) invalid("options.parts.labels needs a label image");
+      if (in.labels().has_ignore()) {
+        p.ignore_label = true;
+        p.ignored_label = in.labels().ignore();
+      }
+      if (in.labels().max_labels() > 0) p.max_parts = std::min<uint64_t>(p.max_parts, in.labels().max_labels());
+      break;
+    default: break;
+  }
+  return p;
+}
+
+PartMapView raw_map_of(const v1::RawLayout& raw, const void* data, uint64_t bytes, const char* what) {
+  const std::string w = what;
+  MapType type;
+  switch (raw.sample_type()) {
+    case v1::SAMPLE_TYPE_UINT32: type = MapType::kUint32; break;
+    case v1::SAMPLE_TYPE_INT32: type = MapType::kInt32; break;
+    default: {
+      v1::RawLayout as_image = raw;
+      const Layout l = raw_layout_of(as_image);
+      check_raw_size(l, bytes);
+      return PartMapView{data, l.width, l.height, l.channels, 0, map_type_of(l.type), l.row_stride};
+    }
+  }
+  // 32-bit labels: the image's checks with a 4-byte sample.
+  v1::RawLayout as_image = raw;
+  as_image.set_sample_type(v1::SAMPLE_TYPE_FLOAT32);
+  const Layout l = raw_layout_of(as_image);
+  try {
+    check_raw_size(l, bytes);
+  } catch (const Error& e) {
+    invalid("the " + w + ": " + e.what());
+  }
+  return PartMapView{data, l.width, l.height, l.channels, 0, type, l.row_stride};
 }
 
 }  // namespace imgstat

@@ -17,6 +17,13 @@ Layout raw_layout_of(const v1::RawLayout& raw);
 void check_raw_size(const Layout& layout, uint64_t bytes);
 SampleType sample_type_of(v1::SampleType t);
 v1::SampleType proto_sample_type(SampleType t);
+// Options.parts as the engines take it, without its mask or label image
+// (parts.map is left for the caller to set); kWhole when absent.
+struct Limits;
+Parts parts_of(const v1::Options& options, const Limits& limits);
+// A raw mask or label image: its layout checked against `bytes` as
+// raw_layout_of() and check_raw_size() check an image's.
+PartMapView raw_map_of(const v1::RawLayout& raw, const void* data, uint64_t bytes, const char* what);
 // INPUT_KIND_UNSPECIFIED is ENCODED.
 v1::InputKind kind_of(const v1::Input& input);
 

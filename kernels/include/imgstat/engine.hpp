@@ -143,6 +143,85 @@ struct ChannelStats {
   FloatMoments moments;
 };
 
+// Where in an image to measure. kWhole: every pixel. kRects: each
+// rectangle, one answer each, in the order given (they may overlap).
+// kMask: the pixels whose map sample is nonzero (NaN counts as nonzero),
+// answered as the image's own channels. kLabels: each distinct label of the
+// map, in ascending order, one answer each. kTiles: a grid of columns x
+// rows tiles; tile (c, r) spans x from floor(c W / columns) to
+// floor((c + 1) W / columns), and y likewise.
+enum class PartsKind { kWhole, kRects, kMask, kLabels, kTiles };
+
+struct Rect {
+  uint64_t x = 0;
+  uint64_t y = 0;
+  uint64_t width = 0;
+  uint64_t height = 0;
+};
+
+// The samples of a mask or label image: the image types and, for labels,
+// 32-bit integers.
+enum class MapType : uint8_t { kUint8, kUint16, kInt8, kInt16, kFloat32, kFloat64, kUint32, kInt32 };
+size_t map_sample_size(MapType t);
+const char* to_string(MapType t);
+MapType map_type_of(SampleType t);
+
+// A mask or label image beside the image: the same width and height, its
+// `channel` read (a mask of the image's own alpha: the image itself and its
+// last channel).
+struct PartMapView {
+  const void* data = nullptr;
+  uint64_t width = 0;
+  uint64_t height = 0;
+  uint32_t channels = 1;
+  uint32_t channel = 0;
+  MapType type = MapType::kUint8;
+  uint64_t row_stride = 0;  // 0: packed
+  uint64_t stride() const { return row_stride ? row_stride : width * channels * map_sample_size(type); }
+};
+
+// Defaults of the two limits parts have (the server's --max-parts and its
+// largest message).
+constexpr uint64_t kDefaultMaxParts = 65536;
+constexpr uint64_t kDefaultMaxAnswerBytes = uint64_t{64} << 20;
+
+struct Parts {
+  PartsKind kind = PartsKind::kWhole;
+  std::vector<Rect> rects;
+  uint32_t columns = 0;  // tiles
+  uint32_t rows = 0;
+  PartMapView map;       // mask and labels
+  bool ignore_label = false;
+  int64_t ignored_label = 0;
+  // Rectangles, labels or tiles past this are refused (kResourceExhausted)
+  // before anything is counted per part.
+  uint64_t max_parts = kDefaultMaxParts;
+  // An answer estimated larger than this (answer_bytes()) is refused before
+  // its counts are allocated.
+  uint64_t max_answer_bytes = kDefaultMaxAnswerBytes;
+};
+
+// One part's answer. roi: the rectangle or tile; label: the label.
+struct PartStats {
+  Rect roi;
+  bool has_label = false;
+  int64_t label = 0;
+  bool is_tile = false;
+  uint32_t column = 0;
+  uint32_t row = 0;
+  std::vector<ChannelStats> channels;
+};
+
+// About how many bytes `parts` answers of `channels` channels take in a
+// response: what max_answer_bytes is checked against.
+uint64_t answer_bytes(uint64_t parts, uint32_t channels, SampleType type, const StatsRequest& request);
+
+// Checks parts against the image before anything is counted: rectangles
+// inside it and not empty, the map's size equal to the image's, the grid
+// within the image, the counts within max_parts. Throws InvalidArgument
+// (kResourceExhausted for limits) naming the problem.
+void validate(const Layout& layout, const Parts& parts);
+
 // What an analysis returns: per-channel statistics, in the image's stored
 // channel order, and which engine computed them ("cpu" or "cuda"; a CUDA
 // engine that falls back to the CPU says so here).
@@ -162,6 +241,9 @@ struct Result {
   // luminance.hpp for its exact arithmetic).
   bool has_luminance = false;
   ChannelStats luminance;
+  // Parts other than a mask (which answers in channels): one entry each, in
+  // the order Parts defines; each part's positions are of the whole image.
+  std::vector<PartStats> parts;
 };
 
 struct EngineInfo {
@@ -203,6 +285,11 @@ class Engine {
   virtual Result analyze(const ImageView& image, const StatsRequest& request) = 0;
   virtual std::unique_ptr<StreamAnalysis> open_stream(
       const Layout& layout, const StatsRequest& request) = 0;
+  // Statistics of parts of an image (Parts). A mask answers in channels (and
+  // the summary and unique colours, as a whole image would); the other kinds
+  // in parts, each with its channels only. The luminance is not computed.
+  // Every integer result equals what analyze() gives for the same pixels.
+  virtual Result analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request);
   // False once the engine can no longer compute (a lost GPU).
   virtual bool usable() const { return true; }
   virtual EngineUsage usage() const { return {}; }

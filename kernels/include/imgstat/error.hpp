@@ -34,4 +34,16 @@ class Error : public std::runtime_error {
   throw Error(code, message);
 }
 
+// A request past one of its limits (more parts than allowed, an answer
+// larger than a message): every engine refuses it alike, so it is never
+// retried on another GPU or on the CPU.
+class LimitError : public Error {
+ public:
+  using Error::Error;
+};
+
+[[noreturn]] inline void fail_limit(const std::string& message) {
+  throw LimitError(ErrorCode::kResourceExhausted, message);
+}
+
 }  // namespace imgstat

@@ -1,0 +1,129 @@
+// Integer samples counted per part (labels): exact moments per run of pixels
+// of one part, binned histograms or value counts per sample, as PartCounts.
+#pragma once
+
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "common/parts.hpp"
+
+namespace imgstat {
+namespace cpu {
+
+// Runs are cut at this many pixels so that a run's sums of squares of
+// 16-bit samples stay inside 64 bits before they are added to 128-bit ones.
+constexpr uint64_t kMaxRun = 65536;
+constexpr uint64_t kPartRowsPerBlock = 8;
+
+template <class T, uint32_t C>
+class PartCounter {
+ public:
+  PartCounter(const ImageView& image, const PartIndex& index, const StatsRequest& request)
+      : image_(image), index_(index), request_(request) {
+    if (!request.distribution && !request.shape && !request.merge_state && request.histogram)
+      bin_of_ = bin_table(image.layout.type, request.hist);
+  }
+
+  PartCounts count() {
+    const Layout& l = image_.layout;
+    auto make = [&] { return PartCounts::shaped(index_.count(), C, l.type, request_); };
+    const uint64_t blocks = (l.height + kPartRowsPerBlock - 1) / kPartRowsPerBlock;
+    const uint64_t set_bytes = part_count_bytes(index_.count(), C, l.type, request_);
+    if (set_bytes * 2 > kMaxPartCountBytes) {  // one set, one thread
+      PartCounts counts = make();
+      std::vector<uint32_t> parts(l.width);
+      for (uint64_t b = 0; b < blocks; ++b) count_block(b, counts, parts);
+      return counts;
+    }
+    tbb::enumerable_thread_specific<PartCounts> sets(make);
+    tbb::enumerable_thread_specific<std::vector<uint32_t>> rows([&] { return std::vector<uint32_t>(l.width); });
+    tbb::parallel_for(uint64_t{0}, blocks, [&](uint64_t b) { count_block(b, sets.local(), rows.local()); });
+    PartCounts total = make();
+    for (PartCounts& s : sets) total.add(s);
+    return total;
+  }
+
+ private:
+  void count_block(uint64_t b, PartCounts& counts, std::vector<uint32_t>& parts) const {
+    const Layout& l = image_.layout;
+    const uint64_t stride = l.stride();
+    for (uint64_t y = b * kPartRowsPerBlock; y < std::min(l.height, (b + 1) * kPartRowsPerBlock); ++y) {
+      index_.row(y, 0, l.width, parts.data());
+      const T* row = reinterpret_cast<const T*>(static_cast<const uint8_t*>(image_.data) + y * stride);
+      uint64_t x = 0;
+      while (x < l.width) {
+        const uint32_t p = parts[x];
+        uint64_t end = x + 1;
+        while (end < l.width && parts[end] == p && end - x < kMaxRun) ++end;
+        if (p != kNoPart) add_run(counts, p, row, x, end, y * l.width);
+        x = end;
+      }
+    }
+  }
+
+  void add_run(PartCounts& counts, uint32_t p, const T* row, uint64_t x0, uint64_t x1, uint64_t row_first) const {
+    const int64_t lo = type_lo(image_.layout.type);
+    for (uint32_t c = 0; c < C; ++c) {
+      const size_t i = size_t{p} * C + c;
+      int64_t mn = row[x0 * C + c], mx = mn;
+      uint64_t mn_at = x0, mx_at = x0;
+      int64_t sum = 0;
+      uint64_t sumsq = 0;
+      for (uint64_t x = x0; x < x1; ++x) {
+        const int64_t v = row[x * C + c];
+        sum += v;
+        sumsq += static_cast<uint64_t>(v * v);
+        if (v < mn) {
+          mn = v;
+          mn_at = x;
+        }
+        if (v > mx) {
+          mx = v;
+          mx_at = x;
+        }
+      }
+      IntMoments& m = counts.moments[i];
+      if (counts.positions) {
+        const uint64_t at_min = row_first + mn_at, at_max = row_first + mx_at;
+        if (m.n == 0 || mn < m.min || (mn == m.min && at_min < counts.min_at[i])) counts.min_at[i] = at_min;
+        if (m.n == 0 || mx > m.max || (mx == m.max && at_max < counts.max_at[i])) counts.max_at[i] = at_max;
+      }
+      if (m.n == 0) {
+        m.min = mn;
+        m.max = mx;
+      } else {
+        m.min = std::min(m.min, mn);
+        m.max = std::max(m.max, mx);
+      }
+      m.n += x1 - x0;
+      m.sum += sum;
+      m.sumsq += sumsq;
+      if (counts.values) {
+        uint64_t* vc = &counts.value_counts[i * counts.values];
+        for (uint64_t x = x0; x < x1; ++x) ++vc[row[x * C + c] - lo];
+      } else if (!bin_of_.empty()) {
+        uint64_t* h = &counts.binned[i * counts.bins];
+        for (uint64_t x = x0; x < x1; ++x) {
+          const int32_t bin = bin_of_[static_cast<size_t>(row[x * C + c] - lo)];
+          if (bin >= 0)
+            ++h[bin];
+          else if (bin == kUnderflowBin)
+            ++counts.underflow[i];
+          else
+            ++counts.overflow[i];
+        }
+      }
+    }
+  }
+
+  ImageView image_;
+  const PartIndex& index_;
+  StatsRequest request_;
+  std::vector<int32_t> bin_of_;
+};
+
+}  // namespace cpu
+}  // namespace imgstat
