@@ -116,7 +116,8 @@ int main(int argc, char** argv) {
   std::optional<int64_t> ignore_label;
   uint32_t max_labels = 0;
   int plot_part = -1;
-  auto* roi_option = parts_group->add_option("--roi", rois, "a rectangle X,Y,W,H (repeatable; one answer each)");
+  auto* roi_option = parts_group->add_option("--roi", rois, "a rectangle X,Y,W,H (repeatable; one answer each)")
+                         ->allow_extra_args(false);
   auto* mask_option = parts_group->add_option(
       "--mask", mask_spec, "only the pixels where this image's first channel is nonzero; 'alpha': the image's own alpha");
   auto* labels_option = parts_group->add_option(

@@ -71,7 +71,7 @@ void fill_response(v1::AnalyzeResponse& r, const Described& d, const Result& res
   r.set_sample_type(proto_sample_type(d.layout.type));
   r.set_engine(result.engine);
   if (result.device >= 0) r.set_device(result.device);
-  for (size_t i = 0; i < d.order.size(); ++i) {
+  for (size_t i = 0; i < d.order.size() && !stats.empty(); ++i) {  // parts but a mask: no whole-image channels
     v1::ChannelStats* c = r.add_channels();
     c->set_name(d.names[i]);
     fill_channel(c, stats.at(d.order[i]), request, d.layout.type, d.layout.width);
