@@ -84,6 +84,10 @@ struct PartCounts {
   void add(const PartCounts& other);
 };
 
+// Throws LimitError when the answer for `parts` parts is estimated larger
+// than spec.max_answer_bytes (answer_bytes()).
+void check_answer_bytes(uint64_t parts, const Layout& layout, const Parts& spec, const StatsRequest& request);
+
 // Bytes of counts one PartCounts set of this shape holds; the engines keep
 // these within kMaxPartCountBytes (per set, with one set per thread).
 uint64_t part_count_bytes(uint32_t parts, uint32_t channels, SampleType type, const StatsRequest& request);

@@ -501,14 +501,6 @@ PartCounts count_parts(const ImageView& image, const PartIndex& index, const Sta
   }
 }
 
-void check_answer(uint64_t parts, const Layout& layout, const Parts& spec, const StatsRequest& request) {
-  const uint64_t bytes = answer_bytes(parts, layout.channels, layout.type, request);
-  if (bytes > spec.max_answer_bytes)
-    fail_limit(
-         "the answer for " + std::to_string(parts) + " parts would take about " + std::to_string(bytes >> 20) +
-             " MiB, more than the largest message (" + std::to_string(spec.max_answer_bytes >> 20) +
-             " MiB): ask for fewer parts or fewer statistics (the histogram and merge state are the large ones)");
-}
 
 }  // namespace
 
@@ -517,13 +509,13 @@ Result analyze_parts_on_cpu(const ImageView& image, const Parts& parts, const St
   switch (parts.kind) {
     case PartsKind::kRects:
     case PartsKind::kTiles:
-      check_answer(parts.kind == PartsKind::kTiles ? uint64_t{parts.columns} * parts.rows : parts.rects.size(), l,
+      check_answer_bytes(parts.kind == PartsKind::kTiles ? uint64_t{parts.columns} * parts.rows : parts.rects.size(), l,
                    parts, request);
       return analyze_rects(image, parts, request);
     default: break;
   }
   const PartIndex index(l, parts);
-  if (parts.kind == PartsKind::kLabels) check_answer(index.count(), l, parts, request);
+  if (parts.kind == PartsKind::kLabels) check_answer_bytes(index.count(), l, parts, request);
   if (is_float(l.type)) return analyze_gathered(image, index, parts, request);
   if (parts.kind == PartsKind::kMask) {
     StatsRequest masked = request;

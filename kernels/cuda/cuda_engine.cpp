@@ -13,7 +13,9 @@
 #include "common/luminance.hpp"
 #include "cuda/analysis.hpp"
 #include "cuda/cuda_check.hpp"
+#include "common/parts.hpp"
 #include "cuda/dispatch/dispatch.hpp"
+#include "cuda/parts.hpp"
 #include "cuda/stream.hpp"
 #include "cuda/tuning.hpp"
 #include "cuda/workspace.hpp"
@@ -175,6 +177,44 @@ class CudaEngine final : public Engine {
   }
 
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override;
+
+  // Rectangles are views analyzed as images are; masks, labels and tiles of
+  // integer samples go to the part kernels; the rest is the CPU's
+  // (kUnimplemented: the fallback engine takes it there, as no fault).
+  Result analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request) override {
+    if (parts.kind == PartsKind::kWhole) return analyze(image, request);
+    validate(image.layout, request);
+    if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
+    validate(image.layout, parts);
+    IMGSTAT_CUDA(cudaSetDevice(options_.device));
+    if (parts.kind == PartsKind::kRects) return analyze_rects(image, parts, request);
+    if (!part_kernels_take(image.layout, parts))
+      fail(ErrorCode::kUnimplemented, "parts of float images, and of images of 2^32 pixels or more, are the CPU's");
+    return analyze_parts_on_gpu(budget_, dev_, image, parts, request);
+  }
+
+  Result analyze_rects(const ImageView& image, const Parts& parts, const StatsRequest& request) {
+    const Layout& l = image.layout;
+    check_answer_bytes(parts.rects.size(), l, parts, request);
+    StatsRequest per_part = request;
+    per_part.unique_colors = per_part.summary = per_part.luminance = false;
+    Result r;
+    r.engine = "cuda";
+    for (uint32_t i = 0; i < parts.rects.size(); ++i) {
+      PartStats s = part_key(parts, nullptr, l, i);
+      const Rect& roi = s.roi;
+      const ImageView view{static_cast<const uint8_t*>(image.data) + roi.y * l.stride() + roi.x * l.pixel_bytes(),
+                           Layout{roi.width, roi.height, l.channels, l.type, l.stride()}};
+      s.channels = analyze_streamed(view, per_part).channels;
+      for (ChannelStats& c : s.channels)
+        if (c.has_positions) {
+          c.min_at = image_position(c.min_at, roi, l.width);
+          c.max_at = image_position(c.max_at, roi, l.width);
+        }
+      r.parts.push_back(std::move(s));
+    }
+    return r;
+  }
 
   bool takes_device_images() const override { return !device_lost(options_.device); }
 

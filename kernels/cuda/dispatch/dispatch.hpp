@@ -94,4 +94,49 @@ void launch_colors(const uint8_t* data, uint64_t pixels, uint32_t channels, unsi
 void launch_luminance(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type, const uint32_t* rgb,
                       void* out, const DeviceInfo& dev, cudaStream_t stream);
 
+// Parts (masks, labels, tiles) of 8- and 16-bit images whose pixels are
+// fewer than 2^32: per part and channel, exact moments and the first min
+// and max, as keys that one atomicMax each keeps (see parts.cuh).
+struct PartAccum {
+  unsigned long long n;
+  unsigned long long sum;    // two's complement of the signed sum
+  unsigned long long sumsq;
+  unsigned long long min_key;
+  unsigned long long max_key;
+};
+constexpr uint32_t kPartKeyShift = 40;
+
+// Where each pixel's part comes from: a mask (nonzero bytes), 8- or 16-bit
+// labels through a table, or 32-bit labels searched among the sorted labels.
+enum class PartMapKind { kMask, kTable8, kTable16, kSearchU32, kSearchI32 };
+struct PartMapDevice {
+  PartMapKind kind = PartMapKind::kMask;
+  const uint8_t* data = nullptr;  // rows `stride` bytes apart
+  uint64_t stride = 0;
+  uint32_t step = 1;              // samples from one pixel's to the next
+  const uint32_t* table = nullptr;
+  const long long* labels = nullptr;
+  uint32_t count = 0;
+  bool ignore = false;
+  long long ignored = 0;
+};
+
+// A part-channel's histogram bins or value counts (slots), then its
+// underflow and overflow: stride = slots + 2; slot_of maps a sample's
+// offset from the type's lowest value to its slot. stride 0: none counted.
+struct PartSlots {
+  unsigned int* slots = nullptr;
+  const int32_t* slot_of = nullptr;
+  uint32_t stride = 0;
+};
+
+void launch_part_map(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels, SampleType type,
+                     const PartMapDevice& map, uint32_t parts, PartAccum* acc, const PartSlots& slots,
+                     const DeviceInfo& dev, cudaStream_t stream);
+// x_edges: columns + 1 tile edges, y_edges: rows + 1.
+void launch_part_tiles(const uint8_t* pixels, uint32_t width, uint32_t channels, SampleType type,
+                       const uint32_t* x_edges, const uint32_t* y_edges, uint32_t columns, uint32_t rows,
+                       uint64_t pixels_count, PartAccum* acc, const PartSlots& slots, const DeviceInfo& dev,
+                       cudaStream_t stream);
+
 }  // namespace imgstat::cuda

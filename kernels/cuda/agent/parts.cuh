@@ -1,0 +1,219 @@
+// Parts of an image (masks, labels, tiles) over 8- and 16-bit samples: each
+// thread counts runs of pixels of one part in registers and adds a run's
+// moments with one atomic per accumulator; histogram or value counts per
+// sample into shared memory when every part's fit there (a mask, a tile,
+// few labels), else into global memory.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/dispatch/dispatch.hpp"
+
+namespace imgstat::cuda {
+
+constexpr uint32_t kNoPartDevice = 0xFFFFFFFFu;
+constexpr int kPartThreads = 256;
+// Pixels of one row a thread takes at once in the map kernel.
+constexpr uint32_t kPartSegment = 32;
+
+// The part of pixel (x, y): raw() reads what the map holds there, part()
+// turns it into a part; consecutive equal raws skip the lookup.
+struct MaskMap {
+  const uint8_t* p;
+  uint64_t stride;
+  uint32_t step;  // bytes from one pixel's mask sample to the next
+  __device__ uint32_t raw(uint32_t x, uint32_t y) const { return p[y * stride + uint64_t{x} * step]; }
+  __device__ uint32_t part(uint32_t raw) const { return raw ? 0 : kNoPartDevice; }
+};
+
+template <class L>
+struct TableMap {
+  const uint8_t* p;
+  uint64_t stride;
+  uint32_t step;  // samples from one pixel's label to the next
+  const uint32_t* table;
+  __device__ L raw(uint32_t x, uint32_t y) const {
+    return reinterpret_cast<const L*>(p + y * stride)[uint64_t{x} * step];
+  }
+  __device__ uint32_t part(L raw) const { return table[raw]; }
+};
+
+template <class L>
+struct SearchMap {
+  const uint8_t* p;
+  uint64_t stride;
+  uint32_t step;
+  const long long* labels;  // ascending
+  uint32_t count;
+  bool ignore;
+  long long ignored;
+  __device__ L raw(uint32_t x, uint32_t y) const {
+    return reinterpret_cast<const L*>(p + y * stride)[uint64_t{x} * step];
+  }
+  __device__ uint32_t part(L raw) const {
+    const long long v = static_cast<long long>(raw);
+    if (ignore && v == ignored) return kNoPartDevice;
+    uint32_t lo = 0, hi = count;
+    while (lo < hi) {
+      const uint32_t mid = (lo + hi) / 2;
+      if (labels[mid] < v)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    return lo < count && labels[lo] == v ? lo : kNoPartDevice;
+  }
+};
+
+// A run's moments of one channel, in registers until the part changes.
+struct RunMoments {
+  unsigned long long n;
+  long long sum;
+  unsigned long long sumsq;
+  unsigned long long min_key;  // ~(offset << 40 | index): larger is smaller
+  unsigned long long max_key;  // offset << 40 | (2^40 - 1 - index)
+};
+
+__device__ __forceinline__ void run_reset(RunMoments& r) {
+  r.n = 0;
+  r.sum = 0;
+  r.sumsq = 0;
+  r.min_key = 0;
+  r.max_key = 0;
+}
+
+__device__ __forceinline__ void run_add(RunMoments& r, long long v, uint32_t offset, unsigned long long index) {
+  r.n += 1;
+  r.sum += v;
+  r.sumsq += static_cast<unsigned long long>(v * v);
+  const unsigned long long at = static_cast<unsigned long long>(offset) << 40;
+  const unsigned long long mk = ~(at | index);
+  const unsigned long long xk = at | ((1ull << 40) - 1 - index);
+  r.min_key = mk > r.min_key ? mk : r.min_key;
+  r.max_key = xk > r.max_key ? xk : r.max_key;
+}
+
+__device__ __forceinline__ void run_flush(const RunMoments& r, PartAccum& a) {
+  if (r.n == 0) return;
+  atomicAdd(&a.n, r.n);
+  atomicAdd(&a.sum, static_cast<unsigned long long>(r.sum));
+  atomicAdd(&a.sumsq, r.sumsq);
+  atomicMax(&a.min_key, r.min_key);
+  atomicMax(&a.max_key, r.max_key);
+}
+
+// Slots: a part-channel's histogram bins or value counts, then underflow and
+// overflow (slot_stride = slots + 2); slot_of maps a sample's offset.
+struct SlotsOut {
+  unsigned int* slots;  // global: parts * channels * stride
+  const int32_t* slot_of;
+  uint32_t stride;      // 0: no slots counted
+  bool shared;          // every part's slots privatized in shared memory
+};
+
+__device__ __forceinline__ void count_slot(const SlotsOut& s, unsigned int* shared, uint32_t at, uint32_t offset) {
+  const uint32_t k = at * s.stride + static_cast<uint32_t>(s.slot_of[offset]);
+  if (s.shared)
+    atomicAdd(&shared[k], 1u);
+  else
+    atomicAdd(&s.slots[k], 1u);
+}
+
+__device__ __forceinline__ void zero_shared(unsigned int* shared, uint32_t n) {
+  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) shared[i] = 0;
+  __syncthreads();
+}
+
+__device__ __forceinline__ void publish_shared(const unsigned int* shared, unsigned int* global, uint32_t n) {
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+    if (shared[i]) atomicAdd(&global[i], shared[i]);
+}
+
+// Masks and labels: grid-stride over segments of rows.
+template <class T, class Map>
+__global__ void __launch_bounds__(kPartThreads) part_map_kernel(const uint8_t* pixels, uint32_t width, uint32_t height,
+                                                                uint32_t channels, int32_t lo, Map map,
+                                                                PartAccum* acc, SlotsOut slots, uint32_t parts) {
+  extern __shared__ unsigned int shared_slots[];
+  const uint32_t shared_n = slots.shared ? parts * channels * slots.stride : 0;
+  if (slots.shared) zero_shared(shared_slots, shared_n);
+  const uint64_t segs_per_row = (width + kPartSegment - 1) / kPartSegment;
+  const uint64_t segs = segs_per_row * height;
+  const uint64_t row_samples = uint64_t{width} * channels;
+  for (uint64_t seg = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; seg < segs;
+       seg += uint64_t{gridDim.x} * blockDim.x) {
+    const uint32_t y = static_cast<uint32_t>(seg / segs_per_row);
+    const uint32_t x0 = static_cast<uint32_t>(seg % segs_per_row) * kPartSegment;
+    const uint32_t x1 = min(x0 + kPartSegment, width);
+    const T* row = reinterpret_cast<const T*>(pixels) + y * row_samples;
+    RunMoments run[4];
+    for (uint32_t c = 0; c < 4; ++c) run_reset(run[c]);
+    uint32_t part = kNoPartDevice;
+    auto last = map.raw(x0, y);
+    part = map.part(last);
+    for (uint32_t x = x0; x < x1; ++x) {
+      const auto raw = map.raw(x, y);
+      if (raw != last) {
+        last = raw;
+        const uint32_t p = map.part(raw);
+        if (p != part) {
+          if (part != kNoPartDevice)
+            for (uint32_t c = 0; c < channels; ++c) {
+              run_flush(run[c], acc[part * channels + c]);
+              run_reset(run[c]);
+            }
+          part = p;
+        }
+      }
+      if (part == kNoPartDevice) continue;
+      const unsigned long long index = uint64_t{y} * width + x;
+      for (uint32_t c = 0; c < channels; ++c) {
+        const long long v = row[uint64_t{x} * channels + c];
+        const uint32_t offset = static_cast<uint32_t>(v - lo);
+        run_add(run[c], v, offset, index);
+        if (slots.stride) count_slot(slots, shared_slots, part * channels + c, offset);
+      }
+    }
+    if (part != kNoPartDevice)
+      for (uint32_t c = 0; c < channels; ++c) run_flush(run[c], acc[part * channels + c]);
+  }
+  if (slots.shared) publish_shared(shared_slots, slots.slots, shared_n);
+}
+
+// Tiles: block (t, k) takes the k-th share of tile t's rows, so its part is
+// one and its slots are in shared memory; each thread's pixels are one run.
+template <class T>
+__global__ void __launch_bounds__(kPartThreads) part_tile_kernel(const uint8_t* pixels, uint32_t width,
+                                                                 uint32_t channels, int32_t lo, const uint32_t* x_edges,
+                                                                 const uint32_t* y_edges, uint32_t columns,
+                                                                 PartAccum* acc, SlotsOut slots) {
+  extern __shared__ unsigned int shared_slots[];
+  const uint32_t tile = blockIdx.x;
+  const uint32_t col = tile % columns, r = tile / columns;
+  const uint32_t tx0 = x_edges[col], tx1 = x_edges[col + 1], ty0 = y_edges[r], ty1 = y_edges[r + 1];
+  const uint32_t tw = tx1 - tx0;
+  const uint64_t n = uint64_t{tw} * (ty1 - ty0);
+  const uint64_t first = n * blockIdx.y / gridDim.y, end = n * (blockIdx.y + 1) / gridDim.y;
+  const uint32_t shared_n = channels * slots.stride;
+  if (slots.shared) zero_shared(shared_slots, shared_n);
+  SlotsOut local = slots;  // this tile's slots, channel by channel
+  local.slots = slots.slots + uint64_t{tile} * shared_n;
+  RunMoments run[4];
+  for (uint32_t c = 0; c < 4; ++c) run_reset(run[c]);
+  for (uint64_t i = first + threadIdx.x; i < end; i += blockDim.x) {
+    const uint32_t y = ty0 + static_cast<uint32_t>(i / tw), x = tx0 + static_cast<uint32_t>(i % tw);
+    const T* px = reinterpret_cast<const T*>(pixels) + (uint64_t{y} * width + x) * channels;
+    const unsigned long long index = uint64_t{y} * width + x;
+    for (uint32_t c = 0; c < channels; ++c) {
+      const long long v = px[c];
+      const uint32_t offset = static_cast<uint32_t>(v - lo);
+      run_add(run[c], v, offset, index);
+      if (slots.stride) count_slot(local, shared_slots, c, offset);
+    }
+  }
+  for (uint32_t c = 0; c < channels; ++c) run_flush(run[c], acc[tile * channels + c]);
+  if (slots.shared) publish_shared(shared_slots, local.slots, shared_n);
+}
+
+}  // namespace imgstat::cuda

@@ -1,0 +1,163 @@
+#include "cuda/parts.hpp"
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/parts.hpp"
+#include "cuda/cuda_check.hpp"
+#include "imgstat/trace.hpp"
+
+namespace imgstat::cuda {
+namespace {
+
+// A host vector copied into a device buffer of the call.
+template <class V>
+std::unique_ptr<DeviceBuffer> upload(DeviceBudget& budget, const std::vector<V>& v, const char* what,
+                                     cudaStream_t stream) {
+  auto b = std::make_unique<DeviceBuffer>(budget, std::max<uint64_t>(1, v.size() * sizeof(V)), what);
+  if (!v.empty())
+    IMGSTAT_CUDA(cudaMemcpyAsync(b->data(), v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice, stream));
+  return b;
+}
+
+}  // namespace
+
+bool part_kernels_take(const Layout& layout, const Parts& parts) {
+  return !is_float(layout.type) && layout.pixels() < (uint64_t{1} << 32) &&
+         (parts.kind == PartsKind::kMask || parts.kind == PartsKind::kLabels || parts.kind == PartsKind::kTiles);
+}
+
+Result analyze_parts_on_gpu(DeviceBudget& budget, const DeviceInfo& dev, const ImageView& image, const Parts& parts,
+                            const StatsRequest& request) {
+  const Layout& l = image.layout;
+  const PartIndex index(l, parts);
+  const uint32_t count = index.count();
+  const uint32_t channels = l.channels;
+  if (parts.kind != PartsKind::kMask) check_answer_bytes(count, l, parts, request);
+  check_part_count_bytes(count, channels, l.type, request);
+  PartCounts counts = PartCounts::shaped(count, channels, l.type, request);
+  const uint32_t kept = counts.values ? counts.values : counts.bins;
+  const uint32_t stride = kept ? kept + 2 : 0;
+  const cudaStream_t stream = cudaStreamPerThread;
+  TraceRange range("gpu parts");
+
+  const uint64_t row_bytes = l.row_bytes();
+  const DeviceBuffer pixels(budget, l.pixels() * l.pixel_bytes(), "the image's pixels for its parts");
+  IMGSTAT_CUDA(cudaMemcpy2DAsync(pixels.data(), row_bytes, image.data, l.stride(), row_bytes, l.height,
+                                 cudaMemcpyHostToDevice, stream));
+  const uint64_t accums = uint64_t{count} * channels;
+  const DeviceBuffer acc(budget, std::max<uint64_t>(1, accums * sizeof(PartAccum)), "the parts' moments");
+  IMGSTAT_CUDA(cudaMemsetAsync(acc.data(), 0, accums * sizeof(PartAccum), stream));
+  std::unique_ptr<DeviceBuffer> slots, slot_of;
+  PartSlots out;
+  if (stride) {
+    slots = std::make_unique<DeviceBuffer>(budget, accums * stride * 4, "the parts' histograms");
+    IMGSTAT_CUDA(cudaMemsetAsync(slots->data(), 0, accums * stride * 4, stream));
+    std::vector<int32_t> table(size_t{1} << type_bits(l.type));
+    if (counts.values) {
+      for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+    } else {
+      table = bin_table(l.type, request.hist);
+      for (int32_t& s : table) s = s == kUnderflowBin ? static_cast<int32_t>(kept) : s == kOverflowBin ? static_cast<int32_t>(kept + 1) : s;
+    }
+    slot_of = upload(budget, table, "the slot of each value", stream);
+    out = PartSlots{static_cast<unsigned int*>(slots->data()), static_cast<const int32_t*>(slot_of->data()), stride};
+  }
+  auto* acc_d = static_cast<PartAccum*>(acc.data());
+  const auto* px = static_cast<const uint8_t*>(pixels.data());
+
+  std::vector<std::unique_ptr<DeviceBuffer>> held;  // the map and its tables, until the kernel is done
+  if (parts.kind == PartsKind::kTiles) {
+    std::vector<uint32_t> xs, ys;
+    for (uint32_t c = 0; c <= parts.columns; ++c) xs.push_back(static_cast<uint32_t>(tile_edge(c, l.width, parts.columns)));
+    for (uint32_t r = 0; r <= parts.rows; ++r) ys.push_back(static_cast<uint32_t>(tile_edge(r, l.height, parts.rows)));
+    held.push_back(upload(budget, xs, "tile edges", stream));
+    held.push_back(upload(budget, ys, "tile edges", stream));
+    launch_part_tiles(px, static_cast<uint32_t>(l.width), channels, l.type,
+                      static_cast<const uint32_t*>(held[0]->data()), static_cast<const uint32_t*>(held[1]->data()),
+                      parts.columns, parts.rows, l.pixels(), acc_d, out, dev, stream);
+  } else {
+    const PartMapView& m = parts.map;
+    PartMapDevice map;
+    const uint64_t sample = map_sample_size(m.type);
+    const bool as_stored = parts.kind == PartsKind::kLabels || m.type == MapType::kUint8;
+    if (as_stored) {  // the map's rows as they are; the kernel reads its channel
+      const uint64_t map_row = m.width * m.channels * sample;
+      held.push_back(std::make_unique<DeviceBuffer>(budget, map_row * m.height, "the mask or label image"));
+      IMGSTAT_CUDA(cudaMemcpy2DAsync(held.back()->data(), map_row, m.data, m.stride(), map_row, m.height,
+                                     cudaMemcpyHostToDevice, stream));
+      map.data = static_cast<const uint8_t*>(held.back()->data()) + m.channel * sample;
+      map.stride = map_row;
+      map.step = m.channels;
+    } else {  // a mask of another type: its verdicts, a byte a pixel
+      std::vector<uint8_t> plane(l.pixels());
+      std::vector<uint32_t> row(l.width);
+      for (uint64_t y = 0; y < l.height; ++y) {
+        index.row(y, 0, l.width, row.data());
+        for (uint64_t x = 0; x < l.width; ++x) plane[y * l.width + x] = row[x] != kNoPart;
+      }
+      held.push_back(upload(budget, plane, "the mask", stream));
+      IMGSTAT_CUDA(cudaStreamSynchronize(stream));  // plane goes out of scope
+      map.data = static_cast<const uint8_t*>(held.back()->data());
+      map.stride = l.width;
+      map.step = 1;
+    }
+    if (parts.kind == PartsKind::kMask) {
+      map.kind = PartMapKind::kMask;
+    } else if (m.type == MapType::kUint8 || m.type == MapType::kUint16) {
+      map.kind = m.type == MapType::kUint8 ? PartMapKind::kTable8 : PartMapKind::kTable16;
+      held.push_back(upload(budget, index.table(), "the part of each label", stream));
+      map.table = static_cast<const uint32_t*>(held.back()->data());
+    } else {
+      map.kind = m.type == MapType::kUint32 ? PartMapKind::kSearchU32 : PartMapKind::kSearchI32;
+      std::vector<long long> labels(index.labels().begin(), index.labels().end());
+      held.push_back(upload(budget, labels, "the labels", stream));
+      map.labels = static_cast<const long long*>(held.back()->data());
+      map.count = count;
+      map.ignore = parts.ignore_label;
+      map.ignored = parts.ignored_label;
+    }
+    launch_part_map(px, static_cast<uint32_t>(l.width), static_cast<uint32_t>(l.height), channels, l.type, map, count,
+                    acc_d, out, dev, stream);
+  }
+
+  std::vector<PartAccum> host_acc(accums);
+  std::vector<unsigned int> host_slots(stride ? accums * stride : 0);
+  IMGSTAT_CUDA(cudaMemcpyAsync(host_acc.data(), acc.data(), accums * sizeof(PartAccum), cudaMemcpyDeviceToHost, stream));
+  if (stride)
+    IMGSTAT_CUDA(cudaMemcpyAsync(host_slots.data(), slots->data(), host_slots.size() * 4, cudaMemcpyDeviceToHost, stream));
+  IMGSTAT_CUDA(cudaStreamSynchronize(stream));
+
+  const int64_t lo = type_lo(l.type);
+  constexpr uint64_t kIndexMask = (uint64_t{1} << kPartKeyShift) - 1;
+  for (uint64_t i = 0; i < accums; ++i) {
+    const PartAccum& a = host_acc[i];
+    if (a.n == 0) continue;
+    IntMoments& m = counts.moments[i];
+    m.n = a.n;
+    m.sum = static_cast<int64_t>(a.sum);
+    m.sumsq = a.sumsq;
+    const uint64_t min_key = ~a.min_key;
+    m.min = lo + static_cast<int64_t>(min_key >> kPartKeyShift);
+    m.max = lo + static_cast<int64_t>(a.max_key >> kPartKeyShift);
+    if (counts.positions) {
+      counts.min_at[i] = min_key & kIndexMask;
+      counts.max_at[i] = kIndexMask - (a.max_key & kIndexMask);
+    }
+    if (!stride) continue;
+    const unsigned int* s = &host_slots[i * stride];
+    if (counts.values) {
+      for (uint32_t k = 0; k < kept; ++k) counts.value_counts[i * kept + k] = s[k];
+    } else {
+      for (uint32_t k = 0; k < kept; ++k) counts.binned[i * kept + k] = s[k];
+      counts.underflow[i] = s[kept];
+      counts.overflow[i] = s[kept + 1];
+    }
+  }
+  return result_of_parts(counts, index, parts, l, request, "cuda");
+}
+
+}  // namespace imgstat::cuda
