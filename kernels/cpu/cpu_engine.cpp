@@ -393,23 +393,29 @@ Result analyze_rects(const ImageView& image, const Parts& parts, const StatsRequ
 
 // A mask over integer samples: the runs of selected pixels go to one
 // analysis as pieces, exactly as a whole image's pieces do.
-Result analyze_masked_runs(const ImageView& image, const PartIndex& index, const StatsRequest& request) {
+Result analyze_masked_runs(const ImageView& image, const PartIndex& index, const PartMapView& map,
+                           const StatsRequest& request) {
   const Layout& l = image.layout;
   auto analysis = make_analysis(l, request);
   const uint64_t blocks = (l.height + kPartRowsPerBlock - 1) / kPartRowsPerBlock;
+  // A one-channel byte mask (the usual kind) is scanned as it is; others
+  // through the index.
+  const bool bytes = map.type == MapType::kUint8 && map.channels == 1;
   tbb::parallel_for(uint64_t{0}, blocks, [&](uint64_t b) {
-    std::vector<uint32_t> part(l.width);
+    std::vector<uint32_t> part(bytes ? 0 : l.width);
     std::vector<Piece> runs;
     for (uint64_t y = b * kPartRowsPerBlock; y < std::min(l.height, (b + 1) * kPartRowsPerBlock); ++y) {
-      index.row(y, 0, l.width, part.data());
+      const uint8_t* m = static_cast<const uint8_t*>(map.data) + y * map.stride();
+      if (!bytes) index.row(y, 0, l.width, part.data());
+      auto in = [&](uint64_t x) { return bytes ? m[x] != 0 : part[x] != kNoPart; };
       const uint8_t* row = static_cast<const uint8_t*>(image.data) + y * l.stride();
       for (uint64_t x = 0; x < l.width;) {
-        if (part[x] == kNoPart) {
+        if (!in(x)) {
           ++x;
           continue;
         }
         uint64_t end = x + 1;
-        while (end < l.width && part[end] != kNoPart) ++end;
+        while (end < l.width && in(end)) ++end;
         runs.push_back(Piece{row + x * l.pixel_bytes(), 1, l.stride(), end - x, y * l.width + x, l.width});
         x = end;
       }
@@ -521,7 +527,7 @@ Result analyze_parts_on_cpu(const ImageView& image, const Parts& parts, const St
     StatsRequest masked = request;
     masked.unique_colors = false;
     masked.luminance = false;
-    return analyze_masked_runs(image, index, masked);
+    return analyze_masked_runs(image, index, parts.map, masked);
   }
   check_part_count_bytes(index.count(), l.channels, l.type, request);
   return result_of_parts(count_parts(image, index, request), index, parts, l, request, "cpu");

@@ -64,43 +64,59 @@ class PartCounter {
     }
   }
 
+  // One run of pixels of part p: all channels in one sweep, kept in
+  // registers, then added to the part's moments once.
   void add_run(PartCounts& counts, uint32_t p, const T* row, uint64_t x0, uint64_t x1, uint64_t row_first) const {
+    int64_t mn[C], mx[C], sum[C] = {};
+    uint64_t sq[C] = {}, mn_at[C], mx_at[C];
+    for (uint32_t c = 0; c < C; ++c) {
+      mn[c] = mx[c] = row[x0 * C + c];
+      mn_at[c] = mx_at[c] = x0;
+    }
+    if (counts.positions) {
+      for (uint64_t x = x0; x < x1; ++x)
+        for (uint32_t c = 0; c < C; ++c) {
+          const int64_t v = row[x * C + c];
+          sum[c] += v;
+          sq[c] += static_cast<uint64_t>(v * v);
+          if (v < mn[c]) {
+            mn[c] = v;
+            mn_at[c] = x;
+          }
+          if (v > mx[c]) {
+            mx[c] = v;
+            mx_at[c] = x;
+          }
+        }
+    } else {
+      for (uint64_t x = x0; x < x1; ++x)
+        for (uint32_t c = 0; c < C; ++c) {
+          const int64_t v = row[x * C + c];
+          sum[c] += v;
+          sq[c] += static_cast<uint64_t>(v * v);
+          mn[c] = std::min(mn[c], v);
+          mx[c] = std::max(mx[c], v);
+        }
+    }
     const int64_t lo = type_lo(image_.layout.type);
     for (uint32_t c = 0; c < C; ++c) {
       const size_t i = size_t{p} * C + c;
-      int64_t mn = row[x0 * C + c], mx = mn;
-      uint64_t mn_at = x0, mx_at = x0;
-      int64_t sum = 0;
-      uint64_t sumsq = 0;
-      for (uint64_t x = x0; x < x1; ++x) {
-        const int64_t v = row[x * C + c];
-        sum += v;
-        sumsq += static_cast<uint64_t>(v * v);
-        if (v < mn) {
-          mn = v;
-          mn_at = x;
-        }
-        if (v > mx) {
-          mx = v;
-          mx_at = x;
-        }
-      }
       IntMoments& m = counts.moments[i];
       if (counts.positions) {
-        const uint64_t at_min = row_first + mn_at, at_max = row_first + mx_at;
-        if (m.n == 0 || mn < m.min || (mn == m.min && at_min < counts.min_at[i])) counts.min_at[i] = at_min;
-        if (m.n == 0 || mx > m.max || (mx == m.max && at_max < counts.max_at[i])) counts.max_at[i] = at_max;
+        const uint64_t at_min = row_first + mn_at[c], at_max = row_first + mx_at[c];
+        if (m.n == 0 || mn[c] < m.min || (mn[c] == m.min && at_min < counts.min_at[i])) counts.min_at[i] = at_min;
+        if (m.n == 0 || mx[c] > m.max || (mx[c] == m.max && at_max < counts.max_at[i])) counts.max_at[i] = at_max;
       }
       if (m.n == 0) {
-        m.min = mn;
-        m.max = mx;
+        m.min = mn[c];
+        m.max = mx[c];
       } else {
-        m.min = std::min(m.min, mn);
-        m.max = std::max(m.max, mx);
+        m.min = std::min(m.min, mn[c]);
+        m.max = std::max(m.max, mx[c]);
       }
       m.n += x1 - x0;
-      m.sum += sum;
-      m.sumsq += sumsq;
+      m.sum += sum[c];
+      m.sumsq += sq[c];
       if (counts.values) {
         uint64_t* vc = &counts.value_counts[i * counts.values];
         for (uint64_t x = x0; x < x1; ++x) ++vc[row[x * C + c] - lo];
