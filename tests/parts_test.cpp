@@ -232,20 +232,27 @@ void check_labels(PartsTest& test, const TestImage& img, const std::vector<L>& l
     parts.ignore_label = true;
     parts.ignored_label = *ignore;
   }
-  std::set<int64_t> present;
-  for (L v : labels)
-    if (!ignore || static_cast<int64_t>(v) != *ignore) present.insert(static_cast<int64_t>(v));
+  // Each label's pixels, gathered in one pass in row-major order.
+  std::map<int64_t, Gathered> present;
+  const auto* base = static_cast<const uint8_t*>(img.view.data);
+  for (uint64_t y = 0; y < l.height; ++y)
+    for (uint64_t x = 0; x < l.width; ++x) {
+      const int64_t v = static_cast<int64_t>(labels[y * l.width + x]);
+      if (ignore && v == *ignore) continue;
+      Gathered& g = present[v];
+      const uint8_t* p = base + y * l.stride() + x * l.pixel_bytes();
+      g.pixels.insert(g.pixels.end(), p, p + l.pixel_bytes());
+      g.at.push_back(y * l.width + x);
+    }
+  for (auto& [v, g] : present) g.view = ImageView{g.pixels.data(), Layout{g.at.size(), 1, l.channels, l.type, 0}};
   const Result r = test.analyze(img.view, parts, request);
   ASSERT_EQ(r.parts.size(), present.size());
   size_t i = 0;
-  for (int64_t label : present) {
+  for (const auto& [label, g] : present) {
     SCOPED_TRACE("label " + std::to_string(label));
     EXPECT_TRUE(r.parts[i].has_label);
     EXPECT_EQ(r.parts[i].label, label);
-    expect_part(r.parts[i].channels, gather(img.view, [&](uint64_t x, uint64_t y) {
-                  return static_cast<int64_t>(labels[y * l.width + x]) == label;
-                }),
-                request);
+    expect_part(r.parts[i].channels, g, request);
     ++i;
   }
 }

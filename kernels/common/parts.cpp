@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -502,11 +503,15 @@ Result result_of_parts(const PartCounts& counts, const PartIndex& index, const P
 
 void check_answer_bytes(uint64_t parts, const Layout& layout, const Parts& spec, const StatsRequest& request) {
   const uint64_t bytes = answer_bytes(parts, layout.channels, layout.type, request);
-  if (bytes > spec.max_answer_bytes)
-    fail_limit(
-         "the answer for " + std::to_string(parts) + " parts would take about " + std::to_string(bytes >> 20) +
-             " MiB, more than the largest message (" + std::to_string(spec.max_answer_bytes >> 20) +
-             " MiB): ask for fewer parts or fewer statistics (the histogram and merge state are the large ones)");
+  if (bytes <= spec.max_answer_bytes) return;
+  auto mib = [](uint64_t b) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.1f MiB", b / 1048576.0);
+    return std::string(s);
+  };
+  fail_limit("the answer for " + std::to_string(parts) + " parts would take about " + mib(bytes) +
+             ", more than the largest message (" + mib(spec.max_answer_bytes) +
+             "): ask for fewer parts or fewer statistics (the histogram and merge state are the large ones)");
 }
 
 }  // namespace imgstat
