@@ -389,7 +389,8 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
       parts.map = PartMapView{view.data, d.layout.width, d.layout.height, d.layout.channels,
                               d.order.at(d.layout.channels - 1), map_type_of(d.layout.type), d.layout.row_stride};
     } else if (p.has_mask() || p.has_labels()) {
-      read_map(p.has_mask() ? p.mask().image() : p.labels().image(), p.has_mask() ? "mask" : "label image", call, map);
+      read_map(p.has_mask() ? p.mask().image() : p.labels().image(), p.has_mask() ? "mask" : "label image", d.layout,
+               call, map);
       parts.map = map.view;
     }
   }
@@ -407,7 +408,8 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
   return r;
 }
 
-void Analyzer::read_map(const v1::Input& input, const char* what, const CallContext& call, MapInput& out) const {
+void Analyzer::read_map(const v1::Input& input, const char* what, const Layout& image, const CallContext& call,
+                        MapInput& out) const {
   const std::string w = what;
   StatsRequest none;
   out.bytes = bytes_of(input, none, true, call);
@@ -431,6 +433,11 @@ void Analyzer::read_map(const v1::Input& input, const char* what, const CallCont
   } catch (const Error& e) {
     fail(e.code(), "the " + w + ": " + e.what());
   }
+  // A map of another size is refused from its header, before it is decoded.
+  if (plan.width != image.width || plan.height != image.height)
+    fail(ErrorCode::kInvalidArgument, "the " + w + " is " + std::to_string(plan.width) + "x" +
+                                          std::to_string(plan.height) + " and the image " + std::to_string(image.width) +
+                                          "x" + std::to_string(image.height) + ": they must be the same size");
   out.lease = budget_->acquire(plan.memory_bytes, "the " + w + " (" + std::to_string(plan.width) + "x" +
                                                       std::to_string(plan.height) + " " + plan.format + ")",
                                call, memory_wait_until(call, Clock::now()));

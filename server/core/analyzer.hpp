@@ -93,7 +93,8 @@ class Analyzer {
     MemoryBudget::Lease lease;
     PartMapView view;
   };
-  void read_map(const v1::Input& input, const char* what, const CallContext& call, MapInput& out) const;
+  void read_map(const v1::Input& input, const char* what, const Layout& image, const CallContext& call,
+                MapInput& out) const;
   // How long a call may wait for decode memory: its deadline, or the queue
   // timeout from `from`.
   CallContext::Clock::time_point memory_wait_until(const CallContext& call, CallContext::Clock::time_point from) const;

@@ -295,6 +295,76 @@ TEST_F(Hostile, CorpusFilesCutAnywhereGetAClearAnswer) {
   EXPECT_GT(answered, 600);
 }
 
+// ---- parts of images -----------------------------------------------------------------------------
+
+TEST_F(Hostile, PartsThatAskTooMuchAreRefusedWithMemoryBounded) {
+  const double before = server_->rss_mib();
+  const uint32_t side = 2048;
+  auto image = raw(side, side, 1, v1::SAMPLE_TYPE_UINT8, 0, std::string(size_t{side} * side, '\x07'));
+  auto with_labels = [&](v1::SampleType type, const std::string& data, uint32_t w, uint32_t h) {
+    auto r = image;
+    v1::Input* map = r.mutable_options()->mutable_parts()->mutable_labels()->mutable_image();
+    map->set_kind(v1::INPUT_KIND_RAW);
+    map->mutable_raw()->set_width(w);
+    map->mutable_raw()->set_height(h);
+    map->mutable_raw()->set_channels(1);
+    map->mutable_raw()->set_sample_type(type);
+    map->set_data(data);
+    return r;
+  };
+  // Every pixel its own 32-bit label: 4 million, far past --max-parts.
+  std::string distinct(size_t{side} * side * 4, '\0');
+  for (uint32_t i = 0; i < side * side; ++i) std::memcpy(&distinct[size_t{i} * 4], &i, 4);
+  expect_refused(analyze(with_labels(v1::SAMPLE_TYPE_UINT32, distinct, side, side)), StatusCode::RESOURCE_EXHAUSTED,
+                 "distinct labels", "4 million labels");
+  // A label image of another size, and one a byte short.
+  expect_refused(analyze(with_labels(v1::SAMPLE_TYPE_UINT8, std::string(size_t{side} * 7, '\1'), side, 7)),
+                 StatusCode::INVALID_ARGUMENT, "same size", "labels of another size");
+  expect_refused(analyze(with_labels(v1::SAMPLE_TYPE_UINT16, std::string(size_t{side} * side * 2 - 1, '\1'), side, side)),
+                 StatusCode::INVALID_ARGUMENT, "needs", "labels a byte short");
+  // A mask that is a decompression bomb: a few KiB of zlib declaring 16384 x 16384.
+  auto bomb = image;
+  bomb.mutable_options()->mutable_parts()->mutable_mask()->mutable_image()->set_data(zero_png(16384, 16384, 0, 8));
+  expect_refused(analyze(bomb), StatusCode::INVALID_ARGUMENT, "same size", "a mask bomb");
+  for (const auto& [format, data] : huge_headers(4000000000u, 4000000000u)) {
+    auto huge = image;
+    huge.mutable_options()->mutable_parts()->mutable_mask()->mutable_image()->set_data(data);
+    const grpc::Status s = analyze(huge);
+    EXPECT_TRUE(s.error_code() == StatusCode::RESOURCE_EXHAUSTED || s.error_code() == StatusCode::INVALID_ARGUMENT)
+        << format << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find("mask"), std::string::npos) << format << ": " << s.error_message();
+  }
+  // 10^9 tiles; a rectangle overflowing 32 bits; 65,536 histograms past a message.
+  auto tiles = image;
+  tiles.mutable_options()->mutable_parts()->mutable_tiles()->set_columns(40000);
+  tiles.mutable_options()->mutable_parts()->mutable_tiles()->set_rows(25000);
+  expect_refused(analyze(tiles), StatusCode::RESOURCE_EXHAUSTED, "--max-parts", "10^9 tiles");
+  auto rect = image;
+  v1::Rectangle* q = rect.mutable_options()->mutable_parts()->mutable_rectangles()->add_rectangles();
+  q->set_x(1);
+  q->set_y(4294967295u);
+  q->set_width(1);
+  q->set_height(4294967295u);
+  expect_refused(analyze(rect), StatusCode::INVALID_ARGUMENT, "not inside", "a rectangle past 32 bits");
+  std::string blocks(size_t{side} * side * 2, '\0');
+  for (uint32_t y = 0; y < side; ++y)
+    for (uint32_t x = 0; x < side; ++x) {
+      const uint16_t v = static_cast<uint16_t>((y / 8) * 256 + x / 8);
+      std::memcpy(&blocks[(size_t{y} * side + x) * 2], &v, 2);
+    }
+  expect_refused(analyze(with_labels(v1::SAMPLE_TYPE_UINT16, blocks, side, side)), StatusCode::RESOURCE_EXHAUSTED,
+                 "largest message", "65,536 labels' histograms");
+  // Without histograms the same 65,536 labels are answered.
+  auto moments = with_labels(v1::SAMPLE_TYPE_UINT16, blocks, side, side);
+  moments.mutable_options()->add_statistics(v1::STATISTIC_MIN_MAX);
+  moments.mutable_options()->add_statistics(v1::STATISTIC_SUM);
+  v1::AnalyzeResponse got;
+  ASSERT_TRUE(analyze(moments, &got).ok());
+  EXPECT_EQ(got.parts_size(), 65536);
+  EXPECT_EQ(got.parts(65535).channels(0).count(), 64u);
+  expect_rss_below(server_->rss_mib() - before, 160, "MiB grown over refused and answered parts");
+}
+
 // ---- options and stream protocol ---------------------------------------------------------------
 
 TEST_F(Hostile, OptionsOutOfRange) {
