@@ -67,6 +67,15 @@ class PartCounter {
   // One run of pixels of part p: all channels in one sweep, kept in
   // registers, then added to the part's moments once.
   void add_run(PartCounts& counts, uint32_t p, const T* row, uint64_t x0, uint64_t x1, uint64_t row_first) const {
+    const int64_t lo = type_lo(image_.layout.type);
+    if (counts.values && !counts.positions) {
+      // Value counts hold the moments too (partial_of_part takes them from there).
+      uint64_t* vc = &counts.value_counts[size_t{p} * C * counts.values];
+      for (uint64_t x = x0; x < x1; ++x)
+        for (uint32_t c = 0; c < C; ++c) ++vc[c * counts.values + static_cast<size_t>(row[x * C + c] - lo)];
+      counts.moments[size_t{p} * C].n += x1 - x0;  // marks the part as counted
+      return;
+    }
     int64_t mn[C], mx[C], sum[C] = {};
     uint64_t sq[C] = {}, mn_at[C], mx_at[C];
     for (uint32_t c = 0; c < C; ++c) {
@@ -98,7 +107,6 @@ class PartCounter {
           mx[c] = std::max(mx[c], v);
         }
     }
-    const int64_t lo = type_lo(image_.layout.type);
     for (uint32_t c = 0; c < C; ++c) {
       const size_t i = size_t{p} * C + c;
       IntMoments& m = counts.moments[i];
