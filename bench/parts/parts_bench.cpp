@@ -147,9 +147,10 @@ void kernels_alone(const std::vector<uint8_t>& img, uint32_t w, uint32_t h, cons
   const double masked = device_ms(repeat, [&] {
     CHECK(cudaMemsetAsync(acc, 0, 3 * sizeof(PartAccum)));
     CHECK(cudaMemsetAsync(slots, 0, 3 * stride * 4));
-    launch_part_map(px, w, h, 3, SampleType::kUint8, mask_map, 1, acc, PartSlots{slots, slot_of, stride}, dev, nullptr);
+    launch_part_map(px, w, h, 3, SampleType::kUint8, mask_map, 1, acc, PartSlots{slots, slot_of, stride}, false, false, dev,
+                    nullptr);
   });
-  row("mask of half the pixels, moments + 3x256 histograms", "GPU part kernel, data on device", masked,
+  row("mask of half the pixels, 3x256 value counts (all of it)", "GPU part kernel, data on device", masked,
       times(masked, whole) + " of whole");
 
   PartMapDevice label_map;
@@ -159,7 +160,7 @@ void kernels_alone(const std::vector<uint8_t>& img, uint32_t w, uint32_t h, cons
   label_map.table = table;
   const double labelled = device_ms(repeat, [&] {
     CHECK(cudaMemsetAsync(acc, 0, uint64_t{max_parts} * 3 * sizeof(PartAccum)));
-    launch_part_map(px, w, h, 3, SampleType::kUint8, label_map, max_parts, acc, PartSlots{}, dev, nullptr);
+    launch_part_map(px, w, h, 3, SampleType::kUint8, label_map, max_parts, acc, PartSlots{}, true, false, dev, nullptr);
   });
   row("65,536 labels, count/min/max/sum/sumsq per label", "GPU part kernel, data on device", labelled,
       times(labelled, whole) + " of whole");
@@ -175,8 +176,8 @@ void kernels_alone(const std::vector<uint8_t>& img, uint32_t w, uint32_t h, cons
   const double tiled = device_ms(repeat, [&] {
     CHECK(cudaMemsetAsync(acc, 0, 256 * 3 * sizeof(PartAccum)));
     CHECK(cudaMemsetAsync(slots, 0, 256 * 3 * stride * 4));
-    launch_part_tiles(px, w, 3, SampleType::kUint8, dx, dy, 16, 16, n, acc, PartSlots{slots, slot_of, stride}, dev,
-                      nullptr);
+    launch_part_tiles(px, w, 3, SampleType::kUint8, dx, dy, 16, 16, n, acc, PartSlots{slots, slot_of, stride}, false,
+                      dev, nullptr);
   });
   row("16x16 tiles, moments + 3x256 histograms per tile", "GPU part kernel, data on device", tiled,
       times(tiled, whole) + " of whole");

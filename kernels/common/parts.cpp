@@ -336,7 +336,13 @@ void PartIndex::row(uint64_t y, uint64_t x0, uint64_t n, uint32_t* out) const {
 }
 
 namespace {
-bool wants_values(const StatsRequest& request) { return request.distribution || request.shape || request.merge_state; }
+// Value counts when the statistics need every value, or when the histogram
+// is every value anyway (8-bit samples, 256 bins over the type's range):
+// the moments then follow from the counts, and nothing else need be counted.
+bool wants_values(SampleType type, const StatsRequest& request) {
+  return request.distribution || request.shape || request.merge_state ||
+         (request.histogram && !request.hist.explicit_range && request.hist.bins == (uint32_t{1} << type_bits(type)));
+}
 }  // namespace
 
 PartCounts PartCounts::shaped(uint32_t parts, uint32_t channels, SampleType type, const StatsRequest& request) {
@@ -350,7 +356,7 @@ PartCounts PartCounts::shaped(uint32_t parts, uint32_t channels, SampleType type
     c.min_at.assign(n, UINT64_MAX);
     c.max_at.assign(n, UINT64_MAX);
   }
-  if (wants_values(request)) {
+  if (wants_values(type, request)) {
     c.values = uint32_t{1} << type_bits(type);
     c.value_counts.assign(n * c.values, 0);
   } else if (request.histogram) {
@@ -364,7 +370,7 @@ PartCounts PartCounts::shaped(uint32_t parts, uint32_t channels, SampleType type
 
 uint64_t part_count_bytes(uint32_t parts, uint32_t channels, SampleType type, const StatsRequest& request) {
   uint64_t per = sizeof(IntMoments) + (request.positions ? 16 : 0);
-  if (wants_values(request))
+  if (wants_values(type, request))
     per += uint64_t{8} << type_bits(type);
   else if (request.histogram)
     per += uint64_t{8} * request.hist.bins + 16;

@@ -41,6 +41,9 @@ Result analyze_parts_on_gpu(DeviceBudget& budget, const DeviceInfo& dev, const I
   PartCounts counts = PartCounts::shaped(count, channels, l.type, request);
   const uint32_t kept = counts.values ? counts.values : counts.bins;
   const uint32_t stride = kept ? kept + 2 : 0;
+  // Value counts hold the moments (partial_of_part takes them from there):
+  // the kernels count moments only for positions or binned histograms.
+  const bool moments = counts.positions || !counts.values;
   const cudaStream_t stream = cudaStreamPerThread;
   TraceRange range("gpu parts");
 
@@ -78,7 +81,7 @@ Result analyze_parts_on_gpu(DeviceBudget& budget, const DeviceInfo& dev, const I
     held.push_back(upload(budget, ys, "tile edges", stream));
     launch_part_tiles(px, static_cast<uint32_t>(l.width), channels, l.type,
                       static_cast<const uint32_t*>(held[0]->data()), static_cast<const uint32_t*>(held[1]->data()),
-                      parts.columns, parts.rows, l.pixels(), acc_d, out, dev, stream);
+                      parts.columns, parts.rows, l.pixels(), acc_d, out, counts.positions, dev, stream);
   } else {
     const PartMapView& m = parts.map;
     PartMapDevice map;
@@ -121,7 +124,7 @@ Result analyze_parts_on_gpu(DeviceBudget& budget, const DeviceInfo& dev, const I
       map.ignored = parts.ignored_label;
     }
     launch_part_map(px, static_cast<uint32_t>(l.width), static_cast<uint32_t>(l.height), channels, l.type, map, count,
-                    acc_d, out, dev, stream);
+                    acc_d, out, moments, counts.positions, dev, stream);
   }
 
   std::vector<PartAccum> host_acc(accums);
@@ -135,17 +138,18 @@ Result analyze_parts_on_gpu(DeviceBudget& budget, const DeviceInfo& dev, const I
   constexpr uint64_t kIndexMask = (uint64_t{1} << kPartKeyShift) - 1;
   for (uint64_t i = 0; i < accums; ++i) {
     const PartAccum& a = host_acc[i];
-    if (a.n == 0) continue;
-    IntMoments& m = counts.moments[i];
-    m.n = a.n;
-    m.sum = static_cast<int64_t>(a.sum);
-    m.sumsq = a.sumsq;
-    const uint64_t min_key = ~a.min_key;
-    m.min = lo + static_cast<int64_t>(min_key >> kPartKeyShift);
-    m.max = lo + static_cast<int64_t>(a.max_key >> kPartKeyShift);
-    if (counts.positions) {
-      counts.min_at[i] = min_key & kIndexMask;
-      counts.max_at[i] = kIndexMask - (a.max_key & kIndexMask);
+    if (moments && a.n) {
+      IntMoments& m = counts.moments[i];
+      m.n = a.n;
+      m.sum = static_cast<int64_t>(a.sum);
+      m.sumsq = a.sumsq;
+      m.min = lo + static_cast<int64_t>(~a.min_inverse);
+      m.max = lo + static_cast<int64_t>(a.max);
+      if (counts.positions) {
+        const uint64_t min_key = ~a.min_key;
+        counts.min_at[i] = min_key & kIndexMask;
+        counts.max_at[i] = kIndexMask - (a.max_key & kIndexMask);
+      }
     }
     if (!stride) continue;
     const unsigned int* s = &host_slots[i * stride];

@@ -65,11 +65,15 @@ struct SearchMap {
   }
 };
 
-// A run's moments of one channel, in registers until the part changes.
+// A run's moments of one channel, in registers until the part changes:
+// sums in 64 bits, extremes as 32-bit offsets from the type's lowest value
+// and, with positions, as keys that carry the pixel index.
 struct RunMoments {
   unsigned long long n;
   long long sum;
   unsigned long long sumsq;
+  uint32_t min;  // offsets
+  uint32_t max;
   unsigned long long min_key;  // ~(offset << 40 | index): larger is smaller
   unsigned long long max_key;  // offset << 40 | (2^40 - 1 - index)
 };
@@ -78,28 +82,40 @@ __device__ __forceinline__ void run_reset(RunMoments& r) {
   r.n = 0;
   r.sum = 0;
   r.sumsq = 0;
+  r.min = 0xFFFFFFFFu;
+  r.max = 0;
   r.min_key = 0;
   r.max_key = 0;
 }
 
-__device__ __forceinline__ void run_add(RunMoments& r, long long v, uint32_t offset, unsigned long long index) {
+template <bool Positions>
+__device__ __forceinline__ void run_add(RunMoments& r, int32_t v, uint32_t offset, unsigned long long index) {
   r.n += 1;
   r.sum += v;
-  r.sumsq += static_cast<unsigned long long>(v * v);
-  const unsigned long long at = static_cast<unsigned long long>(offset) << 40;
-  const unsigned long long mk = ~(at | index);
-  const unsigned long long xk = at | ((1ull << 40) - 1 - index);
-  r.min_key = mk > r.min_key ? mk : r.min_key;
-  r.max_key = xk > r.max_key ? xk : r.max_key;
+  r.sumsq += static_cast<uint32_t>(v * v);  // |v| <= 65535: v * v fits 32 bits unsigned
+  r.min = min(r.min, offset);
+  r.max = max(r.max, offset);
+  if (Positions) {
+    const unsigned long long at = static_cast<unsigned long long>(offset) << 40;
+    const unsigned long long mk = ~(at | index);
+    const unsigned long long xk = at | ((1ull << 40) - 1 - index);
+    r.min_key = mk > r.min_key ? mk : r.min_key;
+    r.max_key = xk > r.max_key ? xk : r.max_key;
+  }
 }
 
+template <bool Positions>
 __device__ __forceinline__ void run_flush(const RunMoments& r, PartAccum& a) {
   if (r.n == 0) return;
   atomicAdd(&a.n, r.n);
   atomicAdd(&a.sum, static_cast<unsigned long long>(r.sum));
   atomicAdd(&a.sumsq, r.sumsq);
-  atomicMax(&a.min_key, r.min_key);
-  atomicMax(&a.max_key, r.max_key);
+  atomicMax(&a.min_inverse, ~r.min);
+  atomicMax(&a.max, r.max);
+  if (Positions) {
+    atomicMax(&a.min_key, r.min_key);
+    atomicMax(&a.max_key, r.max_key);
+  }
 }
 
 // Slots: a part-channel's histogram bins or value counts, then underflow and
@@ -131,7 +147,7 @@ __device__ __forceinline__ void publish_shared(const unsigned int* shared, unsig
 }
 
 // Masks and labels: grid-stride over segments of rows.
-template <class T, class Map>
+template <class T, class Map, bool Positions>
 __global__ void __launch_bounds__(kPartThreads) part_map_kernel(const uint8_t* pixels, uint32_t width, uint32_t height,
                                                                 uint32_t channels, int32_t lo, Map map,
                                                                 PartAccum* acc, SlotsOut slots, uint32_t parts) {
@@ -160,7 +176,7 @@ __global__ void __launch_bounds__(kPartThreads) part_map_kernel(const uint8_t* p
         if (p != part) {
           if (part != kNoPartDevice)
             for (uint32_t c = 0; c < channels; ++c) {
-              run_flush(run[c], acc[part * channels + c]);
+              run_flush<Positions>(run[c], acc[part * channels + c]);
               run_reset(run[c]);
             }
           part = p;
@@ -171,19 +187,19 @@ __global__ void __launch_bounds__(kPartThreads) part_map_kernel(const uint8_t* p
       for (uint32_t c = 0; c < channels; ++c) {
         const long long v = row[uint64_t{x} * channels + c];
         const uint32_t offset = static_cast<uint32_t>(v - lo);
-        run_add(run[c], v, offset, index);
+        run_add<Positions>(run[c], static_cast<int32_t>(v), offset, index);
         if (slots.stride) count_slot(slots, shared_slots, part * channels + c, offset);
       }
     }
     if (part != kNoPartDevice)
-      for (uint32_t c = 0; c < channels; ++c) run_flush(run[c], acc[part * channels + c]);
+      for (uint32_t c = 0; c < channels; ++c) run_flush<Positions>(run[c], acc[part * channels + c]);
   }
   if (slots.shared) publish_shared(shared_slots, slots.slots, shared_n);
 }
 
 // Tiles: block (t, k) takes the k-th share of tile t's rows, so its part is
 // one and its slots are in shared memory; each thread's pixels are one run.
-template <class T>
+template <class T, bool Positions>
 __global__ void __launch_bounds__(kPartThreads) part_tile_kernel(const uint8_t* pixels, uint32_t width,
                                                                  uint32_t channels, int32_t lo, const uint32_t* x_edges,
                                                                  const uint32_t* y_edges, uint32_t columns,
@@ -208,12 +224,47 @@ __global__ void __launch_bounds__(kPartThreads) part_tile_kernel(const uint8_t* 
     for (uint32_t c = 0; c < channels; ++c) {
       const long long v = px[c];
       const uint32_t offset = static_cast<uint32_t>(v - lo);
-      run_add(run[c], v, offset, index);
+      run_add<Positions>(run[c], static_cast<int32_t>(v), offset, index);
       if (slots.stride) count_slot(local, shared_slots, c, offset);
     }
   }
-  for (uint32_t c = 0; c < channels; ++c) run_flush(run[c], acc[tile * channels + c]);
+  for (uint32_t c = 0; c < channels; ++c) run_flush<Positions>(run[c], acc[tile * channels + c]);
   if (slots.shared) publish_shared(shared_slots, local.slots, shared_n);
+}
+
+// Masks and labels when the slots are every value (8-bit histograms over the
+// type's range, value counts) and no positions are asked for: the moments
+// follow from the counts on the host, so each pixel is a lookup and an
+// increment. Rows are shared out by block, pixels by thread (coalesced);
+// slots in shared memory, one copy per group of warps when they fit.
+template <class T, class Map>
+__global__ void __launch_bounds__(kPartThreads) part_values_kernel(const uint8_t* pixels, uint32_t width,
+                                                                   uint32_t height, uint32_t channels, int32_t lo,
+                                                                   Map map, SlotsOut slots, uint32_t parts,
+                                                                   uint32_t copies) {
+  extern __shared__ unsigned int shared_slots[];
+  const uint32_t one = parts * channels * slots.stride;
+  if (slots.shared) zero_shared(shared_slots, one * copies);
+  unsigned int* mine = slots.shared ? shared_slots + (threadIdx.x / 32 % copies) * one : slots.slots;
+  const uint64_t row_samples = uint64_t{width} * channels;
+  for (uint32_t y = blockIdx.x; y < height; y += gridDim.x) {
+    const T* row = reinterpret_cast<const T*>(pixels) + y * row_samples;
+    for (uint32_t x = threadIdx.x; x < width; x += blockDim.x) {
+      const uint32_t p = map.part(map.raw(x, y));
+      if (p == kNoPartDevice) continue;
+      for (uint32_t c = 0; c < channels; ++c) {
+        const uint32_t offset = static_cast<uint32_t>(static_cast<int32_t>(row[uint64_t{x} * channels + c]) - lo);
+        atomicAdd(&mine[(p * channels + c) * slots.stride + static_cast<uint32_t>(slots.slot_of[offset])], 1u);
+      }
+    }
+  }
+  if (!slots.shared) return;
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < one; i += blockDim.x) {
+    unsigned int total = 0;
+    for (uint32_t k = 0; k < copies; ++k) total += shared_slots[k * one + i];
+    if (total) atomicAdd(&slots.slots[i], total);
+  }
 }
 
 }  // namespace imgstat::cuda

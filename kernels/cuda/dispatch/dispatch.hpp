@@ -101,8 +101,10 @@ struct PartAccum {
   unsigned long long n;
   unsigned long long sum;    // two's complement of the signed sum
   unsigned long long sumsq;
-  unsigned long long min_key;
+  unsigned long long min_key;  // positions only
   unsigned long long max_key;
+  unsigned int min_inverse;    // ~(min - type_lo), so that zeroed means none
+  unsigned int max;            // max - type_lo
 };
 constexpr uint32_t kPartKeyShift = 40;
 
@@ -130,13 +132,15 @@ struct PartSlots {
   uint32_t stride = 0;
 };
 
+// moments: count the moments (else the slots are every value and hold
+// them); positions: the first min and max too.
 void launch_part_map(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels, SampleType type,
-                     const PartMapDevice& map, uint32_t parts, PartAccum* acc, const PartSlots& slots,
-                     const DeviceInfo& dev, cudaStream_t stream);
+                     const PartMapDevice& map, uint32_t parts, PartAccum* acc, const PartSlots& slots, bool moments,
+                     bool positions, const DeviceInfo& dev, cudaStream_t stream);
 // x_edges: columns + 1 tile edges, y_edges: rows + 1.
 void launch_part_tiles(const uint8_t* pixels, uint32_t width, uint32_t channels, SampleType type,
                        const uint32_t* x_edges, const uint32_t* y_edges, uint32_t columns, uint32_t rows,
-                       uint64_t pixels_count, PartAccum* acc, const PartSlots& slots, const DeviceInfo& dev,
-                       cudaStream_t stream);
+                       uint64_t pixels_count, PartAccum* acc, const PartSlots& slots, bool positions,
+                       const DeviceInfo& dev, cudaStream_t stream);
 
 }  // namespace imgstat::cuda
