@@ -119,6 +119,27 @@ class CudaEngine final : public Engine {
                          SampleType::kFloat32, SampleType::kFloat64}) {
       analyze(ImageView{pixels.data(), Layout{300, 300, 3, t, 0}}, all);
       analyze(ImageView{pixels.data(), Layout{64, 64, 1, t, 0}}, StatsRequest{});  // one block
+      if (is_float(t)) continue;
+      // The part kernels: a mask, 16- and 32-bit labels, tiles; with and without positions.
+      const ImageView view{pixels.data(), Layout{64, 64, 3, t, 0}};
+      std::vector<uint32_t> labels(64 * 64);
+      for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<uint32_t>(i % 5);
+      Parts parts;
+      parts.kind = PartsKind::kMask;
+      parts.map = PartMapView{pixels.data(), 64, 64, 1, 0, MapType::kUint8, 0};
+      for (const StatsRequest& r : {StatsRequest{}, all}) {
+        parts.kind = PartsKind::kMask;
+        parts.map = PartMapView{pixels.data(), 64, 64, 1, 0, MapType::kUint8, 0};
+        analyze_parts(view, parts, r);
+        parts.kind = PartsKind::kLabels;
+        parts.map = PartMapView{labels.data(), 64, 64, 1, 0, MapType::kUint32, 0};
+        analyze_parts(view, parts, r);
+        parts.map = PartMapView{labels.data(), 64, 64, 2, 0, MapType::kUint16, 0};
+        analyze_parts(view, parts, r);
+        parts.kind = PartsKind::kTiles;
+        parts.columns = parts.rows = 2;
+        analyze_parts(view, parts, r);
+      }
     }
   }
 

@@ -81,7 +81,7 @@ Result analyze_parts_on_gpu(DeviceBudget& budget, const DeviceInfo& dev, const I
     held.push_back(upload(budget, ys, "tile edges", stream));
     launch_part_tiles(px, static_cast<uint32_t>(l.width), channels, l.type,
                       static_cast<const uint32_t*>(held[0]->data()), static_cast<const uint32_t*>(held[1]->data()),
-                      parts.columns, parts.rows, l.pixels(), acc_d, out, counts.positions, dev, stream);
+                      parts.columns, parts.rows, l.pixels(), acc_d, out, moments, counts.positions, dev, stream);
   } else {
     const PartMapView& m = parts.map;
     PartMapDevice map;

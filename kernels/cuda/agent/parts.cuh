@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kPartThreads) part_map_kernel(const uint8_t* p
 
 // Tiles: block (t, k) takes the k-th share of tile t's rows, so its part is
 // one and its slots are in shared memory; each thread's pixels are one run.
-template <class T, bool Positions>
+template <class T, bool Positions, bool Moments>
 __global__ void __launch_bounds__(kPartThreads) part_tile_kernel(const uint8_t* pixels, uint32_t width,
                                                                  uint32_t channels, int32_t lo, const uint32_t* x_edges,
                                                                  const uint32_t* y_edges, uint32_t columns,
@@ -224,11 +224,12 @@ __global__ void __launch_bounds__(kPartThreads) part_tile_kernel(const uint8_t* 
     for (uint32_t c = 0; c < channels; ++c) {
       const long long v = px[c];
       const uint32_t offset = static_cast<uint32_t>(v - lo);
-      run_add<Positions>(run[c], static_cast<int32_t>(v), offset, index);
+      if (Moments) run_add<Positions>(run[c], static_cast<int32_t>(v), offset, index);
       if (slots.stride) count_slot(local, shared_slots, c, offset);
     }
   }
-  for (uint32_t c = 0; c < channels; ++c) run_flush<Positions>(run[c], acc[tile * channels + c]);
+  if (Moments)
+    for (uint32_t c = 0; c < channels; ++c) run_flush<Positions>(run[c], acc[tile * channels + c]);
   if (slots.shared) publish_shared(shared_slots, local.slots, shared_n);
 }
 

@@ -140,7 +140,7 @@ void launch_part_map(const uint8_t* pixels, uint32_t width, uint32_t height, uin
 // x_edges: columns + 1 tile edges, y_edges: rows + 1.
 void launch_part_tiles(const uint8_t* pixels, uint32_t width, uint32_t channels, SampleType type,
                        const uint32_t* x_edges, const uint32_t* y_edges, uint32_t columns, uint32_t rows,
-                       uint64_t pixels_count, PartAccum* acc, const PartSlots& slots, bool positions,
+                       uint64_t pixels_count, PartAccum* acc, const PartSlots& slots, bool moments, bool positions,
                        const DeviceInfo& dev, cudaStream_t stream);
 
 }  // namespace imgstat::cuda

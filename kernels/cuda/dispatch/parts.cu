@@ -83,7 +83,7 @@ void launch_part_map(const uint8_t* pixels, uint32_t width, uint32_t height, uin
 
 void launch_part_tiles(const uint8_t* pixels, uint32_t width, uint32_t channels, SampleType type,
                        const uint32_t* x_edges, const uint32_t* y_edges, uint32_t columns, uint32_t rows,
-                       uint64_t pixels_count, PartAccum* acc, const PartSlots& s, bool positions,
+                       uint64_t pixels_count, PartAccum* acc, const PartSlots& s, bool moments, bool positions,
                        const DeviceInfo& dev, cudaStream_t stream) {
   const size_t shared_bytes = size_t{channels} * s.stride * 4;
   const bool shared = s.stride && shared_bytes <= kSharedSlotBytes;
@@ -102,16 +102,24 @@ void launch_part_tiles(const uint8_t* pixels, uint32_t width, uint32_t channels,
   };
   switch (type) {
     case SampleType::kUint8:
-      positions ? launch(part_tile_kernel<uint8_t, true>) : launch(part_tile_kernel<uint8_t, false>);
+      positions ? launch(part_tile_kernel<uint8_t, true, true>)
+      : moments ? launch(part_tile_kernel<uint8_t, false, true>)
+                : launch(part_tile_kernel<uint8_t, false, false>);
       break;
     case SampleType::kInt8:
-      positions ? launch(part_tile_kernel<int8_t, true>) : launch(part_tile_kernel<int8_t, false>);
+      positions ? launch(part_tile_kernel<int8_t, true, true>)
+      : moments ? launch(part_tile_kernel<int8_t, false, true>)
+                : launch(part_tile_kernel<int8_t, false, false>);
       break;
     case SampleType::kUint16:
-      positions ? launch(part_tile_kernel<uint16_t, true>) : launch(part_tile_kernel<uint16_t, false>);
+      positions ? launch(part_tile_kernel<uint16_t, true, true>)
+      : moments ? launch(part_tile_kernel<uint16_t, false, true>)
+                : launch(part_tile_kernel<uint16_t, false, false>);
       break;
     case SampleType::kInt16:
-      positions ? launch(part_tile_kernel<int16_t, true>) : launch(part_tile_kernel<int16_t, false>);
+      positions ? launch(part_tile_kernel<int16_t, true, true>)
+      : moments ? launch(part_tile_kernel<int16_t, false, true>)
+                : launch(part_tile_kernel<int16_t, false, false>);
       break;
     default: fail(ErrorCode::kUnimplemented, "parts of float images are computed on the CPU");
   }
