@@ -362,7 +362,9 @@ TEST_F(Hostile, PartsThatAskTooMuchAreRefusedWithMemoryBounded) {
   ASSERT_TRUE(analyze(moments, &got).ok());
   EXPECT_EQ(got.parts_size(), 65536);
   EXPECT_EQ(got.parts(65535).channels(0).count(), 64u);
-  expect_rss_below(server_->rss_mib() - before, 160, "MiB grown over refused and answered parts");
+  // The CUDA engine's parts copy from pageable memory: the driver's staging buffers come on top.
+  expect_rss_below(server_->rss_mib() - before, test_engine() == "cuda" ? 224 : 160,
+                   "MiB grown over refused and answered parts");
 }
 
 // ---- options and stream protocol ---------------------------------------------------------------

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/dispatch/dispatch.hpp"
 
@@ -68,17 +69,23 @@ struct SearchMap {
 // A run's moments of one channel, in registers until the part changes:
 // sums in 64 bits, extremes as 32-bit offsets from the type's lowest value
 // and, with positions, as keys that carry the pixel index.
-struct RunMoments {
+template <class Sum, class Squares>
+struct RunMomentsOf {
   unsigned long long n;
-  long long sum;
-  unsigned long long sumsq;
+  Sum sum;
+  Squares sumsq;
   uint32_t min;  // offsets
   uint32_t max;
   unsigned long long min_key;  // ~(offset << 40 | index): larger is smaller
   unsigned long long max_key;  // offset << 40 | (2^40 - 1 - index)
 };
 
-__device__ __forceinline__ void run_reset(RunMoments& r) {
+// 8-bit samples sum in 32 bits over a segment (32 x 255^2 fits); 16-bit ones in 64.
+using RunMoments = RunMomentsOf<long long, unsigned long long>;
+using NarrowRunMoments = RunMomentsOf<int, unsigned int>;
+
+template <class R>
+__device__ __forceinline__ void run_reset(R& r) {
   r.n = 0;
   r.sum = 0;
   r.sumsq = 0;
@@ -88,8 +95,8 @@ __device__ __forceinline__ void run_reset(RunMoments& r) {
   r.max_key = 0;
 }
 
-template <bool Positions>
-__device__ __forceinline__ void run_add(RunMoments& r, int32_t v, uint32_t offset, unsigned long long index) {
+template <bool Positions, class R>
+__device__ __forceinline__ void run_add(R& r, int32_t v, uint32_t offset, unsigned long long index) {
   r.n += 1;
   r.sum += v;
   r.sumsq += static_cast<uint32_t>(v * v);  // |v| <= 65535: v * v fits 32 bits unsigned
@@ -104,12 +111,12 @@ __device__ __forceinline__ void run_add(RunMoments& r, int32_t v, uint32_t offse
   }
 }
 
-template <bool Positions>
-__device__ __forceinline__ void run_flush(const RunMoments& r, PartAccum& a) {
+template <bool Positions, class R>
+__device__ __forceinline__ void run_flush(const R& r, PartAccum& a) {
   if (r.n == 0) return;
   atomicAdd(&a.n, r.n);
-  atomicAdd(&a.sum, static_cast<unsigned long long>(r.sum));
-  atomicAdd(&a.sumsq, r.sumsq);
+  atomicAdd(&a.sum, static_cast<unsigned long long>(static_cast<long long>(r.sum)));
+  atomicAdd(&a.sumsq, static_cast<unsigned long long>(r.sumsq));
   atomicMax(&a.min_inverse, ~r.min);
   atomicMax(&a.max, r.max);
   if (Positions) {
@@ -163,7 +170,8 @@ __global__ void __launch_bounds__(kPartThreads) part_map_kernel(const uint8_t* p
     const uint32_t x0 = static_cast<uint32_t>(seg % segs_per_row) * kPartSegment;
     const uint32_t x1 = min(x0 + kPartSegment, width);
     const T* row = reinterpret_cast<const T*>(pixels) + y * row_samples;
-    RunMoments run[4];
+    using Run = std::conditional_t<sizeof(T) == 1, NarrowRunMoments, RunMoments>;
+    Run run[4];
     for (uint32_t c = 0; c < 4; ++c) run_reset(run[c]);
     uint32_t part = kNoPartDevice;
     auto last = map.raw(x0, y);
@@ -234,9 +242,9 @@ __global__ void __launch_bounds__(kPartThreads) part_tile_kernel(const uint8_t* 
 }
 
 // Masks and labels when the slots are every value (8-bit histograms over the
-// type's range, value counts) and no positions are asked for: the moments
-// follow from the counts on the host, so each pixel is a lookup and an
-// increment. Rows are shared out by block, pixels by thread (coalesced);
+// type's range, value counts: the slot of a sample is its offset) and no
+// positions are asked for: the moments follow from the counts on the host,
+// so each pixel is a lookup and an increment. Rows are shared out by block, pixels by thread (coalesced);
 // slots in shared memory, one copy per group of warps when they fit.
 template <class T, class Map>
 __global__ void __launch_bounds__(kPartThreads) part_values_kernel(const uint8_t* pixels, uint32_t width,
@@ -255,9 +263,96 @@ __global__ void __launch_bounds__(kPartThreads) part_values_kernel(const uint8_t
       if (p == kNoPartDevice) continue;
       for (uint32_t c = 0; c < channels; ++c) {
         const uint32_t offset = static_cast<uint32_t>(static_cast<int32_t>(row[uint64_t{x} * channels + c]) - lo);
-        atomicAdd(&mine[(p * channels + c) * slots.stride + static_cast<uint32_t>(slots.slot_of[offset])], 1u);
+        atomicAdd(&mine[(p * channels + c) * slots.stride + offset], 1u);
       }
     }
+  }
+  if (!slots.shared) return;
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < one; i += blockDim.x) {
+    unsigned int total = 0;
+    for (uint32_t k = 0; k < copies; ++k) total += shared_slots[k * one + i];
+    if (total) atomicAdd(&slots.slots[i], total);
+  }
+}
+
+// The same for 8-bit samples and a packed one-sample-a-pixel map (a byte
+// mask, 8- or 16-bit labels): four pixels at a time, in C 32-bit loads of
+// samples and one load of their map entries.
+struct Mask4 {
+  const uint8_t* p;
+  __device__ void parts4(uint64_t g, uint32_t out[4]) const {
+    const uchar4 m = reinterpret_cast<const uchar4*>(p)[g];
+    out[0] = m.x ? 0 : kNoPartDevice;
+    out[1] = m.y ? 0 : kNoPartDevice;
+    out[2] = m.z ? 0 : kNoPartDevice;
+    out[3] = m.w ? 0 : kNoPartDevice;
+  }
+  __device__ uint32_t part1(uint64_t i) const { return p[i] ? 0 : kNoPartDevice; }
+};
+
+struct Table8x4 {
+  const uint8_t* p;
+  const uint32_t* table;
+  __device__ void parts4(uint64_t g, uint32_t out[4]) const {
+    const uchar4 m = reinterpret_cast<const uchar4*>(p)[g];
+    out[0] = table[m.x];
+    out[1] = table[m.y];
+    out[2] = table[m.z];
+    out[3] = table[m.w];
+  }
+  __device__ uint32_t part1(uint64_t i) const { return table[p[i]]; }
+};
+
+struct Table16x4 {
+  const uint16_t* p;
+  const uint32_t* table;
+  __device__ void parts4(uint64_t g, uint32_t out[4]) const {
+    const ushort4 m = reinterpret_cast<const ushort4*>(p)[g];
+    out[0] = table[m.x];
+    out[1] = table[m.y];
+    out[2] = table[m.z];
+    out[3] = table[m.w];
+  }
+  __device__ uint32_t part1(uint64_t i) const { return table[p[i]]; }
+};
+
+template <class T, uint32_t C, class Map4>
+__global__ void __launch_bounds__(kPartThreads) part_values4_kernel(const uint8_t* pixels, uint64_t n, int32_t lo,
+                                                                    Map4 map, SlotsOut slots, uint32_t parts,
+                                                                    uint32_t copies) {
+  extern __shared__ unsigned int shared_slots[];
+  const uint32_t one = parts * C * slots.stride;
+  if (slots.shared) zero_shared(shared_slots, one * copies);
+  unsigned int* mine = slots.shared ? shared_slots + (threadIdx.x / 32 % copies) * one : slots.slots;
+  auto count = [&](uint32_t p, uint8_t byte, uint32_t c) {
+    const uint32_t offset = static_cast<uint32_t>(static_cast<int32_t>(static_cast<T>(byte)) - lo);
+    atomicAdd(&mine[(p * C + c) * slots.stride + offset], 1u);
+  };
+  const uint64_t groups = n / 4;
+  for (uint64_t g = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; g < groups; g += uint64_t{gridDim.x} * blockDim.x) {
+    uint32_t part[4];
+    map.parts4(g, part);
+    if ((part[0] & part[1] & part[2] & part[3]) == kNoPartDevice) continue;
+    uint32_t words[C];
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(pixels) + g * C;
+#pragma unroll
+    for (uint32_t k = 0; k < C; ++k) words[k] = w[k];
+#pragma unroll
+    for (uint32_t j = 0; j < 4; ++j) {
+      if (part[j] == kNoPartDevice) continue;
+#pragma unroll
+      for (uint32_t c = 0; c < C; ++c) {
+        const uint32_t b = j * C + c;  // byte of the 4 pixels' samples
+        count(part[j], static_cast<uint8_t>(words[b / 4] >> (8 * (b % 4))), c);
+      }
+    }
+  }
+  if (blockIdx.x == 0 && threadIdx.x < n % 4) {  // the last pixels, one a thread
+    const uint64_t i = groups * 4 + threadIdx.x;
+    const uint32_t p = map.part1(i);
+    if (p != kNoPartDevice)
+      for (uint32_t c = 0; c < C; ++c) count(p, pixels[i * C + c], c);
   }
   if (!slots.shared) return;
   __syncthreads();

@@ -15,12 +15,50 @@ constexpr int kPartBlocksPerSm = 8;
 // A tile's share of pixels per block, at least.
 constexpr uint64_t kTilePixelsPerBlock = 16384;
 
+// Maps the four-pixel kernel reads: one packed sample a pixel, rows back to back.
+inline bool map_fits_four(const MaskMap& m, uint32_t width) { return m.step == 1 && m.stride == width; }
+template <class L>
+bool map_fits_four(const TableMap<L>& m, uint32_t width) {
+  return m.step == 1 && m.stride == uint64_t{width} * sizeof(L);
+}
+template <class L>
+bool map_fits_four(const SearchMap<L>&, uint32_t) {
+  return false;
+}
+inline Mask4 as_four(const MaskMap& m) { return Mask4{m.p}; }
+inline Table8x4 as_four(const TableMap<uint8_t>& m) { return Table8x4{m.p, m.table}; }
+inline Table16x4 as_four(const TableMap<uint16_t>& m) { return Table16x4{reinterpret_cast<const uint16_t*>(m.p), m.table}; }
+template <class L>
+Mask4 as_four(const SearchMap<L>&) {  // never used: map_fits_four is false
+  return Mask4{nullptr};
+}
+
 template <class T, class Map>
 void map_kernel(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels, int32_t lo, const Map& map,
                 uint32_t parts, PartAccum* acc, const PartSlots& s, bool moments, bool positions, const DeviceInfo& dev,
                 cudaStream_t stream) {
   const size_t one = size_t{parts} * channels * s.stride * 4;
   const bool shared = s.stride && one <= kSharedSlotBytes;
+  if constexpr (sizeof(T) == 1) {
+  if (!moments && map_fits_four(map, width)) {  // four pixels at a time
+    const uint32_t copies = shared ? static_cast<uint32_t>(std::min<size_t>(kPartThreads / 32, kSharedSlotBytes / one)) : 1;
+    const SlotsOut out{s.slots, s.slot_of, s.stride, shared};
+    const uint64_t groups = uint64_t{width} * height / 4;
+    const unsigned grid = static_cast<unsigned>(
+        std::clamp<uint64_t>((groups + kPartThreads - 1) / kPartThreads, 1, uint64_t(dev.sm_count) * kPartBlocksPerSm));
+    const auto four = as_four(map);
+    const uint64_t n = uint64_t{width} * height;
+    const size_t smem = shared ? one * copies : 0;
+    switch (channels) {
+      case 1: part_values4_kernel<T, 1><<<grid, kPartThreads, smem, stream>>>(pixels, n, lo, four, out, parts, copies); break;
+      case 2: part_values4_kernel<T, 2><<<grid, kPartThreads, smem, stream>>>(pixels, n, lo, four, out, parts, copies); break;
+      case 3: part_values4_kernel<T, 3><<<grid, kPartThreads, smem, stream>>>(pixels, n, lo, four, out, parts, copies); break;
+      default: part_values4_kernel<T, 4><<<grid, kPartThreads, smem, stream>>>(pixels, n, lo, four, out, parts, copies); break;
+    }
+    IMGSTAT_CUDA_LAUNCHED("part_values4_kernel");
+    return;
+  }
+  }
   if (!moments) {  // the slots are every value: a lookup and an increment a sample
     const uint32_t copies = shared ? static_cast<uint32_t>(std::min<size_t>(kPartThreads / 32, kSharedSlotBytes / one)) : 1;
     const SlotsOut out{s.slots, s.slot_of, s.stride, shared};
