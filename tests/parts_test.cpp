@@ -277,6 +277,32 @@ TEST_P(PartsTest, LabelsOfEveryLabelTypeIgnoredAndNearTheTypesMaximum) {
     }
 }
 
+// The default statistics of 8-bit images (the histogram is every value, so
+// the GPU counts values alone, four pixels at a time): byte masks and 8- and
+// 16-bit labels, every channel count, sizes leaving 0 to 3 pixels over.
+TEST_P(PartsTest, DefaultStatisticsOf8BitImagesByMaskAndLabels) {
+  std::mt19937_64 rng(19);
+  for (SampleType t : {SampleType::kUint8, SampleType::kInt8})
+    for (uint32_t c = 1; c <= 4; ++c)
+      for (uint64_t w : {16u, 33u, 35u, 1u}) {
+        const uint64_t h = 7 + c;
+        TestImage img = random_image(rng, w, h, c, t, 0, 0);
+        SCOPED_TRACE(describe(img.view.layout));
+        std::vector<uint8_t> mask(w * h);
+        for (auto& m : mask) m = static_cast<uint8_t>(rng() % 3 == 0 ? 0 : 1 + rng() % 255);
+        Parts parts;
+        parts.kind = PartsKind::kMask;
+        parts.map = PartMapView{mask.data(), w, h, 1, 0, MapType::kUint8, 0};
+        const Result r = analyze(img.view, parts, StatsRequest{});
+        expect_part(r.channels, gather(img.view, [&](uint64_t x, uint64_t y) { return mask[y * w + x] != 0; }),
+                    StatsRequest{});
+        check_labels<uint8_t>(*this, img, random_labels<uint8_t>(rng, w * h, {0, 9, 255}), MapType::kUint8, 9,
+                              StatsRequest{});
+        check_labels<uint16_t>(*this, img, random_labels<uint16_t>(rng, w * h, {1, 300, 65535}), MapType::kUint16,
+                               std::nullopt, StatsRequest{});
+      }
+}
+
 TEST_P(PartsTest, FortyThousandOnePixelLabelsAndOneLabelOnly) {
   std::mt19937_64 rng(15);
   TestImage img = random_image(rng, 200, 200, 3, SampleType::kUint8, 0, 0);
