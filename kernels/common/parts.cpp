@@ -1,6 +1,7 @@
 #include "common/parts.hpp"
 
 #include <tbb/enumerable_thread_specific.h>
+#include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
@@ -393,28 +394,35 @@ uint64_t PartCounts::bytes() const {
 }
 
 void PartCounts::add(const PartCounts& o) {
-  for (size_t i = 0; i < moments.size(); ++i) {
-    IntMoments& a = moments[i];
-    const IntMoments& b = o.moments[i];
-    if (b.n == 0) continue;
-    if (positions) {
-      if (a.n == 0 || b.min < a.min || (b.min == a.min && o.min_at[i] < min_at[i])) min_at[i] = o.min_at[i];
-      if (a.n == 0 || b.max > a.max || (b.max == a.max && o.max_at[i] < max_at[i])) max_at[i] = o.max_at[i];
+  // Sets of tens of thousands of parts, one per thread: merged on every core.
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, moments.size(), 4096), [&](const tbb::blocked_range<size_t>& range) {
+    for (size_t i = range.begin(); i < range.end(); ++i) {
+      if (bins)
+        for (size_t k = i * bins; k < (i + 1) * bins; ++k) binned[k] += o.binned[k];
+      if (!underflow.empty()) {
+        underflow[i] += o.underflow[i];
+        overflow[i] += o.overflow[i];
+      }
+      if (values)
+        for (size_t k = i * values; k < (i + 1) * values; ++k) value_counts[k] += o.value_counts[k];
+      IntMoments& a = moments[i];
+      const IntMoments& b = o.moments[i];
+      if (b.n == 0) continue;
+      if (positions) {
+        if (a.n == 0 || b.min < a.min || (b.min == a.min && o.min_at[i] < min_at[i])) min_at[i] = o.min_at[i];
+        if (a.n == 0 || b.max > a.max || (b.max == a.max && o.max_at[i] < max_at[i])) max_at[i] = o.max_at[i];
+      }
+      if (a.n == 0) {
+        a = b;
+      } else {
+        a.n += b.n;
+        a.min = std::min(a.min, b.min);
+        a.max = std::max(a.max, b.max);
+        a.sum += b.sum;
+        a.sumsq += b.sumsq;
+      }
     }
-    if (a.n == 0) {
-      a = b;
-    } else {
-      a.n += b.n;
-      a.min = std::min(a.min, b.min);
-      a.max = std::max(a.max, b.max);
-      a.sum += b.sum;
-      a.sumsq += b.sumsq;
-    }
-  }
-  for (size_t i = 0; i < binned.size(); ++i) binned[i] += o.binned[i];
-  for (size_t i = 0; i < underflow.size(); ++i) underflow[i] += o.underflow[i];
-  for (size_t i = 0; i < overflow.size(); ++i) overflow[i] += o.overflow[i];
-  for (size_t i = 0; i < value_counts.size(); ++i) value_counts[i] += o.value_counts[i];
+  });
 }
 
 std::vector<int32_t> bin_table(SampleType type, const HistogramSpec& spec) {
@@ -498,12 +506,13 @@ Result result_of_parts(const PartCounts& counts, const PartIndex& index, const P
   }
   Result r;
   r.engine = engine;
-  r.parts.reserve(counts.parts);
-  for (uint32_t p = 0; p < counts.parts; ++p) {
+  r.parts.resize(counts.parts);
+  // Tens of thousands of labels: the answers are made on every core too.
+  tbb::parallel_for(uint32_t{0}, counts.parts, [&](uint32_t p) {
     PartStats s = part_key(parts, &index, layout, p);
     s.channels = result_of(partial_of_part(counts, p, layout.type, per_part), per_part, engine).channels;
-    r.parts.push_back(std::move(s));
-  }
+    r.parts[p] = std::move(s);
+  });
   return r;
 }
 
