@@ -74,8 +74,8 @@ int sealed_memfd(const std::string& bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::cerr << "usage: " << argv[0] << " SERVER IMAGE FRAME.raw WxHxC:TYPE\n";
+  if (argc != 5 && argc != 7) {
+    std::cerr << "usage: " << argv[0] << " SERVER IMAGE FRAME.raw WxHxC:TYPE [MASK LABELS]\n";
     return 2;
   }
   const std::string server = argv[1], image = argv[2], frame = argv[3], layout = argv[4];
@@ -105,6 +105,27 @@ int main(int argc, char** argv) {
       v1::AnalyzeResponse answer;
       check(stub->Analyze(&ctx, r, &answer), "Analyze");
       emit("Analyze", image, answer);
+    }
+    if (argc == 7) {  // The image under a mask, then per label of a label image (0 left out).
+      for (const bool by_label : {false, true}) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(deadline());
+        v1::AnalyzeRequest r;
+        r.mutable_input()->set_kind(v1::INPUT_KIND_ENCODED);
+        r.mutable_input()->set_name(image);
+        r.mutable_input()->set_data(slurp(image));
+        *r.mutable_options() = every_statistic();
+        v1::Parts* parts = r.mutable_options()->mutable_parts();
+        if (by_label) {
+          parts->mutable_labels()->mutable_image()->set_data(slurp(argv[6]));
+          parts->mutable_labels()->set_ignore(0);
+        } else {
+          parts->mutable_mask()->mutable_image()->set_data(slurp(argv[5]));
+        }
+        v1::AnalyzeResponse answer;
+        check(stub->Analyze(&ctx, r, &answer), by_label ? "Analyze (labels)" : "Analyze (mask)");
+        emit(by_label ? "AnalyzeLabels" : "AnalyzeMask", image, answer);
+      }
     }
 
     // The raw frame through a region. The region socket's path is in ServerInfo.

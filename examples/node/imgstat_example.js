@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 // Calling imgstat from Node.js: an encoded image in one call, a raw pixel
-// buffer streamed in chunks, and many images on one batch call.
+// buffer streamed in chunks, the image under a mask and per label of a label
+// image, and many images on one batch call.
 //
 //   cd examples/node && npm install
-//   node imgstat_example.js localhost:50051 photo.png --raw frame.raw 4096x3072x1:uint16 --batch a.png b.jpg
+//   node imgstat_example.js localhost:50051 photo.png --raw frame.raw 4096x3072x1:uint16 \
+//     --mask mask.png --labels labels.png --batch a.png b.jpg
 //
 // The server may be one address, a comma-separated list of servers
 // (host1:50051,host2:50051) or a dns:/// name that resolves to many (a
@@ -128,6 +130,21 @@ function parseLayout(spec) {
   return [Number(m[1]), Number(m[2]), Number(m[3]), `SAMPLE_TYPE_${m[4].toUpperCase()}`];
 }
 
+// The image under a mask (nonzero pixels count), or per label of a label
+// image (0, the background, left out): the map travels in the same call.
+function analyzeParts(client, file, { mask, labels }) {
+  const parts = mask
+    ? { mask: { image: { data: fs.readFileSync(mask) } } }
+    : { labels: { image: { data: fs.readFileSync(labels) }, ignore: 0 } };
+  const request = {
+    input: { kind: 'INPUT_KIND_ENCODED', data: fs.readFileSync(file), name: file },
+    options: { ...OPTIONS, parts },
+  };
+  return new Promise((resolve, reject) => {
+    client.Analyze(request, deadline(60), (err, r) => (err ? reject(err) : resolve(r)));
+  });
+}
+
 function emit(method, file, response, error) {
   const line = { method, file };
   if (response) line.response = response;
@@ -138,6 +155,9 @@ function emit(method, file, response, error) {
 async function main(argv) {
   const [server, image, ...rest] = argv;
   const raw = rest[0] === '--raw' ? rest.slice(1, 3) : null;
+  const flag = (name) => (rest.indexOf(name) >= 0 ? rest[rest.indexOf(name) + 1] : null);
+  const mask = flag('--mask');
+  const labels = flag('--labels');
   const batchAt = rest.indexOf('--batch');
   const batch = batchAt >= 0 ? rest.slice(batchAt + 1) : [];
   const client = new v1.ImageStats(await channelTarget(server), grpc.credentials.createInsecure(), CHANNEL_OPTIONS);
@@ -145,6 +165,8 @@ async function main(argv) {
   try {
     emit('Analyze', image, await analyzeFile(client, image));
     if (raw) emit('AnalyzeStream', raw[0], await analyzeRawStreamed(client, raw[0], parseLayout(raw[1])));
+    if (mask) emit('AnalyzeMask', image, await analyzeParts(client, image, { mask }));
+    if (labels) emit('AnalyzeLabels', image, await analyzeParts(client, image, { labels }));
     for (const { file, answer } of await analyzeBatch(client, batch)) {
       failed = failed || answer.result === 'error';
       emit('AnalyzeBatch', file, answer.response, answer.error);

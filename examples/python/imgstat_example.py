@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Calling imgstat from Python: an encoded image in one call, a raw pixel
-buffer streamed in chunks, many images on one batch call, and, on the
-server's own host, a raw frame in shared memory (a region) that no socket
-carries.
+buffer streamed in chunks, many images on one batch call, on the server's
+own host a raw frame in shared memory (a region) that no socket carries,
+and parts of the image: the pixels under a mask, each object of a label
+image.
 
 Generate the code once (Debian: python3-grpcio, protobuf-compiler-grpc):
     protoc -I proto --python_out=gen --grpc_python_out=gen \
         --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin proto/imgstat/v1/imgstat.proto
 then run with gen on the path:
     PYTHONPATH=gen python3 examples/python/imgstat_example.py localhost:50051 photo.png \
-        --raw frame.raw 4096x3072x1:uint16 --batch a.png b.jpg --region frame.raw 4096x3072x1:uint16
+        --raw frame.raw 4096x3072x1:uint16 --batch a.png b.jpg --region frame.raw 4096x3072x1:uint16 \
+        --mask mask.png --labels labels.png
 
 The server may be one address, a comma-separated list of servers
 (host1:50051,host2:50051) or a dns:/// name that resolves to many (a
@@ -77,6 +79,25 @@ def analyze_file(stub, path):
     with open(path, "rb") as f:
         data = f.read()
     request = pb.AnalyzeRequest(input=pb.Input(kind=pb.INPUT_KIND_ENCODED, data=data, name=path), options=OPTIONS)
+    return stub.Analyze(request, timeout=60)
+
+
+def analyze_parts(stub, path, mask=None, labels=None):
+    """The image's statistics under a mask (any image of its size: nonzero
+    pixels count), or per label of a label image (8/16-bit PNG or TIFF; 0,
+    the background, left out). Both travel in the same call as the image."""
+    with open(path, "rb") as f:
+        data = f.read()
+    options = pb.Options()
+    options.CopyFrom(OPTIONS)
+    if mask:
+        with open(mask, "rb") as f:
+            options.parts.mask.image.data = f.read()
+    else:
+        with open(labels, "rb") as f:
+            options.parts.labels.image.data = f.read()
+        options.parts.labels.ignore = 0
+    request = pb.AnalyzeRequest(input=pb.Input(kind=pb.INPUT_KIND_ENCODED, data=data, name=path), options=options)
     return stub.Analyze(request, timeout=60)
 
 
@@ -179,6 +200,8 @@ def main():
     parser.add_argument("--batch", nargs="*", default=[])
     parser.add_argument("--region", nargs=2, metavar=("FILE", "WxHxC:TYPE"),
                         help="a raw frame through shared memory (the server must be on this host)")
+    parser.add_argument("--mask", help="the image's statistics under this mask")
+    parser.add_argument("--labels", help="the image's statistics per label of this label image")
     args = parser.parse_args()
     channel = grpc.insecure_channel(channel_target(args.server), options=CHANNEL_OPTIONS)
     stub = rpc.ImageStatsStub(channel)
@@ -190,6 +213,10 @@ def main():
         for path, response, error in analyze_batch(stub, args.batch):
             failed |= error is not None
             emit("AnalyzeBatch", path, response, error)
+        if args.mask:
+            emit("AnalyzeMask", args.image, analyze_parts(stub, args.image, mask=args.mask))
+        if args.labels:
+            emit("AnalyzeLabels", args.image, analyze_parts(stub, args.image, labels=args.labels))
         if args.region:
             info = stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=60)
             if not info.region_socket:

@@ -44,11 +44,12 @@ def compare_channel(where, got, want, errors):
             errors.append(f"{where} {key}: got {got.get(key)}, want {want[key]}")
 
 
-def check_json(answers, want, methods):
+def check_json(answers, want, methods, parts_want):
+    """parts_want: the CLI's answer for each parts method (AnalyzeMask, AnalyzeLabels)."""
     errors, seen = [], set()
     for line in open(answers):
         a = json.loads(line)
-        w = want.get(a["file"]) or next(w for f, w in want.items() if f.endswith(".raw"))
+        w = parts_want.get(a["method"]) or want.get(a["file"]) or next(w for f, w in want.items() if f.endswith(".raw"))
         seen.add((a["method"], a["file"]))
         if "error" in a:
             if w["ok"] or a["error"]["code"] != w["code"]:
@@ -62,6 +63,14 @@ def check_json(answers, want, methods):
         for key in ("summary", "luminance"):
             if key in w:
                 compare_channel(f"{a['method']} {a['file']} {key}", r.get(key, {}), w[key], errors)
+        got_parts, want_parts = r.get("parts", []), w.get("parts", [])
+        if len(got_parts) != len(want_parts):
+            errors.append(f"{a['method']} {a['file']}: {len(got_parts)} parts, want {len(want_parts)}")
+        for g, p in zip(got_parts, want_parts):
+            if int(g.get("label", 0)) != p["label"]:  # proto3 JSON writes int64 as a string
+                errors.append(f"{a['method']} {a['file']}: label {g.get('label')}, want {p['label']}")
+            for i, (gc, wc) in enumerate(zip(g["channels"], p["channels"])):
+                compare_channel(f"{a['method']} {a['file']} label {p['label']} channel {i}", gc, wc, errors)
         if "unique_colors" in w and int(r.get("unique_colors", -1)) != w["unique_colors"]:
             errors.append(f"{a['file']} unique_colors: got {r.get('unique_colors')}, want {w['unique_colors']}")
     for method in methods:
@@ -94,7 +103,10 @@ def main():
     kind, answers, want_path = sys.argv[1:4]
     methods = sys.argv[4].split(",") if len(sys.argv) > 4 else ["Analyze", "AnalyzeStream", "AnalyzeBatch"]
     want = want_by_file(want_path)
-    errors = check_json(answers, want, methods) if kind == "json" else check_shell(answers, want)
+    parts_want = {}
+    for method, path in zip(["AnalyzeMask", "AnalyzeLabels"], sys.argv[5:7]):
+        parts_want[method] = json.loads(open(path).readline())
+    errors = check_json(answers, want, methods, parts_want) if kind == "json" else check_shell(answers, want)
     for e in errors:
         print(e)
     print(f"{len(errors)} differences")

@@ -18,6 +18,17 @@ trap 'kill "$server_pid" 2>/dev/null || true; rm -rf "$out"' EXIT
 
 image=$corpus/png/skimage_coffee.png
 batch=("$corpus/jpeg/derived_coffee_cmyk.jpg" "$corpus/bad/pngsuite_xcsn0g01.png" "$corpus/png/pngsuite_basn2c16.png")
+# A mask (a disc) and a label image (a grid of 16-bit labels, 0 among them) of the image's size.
+$python - "$image" "$out" <<'PY'
+import sys
+import numpy as np
+from PIL import Image
+w, h = Image.open(sys.argv[1]).size
+y, x = np.mgrid[0:h, 0:w]
+Image.fromarray(((x - w / 2) ** 2 + (y - h / 2) ** 2 < (min(w, h) / 3) ** 2).astype(np.uint8) * 255).save(sys.argv[2] + "/mask.png")
+Image.fromarray((y // 50 * 1000 + x // 70).astype(np.uint16)).save(sys.argv[2] + "/labels.png")
+PY
+mask=$out/mask.png labels=$out/labels.png
 # 3 MiB of 16-bit samples: several stream chunks.
 head -c $((1024 * 768 * 2 * 2)) /dev/urandom >"$out/frame.raw"
 layout=1024x768x2:uint16
@@ -43,14 +54,15 @@ case "$lang" in
       --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin proto/imgstat/v1/imgstat.proto)
     PYTHONPATH=$work/gen $python "$repo/examples/python/imgstat_example.py" "$servers" "$image" \
       --raw "$out/frame.raw" "$layout" --batch "${batch[@]}" --region "$out/frame.raw" "$layout" \
-      >"$out/answers.jsonl" || [ $? -eq 1 ]
+      --mask "$mask" --labels "$labels" >"$out/answers.jsonl" || [ $? -eq 1 ]
     ;;
   node)
     # npm install once per build folder; the example runs from there.
     cp "$repo/examples/node/package.json" "$repo/examples/node/imgstat_example.js" "$work/"
     [ -d "$work/node_modules/@grpc/grpc-js" ] || (cd "$work" && npm install --no-audit --no-fund --loglevel=error)
     IMGSTAT_PROTO_DIR=$repo/proto node "$work/imgstat_example.js" "$servers" "$image" \
-      --raw "$out/frame.raw" "$layout" --batch "${batch[@]}" >"$out/answers.jsonl" || [ $? -eq 1 ]
+      --raw "$out/frame.raw" "$layout" --mask "$mask" --labels "$labels" --batch "${batch[@]}" \
+      >"$out/answers.jsonl" || [ $? -eq 1 ]
     ;;
   shell)
     export IMGSTAT_SERVER=$address
@@ -65,7 +77,8 @@ case "$lang" in
     ;;
   cpp)
     # Built with the project (examples/cpp): an encoded image, a raw frame through a region.
-    "${IMGSTAT_CPP_EXAMPLE:?no C++ example built}" "$address" "$image" "$out/frame.raw" "$layout" >"$out/answers.jsonl"
+    "${IMGSTAT_CPP_EXAMPLE:?no C++ example built}" "$address" "$image" "$out/frame.raw" "$layout" "$mask" "$labels" \
+      >"$out/answers.jsonl"
     ;;
   *) echo "unknown caller $lang"; exit 2 ;;
 esac
@@ -77,14 +90,17 @@ opts=(--local --json --stats all --percentiles 1,99)
   "$client_bin" "${opts[@]}" --raw "$layout" "$out/frame.raw"
   "$client_bin" "${opts[@]}" "${batch[@]}" || true
 } >"$out/want.jsonl" 2>/dev/null
+"$client_bin" "${opts[@]}" --mask "$mask" "$image" >"$out/want_mask.jsonl"
+"$client_bin" "${opts[@]}" --labels "$labels" --ignore-label 0 "$image" >"$out/want_labels.jsonl"
 # The calls each caller must have answered from.
 case "$lang" in
-  python) methods=Analyze,AnalyzeStream,AnalyzeBatch,AnalyzeRegion ;;
-  cpp) methods=Analyze,AnalyzeRegion ;;
-  *) methods=Analyze,AnalyzeStream,AnalyzeBatch ;;
+  python) methods=Analyze,AnalyzeStream,AnalyzeBatch,AnalyzeRegion,AnalyzeMask,AnalyzeLabels ;;
+  cpp) methods=Analyze,AnalyzeRegion,AnalyzeMask,AnalyzeLabels ;;
+  *) methods=Analyze,AnalyzeStream,AnalyzeBatch,AnalyzeMask,AnalyzeLabels ;;
 esac
 if [ "$lang" = shell ]; then
   $python "$here/check.py" shell "$out/answers.txt" "$out/want.jsonl"
 else
-  $python "$here/check.py" json "$out/answers.jsonl" "$out/want.jsonl" "$methods"
+  $python "$here/check.py" json "$out/answers.jsonl" "$out/want.jsonl" "$methods" "$out/want_mask.jsonl" \
+    "$out/want_labels.jsonl"
 fi
