@@ -39,6 +39,7 @@ Result analyze_parts_on_gpu(DeviceBudget& budget, const DeviceInfo& dev, const I
   if (parts.kind != PartsKind::kMask) check_answer_bytes(count, l, parts, request);
   check_part_count_bytes(count, channels, l.type, request);
   PartCounts counts = PartCounts::shaped(count, channels, l.type, request);
+  if (count == 0) return result_of_parts(counts, index, parts, l, request, "cuda");  // every label ignored
   const uint32_t kept = counts.values ? counts.values : counts.bins;
   const uint32_t stride = kept ? kept + 2 : 0;
   // Value counts hold the moments (partial_of_part takes them from there):

@@ -38,6 +38,7 @@ void map_kernel(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t
                 uint32_t parts, PartAccum* acc, const PartSlots& s, bool moments, bool positions, const DeviceInfo& dev,
                 cudaStream_t stream) {
   const size_t one = size_t{parts} * channels * s.stride * 4;
+  if (one == 0 && s.stride) return;  // no parts: nothing to count
   const bool shared = s.stride && one <= kSharedSlotBytes;
   if constexpr (sizeof(T) == 1) {
   if (!moments && map_fits_four(map, width)) {  // four pixels at a time
