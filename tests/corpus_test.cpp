@@ -164,5 +164,55 @@ TEST_F(CorpusTest, EveryFileBehavesAsItsReferenceSays) {
               fallback_matched, rejected);
 }
 
+// Parts of every corpus image: a grid of one tile is the whole image's
+// answer (its reference), a grid of 3x2 tiles shares out every pixel once,
+// and an alpha channel as a mask selects no more than the image has.
+TEST_F(CorpusTest, EveryFileByTilesAndByItsAlphaAnswersAsItsReference) {
+  ASSERT_TRUE(analyzer_);
+  int checked = 0;
+  for (const json& ref : corpus_references()) {
+    const std::string file = ref["file"], format = ref["format"];
+    if (ref["reference"].is_null()) continue;
+    if (format == "EXR" && std::getenv("IMGSTAT_STUBBED_LIBS")) continue;
+    SCOPED_TRACE(file);
+    const json& want = ref["reference"];
+    v1::AnalyzeRequest request = request_for(ref);
+    const std::string warning = want["warnings"].is_string() ? want["warnings"].get<std::string>() : "";
+    if (warning.find("Premature end") != std::string::npos || warning.find("premature end") != std::string::npos)
+      request.mutable_options()->set_allow_truncated(true);
+    v1::AnalyzeRequest one = request;
+    one.mutable_options()->mutable_parts()->mutable_tiles()->set_columns(1);
+    one.mutable_options()->mutable_parts()->mutable_tiles()->set_rows(1);
+    v1::AnalyzeResponse got = analyzer_->analyze(one);
+    ASSERT_EQ(got.parts_size(), 1);
+    v1::AnalyzeResponse as_whole = got;
+    *as_whole.mutable_channels() = got.parts(0).channels();
+    as_whole.clear_parts();
+    expect_matches(as_whole, want);
+    if (got.width() >= 3 && got.height() >= 2) {
+      v1::AnalyzeRequest six = request;
+      six.mutable_options()->mutable_parts()->mutable_tiles()->set_columns(3);
+      six.mutable_options()->mutable_parts()->mutable_tiles()->set_rows(2);
+      const v1::AnalyzeResponse tiles = analyzer_->analyze(six);
+      ASSERT_EQ(tiles.parts_size(), 6);
+      for (int c = 0; c < got.parts(0).channels_size(); ++c) {
+        uint64_t total = 0;
+        for (const v1::PartStats& p : tiles.parts())
+          total += p.channels(c).count() + p.channels(c).nan_count() + p.channels(c).posinf_count() +
+                   p.channels(c).neginf_count();
+        EXPECT_EQ(total, got.width() * got.height()) << "channel " << c;
+      }
+    }
+    if (got.channel_count() == 2 || got.channel_count() == 4) {
+      v1::AnalyzeRequest alpha = request;
+      alpha.mutable_options()->mutable_parts()->mutable_mask()->set_alpha(true);
+      const v1::AnalyzeResponse masked = analyzer_->analyze(alpha);
+      EXPECT_LE(masked.channels(0).count() + masked.channels(0).nan_count(), got.width() * got.height());
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 150);
+}
+
 }  // namespace
 }  // namespace imgstat::testing

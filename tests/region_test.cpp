@@ -258,6 +258,52 @@ TEST_F(Regions, EveryInputKindAndRpcAnswersAsWithTheBytesInTheMessage) {
   EXPECT_TRUE(me_->unregister(region.region_id()).ok());
 }
 
+// Parts with the image and its label image both in a region (one memfd,
+// two ranges): the answer is the one with their bytes in the message.
+TEST_F(Regions, AnImageAndItsLabelImageInARegionAnswerAsInTheMessage) {
+  const uint32_t w = 211, h = 37;
+  std::vector<uint8_t> bytes = random_bytes(size_t{w} * h * 3, 21);
+  const uint64_t labels_at = bytes.size();
+  std::vector<uint8_t> labels(size_t{w} * h * 4);
+  for (size_t i = 0; i < size_t{w} * h; ++i) {
+    const uint32_t v = static_cast<uint32_t>(i % w / 30 + 7 * (i / w / 10));
+    std::memcpy(&labels[i * 4], &v, 4);
+  }
+  bytes.insert(bytes.end(), labels.begin(), labels.end());
+  RegionSocketClient socket(socket_path_);
+  const int fd = memfd_with(bytes, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
+  v1::Region region;
+  ASSERT_TRUE(me_->register_region(socket.pass(fd), &region).ok());
+  close(fd);
+  v1::AnalyzeRequest r = in_region(region.region_id(), 0, labels_at, v1::INPUT_KIND_RAW);
+  auto* raw = r.mutable_input()->mutable_raw();
+  raw->set_width(w);
+  raw->set_height(h);
+  raw->set_channels(3);
+  raw->set_sample_type(v1::SAMPLE_TYPE_UINT8);
+  v1::Input* map = r.mutable_options()->mutable_parts()->mutable_labels()->mutable_image();
+  map->set_kind(v1::INPUT_KIND_RAW);
+  *map->mutable_raw() = *raw;
+  map->mutable_raw()->set_channels(1);
+  map->mutable_raw()->set_sample_type(v1::SAMPLE_TYPE_UINT32);
+  map->mutable_region()->set_region_id(region.region_id());
+  map->mutable_region()->set_offset(labels_at);
+  v1::AnalyzeRequest inline_request = r;
+  inline_request.mutable_input()->clear_region();
+  inline_request.mutable_input()->set_data(bytes.data(), labels_at);
+  map = inline_request.mutable_options()->mutable_parts()->mutable_labels()->mutable_image();
+  map->clear_region();
+  map->set_data(labels.data(), labels.size());
+  v1::AnalyzeResponse want, got;
+  ASSERT_TRUE(me_->analyze(inline_request, &want).ok());
+  const grpc::Status s = me_->analyze(r, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(got.parts_size(), want.parts_size());
+  EXPECT_GT(got.parts_size(), 20);
+  for (int i = 0; i < got.parts_size(); ++i) EXPECT_EQ(got.parts(i).SerializeAsString(), want.parts(i).SerializeAsString());
+  EXPECT_TRUE(me_->unregister(region.region_id()).ok());
+}
+
 TEST_F(Regions, BadReferencesAndDescriptorsGetClearErrorsAndTheServerServesOn) {
   RegionSocketClient socket(socket_path_);
   const std::vector<uint8_t> bytes = random_bytes(100000, 8);
