@@ -31,6 +31,14 @@ struct GpuContext {
   void copy(uint8_t* to, const uint8_t* from, uint64_t n) const;
 };
 
+// rows x row_bytes of pageable host memory (rows `stride` apart) into packed
+// device memory, staged through a workspace's pinned ring: host copies
+// split across the arena's threads while earlier slots are in flight, at
+// the pinned-copy rate. Waits for a workspace as an image does
+// (kResourceExhausted when none comes) and returns when the copy is done.
+void stage_to_device(const GpuContext& gpu, const uint8_t* host, uint64_t rows, uint64_t row_bytes, uint64_t stride,
+                     uint8_t* device);
+
 // Floats binned over [min, max] need every pixel before their second pass.
 bool keeps_pixels(const Layout& layout, const StatsRequest& request);
 

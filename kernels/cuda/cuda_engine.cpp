@@ -211,7 +211,7 @@ class CudaEngine final : public Engine {
     if (parts.kind == PartsKind::kRects) return analyze_rects(image, parts, request);
     if (!part_kernels_take(image.layout, parts))
       fail(ErrorCode::kUnimplemented, "parts of float images, and of images of 2^32 pixels or more, are the CPU's");
-    return analyze_parts_on_gpu(budget_, dev_, image, parts, request);
+    return analyze_parts_on_gpu(gpu_, image, parts, request);
   }
 
   Result analyze_rects(const ImageView& image, const Parts& parts, const StatsRequest& request) {

@@ -30,8 +30,10 @@ bool part_kernels_take(const Layout& layout, const Parts& parts) {
          (parts.kind == PartsKind::kMask || parts.kind == PartsKind::kLabels || parts.kind == PartsKind::kTiles);
 }
 
-Result analyze_parts_on_gpu(DeviceBudget& budget, const DeviceInfo& dev, const ImageView& image, const Parts& parts,
+Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const Parts& parts,
                             const StatsRequest& request) {
+  DeviceBudget& budget = *gpu.budget;
+  const DeviceInfo& dev = gpu.info;
   const Layout& l = image.layout;
   const PartIndex index(l, parts);
   const uint32_t count = index.count();
@@ -50,8 +52,8 @@ Result analyze_parts_on_gpu(DeviceBudget& budget, const DeviceInfo& dev, const I
 
   const uint64_t row_bytes = l.row_bytes();
   const DeviceBuffer pixels(budget, l.pixels() * l.pixel_bytes(), "the image's pixels for its parts");
-  IMGSTAT_CUDA(cudaMemcpy2DAsync(pixels.data(), row_bytes, image.data, l.stride(), row_bytes, l.height,
-                                 cudaMemcpyHostToDevice, stream));
+  stage_to_device(gpu, static_cast<const uint8_t*>(image.data), l.height, row_bytes, l.stride(),
+                  static_cast<uint8_t*>(pixels.data()));
   const uint64_t accums = uint64_t{count} * channels;
   const DeviceBuffer acc(budget, std::max<uint64_t>(1, accums * sizeof(PartAccum)), "the parts' moments");
   IMGSTAT_CUDA(cudaMemsetAsync(acc.data(), 0, accums * sizeof(PartAccum), stream));
@@ -91,8 +93,8 @@ Result analyze_parts_on_gpu(DeviceBudget& budget, const DeviceInfo& dev, const I
     if (as_stored) {  // the map's rows as they are; the kernel reads its channel
       const uint64_t map_row = m.width * m.channels * sample;
       held.push_back(std::make_unique<DeviceBuffer>(budget, map_row * m.height, "the mask or label image"));
-      IMGSTAT_CUDA(cudaMemcpy2DAsync(held.back()->data(), map_row, m.data, m.stride(), map_row, m.height,
-                                     cudaMemcpyHostToDevice, stream));
+      stage_to_device(gpu, static_cast<const uint8_t*>(m.data), m.height, map_row, m.stride(),
+                      static_cast<uint8_t*>(held.back()->data()));
       map.data = static_cast<const uint8_t*>(held.back()->data()) + m.channel * sample;
       map.stride = map_row;
       map.step = m.channels;

@@ -3,6 +3,7 @@
 // through the same PartCounts step as the CPU engine's.
 #pragma once
 
+#include "cuda/analysis.hpp"
 #include "cuda/dispatch/dispatch.hpp"
 #include "cuda/workspace.hpp"
 #include "imgstat/engine.hpp"
@@ -14,9 +15,10 @@ namespace imgstat::cuda {
 // cannot overflow).
 bool part_kernels_take(const Layout& layout, const Parts& parts);
 
-// The image goes up packed, the map (or tile edges) beside it; device
-// memory is charged to budget for the call.
-Result analyze_parts_on_gpu(DeviceBudget& budget, const DeviceInfo& dev, const ImageView& image, const Parts& parts,
+// The image goes up packed through a workspace's pinned ring, the map (or
+// tile edges) beside it; device memory is charged to the engine's budget
+// for the call.
+Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const Parts& parts,
                             const StatsRequest& request);
 
 }  // namespace imgstat::cuda
