@@ -10,6 +10,7 @@
 #include "core/validate.hpp"
 #include "error_code.hpp"
 #include "jpeg_samples.hpp"
+#include "raw_request.hpp"
 #include "test_images.hpp"
 
 namespace imgstat::testing {
@@ -60,19 +61,6 @@ class PartsRequest : public ::testing::Test {
     limits.max_pixels = 1 << 22;
     engine_ = std::shared_ptr<Engine>(make_cpu_engine(2));
     analyzer_ = std::make_unique<Analyzer>(engine_, limits);
-  }
-  static v1::AnalyzeRequest raw_request(const TestImage& img) {
-    v1::AnalyzeRequest r;
-    const Layout& l = img.view.layout;
-    r.mutable_input()->set_kind(v1::INPUT_KIND_RAW);
-    r.mutable_input()->set_data(std::string(static_cast<const char*>(img.view.data), l.min_bytes()));
-    v1::RawLayout* raw = r.mutable_input()->mutable_raw();
-    raw->set_width(static_cast<uint32_t>(l.width));
-    raw->set_height(static_cast<uint32_t>(l.height));
-    raw->set_channels(l.channels);
-    raw->set_sample_type(proto_sample_type(l.type));
-    raw->set_row_stride(l.row_stride);
-    return r;
   }
   // The response's channels (in engine order: raw input keeps it) against
   // an engine result.

@@ -133,6 +133,20 @@ void validate(const Layout& layout, const Parts& parts) {
   }
 }
 
+ImageView rect_view(const ImageView& image, const Rect& roi) {
+  const Layout& l = image.layout;
+  return ImageView{static_cast<const uint8_t*>(image.data) + roi.y * l.stride() + roi.x * l.pixel_bytes(),
+                   Layout{roi.width, roi.height, l.channels, l.type, l.stride()}};
+}
+
+void to_image_positions(std::vector<ChannelStats>& channels, const Rect& roi, uint64_t width) {
+  for (ChannelStats& c : channels)
+    if (c.has_positions) {
+      c.min_at = image_position(c.min_at, roi, width);
+      c.max_at = image_position(c.max_at, roi, width);
+    }
+}
+
 Rect tile_rect(const Parts& parts, const Layout& layout, uint32_t column, uint32_t row) {
   Rect r;
   r.x = tile_edge(column, layout.width, parts.columns);

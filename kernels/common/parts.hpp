@@ -28,6 +28,11 @@ inline uint64_t image_position(uint64_t at, const Rect& roi, uint64_t width) {
   return (roi.y + at / roi.width) * width + roi.x + at % roi.width;
 }
 
+// The pixels of `roi` as an image of their own (rows the image's stride apart).
+ImageView rect_view(const ImageView& image, const Rect& roi);
+// The positions in channels found in rect_view(image, roi), as the image's.
+void to_image_positions(std::vector<ChannelStats>& channels, const Rect& roi, uint64_t width);
+
 // The part of every pixel for a mask, labels or tiles: kNoPart for pixels
 // in none (outside the mask, the ignored label).
 class PartIndex {

@@ -377,15 +377,8 @@ Result analyze_rects(const ImageView& image, const Parts& parts, const StatsRequ
   r.parts.resize(n);
   tbb::parallel_for(uint32_t{0}, n, [&](uint32_t i) {
     PartStats s = part_key(parts, nullptr, l, i);
-    const Rect& roi = s.roi;
-    const ImageView view{static_cast<const uint8_t*>(image.data) + roi.y * l.stride() + roi.x * l.pixel_bytes(),
-                         Layout{roi.width, roi.height, l.channels, l.type, l.stride()}};
-    s.channels = analyze_view(view, per_part).channels;
-    for (ChannelStats& c : s.channels)
-      if (c.has_positions) {
-        c.min_at = image_position(c.min_at, roi, l.width);
-        c.max_at = image_position(c.max_at, roi, l.width);
-      }
+    s.channels = analyze_view(rect_view(image, s.roi), per_part).channels;
+    to_image_positions(s.channels, s.roi, l.width);
     r.parts[i] = std::move(s);
   });
   return r;

@@ -223,15 +223,8 @@ class CudaEngine final : public Engine {
     r.engine = "cuda";
     for (uint32_t i = 0; i < parts.rects.size(); ++i) {
       PartStats s = part_key(parts, nullptr, l, i);
-      const Rect& roi = s.roi;
-      const ImageView view{static_cast<const uint8_t*>(image.data) + roi.y * l.stride() + roi.x * l.pixel_bytes(),
-                           Layout{roi.width, roi.height, l.channels, l.type, l.stride()}};
-      s.channels = analyze_streamed(view, per_part).channels;
-      for (ChannelStats& c : s.channels)
-        if (c.has_positions) {
-          c.min_at = image_position(c.min_at, roi, l.width);
-          c.max_at = image_position(c.max_at, roi, l.width);
-        }
+      s.channels = analyze_streamed(rect_view(image, s.roi), per_part).channels;
+      to_image_positions(s.channels, s.roi, l.width);
       r.parts.push_back(std::move(s));
     }
     return r;

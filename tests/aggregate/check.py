@@ -16,10 +16,11 @@ of the sum of magnitudes, skewness and kurtosis within 1e-9.
 import json
 import math
 import os
-import re
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from live_server import start_server  # noqa: E402
 
 try:
     import numpy as np
@@ -47,18 +48,6 @@ def close(got, want, rel, what):
 def equal(got, want, what):
     if got != want:
         fail(f"{what}: got {str(got)[:200]}, numpy {str(want)[:200]}")
-
-
-def start_server(server_bin, work):
-    log = open(os.path.join(work, "server.log"), "w")
-    server = subprocess.Popen([server_bin, "--listen", "127.0.0.1:0", "--engine", "cpu", "--region-socket", "off"],
-                              stdout=subprocess.DEVNULL, stderr=log)
-    for _ in range(200):
-        m = re.search(r"listening on \S+:(\d+)", open(log.name).read())
-        if m:
-            return server, "127.0.0.1:" + m.group(1)
-        time.sleep(0.05)
-    raise SystemExit("the server did not start: " + open(log.name).read())
 
 
 def aggregate(client_bin, server, files, work, extra=()):

@@ -15,10 +15,11 @@ import csv
 import io
 import json
 import os
-import re
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from live_server import start_server  # noqa: E402
 
 try:
     import numpy as np
@@ -43,18 +44,6 @@ def equal(got, want, what):
 def close(got, want, rel, what):
     if got is None or not (abs(got - want) <= rel * abs(want) + 1e-300):
         fail(f"{what}: got {got!r}, numpy {want!r}")
-
-
-def start_server(server_bin, work):
-    log = open(os.path.join(work, "server.log"), "w")
-    server = subprocess.Popen([server_bin, "--listen", "127.0.0.1:0", "--engine", "cpu", "--region-socket", "off"],
-                              stdout=subprocess.DEVNULL, stderr=log)
-    for _ in range(200):
-        m = re.search(r"listening on \S+:(\d+)", open(log.name).read())
-        if m:
-            return server, "127.0.0.1:" + m.group(1)
-        time.sleep(0.05)
-    raise SystemExit("the server did not start: " + open(log.name).read())
 
 
 def client(client_bin, server, *args):

@@ -291,24 +291,14 @@ struct Mask4 {
   __device__ uint32_t part1(uint64_t i) const { return p[i] ? 0 : kNoPartDevice; }
 };
 
-struct Table8x4 {
-  const uint8_t* p;
+// 8- or 16-bit labels, four read at once (uchar4 or ushort4).
+template <class L>
+struct Table4 {
+  const L* p;
   const uint32_t* table;
   __device__ void parts4(uint64_t g, uint32_t out[4]) const {
-    const uchar4 m = reinterpret_cast<const uchar4*>(p)[g];
-    out[0] = table[m.x];
-    out[1] = table[m.y];
-    out[2] = table[m.z];
-    out[3] = table[m.w];
-  }
-  __device__ uint32_t part1(uint64_t i) const { return table[p[i]]; }
-};
-
-struct Table16x4 {
-  const uint16_t* p;
-  const uint32_t* table;
-  __device__ void parts4(uint64_t g, uint32_t out[4]) const {
-    const ushort4 m = reinterpret_cast<const ushort4*>(p)[g];
+    using Four = std::conditional_t<sizeof(L) == 1, uchar4, ushort4>;
+    const Four m = reinterpret_cast<const Four*>(p)[g];
     out[0] = table[m.x];
     out[1] = table[m.y];
     out[2] = table[m.z];

@@ -26,8 +26,10 @@ bool map_fits_four(const SearchMap<L>&, uint32_t) {
   return false;
 }
 inline Mask4 as_four(const MaskMap& m) { return Mask4{m.p}; }
-inline Table8x4 as_four(const TableMap<uint8_t>& m) { return Table8x4{m.p, m.table}; }
-inline Table16x4 as_four(const TableMap<uint16_t>& m) { return Table16x4{reinterpret_cast<const uint16_t*>(m.p), m.table}; }
+template <class L>
+Table4<L> as_four(const TableMap<L>& m) {
+  return Table4<L>{reinterpret_cast<const L*>(m.p), m.table};
+}
 template <class L>
 Mask4 as_four(const SearchMap<L>&) {  // never used: map_fits_four is false
   return Mask4{nullptr};
