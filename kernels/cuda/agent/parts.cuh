@@ -147,6 +147,17 @@ __device__ __forceinline__ void zero_shared(unsigned int* shared, uint32_t n) {
   __syncthreads();
 }
 
+// `copies` copies of `one` slots in shared memory, added into global ones.
+__device__ __forceinline__ void publish_copies(const unsigned int* shared, uint32_t copies, uint32_t one,
+                                               unsigned int* global) {
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < one; i += blockDim.x) {
+    unsigned int total = 0;
+    for (uint32_t k = 0; k < copies; ++k) total += shared[k * one + i];
+    if (total) atomicAdd(&global[i], total);
+  }
+}
+
 __device__ __forceinline__ void publish_shared(const unsigned int* shared, unsigned int* global, uint32_t n) {
   __syncthreads();
   for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
@@ -267,13 +278,7 @@ __global__ void __launch_bounds__(kPartThreads) part_values_kernel(const uint8_t
       }
     }
   }
-  if (!slots.shared) return;
-  __syncthreads();
-  for (uint32_t i = threadIdx.x; i < one; i += blockDim.x) {
-    unsigned int total = 0;
-    for (uint32_t k = 0; k < copies; ++k) total += shared_slots[k * one + i];
-    if (total) atomicAdd(&slots.slots[i], total);
-  }
+  if (slots.shared) publish_copies(shared_slots, copies, one, slots.slots);
 }
 
 // The same for 8-bit samples and a packed one-sample-a-pixel map (a byte
@@ -344,13 +349,7 @@ __global__ void __launch_bounds__(kPartThreads) part_values4_kernel(const uint8_
     if (p != kNoPartDevice)
       for (uint32_t c = 0; c < C; ++c) count(p, pixels[i * C + c], c);
   }
-  if (!slots.shared) return;
-  __syncthreads();
-  for (uint32_t i = threadIdx.x; i < one; i += blockDim.x) {
-    unsigned int total = 0;
-    for (uint32_t k = 0; k < copies; ++k) total += shared_slots[k * one + i];
-    if (total) atomicAdd(&slots.slots[i], total);
-  }
+  if (slots.shared) publish_copies(shared_slots, copies, one, slots.slots);
 }
 
 }  // namespace imgstat::cuda
