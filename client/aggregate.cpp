@@ -24,6 +24,10 @@ bool Aggregation::add(const v1::AnalyzeResponse& r, std::string* why) {
 }
 
 bool Aggregation::add_or_throw(const v1::AnalyzeResponse& r) {
+  if (part_options_.has_parts() && r.parts_size() == 0) {  // every pixel of the file had the ignored label
+    ++files_without_parts_;
+    return true;
+  }
   const SampleType type = sample_type_of(r.sample_type());
   const uint32_t channels = r.channel_count();
   const std::pair<int, uint32_t> key{r.sample_type(), channels};
@@ -115,6 +119,10 @@ std::vector<Outcome> Aggregation::outcomes() const {
 
 std::vector<std::string> Aggregation::notes() const {
   std::vector<std::string> notes;
+  if (files_without_parts_)
+    notes.push_back(std::to_string(files_without_parts_) + " file" + (files_without_parts_ == 1 ? " has" : "s have") +
+                    " no label but the ignored one: nothing of " + (files_without_parts_ == 1 ? "it" : "them") +
+                    " is merged");
   bool floats = false;
   for (const Group& g : groups_) floats |= is_float(sample_type_of(g.type)) && g.merger.images() > 0;
   if (!floats) return notes;

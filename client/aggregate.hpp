@@ -46,6 +46,7 @@ class Aggregation {
   v1::Options part_options_;
   std::vector<Group> groups_;
   std::map<std::pair<int, uint32_t>, size_t> index_;  // (sample type, channels) -> group
+  uint64_t files_without_parts_ = 0;
 };
 
 }  // namespace imgstat::client

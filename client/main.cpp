@@ -475,6 +475,7 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
       }
     }
     if (normalized) client::normalize(o);
+    o.parts = request.options.has_parts() && !request.options.parts().has_mask();
     if (!o.ok) {
       ++failures;
       err << "imgstat-client: " << o.file << ": " << o.code << ": " << o.error << "\n";

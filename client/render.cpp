@@ -359,7 +359,7 @@ std::string aggregate_json(const Outcome& o, bool flt) {
     j["summary"] = channel_json(r.summary(), flt, is_float_type(r.sample_type()));
     exact(j["summary"], k);
   }
-  if (r.parts_size()) j["parts"] = parts_json(r, flt);
+  if (r.parts_size() || o.parts) j["parts"] = parts_json(r, flt);
   std::string text = j.dump();
   for (size_t i = 0; i < big.size(); ++i) {
     const std::string mark = "\"\\u0001sum" + std::to_string(i) + "\\u0001\"";
@@ -409,7 +409,7 @@ std::string render_json(const Outcome& o) {
   if (r.has_unique_colors()) j["unique_colors"] = r.unique_colors();
   if (r.has_luminance()) j["luminance"] = channel_json(r.luminance(), flt, is_float_type(r.sample_type()));
   if (r.has_summary()) j["summary"] = channel_json(r.summary(), flt, is_float_type(r.sample_type()));
-  if (r.parts_size()) j["parts"] = parts_json(r, flt);
+  if (r.parts_size() || o.parts) j["parts"] = parts_json(r, flt);
   return j.dump();
 }
 

@@ -17,6 +17,9 @@ struct Outcome {
   std::string code;  // gRPC status name on failure
   std::string error;
   bool normalized = false;  // normalize() ran: sample values are fractions of the type's maximum
+  // Rectangles, labels or tiles were asked for: JSON has "parts" even when
+  // there are none (every label ignored).
+  bool parts = false;
   // --aggregate: the images merged into this answer, and the exact sums of
   // its channels then its summary, in decimal ("" where none), which may
   // pass sum_int's 64 bits.

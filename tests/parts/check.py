@@ -100,12 +100,16 @@ def main():
         # Per file, the label folder paired by name stem, 0 ignored.
         out = client(client_bin, address, "--json", "-j", "8", "--labels", lab_dir, "--ignore-label", "0",
                      "--stats", "min_max,sum,stddev,histogram", *files)
+        ignored_only = 0
         for i, line in enumerate(out.splitlines()):
             r = json.loads(line)
             present = [v for v in np.unique(labels[i]).tolist() if v != 0]
-            equal([p["label"] for p in r["parts"]], present, f"file {i} labels")
+            ignored_only += not present
+            equal([p["label"] for p in r["parts"]], present, f"file {i} labels")  # [] where every pixel is 0
             for p in r["parts"]:
                 check_channels(p["channels"], images[i][labels[i] == p["label"]], f"file {i} label {p['label']}")
+        if not ignored_only:
+            fail("no file whose every pixel is the ignored label: the generator should make some")
         # A mask (the label image: nonzero), and tiles by the floor formula.
         for i in range(0, pairs, max(1, pairs // 20)):
             lab_file = os.path.join(lab_dir, f"{i:05d}.png")
