@@ -93,10 +93,11 @@ struct PartCounts {
 // than spec.max_answer_bytes (answer_bytes()).
 void check_answer_bytes(uint64_t parts, const Layout& layout, const Parts& spec, const StatsRequest& request);
 
-// Bytes of counts one PartCounts set of this shape holds; the engines keep
-// these within kMaxPartCountBytes (per set, with one set per thread).
+// Bytes of counts one PartCounts set of this shape holds. A call's sets
+// together stay within kMaxPartCountBytes (the CPU engine counts with one
+// set per thread only while they fit, else with one set).
 uint64_t part_count_bytes(uint32_t parts, uint32_t channels, SampleType type, const StatsRequest& request);
-constexpr uint64_t kMaxPartCountBytes = uint64_t{1} << 30;
+constexpr uint64_t kMaxPartCountBytes = uint64_t{256} << 20;
 // Throws kResourceExhausted when one set is larger than kMaxPartCountBytes.
 void check_part_count_bytes(uint32_t parts, uint32_t channels, SampleType type, const StatsRequest& request);
 

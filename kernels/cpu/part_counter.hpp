@@ -4,6 +4,7 @@
 
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <vector>
@@ -32,7 +33,8 @@ class PartCounter {
     auto make = [&] { return PartCounts::shaped(index_.count(), C, l.type, request_); };
     const uint64_t blocks = (l.height + kPartRowsPerBlock - 1) / kPartRowsPerBlock;
     const uint64_t set_bytes = part_count_bytes(index_.count(), C, l.type, request_);
-    if (set_bytes * 2 > kMaxPartCountBytes) {  // one set, one thread
+    const uint64_t threads = static_cast<uint64_t>(tbb::this_task_arena::max_concurrency());
+    if (set_bytes * (threads + 1) > kMaxPartCountBytes) {  // one set (and the total), one thread
       PartCounts counts = make();
       std::vector<uint32_t> parts(l.width);
       for (uint64_t b = 0; b < blocks; ++b) count_block(b, counts, parts);
