@@ -157,7 +157,7 @@ std::string render_table(const Outcome& o, bool color) {
     out += std::string(dim) + facts + reset + "\n";
   }
   for (const std::string& w : r.warnings()) out += "  warning: " + w + "\n";
-  if (r.parts_size() > 0 && r.channels_size() == 0) {
+  if (r.parts_size() > 0 && r.channels_size() == 0) {  // --aggregate --labels: the labels alone
     const int n = r.parts_size();
     out += "  " + std::to_string(n) + " part" + (n == 1 ? "" : "s") + "\n";
     return out + parts_table(r, flt, dim, reset);
@@ -247,6 +247,10 @@ std::string render_table(const Outcome& o, bool color) {
     if (h.underflow() || h.overflow())
       out += "  below " + std::to_string(h.underflow()) + ", above " + std::to_string(h.overflow());
     out += "\n";
+  }
+  if (r.parts_size() > 0) {  // the whole image's rows above, the parts' below
+    const int n = r.parts_size();
+    out += "  " + std::to_string(n) + " part" + (n == 1 ? "" : "s") + "\n" + parts_table(r, flt, dim, reset);
   }
   return out;
 }

@@ -121,7 +121,8 @@ TEST_F(PartsRequest, EncodedMaskAndLabelImagesAnswerAsTheEngineDoes) {
   got = analyzer_->analyze(r);
   const Result want = engine_->analyze_parts(img.view, parts, StatsRequest{});
   ASSERT_EQ(static_cast<size_t>(got.parts_size()), want.parts.size());
-  EXPECT_EQ(got.channels_size(), 0);
+  // The object's own channels stay the whole image's.
+  expect_channels(got.channels(), engine_->analyze(img.view, StatsRequest{}).channels);
   for (int i = 0; i < got.parts_size(); ++i) {
     SCOPED_TRACE("label " + std::to_string(want.parts[i].label));
     EXPECT_EQ(got.parts(i).label(), want.parts[i].label);

@@ -395,10 +395,16 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
     }
   }
   const auto t1 = Clock::now();
-  const Result result =
+  Result result =
       with_parts       ? engine_->analyze_parts(view, parts, with_rgb(stats_request, d.order))
       : data.on_device ? engine_->analyze_device(DeviceImageView{view.data, view.layout}, with_rgb(stats_request, d.order))
                        : engine_->analyze(view, with_rgb(stats_request, d.order));
+  if (with_parts && parts.kind != PartsKind::kMask) {
+    // The object keeps its own channels, the whole image's, and gains the parts.
+    Result whole = engine_->analyze(view, with_rgb(stats_request, d.order));
+    whole.parts = std::move(result.parts);
+    result = std::move(whole);
+  }
   const auto t2 = Clock::now();
   fill_response(r, d, result, stats_request, with_parts);
   if (kind_of(input) == v1::INPUT_KIND_ENCODED) fill_facts(r, bytes, data.size(), d.layout);
