@@ -158,14 +158,15 @@ Rect tile_rect(const Parts& parts, const Layout& layout, uint32_t column, uint32
 
 namespace {
 
+// The map's samples of row y from pixel x0 on (sample i * channels is pixel x0 + i's).
 template <class T>
-const T* map_row(const PartMapView& m, uint64_t y) {
-  return reinterpret_cast<const T*>(static_cast<const uint8_t*>(m.data) + y * m.stride()) + m.channel;
+Samples<T> map_row(const PartMapView& m, uint64_t y, uint64_t x0 = 0) {
+  return Samples<T>{static_cast<const uint8_t*>(m.data) + y * m.stride() + (x0 * m.channels + m.channel) * sizeof(T)};
 }
 
 template <class T>
 void mask_row(const PartMapView& m, uint64_t y, uint64_t x0, uint64_t n, uint32_t* out) {
-  const T* p = map_row<T>(m, y) + x0 * m.channels;
+  const Samples<T> p = map_row<T>(m, y, x0);
   for (uint64_t i = 0; i < n; ++i) {
     const T v = p[i * m.channels];
     // NaN != 0: a NaN in a float mask selects its pixel.
@@ -176,14 +177,14 @@ void mask_row(const PartMapView& m, uint64_t y, uint64_t x0, uint64_t n, uint32_
 template <class T>
 void table_row(const PartMapView& m, const std::vector<uint32_t>& table, uint64_t y, uint64_t x0, uint64_t n,
                uint32_t* out) {
-  const T* p = map_row<T>(m, y) + x0 * m.channels;
+  const Samples<T> p = map_row<T>(m, y, x0);
   for (uint64_t i = 0; i < n; ++i) out[i] = table[p[i * m.channels]];
 }
 
 template <class T>
 void search_row(const PartMapView& m, const std::vector<int64_t>& labels, bool ignore, int64_t ignored, uint64_t y,
                 uint64_t x0, uint64_t n, uint32_t* out) {
-  const T* p = map_row<T>(m, y) + x0 * m.channels;
+  const Samples<T> p = map_row<T>(m, y, x0);
   int64_t last = 0;
   uint32_t last_part = kNoPart;
   bool have_last = false;
@@ -212,7 +213,7 @@ std::vector<int64_t> distinct_small(const PartMapView& m, uint64_t height, uint6
   tbb::parallel_for(uint64_t{0}, (height + kRowsPerBlock - 1) / kRowsPerBlock, [&](uint64_t b) {
     std::vector<uint8_t>& s = seen.local();
     for (uint64_t y = b * kRowsPerBlock; y < std::min(height, (b + 1) * kRowsPerBlock); ++y) {
-      const T* p = map_row<T>(m, y);
+      const Samples<T> p = map_row<T>(m, y);
       for (uint64_t x = 0; x < width; ++x) s[p[x * m.channels]] = 1;
     }
   });
@@ -240,7 +241,7 @@ std::vector<int64_t> distinct_wide(const PartMapView& m, uint64_t height, uint64
     std::vector<int64_t>& f = found.local();
     const size_t before = f.size();
     for (uint64_t y = b * kRowsPerBlock; y < std::min(height, (b + 1) * kRowsPerBlock); ++y) {
-      const T* p = map_row<T>(m, y);
+      const Samples<T> p = map_row<T>(m, y);
       int64_t last = 0;
       bool have = false;
       for (uint64_t x = 0; x < width; ++x) {

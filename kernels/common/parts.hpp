@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "common/moments.hpp"
@@ -15,6 +16,19 @@
 namespace imgstat {
 
 constexpr uint32_t kNoPart = UINT32_MAX;
+
+// Samples of type T from bytes at any address (a raw buffer's, a region's
+// offset): copied out, as unaligned reads must be (a plain load where the
+// machine allows it).
+template <class T>
+struct Samples {
+  const uint8_t* base;
+  T operator[](uint64_t i) const {
+    T v;
+    std::memcpy(&v, base + i * sizeof(T), sizeof(T));
+    return v;
+  }
+};
 
 // [floor(i * extent / count), floor((i + 1) * extent / count)).
 inline uint64_t tile_edge(uint64_t i, uint64_t extent, uint64_t count) {

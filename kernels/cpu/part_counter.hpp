@@ -54,7 +54,7 @@ class PartCounter {
     const uint64_t stride = l.stride();
     for (uint64_t y = b * kPartRowsPerBlock; y < std::min(l.height, (b + 1) * kPartRowsPerBlock); ++y) {
       index_.row(y, 0, l.width, parts.data());
-      const T* row = reinterpret_cast<const T*>(static_cast<const uint8_t*>(image_.data) + y * stride);
+      const Samples<T> row{static_cast<const uint8_t*>(image_.data) + y * stride};
       uint64_t x = 0;
       while (x < l.width) {
         const uint32_t p = parts[x];
@@ -68,7 +68,7 @@ class PartCounter {
 
   // One run of pixels of part p: all channels in one sweep, kept in
   // registers, then added to the part's moments once.
-  void add_run(PartCounts& counts, uint32_t p, const T* row, uint64_t x0, uint64_t x1, uint64_t row_first) const {
+  void add_run(PartCounts& counts, uint32_t p, const Samples<T>& row, uint64_t x0, uint64_t x1, uint64_t row_first) const {
     const int64_t lo = type_lo(image_.layout.type);
     if (counts.values && !counts.positions) {
       // Value counts hold the moments too (partial_of_part takes them from there).
