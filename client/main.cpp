@@ -23,6 +23,7 @@
 #include "aggregate.hpp"
 #include "calls.hpp"
 #include "plot.hpp"
+#include "imgstat/colour.hpp"
 #include "imgstat/types.hpp"
 #include "render.hpp"
 #include "core/address.hpp"
@@ -54,6 +55,61 @@ bool parse_raw(const std::string& spec, v1::RawLayout* raw, std::string* error) 
   raw->set_height(static_cast<uint32_t>(std::stoul(m[2].str())));
   raw->set_channels(static_cast<uint32_t>(std::stoul(m[3].str())));
   raw->set_sample_type(proto_sample_type(t));
+  return true;
+}
+
+}  // namespace
+
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (;;) {
+    const size_t next = s.find(sep, at);
+    out.push_back(s.substr(at, next - at));
+    if (next == std::string::npos) return out;
+    at = next + 1;
+  }
+}
+
+// --joint CHANNELS:BINS and --joint-range LO:HI,...: channel names are the
+// colour space's (H, S, V, ...) or the image's (R, G, B, A, Gray), else
+// indices as reported.
+bool parse_joint(const std::string& spec, const std::string& ranges, const std::string& space,
+                 v1::JointHistogramOptions* out, std::string* why) {
+  const size_t colon = spec.rfind(':');
+  if (colon == std::string::npos) {
+    *why = "--joint wants CHANNELS:BINS, e.g. 0,1,2:32 or H,S:30,32; got \"" + spec + "\"";
+    return false;
+  }
+  std::vector<std::string> names = {"R", "G", "B", "A"};
+  imgstat::ColourSpace cs = imgstat::ColourSpace::kNone;
+  if (!space.empty() && imgstat::parse_colour_space(space, &cs)) names = imgstat::colour_channel_names(cs, true);
+  try {
+    for (const std::string& c : split(spec.substr(0, colon), ',')) {
+      const auto named = std::find(names.begin(), names.end(), c);
+      if (named != names.end())
+        out->add_channels(static_cast<uint32_t>(named - names.begin()));
+      else if (c == "Gray" && space.empty())
+        out->add_channels(0);
+      else
+        out->add_channels(static_cast<uint32_t>(std::stoul(c)));
+    }
+    for (const std::string& b : split(spec.substr(colon + 1), ',')) out->add_bins(static_cast<uint32_t>(std::stoul(b)));
+    if (!ranges.empty())
+      for (const std::string& r : split(ranges, ',')) {
+        const size_t c = r.find(':');
+        if (c == std::string::npos) throw std::invalid_argument("no colon");
+        v1::HistogramRange* range = out->add_ranges();
+        range->set_lo(std::stod(r.substr(0, c)));
+        range->set_hi(std::stod(r.substr(c + 1)));
+      }
+  } catch (const std::exception&) {
+    *why = "--joint wants CHANNELS:BINS (names of the channels or indices, bins per channel) and --joint-range "
+           "LO:HI per channel; got \"" + spec + "\"" + (ranges.empty() ? "" : " and \"" + ranges + "\"");
+    return false;
+  }
   return true;
 }
 
@@ -139,6 +195,13 @@ int main(int argc, char** argv) {
                  "auto (cuda where a GPU is usable)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   app.add_option("--bins", bins, "histogram bins, 1 to 65536")->check(CLI::Range(1, 65536));
+  std::string colour_space, joint_spec, joint_range_spec;
+  app.add_option("--colour-space", colour_space,
+                 "measure in a colour space: hsv, hsv-full, hls, lab, ycrcb or gray (RGB(A) images; OpenCV's cvtColor)")
+      ->check(CLI::IsMember({"hsv", "hsv-full", "hls", "lab", "ycrcb", "gray"}));
+  app.add_option("--joint", joint_spec,
+                 "joint histogram CHANNELS:BINS of 2 or 3 channels, names or indices: 0,1,2:32 or H,S:30,32");
+  app.add_option("--joint-range", joint_range_spec, "with --joint: LO:HI per channel, comma-separated (default each channel's range)");
   app.add_option("--range", range_spec, "explicit histogram range LO:HI (default automatic)");
   app.add_option("--stats", stats,
                  "statistics to report (default: min_max,sum,stddev,histogram,distribution,shape,summary); also "
@@ -259,6 +322,23 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
       request.options.mutable_range()->set_hi(std::stod(range_spec.substr(colon + 1)));
     } catch (const std::exception&) {
       err << "imgstat-client: --range wants LO:HI, e.g. 0:1000; got \"" << range_spec << "\"\n";
+      return 2;
+    }
+  }
+  if (!colour_space.empty()) {
+    static const std::map<std::string, v1::ColourSpace> kSpaces = {
+        {"hsv", v1::COLOUR_SPACE_HSV}, {"hsv-full", v1::COLOUR_SPACE_HSV_FULL}, {"hls", v1::COLOUR_SPACE_HLS},
+        {"lab", v1::COLOUR_SPACE_LAB}, {"ycrcb", v1::COLOUR_SPACE_YCRCB},      {"gray", v1::COLOUR_SPACE_GRAY}};
+    request.options.set_colour_space(kSpaces.at(colour_space));
+  }
+  if (!joint_range_spec.empty() && joint_spec.empty()) {
+    err << "imgstat-client: --joint-range needs --joint\n";
+    return 2;
+  }
+  if (!joint_spec.empty()) {
+    std::string why;
+    if (!parse_joint(joint_spec, joint_range_spec, colour_space, request.options.mutable_joint(), &why)) {
+      err << "imgstat-client: " << why << "\n";
       return 2;
     }
   }

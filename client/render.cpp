@@ -118,6 +118,43 @@ std::string parts_table(const v1::AnalyzeResponse& r, bool flt, const char* dim,
 
 }  // namespace
 
+// A joint histogram's shape and its most populated bins, each as its
+// lower bin edges.
+std::string joint_table(const v1::JointHistogram& h) {
+  std::vector<std::pair<uint64_t, uint64_t>> bins;  // (count, flat index)
+  uint64_t total = 0;
+  if (h.counts_size() > 0)
+    for (int i = 0; i < h.counts_size(); ++i) {
+      if (h.counts(i)) bins.push_back({h.counts(i), static_cast<uint64_t>(i)});
+    }
+  else
+    for (int i = 0; i < h.nonzero_index_size(); ++i) bins.push_back({h.nonzero_count(i), h.nonzero_index(i)});
+  for (const auto& b : bins) total += b.first;
+  std::string shape, names;
+  for (int a = 0; a < h.bins_size(); ++a) {
+    shape += (a ? "x" : "") + std::to_string(h.bins(a));
+    names += (a ? "," : "") + (a < h.channels_size() ? h.channels(a) : std::to_string(a));
+  }
+  std::string out = "  joint histogram " + names + ", " + shape + " bins: " + std::to_string(bins.size()) +
+                    " not empty, " + std::to_string(h.outside()) + " pixels outside\n";
+  std::sort(bins.begin(), bins.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  for (size_t k = 0; k < bins.size() && k < 8; ++k) {
+    uint64_t rest = bins[k].second;
+    std::vector<double> lo(h.bins_size());
+    for (int a = h.bins_size(); a-- > 0;) {
+      const uint64_t n = h.bins(a), i = rest % n;
+      rest /= n;
+      const v1::HistogramRange& r = h.ranges(a);
+      lo[a] = r.lo() + (r.hi() - r.lo()) * static_cast<double>(i) / static_cast<double>(n);
+    }
+    std::string at;
+    for (size_t a = 0; a < lo.size(); ++a) at += (a ? ", " : "") + fmt("%g", lo[a]);
+    out += "    (" + at + ")" + pad(std::to_string(bins[k].first), 12) +
+           fmt("  %.2f%%", total ? 100.0 * static_cast<double>(bins[k].first) / static_cast<double>(total) : 0.0) + "\n";
+  }
+  return out;
+}
+
 std::string render_table(const Outcome& o, bool color) {
   const char* bold = color ? "\033[1m" : "";
   const char* dim = color ? "\033[2m" : "";
@@ -230,6 +267,7 @@ std::string render_table(const Outcome& o, bool color) {
     out += line;
   }
   if (r.has_unique_colors()) out += "  unique colors: " + std::to_string(r.unique_colors()) + "\n";
+  if (r.has_joint()) out += joint_table(r.joint());
   for (const v1::ChannelStats& c : r.channels()) {
     if (!c.has_histogram()) continue;
     const v1::Histogram& h = c.histogram();
@@ -310,6 +348,24 @@ nlohmann::json channel_json(const v1::ChannelStats& c, bool flt, bool float_samp
 
 // The parts of an answer: {"roi": [x, y, w, h]}, {"label": N} or
 // {"tile": [c, r], "roi": [...]}, each with its channels.
+// Counts dense up to 65,536 bins, then the nonzero (index, count) pairs.
+nlohmann::json joint_json(const v1::JointHistogram& h) {
+  using nlohmann::json;
+  json j;
+  j["channels"] = h.channels();
+  j["bins"] = h.bins();
+  j["ranges"] = json::array();
+  for (const v1::HistogramRange& r : h.ranges()) j["ranges"].push_back({r.lo(), r.hi()});
+  if (h.nonzero_index_size() > 0 || h.counts_size() == 0) {
+    j["nonzero"] = json::array();
+    for (int i = 0; i < h.nonzero_index_size(); ++i) j["nonzero"].push_back({h.nonzero_index(i), h.nonzero_count(i)});
+  } else {
+    j["counts"] = h.counts();
+  }
+  j["outside"] = h.outside();
+  return j;
+}
+
 nlohmann::json parts_json(const v1::AnalyzeResponse& r, bool flt) {
   using nlohmann::json;
   json parts = json::array();
@@ -320,6 +376,7 @@ nlohmann::json parts_json(const v1::AnalyzeResponse& r, bool flt) {
     if (p.has_roi()) j["roi"] = {p.roi().x(), p.roi().y(), p.roi().width(), p.roi().height()};
     j["channels"] = json::array();
     for (const v1::ChannelStats& c : p.channels()) j["channels"].push_back(channel_json(c, flt, is_float_type(r.sample_type())));
+    if (p.has_joint()) j["joint"] = joint_json(p.joint());
     parts.push_back(std::move(j));
   }
   return parts;
@@ -363,6 +420,7 @@ std::string aggregate_json(const Outcome& o, bool flt) {
     j["summary"] = channel_json(r.summary(), flt, is_float_type(r.sample_type()));
     exact(j["summary"], k);
   }
+  if (r.has_joint()) j["joint"] = joint_json(r.joint());
   if (r.parts_size() || o.parts) j["parts"] = parts_json(r, flt);
   std::string text = j.dump();
   for (size_t i = 0; i < big.size(); ++i) {
@@ -413,6 +471,7 @@ std::string render_json(const Outcome& o) {
   if (r.has_unique_colors()) j["unique_colors"] = r.unique_colors();
   if (r.has_luminance()) j["luminance"] = channel_json(r.luminance(), flt, is_float_type(r.sample_type()));
   if (r.has_summary()) j["summary"] = channel_json(r.summary(), flt, is_float_type(r.sample_type()));
+  if (r.has_joint()) j["joint"] = joint_json(r.joint());
   if (r.parts_size() || o.parts) j["parts"] = parts_json(r, flt);
   return j.dump();
 }

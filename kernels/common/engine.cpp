@@ -80,6 +80,76 @@ void validate(const Layout& layout, const StatsRequest& request) {
             std::to_string(request.percentiles.size()));
   for (double p : request.percentiles)
     if (!(p >= 0 && p <= 100)) invalid("percentiles must be 0 to 100, got " + std::to_string(p));
+  if (request.colour_space != ColourSpace::kNone) {
+    const std::string space = to_string(request.colour_space);
+    if (layout.channels < 3)
+      invalid("colour space " + space + " needs an RGB or RGBA image; this one has " + std::to_string(layout.channels) +
+              " channel" + (layout.channels == 1 ? "" : "s"));
+    if (layout.type != SampleType::kUint8 && layout.type != SampleType::kFloat32)
+      invalid("colour space " + space + " is defined for uint8 and float32 samples, not " + to_string(layout.type));
+    for (uint32_t c : request.rgb)
+      if (c >= 3) invalid("colour conversion needs R, G and B among the first three channels");
+  }
+  const JointSpec& j = request.joint;
+  if (j.axes != 0) {
+    const Layout measured = measured_layout(layout, request);
+    if (j.axes < 2 || j.axes > kMaxJointAxes)
+      invalid("a joint histogram has 2 or 3 channels, got " + std::to_string(j.axes));
+    uint64_t total = 1;
+    std::string shape;
+    for (uint32_t a = 0; a < j.axes; ++a) {
+      if (j.channels[a] >= measured.channels)
+        invalid("joint histogram channel " + std::to_string(j.channels[a]) + " is past the " +
+                std::to_string(measured.channels) + " channels measured");
+      if (j.bins[a] < 1) invalid("joint histogram bins must be at least 1 per channel, got 0");
+      total *= j.bins[a];  // at most (2^32)^3: checked per step below
+      shape += (a ? "x" : "") + std::to_string(j.bins[a]);
+      if (total > kMaxJointBins)
+        invalid("a joint histogram of " + shape + (a + 1 < j.axes ? "x..." : "") + " bins is more than the " +
+                std::to_string(kMaxJointBins) + " (2^24) allowed");
+      if (j.explicit_range && !histogram_range_ok(j.lo[a], j.hi[a], j.bins[a]))
+        invalid("joint histogram range " + std::to_string(a) + " must be finite with lo < hi");
+    }
+    if (!j.explicit_range && is_float(measured.type) && request.colour_space == ColourSpace::kNone)
+      invalid("a joint histogram of float samples needs its ranges (--joint-range)");
+  }
+}
+
+Layout measured_layout(const Layout& layout, const StatsRequest& request) {
+  if (request.colour_space == ColourSpace::kNone) return layout;
+  Layout out = layout;
+  out.channels = colour_channels(request.colour_space) + (layout.channels == 4 ? 1 : 0);
+  out.row_stride = 0;
+  return out;
+}
+
+StatsRequest measured_request(const StatsRequest& request, const Layout& layout) {
+  const Layout measured = measured_layout(layout, request);
+  StatsRequest out = request;
+  out.colour_space = ColourSpace::kNone;
+  out.rgb[0] = 0;
+  out.rgb[1] = 1;
+  out.rgb[2] = 2;
+  if (request.colour_space != ColourSpace::kNone && !request.hist.explicit_range) {
+    out.channel_hists.assign(measured.channels, request.hist);
+    for (uint32_t c = 0; c < measured.channels; ++c) {
+      out.channel_hists[c].explicit_range = true;
+      colour_channel_range(request.colour_space, c, measured.type, &out.channel_hists[c].lo, &out.channel_hists[c].hi);
+    }
+  }
+  JointSpec& j = out.joint;
+  if (j.axes && !j.explicit_range) {
+    for (uint32_t a = 0; a < j.axes; ++a) {
+      if (request.colour_space != ColourSpace::kNone) {
+        colour_channel_range(request.colour_space, j.channels[a], measured.type, &j.lo[a], &j.hi[a]);
+      } else {  // integers: the type's range
+        j.lo[a] = static_cast<double>(type_lo(measured.type));
+        j.hi[a] = j.lo[a] + static_cast<double>(uint64_t{1} << type_bits(measured.type));
+      }
+    }
+    j.explicit_range = true;
+  }
+  return out;
 }
 
 std::shared_ptr<void> Engine::pin_host_memory(const void*, size_t) { return nullptr; }

@@ -81,10 +81,12 @@ auto FallbackEngine::either(Fn&& fn) {
 }
 
 Result FallbackEngine::analyze(const ImageView& image, const StatsRequest& request) {
+  if (cpu_only(request)) return backup_->analyze(image, request);
   return either([&](Engine& e) { return e.analyze(image, request); });
 }
 
 Result FallbackEngine::analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request) {
+  if (cpu_only(request)) return backup_->analyze_parts(image, parts, request);
   return either([&](Engine& e) { return e.analyze_parts(image, parts, request); });
 }
 
@@ -93,7 +95,7 @@ Result FallbackEngine::analyze_device(const DeviceImageView& image, const StatsR
     return primary_->analyze_device(image, request);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kInvalidArgument) throw;
-    primary_failed(e);
+    if (e.code() != ErrorCode::kUnimplemented) primary_failed(e);
     fail(ErrorCode::kUnavailable, std::string("the GPU could not analyze the decoded image (") + e.what() + ")");
   }
 }
@@ -275,7 +277,7 @@ class FallbackStream final : public StreamAnalysis {
 std::unique_ptr<StreamAnalysis> FallbackEngine::open_stream(const Layout& layout, const StatsRequest& request) {
   validate(layout, request);
   const Layout packed{layout.pixels(), 1, layout.channels, layout.type, 0};
-  if (!lost_) {
+  if (!lost_ && !cpu_only(request)) {
     try {
       return std::make_unique<FallbackStream>(*this, layout, request, primary_->open_stream(packed, request));
     } catch (const Error& e) {

@@ -127,7 +127,7 @@ Result Merger::result() const {
       p.channels[c].floats = s.moments[c];
       if (request_.histogram) p.channels[c].histogram = s.histograms[c];
     } else {
-      p.channels[c] = partial_of_values(s.counts[c].data(), type_, request_);
+      p.channels[c] = partial_of_values(s.counts[c].data(), type_, request_, static_cast<uint32_t>(c));
     }
   }
   return result_of(p, request_, "merge");

@@ -7,11 +7,12 @@
 
 namespace imgstat {
 
-ChannelPartial partial_of_values(const uint64_t* counts, SampleType type, const StatsRequest& request) {
+ChannelPartial partial_of_values(const uint64_t* counts, SampleType type, const StatsRequest& request,
+                                 uint32_t channel) {
   const size_t values = size_t{1} << type_bits(type);
   ChannelPartial p;
   p.ints = moments_of_values(counts, values, type_lo(type));
-  if (request.histogram) p.histogram = bin_values(counts, values, type, request.hist);
+  if (request.histogram) p.histogram = bin_values(counts, values, type, hist_of(request, channel));
   if (request.distribution || request.shape || request.merge_state) p.values.assign(counts, counts + values);
   return p;
 }
@@ -83,6 +84,8 @@ void merge(Partial& into, const Partial& from) {
     merge(a.extremes, b.extremes);
   }
   or_words(into.colors, from.colors);
+  add_counts(into.joint, from.joint, "joint histograms");
+  into.joint_outside += from.joint_outside;
 }
 
 void offset_positions(Partial& partial, uint64_t first) {
@@ -95,7 +98,8 @@ void offset_positions(Partial& partial, uint64_t first) {
 std::vector<ChannelStats> finalize(const Partial& partial, const StatsRequest& request) {
   std::vector<ChannelStats> out;
   out.reserve(partial.channels.size());
-  for (const ChannelPartial& p : partial.channels) {
+  for (uint32_t c = 0; c < partial.channels.size(); ++c) {
+    const ChannelPartial& p = partial.channels[c];
     const bool floats = is_float(partial.type);
     ChannelStats s = floats ? finalize(p.floats, request) : finalize(p.ints, request);
     if (floats) {
@@ -119,7 +123,7 @@ std::vector<ChannelStats> finalize(const Partial& partial, const StatsRequest& r
     if (request.histogram) {
       s.histogram = p.histogram;
       const bool any = floats && p.floats.n > 0;
-      set_histogram_range(s.histogram, partial.type, request.hist, any ? canonical_zero(p.floats.min) : 0,
+      set_histogram_range(s.histogram, partial.type, hist_of(request, c), any ? canonical_zero(p.floats.min) : 0,
                           any ? canonical_zero(p.floats.max) : 0);
     }
     out.push_back(std::move(s));
@@ -171,6 +175,13 @@ Result result_of(const Partial& partial, const StatsRequest& request, const char
   if (request.summary) {
     r.has_summary = true;
     r.summary = summary_of(partial, request);
+  }
+  if (request.joint.axes) {
+    r.has_joint = true;
+    r.joint.spec = request.joint;
+    r.joint.counts = partial.joint;
+    r.joint.counts.resize(request.joint.total_bins(), 0);  // an empty image counted nothing
+    r.joint.outside = partial.joint_outside;
   }
   return r;
 }

@@ -33,6 +33,9 @@ struct Partial {
   // unique_colors asked for, 8-bit samples: one bit per colour seen
   // (color_key()), as 64-bit words.
   std::vector<uint64_t> colors;
+  // StatsRequest::joint: row-major counts, and the pixels outside them.
+  std::vector<uint64_t> joint;
+  uint64_t joint_outside = 0;
 };
 
 // The words of the colour bitset for `channels` channels of 8-bit samples,
@@ -44,7 +47,9 @@ IMGSTAT_HD uint32_t color_key(const uint8_t* pixel, uint32_t channels) {
 }
 
 // Counts per value of one channel (value = type_lo + index) as a partial.
-ChannelPartial partial_of_values(const uint64_t* counts, SampleType type, const StatsRequest& request);
+// `channel`: which of the request's histograms (hist_of()) bins it.
+ChannelPartial partial_of_values(const uint64_t* counts, SampleType type, const StatsRequest& request,
+                                 uint32_t channel = 0);
 // An empty image's partial: adds nothing when merged.
 Partial empty_partial(SampleType type, uint32_t channels, const StatsRequest& request);
 void merge(Partial& into, const Partial& from);

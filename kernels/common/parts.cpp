@@ -61,7 +61,11 @@ uint64_t answer_bytes(uint64_t parts, uint32_t channels, SampleType type, const 
   if (request.histogram) per_channel += uint64_t{10} * request.hist.bins;
   if (request.distribution) per_channel += uint64_t{20} * request.percentiles.size();
   if (request.merge_state && !is_float(type)) per_channel += uint64_t{10} << type_bits(type);
-  const unsigned __int128 total = static_cast<unsigned __int128>(parts) * (uint64_t{channels} * per_channel + 64);
+  // A dense joint histogram lists every bin; a sparse one at most one
+  // (index, count) pair per pixel, which only counting tells.
+  const uint64_t joint = request.joint.total_bins() <= kDenseJointBins ? uint64_t{10} * request.joint.total_bins() : 0;
+  const unsigned __int128 total =
+      static_cast<unsigned __int128>(parts) * (uint64_t{channels} * per_channel + 64 + joint);
   return total > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(total);
 }
 
@@ -356,7 +360,7 @@ namespace {
 // is every value anyway (8-bit samples, 256 bins over the type's range):
 // the moments then follow from the counts, and nothing else need be counted.
 bool wants_values(SampleType type, const StatsRequest& request) {
-  return request.distribution || request.shape || request.merge_state ||
+  return request.distribution || request.shape || request.merge_state || !request.channel_hists.empty() ||
          (request.histogram && !request.hist.explicit_range && request.hist.bins == (uint32_t{1} << type_bits(type)));
 }
 }  // namespace
@@ -465,7 +469,7 @@ Partial partial_of_part(const PartCounts& counts, uint32_t part, SampleType type
     const size_t i = size_t{part} * counts.channels + c;
     ChannelPartial cp;
     if (counts.values) {
-      cp = partial_of_values(&counts.value_counts[i * counts.values], type, request);
+      cp = partial_of_values(&counts.value_counts[i * counts.values], type, request, c);
     } else {
       cp.ints = counts.moments[i];
       if (request.histogram) {

@@ -17,6 +17,8 @@
 #include "cpu/counters.hpp"
 #include "cpu/extras.hpp"
 #include "cpu/part_counter.hpp"
+#include "cpu/joint_counter.hpp"
+#include "common/colour.hpp"
 #include "common/parts.hpp"
 #include "cpu/float_passes.hpp"
 #include "imgstat/engine.hpp"
@@ -101,6 +103,63 @@ std::unique_ptr<Extras> make_extras(const Layout& layout, const StatsRequest& re
   return nullptr;
 }
 
+template <class T, uint32_t C>
+class JointExtras final : public Extras {
+ public:
+  JointExtras(const JointSpec& spec, SampleType type) : plan_(spec, type) {
+    if (plan_.bins() > kJointPrivateBins) {
+      shared_ = std::make_unique<std::atomic<uint64_t>[]>(plan_.bins());
+      for (uint64_t i = 0; i < plan_.bins(); ++i) shared_[i].store(0, std::memory_order_relaxed);
+    }
+    counters_ = std::make_unique<tbb::enumerable_thread_specific<JointCounter<T, C>>>(
+        [this] { return JointCounter<T, C>(plan_, shared_.get()); });
+  }
+
+  void add(const std::vector<Piece>& pieces) override {
+    auto body = [&](size_t i) { counters_->local().add(pieces[i]); };
+    if (pieces.size() == 1)
+      body(0);
+    else
+      tbb::parallel_for(size_t{0}, pieces.size(), body);
+  }
+
+  void add_to(Partial& partial) override {
+    partial.joint.assign(plan_.bins(), 0);
+    for (JointCounter<T, C>& counter : *counters_) counter.add_to(partial);
+    if (shared_)
+      for (uint64_t i = 0; i < plan_.bins(); ++i) partial.joint[i] += shared_[i].load(std::memory_order_relaxed);
+  }
+
+ private:
+  JointPlan plan_;
+  std::unique_ptr<std::atomic<uint64_t>[]> shared_;
+  std::unique_ptr<tbb::enumerable_thread_specific<JointCounter<T, C>>> counters_;
+};
+
+template <uint32_t C>
+std::unique_ptr<Extras> make_joint_c(SampleType type, const JointSpec& spec) {
+  switch (type) {
+    case SampleType::kUint8: return std::make_unique<JointExtras<uint8_t, C>>(spec, type);
+    case SampleType::kInt8: return std::make_unique<JointExtras<int8_t, C>>(spec, type);
+    case SampleType::kUint16: return std::make_unique<JointExtras<uint16_t, C>>(spec, type);
+    case SampleType::kInt16: return std::make_unique<JointExtras<int16_t, C>>(spec, type);
+    case SampleType::kFloat32: return std::make_unique<JointExtras<float, C>>(spec, type);
+    case SampleType::kFloat64: return std::make_unique<JointExtras<double, C>>(spec, type);
+  }
+  return nullptr;
+}
+
+// request: measured_request()'s, its ranges filled in.
+std::unique_ptr<Extras> make_joint(const Layout& layout, const StatsRequest& request) {
+  if (!request.joint.axes) return nullptr;
+  switch (layout.channels) {
+    case 1: return make_joint_c<1>(layout.type, request.joint);
+    case 2: return make_joint_c<2>(layout.type, request.joint);
+    case 3: return make_joint_c<3>(layout.type, request.joint);
+    default: return make_joint_c<4>(layout.type, request.joint);
+  }
+}
+
 // One image's statistics being accumulated, piece by piece, in any order.
 class Analysis {
  public:
@@ -111,23 +170,28 @@ class Analysis {
   virtual bool wants_second_pass() const { return false; }
   virtual void add_second_pass(const std::vector<Piece>&) {}
   // What add() counted so far; empty while a second pass is still owed.
+  // Called once before add_second_pass() is called from several threads.
+  virtual void begin_second_pass() {}
   virtual std::optional<Partial> counted() = 0;
   virtual const StatsRequest& request() const = 0;
 
-  void set_extras(std::unique_ptr<Extras> extras) { extras_ = std::move(extras); }
-  void add_all(const std::vector<Piece>& pieces) {
-    add(pieces);
-    if (extras_) extras_->add(pieces);
+  void add_extras(std::unique_ptr<Extras> extras) {
+    if (extras) extras_.push_back(std::move(extras));
   }
-  std::optional<Partial> partial() {
+  virtual void add_all(const std::vector<Piece>& pieces) {
+    add(pieces);
+    for (auto& e : extras_) e->add(pieces);
+  }
+  virtual std::optional<Partial> partial() {
     std::optional<Partial> p = counted();
-    if (p && extras_) extras_->add_to(*p);
+    if (p)
+      for (auto& e : extras_) e->add_to(*p);
     return p;
   }
   Result finish() { return result_of(*partial(), request(), "cpu"); }
 
  private:
-  std::unique_ptr<Extras> extras_;
+  std::vector<std::unique_ptr<Extras>> extras_;
 };
 
 // 8-bit and 16-bit samples: counts per value.
@@ -156,7 +220,7 @@ class ValueAnalysis final : public Analysis {
     out.type = type_;
     for (uint32_t c = 0; c < C; ++c) {
       for (size_t i = 0; i < values; ++i) counts[i ^ flip] = raw[c * values + i];
-      out.channels.push_back(partial_of_values(counts.data(), type_, request_));
+      out.channels.push_back(partial_of_values(counts.data(), type_, request_, c));
     }
     return out;
   }
@@ -173,9 +237,12 @@ class FloatAnalysis final : public Analysis {
   FloatAnalysis(SampleType type, const StatsRequest& request)
       : type_(type),
         request_(request),
-        explicit_(request.histogram && request.hist.explicit_range) {
+        explicit_(request.histogram && hist_of(request, 0).explicit_range) {
     if (explicit_)
-      for (auto& b : binners_) b = RangeBinner::make(request.hist.lo, request.hist.hi, request.hist.bins);
+      for (uint32_t c = 0; c < C; ++c) {
+        const HistogramSpec& h = hist_of(request, c);
+        binners_[c] = RangeBinner::make(h.lo, h.hi, h.bins);
+      }
     pass1_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
         [this] { return Counter(explicit_ ? binners_ : nullptr, explicit_, request_.hist.bins, true); });
   }
@@ -186,21 +253,26 @@ class FloatAnalysis final : public Analysis {
 
   const StatsRequest& request() const override { return request_; }
 
-  void add_second_pass(const std::vector<Piece>& pieces) override {
+  void begin_second_pass() override {
     const std::array<FloatMoments, C> moments = pass1_moments();
     if (request_.histogram && !explicit_) {
       for (uint32_t c = 0; c < C; ++c)
         binners_[c] = RangeBinner::make(moments[c].min, moments[c].max, request_.hist.bins);
       pass2_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
           [this] { return Counter(binners_, false, request_.hist.bins, false); });
-      count_pieces(*pass2_, pieces);
     }
     if (request_.distribution) {
       for (uint32_t c = 0; c < C; ++c) fine_binners_[c] = RangeBinner::make(moments[c].min, moments[c].max, kFineBins);
       fine_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
           [this] { return Counter(fine_binners_, false, kFineBins, false); });
-      count_pieces(*fine_, pieces);
     }
+    second_begun_ = true;
+  }
+
+  void add_second_pass(const std::vector<Piece>& pieces) override {
+    if (!second_begun_) begin_second_pass();
+    if (pass2_) count_pieces(*pass2_, pieces);
+    if (fine_) count_pieces(*fine_, pieces);
     second_done_ = true;
   }
 
@@ -246,6 +318,7 @@ class FloatAnalysis final : public Analysis {
   bool explicit_;
   RangeBinner binners_[C];
   RangeBinner fine_binners_[C];
+  bool second_begun_ = false;
   bool second_done_ = false;
   std::unique_ptr<tbb::enumerable_thread_specific<Counter>> pass1_;
   std::unique_ptr<tbb::enumerable_thread_specific<Counter>> pass2_;
@@ -279,9 +352,65 @@ std::unique_ptr<Analysis> make_analysis_of(const Layout& layout, const StatsRequ
   fail(ErrorCode::kInvalidArgument, "channels must be 1 to 4");
 }
 
+std::unique_ptr<Analysis> make_analysis(const Layout& layout, const StatsRequest& request);
+
+// A colour space: each piece converted into a buffer of the calling
+// thread and counted there at once, while it is in cache, by the analysis
+// of the converted image (the space's channels, alpha last).
+class ColourAnalysis final : public Analysis {
+ public:
+  ColourAnalysis(const Layout& layout, const StatsRequest& request)
+      : layout_(layout),
+        measured_(measured_layout(layout, request)),
+        space_(request.colour_space),
+        inner_(make_analysis(measured_, measured_request(request, layout))) {
+    for (int i = 0; i < 3; ++i) rgb_[i] = request.rgb[i];
+  }
+
+  void add(const std::vector<Piece>& pieces) override { each_converted(pieces, [&](const Piece& p) { inner_->add_all({p}); }); }
+  void add_all(const std::vector<Piece>& pieces) override { add(pieces); }
+  bool wants_second_pass() const override { return inner_->wants_second_pass(); }
+  void add_second_pass(const std::vector<Piece>& pieces) override {
+    inner_->begin_second_pass();
+    each_converted(pieces, [&](const Piece& p) { inner_->add_second_pass({p}); });
+  }
+  std::optional<Partial> counted() override { return inner_->partial(); }
+  std::optional<Partial> partial() override { return inner_->partial(); }
+  const StatsRequest& request() const override { return inner_->request(); }
+
+ private:
+  template <class F>
+  void each_converted(const std::vector<Piece>& pieces, F&& f) {
+    auto body = [&](size_t i) {
+      const Piece& pc = pieces[i];
+      const uint64_t out_row = pc.pixels * measured_.pixel_bytes();
+      std::vector<uint8_t>& buf = buffers_.local();
+      if (buf.size() < pc.rows * out_row) buf.resize(pc.rows * out_row);
+      for (uint64_t r = 0; r < pc.rows; ++r)
+        convert_pixels(space_, layout_.type, pc.base + r * pc.stride, pc.pixels, layout_.channels, rgb_,
+                       buf.data() + r * out_row);
+      f(Piece{buf.data(), pc.rows, out_row, pc.pixels, pc.first, pc.width});
+    };
+    if (pieces.size() == 1)
+      body(0);
+    else
+      tbb::parallel_for(size_t{0}, pieces.size(), body);
+  }
+
+  Layout layout_;
+  Layout measured_;
+  ColourSpace space_;
+  uint32_t rgb_[3];
+  std::unique_ptr<Analysis> inner_;
+  tbb::enumerable_thread_specific<std::vector<uint8_t>> buffers_;
+};
+
 std::unique_ptr<Analysis> make_analysis(const Layout& layout, const StatsRequest& request) {
-  std::unique_ptr<Analysis> a = make_analysis_of(layout, request);
-  a->set_extras(make_extras(layout, request));
+  if (request.colour_space != ColourSpace::kNone) return std::make_unique<ColourAnalysis>(layout, request);
+  const StatsRequest measured = measured_request(request, layout);
+  std::unique_ptr<Analysis> a = make_analysis_of(layout, measured);
+  a->add_extras(make_extras(layout, measured));
+  a->add_extras(make_joint(layout, measured));
   return a;
 }
 
@@ -377,7 +506,10 @@ Result analyze_rects(const ImageView& image, const Parts& parts, const StatsRequ
   r.parts.resize(n);
   tbb::parallel_for(uint32_t{0}, n, [&](uint32_t i) {
     PartStats s = part_key(parts, nullptr, l, i);
-    s.channels = analyze_view(rect_view(image, s.roi), per_part).channels;
+    Result whole = analyze_view(rect_view(image, s.roi), per_part);
+    s.channels = std::move(whole.channels);
+    s.has_joint = whole.has_joint;
+    s.joint = std::move(whole.joint);
     to_image_positions(s.channels, s.roi, l.width);
     r.parts[i] = std::move(s);
   });
@@ -474,7 +606,10 @@ Result analyze_gathered(const ImageView& image, const PartIndex& index, const Pa
   r.parts.resize(n);
   tbb::parallel_for(uint32_t{0}, n, [&](uint32_t p) {
     PartStats s = part_key(parts, &index, l, p);
-    s.channels = analyze_part(p).channels;
+    Result whole = analyze_part(p);
+    s.channels = std::move(whole.channels);
+    s.has_joint = whole.has_joint;
+    s.joint = std::move(whole.joint);
     r.parts[p] = std::move(s);
   });
   return r;
@@ -504,6 +639,19 @@ PartCounts count_parts(const ImageView& image, const PartIndex& index, const Sta
 }  // namespace
 
 Result analyze_parts_on_cpu(const ImageView& image, const Parts& parts, const StatsRequest& request) {
+  if (request.colour_space != ColourSpace::kNone) {
+    // Parts of a colour space: the image converted whole, then measured as
+    // any other (a mask of its own alpha still reads the original).
+    const Layout measured = measured_layout(image.layout, request);
+    std::vector<uint8_t> converted(measured.pixels() * measured.pixel_bytes());
+    const uint64_t row_out = measured.row_bytes();
+    tbb::parallel_for(uint64_t{0}, image.layout.height, [&](uint64_t y) {
+      convert_pixels(request.colour_space, image.layout.type,
+                     static_cast<const uint8_t*>(image.data) + y * image.layout.stride(), image.layout.width,
+                     image.layout.channels, request.rgb, converted.data() + y * row_out);
+    });
+    return analyze_parts_on_cpu(ImageView{converted.data(), measured}, parts, measured_request(request, image.layout));
+  }
   const Layout& l = image.layout;
   switch (parts.kind) {
     case PartsKind::kRects:
@@ -515,7 +663,9 @@ Result analyze_parts_on_cpu(const ImageView& image, const Parts& parts, const St
   }
   const PartIndex index(l, parts);
   if (parts.kind == PartsKind::kLabels) check_answer_bytes(index.count(), l, parts, request);
-  if (is_float(l.type)) return analyze_gathered(image, index, parts, request);
+  // Joint histograms per label come with each label's pixels gathered.
+  if (is_float(l.type) || (request.joint.axes && parts.kind == PartsKind::kLabels))
+    return analyze_gathered(image, index, parts, measured_request(request, l));
   if (parts.kind == PartsKind::kMask) {
     StatsRequest masked = request;
     masked.unique_colors = false;

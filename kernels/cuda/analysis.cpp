@@ -314,13 +314,13 @@ Partial GpuAnalysis::partial_from_host() const {
       std::vector<uint64_t> values(256);
       const size_t flip = type == SampleType::kInt8 ? 0x80 : 0;
       for (size_t i = 0; i < 256; ++i) values[i ^ flip] = h->counts[ch * 256 + i];
-      p.channels.push_back(partial_of_values(values.data(), type, request_));
+      p.channels.push_back(partial_of_values(values.data(), type, request_, ch));
       p.channels.back().extremes = at;
       continue;
     }
     if (values_) {  // counts by offset from the type's lowest value: exactly what partial_of_values takes
       std::vector<uint64_t> values(h->counts + ch * 65536, h->counts + (ch + 1) * 65536);
-      p.channels.push_back(partial_of_values(values.data(), type, request_));
+      p.channels.push_back(partial_of_values(values.data(), type, request_, ch));
       p.channels.back().extremes = at;
       continue;
     }

@@ -159,8 +159,14 @@ class CudaEngine final : public Engine {
     return u;
   }
 
+  static void refuse_cpu_only(const StatsRequest& request) {
+    if (cpu_only(request))
+      fail(ErrorCode::kUnimplemented, "colour spaces and joint histograms are computed by the CPU engine");
+  }
+
   Result analyze(const ImageView& image, const StatsRequest& request) override {
     validate(image.layout, request);
+    refuse_cpu_only(request);
     if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
     if (has_luminance(image.layout, request)) return analyze_uploaded(image, request);
@@ -205,6 +211,7 @@ class CudaEngine final : public Engine {
   Result analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request) override {
     if (parts.kind == PartsKind::kWhole) return analyze(image, request);
     validate(image.layout, request);
+    refuse_cpu_only(request);
     if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     validate(image.layout, parts);
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
@@ -280,6 +287,7 @@ class CudaEngine final : public Engine {
 
   Result analyze_device(const DeviceImageView& given, const StatsRequest& request) override {
     validate(given.layout, request);
+    refuse_cpu_only(request);
     if (!given.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     if (given.device >= 0 && given.device != options_.device)
       fail(ErrorCode::kFailedPrecondition, "pixels on GPU " + std::to_string(given.device) +
@@ -337,6 +345,7 @@ class CudaEngine final : public Engine {
 
 std::unique_ptr<StreamAnalysis> CudaEngine::open_stream(const Layout& layout, const StatsRequest& request) {
   validate(layout, request);
+  refuse_cpu_only(request);
   IMGSTAT_CUDA(cudaSetDevice(options_.device));
   return open_cuda_stream(gpu_, layout, request);
 }

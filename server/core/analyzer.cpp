@@ -55,14 +55,54 @@ void fill_facts(v1::AnalyzeResponse& r, const uint8_t* data, size_t size, const 
 }
 
 // The engine channels holding R, G and B, for the luminance.
+// Joint histogram channels come as reported; the engine's own channels
+// differ where a decoder stores B, G, R (a colour space's are its own).
 StatsRequest with_rgb(StatsRequest request, const std::vector<uint32_t>& order) {
   if (order.size() >= 3)
     for (int i = 0; i < 3; ++i) request.rgb[i] = order[i];
+  if (request.colour_space == ColourSpace::kNone)
+    for (uint32_t a = 0; a < request.joint.axes; ++a)
+      if (request.joint.channels[a] < order.size()) request.joint.channels[a] = order[request.joint.channels[a]];
   return request;
 }
 
-void fill_response(v1::AnalyzeResponse& r, const Described& d, const Result& result,
+// The channels reported: a colour space's, in its order, or the image's.
+Described measured(const Described& d, const StatsRequest& request) {
+  if (request.colour_space == ColourSpace::kNone) return d;
+  Described m = d;
+  m.names = colour_channel_names(request.colour_space, d.layout.channels == 4);
+  m.order.clear();
+  for (uint32_t c = 0; c < m.names.size(); ++c) m.order.push_back(c);
+  return m;
+}
+
+void fill_joint(v1::JointHistogram* out, const JointHistogram& joint, const Described& d) {
+  for (uint32_t a = 0; a < joint.spec.axes; ++a) {
+    std::string name = std::to_string(joint.spec.channels[a]);
+    for (size_t i = 0; i < d.order.size(); ++i)
+      if (d.order[i] == joint.spec.channels[a]) name = d.names[i];
+    out->add_channels(name);
+    out->add_bins(joint.spec.bins[a]);
+    v1::HistogramRange* range = out->add_ranges();
+    range->set_lo(joint.spec.lo[a]);
+    range->set_hi(joint.spec.hi[a]);
+  }
+  if (joint.counts.size() <= kDenseJointBins) {
+    out->mutable_counts()->Reserve(static_cast<int>(joint.counts.size()));
+    for (uint64_t c : joint.counts) out->add_counts(c);
+  } else {
+    for (size_t i = 0; i < joint.counts.size(); ++i)
+      if (joint.counts[i]) {
+        out->add_nonzero_index(i);
+        out->add_nonzero_count(joint.counts[i]);
+      }
+  }
+  out->set_outside(joint.outside);
+}
+
+void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result& result,
                    const StatsRequest& request, bool parts = false) {
+  const Described d = measured(image, request);
   const std::vector<ChannelStats>& stats = result.channels;
   r.set_format(d.format);
   r.set_width(d.layout.width);
@@ -77,6 +117,7 @@ void fill_response(v1::AnalyzeResponse& r, const Described& d, const Result& res
     fill_channel(c, stats.at(d.order[i]), request, d.layout.type, d.layout.width);
   }
   if (result.has_unique_colors) r.set_unique_colors(result.unique_colors);
+  if (result.has_joint) fill_joint(r.mutable_joint(), result.joint, d);
   if (result.has_summary) {
     StatsRequest all = request;
     all.histogram = false;
@@ -113,6 +154,7 @@ void fill_response(v1::AnalyzeResponse& r, const Described& d, const Result& res
       c->set_name(d.names[i]);
       fill_channel(c, p.channels.at(d.order[i]), request, d.layout.type, d.layout.width);
     }
+    if (p.has_joint) fill_joint(out->mutable_joint(), p.joint, d);
   }
 }
 
@@ -466,6 +508,10 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
   }
   if (!engine_->takes_device_images()) {
     *why = "the GPU engine is not in use";
+    return false;
+  }
+  if (cpu_only(request)) {
+    *why = "colour spaces and joint histograms are computed on the CPU";
     return false;
   }
   const auto t0 = Clock::now();

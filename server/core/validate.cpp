@@ -96,6 +96,36 @@ StatsRequest stats_request_of(const v1::Options& o) {
     r.hist.lo = lo;
     r.hist.hi = hi;
   }
+  switch (o.colour_space()) {
+    case v1::COLOUR_SPACE_UNSPECIFIED: break;
+    case v1::COLOUR_SPACE_HSV: r.colour_space = ColourSpace::kHsv; break;
+    case v1::COLOUR_SPACE_HSV_FULL: r.colour_space = ColourSpace::kHsvFull; break;
+    case v1::COLOUR_SPACE_HLS: r.colour_space = ColourSpace::kHls; break;
+    case v1::COLOUR_SPACE_LAB: r.colour_space = ColourSpace::kLab; break;
+    case v1::COLOUR_SPACE_YCRCB: r.colour_space = ColourSpace::kYCrCb; break;
+    case v1::COLOUR_SPACE_GRAY: r.colour_space = ColourSpace::kGray; break;
+    default: invalid("options.colour_space " + std::to_string(o.colour_space()) + " is not a known colour space");
+  }
+  if (o.has_joint()) {
+    const v1::JointHistogramOptions& j = o.joint();
+    const int axes = j.channels_size();
+    if (axes < 2 || axes > static_cast<int>(kMaxJointAxes))
+      invalid("options.joint.channels: a joint histogram has 2 or 3 channels, got " + std::to_string(axes));
+    if (j.bins_size() != 1 && j.bins_size() != axes)
+      invalid("options.joint.bins: one for every channel or one per channel, got " + std::to_string(j.bins_size()));
+    if (j.ranges_size() != 0 && j.ranges_size() != axes)
+      invalid("options.joint.ranges: none or one per channel, got " + std::to_string(j.ranges_size()));
+    r.joint.axes = static_cast<uint32_t>(axes);
+    r.joint.explicit_range = j.ranges_size() != 0;
+    for (int a = 0; a < axes; ++a) {
+      r.joint.channels[a] = j.channels(a);
+      r.joint.bins[a] = j.bins(j.bins_size() == 1 ? 0 : a);
+      if (r.joint.explicit_range) {
+        r.joint.lo[a] = j.ranges(a).lo();
+        r.joint.hi[a] = j.ranges(a).hi();
+      }
+    }
+  }
   return r;
 }
 

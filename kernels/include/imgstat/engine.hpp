@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "imgstat/colour.hpp"
 #include "imgstat/error.hpp"
 #include "imgstat/float_moments.hpp"
 #include "imgstat/placement.hpp"
@@ -87,7 +88,30 @@ struct StatsRequest {
   // what merging it with other images' gives, exactly, the statistics of all
   // their pixels at once.
   bool merge_state = false;
+  // In what: the image's channels, or a colour space's (RGB and RGBA
+  // images, uint8 or float32; alpha stays the last channel), in which every
+  // statistic above is taken; histograms of a space's channels default to
+  // each channel's range (colour_channel_range()).
+  ColourSpace colour_space = ColourSpace::kNone;
+  // A joint histogram of 2 or 3 of those channels (axes 0: none).
+  JointSpec joint;
+  // Per channel of the measured image, when channels differ in range (a
+  // colour space's); empty: `hist` for every channel. Set by
+  // measured_request(), never by callers.
+  std::vector<HistogramSpec> channel_hists;
 };
+
+// What only the CPU engine computes for now: colour spaces, joint
+// histograms and per-channel histogram ranges. A CUDA engine refuses them
+// (kUnimplemented), and an engine with a fallback sends them to its CPU.
+inline bool cpu_only(const StatsRequest& request) {
+  return request.colour_space != ColourSpace::kNone || request.joint.axes != 0 || !request.channel_hists.empty();
+}
+
+// The histogram of one channel: its own where it has one.
+inline const HistogramSpec& hist_of(const StatsRequest& request, uint32_t channel) {
+  return channel < request.channel_hists.size() ? request.channel_hists[channel] : request.hist;
+}
 
 // Float samples: the distribution's bins over [min, max]; a percentile,
 // median or mode is the middle of its bin, within half a bin of the exact
@@ -210,6 +234,8 @@ struct PartStats {
   uint32_t column = 0;
   uint32_t row = 0;
   std::vector<ChannelStats> channels;
+  bool has_joint = false;
+  JointHistogram joint;
 };
 
 // About how many bytes `parts` answers of `channels` channels take in a
@@ -244,6 +270,9 @@ struct Result {
   // Parts other than a mask (which answers in channels): one entry each, in
   // the order Parts defines; each part's positions are of the whole image.
   std::vector<PartStats> parts;
+  // StatsRequest::joint, of the image (a mask: of its pixels).
+  bool has_joint = false;
+  JointHistogram joint;
 };
 
 struct EngineInfo {
@@ -373,5 +402,13 @@ std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& options, std::stri
 // Checks a layout and request against what the engines support; throws
 // InvalidArgument naming the problem.
 void validate(const Layout& layout, const StatsRequest& request);
+
+// The image a request's statistics are taken of: `layout` itself, or with
+// a colour space its converted pixels (the space's channels, alpha last).
+Layout measured_layout(const Layout& layout, const StatsRequest& request);
+// The request as it applies to the measured image: no colour space; with
+// one and no explicit histogram range, each channel's range in
+// channel_hists; the joint histogram's ranges filled in.
+StatsRequest measured_request(const StatsRequest& request, const Layout& layout);
 
 }  // namespace imgstat

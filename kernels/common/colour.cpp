@@ -1,0 +1,176 @@
+#include "common/colour.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace imgstat {
+namespace {
+
+// cvRound: half to even, as OpenCV rounds its table entries.
+int round_even(double v) { return static_cast<int>(std::nearbyint(v)); }
+
+ColourTables build_tables() {
+  ColourTables t{};
+  for (int i = 1; i < 256; ++i) {
+    t.sdiv[i] = round_even((255 << 12) / (1.0 * i));
+    t.hdiv180[i] = round_even((180 << 12) / (6.0 * i));
+    t.hdiv256[i] = round_even((256 << 12) / (6.0 * i));
+  }
+  // OpenCV builds these with its software float (float32) and double
+  // arithmetic, each step rounded as written: the same steps here in IEEE
+  // float and double give the same tables, which the tests check through
+  // all 2^24 colours.
+  const double gamma_threshold = 809.0 / 20000.0, gamma_shift = 11.0 / 200.0, gamma_power = 12.0 / 5.0,
+               gamma_low = 323.0 / 25.0;
+  for (int i = 0; i < 256; ++i) {
+    const double x = static_cast<float>(i) / 255.0f;
+    const double g = x <= gamma_threshold ? x / gamma_low : std::pow((x + gamma_shift) / (1.0 + gamma_shift), gamma_power);
+    t.gamma[i] = static_cast<uint16_t>(round_even(255.0f * 8.0f * static_cast<float>(g)));
+  }
+  const float scale = 1.0f / (255.0f * 8.0f), threshold = 216.0f / 24389.0f, slope = 841.0f / 108.0f,
+              bias = 16.0f / 116.0f;
+  for (int i = 0; i < kLabCbrtTableSize; ++i) {
+    const float x = scale * static_cast<float>(i);
+    // OpenCV's software cube root rounds toward zero, not to nearest: the
+    // two differ in this table where 32768 f lands within an ulp of a half
+    // (indices 49 and 324).
+    float f = std::fma(x, slope, bias);
+    if (!(x < threshold)) {
+      const double exact = std::cbrt(static_cast<double>(x));
+      f = static_cast<float>(exact);
+      if (static_cast<double>(f) > exact) f = std::nextafter(f, 0.0f);
+    }
+    t.cbrt[i] = static_cast<uint16_t>(round_even(32768.0f * f));
+  }
+  // sRGB to XYZ (D65) over the white point, in 1 << 12 fixed point, from
+  // the float32 constants.
+  static const float kRgbToXyz[9] = {0.412453f, 0.357580f, 0.180423f, 0.212671f, 0.715160f,
+                                     0.072169f, 0.019334f, 0.119193f, 0.950227f};
+  static const float kWhite[3] = {0.950456f, 1.0f, 1.088754f};
+  for (int row = 0; row < 3; ++row)
+    for (int col = 0; col < 3; ++col)
+      t.lab[row * 3 + col] = round_even((4096.0f * kRgbToXyz[row * 3 + col]) / kWhite[row]);
+  return t;
+}
+
+}  // namespace
+
+const ColourTables& colour_tables() {
+  static const ColourTables tables = build_tables();
+  return tables;
+}
+
+const char* to_string(ColourSpace space) {
+  switch (space) {
+    case ColourSpace::kNone: return "";
+    case ColourSpace::kHsv: return "hsv";
+    case ColourSpace::kHsvFull: return "hsv-full";
+    case ColourSpace::kHls: return "hls";
+    case ColourSpace::kLab: return "lab";
+    case ColourSpace::kYCrCb: return "ycrcb";
+    case ColourSpace::kGray: return "gray";
+  }
+  return "";
+}
+
+bool parse_colour_space(const std::string& name, ColourSpace* out) {
+  for (ColourSpace s : {ColourSpace::kHsv, ColourSpace::kHsvFull, ColourSpace::kHls, ColourSpace::kLab,
+                        ColourSpace::kYCrCb, ColourSpace::kGray}) {
+    if (name == to_string(s)) {
+      *out = s;
+      return true;
+    }
+  }
+  return false;
+}
+
+uint32_t colour_channels(ColourSpace space) {
+  return space == ColourSpace::kNone ? 0 : space == ColourSpace::kGray ? 1 : 3;
+}
+
+std::vector<std::string> colour_channel_names(ColourSpace space, bool alpha) {
+  std::vector<std::string> names;
+  switch (space) {
+    case ColourSpace::kHsv:
+    case ColourSpace::kHsvFull: names = {"H", "S", "V"}; break;
+    case ColourSpace::kHls: names = {"H", "L", "S"}; break;
+    case ColourSpace::kLab: names = {"L", "a", "b"}; break;
+    case ColourSpace::kYCrCb: names = {"Y", "Cr", "Cb"}; break;
+    case ColourSpace::kGray: names = {"Gray"}; break;
+    case ColourSpace::kNone: break;
+  }
+  if (alpha) names.push_back("A");
+  return names;
+}
+
+void colour_channel_range(ColourSpace space, uint32_t channel, SampleType type, double* lo, double* hi) {
+  const bool bytes = type == SampleType::kUint8;
+  *lo = 0;
+  *hi = bytes ? 256 : 1;
+  if (channel >= colour_channels(space)) return;  // alpha
+  switch (space) {
+    case ColourSpace::kHsv:
+    case ColourSpace::kHls:
+      if (channel == 0) *hi = bytes ? 180 : 360;
+      break;
+    case ColourSpace::kHsvFull:
+      if (channel == 0 && !bytes) *hi = 360;
+      break;
+    case ColourSpace::kLab:
+      if (!bytes) {
+        *lo = channel == 0 ? 0 : -128;
+        *hi = channel == 0 ? 100 : 128;
+      }
+      break;
+    default: break;
+  }
+}
+
+namespace {
+
+template <ColourSpace S, uint32_t C>
+void convert8(const uint8_t* src, uint64_t pixels, const uint32_t* rgb, const ColourTables& t, uint8_t* out) {
+  constexpr uint32_t kOut = S == ColourSpace::kGray ? 1 : 3;
+  constexpr uint32_t kStep = kOut + (C == 4 ? 1 : 0);
+  const uint32_t order[3] = {rgb[0], rgb[1], rgb[2]};
+  for (uint64_t i = 0; i < pixels; ++i) {
+    convert_pixel8<S>(src + i * C, order, t, out + i * kStep);
+    if constexpr (C == 4) out[i * kStep + kOut] = src[i * C + 3];
+  }
+}
+
+template <ColourSpace S, uint32_t C>
+void convert_f(const uint8_t* src, uint64_t pixels, const uint32_t* rgb, uint8_t* out) {
+  constexpr uint32_t kOut = S == ColourSpace::kGray ? 1 : 3;
+  constexpr uint32_t kStep = kOut + (C == 4 ? 1 : 0);
+  for (uint64_t i = 0; i < pixels; ++i) {
+    float px[C], o[kStep];
+    std::memcpy(px, src + i * C * sizeof(float), sizeof(px));
+    convert_pixel_f<S>(px, rgb, o);
+    if constexpr (C == 4) o[kOut] = px[3];
+    std::memcpy(out + i * kStep * sizeof(float), o, sizeof(o));
+  }
+}
+
+}  // namespace
+
+void convert_pixels(ColourSpace space, SampleType type, const uint8_t* src, uint64_t pixels, uint32_t channels,
+                    const uint32_t* rgb, uint8_t* out) {
+  const ColourTables& t = colour_tables();
+  with_colour_space(space, [&](auto s) {
+    constexpr ColourSpace S = decltype(s)::value;
+    if (type == SampleType::kUint8) {
+      if (channels == 4)
+        convert8<S, 4>(src, pixels, rgb, t, out);
+      else
+        convert8<S, 3>(src, pixels, rgb, t, out);
+    } else {
+      if (channels == 4)
+        convert_f<S, 4>(src, pixels, rgb, out);
+      else
+        convert_f<S, 3>(src, pixels, rgb, out);
+    }
+  });
+}
+
+}  // namespace imgstat
