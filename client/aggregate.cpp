@@ -29,7 +29,11 @@ bool Aggregation::add_or_throw(const v1::AnalyzeResponse& r) {
     return true;
   }
   const SampleType type = sample_type_of(r.sample_type());
-  const uint32_t channels = r.channel_count();
+  // With a colour space the channels are the space's, not the image's.
+  const uint32_t channels = request_.colour_space == ColourSpace::kNone
+                                ? r.channel_count()
+                                : static_cast<uint32_t>(r.channels_size() ? r.channels_size()
+                                                        : r.parts_size() ? r.parts(0).channels_size() : 0);
   const std::pair<int, uint32_t> key{r.sample_type(), channels};
   auto at = index_.find(key);
   if (at == index_.end()) {
@@ -37,7 +41,8 @@ bool Aggregation::add_or_throw(const v1::AnalyzeResponse& r) {
     const auto& named = r.channels_size() ? r.channels() : r.parts_size() ? r.parts(0).channels() : r.channels();
     for (const v1::ChannelStats& c : named) names.push_back(c.name());
     if (names.size() != channels) fail(ErrorCode::kInvalidArgument, "the answer's channels do not match its channel count");
-    groups_.push_back(Group{r.sample_type(), std::move(names), Merger(type, channels, request_), {}});
+    const StatsRequest measured = measured_request(request_, Layout{1, 1, r.channel_count(), type, 0});
+    groups_.push_back(Group{r.sample_type(), std::move(names), Merger(type, channels, measured), {}, 0, {}, {}});
     at = index_.emplace(key, groups_.size() - 1).first;
   }
   Group& g = groups_[at->second];
@@ -48,14 +53,37 @@ bool Aggregation::add_or_throw(const v1::AnalyzeResponse& r) {
   };
   if (r.parts_size() == 0) {
     g.merger.add(states(r.channels()));
+    if (r.has_joint()) add_joint(g, r.joint());
     return true;
   }
   for (const v1::PartStats& p : r.parts()) {
     if (!p.has_label()) fail(ErrorCode::kInvalidArgument, "only labelled parts are merged across files");
-    g.labels.try_emplace(p.label(), type, channels, request_).first->second.add(states(p.channels()));
+    g.labels.try_emplace(p.label(), type, channels, g.merger.request()).first->second.add(states(p.channels()));
   }
   ++g.label_files;
   return true;
+}
+
+// Joint histograms add bin by bin; every file's has the same shape and ranges.
+void Aggregation::add_joint(Group& g, const v1::JointHistogram& h) {
+  uint64_t bins = 1;
+  for (uint32_t b : h.bins()) bins *= b;
+  if (!g.joint) {
+    g.joint = h;
+    g.joint->clear_counts();
+    g.joint->clear_nonzero_index();
+    g.joint->clear_nonzero_count();
+    g.joint->set_outside(0);
+    g.joint_counts.assign(bins, 0);
+  } else if (g.joint->bins_size() != h.bins_size() || g.joint_counts.size() != bins) {
+    fail(ErrorCode::kInvalidArgument, "joint histograms of different shapes cannot be merged");
+  }
+  for (int i = 0; i < h.counts_size(); ++i) g.joint_counts[i] += h.counts(i);
+  for (int i = 0; i < h.nonzero_index_size(); ++i) {
+    if (h.nonzero_index(i) >= bins) fail(ErrorCode::kInvalidArgument, "a joint histogram bin past its bins");
+    g.joint_counts[h.nonzero_index(i)] += h.nonzero_count(i);
+  }
+  g.joint->set_outside(g.joint->outside() + h.outside());
 }
 
 std::vector<Outcome> Aggregation::outcomes() const {
@@ -111,6 +139,19 @@ std::vector<Outcome> Aggregation::outcomes() const {
       r.mutable_summary()->set_name("all");
       fill_channel(r.mutable_summary(), merged.summary, all, type, 0);
       o.exact_sums.push_back(request.sum ? g.merger.exact_summary_sum() : "");
+    }
+    if (g.joint) {
+      v1::JointHistogram* j = r.mutable_joint();
+      *j = *g.joint;
+      if (g.joint_counts.size() <= kDenseJointBins) {
+        for (uint64_t c : g.joint_counts) j->add_counts(c);
+      } else {
+        for (size_t i = 0; i < g.joint_counts.size(); ++i)
+          if (g.joint_counts[i]) {
+            j->add_nonzero_index(i);
+            j->add_nonzero_count(g.joint_counts[i]);
+          }
+      }
     }
     out.push_back(std::move(o));
   }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,7 +42,11 @@ class Aggregation {
     // --labels: each label merged over every file (files without parts go to merger).
     std::map<int64_t, Merger> labels;
     uint64_t label_files = 0;
+    // Options.joint: the files' joint histograms added bin by bin.
+    std::optional<v1::JointHistogram> joint;
+    std::vector<uint64_t> joint_counts;
   };
+  void add_joint(Group& g, const v1::JointHistogram& h);
   StatsRequest request_;
   v1::Options part_options_;
   std::vector<Group> groups_;

@@ -110,8 +110,11 @@ void colour_channel_range(ColourSpace space, uint32_t channel, SampleType type, 
   if (channel >= colour_channels(space)) return;  // alpha
   switch (space) {
     case ColourSpace::kHsv:
-    case ColourSpace::kHls:
       if (channel == 0) *hi = bytes ? 180 : 360;
+      break;
+    case ColourSpace::kHls:
+      // OpenCV rounds HLS hue from float: 359.5 degrees and up give 180.
+      if (channel == 0) *hi = bytes ? 181 : 360;
       break;
     case ColourSpace::kHsvFull:
       if (channel == 0 && !bytes) *hi = 360;
