@@ -271,6 +271,33 @@ TEST(Joint, LargeHistogramsAndFloatsAndColourSpaces) {
   const Result fj = analyze(f, fr);
   EXPECT_EQ(fj.joint.counts, joint_by_loop(f, fr.joint, &outside));
   EXPECT_EQ(fj.joint.outside, outside);
+  // int8 samples, ranges below zero.
+  cv::Mat s8(37, 41, CV_8SC2);
+  for (size_t i = 0; i < s8.total() * 2; ++i) s8.data[i] = static_cast<uint8_t>(rng());
+  StatsRequest sr;
+  sr.joint.axes = 2;
+  sr.joint.channels[1] = 1;
+  sr.joint.bins[0] = sr.joint.bins[1] = 64;
+  sr.joint.explicit_range = true;
+  sr.joint.lo[0] = -40.5;
+  sr.joint.hi[0] = 100;
+  sr.joint.lo[1] = -30.5;
+  sr.joint.hi[1] = 130;
+  const Layout l8{41, 37, 2, SampleType::kInt8, s8.step[0]};
+  const Result sj = make_cpu_engine(2)->analyze(ImageView{s8.data, l8}, sr);
+  std::vector<uint64_t> want(64 * 64, 0);
+  uint64_t out8 = 0;
+  for (int y = 0; y < s8.rows; ++y)
+    for (int x = 0; x < s8.cols; ++x) {
+      const double a = s8.ptr<int8_t>(y)[2 * x], b = s8.ptr<int8_t>(y)[2 * x + 1];
+      if (a < -40.5 || a >= 100 || b < -30.5 || b >= 130) {
+        ++out8;
+        continue;
+      }
+      ++want[static_cast<size_t>(std::floor((a + 40.5) / 140.5 * 64)) * 64 + static_cast<size_t>(std::floor((b + 30.5) / 160.5 * 64))];
+    }
+  EXPECT_EQ(sj.joint.counts, want);
+  EXPECT_EQ(sj.joint.outside, out8);
 }
 
 TEST(Joint, BadRequestsAreRefusedWithTheReason) {

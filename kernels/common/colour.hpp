@@ -37,11 +37,16 @@ namespace colour_detail {
 
 IMGSTAT_HD uint8_t sat_u8(int v) { return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v); }
 // OpenCV's saturate_cast<uchar>(float): round half to even, then clamp.
+// On the host, adding and taking away 1.5 * 2^23 rounds |v| < 2^22 to
+// even in the default rounding mode without a library call.
 IMGSTAT_HD uint8_t sat_u8_round(float v) {
 #if defined(__CUDA_ARCH__)
   return sat_u8(__float2int_rn(v));
 #else
-  return sat_u8(static_cast<int>(std::nearbyint(v)));
+  if (!(v > -4194304.0f && v < 4194304.0f)) return v > 0 ? 255 : 0;
+  constexpr float kBig = 12582912.0f;  // IEEE arithmetic: (v + kBig) - kBig is not folded
+  const float r = (v + kBig) - kBig;
+  return sat_u8(static_cast<int>(r));
 #endif
 }
 IMGSTAT_HD int descale(int x, int n) { return (x + (1 << (n - 1))) >> n; }
@@ -97,7 +102,9 @@ IMGSTAT_HD void rgb_to_hsv8(int r, int g, int b, const int32_t* sdiv, const int3
   const int vmin = r < g ? (r < b ? r : b) : (g < b ? g : b);
   const int diff = v - vmin;
   const int s = (diff * sdiv[v] + (1 << 11)) >> 12;
-  int h = v == r ? g - b : v == g ? b - r + 2 * diff : r - g + 4 * diff;
+  // Masks rather than branches: hues of noise are unpredictable.
+  const int vr = v == r ? -1 : 0, vg = v == g ? -1 : 0;
+  int h = (vr & (g - b)) + (~vr & ((vg & (b - r + 2 * diff)) + (~vg & (r - g + 4 * diff))));
   h = (h * hdiv[diff] + (1 << 11)) >> 12;
   if (h < 0) h += hue_range;
   out[0] = sat_u8(h);
@@ -205,16 +212,21 @@ IMGSTAT_HD uint8_t rgb_to_gray8(int r, int g, int b) {
 }
 IMGSTAT_HD float rgb_to_gray_f(float r, float g, float b) { return r * 0.299f + g * 0.587f + b * 0.114f; }
 
-// One pixel (R, G, B at rgb[0..2]) into the space's channels at out.
+// R, G, B into the space's channels at out.
 template <ColourSpace S>
-IMGSTAT_HD void convert_pixel8(const uint8_t* px, const uint32_t* rgb, const ColourTables& t, uint8_t* out) {
-  const int r = px[rgb[0]], g = px[rgb[1]], b = px[rgb[2]];
+IMGSTAT_HD void convert_rgb8(int r, int g, int b, const ColourTables& t, uint8_t* out) {
   if constexpr (S == ColourSpace::kHsv) rgb_to_hsv8(r, g, b, t.sdiv, t.hdiv180, 180, out);
   else if constexpr (S == ColourSpace::kHsvFull) rgb_to_hsv8(r, g, b, t.sdiv, t.hdiv256, 256, out);
   else if constexpr (S == ColourSpace::kHls) rgb_to_hls8(r, g, b, 180, out);
   else if constexpr (S == ColourSpace::kLab) rgb_to_lab8(r, g, b, t.gamma, t.cbrt, t.lab, out);
   else if constexpr (S == ColourSpace::kYCrCb) rgb_to_ycrcb8(r, g, b, out);
   else out[0] = rgb_to_gray8(r, g, b);
+}
+
+// One pixel (R, G, B at rgb[0..2]) into the space's channels at out.
+template <ColourSpace S>
+IMGSTAT_HD void convert_pixel8(const uint8_t* px, const uint32_t* rgb, const ColourTables& t, uint8_t* out) {
+  convert_rgb8<S>(px[rgb[0]], px[rgb[1]], px[rgb[2]], t, out);
 }
 
 template <ColourSpace S>

@@ -81,12 +81,10 @@ auto FallbackEngine::either(Fn&& fn) {
 }
 
 Result FallbackEngine::analyze(const ImageView& image, const StatsRequest& request) {
-  if (cpu_only(request)) return backup_->analyze(image, request);
   return either([&](Engine& e) { return e.analyze(image, request); });
 }
 
 Result FallbackEngine::analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request) {
-  if (cpu_only(request)) return backup_->analyze_parts(image, parts, request);
   return either([&](Engine& e) { return e.analyze_parts(image, parts, request); });
 }
 
@@ -119,7 +117,8 @@ class FallbackStream final : public StreamAnalysis {
         destrider_(layout),
         pixel_bytes_(layout.pixel_bytes()),
         primary_(std::move(primary)),
-        checkpoint_(empty_partial(layout.type, layout.channels, request)) {}
+        checkpoint_(empty_partial(layout.type, measured_layout(layout, request).channels,
+                                  measured_request(request, layout))) {}
 
   ~FallbackStream() override { drop_retained(); }
 
@@ -167,7 +166,7 @@ class FallbackStream final : public StreamAnalysis {
       offset_positions(*part, checkpoint_pixels_);
       merge(checkpoint_, *part);
     }
-    return result_of(checkpoint_, request_, "cpu");
+    return result_of(checkpoint_, measured_request(request_, layout_), "cpu");
   }
 
  private:
@@ -277,12 +276,12 @@ class FallbackStream final : public StreamAnalysis {
 std::unique_ptr<StreamAnalysis> FallbackEngine::open_stream(const Layout& layout, const StatsRequest& request) {
   validate(layout, request);
   const Layout packed{layout.pixels(), 1, layout.channels, layout.type, 0};
-  if (!lost_ && !cpu_only(request)) {
+  if (!lost_) {
     try {
       return std::make_unique<FallbackStream>(*this, layout, request, primary_->open_stream(packed, request));
     } catch (const Error& e) {
       if (e.code() == ErrorCode::kInvalidArgument) throw;
-      primary_failed(e);
+      if (e.code() != ErrorCode::kUnimplemented) primary_failed(e);
     }
   }
   return backup_->open_stream(layout, request);

@@ -62,11 +62,23 @@ template <class T, uint32_t C>
 class JointCounter {
  public:
   JointCounter(const JointPlan& plan, std::atomic<uint64_t>* shared) : plan_(plan), shared_(shared) {
-    if (!shared_) counts_.assign(plan.bins(), 0);
+    if (!shared_) counts_.assign(plan.bins() + 1, 0);  // the last: pixels outside
   }
 
   void add(const Piece& pc) {
-    for (uint64_t r = 0; r < pc.rows; ++r) add_run(pc.base + r * pc.stride, pc.pixels);
+    for (uint64_t r = 0; r < pc.rows; ++r) {
+      const uint8_t* run = pc.base + r * pc.stride;
+      if constexpr (sizeof(T) == 1) {
+        if (!shared_) {
+          if (plan_.axes == 2)
+            add_run8<2>(run, pc.pixels);
+          else
+            add_run8<3>(run, pc.pixels);
+          continue;
+        }
+      }
+      add_run(run, pc.pixels);
+    }
   }
 
   // Adds this thread's counts to the partial's.
@@ -95,6 +107,34 @@ class JointCounter {
     return idx;
   }
 
+  // 8-bit samples into private counters: table lookups and one increment
+  // a pixel, no branch; outside pixels land in the extra last counter.
+  template <uint32_t A>
+  void add_run8(const uint8_t* p, uint64_t pixels) {
+    const int32_t* t0 = plan_.table[0].data();
+    const int32_t* t1 = plan_.table[1].data();
+    const int32_t* t2 = A == 3 ? plan_.table[2].data() : nullptr;
+    const uint32_t c0 = plan_.channel[0], c1 = plan_.channel[1], c2 = A == 3 ? plan_.channel[2] : 0;
+    const int32_t sink = static_cast<int32_t>(plan_.bins());
+    // Tables index by v - type_lo: int8's raw byte with its sign bit flipped.
+    constexpr uint8_t kFlip = std::is_signed_v<T> ? 0x80 : 0;
+    uint32_t* counts = counts_.data();
+    while (pixels > 0) {
+      // Counters are 32-bit: flushed before any could wrap.
+      const uint64_t n = std::min<uint64_t>(pixels, UINT32_MAX - pending_);
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint8_t* px = p + i * C;
+        int32_t idx = t0[px[c0] ^ kFlip] + t1[px[c1] ^ kFlip];
+        if constexpr (A == 3) idx += t2[px[c2] ^ kFlip];
+        ++counts[idx < 0 ? sink : idx];
+      }
+      pending_ += n;
+      p += n * C;
+      pixels -= n;
+      if (pending_ == UINT32_MAX) flush();
+    }
+  }
+
   void add_run(const uint8_t* p, uint64_t pixels) {
     constexpr uint64_t kPixel = C * sizeof(T);
     for (uint64_t i = 0; i < pixels; ++i) {
@@ -103,21 +143,20 @@ class JointCounter {
         ++outside_;
       } else if (shared_) {
         shared_[idx].fetch_add(1, std::memory_order_relaxed);
-      } else if (++counts_[idx] == 0) {  // wrapped: 2^32 into one bin
-        carry(idx);
+      } else {
+        ++counts_[idx];
       }
+      if (++pending_ == UINT32_MAX) flush();
     }
   }
 
-  void carry(int64_t idx) {
-    if (totals_.empty()) totals_.assign(plan_.bins(), 0);
-    totals_[idx] += uint64_t{1} << 32;
-  }
-
+  // Private counters into the 64-bit totals (the last one: pixels outside).
   void flush() {
+    pending_ = 0;
     if (shared_) return;
     if (totals_.empty()) totals_.assign(plan_.bins(), 0);
-    for (size_t i = 0; i < counts_.size(); ++i) totals_[i] += counts_[i];
+    for (size_t i = 0; i + 1 < counts_.size(); ++i) totals_[i] += counts_[i];
+    outside_ += counts_.back();
     std::fill(counts_.begin(), counts_.end(), 0);
   }
 
@@ -126,6 +165,7 @@ class JointCounter {
   std::vector<uint32_t> counts_;
   std::vector<uint64_t> totals_;
   uint64_t outside_ = 0;
+  uint64_t pending_ = 0;  // pixels counted since the last flush
 };
 
 }  // namespace imgstat::cpu

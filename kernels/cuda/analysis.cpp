@@ -70,11 +70,17 @@ bool keeps_pixels(const Layout& layout, const StatsRequest& request) {
 
 GpuAnalysis::GpuAnalysis(const GpuContext& gpu, const Layout& layout, const StatsRequest& request,
                          std::chrono::milliseconds wait, const Session* session)
-    : gpu_(gpu), ws_(gpu.workspaces->acquire(wait)), layout_(layout), request_(request) {
-  layout_.width = layout.pixels();
-  layout_.height = 1;
-  layout_.row_stride = 0;
-  pixel_bytes_ = layout_.pixel_bytes();
+    : gpu_(gpu),
+      ws_(gpu.workspaces->acquire(wait)),
+      source_(layout),
+      layout_(measured_layout(layout, request)),
+      request_(measured_request(request, layout)),
+      space_(request.colour_space) {
+  for (int i = 0; i < 3; ++i) rgb_[i] = request.rgb[i];
+  source_.width = layout_.width = layout.pixels();
+  source_.height = layout_.height = 1;
+  source_.row_stride = layout_.row_stride = 0;
+  pixel_bytes_ = source_.pixel_bytes();
   chunk_pixels_ = std::max<uint64_t>(16, kSlotBytes / pixel_bytes_ / 16 * 16);
   direct_pixels_ = std::max<uint64_t>(16, kDeviceSlotBytes / pixel_bytes_ / 16 * 16);
   values_ = sample_size(layout_.type) == 2 && (request_.distribution || request_.shape || request_.merge_state);
@@ -93,7 +99,17 @@ GpuAnalysis::GpuAnalysis(const GpuContext& gpu, const Layout& layout, const Stat
     used_[0] = true;
     // A session may end part way (its counts are read back): never one block.
     one_block_ = !session && sample_size(layout_.type) == 1 && layout_.pixels() * pixel_bytes_ <= kOneBlockHist8Bytes &&
-                 !request_.positions && !wants_colors();
+                 !request_.positions && !wants_colors() && space_ == ColourSpace::kNone && !request_.joint.axes;
+    fused_ = space_ != ColourSpace::kNone && !request_.joint.axes && !request_.positions && !wants_colors();
+    if (space_ != ColourSpace::kNone && !fused_) {
+      colour_slot_bytes_ = direct_pixels_ * layout_.pixel_bytes();
+      colour_.emplace(*gpu_.budget, colour_slot_bytes_ * kSlots, "colour conversion slots");
+    }
+    if (request_.joint.axes) {
+      const uint64_t bins = request_.joint.total_bins();
+      joint_.emplace(*gpu_.budget, (bins + 1) * 8, "a joint histogram of " + std::to_string(bins) + " bins");
+      IMGSTAT_CUDA(cudaMemsetAsync(joint_->data(), 0, (bins + 1) * 8, ws_->streams[0]));
+    }
     if (!one_block_) {
       cudaStream_t s0 = ws_->streams[0];
       launch_reset(histogram_out(), layout_.channels, ws_->device_results->ints, ws_->device_results->running,
@@ -167,11 +183,29 @@ void GpuAnalysis::submit(const uint8_t* host, uint64_t pixels) {
   slot_ = (slot_ + 1) % kSlots;
 }
 
-void GpuAnalysis::launch_passes(const uint8_t* dst, uint64_t first, uint64_t pixels, int slot) {
+const uint8_t* GpuAnalysis::measured(const uint8_t* pixels, uint64_t count, int slot) {
+  if (space_ == ColourSpace::kNone) return pixels;
+  uint8_t* out = static_cast<uint8_t*>(colour_->data()) + slot * colour_slot_bytes_;
+  launch_convert8(pixels, count, source_.channels, space_, rgb_, out, gpu_.info, ws_->streams[slot]);
+  return out;
+}
+
+void GpuAnalysis::launch_passes(const uint8_t* source, uint64_t first, uint64_t pixels, int slot) {
   const cudaStream_t s = ws_->streams[slot];
   Results* r = ws_->device_results;
   const DeviceInfo& dev = gpu_.info;
   const uint32_t c = layout_.channels;
+  // Value counts alone (every default statistic of 8-bit samples follow
+  // from them): converted in registers as they are counted.
+  if (fused_) {
+    launch_hist8_colour(source, pixels, source_.channels, space_, rgb_, r->counts, dev, s);
+    return;
+  }
+  const uint8_t* dst = measured(source, pixels, slot);
+  if (request_.joint.axes) {
+    auto* counts = static_cast<unsigned long long*>(joint_->data());
+    launch_joint8(dst, pixels, c, layout_.type, request_.joint, counts, counts + request_.joint.total_bins(), dev, s);
+  }
   switch (layout_.type) {
     case SampleType::kUint8:
     case SampleType::kInt8:
@@ -207,6 +241,18 @@ void GpuAnalysis::add_device(const uint8_t* p, uint64_t count) {
     uint8_t* dst = kept_->append(count, s);
     IMGSTAT_CUDA(cudaMemcpyAsync(dst, p, count * pixel_bytes_, cudaMemcpyDeviceToDevice, s));
     launch_passes(dst, first_ + sent_, count, slot_);
+  } else if (space_ != ColourSpace::kNone && !fused_ && count > direct_pixels_) {
+    // The conversion slots hold a device slot's worth: the image in pieces, streams in turn.
+    for (uint64_t done = 0; done < count;) {
+      const uint64_t n = std::min(direct_pixels_, count - done);
+      use_stream(slot_);
+      launch_passes(p + done * pixel_bytes_, first_ + sent_ + done, n, slot_);
+      IMGSTAT_CUDA(cudaEventRecord(ws_->slot_free[slot_], ws_->streams[slot_]));
+      slot_ = (slot_ + 1) % kSlots;
+      done += n;
+    }
+    sent_ += count;
+    return;
   } else {
     launch_passes(p, first_ + sent_, count, slot_);
   }
@@ -277,6 +323,10 @@ void GpuAnalysis::collect() {
   if (wants_colors())
     IMGSTAT_CUDA(cudaMemcpyAsync(ws_->host_extra->colors, ws_->device_extra->colors, color_words(layout_.channels) * 8,
                                  cudaMemcpyDeviceToHost, s0));
+  if (joint_) {
+    joint_host_.resize(request_.joint.total_bins() + 1);
+    IMGSTAT_CUDA(cudaMemcpyAsync(joint_host_.data(), joint_->data(), joint_host_.size() * 8, cudaMemcpyDeviceToHost, s0));
+  }
   IMGSTAT_CUDA(cudaStreamSynchronize(s0));
 }
 
@@ -305,6 +355,10 @@ Partial GpuAnalysis::partial_from_host() const {
   Partial p;
   p.type = type;
   if (wants_colors()) p.colors.assign(ws_->host_extra->colors, ws_->host_extra->colors + color_words(layout_.channels));
+  if (!joint_host_.empty()) {
+    p.joint.assign(joint_host_.begin(), joint_host_.end() - 1);
+    p.joint_outside = joint_host_.back();
+  }
   for (uint32_t ch = 0; ch < layout_.channels; ++ch) {
     Extremes at;
     if (request_.positions)

@@ -85,10 +85,26 @@ class GpuAnalysis {
   HistogramOut histogram_out() const;
   bool wants_colors() const { return request_.unique_colors && sample_size(layout_.type) == 1; }
 
+  // Colour conversion into colour_[slot], then the passes on that.
+  const uint8_t* measured(const uint8_t* pixels, uint64_t count, int slot);
+
   const GpuContext& gpu_;
   Workspace* ws_;
-  Layout layout_;  // of the pixel stream: channels and type; width = all pixels
-  StatsRequest request_;
+  Layout source_;  // of the pixel stream: channels and type; width = all pixels
+  Layout layout_;  // of what is measured: source_, or its colour space's channels
+  StatsRequest request_;  // measured_request()'s
+  ColourSpace space_ = ColourSpace::kNone;
+  uint32_t rgb_[3] = {0, 1, 2};
+  // Colour spaces whose value counts alone are wanted convert in registers
+  // as they count (launch_hist8_colour); the others convert into
+  // colour_'s slots first.
+  bool fused_ = false;
+  // Colour spaces: a device slot's worth of converted pixels per stream.
+  std::optional<DeviceBuffer> colour_;
+  uint64_t colour_slot_bytes_ = 0;
+  // Joint histograms: the counts, then the pixels outside.
+  std::optional<DeviceBuffer> joint_;
+  std::vector<uint64_t> joint_host_;
   uint64_t pixel_bytes_;
   uint64_t chunk_pixels_;   // a pinned slot's worth, a multiple of 16 pixels
   uint64_t direct_pixels_;  // a device slot's worth

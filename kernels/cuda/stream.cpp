@@ -24,7 +24,7 @@ class CudaStream final : public CheckpointStream {
         destrider_(layout),
         keeps_(keeps_pixels(layout, request)),
         kept_(*gpu.budget, layout.pixel_bytes(), gpu.device),
-        counted_(empty_partial(layout.type, layout.channels, request)) {}
+        counted_(empty_partial(layout.type, measured_layout(layout, request).channels, measured_request(request, layout))) {}
 
   void feed(const void* data, size_t bytes) override {
     if (destrider_.consumed() + bytes > layout_.stride() * layout_.height)
@@ -60,7 +60,7 @@ class CudaStream final : public CheckpointStream {
       merge(counted_, session_->finish_partial());
       session_.reset();
     }
-    return result_of(counted_, request_, "cuda");
+    return result_of(counted_, measured_request(request_, layout_), "cuda");
   }
 
   std::optional<Partial> partial() override {

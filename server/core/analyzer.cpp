@@ -510,10 +510,6 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
     *why = "the GPU engine is not in use";
     return false;
   }
-  if (cpu_only(request)) {
-    *why = "colour spaces and joint histograms are computed on the CPU";
-    return false;
-  }
   const auto t0 = Clock::now();
   std::unique_ptr<GpuJpegDecoder::Ticket> ticket = gpu_jpeg_->announce();
   call.check("before decoding");

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "imgstat/colour.hpp"
 #include "imgstat/float_moments.hpp"
 #include "imgstat/types.hpp"
 
@@ -142,5 +143,22 @@ void launch_part_tiles(const uint8_t* pixels, uint32_t width, uint32_t channels,
                        const uint32_t* x_edges, const uint32_t* y_edges, uint32_t columns, uint32_t rows,
                        uint64_t pixels_count, PartAccum* acc, const PartSlots& slots, bool moments, bool positions,
                        const DeviceInfo& dev, cudaStream_t stream);
+
+// Colour spaces of 8-bit pixels: `pixels` whole pixels of `channels` (3 or
+// 4) samples, R, G, B at rgb[], into the space's channels (alpha
+// appended) at out. The tables go to the current device the first time.
+void launch_convert8(const uint8_t* data, uint64_t pixels, uint32_t channels, ColourSpace space, const uint32_t* rgb,
+                     uint8_t* out, const DeviceInfo& dev, cudaStream_t stream);
+
+// The same conversion fused into the 8-bit pass: the value counts of the
+// converted channels added to counts[channel * 256 + value], nothing
+// written but them. data 16-byte aligned.
+void launch_hist8_colour(const uint8_t* data, uint64_t pixels, uint32_t channels, ColourSpace space,
+                         const uint32_t* rgb, unsigned long long* counts, const DeviceInfo& dev, cudaStream_t stream);
+
+// A joint histogram of 8-bit pixels (JointSpec with its ranges), added to
+// counts (spec.total_bins() of them) and outside.
+void launch_joint8(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type, const JointSpec& spec,
+                   unsigned long long* counts, unsigned long long* outside, const DeviceInfo& dev, cudaStream_t stream);
 
 }  // namespace imgstat::cuda

@@ -101,13 +101,6 @@ struct StatsRequest {
   std::vector<HistogramSpec> channel_hists;
 };
 
-// What only the CPU engine computes for now: colour spaces, joint
-// histograms and per-channel histogram ranges. A CUDA engine refuses them
-// (kUnimplemented), and an engine with a fallback sends them to its CPU.
-inline bool cpu_only(const StatsRequest& request) {
-  return request.colour_space != ColourSpace::kNone || request.joint.axes != 0 || !request.channel_hists.empty();
-}
-
 // The histogram of one channel: its own where it has one.
 inline const HistogramSpec& hist_of(const StatsRequest& request, uint32_t channel) {
   return channel < request.channel_hists.size() ? request.channel_hists[channel] : request.hist;

@@ -1,0 +1,194 @@
+// Colour spaces and joint histograms on the CUDA engine against the CPU
+// engine: every converted byte of all 2^24 colours equal, and every
+// statistic and joint count equal, from host memory, GPU memory and streams
+// cut anywhere. Skips where no GPU is usable.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "common/colour.hpp"
+#include "cuda/dispatch/dispatch.hpp"
+#include "imgstat/engine.hpp"
+#include "test_images.hpp"
+
+namespace imgstat::testing {
+namespace {
+
+const ColourSpace kSpaces[] = {ColourSpace::kHsv, ColourSpace::kHsvFull, ColourSpace::kHls,
+                               ColourSpace::kLab, ColourSpace::kYCrCb,   ColourSpace::kGray};
+
+class ColourGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    gpu_ = make_cuda_engine(EngineOptions{}, &why);
+    if (!gpu_) GTEST_SKIP() << "no usable GPU: " << why;
+    cpu_ = make_cpu_engine();
+  }
+
+  void expect_same(const Result& g, const Result& c, SampleType t) {
+    expect_same_stats(g, c, t);
+    ASSERT_EQ(g.has_joint, c.has_joint);
+    EXPECT_EQ(g.joint.counts, c.joint.counts);
+    EXPECT_EQ(g.joint.outside, c.joint.outside);
+  }
+
+  std::unique_ptr<Engine> gpu_, cpu_;
+};
+
+#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+TEST_F(ColourGpuTest, EveryColourConvertsToTheCpuEnginesBytes) {
+  const uint64_t n = uint64_t{1} << 24;
+  std::vector<uint8_t> rgba(n * 4);
+  for (uint64_t i = 0; i < n; ++i) {
+    rgba[i * 4] = static_cast<uint8_t>(i);
+    rgba[i * 4 + 1] = static_cast<uint8_t>(i >> 8);
+    rgba[i * 4 + 2] = static_cast<uint8_t>(i >> 16);
+    rgba[i * 4 + 3] = static_cast<uint8_t>(i * 7);
+  }
+  uint8_t *in = nullptr, *out = nullptr;
+  CUDA_OK(cudaMalloc(&in, n * 4));
+  CUDA_OK(cudaMalloc(&out, n * 4));
+  CUDA_OK(cudaMemcpy(in, rgba.data(), n * 4, cudaMemcpyHostToDevice));
+  int device = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  CUDA_OK(cudaGetDeviceProperties(&prop, device));
+  const cuda::DeviceInfo dev{prop.multiProcessorCount};
+  const uint32_t bgr[3] = {2, 1, 0};  // B, G, R stored: R is channel 2
+  for (ColourSpace s : kSpaces) {
+    const uint32_t out_channels = colour_channels(s) + 1;
+    std::vector<uint8_t> want(n * out_channels), got(n * out_channels);
+    convert_pixels(s, SampleType::kUint8, rgba.data(), n, 4, bgr, want.data());
+    cuda::launch_convert8(in, n, 4, s, bgr, out, dev, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(got.data(), out, got.size(), cudaMemcpyDeviceToHost));
+    uint64_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+    EXPECT_EQ(differ, 0u) << to_string(s);
+  }
+  cudaFree(in);
+  cudaFree(out);
+}
+
+TEST_F(ColourGpuTest, StatisticsInEverySpaceEqualTheCpuEngines) {
+  struct Shape { uint64_t w, h; };
+  const Shape shapes[] = {{1, 1}, {17, 3}, {257, 129}, {4099, 33}, {1021, 1031}};
+  std::mt19937_64 rng(41);
+  // Everything: converted into slots, then every pass; value counts alone
+  // (the default statistics, the distribution): converted as counted.
+  StatsRequest all = everything(), counts;
+  all.luminance = false;
+  counts.distribution = true;
+  for (const StatsRequest* base : {&all, &counts})
+    for (ColourSpace s : kSpaces)
+      for (uint32_t c = 3; c <= 4; ++c)
+        for (const Shape& shape : shapes) {
+          TestImage img = random_image(rng, shape.w, shape.h, c, SampleType::kUint8, shape.w % 2 ? 5 : 0, shape.h % 2 ? 3 : 0);
+          StatsRequest request = *base;
+          request.colour_space = s;
+          request.rgb[0] = 2;
+          request.rgb[2] = 0;
+          SCOPED_TRACE(std::string(to_string(s)) + " " + describe(img.view.layout) + (base == &all ? " all" : " counts"));
+          const Result g = gpu_->analyze(img.view, request), cp = cpu_->analyze(img.view, request);
+          EXPECT_EQ(g.engine, "cuda");
+          expect_same(g, cp, SampleType::kUint8);
+        }
+}
+
+TEST_F(ColourGpuTest, JointHistogramsEqualTheCpuEngines) {
+  std::mt19937_64 rng(43);
+  TestImage rgb = random_image(rng, 1921, 1079, 3, SampleType::kUint8, 7, 1);
+  TestImage gray_alpha = random_image(rng, 333, 211, 2, SampleType::kInt8, 0, 0);
+  struct Case {
+    const TestImage* img;
+    ColourSpace space;
+    uint32_t axes, c0, c1, c2, b0, b1, b2;
+    bool ranged;
+  };
+  const Case cases[] = {
+      {&rgb, ColourSpace::kNone, 3, 0, 1, 2, 32, 32, 32, false},          // 128 KiB of shared counters
+      {&rgb, ColourSpace::kNone, 3, 2, 0, 1, 256, 256, 256, false},       // 2^24 bins: global
+      {&rgb, ColourSpace::kNone, 2, 1, 2, 0, 7, 13, 0, true},             // odd bins, values outside
+      {&rgb, ColourSpace::kHsv, 2, 0, 1, 0, 30, 32, 0, false},            // hue and saturation
+      {&rgb, ColourSpace::kLab, 3, 0, 1, 2, 16, 16, 16, false},
+      {&gray_alpha, ColourSpace::kNone, 2, 0, 1, 0, 64, 64, 0, true},     // int8, negative ranges
+  };
+  for (const Case& k : cases) {
+    StatsRequest r;
+    r.colour_space = k.space;
+    r.joint.axes = k.axes;
+    const uint32_t ch[3] = {k.c0, k.c1, k.c2}, bins[3] = {k.b0, k.b1, k.b2};
+    for (uint32_t a = 0; a < k.axes; ++a) {
+      r.joint.channels[a] = ch[a];
+      r.joint.bins[a] = bins[a];
+      if (k.ranged) {
+        r.joint.lo[a] = -40.5 + 10 * a;
+        r.joint.hi[a] = 100 + 30 * a;
+      }
+    }
+    r.joint.explicit_range = k.ranged;
+    SCOPED_TRACE(std::to_string(r.joint.total_bins()) + " bins, " + to_string(k.space));
+    const Result g = gpu_->analyze(k.img->view, r), c = cpu_->analyze(k.img->view, r);
+    EXPECT_EQ(g.engine, "cuda");
+    expect_same(g, c, k.img->view.layout.type);
+  }
+}
+
+TEST_F(ColourGpuTest, StreamsAndGpuMemoryGiveTheSameAnswers) {
+  std::mt19937_64 rng(47);
+  TestImage img = random_image(rng, 3001, 2003, 4, SampleType::kUint8, 0, 0);
+  StatsRequest r = everything();
+  r.luminance = false;
+  r.colour_space = ColourSpace::kHls;
+  r.joint.axes = 2;
+  r.joint.channels[0] = 0;
+  r.joint.channels[1] = 2;
+  r.joint.bins[0] = 45;
+  r.joint.bins[1] = 64;
+  const Result want = cpu_->analyze(img.view, r);
+  // Cut anywhere: odd chunk sizes, pixels split across feeds.
+  auto stream = gpu_->open_stream(img.view.layout, r);
+  const auto* p = static_cast<const uint8_t*>(img.view.data);
+  const uint64_t total = img.view.layout.min_bytes();
+  for (uint64_t at = 0, k = 0; at < total; ++k) {
+    const uint64_t n = std::min<uint64_t>(total - at, 1 + (k * 7919 + 13) % (5 << 20));
+    stream->feed(p + at, n);
+    at += n;
+  }
+  expect_same(stream->finish(), want, SampleType::kUint8);
+  // Pixels already in GPU memory (as a GPU JPEG decoder leaves them).
+  const uint64_t bytes = img.view.layout.pixels() * 4;
+  uint8_t* device = nullptr;
+  CUDA_OK(cudaMalloc(&device, bytes));
+  CUDA_OK(cudaMemcpy(device, img.view.data, bytes, cudaMemcpyHostToDevice));
+  Layout packed = img.view.layout;
+  packed.row_stride = 0;
+  expect_same(gpu_->analyze_device(DeviceImageView{device, packed}, r), want, SampleType::kUint8);
+  cudaFree(device);
+}
+
+TEST_F(ColourGpuTest, WhatTheGpuDoesNotComputeIsSaidSo) {
+  std::mt19937_64 rng(53);
+  TestImage f = random_image(rng, 64, 64, 3, SampleType::kFloat32, 0, 0);
+  StatsRequest r;
+  r.colour_space = ColourSpace::kHsv;
+  try {
+    gpu_->analyze(f.view, r);
+    ADD_FAILURE() << "float colour accepted by the CUDA engine";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+  }
+  // An engine with a fallback gives the CPU's answer.
+  EngineOptions options;
+  options.kind = EngineKind::kCuda;
+  auto engine = make_engine(options);
+  const Result got = engine->analyze(f.view, r);
+  EXPECT_EQ(got.engine, "cpu");
+  expect_same(got, cpu_->analyze(f.view, r), SampleType::kFloat32);
+}
+
+}  // namespace
+}  // namespace imgstat::testing
