@@ -6,6 +6,7 @@
 #include <tbb/task_arena.h>
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -325,8 +326,41 @@ class FloatAnalysis final : public Analysis {
   std::unique_ptr<tbb::enumerable_thread_specific<Counter>> fine_;
 };
 
+// Integer samples when no statistic of a channel's values is asked for (a
+// joint histogram alone, say): the count of pixels is all there is to know,
+// and counting every value would cost as much as the joint histogram.
+class CountAnalysis final : public Analysis {
+ public:
+  CountAnalysis(SampleType type, uint32_t channels, const StatsRequest& request)
+      : type_(type), channels_(channels), request_(request) {}
+
+  void add(const std::vector<Piece>& pieces) override {
+    uint64_t n = 0;
+    for (const Piece& p : pieces) n += p.rows * p.pixels;
+    pixels_.fetch_add(n, std::memory_order_relaxed);
+  }
+  const StatsRequest& request() const override { return request_; }
+  std::optional<Partial> counted() override {
+    Partial out = empty_partial(type_, channels_, request_);
+    for (ChannelPartial& c : out.channels) c.ints.n = pixels_.load(std::memory_order_relaxed);
+    return out;
+  }
+
+  static bool enough(SampleType type, const StatsRequest& r) {
+    return !is_float(type) && !r.min_max && !r.sum && !r.stddev && !r.histogram && !r.distribution && !r.shape &&
+           !r.merge_state && !r.summary;
+  }
+
+ private:
+  SampleType type_;
+  uint32_t channels_;
+  StatsRequest request_;
+  std::atomic<uint64_t> pixels_{0};
+};
+
 template <uint32_t C>
 std::unique_ptr<Analysis> make_analysis_c(SampleType type, const StatsRequest& request) {
+  if (CountAnalysis::enough(type, request)) return std::make_unique<CountAnalysis>(type, C, request);
   switch (type) {
     case SampleType::kUint8:
     case SampleType::kInt8:
@@ -379,17 +413,23 @@ class ColourAnalysis final : public Analysis {
   const StatsRequest& request() const override { return inner_->request(); }
 
  private:
+  // Runs of at most this many pixels are converted and counted at once,
+  // so that what was converted is still in the core's cache when counted.
+  static constexpr uint64_t kRunPixels = 8192;
+
   template <class F>
   void each_converted(const std::vector<Piece>& pieces, F&& f) {
     auto body = [&](size_t i) {
       const Piece& pc = pieces[i];
-      const uint64_t out_row = pc.pixels * measured_.pixel_bytes();
       std::vector<uint8_t>& buf = buffers_.local();
-      if (buf.size() < pc.rows * out_row) buf.resize(pc.rows * out_row);
+      if (buf.size() < kRunPixels * measured_.pixel_bytes()) buf.resize(kRunPixels * measured_.pixel_bytes());
       for (uint64_t r = 0; r < pc.rows; ++r)
-        convert_pixels(space_, layout_.type, pc.base + r * pc.stride, pc.pixels, layout_.channels, rgb_,
-                       buf.data() + r * out_row);
-      f(Piece{buf.data(), pc.rows, out_row, pc.pixels, pc.first, pc.width});
+        for (uint64_t at = 0; at < pc.pixels; at += kRunPixels) {
+          const uint64_t n = std::min(kRunPixels, pc.pixels - at);
+          convert_pixels(space_, layout_.type, pc.base + r * pc.stride + at * layout_.pixel_bytes(), n,
+                         layout_.channels, rgb_, buf.data());
+          f(Piece{buf.data(), 1, n * measured_.pixel_bytes(), n, pc.first + r * pc.width + at, pc.width});
+        }
     };
     if (pieces.size() == 1)
       body(0);

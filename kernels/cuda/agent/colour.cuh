@@ -53,12 +53,14 @@ __global__ void __launch_bounds__(kColourThreads)
                  unsigned long long* __restrict__ counts) {
   constexpr int kOut = S == ColourSpace::kGray ? 1 : 3;
   constexpr int kMeasured = kOut + (C == 4 ? 1 : 0);
-  constexpr int kVecs = C == 3 ? 3 : 1, kPixels = 16 * kVecs / C, kWarps = kColourThreads / 32;
+  // A histogram per two warps: with the tables, few enough shared bytes
+  // for a full SM of blocks.
+  constexpr int kVecs = C == 3 ? 3 : 1, kPixels = 16 * kVecs / C, kCopies = kColourThreads / 64;
   __shared__ ColourTables t;
-  __shared__ uint32_t hist[kWarps][kMeasured * 256];
-  for (int i = threadIdx.x; i < kWarps * kMeasured * 256; i += blockDim.x) (&hist[0][0])[i] = 0;
+  __shared__ uint32_t hist[kCopies][kMeasured * 256];
+  for (int i = threadIdx.x; i < kCopies * kMeasured * 256; i += blockDim.x) (&hist[0][0])[i] = 0;
   load_colour_tables(&t, tables);
-  uint32_t* h = hist[threadIdx.x / 32];
+  uint32_t* h = hist[threadIdx.x / 64];
   auto pick = [](const uint8_t* px, uint32_t c) { return c == 0 ? px[0] : c == 1 ? px[1] : px[2]; };
   auto count = [&](const uint8_t* px) {
     uint8_t o[kMeasured];
@@ -68,13 +70,27 @@ __global__ void __launch_bounds__(kColourThreads)
     for (int c = 0; c < kMeasured; ++c) atomicAdd(h + c * 256 + o[c], 1u);
   };
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t step = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; step < steps; step += stride) {
-    union {
-      uint4 v[kVecs];
-      uint8_t bytes[16 * kVecs];
-    } u;
+  union Step {
+    uint4 v[kVecs];
+    uint8_t bytes[16 * kVecs];
+  };
+  uint64_t step = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  // Two steps' loads in flight before either is converted.
+  for (; step + stride < steps; step += 2 * stride) {
+    Step u[2];
 #pragma unroll
-    for (int k = 0; k < kVecs; ++k) u.v[k] = __ldg(data + step * kVecs + k);
+    for (int k = 0; k < 2; ++k)
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) u[k].v[j] = __ldg(data + (step + k * stride) * kVecs + j);
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+#pragma unroll
+      for (int p = 0; p < kPixels; ++p) count(u[k].bytes + p * C);
+  }
+  for (; step < steps; step += stride) {
+    Step u;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) u.v[j] = __ldg(data + step * kVecs + j);
 #pragma unroll
     for (int p = 0; p < kPixels; ++p) count(u.bytes + p * C);
   }
@@ -89,7 +105,7 @@ __global__ void __launch_bounds__(kColourThreads)
   for (int i = threadIdx.x; i < kMeasured * 256; i += blockDim.x) {
     unsigned long long sum = 0;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum += hist[w][i];
+    for (int w = 0; w < kCopies; ++w) sum += hist[w][i];
     if (sum) atomicAdd(counts + i, sum);
   }
 }
