@@ -84,6 +84,37 @@ void draw_panel(cv::Mat& img, int top, const v1::ChannelStats& c) {
        {110, 110, 110});
 }
 
+constexpr int kJointPanel = 600, kJointSide = 480;
+
+// A joint histogram as an image: the first channel down, the second across
+// (a third summed over), log-scaled counts through a colour map.
+void draw_joint(cv::Mat& img, int top, const v1::JointHistogram& h) {
+  const int rows = static_cast<int>(h.bins(0)), cols = static_cast<int>(h.bins(1));
+  const uint64_t depth = h.bins_size() > 2 ? h.bins(2) : 1;
+  std::vector<double> cell(static_cast<size_t>(rows) * cols, 0);
+  auto add = [&](uint64_t flat, uint64_t count) { cell[flat / depth] += static_cast<double>(count); };
+  for (int i = 0; i < h.counts_size(); ++i) add(static_cast<uint64_t>(i), h.counts(i));
+  for (int i = 0; i < h.nonzero_index_size(); ++i) add(h.nonzero_index(i), h.nonzero_count(i));
+  const double most = std::max(1.0, *std::max_element(cell.begin(), cell.end()));
+  cv::Mat grey(rows, cols, CV_8UC1);
+  for (int y = 0; y < rows; ++y)
+    for (int x = 0; x < cols; ++x)
+      grey.at<uint8_t>(y, x) = static_cast<uint8_t>(std::lround(255 * std::log1p(cell[y * cols + x]) / std::log1p(most)));
+  cv::Mat coloured, scaled;
+  cv::applyColorMap(grey, coloured, cv::COLORMAP_VIRIDIS);
+  cv::resize(coloured, scaled, {kJointSide, kJointSide}, 0, 0, cv::INTER_NEAREST);
+  const cv::Rect at(kLeft, top + kTop, kJointSide, kJointSide);
+  scaled.copyTo(img(at));
+  std::string title = "joint histogram " + h.channels(0) + " (down) x " + h.channels(1) + " (across)";
+  if (h.bins_size() > 2) title += ", summed over " + h.channels(2);
+  text(img, title + ", log counts", {kLeft, top + 30}, 0.6, {0, 0, 0});
+  const v1::HistogramRange &ry = h.ranges(0), &rx = h.ranges(1);
+  text(img, label(ry.lo()), {8, at.y + 12});
+  text(img, label(ry.hi()), {8, at.y + at.height});
+  text(img, label(rx.lo()), {at.x, at.y + at.height + 20});
+  text(img, label(rx.hi()), {at.x + at.width - 30, at.y + at.height + 20});
+}
+
 }  // namespace
 
 bool write_plot(const Outcome& o, const std::string& path, std::string* error) {
@@ -91,15 +122,18 @@ bool write_plot(const Outcome& o, const std::string& path, std::string* error) {
   for (const v1::ChannelStats& c : o.response.channels())
     if (c.has_histogram()) panels.push_back(&c);
   if (o.response.has_luminance() && o.response.luminance().has_histogram()) panels.push_back(&o.response.luminance());
-  if (panels.empty()) {
+  const bool joint = o.response.has_joint() && o.response.joint().bins_size() >= 2;
+  if (panels.empty() && !joint) {
     *error = "no histogram to plot (was it left out of --stats?)";
     return false;
   }
-  cv::Mat img(static_cast<int>(panels.size()) * kPanel + 40, kWidth, CV_8UC3, cv::Scalar(255, 255, 255));
+  cv::Mat img(static_cast<int>(panels.size()) * kPanel + (joint ? kJointPanel : 0) + 40, kWidth, CV_8UC3,
+              cv::Scalar(255, 255, 255));
   const v1::AnalyzeResponse& r = o.response;
   text(img, o.file + ": " + r.format() + " " + std::to_string(r.width()) + "x" + std::to_string(r.height()), {10, 26},
        0.6, {0, 0, 0});
   for (size_t i = 0; i < panels.size(); ++i) draw_panel(img, 40 + static_cast<int>(i) * kPanel, *panels[i]);
+  if (joint) draw_joint(img, 40 + static_cast<int>(panels.size()) * kPanel, o.response.joint());
   try {
     if (imgstat::opencv_codecs::imwrite(path, img)) return true;
     *error = "cannot write " + path;

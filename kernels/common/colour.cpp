@@ -149,11 +149,14 @@ void convert8(const uint8_t* src, uint64_t pixels, const uint32_t* rgb, const Co
 // together again. 3.7 times a pixel at a time on AVX2.
 constexpr uint32_t kBlock = 64;
 
-template <uint32_t C>
+// kOrder: 0 for R, G, B stored in that order, 1 for B, G, R (as OpenCV
+// decodes), 2 for any other; known orders let the channel loads vectorize.
+template <uint32_t C, int kOrder>
 __attribute__((always_inline)) inline void convert_hsv8(const uint8_t* src, uint64_t pixels, const uint32_t* rgb, const int32_t* sdiv, const int32_t* hdiv,
                   int hue_range, uint8_t* out) {
   constexpr uint32_t kStep = 3 + (C == 4 ? 1 : 0);
-  const uint32_t cr = rgb[0], cg = rgb[1], cb = rgb[2];
+  const uint32_t cr = kOrder == 0 ? 0 : kOrder == 1 ? 2 : rgb[0], cg = kOrder == 2 ? rgb[1] : 1,
+                 cb = kOrder == 0 ? 2 : kOrder == 1 ? 0 : rgb[2];
   int32_t r[kBlock], g[kBlock], b[kBlock], h[kBlock], s[kBlock], v[kBlock];
   for (uint64_t at = 0; at < pixels; at += kBlock) {
     const uint32_t m = static_cast<uint32_t>(std::min<uint64_t>(kBlock, pixels - at));
@@ -191,12 +194,22 @@ __attribute__((always_inline)) inline void convert_hsv8(const uint8_t* src, uint
 __attribute__((target_clones("avx2,fma", "default"))) void convert_hsv8_3(const uint8_t* src, uint64_t pixels,
                                                                           const uint32_t* rgb, const int32_t* sdiv,
                                                                           const int32_t* hdiv, int range, uint8_t* out) {
-  convert_hsv8<3>(src, pixels, rgb, sdiv, hdiv, range, out);
+  if (rgb[0] == 0 && rgb[1] == 1 && rgb[2] == 2)
+    convert_hsv8<3, 0>(src, pixels, rgb, sdiv, hdiv, range, out);
+  else if (rgb[0] == 2 && rgb[1] == 1 && rgb[2] == 0)
+    convert_hsv8<3, 1>(src, pixels, rgb, sdiv, hdiv, range, out);
+  else
+    convert_hsv8<3, 2>(src, pixels, rgb, sdiv, hdiv, range, out);
 }
 __attribute__((target_clones("avx2,fma", "default"))) void convert_hsv8_4(const uint8_t* src, uint64_t pixels,
                                                                           const uint32_t* rgb, const int32_t* sdiv,
                                                                           const int32_t* hdiv, int range, uint8_t* out) {
-  convert_hsv8<4>(src, pixels, rgb, sdiv, hdiv, range, out);
+  if (rgb[0] == 0 && rgb[1] == 1 && rgb[2] == 2)
+    convert_hsv8<4, 0>(src, pixels, rgb, sdiv, hdiv, range, out);
+  else if (rgb[0] == 2 && rgb[1] == 1 && rgb[2] == 0)
+    convert_hsv8<4, 1>(src, pixels, rgb, sdiv, hdiv, range, out);
+  else
+    convert_hsv8<4, 2>(src, pixels, rgb, sdiv, hdiv, range, out);
 }
 
 template <ColourSpace S, uint32_t C>

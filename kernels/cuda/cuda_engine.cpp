@@ -217,12 +217,13 @@ class CudaEngine final : public Engine {
   Result analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request) override {
     if (parts.kind == PartsKind::kWhole) return analyze(image, request);
     validate(image.layout, request);
-    if (request.colour_space != ColourSpace::kNone || request.joint.axes)
-      fail(ErrorCode::kUnimplemented, "parts in a colour space, and parts' joint histograms, are the CPU's");
+    refuse_cpu_only(image.layout, request);
     if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     validate(image.layout, parts);
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
     if (parts.kind == PartsKind::kRects) return analyze_rects(image, parts, request);
+    if (request.joint.axes)
+      fail(ErrorCode::kUnimplemented, "joint histograms of masks, labels and tiles are the CPU's");
     if (!part_kernels_take(image.layout, parts))
       fail(ErrorCode::kUnimplemented, "parts of float images, and of images of 2^32 pixels or more, are the CPU's");
     return analyze_parts_on_gpu(gpu_, image, parts, request);
@@ -237,7 +238,10 @@ class CudaEngine final : public Engine {
     r.engine = "cuda";
     for (uint32_t i = 0; i < parts.rects.size(); ++i) {
       PartStats s = part_key(parts, nullptr, l, i);
-      s.channels = analyze_streamed(rect_view(image, s.roi), per_part).channels;
+      Result whole = analyze_streamed(rect_view(image, s.roi), per_part);
+      s.channels = std::move(whole.channels);
+      s.has_joint = whole.has_joint;
+      s.joint = std::move(whole.joint);
       to_image_positions(s.channels, s.roi, l.width);
       r.parts.push_back(std::move(s));
     }

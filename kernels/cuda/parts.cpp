@@ -1,5 +1,7 @@
 #include "cuda/parts.hpp"
 
+#include <optional>
+
 #include <cuda_runtime.h>
 
 #include <memory>
@@ -31,10 +33,14 @@ bool part_kernels_take(const Layout& layout, const Parts& parts) {
 }
 
 Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const Parts& parts,
-                            const StatsRequest& request) {
+                            const StatsRequest& asked) {
   DeviceBudget& budget = *gpu.budget;
   const DeviceInfo& dev = gpu.info;
-  const Layout& l = image.layout;
+  // A colour space: the image goes up as it is and is converted on the
+  // device; the parts are then of the converted image (measured_layout()).
+  const Layout& source = image.layout;
+  const Layout l = measured_layout(source, asked);
+  const StatsRequest request = measured_request(asked, source);
   const PartIndex index(l, parts);
   const uint32_t count = index.count();
   const uint32_t channels = l.channels;
@@ -50,10 +56,17 @@ Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const
   const cudaStream_t stream = cudaStreamPerThread;
   TraceRange range("gpu parts");
 
-  const uint64_t row_bytes = l.row_bytes();
-  const DeviceBuffer pixels(budget, l.pixels() * l.pixel_bytes(), "the image's pixels for its parts");
-  stage_to_device(gpu, static_cast<const uint8_t*>(image.data), l.height, row_bytes, l.stride(),
-                  static_cast<uint8_t*>(pixels.data()));
+  const uint64_t row_bytes = source.row_bytes();
+  const DeviceBuffer staged(budget, source.pixels() * source.pixel_bytes(), "the image's pixels for its parts");
+  stage_to_device(gpu, static_cast<const uint8_t*>(image.data), source.height, row_bytes, source.stride(),
+                  static_cast<uint8_t*>(staged.data()));
+  std::optional<DeviceBuffer> converted;
+  if (asked.colour_space != ColourSpace::kNone) {
+    converted.emplace(budget, l.pixels() * l.pixel_bytes(), "the image's pixels in a colour space");
+    launch_convert8(static_cast<const uint8_t*>(staged.data()), source.pixels(), source.channels, asked.colour_space,
+                    asked.rgb, static_cast<uint8_t*>(converted->data()), dev, cudaStreamPerThread);
+  }
+  const DeviceBuffer& pixels = converted ? *converted : staged;
   const uint64_t accums = uint64_t{count} * channels;
   const DeviceBuffer acc(budget, std::max<uint64_t>(1, accums * sizeof(PartAccum)), "the parts' moments");
   IMGSTAT_CUDA(cudaMemsetAsync(acc.data(), 0, accums * sizeof(PartAccum), stream));

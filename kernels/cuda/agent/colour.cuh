@@ -46,7 +46,9 @@ __global__ void __launch_bounds__(kColourThreads)
 // 8-bit pass's 16-byte loads (16 pixels a step for C = 3, 4 for C = 4), each
 // pixel converted in registers and counted in its warp's histograms, the
 // tables in shared memory beside them. counts[channel * 256 + value].
-template <ColourSpace S, int C>
+// kOrder: 0 for R, G, B stored in that order, 1 for B, G, R, 2 for any
+// other (each read through selects).
+template <ColourSpace S, int C, int kOrder>
 __global__ void __launch_bounds__(kColourThreads)
     hist8_colour(const uint4* __restrict__ data, uint64_t steps, const uint8_t* __restrict__ tail, uint32_t tail_pixels,
                  uint32_t r, uint32_t g, uint32_t b, const ColourTables* __restrict__ tables,
@@ -64,7 +66,12 @@ __global__ void __launch_bounds__(kColourThreads)
   auto pick = [](const uint8_t* px, uint32_t c) { return c == 0 ? px[0] : c == 1 ? px[1] : px[2]; };
   auto count = [&](const uint8_t* px) {
     uint8_t o[kMeasured];
-    convert_rgb8<S>(pick(px, r), pick(px, g), pick(px, b), t, o);
+    if constexpr (kOrder == 0)
+      convert_rgb8<S>(px[0], px[1], px[2], t, o);
+    else if constexpr (kOrder == 1)
+      convert_rgb8<S>(px[2], px[1], px[0], t, o);
+    else
+      convert_rgb8<S>(pick(px, r), pick(px, g), pick(px, b), t, o);
     if constexpr (C == 4) o[kOut] = px[3];
 #pragma unroll
     for (int c = 0; c < kMeasured; ++c) atomicAdd(h + c * 256 + o[c], 1u);

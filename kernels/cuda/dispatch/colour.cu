@@ -77,10 +77,17 @@ void hist8_colour_c(ColourSpace space, const uint8_t* data, uint64_t pixels, con
   const uint32_t tail = static_cast<uint32_t>(pixels - steps * kStepPixels);
   const unsigned grid = static_cast<unsigned>(
       std::clamp<uint64_t>((steps + kColourThreads - 1) / kColourThreads, 1, static_cast<uint64_t>(dev.sm_count) * kColourBlocksPerSm));
+  const int order = rgb[0] == 0 && rgb[1] == 1 && rgb[2] == 2 ? 0 : rgb[0] == 2 && rgb[1] == 1 && rgb[2] == 0 ? 1 : 2;
   with_colour_space(space, [&](auto s) {
-    hist8_colour<decltype(s)::value, C><<<grid, kColourThreads, 0, stream>>>(
-        reinterpret_cast<const uint4*>(data), steps, data + steps * kStepPixels * C, tail, rgb[0], rgb[1], rgb[2], t,
-        counts);
+    constexpr ColourSpace S = decltype(s)::value;
+    const uint4* vectors = reinterpret_cast<const uint4*>(data);
+    const uint8_t* rest = data + steps * kStepPixels * C;
+    if (order == 0)
+      hist8_colour<S, C, 0><<<grid, kColourThreads, 0, stream>>>(vectors, steps, rest, tail, rgb[0], rgb[1], rgb[2], t, counts);
+    else if (order == 1)
+      hist8_colour<S, C, 1><<<grid, kColourThreads, 0, stream>>>(vectors, steps, rest, tail, rgb[0], rgb[1], rgb[2], t, counts);
+    else
+      hist8_colour<S, C, 2><<<grid, kColourThreads, 0, stream>>>(vectors, steps, rest, tail, rgb[0], rgb[1], rgb[2], t, counts);
   });
 }
 
