@@ -364,6 +364,26 @@ TEST(Colour, PartsAreMeasuredInTheSpace) {
     ASSERT_TRUE(p.has_joint);
     EXPECT_EQ(p.joint.counts, want.joint.counts);
   }
+  // Joint histograms of many parts are counted whole: refused past 256 MiB
+  // before anything is counted.
+  {
+    Parts many;
+    many.kind = PartsKind::kTiles;
+    many.columns = 96;
+    many.rows = 64;  // 6,144 tiles of one pixel
+    StatsRequest big;
+    big.joint.axes = 3;
+    big.joint.bins[0] = big.joint.bins[1] = big.joint.bins[2] = 32;
+    big.joint.channels[1] = 1;
+    big.joint.channels[2] = 2;
+    try {
+      make_cpu_engine(2)->analyze_parts(ImageView{img.data, layout}, many, big);
+      ADD_FAILURE() << "6,144 joint histograms of 32768 bins (1.5 GiB) were counted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+      EXPECT_NE(std::string(e.what()).find("32768 bins for 6144 parts"), std::string::npos) << e.what();
+    }
+  }
   // Labels: each label's mean Lab colour.
   std::vector<uint8_t> labels(96 * 64);
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<uint8_t>((i % 96) / 32 + 3 * ((i / 96) / 32));

@@ -536,13 +536,21 @@ Result result_of_parts(const PartCounts& counts, const PartIndex& index, const P
 }
 
 void check_answer_bytes(uint64_t parts, const Layout& layout, const Parts& spec, const StatsRequest& request) {
-  const uint64_t bytes = answer_bytes(parts, layout.channels, layout.type, request);
-  if (bytes <= spec.max_answer_bytes) return;
   auto mib = [](uint64_t b) {
     char s[32];
     std::snprintf(s, sizeof s, "%.1f MiB", b / 1048576.0);
     return std::string(s);
   };
+  // Each part's joint histogram is counted whole (64-bit counters) before
+  // anything is sent.
+  const unsigned __int128 joint = static_cast<unsigned __int128>(parts) * request.joint.total_bins() * 8;
+  if (joint > kMaxPartCountBytes)
+    fail_limit("joint histograms of " + std::to_string(request.joint.total_bins()) + " bins for " +
+               std::to_string(parts) + " parts would take " +
+               (joint > static_cast<unsigned __int128>(UINT64_MAX) ? std::string("more than 2^64 bytes") : mib(static_cast<uint64_t>(joint))) +
+               ", more than " + mib(kMaxPartCountBytes) + ": ask for fewer bins or fewer parts");
+  const uint64_t bytes = answer_bytes(parts, layout.channels, layout.type, request);
+  if (bytes <= spec.max_answer_bytes) return;
   fail_limit("the answer for " + std::to_string(parts) + " parts would take about " + mib(bytes) +
              ", more than the largest message (" + mib(spec.max_answer_bytes) +
              "): ask for fewer parts or fewer statistics (the histogram and merge state are the large ones)");
