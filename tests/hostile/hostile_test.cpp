@@ -399,6 +399,53 @@ TEST_F(Hostile, OptionsOutOfRange) {
   expect_refused(analyze(png), StatusCode::FAILED_PRECONDITION, "JPEG only", "decoder GPU for a PNG");
 }
 
+// Colour spaces and joint histograms asked for wrongly: each refused with
+// the reason, before anything is allocated (a joint histogram is checked
+// against 2^24 bins from its shape alone, products that wrap 32 or 64 bits
+// included), and the server serves on.
+TEST_F(Hostile, ColourAndJointHistogramsOutOfRange) {
+  const std::string px(3 * 4 * 4, '\x07');
+  auto r = raw(4, 4, 3, v1::SAMPLE_TYPE_UINT8, 0, px);
+  auto joint = [&](std::vector<uint32_t> channels, std::vector<uint32_t> bins) {
+    auto q = r;
+    for (uint32_t c : channels) q.mutable_options()->mutable_joint()->add_channels(c);
+    for (uint32_t b : bins) q.mutable_options()->mutable_joint()->add_bins(b);
+    return q;
+  };
+  expect_refused(analyze(joint({0, 1, 2}, {256, 256, 257})), StatusCode::INVALID_ARGUMENT, "256x256x257 bins",
+                 "2^24 + 65536 bins");
+  expect_refused(analyze(joint({0, 1, 2}, {65536, 65536, 65536})), StatusCode::INVALID_ARGUMENT, "2^24",
+                 "2^48 bins (wraps 32 bits)");
+  expect_refused(analyze(joint({0, 1, 2}, {4294967295u, 4294967295u, 4294967295u})), StatusCode::INVALID_ARGUMENT,
+                 "2^24", "(2^32-1)^3 bins (wraps 64 bits)");
+  expect_refused(analyze(joint({0, 1}, {0})), StatusCode::INVALID_ARGUMENT, "at least 1", "0 bins");
+  expect_refused(analyze(joint({0, 3}, {8})), StatusCode::INVALID_ARGUMENT, "past the 3 channels", "channel 3 of 3");
+  expect_refused(analyze(joint({0}, {8})), StatusCode::INVALID_ARGUMENT, "2 or 3 channels", "one channel");
+  expect_refused(analyze(joint({0, 1, 2, 0}, {8})), StatusCode::INVALID_ARGUMENT, "2 or 3 channels", "four channels");
+  expect_refused(analyze(joint({0, 1}, {8, 8, 8})), StatusCode::INVALID_ARGUMENT, "options.joint.bins", "three bins, two channels");
+  auto nan_range = joint({0, 1}, {8});
+  for (int a = 0; a < 2; ++a) {
+    auto* range = nan_range.mutable_options()->mutable_joint()->add_ranges();
+    range->set_lo(NAN);
+    range->set_hi(1);
+  }
+  expect_refused(analyze(nan_range), StatusCode::INVALID_ARGUMENT, "range", "NaN range");
+  auto gray = raw(4, 4, 1, v1::SAMPLE_TYPE_UINT8, 0, std::string(16, '\x03'));
+  gray.mutable_options()->set_colour_space(v1::COLOUR_SPACE_LAB);
+  expect_refused(analyze(gray), StatusCode::INVALID_ARGUMENT, "needs an RGB or RGBA image", "Lab of a gray image");
+  auto wide = raw(4, 4, 3, v1::SAMPLE_TYPE_UINT16, 0, std::string(96, '\x03'));
+  wide.mutable_options()->set_colour_space(v1::COLOUR_SPACE_HSV);
+  expect_refused(analyze(wide), StatusCode::INVALID_ARGUMENT, "uint8 and float32", "HSV of uint16");
+  auto space = r;
+  space.mutable_options()->set_colour_space(static_cast<v1::ColourSpace>(77));
+  expect_refused(analyze(space), StatusCode::INVALID_ARGUMENT, "options.colour_space", "colour space 77");
+  auto fine = joint({2, 0}, {7, 13});
+  fine.mutable_options()->set_colour_space(v1::COLOUR_SPACE_HSV);
+  v1::AnalyzeResponse ok;
+  ASSERT_TRUE(analyze(fine, &ok).ok()) << "the server stopped serving";
+  EXPECT_EQ(ok.joint().counts_size(), 91);
+}
+
 TEST_F(Hostile, HistogramRangesWiderThanADouble) {
   const double values[] = {-1e308, 0, 5e307, 1e308, -DBL_MAX};
   auto r = raw(5, 1, 1, v1::SAMPLE_TYPE_FLOAT64, 0, std::string(reinterpret_cast<const char*>(values), sizeof values));
