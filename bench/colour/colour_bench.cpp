@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "imgstat/engine.hpp"
+#include "table.hpp"
 #ifdef IMGSTAT_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -28,29 +29,11 @@ namespace {
 
 using namespace imgstat;
 
-double median_ms(int repeat, const std::function<void()>& fn) {
-  fn();  // warm-up
-  std::vector<double> t;
-  for (int i = 0; i < repeat; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-struct Row {
-  std::string what, tool;
-  double ms;
-  std::string ratio;
-};
-std::vector<Row> g_rows;
+using bench::median_ms;
+bench::Table g_table(44, 40);
 
 void row(const std::string& what, const std::string& tool, double ms, const std::string& ratio = "") {
-  std::printf("%-44s %-40s %10.2f ms %s\n", what.c_str(), tool.c_str(), ms, ratio.c_str());
-  std::fflush(stdout);
-  g_rows.push_back({what, tool, ms, ratio});
+  g_table.row(what, tool, ms, ratio);
 }
 
 std::string times(double a, double b, const char* of) {
@@ -167,7 +150,6 @@ int main(int argc, char** argv) {
     }
   }
 #endif
-  std::printf("\n| question | tool | ms | ratio |\n|---|---|---|---|\n");
-  for (const Row& r : g_rows) std::printf("| %s | %s | %.2f | %s |\n", r.what.c_str(), r.tool.c_str(), r.ms, r.ratio.c_str());
+  g_table.print();
   return 0;
 }
