@@ -24,6 +24,24 @@ inline double median_ms(int repeat, const std::function<void()>& fn) {
   return t[t.size() / 2];
 }
 
+// --width W --height H --repeat R --threads N (0: every core).
+struct Args {
+  uint32_t width = 8000, height = 6000, threads = 0;
+  int repeat = 5;
+};
+
+inline Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--width") a.width = static_cast<uint32_t>(std::stoul(v));
+    if (k == "--height") a.height = static_cast<uint32_t>(std::stoul(v));
+    if (k == "--repeat") a.repeat = std::stoi(v);
+    if (k == "--threads") a.threads = static_cast<uint32_t>(std::stoul(v));
+  }
+  return a;
+}
+
 class Table {
  public:
   explicit Table(int what_width = 58, int tool_width = 34) : what_width_(what_width), tool_width_(tool_width) {}

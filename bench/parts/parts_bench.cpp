@@ -174,14 +174,9 @@ void kernels_alone(const std::vector<uint8_t>& img, uint32_t w, uint32_t h, cons
 }  // namespace
 
 int main(int argc, char** argv) {
-  uint32_t w = 8000, h = 6000, threads = 0;
-  int repeat = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--width")) w = static_cast<uint32_t>(std::stoul(argv[i + 1]));
-    if (!std::strcmp(argv[i], "--height")) h = static_cast<uint32_t>(std::stoul(argv[i + 1]));
-    if (!std::strcmp(argv[i], "--repeat")) repeat = std::stoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--threads")) threads = static_cast<uint32_t>(std::stoul(argv[i + 1]));
-  }
+  const bench::Args args = bench::parse_args(argc, argv);
+  const uint32_t w = args.width, h = args.height, threads = args.threads;
+  const int repeat = args.repeat;
   const uint64_t n = uint64_t{w} * h;
   // Photo-like: smooth gradients with noise (runs of equal values are short).
   std::vector<uint8_t> img(n * 3);
