@@ -198,9 +198,15 @@ TEST_F(ColourGpuTest, PartsInAColourSpaceEqualTheCpuEngines) {
   r.distribution = r.positions = true;
   r.rgb[0] = 2;
   r.rgb[2] = 0;
-  for (ColourSpace s : {ColourSpace::kHsv, ColourSpace::kLab, ColourSpace::kGray})
+  for (ColourSpace s : {ColourSpace::kNone, ColourSpace::kHsv, ColourSpace::kLab, ColourSpace::kGray})
     for (const Parts* p : {&by_label, &by_mask, &by_tile, &by_rect}) {
       r.colour_space = s;
+      // Each part's joint histogram of its first and last channel.
+      r.joint.axes = 2;
+      r.joint.channels[0] = 0;
+      r.joint.channels[1] = s == ColourSpace::kGray ? 1 : 2;
+      r.joint.bins[0] = 9;
+      r.joint.bins[1] = 14;
       SCOPED_TRACE(std::string(to_string(s)) + " parts kind " + std::to_string(static_cast<int>(p->kind)));
       const Result g = gpu_->analyze_parts(img.view, *p, r), c = cpu_->analyze_parts(img.view, *p, r);
       EXPECT_EQ(g.engine, "cuda");
@@ -212,6 +218,9 @@ TEST_F(ColourGpuTest, PartsInAColourSpaceEqualTheCpuEngines) {
         gp.channels = g.parts[k].channels;
         cp.channels = c.parts[k].channels;
         expect_same_stats(gp, cp, SampleType::kUint8);
+        ASSERT_TRUE(g.parts[k].has_joint);
+        EXPECT_EQ(g.parts[k].joint.counts, c.parts[k].joint.counts);
+        EXPECT_EQ(g.parts[k].joint.outside, c.parts[k].joint.outside);
       }
     }
 }

@@ -222,8 +222,6 @@ class CudaEngine final : public Engine {
     validate(image.layout, parts);
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
     if (parts.kind == PartsKind::kRects) return analyze_rects(image, parts, request);
-    if (request.joint.axes)
-      fail(ErrorCode::kUnimplemented, "joint histograms of masks, labels and tiles are the CPU's");
     if (!part_kernels_take(image.layout, parts))
       fail(ErrorCode::kUnimplemented, "parts of float images, and of images of 2^32 pixels or more, are the CPU's");
     return analyze_parts_on_gpu(gpu_, image, parts, request);

@@ -87,6 +87,17 @@ Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const
   }
   auto* acc_d = static_cast<PartAccum*>(acc.data());
   const auto* px = static_cast<const uint8_t*>(pixels.data());
+  // Joint histograms: each part's counts, then every part's pixels outside.
+  const uint64_t joint_bins = request.joint.total_bins();
+  std::optional<DeviceBuffer> joint;
+  unsigned long long* joint_counts = nullptr;
+  if (joint_bins) {
+    const uint64_t n = uint64_t{count} * (joint_bins + 1);
+    joint.emplace(budget, n * 8, "the parts' joint histograms");
+    IMGSTAT_CUDA(cudaMemsetAsync(joint->data(), 0, n * 8, stream));
+    joint_counts = static_cast<unsigned long long*>(joint->data());
+  }
+  unsigned long long* const joint_outside = joint_counts ? joint_counts + uint64_t{count} * joint_bins : nullptr;
 
   std::vector<std::unique_ptr<DeviceBuffer>> held;  // the map and its tables, until the kernel is done
   if (parts.kind == PartsKind::kTiles) {
@@ -98,6 +109,11 @@ Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const
     launch_part_tiles(px, static_cast<uint32_t>(l.width), channels, l.type,
                       static_cast<const uint32_t*>(held[0]->data()), static_cast<const uint32_t*>(held[1]->data()),
                       parts.columns, parts.rows, l.pixels(), acc_d, out, moments, counts.positions, dev, stream);
+    if (joint_counts)
+      launch_part_joint8(px, static_cast<uint32_t>(l.width), static_cast<uint32_t>(l.height), channels, l.type,
+                         request.joint, nullptr, static_cast<const uint32_t*>(held[0]->data()),
+                         static_cast<const uint32_t*>(held[1]->data()), parts.columns, parts.rows, joint_counts,
+                         joint_outside, dev, stream);
   } else {
     const PartMapView& m = parts.map;
     PartMapDevice map;
@@ -141,7 +157,13 @@ Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const
     }
     launch_part_map(px, static_cast<uint32_t>(l.width), static_cast<uint32_t>(l.height), channels, l.type, map, count,
                     acc_d, out, moments, counts.positions, dev, stream);
+    if (joint_counts)
+      launch_part_joint8(px, static_cast<uint32_t>(l.width), static_cast<uint32_t>(l.height), channels, l.type,
+                         request.joint, &map, nullptr, nullptr, 0, 0, joint_counts, joint_outside, dev, stream);
   }
+  std::vector<uint64_t> host_joint(joint ? uint64_t{count} * (joint_bins + 1) : 0);
+  if (joint)
+    IMGSTAT_CUDA(cudaMemcpyAsync(host_joint.data(), joint->data(), host_joint.size() * 8, cudaMemcpyDeviceToHost, stream));
 
   std::vector<PartAccum> host_acc(accums);
   std::vector<unsigned int> host_slots(stride ? accums * stride : 0);
@@ -177,7 +199,26 @@ Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const
       counts.overflow[i] = s[kept + 1];
     }
   }
-  return result_of_parts(counts, index, parts, l, request, "cuda");
+  Result r = result_of_parts(counts, index, parts, l, request, "cuda");
+  if (joint) {  // in part order: the mask's is the image's
+    auto joint_of = [&](uint32_t p) {
+      JointHistogram j;
+      j.spec = request.joint;
+      j.counts.assign(host_joint.begin() + uint64_t{p} * joint_bins, host_joint.begin() + uint64_t{p + 1} * joint_bins);
+      j.outside = host_joint[uint64_t{count} * joint_bins + p];
+      return j;
+    };
+    if (parts.kind == PartsKind::kMask) {
+      r.has_joint = true;
+      r.joint = joint_of(0);
+    } else {
+      for (uint32_t p = 0; p < r.parts.size(); ++p) {
+        r.parts[p].has_joint = true;
+        r.parts[p].joint = joint_of(p);
+      }
+    }
+  }
+  return r;
 }
 
 }  // namespace imgstat::cuda

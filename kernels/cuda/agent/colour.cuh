@@ -163,4 +163,46 @@ __global__ void __launch_bounds__(kShared ? kJointThreads : kColourThreads)
   }
 }
 
+// A tile's part: its column and row found among the tile edges.
+struct TileMap {
+  const uint32_t* xs;  // columns + 1 edges
+  const uint32_t* ys;  // rows + 1 edges
+  uint32_t columns;
+  uint32_t rows;
+  __device__ static uint32_t find(const uint32_t* edges, uint32_t n, uint32_t v) {
+    uint32_t lo = 0, hi = n;  // the last edge <= v among edges[0..n)
+    while (hi - lo > 1) {
+      const uint32_t mid = (lo + hi) / 2;
+      if (edges[mid] <= v)
+        lo = mid;
+      else
+        hi = mid;
+    }
+    return lo;
+  }
+  __device__ uint32_t raw(uint32_t x, uint32_t y) const { return find(ys, rows, y) * columns + find(xs, columns, x); }
+  __device__ uint32_t part(uint32_t raw) const { return raw; }
+};
+
+// Each part's joint histogram of 8-bit pixels: counts[part * bins + bin]
+// and outside[part], in global memory (parts times bins rarely fit a block).
+template <int C, class Map>
+__global__ void __launch_bounds__(kColourThreads)
+    part_joint8(const uint8_t* __restrict__ in, uint32_t width, uint64_t pixels, const Map map, const JointTables8 j,
+                uint32_t bins, unsigned long long* __restrict__ counts, unsigned long long* __restrict__ outside) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pixels; i += stride) {
+    const uint32_t x = static_cast<uint32_t>(i % width), y = static_cast<uint32_t>(i / width);
+    const uint32_t part = map.part(map.raw(x, y));
+    if (part == 0xFFFFFFFFu) continue;
+    const uint8_t* px = in + i * C;
+    int32_t idx = j.axis[0][px[j.channel[0]]] + j.axis[1][px[j.channel[1]]];
+    if (j.axes == 3) idx += j.axis[2][px[j.channel[2]]];
+    if (idx < 0)
+      atomicAdd(outside + part, 1ull);
+    else
+      atomicAdd(counts + static_cast<uint64_t>(part) * bins + idx, 1ull);
+  }
+}
+
 }  // namespace imgstat::cuda

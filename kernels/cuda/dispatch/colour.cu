@@ -6,6 +6,7 @@
 
 #include "common/colour.hpp"
 #include "cuda/agent/colour.cuh"
+#include "cuda/agent/parts.cuh"
 #include "cuda/cuda_check.hpp"
 #include "cuda/dispatch/dispatch.hpp"
 #include "imgstat/binning.hpp"
@@ -116,9 +117,9 @@ void launch_convert8(const uint8_t* data, uint64_t pixels, uint32_t channels, Co
   IMGSTAT_CUDA(cudaGetLastError());
 }
 
-void launch_joint8(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type, const JointSpec& spec,
-                   unsigned long long* counts, unsigned long long* outside, const DeviceInfo& dev, cudaStream_t stream) {
-  if (pixels == 0) return;
+namespace {
+
+JointTables8 joint_tables(const JointSpec& spec, SampleType type) {
   JointTables8 j{};
   j.axes = spec.axes;
   uint64_t stride = 1;
@@ -132,6 +133,61 @@ void launch_joint8(const uint8_t* data, uint64_t pixels, uint32_t channels, Samp
     stride *= spec.bins[a];
   }
   if (spec.axes == 2) j.channel[2] = 0;
+  return j;
+}
+
+template <int C, class Map>
+void part_joint_c(const uint8_t* pixels, uint32_t width, uint64_t n, const Map& map, const JointTables8& j,
+                  uint32_t bins, unsigned long long* counts, unsigned long long* outside, const DeviceInfo& dev,
+                  cudaStream_t stream) {
+  part_joint8<C, Map><<<grid_for(n, dev), kColourThreads, 0, stream>>>(pixels, width, n, map, j, bins, counts, outside);
+}
+
+template <class Map>
+void part_joint_map(const uint8_t* pixels, uint32_t width, uint64_t n, uint32_t channels, const Map& map,
+                    const JointTables8& j, uint32_t bins, unsigned long long* counts, unsigned long long* outside,
+                    const DeviceInfo& dev, cudaStream_t stream) {
+  switch (channels) {
+    case 1: return part_joint_c<1>(pixels, width, n, map, j, bins, counts, outside, dev, stream);
+    case 2: return part_joint_c<2>(pixels, width, n, map, j, bins, counts, outside, dev, stream);
+    case 3: return part_joint_c<3>(pixels, width, n, map, j, bins, counts, outside, dev, stream);
+    default: return part_joint_c<4>(pixels, width, n, map, j, bins, counts, outside, dev, stream);
+  }
+}
+
+}  // namespace
+
+void launch_part_joint8(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels, SampleType type,
+                        const JointSpec& spec, const PartMapDevice* m, const uint32_t* x_edges,
+                        const uint32_t* y_edges, uint32_t columns, uint32_t rows, unsigned long long* counts,
+                        unsigned long long* outside, const DeviceInfo& dev, cudaStream_t stream) {
+  const uint64_t n = uint64_t{width} * height;
+  if (n == 0) return;
+  const JointTables8 j = joint_tables(spec, type);
+  const uint32_t bins = static_cast<uint32_t>(spec.total_bins());
+  auto go = [&](const auto& map) { part_joint_map(pixels, width, n, channels, map, j, bins, counts, outside, dev, stream); };
+  if (!m) {
+    go(TileMap{x_edges, y_edges, columns, rows});
+  } else {
+    switch (m->kind) {
+      case PartMapKind::kMask: go(MaskMap{m->data, m->stride, m->step}); break;
+      case PartMapKind::kTable8: go(TableMap<uint8_t>{m->data, m->stride, m->step, m->table}); break;
+      case PartMapKind::kTable16: go(TableMap<uint16_t>{m->data, m->stride, m->step, m->table}); break;
+      case PartMapKind::kSearchU32:
+        go(SearchMap<uint32_t>{m->data, m->stride, m->step, m->labels, m->count, m->ignore, m->ignored});
+        break;
+      case PartMapKind::kSearchI32:
+        go(SearchMap<int32_t>{m->data, m->stride, m->step, m->labels, m->count, m->ignore, m->ignored});
+        break;
+    }
+  }
+  IMGSTAT_CUDA(cudaGetLastError());
+}
+
+void launch_joint8(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type, const JointSpec& spec,
+                   unsigned long long* counts, unsigned long long* outside, const DeviceInfo& dev, cudaStream_t stream) {
+  if (pixels == 0) return;
+  const JointTables8 j = joint_tables(spec, type);
   const uint32_t bins = static_cast<uint32_t>(spec.total_bins());
   switch (channels) {
     case 1: joint_c<1>(data, pixels, j, bins, counts, outside, dev, stream); break;

@@ -161,4 +161,12 @@ void launch_hist8_colour(const uint8_t* data, uint64_t pixels, uint32_t channels
 void launch_joint8(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type, const JointSpec& spec,
                    unsigned long long* counts, unsigned long long* outside, const DeviceInfo& dev, cudaStream_t stream);
 
+// Each part's joint histogram of 8-bit pixels (width x height, packed):
+// parts from the map, or with map null from the tile edges; added to
+// counts[part * spec.total_bins() + bin] and outside[part].
+void launch_part_joint8(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels, SampleType type,
+                        const JointSpec& spec, const PartMapDevice* map, const uint32_t* x_edges,
+                        const uint32_t* y_edges, uint32_t columns, uint32_t rows, unsigned long long* counts,
+                        unsigned long long* outside, const DeviceInfo& dev, cudaStream_t stream);
+
 }  // namespace imgstat::cuda
