@@ -3,6 +3,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 namespace imgstat {
 namespace {
@@ -54,7 +55,83 @@ ColourTables build_tables() {
   return t;
 }
 
+// OpenCV's table for float Lab: L, a, b at each of 33^3 grid points of
+// (B, G, R) in [0, 1], L * 2^14 / 100 and (a + 128) * 2^14 / 256 rounded,
+// each step a float32 operation as OpenCV's software float does them.
+struct LabTable {
+  int16_t v[33][33][33][3];
+};
+
+float srgb_to_linear(float x) {
+  const double xd = x;
+  return static_cast<float>(xd <= 809.0 / 20000.0 ? xd / (323.0 / 25.0)
+                                                  : std::pow((xd + 11.0 / 200.0) / (1.0 + 11.0 / 200.0), 12.0 / 5.0));
+}
+
+float cbrt_toward_zero(float x) {
+  const double exact = std::cbrt(static_cast<double>(x));
+  float f = static_cast<float>(exact);
+  if (static_cast<double>(f) > exact) f = std::nextafter(f, 0.0f);
+  return f;
+}
+
+std::unique_ptr<LabTable> build_lab_table() {
+  auto t = std::make_unique<LabTable>();
+  static const float kRgbToXyz[9] = {0.412453f, 0.357580f, 0.180423f, 0.212671f, 0.715160f,
+                                     0.072169f, 0.019334f, 0.119193f, 0.950227f};
+  const float white[3] = {1.0f / 0.950456f, 1.0f, 1.0f / 1.088754f};
+  float d[9];  // rows X, Y, Z; columns B, G, R
+  for (int i = 0; i < 3; ++i) {
+    d[i * 3 + 2] = white[i] * kRgbToXyz[i * 3];
+    d[i * 3 + 1] = white[i] * kRgbToXyz[i * 3 + 1];
+    d[i * 3] = white[i] * kRgbToXyz[i * 3 + 2];
+  }
+  const float threshold = 216.0f / 24389.0f, slope = 841.0f / 108.0f, bias = 16.0f / 116.0f, k = 24389.0f / 27.0f;
+  auto f = [&](float v) { return v > threshold ? cbrt_toward_zero(v) : std::fma(v, slope, bias); };
+  for (int p = 0; p < 33; ++p)
+    for (int q = 0; q < 33; ++q)
+      for (int r = 0; r < 33; ++r) {
+        const float B = srgb_to_linear(static_cast<float>(p) / 32.0f), G = srgb_to_linear(static_cast<float>(q) / 32.0f),
+                    R = srgb_to_linear(static_cast<float>(r) / 32.0f);
+        const float X = (B * d[0] + G * d[1]) + R * d[2], Y = (B * d[3] + G * d[4]) + R * d[5],
+                    Z = (B * d[6] + G * d[7]) + R * d[8];
+        const float fx = f(X), fy = f(Y), fz = f(Z);
+        const float L = Y > threshold ? 116.0f * fy - 16.0f : k * Y;
+        const float a = 500.0f * (fx - fy), b = 200.0f * (fy - fz);
+        t->v[p][q][r][0] = static_cast<int16_t>(round_even(16384.0f * L / 100.0f));
+        t->v[p][q][r][1] = static_cast<int16_t>(round_even(16384.0f * (a + 128.0f) / 256.0f));
+        t->v[p][q][r][2] = static_cast<int16_t>(round_even(16384.0f * (b + 128.0f) / 256.0f));
+      }
+  return t;
+}
+
 }  // namespace
+
+void rgb_to_lab_f_table(float r, float g, float b, float* out) {
+  static const std::unique_ptr<LabTable> table = build_lab_table();
+  auto fixed = [](float v) {  // clipped to [0, 1], then 14 bits
+    v = v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
+    return round_even(static_cast<double>(v * 16384.0f));
+  };
+  const int c[3] = {fixed(b), fixed(g), fixed(r)};
+  int at[3], w[3];
+  for (int k = 0; k < 3; ++k) {
+    at[k] = c[k] >> 9;           // the cell: 32 of them
+    w[k] = (c[k] >> 5) & 15;     // where in it: 16 steps
+  }
+  for (int ch = 0; ch < 3; ++ch) {
+    int64_t sum = 0;
+    for (int corner = 0; corner < 8; ++corner) {
+      const int dp = corner >> 2 & 1, dq = corner >> 1 & 1, dr = corner & 1;
+      const int weight = (dp ? w[0] : 16 - w[0]) * (dq ? w[1] : 16 - w[1]) * (dr ? w[2] : 16 - w[2]);
+      if (weight == 0) continue;
+      sum += int64_t{weight} *
+             table->v[std::min(at[0] + dp, 32)][std::min(at[1] + dq, 32)][std::min(at[2] + dr, 32)][ch];
+    }
+    const int v = static_cast<int>((sum + (1 << 11)) >> 12);
+    out[ch] = ch == 0 ? static_cast<float>(v) * 100.0f / 16384.0f : static_cast<float>(v) * 256.0f / 16384.0f - 128.0f;
+  }
+}
 
 const ColourTables& colour_tables() {
   static const ColourTables tables = build_tables();
