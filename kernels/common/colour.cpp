@@ -243,6 +243,9 @@ __attribute__((always_inline)) inline void convert_hsv8(const uint8_t* src, uint
       g[i] = p[i * C + cg];
       b[i] = p[i * C + cb];
     }
+    // The last block's unused lanes are computed too (and dropped): zeros,
+    // not whatever the arrays held.
+    for (uint32_t i = m; i < kBlock; ++i) r[i] = g[i] = b[i] = 0;
     for (uint32_t i = 0; i < kBlock; ++i) {
       const int R = r[i], G = g[i], B = b[i];
       const int V = R > G ? (R > B ? R : B) : (G > B ? G : B);
