@@ -102,6 +102,20 @@ std::unique_ptr<LabTable> build_lab_table() {
         t->v[p][q][r][1] = static_cast<int16_t>(round_even(16384.0f * (a + 128.0f) / 256.0f));
         t->v[p][q][r][2] = static_cast<int16_t>(round_even(16384.0f * (b + 128.0f) / 256.0f));
       }
+  // Entries whose scaled value lies within a float32 step of a half: OpenCV
+  // 4.6 computes pow and the cube root in its own software float, whose last
+  // bit differs from the C library's, and rounds these the other way. Found
+  // by comparing every grid point with cvtColor (Colour.FloatLabTableIsOpenCvs
+  // checks all 107,811): {B, G, R, channel, OpenCV's entry minus ours}.
+  static const int8_t kNearTies[][5] = {
+      {2, 11, 28, 1, +1},  {2, 25, 7, 2, -1},   {5, 13, 10, 2, -1},  {6, 14, 23, 1, +1},  {7, 19, 3, 1, +1},
+      {9, 0, 26, 1, +1},   {9, 10, 10, 0, +1},  {9, 30, 14, 1, -1},  {10, 18, 31, 1, +1}, {13, 3, 19, 1, +1},
+      {13, 32, 21, 1, +1}, {14, 30, 11, 0, +1}, {15, 11, 0, 1, +1},  {17, 3, 32, 1, +1},  {18, 32, 27, 1, -1},
+      {19, 8, 28, 0, -1},  {19, 17, 26, 1, -1}, {21, 8, 9, 0, +1},   {21, 13, 29, 2, +1}, {23, 25, 15, 1, -1},
+      {23, 30, 4, 1, -1},  {24, 8, 2, 2, +1},   {25, 3, 20, 2, -1},  {25, 18, 25, 2, -1}, {25, 30, 17, 1, +1},
+      {26, 12, 8, 0, -1},  {27, 23, 14, 0, -1}, {28, 29, 25, 2, +1}, {28, 30, 19, 1, +1}, {28, 30, 21, 1, +1},
+      {29, 7, 10, 1, -1},  {30, 8, 1, 1, +1},   {31, 3, 31, 2, +1},  {31, 28, 20, 1, -1}};
+  for (const auto& e : kNearTies) t->v[e[0]][e[1]][e[2]][e[3]] = static_cast<int16_t>(t->v[e[0]][e[1]][e[2]][e[3]] + e[4]);
   return t;
 }
 
