@@ -170,6 +170,40 @@ TEST(Colour, StatisticsAreThoseOfTheConvertedPixels) {
   }
 }
 
+// The luminance (--stats luminance) stays that of the pixels as they are,
+// whatever space and joint histogram the channels are measured in.
+TEST(Colour, LuminanceIsOfThePixelsAsTheyAre) {
+  std::mt19937 rng(13);
+  for (int depth : {CV_8U, CV_32F}) {
+    cv::Mat img(97, 131, CV_MAKETYPE(depth, 3));
+    for (int y = 0; y < img.rows; ++y)
+      for (int x = 0; x < img.cols * 3; ++x) {
+        const uint32_t v = rng() % 256;
+        if (depth == CV_8U)
+          img.ptr<uint8_t>(y)[x] = static_cast<uint8_t>(v);
+        else
+          img.ptr<float>(y)[x] = static_cast<float>(v) / 255.0f;
+      }
+    StatsRequest plain;
+    plain.luminance = plain.distribution = true;
+    const Result want = analyze(img, plain);
+    ASSERT_TRUE(want.has_luminance);
+    StatsRequest r = plain;
+    r.colour_space = ColourSpace::kLab;
+    r.joint.axes = 2;
+    r.joint.channels[0] = 1;
+    r.joint.channels[1] = 2;
+    r.joint.bins[0] = r.joint.bins[1] = 8;
+    const Result got = analyze(img, r);
+    ASSERT_TRUE(got.has_luminance);
+    EXPECT_EQ(got.luminance.histogram.counts, want.luminance.histogram.counts);
+    EXPECT_EQ(got.luminance.sum, want.luminance.sum);
+    EXPECT_EQ(got.luminance.median, want.luminance.median);
+    EXPECT_TRUE(got.has_joint);
+    EXPECT_NE(got.channels[0].sum, want.channels[0].sum);  // the channels are Lab's
+  }
+}
+
 TEST(Colour, HueHistogramDefaultsToItsRange) {
   cv::Mat img(1, 3, CV_8UC3);
   const uint8_t px[] = {255, 0, 0, 0, 255, 0, 0, 0, 255};  // red, green, blue: hue 0, 60, 120

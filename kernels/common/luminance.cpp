@@ -68,6 +68,11 @@ StatsRequest luminance_request(const StatsRequest& request) {
   r.luminance = false;
   r.unique_colors = false;
   r.summary = false;
+  // The luminance of the pixels as they are: a colour space and a joint
+  // histogram are of the image's channels, not of this plane.
+  r.colour_space = ColourSpace::kNone;
+  r.joint = JointSpec{};
+  r.channel_hists.clear();
   return r;
 }
 
