@@ -5,6 +5,9 @@
 //   Lab, default statistics             OpenCV cvtColor + meanStdDev
 // The CUDA engine from host memory (with the transfer) and from GPU memory
 // (what its kernels take), against default statistics of the RGB pixels.
+// Then the same pixels as float32 (v / 255) in HSV, and as uint16 (v * 257)
+// in a 32x32x32 joint histogram, each engine against its own RGB pass of
+// that sample type.
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
 
@@ -112,6 +115,30 @@ int main(int argc, char** argv) {
   StatsRequest lab = defaults;
   lab.colour_space = ColourSpace::kLab;
 
+  // The wider sample types: the same picture, float32 and uint16.
+  std::vector<float> img_f(n * 3);
+  std::vector<uint16_t> img_16(n * 3);
+  for (uint64_t i = 0; i < n * 3; ++i) {
+    img_f[i] = static_cast<float>(img[i]) / 255.0f;
+    img_16[i] = static_cast<uint16_t>(img[i] * 257);
+  }
+  StatsRequest hsv_f = defaults;
+  hsv_f.colour_space = ColourSpace::kHsv;
+  StatsRequest joint_16 = joint_only;
+  using Analyze = std::function<Result(const StatsRequest&)>;
+  auto wide_rows = [&](const std::string& name, const Analyze& analyze_f, const Analyze& analyze_16) {
+    const double base = median_ms(repeat, [&] { g_sink = analyze_f(defaults).channels[0].mean; });
+    row("float32 RGB, default statistics", name, base);
+    const double hs = median_ms(repeat, [&] { g_sink = analyze_f(hsv_f).channels[0].mean; });
+    row("float32 HSV, default statistics", name, hs, times(hs, base, "of float32 RGB"));
+    const double base16 = median_ms(repeat, [&] { g_sink = analyze_16(defaults).channels[0].mean; });
+    row("uint16 RGB, default statistics", name, base16);
+    const double j = median_ms(repeat, [&] { g_sink = static_cast<double>(analyze_16(joint_16).joint.counts[0]); });
+    row("uint16 32x32x32 joint histogram", name, j, times(j, base16, "of uint16 RGB"));
+  };
+  const ImageView view_f{img_f.data(), Layout{w, h, 3, SampleType::kFloat32, 0}};
+  const ImageView view_16{img_16.data(), Layout{w, h, 3, SampleType::kUint16, 0}};
+
   auto engine_rows = [&](const std::string& name, const std::function<Result(const StatsRequest&)>& analyze) {
     const double base = median_ms(repeat, [&] { g_sink = analyze(defaults).channels[0].mean; });
     row("RGB, default statistics", name, base);
@@ -127,6 +154,8 @@ int main(int argc, char** argv) {
   {
     auto cpu = make_cpu_engine(threads);
     engine_rows("imgstat CPU engine", [&](const StatsRequest& r) { return cpu->analyze(view, r); });
+    wide_rows("imgstat CPU engine", [&](const StatsRequest& r) { return cpu->analyze(view_f, r); },
+              [&](const StatsRequest& r) { return cpu->analyze(view_16, r); });
   }
 #ifdef IMGSTAT_WITH_CUDA
   if (cuda_device_count() > 0) {
@@ -140,6 +169,16 @@ int main(int argc, char** argv) {
         engine_rows("imgstat CUDA engine, from GPU memory", [&](const StatsRequest& r) { return gpu->analyze_device(dv, r); });
         cudaFree(device);
       }
+      void *dev_f = nullptr, *dev_16 = nullptr;
+      if (cudaMalloc(&dev_f, n * 12) == cudaSuccess && cudaMalloc(&dev_16, n * 6) == cudaSuccess &&
+          cudaMemcpy(dev_f, img_f.data(), n * 12, cudaMemcpyHostToDevice) == cudaSuccess &&
+          cudaMemcpy(dev_16, img_16.data(), n * 6, cudaMemcpyHostToDevice) == cudaSuccess) {
+        const DeviceImageView df{dev_f, view_f.layout}, d16{dev_16, view_16.layout};
+        wide_rows("imgstat CUDA engine, from GPU memory", [&](const StatsRequest& r) { return gpu->analyze_device(df, r); },
+                  [&](const StatsRequest& r) { return gpu->analyze_device(d16, r); });
+      }
+      cudaFree(dev_f);
+      cudaFree(dev_16);
     } else {
       std::printf("no CUDA engine: %s\n", why.c_str());
     }
