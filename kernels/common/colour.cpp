@@ -121,30 +121,9 @@ std::unique_ptr<LabTable> build_lab_table() {
 
 }  // namespace
 
-void rgb_to_lab_f_table(float r, float g, float b, float* out) {
+const int16_t* lab_f_table() {
   static const std::unique_ptr<LabTable> table = build_lab_table();
-  auto fixed = [](float v) {  // clipped to [0, 1], then 14 bits
-    v = v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
-    return round_even(static_cast<double>(v * 16384.0f));
-  };
-  const int c[3] = {fixed(b), fixed(g), fixed(r)};
-  int at[3], w[3];
-  for (int k = 0; k < 3; ++k) {
-    at[k] = c[k] >> 9;           // the cell: 32 of them
-    w[k] = (c[k] >> 5) & 15;     // where in it: 16 steps
-  }
-  for (int ch = 0; ch < 3; ++ch) {
-    int64_t sum = 0;
-    for (int corner = 0; corner < 8; ++corner) {
-      const int dp = corner >> 2 & 1, dq = corner >> 1 & 1, dr = corner & 1;
-      const int weight = (dp ? w[0] : 16 - w[0]) * (dq ? w[1] : 16 - w[1]) * (dr ? w[2] : 16 - w[2]);
-      if (weight == 0) continue;
-      sum += int64_t{weight} *
-             table->v[std::min(at[0] + dp, 32)][std::min(at[1] + dq, 32)][std::min(at[2] + dr, 32)][ch];
-    }
-    const int v = static_cast<int>((sum + (1 << 11)) >> 12);
-    out[ch] = ch == 0 ? static_cast<float>(v) * 100.0f / 16384.0f : static_cast<float>(v) * 256.0f / 16384.0f - 128.0f;
-  }
+  return &table->v[0][0][0][0];
 }
 
 const ColourTables& colour_tables() {
@@ -308,12 +287,13 @@ __attribute__((target_clones("avx2,fma", "default"))) void convert_hsv8_4(const 
 
 template <ColourSpace S, uint32_t C>
 void convert_f(const uint8_t* src, uint64_t pixels, const uint32_t* rgb, uint8_t* out) {
+  const int16_t* lab = S == ColourSpace::kLab ? lab_f_table() : nullptr;
   constexpr uint32_t kOut = S == ColourSpace::kGray ? 1 : 3;
   constexpr uint32_t kStep = kOut + (C == 4 ? 1 : 0);
   for (uint64_t i = 0; i < pixels; ++i) {
     float px[C], o[kStep];
     std::memcpy(px, src + i * C * sizeof(float), sizeof(px));
-    convert_pixel_f<S>(px, rgb, o);
+    convert_rgb_f<S>(px[rgb[0]], px[rgb[1]], px[rgb[2]], lab, o);
     if constexpr (C == 4) o[kOut] = px[3];
     std::memcpy(out + i * kStep * sizeof(float), o, sizeof(o));
   }

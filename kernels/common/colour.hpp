@@ -179,18 +179,23 @@ IMGSTAT_HD void rgb_to_ycrcb8(int r, int g, int b, uint8_t* out) {
   out[2] = sat_u8(descale((b - y) * 9241 + (128 << 14), 14));
 }
 
+IMGSTAT_HD float rgb_to_gray_f(float r, float g, float b) {
+  using namespace colour_detail;
+  return add_f(add_f(mul_f(r, 0.299f), mul_f(g, 0.587f)), mul_f(b, 0.114f));
+}
+
 IMGSTAT_HD void rgb_to_ycrcb_f(float r, float g, float b, float* out) {
-  const float y = r * 0.299f + g * 0.587f + b * 0.114f;
+  using namespace colour_detail;
+  const float y = rgb_to_gray_f(r, g, b);
   out[0] = y;
-  out[1] = (r - y) * 0.713f + 0.5f;
-  out[2] = (b - y) * 0.564f + 0.5f;
+  out[1] = add_f(mul_f(sub_f(r, y), 0.713f), 0.5f);
+  out[2] = add_f(mul_f(sub_f(b, y), 0.564f), 0.5f);
 }
 
 // Gray has its own 15-bit weights (0.299, 0.587, 0.114 summing to 1 << 15).
 IMGSTAT_HD uint8_t rgb_to_gray8(int r, int g, int b) {
   return static_cast<uint8_t>(colour_detail::descale(r * 9798 + g * 19235 + b * 3735, 15));
 }
-IMGSTAT_HD float rgb_to_gray_f(float r, float g, float b) { return r * 0.299f + g * 0.587f + b * 0.114f; }
 
 // R, G, B into the space's channels at out.
 template <ColourSpace S>
@@ -210,18 +215,54 @@ IMGSTAT_HD void convert_pixel8(const uint8_t* px, const uint32_t* rgb, const Col
 }
 
 // Float Lab as OpenCV 4.6 computes it for sRGB: not its formula but a
-// 33^3 table of the formula (14-bit fixed point) interpolated trilinearly
-// from the inputs rounded to 14 bits. Within one step of the table (2^-14
-// of each channel's range) of OpenCV's answer: 34 of its 107,811 entries
-// round the other way in OpenCV's software float arithmetic. Host only.
-void rgb_to_lab_f_table(float r, float g, float b, float* out);
+// 33^3 table of the formula (14-bit fixed point, lab_f_table()) interpolated
+// trilinearly from the inputs clipped to [0, 1] and rounded to 14 bits;
+// integer steps, then two exact float operations, so the same on the GPU.
+constexpr int kLabGrid = 33;
+IMGSTAT_HD void rgb_to_lab_f(float r, float g, float b, const int16_t* table, float* out) {
+  using namespace colour_detail;
+  auto fixed = [](float v) {
+    v = v > 0.0f ? (v < 1.0f ? v : 1.0f) : 0.0f;  // NaN as 0, on either engine
+    const float scaled = v * 16384.0f;          // exact: a power of two
+#if defined(__CUDA_ARCH__)
+    const int q = __float2int_rn(scaled);
+#else
+    const int q = static_cast<int>(std::nearbyint(scaled));
+#endif
+    return q;
+  };
+  const int c[3] = {fixed(b), fixed(g), fixed(r)};
+  int at[3], w[3];
+  for (int k = 0; k < 3; ++k) {
+    at[k] = c[k] >> 9;        // the cell: 32 of them
+    w[k] = (c[k] >> 5) & 15;  // where in it: 16 steps
+  }
+  for (int ch = 0; ch < 3; ++ch) {
+    int64_t sum = 0;
+    for (int corner = 0; corner < 8; ++corner) {
+      const int dp = corner >> 2 & 1, dq = corner >> 1 & 1, dr = corner & 1;
+      const int weight = (dp ? w[0] : 16 - w[0]) * (dq ? w[1] : 16 - w[1]) * (dr ? w[2] : 16 - w[2]);
+      if (weight == 0) continue;
+      const int p = at[0] + dp < 32 ? at[0] + dp : 32, q = at[1] + dq < 32 ? at[1] + dq : 32,
+                rr = at[2] + dr < 32 ? at[2] + dr : 32;
+      sum += int64_t{weight} * table[((p * kLabGrid + q) * kLabGrid + rr) * 3 + ch];
+    }
+    const float v = static_cast<float>(static_cast<int>((sum + (1 << 11)) >> 12));
+    out[ch] = ch == 0 ? div_f(mul_f(v, 100.0f), 16384.0f) : sub_f(div_f(mul_f(v, 256.0f), 16384.0f), 128.0f);
+  }
+}
 
+// OpenCV's 33^3 table for float Lab: entries (B, G, R) grid point major,
+// L, a, b each. Built once on the host.
+const int16_t* lab_f_table();
+
+// R, G, B (float32) into the space's channels at out; `lab` is
+// lab_f_table() or its device copy.
 template <ColourSpace S>
-void convert_pixel_f(const float* px, const uint32_t* rgb, float* out) {
-  const float r = px[rgb[0]], g = px[rgb[1]], b = px[rgb[2]];
+IMGSTAT_HD void convert_rgb_f(float r, float g, float b, const int16_t* lab, float* out) {
   if constexpr (S == ColourSpace::kHsv || S == ColourSpace::kHsvFull) rgb_to_hsv_f(r, g, b, out);
   else if constexpr (S == ColourSpace::kHls) rgb_to_hls_f(r, g, b, 1.0f, out);
-  else if constexpr (S == ColourSpace::kLab) rgb_to_lab_f_table(r, g, b, out);
+  else if constexpr (S == ColourSpace::kLab) rgb_to_lab_f(r, g, b, lab, out);
   else if constexpr (S == ColourSpace::kYCrCb) rgb_to_ycrcb_f(r, g, b, out);
   else out[0] = rgb_to_gray_f(r, g, b);
 }

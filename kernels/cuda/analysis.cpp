@@ -64,8 +64,12 @@ void stage_to_device(const GpuContext& gpu, const uint8_t* host, uint64_t rows, 
   }
 }
 
+bool explicit_ranges(const StatsRequest& request) {
+  return request.hist.explicit_range || !request.channel_hists.empty();
+}
+
 bool keeps_pixels(const Layout& layout, const StatsRequest& request) {
-  return is_float(layout.type) && ((request.histogram && !request.hist.explicit_range) || request.distribution);
+  return is_float(layout.type) && ((request.histogram && !explicit_ranges(request)) || request.distribution);
 }
 
 GpuAnalysis::GpuAnalysis(const GpuContext& gpu, const Layout& layout, const StatsRequest& request,
@@ -92,7 +96,7 @@ GpuAnalysis::GpuAnalysis(const GpuContext& gpu, const Layout& layout, const Stat
         kept_ = session->kept;
         kept_before_ = kept_->pieces().size();
       } else {
-        kept_ = &own_kept_.emplace(*gpu_.budget, pixel_bytes_, gpu_.device);
+        kept_ = &own_kept_.emplace(*gpu_.budget, layout_.pixel_bytes(), gpu_.device);
         kept_->reserve(layout_.pixels(), ws_->streams[0]);
       }
     }
@@ -100,8 +104,10 @@ GpuAnalysis::GpuAnalysis(const GpuContext& gpu, const Layout& layout, const Stat
     // A session may end part way (its counts are read back): never one block.
     one_block_ = !session && sample_size(layout_.type) == 1 && layout_.pixels() * pixel_bytes_ <= kOneBlockHist8Bytes &&
                  !request_.positions && !wants_colors() && space_ == ColourSpace::kNone && !request_.joint.axes;
-    fused_ = space_ != ColourSpace::kNone && !request_.joint.axes && !request_.positions && !wants_colors();
-    if (space_ != ColourSpace::kNone && !fused_) {
+    fused_ = space_ != ColourSpace::kNone && source_.type == SampleType::kUint8 && !request_.joint.axes &&
+             !request_.positions && !wants_colors();
+    // Kept pixels are converted into the kept buffer, the rest into slots.
+    if (space_ != ColourSpace::kNone && !fused_ && !kept_) {
       colour_slot_bytes_ = direct_pixels_ * layout_.pixel_bytes();
       colour_.emplace(*gpu_.budget, colour_slot_bytes_ * kSlots, "colour conversion slots");
     }
@@ -156,9 +162,11 @@ HistogramOut GpuAnalysis::histogram_out() const {
   const bool bytes = sample_size(layout_.type) == 1;
   // 8-bit, and 16-bit with a distribution: counts per value, binned on the host.
   h.bins = bytes ? 256 : values_ ? 65536 : request_.hist.bins;
-  h.explicit_range = request_.hist.explicit_range && !bytes && !values_;
-  h.lo = request_.hist.lo;
-  h.hi = request_.hist.hi;
+  h.explicit_range = explicit_ranges(request_) && !bytes && !values_;
+  for (uint32_t c = 0; c < layout_.channels && c < kMaxChannels; ++c) {
+    h.lo[c] = hist_of(request_, c).lo;
+    h.hi[c] = hist_of(request_, c).hi;
+  }
   return h;
 }
 
@@ -175,7 +183,8 @@ void GpuAnalysis::submit(const uint8_t* host, uint64_t pixels) {
     return;
   }
   const uint64_t bytes = pixels * pixel_bytes_;
-  uint8_t* dst = kept_ ? kept_->append(pixels, s) : ws_->device_slot[slot_];
+  // Kept pixels of a colour space are kept converted (measured()).
+  uint8_t* dst = kept_ && space_ == ColourSpace::kNone ? kept_->append(pixels, s) : ws_->device_slot[slot_];
   IMGSTAT_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
   launch_passes(dst, first_ + sent_, pixels, slot_);
   IMGSTAT_CUDA(cudaEventRecord(ws_->slot_free[slot_], s));
@@ -185,26 +194,31 @@ void GpuAnalysis::submit(const uint8_t* host, uint64_t pixels) {
 
 const uint8_t* GpuAnalysis::measured(const uint8_t* pixels, uint64_t count, int slot) {
   if (space_ == ColourSpace::kNone) return pixels;
-  uint8_t* out = static_cast<uint8_t*>(colour_->data()) + slot * colour_slot_bytes_;
-  launch_convert8(pixels, count, source_.channels, space_, rgb_, out, gpu_.info, ws_->streams[slot]);
+  const cudaStream_t s = ws_->streams[slot];
+  uint8_t* out = kept_ ? kept_->append(count, s) : static_cast<uint8_t*>(colour_->data()) + slot * colour_slot_bytes_;
+  launch_convert(pixels, count, source_.channels, source_.type, space_, rgb_, out, gpu_.info, s);
   return out;
 }
 
 void GpuAnalysis::launch_passes(const uint8_t* source, uint64_t first, uint64_t pixels, int slot) {
+  // Value counts alone (every default statistic of 8-bit samples follow
+  // from them): converted in registers as they are counted.
+  if (fused_) {
+    launch_hist8_colour(source, pixels, source_.channels, space_, rgb_, ws_->device_results->counts, gpu_.info,
+                        ws_->streams[slot]);
+    return;
+  }
+  launch_measured_passes(measured(source, pixels, slot), first, pixels, slot);
+}
+
+void GpuAnalysis::launch_measured_passes(const uint8_t* dst, uint64_t first, uint64_t pixels, int slot) {
   const cudaStream_t s = ws_->streams[slot];
   Results* r = ws_->device_results;
   const DeviceInfo& dev = gpu_.info;
   const uint32_t c = layout_.channels;
-  // Value counts alone (every default statistic of 8-bit samples follow
-  // from them): converted in registers as they are counted.
-  if (fused_) {
-    launch_hist8_colour(source, pixels, source_.channels, space_, rgb_, r->counts, dev, s);
-    return;
-  }
-  const uint8_t* dst = measured(source, pixels, slot);
   if (request_.joint.axes) {
     auto* counts = static_cast<unsigned long long*>(joint_->data());
-    launch_joint8(dst, pixels, c, layout_.type, request_.joint, counts, counts + request_.joint.total_bins(), dev, s);
+    launch_joint(dst, pixels, c, layout_.type, request_.joint, counts, counts + request_.joint.total_bins(), dev, s);
   }
   switch (layout_.type) {
     case SampleType::kUint8:
@@ -221,7 +235,7 @@ void GpuAnalysis::launch_passes(const uint8_t* source, uint64_t first, uint64_t 
     case SampleType::kFloat32:
     case SampleType::kFloat64:
       launch_float_moments(dst, pixels, c, layout_.type, ws_->partials[slot], r->running + slot * kMaxChannels, dev, s);
-      if (request_.histogram && request_.hist.explicit_range)
+      if (request_.histogram && explicit_ranges(request_))
         launch_float_bins(dst, pixels, c, layout_.type, histogram_out(), nullptr, 0, dev, s);
       break;
   }
@@ -237,6 +251,8 @@ void GpuAnalysis::add_device(const uint8_t* p, uint64_t count) {
   cudaStream_t s = ws_->streams[slot_];
   if (one_block_) {  // the one-block kernel reads device memory as well as mapped host memory
     launch_hist8_one_block(p, count, layout_.channels, ws_->host_results->counts, s);
+  } else if (kept_ && space_ != ColourSpace::kNone) {  // converted into the kept buffer
+    launch_passes(p, first_ + sent_, count, slot_);
   } else if (kept_) {  // pass 2 needs the whole image in its own buffer
     uint8_t* dst = kept_->append(count, s);
     IMGSTAT_CUDA(cudaMemcpyAsync(dst, p, count * pixel_bytes_, cudaMemcpyDeviceToDevice, s));
@@ -302,13 +318,14 @@ void GpuAnalysis::collect() {
   if (kept_ && finished_) {
     const std::vector<KeptPixels::Piece>& pieces = kept_->pieces();
     // Earlier sessions' counts went with their workspaces; their pixels did not.
-    for (size_t i = 0; i < kept_before_; ++i) launch_passes(pieces[i].data, pieces[i].first, pieces[i].pixels, 0);
+    for (size_t i = 0; i < kept_before_; ++i)
+      launch_measured_passes(pieces[i].data, pieces[i].first, pieces[i].pixels, 0);
     for (const KeptPixels::Piece& piece : pieces) {
-      if (request_.histogram && !request_.hist.explicit_range)
+      if (request_.histogram && !explicit_ranges(request_))
         launch_float_bins(piece.data, piece.pixels, layout_.channels, layout_.type, histogram_out(),
                           ws_->device_results->running, kSlots, gpu_.info, s0);
       if (fine) {
-        HistogramOut f{ws_->device_extra->fine, nullptr, nullptr, kFineBins, false, 0, 0};
+        HistogramOut f{ws_->device_extra->fine, nullptr, nullptr, kFineBins, false, {}, {}};
         launch_float_bins(piece.data, piece.pixels, layout_.channels, layout_.type, f, ws_->device_results->running,
                           kSlots, gpu_.info, s0);
       }

@@ -39,6 +39,9 @@ struct GpuContext {
 void stage_to_device(const GpuContext& gpu, const uint8_t* host, uint64_t rows, uint64_t row_bytes, uint64_t stride,
                      uint8_t* device);
 
+// Histograms over ranges given beforehand: the request's, or with a colour
+// space each channel's (measured_request()).
+bool explicit_ranges(const StatsRequest& request);
 // Floats binned over [min, max] need every pixel before their second pass.
 bool keeps_pixels(const Layout& layout, const StatsRequest& request);
 
@@ -75,9 +78,12 @@ class GpuAnalysis {
 
  private:
   void submit(const uint8_t* host, uint64_t pixels);
-  // The passes that run on one chunk alone: `pixels` device pixels at dst,
-  // the image's from `first` on, on the streams and buffers of `slot`.
-  void launch_passes(const uint8_t* dst, uint64_t first, uint64_t pixels, int slot);
+  // The passes that run on one chunk alone: `pixels` device pixels at
+  // source, the image's from `first` on, on the streams and buffers of
+  // `slot`: converted to the measured space (measured()), then
+  // launch_measured_passes.
+  void launch_passes(const uint8_t* source, uint64_t first, uint64_t pixels, int slot);
+  void launch_measured_passes(const uint8_t* dst, uint64_t first, uint64_t pixels, int slot);
   // Brings the accumulators to host_results once all work so far has run.
   void collect();
   Partial partial_from_host() const;
@@ -85,7 +91,8 @@ class GpuAnalysis {
   HistogramOut histogram_out() const;
   bool wants_colors() const { return request_.unique_colors && sample_size(layout_.type) == 1; }
 
-  // Colour conversion into colour_[slot], then the passes on that.
+  // Colour conversion into colour_[slot], or for kept pixels into the kept
+  // buffer; returns where the measured pixels are.
   const uint8_t* measured(const uint8_t* pixels, uint64_t count, int slot);
 
   const GpuContext& gpu_;

@@ -159,20 +159,15 @@ class CudaEngine final : public Engine {
     return u;
   }
 
-  // What the GPU does not compute is the CPU's (kUnimplemented: the
-  // fallback engine takes it there, as no fault): colour spaces of float
-  // images, joint histograms of other than 8-bit samples.
-  static void refuse_cpu_only(const Layout& layout, const StatsRequest& request) {
-    if (request.colour_space != ColourSpace::kNone && layout.type != SampleType::kUint8)
-      fail(ErrorCode::kUnimplemented, "colour spaces of float images are the CPU's");
-    if (request.joint.axes && sample_size(measured_layout(layout, request).type) != 1)
-      fail(ErrorCode::kUnimplemented, "joint histograms of other than 8-bit samples are the CPU's");
+  // Per-channel histogram ranges are the engine's own words to itself
+  // (measured_request()), not a caller's: refused as the CPU's would be.
+  static void refuse_channel_hists(const StatsRequest& request) {
     if (!request.channel_hists.empty()) fail(ErrorCode::kUnimplemented, "per-channel histograms are the CPU's");
   }
 
   Result analyze(const ImageView& image, const StatsRequest& request) override {
     validate(image.layout, request);
-    refuse_cpu_only(image.layout, request);
+    refuse_channel_hists(request);
     if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
     if (has_luminance(image.layout, request)) return analyze_uploaded(image, request);
@@ -217,7 +212,7 @@ class CudaEngine final : public Engine {
   Result analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request) override {
     if (parts.kind == PartsKind::kWhole) return analyze(image, request);
     validate(image.layout, request);
-    refuse_cpu_only(image.layout, request);
+    refuse_channel_hists(request);
     if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     validate(image.layout, parts);
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
@@ -296,7 +291,7 @@ class CudaEngine final : public Engine {
 
   Result analyze_device(const DeviceImageView& given, const StatsRequest& request) override {
     validate(given.layout, request);
-    refuse_cpu_only(given.layout, request);
+    refuse_channel_hists(request);
     if (!given.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     if (given.device >= 0 && given.device != options_.device)
       fail(ErrorCode::kFailedPrecondition, "pixels on GPU " + std::to_string(given.device) +
@@ -354,7 +349,7 @@ class CudaEngine final : public Engine {
 
 std::unique_ptr<StreamAnalysis> CudaEngine::open_stream(const Layout& layout, const StatsRequest& request) {
   validate(layout, request);
-  refuse_cpu_only(layout, request);
+  refuse_channel_hists(request);
   IMGSTAT_CUDA(cudaSetDevice(options_.device));
   return open_cuda_stream(gpu_, layout, request);
 }

@@ -63,8 +63,8 @@ Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const
   std::optional<DeviceBuffer> converted;
   if (asked.colour_space != ColourSpace::kNone) {
     converted.emplace(budget, l.pixels() * l.pixel_bytes(), "the image's pixels in a colour space");
-    launch_convert8(static_cast<const uint8_t*>(staged.data()), source.pixels(), source.channels, asked.colour_space,
-                    asked.rgb, static_cast<uint8_t*>(converted->data()), dev, cudaStreamPerThread);
+    launch_convert(static_cast<const uint8_t*>(staged.data()), source.pixels(), source.channels, source.type,
+                   asked.colour_space, asked.rgb, static_cast<uint8_t*>(converted->data()), dev, cudaStreamPerThread);
   }
   const DeviceBuffer& pixels = converted ? *converted : staged;
   const uint64_t accums = uint64_t{count} * channels;
@@ -110,10 +110,10 @@ Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const
                       static_cast<const uint32_t*>(held[0]->data()), static_cast<const uint32_t*>(held[1]->data()),
                       parts.columns, parts.rows, l.pixels(), acc_d, out, moments, counts.positions, dev, stream);
     if (joint_counts)
-      launch_part_joint8(px, static_cast<uint32_t>(l.width), static_cast<uint32_t>(l.height), channels, l.type,
-                         request.joint, nullptr, static_cast<const uint32_t*>(held[0]->data()),
-                         static_cast<const uint32_t*>(held[1]->data()), parts.columns, parts.rows, joint_counts,
-                         joint_outside, dev, stream);
+      launch_part_joint(px, static_cast<uint32_t>(l.width), static_cast<uint32_t>(l.height), channels, l.type,
+                        request.joint, nullptr, static_cast<const uint32_t*>(held[0]->data()),
+                        static_cast<const uint32_t*>(held[1]->data()), parts.columns, parts.rows, joint_counts,
+                        joint_outside, dev, stream);
   } else {
     const PartMapView& m = parts.map;
     PartMapDevice map;
@@ -158,8 +158,8 @@ Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const
     launch_part_map(px, static_cast<uint32_t>(l.width), static_cast<uint32_t>(l.height), channels, l.type, map, count,
                     acc_d, out, moments, counts.positions, dev, stream);
     if (joint_counts)
-      launch_part_joint8(px, static_cast<uint32_t>(l.width), static_cast<uint32_t>(l.height), channels, l.type,
-                         request.joint, &map, nullptr, nullptr, 0, 0, joint_counts, joint_outside, dev, stream);
+      launch_part_joint(px, static_cast<uint32_t>(l.width), static_cast<uint32_t>(l.height), channels, l.type,
+                        request.joint, &map, nullptr, nullptr, 0, 0, joint_counts, joint_outside, dev, stream);
   }
   std::vector<uint64_t> host_joint(joint ? uint64_t{count} * (joint_bins + 1) : 0);
   if (joint)

@@ -22,8 +22,8 @@ class CudaStream final : public CheckpointStream {
         layout_(layout),
         request_(request),
         destrider_(layout),
-        keeps_(keeps_pixels(layout, request)),
-        kept_(*gpu.budget, layout.pixel_bytes(), gpu.device),
+        keeps_(keeps_pixels(measured_layout(layout, request), measured_request(request, layout))),
+        kept_(*gpu.budget, measured_layout(layout, request).pixel_bytes(), gpu.device),
         counted_(empty_partial(layout.type, measured_layout(layout, request).channels, measured_request(request, layout))) {}
 
   void feed(const void* data, size_t bytes) override {

@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kPassThreads)
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     under[c] = over[c] = 0;
-    double lo = h.lo, hi = h.hi;
+    double lo = h.lo[c], hi = h.hi[c];
     if (!h.explicit_range) {
       lo = INFINITY;
       hi = -INFINITY;
@@ -142,11 +142,11 @@ __global__ void __launch_bounds__(kPassThreads)
     if (!isfinite(v)) return;
     const double x = v;
     if (h.explicit_range) {
-      if (x < h.lo) {
+      if (x < h.lo[c]) {
         ++under[c];
         return;
       }
-      if (x >= h.hi) {
+      if (x >= h.hi[c]) {
         ++over[c];
         return;
       }

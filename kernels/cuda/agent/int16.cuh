@@ -52,7 +52,9 @@ __global__ void __launch_bounds__(kPassThreads)
   extern __shared__ uint32_t shared[];
   const bool histogram = kDefault || h.counts != nullptr;
   SharedHistogram hist(shared, h.counts, histogram ? h.bins : 0, C, kDefault ? HistPlace::kWarp : place);
-  const RangeBinner binner = RangeBinner::make(h.lo, h.hi, h.bins);
+  RangeBinner binner[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) binner[c] = RangeBinner::make(h.lo[c], h.hi[c], h.bins);
   constexpr int64_t kLo = kSigned ? -32768 : 0;
   IntThread t[C];
   uint32_t under[C], over[C];
@@ -73,12 +75,12 @@ __global__ void __launch_bounds__(kPassThreads)
       hist.add(c, type_range_bin(u, h.bins, 16));
     } else {
       const double v = static_cast<double>(static_cast<int64_t>(u) + kLo);
-      if (v < h.lo)
+      if (v < h.lo[c])
         ++under[c];
-      else if (v >= h.hi)
+      else if (v >= h.hi[c])
         ++over[c];
       else
-        hist.add(c, binner(v));
+        hist.add(c, binner[c](v));
     }
   };
 

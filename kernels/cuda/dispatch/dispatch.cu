@@ -89,7 +89,7 @@ void hist8_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, c
   hist8_warp<C, kCopies><<<grid, kHist8Threads, shared, stream>>>(reinterpret_cast<const uint4*>(data), steps,
                                                             data + steps * kStepBytes,
                                                             static_cast<uint32_t>(bytes - steps * kStepBytes), counts,
-                                                            one_block);
+                                                            one_block, typename RawBytes<C>::Params{});
   IMGSTAT_CUDA_LAUNCHED("hist8_warp");
 }
 

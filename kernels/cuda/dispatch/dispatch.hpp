@@ -33,8 +33,8 @@ struct HistogramOut {
   unsigned long long* overflow;
   uint32_t bins;
   bool explicit_range;
-  double lo;  // explicit range only
-  double hi;
+  double lo[4];  // explicit range only, per channel (a colour space's
+  double hi[4];  // channels each have their own)
 };
 
 // Running float moments are kept per slot: running[slot * kRunningStride + channel].
@@ -144,11 +144,12 @@ void launch_part_tiles(const uint8_t* pixels, uint32_t width, uint32_t channels,
                        uint64_t pixels_count, PartAccum* acc, const PartSlots& slots, bool moments, bool positions,
                        const DeviceInfo& dev, cudaStream_t stream);
 
-// Colour spaces of 8-bit pixels: `pixels` whole pixels of `channels` (3 or
-// 4) samples, R, G, B at rgb[], into the space's channels (alpha
-// appended) at out. The tables go to the current device the first time.
-void launch_convert8(const uint8_t* data, uint64_t pixels, uint32_t channels, ColourSpace space, const uint32_t* rgb,
-                     uint8_t* out, const DeviceInfo& dev, cudaStream_t stream);
+// Colour spaces of uint8 or float32 pixels: `pixels` whole pixels of
+// `channels` (3 or 4) samples, R, G, B at rgb[], into the space's channels
+// (alpha appended) at out, of the same sample type. The tables go to the
+// current device the first time.
+void launch_convert(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type, ColourSpace space,
+                    const uint32_t* rgb, uint8_t* out, const DeviceInfo& dev, cudaStream_t stream);
 
 // The same conversion fused into the 8-bit pass: the value counts of the
 // converted channels added to counts[channel * 256 + value], nothing
@@ -156,17 +157,17 @@ void launch_convert8(const uint8_t* data, uint64_t pixels, uint32_t channels, Co
 void launch_hist8_colour(const uint8_t* data, uint64_t pixels, uint32_t channels, ColourSpace space,
                          const uint32_t* rgb, unsigned long long* counts, const DeviceInfo& dev, cudaStream_t stream);
 
-// A joint histogram of 8-bit pixels (JointSpec with its ranges), added to
-// counts (spec.total_bins() of them) and outside.
-void launch_joint8(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type, const JointSpec& spec,
-                   unsigned long long* counts, unsigned long long* outside, const DeviceInfo& dev, cudaStream_t stream);
+// A joint histogram (JointSpec with its ranges) of pixels of any sample
+// type, added to counts (spec.total_bins() of them) and outside.
+void launch_joint(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type, const JointSpec& spec,
+                  unsigned long long* counts, unsigned long long* outside, const DeviceInfo& dev, cudaStream_t stream);
 
-// Each part's joint histogram of 8-bit pixels (width x height, packed):
+// Each part's joint histogram (width x height pixels, packed):
 // parts from the map, or with map null from the tile edges; added to
 // counts[part * spec.total_bins() + bin] and outside[part].
-void launch_part_joint8(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels, SampleType type,
-                        const JointSpec& spec, const PartMapDevice* map, const uint32_t* x_edges,
-                        const uint32_t* y_edges, uint32_t columns, uint32_t rows, unsigned long long* counts,
-                        unsigned long long* outside, const DeviceInfo& dev, cudaStream_t stream);
+void launch_part_joint(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels, SampleType type,
+                       const JointSpec& spec, const PartMapDevice* map, const uint32_t* x_edges,
+                       const uint32_t* y_edges, uint32_t columns, uint32_t rows, unsigned long long* counts,
+                       unsigned long long* outside, const DeviceInfo& dev, cudaStream_t stream);
 
 }  // namespace imgstat::cuda
