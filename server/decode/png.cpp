@@ -291,6 +291,27 @@ bool png_unfilter_row(uint8_t filter, uint8_t* row, const uint8_t* prev, size_t 
   return true;
 }
 
+std::string png_chunk_past_end(const uint8_t* data, size_t size) {
+  constexpr uint64_t kHarmless = 1 << 20;  // what libpng may zero for a truncated chunk
+  size_t at = 8;                            // past the signature
+  while (size - at >= 8) {
+    const uint32_t length = be32(data + at);
+    const std::string type(reinterpret_cast<const char*>(data + at + 4), 4);
+    if (type == "IEND") return {};
+    const uint64_t rest = size - at - 8;
+    if (uint64_t{length} + 4 > rest) {
+      if (length <= kHarmless || type == "IDAT") return {};
+      bool letters = true;
+      for (char c : type) letters = letters && ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'));
+      return "the " + (letters ? type + " chunk" : std::string("chunk")) + " at byte " + std::to_string(at) +
+             " declares " + std::to_string(length) + " bytes of data, but the file ends " + std::to_string(rest) +
+             " bytes later";
+    }
+    at += size_t{length} + 12;
+  }
+  return {};  // ends between chunks: libpng says so itself, without allocating
+}
+
 uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_depth, uint32_t colour_type,
                                  bool interlaced) {
   if (!streamable(bit_depth, colour_type, interlaced) || width == 0 || height == 0) return 0;

@@ -37,6 +37,15 @@ struct PngDecode {
 uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_depth, uint32_t colour_type,
                                  bool interlaced);
 
+// A chunk before IEND, other than IDAT, that declares more than 1 MiB of
+// data and more than the rest of the file holds: its type, offset and
+// lengths in words, or empty. libpng (1.6.39) refuses such a file when it
+// reaches the chunk, but first allocates and zeroes a buffer of the
+// declared length (up to 2 GiB, whatever the file's size; IDAT it reads in
+// pieces): the caller refuses it before libpng or OpenCV sees it. Smaller
+// overruns (a truncated file) are left to libpng, which says what it met.
+std::string png_chunk_past_end(const uint8_t* data, size_t size);
+
 // cancelled is polled between bands; true throws kCancelled. The sink may throw.
 PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink);
 

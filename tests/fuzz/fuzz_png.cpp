@@ -49,6 +49,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)caught;
   std::vector<uint8_t> f(data, data + size);
   fix_crcs(f);
+  // Refused before libpng on the decode path (plan_decode): libpng would
+  // zero the chunk's declared size first, on either side of the comparison.
+  if (!png_chunk_past_end(f.data(), f.size()).empty()) return 0;
   fuzz::expect_clean([&] {
     cv::Mat ours;
     RowSink sink;

@@ -190,6 +190,26 @@ TEST_F(Hostile, GifFrameFarLargerThanItsScreenIsRefusedBeforeAllocating) {
                  "30000^2 frame in 35 bytes");
 }
 
+// A PNG text chunk declaring 2 GB in a file of a few hundred bytes: libpng
+// zeroes a buffer of the declared size before it finds the data missing.
+TEST_F(Hostile, PngChunkDeclaringMoreThanItsFileIsRefusedBeforeAllocating) {
+  for (const bool late : {false, true}) {
+    for (const int depth : {8, 4}) {  // the banded decoder's and libpng's own
+      std::string png = zero_png(64, 32, 0, depth);
+      std::string lie;
+      put_be32(lie, 2046820587u);
+      lie += std::string("iTXt", 4) + std::string("XML:com.adobe.xmp\0\0\0\0\0", 22);
+      png.insert(late ? png.size() - 12 : png.find("IDAT") - 4, lie);
+      const double before = server_->rss_mib();
+      expect_refused(analyze(encoded(png)), StatusCode::INVALID_ARGUMENT, "iTXt chunk",
+                     std::string("iTXt of 2 GB, ") + (late ? "after" : "before") + " the image data, depth " +
+                         std::to_string(depth));
+      expect_rss_below(server_->rss_mib() - before, 64, "MiB grown for a refused PNG");
+      expect_serving();
+    }
+  }
+}
+
 TEST_F(Hostile, Os2BmpWidthsAboveInt16AreReadUnsigned) {
   expect_refused(analyze(encoded(os2_bmp(40000, 40000, false))), StatusCode::RESOURCE_EXHAUSTED, "40000x40000",
                  "OS/2 BMP 40000x40000");
