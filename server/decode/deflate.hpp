@@ -1,0 +1,54 @@
+// A strict deflate (RFC 1951) block decoder that can start at any block
+// boundary without the window before it: a back reference that reaches
+// before the start comes out as a marker naming the byte it needs, resolved
+// once the window is known (parallel_inflate.hpp). Strict: it accepts only
+// what zlib's inflate accepts, and less where zlib's answer would depend on
+// how its caller sizes the output (distances past the window the zlib header
+// names) or on codes it decodes lazily (incomplete codes beyond zlib's one
+// allowed case are refused at once). What it refuses is decoded by zlib
+// itself, so a caller's answer never depends on this decoder.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace imgstat::deflate {
+
+// Markers: a symbol >= kMarkerBase is the byte `back` positions before the
+// decode's start (1 = the last byte before it), symbol = kMarkerBase + 32768 - back.
+constexpr uint32_t kMarkerBase = 256;
+constexpr uint32_t kMaxWindow = 32768;
+
+// One run of blocks decoded from a block boundary.
+struct Run {
+  uint64_t start_bit = 0;
+  uint64_t end_bit = 0;       // the bit after the last block decoded
+  bool final = false;         // the last block was the stream's final one
+  bool ok = false;            // false: not vouched for (zlib decides)
+  // The output: marked[] (symbols, markers among them), then bytes[]; the
+  // two together are the run's output in order.
+  std::unique_ptr<uint16_t[]> marked;
+  uint64_t marked_count = 0;
+  std::unique_ptr<uint8_t[]> bytes;
+  uint64_t byte_count = 0;
+  uint32_t max_back = 0;      // the farthest a marker reaches before the start
+  uint64_t blocks = 0;
+  uint64_t size() const { return marked_count + byte_count; }
+};
+
+// Decodes whole blocks of data[0, size) from start_bit until a block ends at
+// or past stop_bit, or the final block ends. window: the zlib header's
+// window size (distances beyond it are refused). With `known_start` the run
+// begins the stream (no byte before it: a reference before it is refused).
+// `max_output` bounds the run's output (more is refused); `size_hint`, what
+// it is likely to be, sizes the buffer at once.
+Run decode_run(const uint8_t* data, size_t size, uint64_t start_bit, uint64_t stop_bit, uint32_t window,
+               bool known_start, uint64_t max_output, uint64_t size_hint = 0);
+
+// Whether a dynamic or stored block header at `bit` parses as zlib would
+// take it (code lengths forming valid codes, a stored block's lengths
+// agreeing), without decoding its data: the block finder's first filter.
+bool plausible_block_start(const uint8_t* data, size_t size, uint64_t bit);
+
+}  // namespace imgstat::deflate

@@ -1,0 +1,217 @@
+#include "decode/parallel_inflate.hpp"
+
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "decode/deflate.hpp"
+
+namespace imgstat {
+namespace {
+
+using deflate::Run;
+
+// The last 32 KiB of output: what markers name.
+class Window {
+ public:
+  void push(const uint8_t* p, size_t n) {
+    constexpr size_t kMax = deflate::kMaxWindow;
+    if (n >= kMax) {
+      std::memcpy(buf_, p + n - kMax, kMax);
+      len_ = kMax;
+      return;
+    }
+    const size_t keep = std::min<size_t>(len_, kMax - n);
+    std::memmove(buf_, buf_ + len_ - keep, keep);
+    std::memcpy(buf_ + keep, p, n);
+    len_ = keep + n;
+  }
+  // The byte `back` positions before the end (1: the last).
+  uint8_t before(uint32_t back) const { return buf_[len_ - back]; }
+
+ private:
+  uint8_t buf_[deflate::kMaxWindow];
+  size_t len_ = 0;
+};
+
+// A marked symbol as a byte: itself, or the window's byte it names.
+uint8_t resolve(uint16_t v, const Window& before) {
+  return v < deflate::kMarkerBase ? static_cast<uint8_t>(v)
+                                  : before.before(deflate::kMaxWindow - (v - deflate::kMarkerBase));
+}
+
+uint64_t bits_at(const uint8_t* d, size_t n, uint64_t bit) {  // the next 57 bits or more, zeros past the end
+  const uint64_t byte = bit >> 3;
+  uint64_t w = 0;
+  if (byte + 8 <= n) {
+    std::memcpy(&w, d + byte, 8);
+  } else {
+    for (uint64_t i = byte; i < n && i < byte + 8; ++i) w |= uint64_t{d[i]} << (8 * (i - byte));
+  }
+  return w >> (bit & 7);
+}
+
+// Cheap tests before the full header parse: a non-final dynamic block with
+// counts zlib takes and code-length codes that form a complete code, or a
+// non-final stored block. Most positions fail the first few bits.
+bool candidate(const uint8_t* d, size_t n, uint64_t bit) {
+  const uint64_t w = bits_at(d, n, bit);
+  if (w & 1) return false;  // final blocks are left to the chunk before
+  const uint32_t type = (w >> 1) & 3;
+  if (type == 0) return true;  // lengths checked by plausible_block_start
+  if (type != 2) return false;
+  if (((w >> 3) & 31) > 29 || ((w >> 8) & 31) > 29) return false;
+  const uint32_t ncode = ((w >> 13) & 15) + 4;
+  const uint64_t lengths = bits_at(d, n, bit + 17);
+  int count[8] = {};
+  for (uint32_t i = 0; i < ncode; ++i) ++count[(lengths >> (3 * i)) & 7];
+  int left = 1;
+  for (int len = 1; len < 8; ++len) {
+    left = 2 * left - count[len];
+    if (left < 0) return false;
+  }
+  return left == 0;
+}
+
+// The first place in [from, to) where a run of blocks starts that decodes
+// to a block end at or past stop; not ok where none does.
+Run find_run(const uint8_t* d, size_t n, uint64_t from, uint64_t to, uint64_t stop, uint32_t window, uint64_t max_out,
+             uint64_t hint) {
+  for (uint64_t bit = from; bit < to; ++bit) {
+    if (!candidate(d, n, bit) || !deflate::plausible_block_start(d, n, bit)) continue;
+    Run r = deflate::decode_run(d, n, bit, stop, window, false, max_out, hint);
+    if (r.ok) return r;
+  }
+  return Run{};
+}
+
+uint32_t be32(const uint8_t* p) { return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3]; }
+
+uint32_t adler_of(uint32_t adler, const uint8_t* p, size_t n) {
+  while (n > 0) {
+    const uInt k = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    adler = static_cast<uint32_t>(adler32(adler, p, k));
+    p += k;
+    n -= k;
+  }
+  return adler;
+}
+
+}  // namespace
+
+uint64_t parallel_inflate_memory_bytes(const ParallelInflateOptions& o) {
+  const uint64_t tasks = o.tasks ? o.tasks : static_cast<uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
+  // Each run: its output (marked symbols are two bytes, at most a window's
+  // worth past the first markers, but bounded the same way here).
+  return tasks * (o.chunk_bytes * o.max_ratio * 2 + (64 << 10));
+}
+
+bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
+                      const std::function<bool(const uint8_t*, size_t)>& sink, const ParallelInflateOptions& options) {
+  if (size < 2 + 1 + 4) return false;
+  const uint32_t cmf = data[0], flg = data[1];
+  if ((cmf & 15) != 8 || (cmf >> 4) > 7 || (cmf * 256 + flg) % 31 != 0 || (flg & 0x20)) return false;
+  const uint32_t window = 1u << ((cmf >> 4) + 8);
+  const size_t n = size - 4;  // the deflate data ends where the checksum starts
+  const uint64_t chunk = std::max<uint64_t>(options.chunk_bytes, 1024);
+  const uint64_t chunks = (n - 2 + chunk - 1) / chunk;
+  const uint64_t tasks =
+      options.tasks ? options.tasks : static_cast<uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
+  const uint64_t max_out = std::min<uint64_t>(expected, chunk * options.max_ratio);
+  // What a chunk likely inflates to, from the whole stream's ratio: its
+  // buffer at once, not grown by copying.
+  const uint64_t hint = static_cast<uint64_t>(static_cast<double>(expected) / static_cast<double>(n) *
+                                              static_cast<double>(chunk) * 1.25) + (64 << 10);
+  auto stop_of = [&](uint64_t i) { return std::min<uint64_t>((2 + (i + 1) * chunk) * 8, uint64_t{n} * 8); };
+
+  // What has gone to the sink: its size, checksum, last window, and where
+  // the last run ended.
+  Window win;
+  uint64_t total = 0, true_end = 16;
+  uint32_t adler = static_cast<uint32_t>(adler32(0, nullptr, 0));
+  bool ended = false;
+  const uint32_t empty_adler = static_cast<uint32_t>(adler32(0, nullptr, 0));
+
+  for (uint64_t first = 0; first < chunks && !ended; first += tasks) {
+    const uint64_t last = std::min(chunks, first + tasks);
+    // 1. Every chunk of the group at once: its first block, decoded to
+    // a block end at or past the chunk's end.
+    std::vector<Run> runs(last - first);
+    tbb::this_task_arena::isolate([&] {
+      tbb::parallel_for(first, last, [&](uint64_t i) {
+        Run& r = runs[i - first];
+        if (i == 0)
+          r = deflate::decode_run(data, n, 16, stop_of(0), window, true, max_out, hint);
+        else
+          r = find_run(data, n, (2 + i * chunk) * 8, stop_of(i), stop_of(i), window, max_out, hint);
+      });
+    });
+    // 2. In order: each run confirmed by the one before ending where it
+    // starts (else decoded again from there), and the window before it.
+    struct Confirmed {
+      Run run;
+      Window before;
+      uint64_t total_before;
+      std::vector<uint8_t> resolved;
+      uint32_t adler = 0;
+    };
+    std::vector<Confirmed> done;
+    done.reserve(last - first);
+    Window at = win;
+    uint64_t t = total, end = true_end;
+    bool final = false;
+    for (uint64_t i = first; i < last && !final; ++i) {
+      if (end >= stop_of(i)) continue;  // a block of the run before covered this chunk
+      Run& r = runs[i - first];
+      if (!r.ok || r.start_bit != end) {
+        r = deflate::decode_run(data, n, end, stop_of(i), window, false, max_out, hint);
+        if (!r.ok) return false;
+      }
+      if (r.max_back > t || r.size() > expected - t) return false;  // before the stream's start; too long
+      Confirmed c{std::move(r), at, t, {}, 0};
+      // The window after it: its bytes' last 32 KiB, or its markers resolved now.
+      if (c.run.byte_count >= deflate::kMaxWindow) {
+        at.push(c.run.bytes.get() + c.run.byte_count - deflate::kMaxWindow, deflate::kMaxWindow);
+      } else {
+        std::vector<uint8_t> tail(c.run.marked_count);
+        for (uint64_t k = 0; k < c.run.marked_count; ++k) tail[k] = resolve(c.run.marked[k], c.before);
+        if (!tail.empty()) at.push(tail.data(), tail.size());
+        if (c.run.byte_count) at.push(c.run.bytes.get(), c.run.byte_count);
+      }
+      t += c.run.size();
+      end = c.run.end_bit;
+      final = c.run.final;
+      done.push_back(std::move(c));
+    }
+    // 3. Markers resolved and checksums taken, every run at once.
+    tbb::this_task_arena::isolate([&] {
+      tbb::parallel_for(size_t{0}, done.size(), [&](size_t k) {
+        Confirmed& c = done[k];
+        c.resolved.resize(c.run.marked_count);
+        for (uint64_t j = 0; j < c.run.marked_count; ++j) c.resolved[j] = resolve(c.run.marked[j], c.before);
+        c.run.marked.reset();
+        c.adler = adler_of(adler_of(empty_adler, c.resolved.data(), c.resolved.size()), c.run.bytes.get(),
+                           c.run.byte_count);
+      });
+    });
+    // 4. In order to the sink.
+    for (Confirmed& c : done) {
+      if (!c.resolved.empty() && !sink(c.resolved.data(), c.resolved.size())) return false;
+      if (c.run.byte_count && !sink(c.run.bytes.get(), c.run.byte_count)) return false;
+      adler = static_cast<uint32_t>(adler32_combine(adler, c.adler, static_cast<z_off_t>(c.run.size())));
+      c = Confirmed{};  // its memory goes now
+    }
+    win = at;
+    total = t;
+    true_end = end;
+    ended = final;
+  }
+  // The final block, then the checksum and nothing else: zlib's stream end.
+  return ended && (true_end + 7) / 8 == n && total == expected && be32(data + n) == adler;
+}
+
+}  // namespace imgstat

@@ -1,0 +1,45 @@
+// One zlib stream (RFC 1950) inflated on every core, as rapidgzip (Knespel
+// and Brunst, HPDC 2023) and pugz do it for gzip: each task takes a chunk of
+// the compressed bytes, finds the first place in it where a block starts
+// (a dynamic block whose codes are valid, or a stored block whose lengths
+// agree, that then decodes to the chunk's end), and decodes from there with
+// markers for the window it does not know (deflate.hpp). In order, each
+// chunk's start is confirmed by the chunk before it ending exactly there; a
+// start that is not confirmed is decoded again from where the chunk before
+// really ended. Markers are resolved from the window once it is known, and
+// the Adler-32 is checked over the whole output.
+//
+// The answer is zlib's or none: a stream is vouched for only where zlib's
+// inflate would give the same bytes, end the stream there and accept its
+// checksum; anything else (damage, a distance past the header's window, a
+// code zlib decodes lazily, more or less output than expected, bytes after
+// the stream) returns false and the caller asks zlib.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+namespace imgstat {
+
+struct ParallelInflateOptions {
+  uint64_t chunk_bytes = 1 << 20;  // compressed bytes a task takes
+  uint32_t tasks = 0;              // chunks decoded at once; 0: the arena's threads
+  // A chunk's output beyond this many times its compressed bytes is not
+  // kept (zlib decodes such a stream instead): what the chunks in flight
+  // hold stays within tasks * chunk_bytes * this.
+  uint32_t max_ratio = 32;
+};
+
+// Memory parallel_inflate holds at most with these options.
+uint64_t parallel_inflate_memory_bytes(const ParallelInflateOptions& options);
+
+// Inflates the zlib stream data[0, size), which must inflate to exactly
+// `expected` bytes, handing the output on in order: sink(bytes, n), false
+// from the sink stops (and returns false). True: vouched for, every byte
+// given. False: not vouched for; the sink may have had part of the output.
+bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
+                      const std::function<bool(const uint8_t*, size_t)>& sink,
+                      const ParallelInflateOptions& options = {});
+
+}  // namespace imgstat
