@@ -157,25 +157,44 @@ TEST(ParallelInflate, TheWholeOutputOrNothingElse) {
   Bytes preset = z;
   preset[1] |= 0x20;  // FDICT, the header check then wrong too
   EXPECT_FALSE(ours(preset, data.size(), 4096, 4).vouched);
-  // A header naming a smaller window than the data's distances use: zlib's
-  // answer would depend on how its caller sizes the output.
+  // A header naming a smaller window than the data's distances use: the
+  // parallel decoder refuses it, and zlib answers from the first block on.
   Bytes small_window = z;
   small_window[0] = static_cast<uint8_t>((small_window[0] & 0x0f) | (1 << 4));  // 512 bytes
   small_window[1] = static_cast<uint8_t>(small_window[1] & 0xe0);
   small_window[1] = static_cast<uint8_t>(small_window[1] + (31 - (small_window[0] * 256 + small_window[1]) % 31) % 31);
-  EXPECT_FALSE(ours(small_window, data.size(), 4096, 4).vouched);
-  // A chunk's output beyond its ratio: zlib's to decode.
+  const Ours sw = ours(small_window, data.size(), 4096, 4);
+  const ZlibAnswer zw = zlib_inflate(small_window, data.size());
+  EXPECT_EQ(sw.vouched, zw.ended && !zw.rest_unread && zw.out.size() == data.size());
+  if (sw.vouched) EXPECT_TRUE(sw.out == zw.out);
+  // A chunk's output beyond its ratio: zlib inflates the rest, from where
+  // the parallel decoder stopped (the first chunk here), to the same bytes.
   const Bytes zeros(1 << 20, 0);
   const Bytes zz = compress(zeros, 9, Z_DEFAULT_STRATEGY, 15, 0, rng);
-  EXPECT_FALSE(ours(zz, zeros.size(), 1024, 2, 32).vouched);
-  EXPECT_TRUE(ours(zz, zeros.size(), 1024, 2, 1 << 20).vouched);
+  for (uint32_t ratio : {32u, 1u << 20}) {
+    const Ours o = ours(zz, zeros.size(), 1024, 2, ratio);
+    EXPECT_TRUE(o.vouched);
+    EXPECT_TRUE(o.out == zeros);
+  }
+  // Damage in the middle of a long stream: the chunks before it go out,
+  // zlib takes over at the last block boundary before it and refuses.
+  const Bytes big = make_data(4, 2000000, rng);
+  Bytes bz = compress(big, 6, Z_DEFAULT_STRATEGY, 15, 0, rng);
+  bz[bz.size() * 2 / 3] ^= 0x55;
+  const Ours broken = ours(bz, big.size(), 16384, 4);
+  const ZlibAnswer zb = zlib_inflate(bz, big.size());
+  EXPECT_FALSE(broken.vouched);
+  EXPECT_FALSE(zb.ended && zb.out == big);
+  EXPECT_GT(broken.out.size(), big.size() / 2);  // what came before the damage went out
+  EXPECT_TRUE(std::equal(broken.out.begin(), broken.out.begin() + static_cast<long>(big.size() / 2), big.begin()));
 }
 
 // Damage anywhere: whatever is vouched for, zlib inflates to the same bytes,
-// ends the stream there and reads nothing after it.
+// ends the stream there and reads nothing after it; and what zlib takes in
+// one call, this takes (its own decoder and zlib's continuation together).
 TEST(ParallelInflate, NothingZlibRefusesIsVouchedFor) {
   std::mt19937 rng(11);
-  int vouched = 0, refused = 0;
+  int vouched = 0, refused = 0, zlib_took = 0;
   for (int i = 0; i < 1500; ++i) {
     const Bytes data = make_data(static_cast<int>(rng() % 5), 2000 + rng() % 40000, rng);
     Bytes z = compress(data, static_cast<int>(rng() % 10), rng() % 4 == 0 ? Z_FIXED : Z_DEFAULT_STRATEGY,
@@ -191,6 +210,7 @@ TEST(ParallelInflate, NothingZlibRefusesIsVouchedFor) {
     const uint64_t expected = data.size();
     const Ours o = ours(z, expected, 512 + rng() % 8000, 1 + rng() % 6);
     const ZlibAnswer a = zlib_inflate(z, expected);
+    if (a.ended && !a.rest_unread && a.out.size() == expected) ++zlib_took;
     if (o.vouched) {
       ++vouched;
       ASSERT_TRUE(a.ended && !a.rest_unread) << "vouched for a stream zlib refuses, case " << i;
@@ -201,6 +221,7 @@ TEST(ParallelInflate, NothingZlibRefusesIsVouchedFor) {
     }
   }
   EXPECT_GT(refused, 1000);  // most damage is refused
+  EXPECT_EQ(vouched, zlib_took);
 }
 
 TEST(Deflate, RunsFromAnyBlockStartResolveFromTheWindow) {

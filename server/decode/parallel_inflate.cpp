@@ -32,6 +32,8 @@ class Window {
   }
   // The byte `back` positions before the end (1: the last).
   uint8_t before(uint32_t back) const { return buf_[len_ - back]; }
+  const uint8_t* data() const { return buf_; }
+  size_t size() const { return len_; }
 
  private:
   uint8_t buf_[deflate::kMaxWindow];
@@ -101,6 +103,50 @@ uint32_t adler_of(uint32_t adler, const uint8_t* p, size_t n) {
   return adler;
 }
 
+// zlib from a block boundary on: raw inflate with the header's window,
+// the window's bytes as its dictionary and the bits before the boundary
+// primed away, so that it answers for the rest of the stream exactly as it
+// would have inflating from the start; then the checksum over the whole
+// output, and nothing after it.
+bool zlib_from(const uint8_t* data, size_t size, size_t n, uint32_t window, uint64_t bit, const Window& win,
+               uint64_t total, uint32_t adler, uint64_t expected,
+               const std::function<bool(const uint8_t*, size_t)>& sink) {
+  z_stream z{};
+  int bits = 0;
+  for (uint32_t w = window; w > 1; w >>= 1) ++bits;
+  if (inflateInit2(&z, -bits) != Z_OK) return false;
+  struct End {
+    z_stream& z;
+    ~End() { inflateEnd(&z); }
+  } end{z};
+  if (win.size() && inflateSetDictionary(&z, win.data(), static_cast<uInt>(win.size())) != Z_OK) return false;
+  size_t at = static_cast<size_t>(bit >> 3);
+  if (bit & 7) {
+    if (at >= size || inflatePrime(&z, static_cast<int>(8 - (bit & 7)), data[at] >> (bit & 7)) != Z_OK) return false;
+    ++at;
+  }
+  std::vector<uint8_t> out(1 << 20);
+  z.next_in = const_cast<Bytef*>(data + at);
+  z.avail_in = static_cast<uInt>(size - at);
+  for (;;) {
+    z.next_out = out.data();
+    z.avail_out = static_cast<uInt>(out.size());
+    const int r = inflate(&z, Z_NO_FLUSH);
+    const size_t got = out.size() - z.avail_out;
+    if (got > expected - total) return false;
+    if (got) {
+      adler = adler_of(adler, out.data(), got);
+      total += got;
+      if (!sink(out.data(), got)) return false;
+    }
+    if (r == Z_STREAM_END) break;
+    if (r != Z_OK) return false;  // damage, or the input ended
+  }
+  // The checksum right after the deflate data, and nothing after it.
+  const size_t used = size - z.avail_in;
+  return used == n && total == expected && be32(data + n) == adler;
+}
+
 }  // namespace
 
 uint64_t parallel_inflate_memory_bytes(const ParallelInflateOptions& o) {
@@ -133,10 +179,10 @@ bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
   Window win;
   uint64_t total = 0, true_end = 16;
   uint32_t adler = static_cast<uint32_t>(adler32(0, nullptr, 0));
-  bool ended = false;
+  bool ended = false, stuck = false;
   const uint32_t empty_adler = static_cast<uint32_t>(adler32(0, nullptr, 0));
 
-  for (uint64_t first = 0; first < chunks && !ended; first += tasks) {
+  for (uint64_t first = 0; first < chunks && !ended && !stuck; first += tasks) {
     const uint64_t last = std::min(chunks, first + tasks);
     // 1. Every chunk of the group at once: its first block, decoded to
     // a block end at or past the chunk's end.
@@ -152,10 +198,10 @@ bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
     });
     // 2. In order: each run confirmed by the one before ending where it
     // starts (else decoded again from there), and the window before it.
+    // A run that cannot be vouched for leaves the rest to zlib.
     struct Confirmed {
       Run run;
       Window before;
-      uint64_t total_before;
       std::vector<uint8_t> resolved;
       uint32_t adler = 0;
     };
@@ -167,12 +213,13 @@ bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
     for (uint64_t i = first; i < last && !final; ++i) {
       if (end >= stop_of(i)) continue;  // a block of the run before covered this chunk
       Run& r = runs[i - first];
-      if (!r.ok || r.start_bit != end) {
-        r = deflate::decode_run(data, n, end, stop_of(i), window, false, max_out, hint);
-        if (!r.ok) return false;
+      if (!r.ok || r.start_bit != end) r = deflate::decode_run(data, n, end, stop_of(i), window, false, max_out, hint);
+      // Not decoded, reaching before the stream's start, or too long.
+      if (!r.ok || r.max_back > t || r.size() > expected - t) {
+        stuck = true;
+        break;
       }
-      if (r.max_back > t || r.size() > expected - t) return false;  // before the stream's start; too long
-      Confirmed c{std::move(r), at, t, {}, 0};
+      Confirmed c{std::move(r), at, {}, 0};
       // The window after it: its bytes' last 32 KiB, or its markers resolved now.
       if (c.run.byte_count >= deflate::kMaxWindow) {
         at.push(c.run.bytes.get() + c.run.byte_count - deflate::kMaxWindow, deflate::kMaxWindow);
@@ -210,8 +257,9 @@ bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
     true_end = end;
     ended = final;
   }
+  if (!ended) return zlib_from(data, size, n, window, true_end, win, total, adler, expected, sink);
   // The final block, then the checksum and nothing else: zlib's stream end.
-  return ended && (true_end + 7) / 8 == n && total == expected && be32(data + n) == adler;
+  return (true_end + 7) / 8 == n && total == expected && be32(data + n) == adler;
 }
 
 }  // namespace imgstat

@@ -9,11 +9,13 @@
 // really ended. Markers are resolved from the window once it is known, and
 // the Adler-32 is checked over the whole output.
 //
-// The answer is zlib's or none: a stream is vouched for only where zlib's
-// inflate would give the same bytes, end the stream there and accept its
-// checksum; anything else (damage, a distance past the header's window, a
-// code zlib decodes lazily, more or less output than expected, bytes after
-// the stream) returns false and the caller asks zlib.
+// The answer is zlib's, bytes and verdict: a run is taken only where zlib's
+// inflate would give the same bytes (deflate.hpp's decoder is strict);
+// from the first chunk that cannot be vouched for (damage, a distance past
+// the header's window, a code zlib decodes lazily, a chunk whose output
+// passes the ratio below) zlib itself inflates the rest, primed at that
+// block boundary with the window before it, as it would have met it
+// inflating from the start.
 #pragma once
 
 #include <cstddef>
@@ -26,8 +28,8 @@ struct ParallelInflateOptions {
   uint64_t chunk_bytes = 1 << 20;  // compressed bytes a task takes
   uint32_t tasks = 0;              // chunks decoded at once; 0: the arena's threads
   // A chunk's output beyond this many times its compressed bytes is not
-  // kept (zlib decodes such a stream instead): what the chunks in flight
-  // hold stays within tasks * chunk_bytes * this.
+  // kept (zlib inflates the rest of such a stream): what the chunks in
+  // flight hold stays within tasks * chunk_bytes * this.
   uint32_t max_ratio = 32;
 };
 
@@ -35,9 +37,11 @@ struct ParallelInflateOptions {
 uint64_t parallel_inflate_memory_bytes(const ParallelInflateOptions& options);
 
 // Inflates the zlib stream data[0, size), which must inflate to exactly
-// `expected` bytes, handing the output on in order: sink(bytes, n), false
-// from the sink stops (and returns false). True: vouched for, every byte
-// given. False: not vouched for; the sink may have had part of the output.
+// `expected` bytes, end there with its checksum right and nothing after it,
+// handing the output on in order: sink(bytes, n); false from the sink
+// stops (and returns false). True: all of that, every byte given, as zlib
+// gives them. False: zlib refuses the stream, or it is longer or shorter,
+// or bytes follow it; the sink may have had part of the output.
 bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
                       const std::function<bool(const uint8_t*, size_t)>& sink,
                       const ParallelInflateOptions& options = {});
