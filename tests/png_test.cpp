@@ -4,6 +4,7 @@
 // after the image data, indices past the palette) gets OpenCV's answer, error
 // or pixels, because OpenCV decodes it.
 #include <gtest/gtest.h>
+#include <tbb/task_arena.h>
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
@@ -302,6 +303,51 @@ TEST(Png, ChunksDeclaringMoreThanTheFileAreRefusedBeforeLibpng) {
     const Answer a = ours(c.file), b = libpng(c.file);
     EXPECT_FALSE(a.ok);
     EXPECT_EQ(difference(a, b), "") << a.error;
+  }
+}
+
+// Image data of kParallelPngInflateBytes or more is inflated on every core
+// of the arena (parallel_inflate.hpp): the same pixels and warnings as
+// libpng whatever the arena's size, and damage anywhere gets libpng's answer.
+TEST(Png, LargeImageDataInflatesOnEveryCoreAsLibpng) {
+  setup_messages();
+  std::mt19937 rng(21);
+  std::vector<std::pair<std::string, std::string>> files;
+  files.emplace_back("RGB8 in 8 KiB IDATs", write_png(random_png(2000, 1400, 8, 2, rng), rng));
+  {
+    PngSpec p = random_png(1200, 800, 16, 6, rng);
+    p.idat_piece = size_t{1} << 30;
+    files.emplace_back("RGBA16 in one IDAT", write_png(p, rng));
+  }
+  {
+    PngSpec p = random_png(3000, 2000, 8, 3, rng);
+    p.idat_piece = 1 << 20;
+    files.emplace_back("palette8 in 1 MiB IDATs", write_png(p, rng));
+  }
+  const size_t clean = files.size();
+  for (int i = 0; i < 3; ++i) files.emplace_back("damaged " + std::to_string(i), damage_image_data(files[0].second, rng));
+  files.emplace_back("cut at three quarters", files[0].second.substr(0, files[0].second.size() * 3 / 4));
+  files.emplace_back("too much image data", with_height(files[1].second, 700));
+  files.emplace_back("too little image data", with_height(files[1].second, 900));
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto& [name, f] = files[i];
+    SCOPED_TRACE(name);
+    uint64_t idat = 0;
+    for (size_t at = 8; at + 12 <= f.size();) {
+      const auto* q = bytes(f) + at;
+      const uint32_t n = uint32_t{q[0]} << 24 | uint32_t{q[1]} << 16 | uint32_t{q[2]} << 8 | q[3];
+      if (std::memcmp(q + 4, "IDAT", 4) == 0) idat += n;
+      at += size_t{n} + 12;
+    }
+    if (i < clean) EXPECT_GE(idat, kParallelPngInflateBytes);
+    const Answer b = libpng(f);
+    Answer one, many;
+    tbb::task_arena(1).execute([&] { one = ours(f); });
+    tbb::task_arena(4).execute([&] { many = ours(f); });
+    EXPECT_EQ(difference(one, b), "") << one.error;
+    EXPECT_EQ(difference(many, b), "") << many.error;
+    EXPECT_EQ(one.decoder, many.decoder);
+    if (i < clean) EXPECT_EQ(many.decoder, "imgstat-png");
   }
 }
 

@@ -4,8 +4,9 @@
 // and the analyzer's whole path on the CPU engine (decode + statistics, in
 // bands where the format streams). Median
 // of --runs after one warm-up; the process's peak RSS last. Usage:
-//   imgstat-decode-bench [--runs N] [--threads T] FILE...
+//   imgstat-decode-bench [--runs N] [--threads T] [--decode-threads D] FILE...
 #include <sys/resource.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <chrono>
@@ -51,15 +52,17 @@ std::string slurp(const char* path) {
 int main(int argc, char** argv) {
   using namespace imgstat;
   int runs = 5;
-  uint32_t threads = 0;
+  uint32_t threads = 0, decode_threads = 0;
   std::vector<const char*> files;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = static_cast<uint32_t>(std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--decode-threads") && i + 1 < argc)
+      decode_threads = static_cast<uint32_t>(std::atoi(argv[++i]));
     else files.push_back(argv[i]);
   }
   if (files.empty()) {
-    std::fprintf(stderr, "usage: %s [--runs N] [--threads T] FILE...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [--runs N] [--threads T] [--decode-threads D] FILE...\n", argv[0]);
     return 2;
   }
   Analyzer analyzer(make_cpu_engine(threads), Limits{});
@@ -91,7 +94,10 @@ int main(int argc, char** argv) {
         return RowBand{band.data(), rows};
       };
       sink.band = [&](const uint8_t*, uint32_t, uint32_t) { return RowBand{band.data(), rows}; };
-      one_pass = median_ms(runs, [&] { decode_in_bands(d, f.size(), plan, DecodeOptions{}, sink); });
+      // In an arena of --decode-threads (0: every core): PNG's image data
+      // is inflated on all of its threads.
+      tbb::task_arena arena(decode_threads ? static_cast<int>(decode_threads) : tbb::task_arena::automatic);
+      one_pass = median_ms(runs, [&] { arena.execute([&] { decode_in_bands(d, f.size(), plan, DecodeOptions{}, sink); }); });
     }
     v1::AnalyzeRequest req;
     req.mutable_input()->set_data(f);

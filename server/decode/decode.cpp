@@ -109,7 +109,7 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     }
   }
   if (p.format == "PNG" && size >= 29)
-    plan.band_memory_bytes = png_stream_memory_bytes(plan.width, plan.height, data[24], data[25], data[28] != 0);
+    plan.band_memory_bytes = png_stream_memory_bytes(plan.width, plan.height, data[24], data[25], data[28] != 0, size);
   if (p.format == "PNG") {
     const std::string past_end = png_chunk_past_end(data, size);
     if (!past_end.empty()) invalid_data("PNG: " + past_end + ": corrupt or truncated");

@@ -1,12 +1,17 @@
 #include "decode/png.hpp"
 
+#include "decode/parallel_inflate.hpp"
+
 #include <png.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <csetjmp>
 #include <cstring>
 #include <future>
+#include <vector>
 #include <memory>
 
 #if defined(__SSE2__)
@@ -312,15 +317,27 @@ std::string png_chunk_past_end(const uint8_t* data, size_t size) {
   return {};  // ends between chunks: libpng says so itself, without allocating
 }
 
+// The parallel inflater's settings for PNG: chunks of 1 MiB, and at most
+// 8 times that kept a chunk (photos inflate 2-6 times; what inflates more
+// is inflated by zlib from there on, quickly).
+ParallelInflateOptions png_inflate_options() {
+  ParallelInflateOptions o;
+  o.chunk_bytes = uint64_t{1} << 20;
+  o.max_ratio = 8;
+  return o;
+}
+
 uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_depth, uint32_t colour_type,
-                                 bool interlaced) {
+                                 bool interlaced, uint64_t file_bytes) {
   if (!streamable(bit_depth, colour_type, interlaced) || width == 0 || height == 0) return 0;
   const uint64_t stride = (width * stored_channels(colour_type) * bit_depth + 7) / 8 + 1;
   const uint64_t out_row = width * 4 * (bit_depth == 16 ? 2 : 1);
-  const uint64_t zlib_state = 64 << 10;
-  // Two chunks of filtered rows (one inflating, one unfiltering), a row kept
+  const uint64_t inflating = file_bytes >= kParallelPngInflateBytes
+                                 ? parallel_inflate_memory_bytes(png_inflate_options()) + file_bytes
+                                 : uint64_t{64} << 10;  // zlib's state
+  // Two chunks of filtered rows (one filling, one unfiltering), a row kept
   // across chunks, two bands of pixels.
-  return 2 * stride * band_rows(stride, height) + stride + 2 * out_row * band_rows(out_row, height) + zlib_state;
+  return 2 * stride * band_rows(stride, height) + stride + 2 * out_row * band_rows(out_row, height) + inflating;
 }
 
 PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink) {
@@ -437,10 +454,31 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
   // Unfilters, converts and hands on one chunk of rows; false where libpng
   // would refuse or warn.
   auto pass_on = [&](uint8_t* chunk, uint32_t y0, uint32_t n) {
+    // Unfiltering: a row filtered with None or Sub needs no row above it, so
+    // each such row starts a run of rows that depends on no other run; the
+    // runs on every core of the arena (OpenCV writes Sub everywhere: every
+    // row a run).
+    std::vector<uint32_t> runs;
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint8_t filter = chunk[size_t{i} * stride];
+      if (filter > 4) return false;
+      if (i == 0 || filter <= 1) runs.push_back(i);
+    }
+    runs.push_back(n);
+    auto unfilter = [&](size_t r) {
+      for (uint32_t i = runs[r]; i < runs[r + 1]; ++i) {
+        uint8_t* row = chunk + size_t{i} * stride + 1;
+        const uint8_t* prev = i ? row - stride : y0 ? last_row.data() : nullptr;
+        png_unfilter_row(row[-1], row, prev, row_bytes, bpp);
+      }
+    };
+    if (runs.size() > 2 && tbb::this_task_arena::max_concurrency() > 1) {
+      tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t{0}, runs.size() - 1, unfilter); });
+    } else {
+      for (size_t r = 0; r + 1 < runs.size(); ++r) unfilter(r);
+    }
     for (uint32_t i = 0; i < n; ++i) {
       uint8_t* row = chunk + size_t{i} * stride + 1;
-      const uint8_t* prev = i ? row - stride : y0 ? last_row.data() : nullptr;
-      if (!png_unfilter_row(row[-1], row, prev, row_bytes, bpp)) return false;
       if (short_palette) {  // an index past the palette: libpng warns at the end
         for (uint32_t x = 0; x < h.width; ++x) {
           const int idx = h.bit_depth == 8 ? row[x] : (row[x / per_byte] >> (8 - h.bit_depth * (x % per_byte + 1))) & mask;
@@ -464,12 +502,59 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
     std::memcpy(last_row.data(), chunk + size_t{n - 1} * stride + 1, row_bytes);
     return true;
   };
-  // Inflating and unfiltering are each sequential, but not with each other:
-  // a helper unfilters chunk k while zlib inflates chunk k + 1.
+  // Inflating and unfiltering overlap: a helper unfilters chunk k while
+  // chunk k + 1 is inflated, in an arena as large as the caller's.
+  tbb::task_arena helper_arena(tbb::this_task_arena::max_concurrency());
+  auto pass_on_helper = [&](uint8_t* chunk, uint32_t y0, uint32_t n) {
+    return helper_arena.execute([&] { return pass_on(chunk, y0, n); });
+  };
   std::future<bool> passing;
   WaitOnExit<bool> drain{passing};
   auto passed = [&] { return !passing.valid() || passing.get(); };
   int k = 0;
+
+  // Much image data and more than one core: inflated on all of them, zlib's
+  // bytes and verdict (parallel_inflate.hpp), its output cut into chunks of
+  // rows as it comes.
+  uint64_t idat_bytes = 0;
+  for (const auto& piece : idat) idat_bytes += piece.second;
+  if (idat_bytes >= kParallelPngInflateBytes && tbb::this_task_arena::max_concurrency() > 1) {
+    std::vector<uint8_t> joined;  // the IDATs' data in one piece, where there are several
+    const uint8_t* stream = idat.front().first;
+    if (idat.size() > 1) {
+      joined.reserve(idat_bytes);
+      for (const auto& piece : idat) joined.insert(joined.end(), piece.first, piece.first + piece.second);
+      stream = joined.data();
+    }
+    uint32_t y0 = 0;
+    size_t fill = 0;
+    auto take = [&](const uint8_t* p, size_t n) {
+      while (n > 0) {
+        if (y0 == h.height) return false;  // more image data than rows
+        const uint32_t rows = std::min(chunk_rows, h.height - y0);
+        const size_t want = size_t{rows} * stride, step = std::min(n, want - fill);
+        std::memcpy(filtered[k].get() + fill, p, step);
+        fill += step;
+        p += step;
+        n -= step;
+        if (fill < want) continue;
+        if (!passed()) return false;
+        if (rows == h.height) {  // one chunk: no helper
+          if (!pass_on(filtered[k].get(), y0, rows)) return false;
+        } else {
+          passing = std::async(std::launch::async, pass_on_helper, filtered[k].get(), y0, rows);
+        }
+        y0 += rows;
+        fill = 0;
+        k ^= 1;
+      }
+      return true;
+    };
+    const bool inflated = parallel_inflate(stream, static_cast<size_t>(idat_bytes), uint64_t{h.height} * stride, take,
+                                           png_inflate_options());
+    if (!passed() || !inflated || y0 != h.height) return given_up();
+    return out;
+  }
   for (uint32_t y0 = 0; y0 < h.height; y0 += chunk_rows, k ^= 1) {
     const uint32_t n = std::min(chunk_rows, h.height - y0);
     uint8_t* chunk = filtered[k].get();
@@ -481,7 +566,7 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
     if (n == h.height) {  // one chunk: no helper
       if (!pass_on(chunk, y0, n)) return given_up();
     } else {
-      passing = std::async(std::launch::async, pass_on, chunk, y0, n);
+      passing = std::async(std::launch::async, pass_on_helper, chunk, y0, n);
     }
   }
   if (!passed()) return given_up();

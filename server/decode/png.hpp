@@ -31,11 +31,17 @@ struct PngDecode {
   std::vector<std::string> warnings;  // libpng's, as OpenCV's decode prints them
 };
 
-// Memory decode_png holds at once for a plain PNG of this header: two chunks
-// of filtered rows, zlib's window, two bands of pixels. 0
+// Memory decode_png holds at once for a plain PNG of this header in a file
+// of file_bytes: two chunks of filtered rows, zlib's window or, for image
+// data of kParallelPngInflateBytes or more, the parallel inflater's chunks
+// in flight and a joined copy of the image data; two bands of pixels. 0
 // where the file will not be taken (interlaced, gray under 8 bits).
 uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_depth, uint32_t colour_type,
-                                 bool interlaced);
+                                 bool interlaced, uint64_t file_bytes);
+
+// Image data (IDAT bytes) from which one PNG is inflated on every core of
+// the arena (parallel_inflate.hpp); less goes through zlib on one.
+constexpr uint64_t kParallelPngInflateBytes = uint64_t{4} << 20;
 
 // A chunk before IEND, other than IDAT, that declares more than 1 MiB of
 // data and more than the rest of the file holds: its type, offset and
