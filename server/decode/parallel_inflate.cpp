@@ -40,6 +40,59 @@ class Window {
   size_t len_ = 0;
 };
 
+// The stream as the pieces it comes in (a PNG's IDAT chunks), read by
+// logical offset.
+class Pieces {
+ public:
+  explicit Pieces(const std::vector<StreamPiece>& pieces) : pieces_(pieces) {
+    uint64_t at = 0;
+    for (const StreamPiece& p : pieces_) {
+      starts_.push_back(at);
+      at += p.size;
+    }
+    size_ = at;
+  }
+  uint64_t size() const { return size_; }
+  uint8_t at(uint64_t i) const {
+    const size_t k = piece_of(i);
+    return pieces_[k].data[i - starts_[k]];
+  }
+  void copy(uint64_t from, uint64_t len, uint8_t* to) const {
+    for (size_t k = piece_of(from); len > 0; ++k) {
+      const uint64_t off = from - starts_[k], n = std::min<uint64_t>(len, pieces_[k].size - off);
+      std::memcpy(to, pieces_[k].data + off, n);
+      to += n;
+      from += n;
+      len -= n;
+    }
+  }
+  // [from, from + len) in place where one piece holds it, else null.
+  const uint8_t* span(uint64_t from, uint64_t len) const {
+    if (len == 0 || from >= size_) return nullptr;
+    const size_t k = piece_of(from);
+    return from - starts_[k] + len <= pieces_[k].size ? pieces_[k].data + (from - starts_[k]) : nullptr;
+  }
+  // Calls f(pointer, bytes) for [from, size()) in order.
+  template <class F>
+  void each_from(uint64_t from, F&& f) const {
+    if (from >= size_) return;
+    for (size_t k = piece_of(from); k < pieces_.size(); ++k) {
+      const uint64_t off = k == piece_of(from) ? from - starts_[k] : 0;
+      if (pieces_[k].size > off) f(pieces_[k].data + off, pieces_[k].size - off);
+    }
+  }
+
+ private:
+  size_t piece_of(uint64_t i) const {  // the piece holding byte i (pieces may be empty)
+    size_t k = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin()) - 1;
+    while (pieces_[k].size == 0 || i - starts_[k] >= pieces_[k].size) ++k;
+    return k;
+  }
+  const std::vector<StreamPiece>& pieces_;
+  std::vector<uint64_t> starts_;
+  uint64_t size_ = 0;
+};
+
 // A marked symbol as a byte: itself, or the window's byte it names.
 uint8_t resolve(uint16_t v, const Window& before) {
   return v < deflate::kMarkerBase ? static_cast<uint8_t>(v)
@@ -108,9 +161,8 @@ uint32_t adler_of(uint32_t adler, const uint8_t* p, size_t n) {
 // primed away, so that it answers for the rest of the stream exactly as it
 // would have inflating from the start; then the checksum over the whole
 // output, and nothing after it.
-bool zlib_from(const uint8_t* data, size_t size, size_t n, uint32_t window, uint64_t bit, const Window& win,
-               uint64_t total, uint32_t adler, uint64_t expected,
-               const std::function<bool(const uint8_t*, size_t)>& sink) {
+bool zlib_from(const Pieces& data, uint64_t n, uint32_t window, uint64_t bit, const Window& win, uint64_t total,
+               uint32_t adler, uint64_t expected, const std::function<bool(const uint8_t*, size_t)>& sink) {
   z_stream z{};
   int bits = 0;
   for (uint32_t w = window; w > 1; w >>= 1) ++bits;
@@ -120,49 +172,68 @@ bool zlib_from(const uint8_t* data, size_t size, size_t n, uint32_t window, uint
     ~End() { inflateEnd(&z); }
   } end{z};
   if (win.size() && inflateSetDictionary(&z, win.data(), static_cast<uInt>(win.size())) != Z_OK) return false;
-  size_t at = static_cast<size_t>(bit >> 3);
+  uint64_t at = bit >> 3;
   if (bit & 7) {
-    if (at >= size || inflatePrime(&z, static_cast<int>(8 - (bit & 7)), data[at] >> (bit & 7)) != Z_OK) return false;
+    if (at >= data.size() || inflatePrime(&z, static_cast<int>(8 - (bit & 7)), data.at(at) >> (bit & 7)) != Z_OK)
+      return false;
     ++at;
   }
   std::vector<uint8_t> out(1 << 20);
-  z.next_in = const_cast<Bytef*>(data + at);
-  z.avail_in = static_cast<uInt>(size - at);
-  for (;;) {
-    z.next_out = out.data();
-    z.avail_out = static_cast<uInt>(out.size());
-    const int r = inflate(&z, Z_NO_FLUSH);
-    const size_t got = out.size() - z.avail_out;
-    if (got > expected - total) return false;
-    if (got) {
-      adler = adler_of(adler, out.data(), got);
-      total += got;
-      if (!sink(out.data(), got)) return false;
-    }
-    if (r == Z_STREAM_END) break;
-    if (r != Z_OK) return false;  // damage, or the input ended
-  }
+  bool ended = false, failed = false;
+  uint64_t used = at;  // bytes of the stream zlib has taken
+  data.each_from(at, [&](const uint8_t* p, uint64_t len) {
+    if (ended || failed) return;
+    z.next_in = const_cast<Bytef*>(p);
+    z.avail_in = static_cast<uInt>(len);
+    do {
+      z.next_out = out.data();
+      z.avail_out = static_cast<uInt>(out.size());
+      const int r = inflate(&z, Z_NO_FLUSH);
+      const size_t got = out.size() - z.avail_out;
+      if (got > expected - total) {
+        failed = true;
+        break;
+      }
+      if (got) {
+        adler = adler_of(adler, out.data(), got);
+        total += got;
+        if (!sink(out.data(), got)) failed = true;
+      }
+      if (r == Z_STREAM_END) ended = true;
+      else if (r == Z_BUF_ERROR && z.avail_in == 0) break;  // on to the next piece
+      else if (r != Z_OK) failed = true;                     // damage
+    } while (!ended && !failed && (z.avail_in > 0 || z.avail_out == 0));
+    used += len - z.avail_in;
+  });
   // The checksum right after the deflate data, and nothing after it.
-  const size_t used = size - z.avail_in;
-  return used == n && total == expected && be32(data + n) == adler;
+  if (!ended || failed || used != n || total != expected) return false;
+  uint8_t sum[4];
+  data.copy(n, 4, sum);
+  return be32(sum) == adler;
 }
 
 }  // namespace
 
 uint64_t parallel_inflate_memory_bytes(const ParallelInflateOptions& o) {
   const uint64_t tasks = o.tasks ? o.tasks : static_cast<uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
-  // Each run: its output (marked symbols are two bytes, at most a window's
-  // worth past the first markers, but bounded the same way here).
-  return tasks * (o.chunk_bytes * o.max_ratio * 2 + (64 << 10));
+  // Each run: its copy of the stream, its output (marked symbols are two
+  // bytes: bounded as if all were) and the window before it.
+  return tasks * (o.chunk_bytes + o.slack_bytes + o.chunk_bytes * o.max_ratio * 2 + (64 << 10));
 }
 
 bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
                       const std::function<bool(const uint8_t*, size_t)>& sink, const ParallelInflateOptions& options) {
-  if (size < 2 + 1 + 4) return false;
-  const uint32_t cmf = data[0], flg = data[1];
+  return parallel_inflate(std::vector<StreamPiece>{{data, size}}, expected, sink, options);
+}
+
+bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
+                      const std::function<bool(const uint8_t*, size_t)>& sink, const ParallelInflateOptions& options) {
+  const Pieces data(pieces);
+  if (data.size() < 2 + 1 + 4) return false;
+  const uint32_t cmf = data.at(0), flg = data.at(1);
   if ((cmf & 15) != 8 || (cmf >> 4) > 7 || (cmf * 256 + flg) % 31 != 0 || (flg & 0x20)) return false;
   const uint32_t window = 1u << ((cmf >> 4) + 8);
-  const size_t n = size - 4;  // the deflate data ends where the checksum starts
+  const uint64_t n = data.size() - 4;  // the deflate data ends where the checksum starts
   const uint64_t chunk = std::max<uint64_t>(options.chunk_bytes, 1024);
   const uint64_t chunks = (n - 2 + chunk - 1) / chunk;
   const uint64_t tasks =
@@ -172,8 +243,28 @@ bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
   // buffer at once, not grown by copying.
   const uint64_t hint = static_cast<uint64_t>(static_cast<double>(expected) / static_cast<double>(n) *
                                               static_cast<double>(chunk) * 1.25) + (64 << 10);
-  auto stop_of = [&](uint64_t i) { return std::min<uint64_t>((2 + (i + 1) * chunk) * 8, uint64_t{n} * 8); };
-
+  auto stop_of = [&](uint64_t i) { return std::min<uint64_t>((2 + (i + 1) * chunk) * 8, n * 8); };
+  // A run reads its own copy of the stream from where it starts to a slack
+  // past its chunk: a block that reaches further is not taken (the chunk is
+  // decoded again, or zlib goes on from there).
+  auto run_from = [&](uint64_t from_bit, uint64_t stop_bit, bool known_start, bool find) {
+    const uint64_t first = std::min(n, from_bit >> 3), last = std::max(first, std::min(n, (stop_bit >> 3) + 1 + options.slack_bytes));
+    // Read in place where one piece holds it all.
+    const uint8_t* bytes = data.span(first, last - first);
+    std::vector<uint8_t> local;
+    if (!bytes) {
+      local.resize(last - first);
+      data.copy(first, local.size(), local.data());
+      bytes = local.data();
+    }
+    const uint64_t base = first * 8, size = last - first;
+    Run r = find ? find_run(bytes, size, from_bit - base, stop_bit - base, stop_bit - base, window, max_out, hint)
+                 : deflate::decode_run(bytes, size, from_bit - base, stop_bit - base, window, known_start, max_out,
+                                       hint);
+    r.start_bit += base;
+    r.end_bit += base;
+    return r;
+  };
   // What has gone to the sink: its size, checksum, last window, and where
   // the last run ended.
   Window win;
@@ -190,10 +281,7 @@ bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
     tbb::this_task_arena::isolate([&] {
       tbb::parallel_for(first, last, [&](uint64_t i) {
         Run& r = runs[i - first];
-        if (i == 0)
-          r = deflate::decode_run(data, n, 16, stop_of(0), window, true, max_out, hint);
-        else
-          r = find_run(data, n, (2 + i * chunk) * 8, stop_of(i), stop_of(i), window, max_out, hint);
+        r = i == 0 ? run_from(16, stop_of(0), true, false) : run_from((2 + i * chunk) * 8, stop_of(i), false, true);
       });
     });
     // 2. In order: each run confirmed by the one before ending where it
@@ -213,7 +301,7 @@ bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
     for (uint64_t i = first; i < last && !final; ++i) {
       if (end >= stop_of(i)) continue;  // a block of the run before covered this chunk
       Run& r = runs[i - first];
-      if (!r.ok || r.start_bit != end) r = deflate::decode_run(data, n, end, stop_of(i), window, false, max_out, hint);
+      if (!r.ok || r.start_bit != end) r = run_from(end, stop_of(i), end == 16, false);
       // Not decoded, reaching before the stream's start, or too long.
       if (!r.ok || r.max_back > t || r.size() > expected - t) {
         stuck = true;
@@ -257,9 +345,11 @@ bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
     true_end = end;
     ended = final;
   }
-  if (!ended) return zlib_from(data, size, n, window, true_end, win, total, adler, expected, sink);
+  if (!ended) return zlib_from(data, n, window, true_end, win, total, adler, expected, sink);
   // The final block, then the checksum and nothing else: zlib's stream end.
-  return (true_end + 7) / 8 == n && total == expected && be32(data + n) == adler;
+  uint8_t sum[4];
+  data.copy(n, 4, sum);
+  return (true_end + 7) / 8 == n && total == expected && be32(sum) == adler;
 }
 
 }  // namespace imgstat

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace imgstat {
 
@@ -31,9 +32,19 @@ struct ParallelInflateOptions {
   // kept (zlib inflates the rest of such a stream): what the chunks in
   // flight hold stays within tasks * chunk_bytes * this.
   uint32_t max_ratio = 32;
+  // Compressed bytes a run may read past its chunk to finish its last
+  // block (each task copies its chunk and these from the stream's pieces).
+  uint64_t slack_bytes = 256 << 10;
 };
 
-// Memory parallel_inflate holds at most with these options.
+// A stream in pieces: a PNG's IDAT chunks, read in place.
+struct StreamPiece {
+  const uint8_t* data;
+  size_t size;
+};
+
+// Memory parallel_inflate holds at most with these options: the chunks in
+// flight, their outputs and their copies of the stream.
 uint64_t parallel_inflate_memory_bytes(const ParallelInflateOptions& options);
 
 // Inflates the zlib stream data[0, size), which must inflate to exactly
@@ -43,6 +54,10 @@ uint64_t parallel_inflate_memory_bytes(const ParallelInflateOptions& options);
 // gives them. False: zlib refuses the stream, or it is longer or shorter,
 // or bytes follow it; the sink may have had part of the output.
 bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
+                      const std::function<bool(const uint8_t*, size_t)>& sink,
+                      const ParallelInflateOptions& options = {});
+// The same for a stream in pieces.
+bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
                       const std::function<bool(const uint8_t*, size_t)>& sink,
                       const ParallelInflateOptions& options = {});
 

@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csetjmp>
 #include <cstring>
 #include <future>
@@ -317,6 +318,34 @@ std::string png_chunk_past_end(const uint8_t* data, size_t size) {
   return {};  // ends between chunks: libpng says so itself, without allocating
 }
 
+namespace {
+
+// PNGs inflated on every core at once: a quarter of the cores' worth (one
+// on up to 7 cores). More at once would only share the same cores, each
+// holding its chunks in flight: those are inflated by zlib on their own
+// core, as before.
+class ParallelSlot {
+ public:
+  bool take(int cores) {
+    const int most = std::max(1, cores / 4);
+    if (cores < 2) return false;
+    int now = in_flight().load();
+    while (now < most)
+      if (in_flight().compare_exchange_weak(now, now + 1)) return taken_ = true;
+    return false;
+  }
+  ~ParallelSlot() {
+    if (taken_) in_flight().fetch_sub(1);
+  }
+
+ private:
+  static std::atomic<int>& in_flight() {
+    static std::atomic<int> n{0};
+    return n;
+  }
+  bool taken_ = false;
+};
+
 // The parallel inflater's settings for PNG: chunks of 1 MiB, and at most
 // 8 times that kept a chunk (photos inflate 2-6 times; what inflates more
 // is inflated by zlib from there on, quickly).
@@ -327,13 +356,15 @@ ParallelInflateOptions png_inflate_options() {
   return o;
 }
 
+}  // namespace
+
 uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_depth, uint32_t colour_type,
                                  bool interlaced, uint64_t file_bytes) {
   if (!streamable(bit_depth, colour_type, interlaced) || width == 0 || height == 0) return 0;
   const uint64_t stride = (width * stored_channels(colour_type) * bit_depth + 7) / 8 + 1;
   const uint64_t out_row = width * 4 * (bit_depth == 16 ? 2 : 1);
   const uint64_t inflating = file_bytes >= kParallelPngInflateBytes
-                                 ? parallel_inflate_memory_bytes(png_inflate_options()) + file_bytes
+                                 ? parallel_inflate_memory_bytes(png_inflate_options())
                                  : uint64_t{64} << 10;  // zlib's state
   // Two chunks of filtered rows (one filling, one unfiltering), a row kept
   // across chunks, two bands of pixels.
@@ -514,18 +545,14 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
   int k = 0;
 
   // Much image data and more than one core: inflated on all of them, zlib's
-  // bytes and verdict (parallel_inflate.hpp), its output cut into chunks of
-  // rows as it comes.
+  // bytes and verdict (parallel_inflate.hpp), read from the IDAT chunks in
+  // place, its output cut into chunks of rows as it comes.
   uint64_t idat_bytes = 0;
   for (const auto& piece : idat) idat_bytes += piece.second;
-  if (idat_bytes >= kParallelPngInflateBytes && tbb::this_task_arena::max_concurrency() > 1) {
-    std::vector<uint8_t> joined;  // the IDATs' data in one piece, where there are several
-    const uint8_t* stream = idat.front().first;
-    if (idat.size() > 1) {
-      joined.reserve(idat_bytes);
-      for (const auto& piece : idat) joined.insert(joined.end(), piece.first, piece.first + piece.second);
-      stream = joined.data();
-    }
+  ParallelSlot slot;
+  if (idat_bytes >= kParallelPngInflateBytes && slot.take(tbb::this_task_arena::max_concurrency())) {
+    std::vector<StreamPiece> pieces;
+    for (const auto& piece : idat) pieces.push_back(StreamPiece{piece.first, piece.second});
     uint32_t y0 = 0;
     size_t fill = 0;
     auto take = [&](const uint8_t* p, size_t n) {
@@ -550,8 +577,7 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
       }
       return true;
     };
-    const bool inflated = parallel_inflate(stream, static_cast<size_t>(idat_bytes), uint64_t{h.height} * stride, take,
-                                           png_inflate_options());
+    const bool inflated = parallel_inflate(pieces, uint64_t{h.height} * stride, take, png_inflate_options());
     if (!passed() || !inflated || y0 != h.height) return given_up();
     return out;
   }

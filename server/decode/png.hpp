@@ -34,7 +34,7 @@ struct PngDecode {
 // Memory decode_png holds at once for a plain PNG of this header in a file
 // of file_bytes: two chunks of filtered rows, zlib's window or, for image
 // data of kParallelPngInflateBytes or more, the parallel inflater's chunks
-// in flight and a joined copy of the image data; two bands of pixels. 0
+// in flight; two bands of pixels. 0
 // where the file will not be taken (interlaced, gray under 8 bits).
 uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_depth, uint32_t colour_type,
                                  bool interlaced, uint64_t file_bytes);
