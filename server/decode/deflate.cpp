@@ -1,8 +1,11 @@
 #include "decode/deflate.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <new>
 
 namespace imgstat::deflate {
 namespace {
@@ -223,14 +226,19 @@ bool read_dynamic(Bits& b, Code& lit, Code& dist) {
 // without clearing them.
 class Output {
  public:
-  Output(Run& run, uint32_t window, bool known_start, uint64_t max_output, uint64_t hint)
-      : run_(run), window_(window), max_output_(max_output), hint_(hint) {
+  Output(Run& run, uint32_t window, bool known_start, uint64_t max_output, uint64_t hint, Mapped<uint8_t> buffer)
+      : run_(run), window_(window), max_output_(max_output), hint_(hint), store_(std::move(buffer)) {
     if (known_start) bytes_phase_ = true;
+    if (store_) {
+      bp_ = store_.get();
+      cap_ = store_.get_deleter().bytes;
+    }
   }
 
   bool literal(uint8_t v) {
     if (bytes_phase_) {
       if (n_ == cap_ && !grow(1)) return false;
+      if (mn_ + n_ >= max_output_) return false;
       bp_[n_++] = v;
       return true;
     }
@@ -241,7 +249,7 @@ class Output {
 
   bool literals(const uint8_t* p, uint32_t len) {
     if (bytes_phase_) {
-      if (cap_ - n_ < len && !grow(len)) return false;
+      if (total() + len > max_output_ || (cap_ - n_ < len && !grow(len))) return false;
       std::memcpy(bp_ + n_, p, len);
       n_ += len;
       return true;
@@ -255,7 +263,7 @@ class Output {
     if (dist > window_) return false;
     if (bytes_phase_) {
       if (dist > n_) return false;  // before the stream's start (or, unknown, never: see maybe_switch)
-      if (cap_ - n_ < len && !grow(len)) return false;
+      if (total() + len > max_output_ || (cap_ - n_ < len && !grow(len))) return false;
       uint8_t* to = bp_ + n_;
       const uint8_t* from = to - dist;
       if (dist == 1) {
@@ -295,6 +303,13 @@ class Output {
     return maybe_switch();
   }
 
+  // A run not finished keeps its buffer, empty, for the next try.
+  ~Output() {
+    if (store_ && !run_.bytes) run_.bytes = std::move(store_);
+  }
+  Output(const Output&) = delete;
+  Output& operator=(const Output&) = delete;
+
   void finish() {
     run_.marked = std::move(mstore_);
     run_.marked_count = mn_;
@@ -308,7 +323,7 @@ class Output {
   bool maybe_switch() {
     if (mn_ < window_ || mn_ - last_marker_end_ < window_) return total() <= max_output_;
     // No marker in the last window: nothing later can reach one.
-    if (!grow(window_)) return false;
+    if (cap_ < window_ && !grow(window_)) return false;
     for (size_t i = 0; i < window_; ++i) bp_[i] = static_cast<uint8_t>(mp_[mn_ - window_ + i]);
     n_ = window_;
     mn_ -= window_;
@@ -319,7 +334,7 @@ class Output {
   bool grow(uint64_t need) {
     if (total() + need > max_output_ + 258) return false;
     const uint64_t cap = std::max<uint64_t>({cap_ * 2, n_ + need, hint_, 1 << 16});
-    std::unique_ptr<uint8_t[]> fresh(new uint8_t[cap]);  // not cleared: written before it is read
+    Mapped<uint8_t> fresh = map_array<uint8_t>(cap);
     if (n_) std::memcpy(fresh.get(), bp_, n_);
     store_ = std::move(fresh);
     bp_ = store_.get();
@@ -330,7 +345,7 @@ class Output {
   bool grow_marked(uint64_t need) {
     if (total() + need > max_output_ + 258) return false;
     const uint64_t cap = std::max<uint64_t>({mcap_ * 2, mn_ + need, 1 << 16});
-    std::unique_ptr<uint16_t[]> fresh(new uint16_t[cap]);
+    Mapped<uint16_t> fresh = map_array<uint16_t>(cap);
     if (mn_) std::memcpy(fresh.get(), mp_, mn_ * sizeof(uint16_t));
     mstore_ = std::move(fresh);
     mp_ = mstore_.get();
@@ -344,10 +359,10 @@ class Output {
   uint64_t hint_;
   bool bytes_phase_ = false;
   uint64_t last_marker_end_ = 0;
-  std::unique_ptr<uint8_t[]> store_;
+  Mapped<uint8_t> store_;
   uint8_t* bp_ = nullptr;
   uint64_t n_ = 0, cap_ = 0;
-  std::unique_ptr<uint16_t[]> mstore_;
+  Mapped<uint16_t> mstore_;
   uint16_t* mp_ = nullptr;
   uint64_t mn_ = 0, mcap_ = 0;
 };
@@ -358,7 +373,8 @@ bool decode_codes(Bits& b, const Code& lit, const Code& dist, Output& out) {
     int sym = lit.decode(b);
     if (sym < 0) return false;
     if (sym < 256) {
-      if (!out.literal(static_cast<uint8_t>(sym))) return false;
+      // Past the end the bits read as zeros, which may well be a literal.
+      if (b.over() || !out.literal(static_cast<uint8_t>(sym))) return false;
       continue;
     }
     if (sym == 256) return !b.over();
@@ -373,6 +389,16 @@ bool decode_codes(Bits& b, const Code& lit, const Code& dist, Output& out) {
 }
 
 }  // namespace
+
+void Unmap::operator()(void* p) const {
+  if (p) munmap(p, bytes);
+}
+
+void* map_bytes(size_t bytes) {
+  void* p = mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return p;
+}
 
 bool plausible_block_start(const uint8_t* data, size_t size, uint64_t bit) {
   Bits b(data, size, bit);
@@ -391,11 +417,12 @@ bool plausible_block_start(const uint8_t* data, size_t size, uint64_t bit) {
 }
 
 Run decode_run(const uint8_t* data, size_t size, uint64_t start_bit, uint64_t stop_bit, uint32_t window,
-               bool known_start, uint64_t max_output, uint64_t size_hint) {
+               bool known_start, uint64_t max_output, uint64_t size_hint, Mapped<uint8_t> buffer) {
   Run r;
   r.start_bit = start_bit;
   Bits b(data, size, start_bit);
-  Output out(r, std::min(window, kMaxWindow), known_start, max_output, std::min(size_hint, max_output + 258));
+  Output out(r, std::min(window, kMaxWindow), known_start, max_output, std::min(size_hint, max_output + 258),
+             std::move(buffer));
   Code lit, dist;
   for (;;) {
     const bool final = b.get(1) != 0;

@@ -20,6 +20,22 @@ namespace imgstat::deflate {
 constexpr uint32_t kMarkerBase = 256;
 constexpr uint32_t kMaxWindow = 32768;
 
+// Arrays straight from the kernel (mmap), given back whole when freed:
+// runs are decoded on every core at once, and their megabytes would
+// otherwise stay in each thread's malloc arena (the server raises glibc's
+// mmap and trim thresholds for its messages).
+struct Unmap {
+  size_t bytes = 0;
+  void operator()(void* p) const;
+};
+template <class T>
+using Mapped = std::unique_ptr<T[], Unmap>;
+void* map_bytes(size_t bytes);  // zero pages, touched as written; throws std::bad_alloc
+template <class T>
+Mapped<T> map_array(size_t n) {
+  return Mapped<T>(static_cast<T*>(map_bytes(n * sizeof(T))), Unmap{n * sizeof(T)});
+}
+
 // One run of blocks decoded from a block boundary.
 struct Run {
   uint64_t start_bit = 0;
@@ -28,9 +44,9 @@ struct Run {
   bool ok = false;            // false: not vouched for (zlib decides)
   // The output: marked[] (symbols, markers among them), then bytes[]; the
   // two together are the run's output in order.
-  std::unique_ptr<uint16_t[]> marked;
+  Mapped<uint16_t> marked;
   uint64_t marked_count = 0;
-  std::unique_ptr<uint8_t[]> bytes;
+  Mapped<uint8_t> bytes;
   uint64_t byte_count = 0;
   uint32_t max_back = 0;      // the farthest a marker reaches before the start
   uint64_t blocks = 0;
@@ -43,8 +59,10 @@ struct Run {
 // begins the stream (no byte before it: a reference before it is refused).
 // `max_output` bounds the run's output (more is refused); `size_hint`, what
 // it is likely to be, sizes the buffer at once.
+// `buffer`, if given, is the bytes' buffer to start with (one run's after
+// another's: its pages already there).
 Run decode_run(const uint8_t* data, size_t size, uint64_t start_bit, uint64_t stop_bit, uint32_t window,
-               bool known_start, uint64_t max_output, uint64_t size_hint = 0);
+               bool known_start, uint64_t max_output, uint64_t size_hint = 0, Mapped<uint8_t> buffer = {});
 
 // Whether a dynamic or stored block header at `bit` parses as zlib would
 // take it (code lengths forming valid codes, a stored block's lengths

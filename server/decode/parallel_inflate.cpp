@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "decode/deflate.hpp"
@@ -135,14 +136,37 @@ bool candidate(const uint8_t* d, size_t n, uint64_t bit) {
 // The first place in [from, to) where a run of blocks starts that decodes
 // to a block end at or past stop; not ok where none does.
 Run find_run(const uint8_t* d, size_t n, uint64_t from, uint64_t to, uint64_t stop, uint32_t window, uint64_t max_out,
-             uint64_t hint) {
+             uint64_t hint, deflate::Mapped<uint8_t> buffer) {
   for (uint64_t bit = from; bit < to; ++bit) {
     if (!candidate(d, n, bit) || !deflate::plausible_block_start(d, n, bit)) continue;
-    Run r = deflate::decode_run(d, n, bit, stop, window, false, max_out, hint);
+    Run r = deflate::decode_run(d, n, bit, stop, window, false, max_out, hint, std::move(buffer));
     if (r.ok) return r;
+    buffer = std::move(r.bytes);  // a false start's buffer for the next try
   }
   return Run{};
 }
+
+// Output buffers of finished runs, for the next ones: their pages are
+// already mapped.
+class BufferPool {
+ public:
+  deflate::Mapped<uint8_t> take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.empty()) return {};
+    deflate::Mapped<uint8_t> b = std::move(free_.back());
+    free_.pop_back();
+    return b;
+  }
+  void give(deflate::Mapped<uint8_t> b, size_t most) {
+    if (!b) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.size() < most) free_.push_back(std::move(b));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<deflate::Mapped<uint8_t>> free_;
+};
 
 uint32_t be32(const uint8_t* p) { return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3]; }
 
@@ -247,22 +271,27 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
   // A run reads its own copy of the stream from where it starts to a slack
   // past its chunk: a block that reaches further is not taken (the chunk is
   // decoded again, or zlib goes on from there).
+  BufferPool pool, copies;  // outputs, and copies of the stream
   auto run_from = [&](uint64_t from_bit, uint64_t stop_bit, bool known_start, bool find) {
     const uint64_t first = std::min(n, from_bit >> 3), last = std::max(first, std::min(n, (stop_bit >> 3) + 1 + options.slack_bytes));
     // Read in place where one piece holds it all.
     const uint8_t* bytes = data.span(first, last - first);
-    std::vector<uint8_t> local;
+    deflate::Mapped<uint8_t> local;
     if (!bytes) {
-      local.resize(last - first);
-      data.copy(first, local.size(), local.data());
-      bytes = local.data();
+      local = copies.take();
+      if (!local || local.get_deleter().bytes < last - first)
+        local = deflate::map_array<uint8_t>(std::max<uint64_t>(last - first, chunk + options.slack_bytes + 16));
+      data.copy(first, last - first, local.get());
+      bytes = local.get();
     }
     const uint64_t base = first * 8, size = last - first;
-    Run r = find ? find_run(bytes, size, from_bit - base, stop_bit - base, stop_bit - base, window, max_out, hint)
+    Run r = find ? find_run(bytes, size, from_bit - base, stop_bit - base, stop_bit - base, window, max_out, hint,
+                            pool.take())
                  : deflate::decode_run(bytes, size, from_bit - base, stop_bit - base, window, known_start, max_out,
-                                       hint);
+                                       hint, pool.take());
     r.start_bit += base;
     r.end_bit += base;
+    copies.give(std::move(local), tasks);
     return r;
   };
   // What has gone to the sink: its size, checksum, last window, and where
@@ -290,7 +319,7 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
     struct Confirmed {
       Run run;
       Window before;
-      std::vector<uint8_t> resolved;
+      deflate::Mapped<uint8_t> resolved;
       uint32_t adler = 0;
     };
     std::vector<Confirmed> done;
@@ -326,19 +355,20 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
     tbb::this_task_arena::isolate([&] {
       tbb::parallel_for(size_t{0}, done.size(), [&](size_t k) {
         Confirmed& c = done[k];
-        c.resolved.resize(c.run.marked_count);
+        if (c.run.marked_count) c.resolved = deflate::map_array<uint8_t>(c.run.marked_count);
         for (uint64_t j = 0; j < c.run.marked_count; ++j) c.resolved[j] = resolve(c.run.marked[j], c.before);
         c.run.marked.reset();
-        c.adler = adler_of(adler_of(empty_adler, c.resolved.data(), c.resolved.size()), c.run.bytes.get(),
+        c.adler = adler_of(adler_of(empty_adler, c.resolved.get(), c.run.marked_count), c.run.bytes.get(),
                            c.run.byte_count);
       });
     });
     // 4. In order to the sink.
     for (Confirmed& c : done) {
-      if (!c.resolved.empty() && !sink(c.resolved.data(), c.resolved.size())) return false;
+      if (c.run.marked_count && !sink(c.resolved.get(), c.run.marked_count)) return false;
       if (c.run.byte_count && !sink(c.run.bytes.get(), c.run.byte_count)) return false;
       adler = static_cast<uint32_t>(adler32_combine(adler, c.adler, static_cast<z_off_t>(c.run.size())));
-      c = Confirmed{};  // its memory goes now
+      pool.give(std::move(c.run.bytes), tasks);
+      c = Confirmed{};  // the rest of its memory goes now
     }
     win = at;
     total = t;
