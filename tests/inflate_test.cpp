@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "decode/deflate.hpp"
-#include "decode/parallel_inflate.hpp"
+#include "decode/inflate/deflate.hpp"
+#include "decode/inflate/parallel_inflate.hpp"
 
 namespace imgstat {
 namespace {

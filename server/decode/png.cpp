@@ -1,6 +1,6 @@
 #include "decode/png.hpp"
 
-#include "decode/parallel_inflate.hpp"
+#include "decode/inflate/parallel_inflate.hpp"
 
 #include <png.h>
 #include <tbb/parallel_for.h>
@@ -541,7 +541,7 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
   int k = 0;
 
   // Much image data and more than one core: inflated on all of them, zlib's
-  // bytes and verdict (parallel_inflate.hpp), read from the IDAT chunks in
+  // bytes and verdict (inflate/parallel_inflate.hpp), read from the IDAT chunks in
   // place, its output cut into chunks of rows as it comes.
   uint64_t idat_bytes = 0;
   for (const auto& piece : idat) idat_bytes += piece.second;

@@ -40,7 +40,7 @@ uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_d
                                  bool interlaced, uint64_t file_bytes);
 
 // Image data (IDAT bytes) from which one PNG is inflated on every core of
-// the arena (parallel_inflate.hpp); less goes through zlib on one.
+// the arena (inflate/parallel_inflate.hpp); less goes through zlib on one.
 constexpr uint64_t kParallelPngInflateBytes = uint64_t{4} << 20;
 
 // A chunk before IEND, other than IDAT, that declares more than 1 MiB of

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "decode/parallel_inflate.hpp"
+#include "decode/inflate/parallel_inflate.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* input, size_t size) {
   if (size < 8) return -1;

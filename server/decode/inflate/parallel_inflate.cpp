@@ -1,4 +1,4 @@
-#include "decode/parallel_inflate.hpp"
+#include "decode/inflate/parallel_inflate.hpp"
 
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "decode/deflate.hpp"
+#include "decode/inflate/deflate.hpp"
 
 namespace imgstat {
 namespace {

@@ -1,7 +1,7 @@
 // A strict deflate (RFC 1951) block decoder that can start at any block
 // boundary without the window before it: a back reference that reaches
 // before the start comes out as a marker naming the byte it needs, resolved
-// once the window is known (parallel_inflate.hpp). Strict: it accepts only
+// once the window is known (inflate/parallel_inflate.hpp). Strict: it accepts only
 // what zlib's inflate accepts, and less where zlib's answer would depend on
 // how its caller sizes the output (distances past the window the zlib header
 // names) or on codes it decodes lazily (incomplete codes beyond zlib's one

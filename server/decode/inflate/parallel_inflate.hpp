@@ -3,7 +3,7 @@
 // the compressed bytes, finds the first place in it where a block starts
 // (a dynamic block whose codes are valid, or a stored block whose lengths
 // agree, that then decodes to the chunk's end), and decodes from there with
-// markers for the window it does not know (deflate.hpp). In order, each
+// markers for the window it does not know (inflate/deflate.hpp). In order, each
 // chunk's start is confirmed by the chunk before it ending exactly there; a
 // start that is not confirmed is decoded again from where the chunk before
 // really ended. Markers are resolved from the window once it is known, and

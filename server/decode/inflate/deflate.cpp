@@ -1,4 +1,4 @@
-#include "decode/deflate.hpp"
+#include "decode/inflate/deflate.hpp"
 
 #include <sys/mman.h>
 
