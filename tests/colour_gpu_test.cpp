@@ -41,6 +41,33 @@ class ColourGpuTest : public ::testing::Test {
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
 
+// A joint histogram case: channels and bins per axis, explicit ranges or
+// each channel's own.
+struct JointCase {
+  const TestImage* img;
+  ColourSpace space;
+  uint32_t axes, c0, c1, c2, b0, b1, b2;
+  bool ranged;
+};
+
+// Its request; explicit ranges [lo + a lo_step, hi + a hi_step) on axis a.
+StatsRequest joint_request(const JointCase& k, double lo, double lo_step, double hi, double hi_step) {
+  StatsRequest r;
+  r.colour_space = k.space;
+  r.joint.axes = k.axes;
+  const uint32_t ch[3] = {k.c0, k.c1, k.c2}, bins[3] = {k.b0, k.b1, k.b2};
+  for (uint32_t a = 0; a < k.axes; ++a) {
+    r.joint.channels[a] = ch[a];
+    r.joint.bins[a] = bins[a];
+    if (k.ranged) {
+      r.joint.lo[a] = lo + lo_step * a;
+      r.joint.hi[a] = hi + hi_step * a;
+    }
+  }
+  r.joint.explicit_range = k.ranged;
+  return r;
+}
+
 TEST_F(ColourGpuTest, EveryColourConvertsToTheCpuEnginesBytes) {
   const uint64_t n = uint64_t{1} << 24;
   std::vector<uint8_t> rgba(n * 4);
@@ -106,13 +133,7 @@ TEST_F(ColourGpuTest, JointHistogramsEqualTheCpuEngines) {
   std::mt19937_64 rng(43);
   TestImage rgb = random_image(rng, 1921, 1079, 3, SampleType::kUint8, 7, 1);
   TestImage gray_alpha = random_image(rng, 333, 211, 2, SampleType::kInt8, 0, 0);
-  struct Case {
-    const TestImage* img;
-    ColourSpace space;
-    uint32_t axes, c0, c1, c2, b0, b1, b2;
-    bool ranged;
-  };
-  const Case cases[] = {
+  const JointCase cases[] = {
       {&rgb, ColourSpace::kNone, 3, 0, 1, 2, 32, 32, 32, false},          // 128 KiB of shared counters
       {&rgb, ColourSpace::kNone, 3, 2, 0, 1, 256, 256, 256, false},       // 2^24 bins: global
       {&rgb, ColourSpace::kNone, 2, 1, 2, 0, 7, 13, 0, true},             // odd bins, values outside
@@ -120,20 +141,8 @@ TEST_F(ColourGpuTest, JointHistogramsEqualTheCpuEngines) {
       {&rgb, ColourSpace::kLab, 3, 0, 1, 2, 16, 16, 16, false},
       {&gray_alpha, ColourSpace::kNone, 2, 0, 1, 0, 64, 64, 0, true},     // int8, negative ranges
   };
-  for (const Case& k : cases) {
-    StatsRequest r;
-    r.colour_space = k.space;
-    r.joint.axes = k.axes;
-    const uint32_t ch[3] = {k.c0, k.c1, k.c2}, bins[3] = {k.b0, k.b1, k.b2};
-    for (uint32_t a = 0; a < k.axes; ++a) {
-      r.joint.channels[a] = ch[a];
-      r.joint.bins[a] = bins[a];
-      if (k.ranged) {
-        r.joint.lo[a] = -40.5 + 10 * a;
-        r.joint.hi[a] = 100 + 30 * a;
-      }
-    }
-    r.joint.explicit_range = k.ranged;
+  for (const JointCase& k : cases) {
+    const StatsRequest r = joint_request(k, -40.5, 10, 100, 30);
     SCOPED_TRACE(std::to_string(r.joint.total_bins()) + " bins, " + to_string(k.space));
     const Result g = gpu_->analyze(k.img->view, r), c = cpu_->analyze(k.img->view, r);
     EXPECT_EQ(g.engine, "cuda");
@@ -339,13 +348,7 @@ TEST_F(ColourGpuTest, JointHistogramsOfWiderSamplesEqualTheCpuEngines) {
   TestImage f32 = random_image(rng, 997, 211, 4, SampleType::kFloat32, 3, 0, 0.01);
   TestImage f64 = random_image(rng, 211, 101, 3, SampleType::kFloat64, 0, 0, 0.01);
   TestImage rgb = float_colours(rng, 777, 333, 3, 0, 0);
-  struct Case {
-    const TestImage* img;
-    ColourSpace space;
-    uint32_t axes, c0, c1, c2, b0, b1, b2;
-    bool ranged;
-  };
-  const Case cases[] = {
+  const JointCase cases[] = {
       {&u16, ColourSpace::kNone, 3, 0, 1, 2, 32, 32, 32, false},     // the type's range, shared counters
       {&u16, ColourSpace::kNone, 2, 2, 0, 0, 4096, 4096, 0, false},  // 2^24 bins: global
       {&i16, ColourSpace::kNone, 2, 1, 0, 0, 17, 19, 0, true},       // negative ranges, values outside
@@ -354,20 +357,8 @@ TEST_F(ColourGpuTest, JointHistogramsOfWiderSamplesEqualTheCpuEngines) {
       {&rgb, ColourSpace::kHsv, 2, 0, 1, 0, 30, 32, 0, false},       // float hue and saturation
       {&rgb, ColourSpace::kLab, 3, 0, 1, 2, 16, 16, 16, false},
   };
-  for (const Case& k : cases) {
-    StatsRequest r;
-    r.colour_space = k.space;
-    r.joint.axes = k.axes;
-    const uint32_t ch[3] = {k.c0, k.c1, k.c2}, bins[3] = {k.b0, k.b1, k.b2};
-    for (uint32_t a = 0; a < k.axes; ++a) {
-      r.joint.channels[a] = ch[a];
-      r.joint.bins[a] = bins[a];
-      if (k.ranged) {
-        r.joint.lo[a] = -240.5 + 100 * a;
-        r.joint.hi[a] = 700 + 30 * a;
-      }
-    }
-    r.joint.explicit_range = k.ranged;
+  for (const JointCase& k : cases) {
+    const StatsRequest r = joint_request(k, -240.5, 100, 700, 30);
     SCOPED_TRACE(std::to_string(r.joint.total_bins()) + " bins, " + describe(k.img->view.layout) + " " +
                  to_string(k.space));
     const Result g = gpu_->analyze(k.img->view, r), c = cpu_->analyze(k.img->view, r);

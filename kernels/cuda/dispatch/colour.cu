@@ -21,39 +21,32 @@ constexpr int kColourBlocksPerSm = 8;  // conversion and global joint passes
 constexpr size_t kJointSharedBytes = 200 << 10;
 constexpr int kMaxDevices = 64;
 
-// The tables, once per device, in device memory that lives with the process.
-const ColourTables* device_tables() {
+// `bytes` of host data copied once per device into device memory that
+// lives with the process; `slot` tells the tables apart.
+const void* per_device(int slot, const void* host, size_t bytes) {
   static std::mutex mu;
-  static ColourTables* tables[kMaxDevices] = {};
+  static void* copies[2][kMaxDevices] = {};
   int device = 0;
   IMGSTAT_CUDA(cudaGetDevice(&device));
   if (device < 0 || device >= kMaxDevices) fail(ErrorCode::kInternal, "CUDA device ordinal past the colour tables'");
   std::lock_guard<std::mutex> lock(mu);
-  if (!tables[device]) {
-    ColourTables* p = nullptr;
-    IMGSTAT_CUDA(cudaMalloc(&p, sizeof(ColourTables)));
-    IMGSTAT_CUDA(cudaMemcpy(p, &colour_tables(), sizeof(ColourTables), cudaMemcpyHostToDevice));
-    tables[device] = p;
+  void*& p = copies[slot][device];
+  if (!p) {
+    void* d = nullptr;
+    IMGSTAT_CUDA(cudaMalloc(&d, bytes));
+    IMGSTAT_CUDA(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    p = d;
   }
-  return tables[device];
+  return p;
 }
 
-// Float Lab's 33^3 table, the same way.
+// The tables of the uint8 conversions, and float Lab's 33^3 table.
+const ColourTables* device_tables() {
+  return static_cast<const ColourTables*>(per_device(0, &colour_tables(), sizeof(ColourTables)));
+}
 const int16_t* device_lab_table() {
-  static std::mutex mu;
-  static int16_t* tables[kMaxDevices] = {};
-  int device = 0;
-  IMGSTAT_CUDA(cudaGetDevice(&device));
-  if (device < 0 || device >= kMaxDevices) fail(ErrorCode::kInternal, "CUDA device ordinal past the colour tables'");
-  std::lock_guard<std::mutex> lock(mu);
-  if (!tables[device]) {
-    constexpr size_t kBytes = sizeof(int16_t) * kLabGrid * kLabGrid * kLabGrid * 3;
-    int16_t* p = nullptr;
-    IMGSTAT_CUDA(cudaMalloc(&p, kBytes));
-    IMGSTAT_CUDA(cudaMemcpy(p, lab_f_table(), kBytes, cudaMemcpyHostToDevice));
-    tables[device] = p;
-  }
-  return tables[device];
+  return static_cast<const int16_t*>(
+      per_device(1, lab_f_table(), sizeof(int16_t) * kLabGrid * kLabGrid * kLabGrid * 3));
 }
 
 unsigned grid_for(uint64_t pixels, const DeviceInfo& dev) {
