@@ -330,8 +330,8 @@ TEST(Png, LargeImageDataInflatesOnEveryCoreAsLibpng) {
   files.emplace_back("too much image data", with_height(files[1].second, 700));
   files.emplace_back("too little image data", with_height(files[1].second, 900));
   for (size_t i = 0; i < files.size(); ++i) {
-    const auto& [name, f] = files[i];
-    SCOPED_TRACE(name);
+    const std::string& f = files[i].second;  // not a structured binding: lambdas below take it
+    SCOPED_TRACE(files[i].first);
     uint64_t idat = 0;
     for (size_t at = 8; at + 12 <= f.size();) {
       const auto* q = bytes(f) + at;
