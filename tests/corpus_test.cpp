@@ -104,6 +104,33 @@ void expect_matches(const v1::AnalyzeResponse& got, const json& want) {
   }
 }
 
+// A float64 RGB TIFF: OpenCV refuses it, ImageMagick's HDRI reading of it
+// gives the values themselves.
+bool beyond_opencv_tiff(const json& ref) {
+  return ref["format"] == "TIFF" && ref["status"] == "imagemagick_only" && ref["category"] == "tiff-float" &&
+         ref.contains("imagemagick_hdri") && ref["imagemagick_hdri"].value("units", "") == "float" &&
+         ref["fallback_reference"].value("channels", 0) == 3;
+}
+
+void expect_matches_imagemagick(const v1::AnalyzeResponse& got, const json& im) {
+  EXPECT_EQ(got.width(), im["width"].get<uint64_t>());
+  EXPECT_EQ(got.height(), im["height"].get<uint64_t>());
+  ASSERT_EQ(static_cast<size_t>(got.channels_size()), im["stats"].size());
+  for (int c = 0; c < got.channels_size(); ++c) {
+    const v1::ChannelStats& g = got.channels(c);
+    const json& w = im["stats"][c];
+    SCOPED_TRACE("channel " + g.name());
+    EXPECT_EQ(g.name(), w["channel"].get<std::string>());
+    EXPECT_EQ(g.count(), got.width() * got.height());
+    // ImageMagick keeps float32 pixels: its figures to float32's precision.
+    const double min = w["min"], max = w["max"], mean = w["mean"];
+    EXPECT_NEAR(g.min(), min, 1e-6 * std::abs(min) + 1e-12);
+    EXPECT_NEAR(g.max(), max, 1e-6 * std::abs(max) + 1e-12);
+    EXPECT_NEAR(g.mean(), mean, 1e-6 * std::abs(mean) + 1e-12);
+    EXPECT_NEAR(g.stddev(), w["stddev_population"].get<double>(), 1e-5 * w["stddev_population"].get<double>() + 1e-12);
+  }
+}
+
 TEST_F(CorpusTest, EveryFileBehavesAsItsReferenceSays) {
   const auto refs = corpus_references();
   ASSERT_EQ(refs.size(), 242u);
@@ -136,6 +163,13 @@ TEST_F(CorpusTest, EveryFileBehavesAsItsReferenceSays) {
         request.mutable_options()->set_allow_truncated(true);
       }
       got = analyzer_->analyze(request);
+      if (!want && beyond_opencv_tiff(ref)) {
+        // OpenCV 4.6 cannot turn float64 RGB into BGR and refuses these;
+        // libtiff reads them (tiff.hpp): ImageMagick's unnormalized figures.
+        expect_matches_imagemagick(got, ref["imagemagick_hdri"]);
+        ++fallback_matched;
+        continue;
+      }
       if (!want) {
         ADD_FAILURE() << "decoded a file whose reference says " << status << ": " << got.format() << " "
                       << got.width() << "x" << got.height();

@@ -11,6 +11,7 @@
 #include "decode/opencv_codecs.hpp"
 #include "decode/png.hpp"
 #include "decode/sniff.hpp"
+#include "decode/tiff.hpp"
 
 namespace imgstat {
 namespace {
@@ -22,6 +23,19 @@ std::string pixels_over_limit(uint64_t w, uint64_t h, uint64_t max_pixels) {
 
 void check_pixels(uint64_t w, uint64_t h, uint64_t max_pixels) {
   if (w != 0 && h > max_pixels / w) fail(ErrorCode::kResourceExhausted, pixels_over_limit(w, h, max_pixels));
+}
+
+int cv_depth_of(SampleType t) {
+  switch (t) {
+    case SampleType::kUint8: return CV_8U;
+    case SampleType::kInt8: return CV_8S;
+    case SampleType::kUint16: return CV_16U;
+    case SampleType::kInt16: return CV_16S;
+    case SampleType::kFloat32: return CV_32F;
+    case SampleType::kFloat64: return CV_64F;
+    default: break;
+  }
+  fail(ErrorCode::kInternal, "a decoder gave a sample type no image holds");
 }
 
 bool sample_type_of(int depth, SampleType* t) {
@@ -114,6 +128,12 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     const std::string past_end = png_chunk_past_end(data, size);
     if (!past_end.empty()) invalid_data("PNG: " + past_end + ": corrupt or truncated");
   }
+  TiffBands tiff;
+  if (p.format == "TIFF" && p.has_size) {
+    tiff = plan_tiff(data, size);
+    plan.band_memory_bytes = tiff.memory_bytes;
+    plan.band_rows = tiff.band_rows;
+  }
   if (!p.has_size) invalid_data(p.format + ": the header gives no image size (corrupt or truncated header)");
   check_pixels(plan.width, plan.height, options.max_pixels);
   if (size < p.least_bytes)
@@ -122,6 +142,9 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
                  "corrupt or truncated");
   // Below 2^40 pixels and 2^20 bytes a pixel: no overflow.
   plan.memory_bytes = plan.width * plan.height * p.bytes_per_pixel + extra;
+  // The whole image from libtiff's units: the sink's two bands are the image.
+  if (tiff.taken)
+    plan.memory_bytes = std::max(plan.memory_bytes, plan.width * plan.height * p.bytes_per_pixel + tiff.memory_bytes);
   return plan;
 }
 
@@ -174,6 +197,7 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
   configure_decoders(options.max_pixels);
   DecodedImage out;
   out.format = plan.format;
+  std::string refusal;  // a streamed decoder's library's words, should OpenCV refuse the file too
   {
     // The streamed decoders into one image: JPEG in one libjpeg-turbo pass
     // (no second entropy decode for the check, no copy into BGR order), PNG
@@ -183,8 +207,7 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
     RowSink sink;
     sink.begin = [&](uint32_t w, uint32_t h, uint32_t channels, SampleType type) {
       check_pixels(w, h, options.max_pixels);
-      m.create(static_cast<int>(h), static_cast<int>(w),
-               CV_MAKETYPE(type == SampleType::kUint16 ? CV_16U : CV_8U, static_cast<int>(channels)));
+      m.create(static_cast<int>(h), static_cast<int>(w), CV_MAKETYPE(cv_depth_of(type), static_cast<int>(channels)));
       return RowBand{m.data, h};
     };
     sink.band = [](const uint8_t*, uint32_t, uint32_t) { return RowBand{}; };
@@ -194,6 +217,7 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
       out.decoder = std::move(banded.decoder);
       return finish_decoded(std::move(out), m, options, /*bgr=*/false);
     }
+    refusal = std::move(banded.refusal);
   }
   if (plan.format == "JPEG") {  // CMYK and YCCK: OpenCV's conversion, after the check pass
     const JpegCheck check = check_jpeg_data(data, size, options);
@@ -221,7 +245,9 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
   }
   if (m.empty() && plan.format == "WebP" && !(m = decode_webp_frames(data, size, &out.warnings)).empty())
     out.decoder = "libwebp";
-  if (m.empty()) invalid_data(plan.format + ": could not decode (corrupt, truncated or unsupported data)");
+  if (m.empty())
+    invalid_data(plan.format + ": could not decode (corrupt, truncated or unsupported data" +
+                 (refusal.empty() ? std::string() : "; " + refusal) + ")");
   return finish_decoded(std::move(out), m, options);
 }
 }  // namespace
@@ -243,6 +269,11 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     out.taken = png.taken;
     out.decoder = "imgstat-png";
     out.warnings = std::move(png.warnings);
+  } else if (plan.format == "TIFF" && plan.band_memory_bytes > 0) {
+    TiffDecode tiff = decode_tiff(data, size, options.cancelled, sink);
+    out.taken = tiff.taken;
+    out.decoder = "libtiff";
+    if (!tiff.libtiff_error.empty()) out.refusal = "libtiff: " + tiff.libtiff_error;
   }
   return out;
 }

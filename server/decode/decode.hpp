@@ -55,17 +55,18 @@ struct DecodedImage {
   std::vector<uint32_t> channel_order;
   std::vector<std::string> channel_names;
   std::vector<std::string> warnings;
-  std::string decoder;  // "libjpeg-turbo", "imgstat-png", "giflib", "libwebp", "imgstat-bmp" or "opencv"
+  std::string decoder;  // "libjpeg-turbo", "imgstat-png", "libtiff", "giflib", "libwebp", "imgstat-bmp" or "opencv"
 };
 
 // The streamed decoders: a Gray or YCbCr JPEG (libjpeg-turbo's one pass,
-// which is also its check) and a plain PNG (decode_png), rows to sink a band
-// at a time. Not taken: nothing went to the sink, and decode_image answers.
+// which is also its check), a plain PNG (decode_png) and most TIFFs
+// (decode_tiff), rows to sink a band at a time. Not taken: nothing went to the sink, and decode_image answers.
 // Throws as decode_image does.
 struct BandedDecode {
   bool taken = false;
   std::string decoder;
   std::vector<std::string> warnings;
+  std::string refusal;  // not taken because the library refused part of the file: its words
 };
 BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options,
                              const RowSink& sink);
