@@ -28,7 +28,7 @@ constexpr uint64_t kOpenCvRgbaUnitBytes = kOpenCvUnitBytes * 95 / 100;
 // enough units to give each core this many, but no more than kMaxBandBytes
 // (strips so large that two would pass it are read a line at a time, on one
 // core, when their samples need no conversion).
-constexpr uint32_t kUnitsPerThread = 2;
+constexpr uint32_t kUnitsPerThread = 1;
 constexpr uint64_t kMaxBandBytes = uint64_t{64} << 20;
 // A libtiff handle: its directory, strip arrays and codec state.
 constexpr uint64_t kHandleBytes = uint64_t{256} << 10;

@@ -77,49 +77,65 @@ class Bits {
 
 enum class Kind { kCodeLengths, kLiterals, kDistances };
 
-// A canonical Huffman code: codes up to kPrimary bits from one table
-// lookup, longer ones symbol by symbol from the counts (rare in practice).
+// A canonical Huffman code decoded by table: codes up to kPrimary bits in
+// one lookup, longer ones (up to 15) in a second, from a subtable of their
+// kPrimary-bit prefix (as zlib's and libdeflate's tables do).
 class Code {
  public:
-  static constexpr int kPrimary = 10;
+  static constexpr int kPrimary = 11;
 
   // zlib's rules (inftrees.c): over-subscribed is refused; incomplete is
   // refused except a literal or distance code of one 1-bit code (zlib then
-  // refuses the unused code when it is met, as decode() does); no code at
-  // all only for distances.
+  // refuses the unused code when it is met, as decode() does: its entry is
+  // empty); no code at all only for distances.
   bool build(const uint8_t* lengths, int n, Kind kind) {
-    std::memset(count_, 0, sizeof count_);
-    for (int i = 0; i < n; ++i) ++count_[lengths[i]];
-    count_[0] = 0;
-    max_ = 0;
+    uint16_t count[16] = {};
+    for (int i = 0; i < n; ++i) ++count[lengths[i]];
+    count[0] = 0;
+    int max = 0;
     for (int len = 15; len > 0; --len)
-      if (count_[len]) {
-        max_ = len;
+      if (count[len]) {
+        max = len;
         break;
       }
-    std::memset(table_, 0, sizeof table_);
-    if (max_ == 0) return kind == Kind::kDistances;
+    std::memset(table_, 0, sizeof(uint32_t) << kPrimary);
+    if (max == 0) return kind == Kind::kDistances;
     int left = 1;
     for (int len = 1; len <= 15; ++len) {
       left <<= 1;
-      left -= count_[len];
+      left -= count[len];
       if (left < 0) return false;
     }
-    if (left > 0 && (kind == Kind::kCodeLengths || max_ != 1)) return false;
+    if (left > 0 && (kind == Kind::kCodeLengths || max != 1)) return false;
     uint16_t offs[16];
     offs[1] = 0;
-    for (int len = 1; len < 15; ++len) offs[len + 1] = static_cast<uint16_t>(offs[len] + count_[len]);
+    for (int len = 1; len < 15; ++len) offs[len + 1] = static_cast<uint16_t>(offs[len] + count[len]);
+    uint16_t symbols[320];
     for (int s = 0; s < n; ++s)
-      if (lengths[s]) symbols_[offs[lengths[s]]++] = static_cast<uint16_t>(s);
-    // Primary table: each short code's entry at its bit-reversed code.
+      if (lengths[s]) symbols[offs[lengths[s]]++] = static_cast<uint16_t>(s);
+    // Codes in canonical order; each entry at its bit-reversed code. The
+    // primary table is filled for kPrimary bits whatever the longest code,
+    // so that decode() need not mask by it.
+    const int sub_bits = max - kPrimary;  // a long code's subtable: this many bits past the prefix
+    uint32_t sub_used = 0;
     uint32_t code = 0;
     int index = 0;
-    for (int len = 1; len <= std::min(max_, kPrimary); ++len) {
-      for (int k = 0; k < count_[len]; ++k, ++index, ++code) {
+    for (int len = 1; len <= max; ++len) {
+      for (int k = 0; k < count[len]; ++k, ++index, ++code) {
         uint32_t reversed = 0;
         for (int b = 0; b < len; ++b) reversed |= ((code >> b) & 1u) << (len - 1 - b);
-        const uint32_t entry = static_cast<uint32_t>(symbols_[index]) << 4 | static_cast<uint32_t>(len);
-        for (uint32_t i = reversed; i < (1u << kPrimary); i += 1u << len) table_[i] = entry;
+        const uint32_t entry = static_cast<uint32_t>(symbols[index]) << 8 | static_cast<uint32_t>(len);
+        if (len <= kPrimary) {
+          for (uint32_t i = reversed; i < (1u << kPrimary); i += 1u << len) table_[i] = entry;
+          continue;
+        }
+        const uint32_t prefix = reversed & ((1u << kPrimary) - 1);
+        if (!(table_[prefix] & kSub)) {
+          table_[prefix] = sub_used << 8 | kSub | static_cast<uint32_t>(sub_bits);
+          sub_used += 1u << sub_bits;
+        }
+        uint32_t* sub = sub_ + (table_[prefix] >> 8);
+        for (uint32_t i = reversed >> kPrimary; i < (1u << sub_bits); i += 1u << (len - kPrimary)) sub[i] = entry;
       }
       code <<= 1;
     }
@@ -129,32 +145,18 @@ class Code {
   // The next symbol, or -1 where no code matches; 15 bits or more in b.
   int decode(Bits& b) const {
     const uint32_t bits = b.peek();
-    const uint32_t e = table_[bits & ((1u << kPrimary) - 1)];
-    if (e) {
-      b.skip(static_cast<int>(e & 15));
-      return static_cast<int>(e >> 4);
-    }
-    int code = 0, first = 0, index = 0;
-    for (int len = 1; len <= max_; ++len) {
-      code |= static_cast<int>((bits >> (len - 1)) & 1u);
-      const int count = count_[len];
-      if (code - count < first) {
-        b.skip(len);
-        return symbols_[index + (code - first)];
-      }
-      index += count;
-      first += count;
-      first <<= 1;
-      code <<= 1;
-    }
-    return -1;
+    uint32_t e = table_[bits & ((1u << kPrimary) - 1)];
+    if (e & kSub) e = sub_[(e >> 8) + ((bits >> kPrimary) & ((1u << (e & 15)) - 1))];
+    if (!e) return -1;
+    b.skip(static_cast<int>(e & 15));
+    return static_cast<int>(e >> 8);
   }
 
  private:
+  static constexpr uint32_t kSub = 0x80;
   uint32_t table_[1 << kPrimary];
-  uint16_t count_[16];
-  uint16_t symbols_[320];
-  int max_ = 0;
+  // At most one subtable of 2^(15 - kPrimary) entries a long code.
+  uint32_t sub_[320 << (15 - kPrimary)];
 };
 
 constexpr uint16_t kLengthBase[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,  15,  17,  19,  23, 27,
@@ -226,12 +228,18 @@ bool read_dynamic(Bits& b, Code& lit, Code& dist) {
 // without clearing them.
 class Output {
  public:
-  Output(Run& run, uint32_t window, bool known_start, uint64_t max_output, uint64_t hint, Mapped<uint8_t> buffer)
-      : run_(run), window_(window), max_output_(max_output), hint_(hint), store_(std::move(buffer)) {
+  Output(Run& run, uint32_t window, bool known_start, uint64_t max_output, uint64_t hint, Mapped<uint8_t> buffer,
+         Mapped<uint16_t> marked)
+      : run_(run), window_(window), max_output_(max_output), hint_(hint), store_(std::move(buffer)),
+        mstore_(std::move(marked)) {
     if (known_start) bytes_phase_ = true;
     if (store_) {
       bp_ = store_.get();
       cap_ = store_.get_deleter().bytes;
+    }
+    if (mstore_) {
+      mp_ = mstore_.get();
+      mcap_ = mstore_.get_deleter().bytes / sizeof(uint16_t);
     }
   }
 
@@ -303,9 +311,127 @@ class Output {
     return maybe_switch();
   }
 
+  bool in_bytes() const { return bytes_phase_; }
+  // Whether the fast loops can go on (else a symbol on the generic path).
+  bool room() const { return total() + kSlack < max_output_; }
+
+  // The bytes phase's loop: symbols straight into the buffer while room for
+  // a longest copy and its word-wide overrun (kSlack) is there and the
+  // output limit is a copy or more away; the generic path (exact checks)
+  // takes over near the limit. kMore: the generic path goes on.
+  enum class Fast { kBlockEnd, kRefused, kMore };
+  Fast fast(Bits& b, const Code& lit, const Code& dist) {
+    for (;;) {
+      // Room for one more symbol past `stop` at least, or the generic path.
+      if (cap_ - n_ <= kSlack && !grow(kSlack)) return Fast::kMore;
+      if (total() + kSlack >= max_output_) return Fast::kMore;
+      uint8_t* const end = bp_ + cap_ - kSlack;
+      const uint64_t limit = max_output_ - kSlack - mn_;  // n_ below it: a copy cannot pass max_output_
+      uint8_t* out = bp_ + n_;
+      uint8_t* const stop = std::min(end, bp_ + limit);
+      while (out < stop) {
+        b.refill();
+        int sym = lit.decode(b);
+        if (static_cast<unsigned>(sym) < 256) {
+          *out++ = static_cast<uint8_t>(sym);
+          // A second literal from the same refill (56 bits: 15 used at most).
+          sym = lit.decode(b);
+          if (static_cast<unsigned>(sym) < 256) {
+            *out++ = static_cast<uint8_t>(sym);
+            continue;
+          }
+        }
+        if (sym < 0) return Fast::kRefused;
+        if (sym == 256) {
+          n_ = static_cast<uint64_t>(out - bp_);
+          return b.over() ? Fast::kRefused : Fast::kBlockEnd;
+        }
+        sym -= 257;
+        if (sym >= 29) return Fast::kRefused;  // 286, 287
+        b.refill();  // a length's extra bits, a distance and its: 33 bits at most
+        const uint32_t len = kLengthBase[sym] + b.take(kLengthExtra[sym]);
+        const int ds = dist.decode(b);
+        if (ds < 0 || ds >= 30) return Fast::kRefused;
+        const uint32_t d = kDistBase[ds] + b.take(kDistExtra[ds]);
+        const uint64_t n = static_cast<uint64_t>(out - bp_);
+        if (d > window_ || d > n || b.over()) return Fast::kRefused;
+        const uint8_t* from = out - d;
+        if (d >= 8) {  // whole words, up to 7 bytes past the copy (the slack)
+          for (uint32_t j = 0; j < len; j += 8) std::memcpy(out + j, from + j, 8);
+        } else if (d == 1) {
+          std::memset(out, *from, len);
+        } else {
+          for (uint32_t j = 0; j < len; ++j) out[j] = from[j];
+        }
+        out += len;
+      }
+      n_ = static_cast<uint64_t>(out - bp_);
+    }
+  }
+
+  // The same for the marked phase: symbols (markers among them) while
+  // room is there, until no marker is left in the last window (then the
+  // bytes phase: kMore, and in_bytes() is true).
+  Fast fast_marked(Bits& b, const Code& lit, const Code& dist) {
+    for (;;) {
+      if (mcap_ - mn_ <= kSlack && !grow_marked(kSlack)) return Fast::kMore;
+      if (total() + kSlack >= max_output_) return Fast::kMore;
+      uint16_t* const base = mp_;
+      uint16_t* out = base + mn_;
+      uint16_t* const stop = std::min(base + mcap_ - kSlack, base + (max_output_ - kSlack - n_));
+      while (out < stop) {
+        b.refill();
+        const int sym = lit.decode(b);
+        if (static_cast<unsigned>(sym) < 256) {
+          *out++ = static_cast<uint16_t>(sym);
+        } else {
+          if (sym < 0) return Fast::kRefused;
+          if (sym == 256) {
+            mn_ = static_cast<uint64_t>(out - base);
+            return b.over() ? Fast::kRefused : Fast::kBlockEnd;
+          }
+          if (sym - 257 >= 29) return Fast::kRefused;  // 286, 287
+          const uint32_t len = kLengthBase[sym - 257] + b.take(kLengthExtra[sym - 257]);
+          const int ds = dist.decode(b);
+          if (ds < 0 || ds >= 30) return Fast::kRefused;
+          const uint32_t d = kDistBase[ds] + b.take(kDistExtra[ds]);
+          if (d > window_ || b.over()) return Fast::kRefused;
+          const uint64_t at = static_cast<uint64_t>(out - base);
+          uint32_t j = 0;
+          if (d > at) {  // the part before the run's start: markers
+            const uint32_t back = static_cast<uint32_t>(d - at);
+            run_.max_back = std::max(run_.max_back, back);
+            for (; j < len && j < back; ++j) out[j] = static_cast<uint16_t>(kMarkerBase + kMaxWindow - (back - j));
+            last_marker_end_ = at + j;
+          }
+          const uint16_t* from = out - d;
+          if (d >= 4) {  // four symbols a word, up to three past the copy (the slack)
+            for (uint32_t k = j; k < len; k += 4) std::memcpy(out + k, from + k, 8);
+          } else {
+            for (uint32_t k = j; k < len; ++k) out[k] = from[k];
+          }
+          for (uint32_t k = len; k-- > j;)  // the last marker copied, if any
+            if (out[k] >= kMarkerBase) {
+              last_marker_end_ = at + k + 1;
+              break;
+            }
+          out += len;
+        }
+        const uint64_t m = static_cast<uint64_t>(out - base);
+        if (m >= window_ && m - last_marker_end_ >= window_) {
+          mn_ = m;
+          maybe_switch();
+          return Fast::kMore;
+        }
+      }
+      mn_ = static_cast<uint64_t>(out - base);
+    }
+  }
+
   // A run not finished keeps its buffer, empty, for the next try.
   ~Output() {
     if (store_ && !run_.bytes) run_.bytes = std::move(store_);
+    if (mstore_ && !run_.marked) run_.marked = std::move(mstore_);
   }
   Output(const Output&) = delete;
   Output& operator=(const Output&) = delete;
@@ -319,6 +445,7 @@ class Output {
 
  private:
   uint64_t total() const { return mn_ + n_; }
+  static constexpr uint64_t kSlack = 258 + 8;
 
   bool maybe_switch() {
     if (mn_ < window_ || mn_ - last_marker_end_ < window_) return total() <= max_output_;
@@ -344,7 +471,9 @@ class Output {
 
   bool grow_marked(uint64_t need) {
     if (total() + need > max_output_ + 258) return false;
-    const uint64_t cap = std::max<uint64_t>({mcap_ * 2, mn_ + need, 1 << 16});
+    // A run that starts unknown may stay marked to its end (references
+    // chained back to before its start): the hint at once.
+    const uint64_t cap = std::max<uint64_t>({mcap_ * 2, mn_ + need, hint_, 1 << 16});
     Mapped<uint16_t> fresh = map_array<uint16_t>(cap);
     if (mn_) std::memcpy(fresh.get(), mp_, mn_ * sizeof(uint16_t));
     mstore_ = std::move(fresh);
@@ -369,6 +498,9 @@ class Output {
 
 bool decode_codes(Bits& b, const Code& lit, const Code& dist, Output& out) {
   for (;;) {
+    const Output::Fast f = out.in_bytes() ? out.fast(b, lit, dist) : out.fast_marked(b, lit, dist);
+    if (f != Output::Fast::kMore) return f == Output::Fast::kBlockEnd;
+    if (out.in_bytes() && out.room()) continue;  // switched: the bytes' loop
     b.refill();  // a literal/length, its extra bits, a distance and its: 48 bits at most
     int sym = lit.decode(b);
     if (sym < 0) return false;
@@ -417,12 +549,13 @@ bool plausible_block_start(const uint8_t* data, size_t size, uint64_t bit) {
 }
 
 Run decode_run(const uint8_t* data, size_t size, uint64_t start_bit, uint64_t stop_bit, uint32_t window,
-               bool known_start, uint64_t max_output, uint64_t size_hint, Mapped<uint8_t> buffer) {
+               bool known_start, uint64_t max_output, uint64_t size_hint, Mapped<uint8_t> buffer,
+               Mapped<uint16_t> marked) {
   Run r;
   r.start_bit = start_bit;
   Bits b(data, size, start_bit);
   Output out(r, std::min(window, kMaxWindow), known_start, max_output, std::min(size_hint, max_output + 258),
-             std::move(buffer));
+             std::move(buffer), std::move(marked));
   Code lit, dist;
   for (;;) {
     const bool final = b.get(1) != 0;

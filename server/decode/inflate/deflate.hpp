@@ -59,10 +59,12 @@ struct Run {
 // begins the stream (no byte before it: a reference before it is refused).
 // `max_output` bounds the run's output (more is refused); `size_hint`, what
 // it is likely to be, sizes the buffer at once.
-// `buffer`, if given, is the bytes' buffer to start with (one run's after
-// another's: its pages already there).
+// `buffer` and `marked`, if given, are the bytes' and the marked symbols'
+// buffers to start with (one run's after another's: their pages already
+// there); a run that fails hands them back in its bytes and marked.
 Run decode_run(const uint8_t* data, size_t size, uint64_t start_bit, uint64_t stop_bit, uint32_t window,
-               bool known_start, uint64_t max_output, uint64_t size_hint = 0, Mapped<uint8_t> buffer = {});
+               bool known_start, uint64_t max_output, uint64_t size_hint = 0, Mapped<uint8_t> buffer = {},
+               Mapped<uint16_t> marked = {});
 
 // Whether a dynamic or stored block header at `bit` parses as zlib would
 // take it (code lengths forming valid codes, a stored block's lengths

@@ -100,6 +100,26 @@ uint8_t resolve(uint16_t v, const Window& before) {
                                   : before.before(deflate::kMaxWindow - (v - deflate::kMarkerBase));
 }
 
+// Every marked symbol's byte in one table (a literal is itself, a marker
+// its window byte), so that resolving is one load a symbol, no branch.
+class Resolver {
+ public:
+  explicit Resolver(const Window& before) {
+    for (uint32_t v = 0; v < deflate::kMarkerBase; ++v) table_[v] = static_cast<uint8_t>(v);
+    const size_t have = before.size();
+    for (uint32_t back = 1; back <= deflate::kMaxWindow; ++back)
+      table_[deflate::kMarkerBase + deflate::kMaxWindow - back] = back <= have ? before.before(back) : 0;
+  }
+  // In place: byte j over symbol j's first byte, which no later symbol needs.
+  void resolve(uint16_t* symbols, uint64_t n) const {
+    uint8_t* out = reinterpret_cast<uint8_t*>(symbols);
+    for (uint64_t j = 0; j < n; ++j) out[j] = table_[symbols[j]];
+  }
+
+ private:
+  uint8_t table_[deflate::kMarkerBase + deflate::kMaxWindow];
+};
+
 uint64_t bits_at(const uint8_t* d, size_t n, uint64_t bit) {  // the next 57 bits or more, zeros past the end
   const uint64_t byte = bit >> 3;
   uint64_t w = 0;
@@ -136,28 +156,33 @@ bool candidate(const uint8_t* d, size_t n, uint64_t bit) {
 // The first place in [from, to) where a run of blocks starts that decodes
 // to a block end at or past stop; not ok where none does.
 Run find_run(const uint8_t* d, size_t n, uint64_t from, uint64_t to, uint64_t stop, uint32_t window, uint64_t max_out,
-             uint64_t hint, deflate::Mapped<uint8_t> buffer) {
+             uint64_t hint, deflate::Mapped<uint8_t> buffer, deflate::Mapped<uint16_t> marked) {
   for (uint64_t bit = from; bit < to; ++bit) {
     if (!candidate(d, n, bit) || !deflate::plausible_block_start(d, n, bit)) continue;
-    Run r = deflate::decode_run(d, n, bit, stop, window, false, max_out, hint, std::move(buffer));
+    Run r = deflate::decode_run(d, n, bit, stop, window, false, max_out, hint, std::move(buffer), std::move(marked));
     if (r.ok) return r;
-    buffer = std::move(r.bytes);  // a false start's buffer for the next try
+    buffer = std::move(r.bytes);  // a false start's buffers for the next try
+    marked = std::move(r.marked);
   }
-  return Run{};
+  Run none;
+  none.bytes = std::move(buffer);
+  none.marked = std::move(marked);
+  return none;
 }
 
 // Output buffers of finished runs, for the next ones: their pages are
 // already mapped.
+template <class T>
 class BufferPool {
  public:
-  deflate::Mapped<uint8_t> take() {
+  deflate::Mapped<T> take() {
     std::lock_guard<std::mutex> lock(mu_);
     if (free_.empty()) return {};
-    deflate::Mapped<uint8_t> b = std::move(free_.back());
+    deflate::Mapped<T> b = std::move(free_.back());
     free_.pop_back();
     return b;
   }
-  void give(deflate::Mapped<uint8_t> b, size_t most) {
+  void give(deflate::Mapped<T> b, size_t most) {
     if (!b) return;
     std::lock_guard<std::mutex> lock(mu_);
     if (free_.size() < most) free_.push_back(std::move(b));
@@ -165,8 +190,11 @@ class BufferPool {
 
  private:
   std::mutex mu_;
-  std::vector<deflate::Mapped<uint8_t>> free_;
+  std::vector<deflate::Mapped<T>> free_;
 };
+
+// A run's marked symbols once resolved in place: bytes.
+const uint8_t* resolved(const Run& r) { return reinterpret_cast<const uint8_t*>(r.marked.get()); }
 
 uint32_t be32(const uint8_t* p) { return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3]; }
 
@@ -271,7 +299,8 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
   // A run reads its own copy of the stream from where it starts to a slack
   // past its chunk: a block that reaches further is not taken (the chunk is
   // decoded again, or zlib goes on from there).
-  BufferPool pool, copies;  // outputs, and copies of the stream
+  BufferPool<uint8_t> pool, copies;  // outputs, and copies of the stream
+  BufferPool<uint16_t> marks;         // marked outputs
   auto run_from = [&](uint64_t from_bit, uint64_t stop_bit, bool known_start, bool find) {
     const uint64_t first = std::min(n, from_bit >> 3), last = std::max(first, std::min(n, (stop_bit >> 3) + 1 + options.slack_bytes));
     // Read in place where one piece holds it all.
@@ -286,12 +315,16 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
     }
     const uint64_t base = first * 8, size = last - first;
     Run r = find ? find_run(bytes, size, from_bit - base, stop_bit - base, stop_bit - base, window, max_out, hint,
-                            pool.take())
+                            pool.take(), marks.take())
                  : deflate::decode_run(bytes, size, from_bit - base, stop_bit - base, window, known_start, max_out,
-                                       hint, pool.take());
+                                       hint, pool.take(), marks.take());
     r.start_bit += base;
     r.end_bit += base;
     copies.give(std::move(local), tasks);
+    if (!r.ok) {  // its buffers back for the next try
+      pool.give(std::move(r.bytes), 2 * tasks);
+      marks.give(std::move(r.marked), 2 * tasks);
+    }
     return r;
   };
   // What has gone to the sink: its size, checksum, last window, and where
@@ -319,7 +352,6 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
     struct Confirmed {
       Run run;
       Window before;
-      deflate::Mapped<uint8_t> resolved;
       uint32_t adler = 0;
     };
     std::vector<Confirmed> done;
@@ -336,13 +368,16 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
         stuck = true;
         break;
       }
-      Confirmed c{std::move(r), at, {}, 0};
-      // The window after it: its bytes' last 32 KiB, or its markers resolved now.
+      Confirmed c{std::move(r), at, 0};
+      // The window after it: its bytes' last 32 KiB, or, before them, the
+      // last of its marked symbols resolved now (only those).
       if (c.run.byte_count >= deflate::kMaxWindow) {
         at.push(c.run.bytes.get() + c.run.byte_count - deflate::kMaxWindow, deflate::kMaxWindow);
       } else {
-        std::vector<uint8_t> tail(c.run.marked_count);
-        for (uint64_t k = 0; k < c.run.marked_count; ++k) tail[k] = resolve(c.run.marked[k], c.before);
+        const uint64_t want = std::min<uint64_t>(c.run.marked_count, deflate::kMaxWindow - c.run.byte_count);
+        std::vector<uint8_t> tail(want);
+        const uint16_t* from = c.run.marked.get() + (c.run.marked_count - want);
+        for (uint64_t k = 0; k < want; ++k) tail[k] = resolve(from[k], c.before);
         if (!tail.empty()) at.push(tail.data(), tail.size());
         if (c.run.byte_count) at.push(c.run.bytes.get(), c.run.byte_count);
       }
@@ -355,19 +390,18 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
     tbb::this_task_arena::isolate([&] {
       tbb::parallel_for(size_t{0}, done.size(), [&](size_t k) {
         Confirmed& c = done[k];
-        if (c.run.marked_count) c.resolved = deflate::map_array<uint8_t>(c.run.marked_count);
-        for (uint64_t j = 0; j < c.run.marked_count; ++j) c.resolved[j] = resolve(c.run.marked[j], c.before);
-        c.run.marked.reset();
-        c.adler = adler_of(adler_of(empty_adler, c.resolved.get(), c.run.marked_count), c.run.bytes.get(),
+        if (c.run.marked_count) Resolver(c.before).resolve(c.run.marked.get(), c.run.marked_count);
+        c.adler = adler_of(adler_of(empty_adler, resolved(c.run), c.run.marked_count), c.run.bytes.get(),
                            c.run.byte_count);
       });
     });
     // 4. In order to the sink.
     for (Confirmed& c : done) {
-      if (c.run.marked_count && !sink(c.resolved.get(), c.run.marked_count)) return false;
+      if (c.run.marked_count && !sink(resolved(c.run), c.run.marked_count)) return false;
       if (c.run.byte_count && !sink(c.run.bytes.get(), c.run.byte_count)) return false;
       adler = static_cast<uint32_t>(adler32_combine(adler, c.adler, static_cast<z_off_t>(c.run.size())));
       pool.give(std::move(c.run.bytes), tasks);
+      marks.give(std::move(c.run.marked), tasks);
       c = Confirmed{};  // the rest of its memory goes now
     }
     win = at;
