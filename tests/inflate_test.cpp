@@ -141,6 +141,38 @@ TEST(ParallelInflate, EveryStreamZlibWritesInflatesToItsBytes) {
   EXPECT_GT(streams, 200);
 }
 
+// A flush before any data (an empty stored block first: the fuzzer's find),
+// and rows that repeat the row before with a little noise, as an unfiltered
+// photo does: every reference reaches a row back, so a run that starts
+// without its window stays marked to its end and is resolved whole.
+TEST(ParallelInflate, EmptyFirstBlocksAndRunsMarkedToTheirEnd) {
+  std::mt19937 rng(17);
+  const size_t row = 24001, rows = 120;
+  Bytes data(row * rows);
+  for (size_t i = 0; i < row; ++i) data[i] = static_cast<uint8_t>(rng());
+  for (size_t i = row; i < data.size(); ++i) data[i] = static_cast<uint8_t>(data[i - row] + (rng() % 16 == 0 ? 1 : 0));
+  for (int level : {1, 6, 9}) {
+    z_stream z{};
+    ASSERT_EQ(deflateInit(&z, level), Z_OK);
+    Bytes out(deflateBound(&z, data.size()) + 64);
+    z.next_out = out.data();
+    z.avail_out = static_cast<uInt>(out.size());
+    ASSERT_EQ(::deflate(&z, Z_SYNC_FLUSH), Z_OK);  // nothing in yet: an empty stored block
+    z.next_in = data.data();
+    z.avail_in = static_cast<uInt>(data.size());
+    ASSERT_EQ(::deflate(&z, Z_FINISH), Z_STREAM_END);
+    out.resize(z.total_out);
+    deflateEnd(&z);
+    ASSERT_TRUE(zlib_inflate(out, data.size()).out == data);
+    for (uint32_t tasks : {1u, 2u, 7u}) {
+      SCOPED_TRACE("level " + std::to_string(level) + " tasks " + std::to_string(tasks));
+      const Ours o = ours(out, data.size(), 16 << 10, tasks);
+      ASSERT_TRUE(o.vouched);
+      ASSERT_TRUE(o.out == data);
+    }
+  }
+}
+
 TEST(ParallelInflate, TheWholeOutputOrNothingElse) {
   std::mt19937 rng(7);
   const Bytes data = make_data(1, 300000, rng);

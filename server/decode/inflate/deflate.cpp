@@ -256,6 +256,7 @@ class Output {
   }
 
   bool literals(const uint8_t* p, uint32_t len) {
+    if (len == 0) return true;  // an empty stored block: no buffer needed yet
     if (bytes_phase_) {
       if (total() + len > max_output_ || (cap_ - n_ < len && !grow(len))) return false;
       std::memcpy(bp_ + n_, p, len);
