@@ -88,8 +88,8 @@ int main(int argc, char** argv) {
       RowSink sink;
       uint32_t rows = 0;
       sink.begin = [&](uint32_t w, uint32_t h, uint32_t c, SampleType t) {
-        const uint64_t row = uint64_t{w} * c * (t == SampleType::kUint16 ? 2 : 1);
-        rows = band_rows(row, h);
+        const uint64_t row = uint64_t{w} * c * sample_size(t);
+        rows = plan.band_rows ? std::min(plan.band_rows, h) : band_rows(row, h);  // as the analyzer sizes them
         band.resize(size_t{rows} * row);
         return RowBand{band.data(), rows};
       };
