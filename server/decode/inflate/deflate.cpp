@@ -229,7 +229,7 @@ bool read_dynamic(Bits& b, Code& lit, Code& dist) {
 class Output {
  public:
   Output(Run& run, uint32_t window, bool known_start, uint64_t max_output, uint64_t hint, Mapped<uint8_t> buffer,
-         Mapped<uint16_t> marked)
+         Mapped<uint16_t> marked, Before before)
       : run_(run), window_(window), max_output_(max_output), hint_(hint), store_(std::move(buffer)),
         mstore_(std::move(marked)) {
     if (known_start) bytes_phase_ = true;
@@ -241,12 +241,24 @@ class Output {
       mp_ = mstore_.get();
       mcap_ = mstore_.get_deleter().bytes / sizeof(uint16_t);
     }
+    // The known output before the start goes first, not counted as output.
+    const size_t keep = known_start ? std::min<size_t>(before.size, kMaxWindow) : 0;
+    if (keep) {
+      if (cap_ < keep + kSlack) {  // outside the output's limit: not output
+        const uint64_t cap = std::max<uint64_t>({keep + hint_, keep + kSlack, 1 << 16});
+        store_ = map_array<uint8_t>(cap);
+        bp_ = store_.get();
+        cap_ = cap;
+      }
+      std::memcpy(bp_, before.data + before.size - keep, keep);
+      n_ = prefix_ = keep;
+    }
   }
 
   bool literal(uint8_t v) {
     if (bytes_phase_) {
       if (n_ == cap_ && !grow(1)) return false;
-      if (mn_ + n_ >= max_output_) return false;
+      if (total() >= max_output_) return false;
       bp_[n_++] = v;
       return true;
     }
@@ -327,7 +339,7 @@ class Output {
       if (cap_ - n_ <= kSlack && !grow(kSlack)) return Fast::kMore;
       if (total() + kSlack >= max_output_) return Fast::kMore;
       uint8_t* const end = bp_ + cap_ - kSlack;
-      const uint64_t limit = max_output_ - kSlack - mn_;  // n_ below it: a copy cannot pass max_output_
+      const uint64_t limit = max_output_ + prefix_ - kSlack - mn_;  // n_ below it: a copy cannot pass max_output_
       uint8_t* out = bp_ + n_;
       uint8_t* const stop = std::min(end, bp_ + limit);
       while (out < stop) {
@@ -441,11 +453,12 @@ class Output {
     run_.marked = std::move(mstore_);
     run_.marked_count = mn_;
     run_.bytes = std::move(store_);
-    run_.byte_count = n_;
+    run_.bytes_from = prefix_;
+    run_.byte_count = n_ - prefix_;
   }
 
  private:
-  uint64_t total() const { return mn_ + n_; }
+  uint64_t total() const { return mn_ + n_ - prefix_; }
   static constexpr uint64_t kSlack = 258 + 8;
 
   bool maybe_switch() {
@@ -492,6 +505,7 @@ class Output {
   Mapped<uint8_t> store_;
   uint8_t* bp_ = nullptr;
   uint64_t n_ = 0, cap_ = 0;
+  uint64_t prefix_ = 0;  // bytes before the start given as known (in bp_, not output)
   Mapped<uint16_t> mstore_;
   uint16_t* mp_ = nullptr;
   uint64_t mn_ = 0, mcap_ = 0;
@@ -551,12 +565,12 @@ bool plausible_block_start(const uint8_t* data, size_t size, uint64_t bit) {
 
 Run decode_run(const uint8_t* data, size_t size, uint64_t start_bit, uint64_t stop_bit, uint32_t window,
                bool known_start, uint64_t max_output, uint64_t size_hint, Mapped<uint8_t> buffer,
-               Mapped<uint16_t> marked) {
+               Mapped<uint16_t> marked, Before before) {
   Run r;
   r.start_bit = start_bit;
   Bits b(data, size, start_bit);
   Output out(r, std::min(window, kMaxWindow), known_start, max_output, std::min(size_hint, max_output + 258),
-             std::move(buffer), std::move(marked));
+             std::move(buffer), std::move(marked), before);
   Code lit, dist;
   for (;;) {
     const bool final = b.get(1) != 0;

@@ -47,7 +47,9 @@ struct Run {
   Mapped<uint16_t> marked;
   uint64_t marked_count = 0;
   Mapped<uint8_t> bytes;
+  uint64_t bytes_from = 0;  // where the output's bytes start in bytes[] (a window given before them)
   uint64_t byte_count = 0;
+  const uint8_t* output_bytes() const { return bytes.get() + bytes_from; }
   uint32_t max_back = 0;      // the farthest a marker reaches before the start
   uint64_t blocks = 0;
   uint64_t size() const { return marked_count + byte_count; }
@@ -62,9 +64,15 @@ struct Run {
 // `buffer` and `marked`, if given, are the bytes' and the marked symbols'
 // buffers to start with (one run's after another's: their pages already
 // there); a run that fails hands them back in its bytes and marked.
+// `before` (with known_start): the output before the start, up to its last
+// 32 KiB, when it is known: references into it are bytes, not markers.
+struct Before {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
 Run decode_run(const uint8_t* data, size_t size, uint64_t start_bit, uint64_t stop_bit, uint32_t window,
                bool known_start, uint64_t max_output, uint64_t size_hint = 0, Mapped<uint8_t> buffer = {},
-               Mapped<uint16_t> marked = {});
+               Mapped<uint16_t> marked = {}, Before before = {});
 
 // Whether a dynamic or stored block header at `bit` parses as zlib would
 // take it (code lengths forming valid codes, a stored block's lengths

@@ -301,7 +301,8 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
   // decoded again, or zlib goes on from there).
   BufferPool<uint8_t> pool, copies;  // outputs, and copies of the stream
   BufferPool<uint16_t> marks;         // marked outputs
-  auto run_from = [&](uint64_t from_bit, uint64_t stop_bit, bool known_start, bool find) {
+  // known_start: the output before from_bit is `before` (none at the stream's start).
+  auto run_from = [&](uint64_t from_bit, uint64_t stop_bit, bool known_start, bool find, const Window* before) {
     const uint64_t first = std::min(n, from_bit >> 3), last = std::max(first, std::min(n, (stop_bit >> 3) + 1 + options.slack_bytes));
     // Read in place where one piece holds it all.
     const uint8_t* bytes = data.span(first, last - first);
@@ -317,7 +318,8 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
     Run r = find ? find_run(bytes, size, from_bit - base, stop_bit - base, stop_bit - base, window, max_out, hint,
                             pool.take(), marks.take())
                  : deflate::decode_run(bytes, size, from_bit - base, stop_bit - base, window, known_start, max_out,
-                                       hint, pool.take(), marks.take());
+                                       hint, pool.take(), marks.take(),
+                                       before ? deflate::Before{before->data(), before->size()} : deflate::Before{});
     r.start_bit += base;
     r.end_bit += base;
     copies.give(std::move(local), tasks);
@@ -339,11 +341,16 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
     const uint64_t last = std::min(chunks, first + tasks);
     // 1. Every chunk of the group at once: its first block, decoded to
     // a block end at or past the chunk's end.
+    // The group's first chunk goes on from where the last group ended, its
+    // window known: bytes, no markers to resolve.
     std::vector<Run> runs(last - first);
     tbb::this_task_arena::isolate([&] {
       tbb::parallel_for(first, last, [&](uint64_t i) {
         Run& r = runs[i - first];
-        r = i == 0 ? run_from(16, stop_of(0), true, false) : run_from((2 + i * chunk) * 8, stop_of(i), false, true);
+        if (i == first && true_end < stop_of(i))
+          r = run_from(true_end, stop_of(i), true, false, &win);
+        else if (i != first)
+          r = run_from((2 + i * chunk) * 8, stop_of(i), false, true, nullptr);
       });
     });
     // 2. In order: each run confirmed by the one before ending where it
@@ -362,7 +369,7 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
     for (uint64_t i = first; i < last && !final; ++i) {
       if (end >= stop_of(i)) continue;  // a block of the run before covered this chunk
       Run& r = runs[i - first];
-      if (!r.ok || r.start_bit != end) r = run_from(end, stop_of(i), end == 16, false);
+      if (!r.ok || r.start_bit != end) r = run_from(end, stop_of(i), true, false, &at);  // from the true end, its window known
       // Not decoded, reaching before the stream's start, or too long.
       if (!r.ok || r.max_back > t || r.size() > expected - t) {
         stuck = true;
@@ -372,14 +379,14 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
       // The window after it: its bytes' last 32 KiB, or, before them, the
       // last of its marked symbols resolved now (only those).
       if (c.run.byte_count >= deflate::kMaxWindow) {
-        at.push(c.run.bytes.get() + c.run.byte_count - deflate::kMaxWindow, deflate::kMaxWindow);
+        at.push(c.run.output_bytes() + c.run.byte_count - deflate::kMaxWindow, deflate::kMaxWindow);
       } else {
         const uint64_t want = std::min<uint64_t>(c.run.marked_count, deflate::kMaxWindow - c.run.byte_count);
         std::vector<uint8_t> tail(want);
         const uint16_t* from = c.run.marked.get() + (c.run.marked_count - want);
         for (uint64_t k = 0; k < want; ++k) tail[k] = resolve(from[k], c.before);
         if (!tail.empty()) at.push(tail.data(), tail.size());
-        if (c.run.byte_count) at.push(c.run.bytes.get(), c.run.byte_count);
+        if (c.run.byte_count) at.push(c.run.output_bytes(), c.run.byte_count);
       }
       t += c.run.size();
       end = c.run.end_bit;
@@ -391,14 +398,14 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
       tbb::parallel_for(size_t{0}, done.size(), [&](size_t k) {
         Confirmed& c = done[k];
         if (c.run.marked_count) Resolver(c.before).resolve(c.run.marked.get(), c.run.marked_count);
-        c.adler = adler_of(adler_of(empty_adler, resolved(c.run), c.run.marked_count), c.run.bytes.get(),
+        c.adler = adler_of(adler_of(empty_adler, resolved(c.run), c.run.marked_count), c.run.output_bytes(),
                            c.run.byte_count);
       });
     });
     // 4. In order to the sink.
     for (Confirmed& c : done) {
       if (c.run.marked_count && !sink(resolved(c.run), c.run.marked_count)) return false;
-      if (c.run.byte_count && !sink(c.run.bytes.get(), c.run.byte_count)) return false;
+      if (c.run.byte_count && !sink(c.run.output_bytes(), c.run.byte_count)) return false;
       adler = static_cast<uint32_t>(adler32_combine(adler, c.adler, static_cast<z_off_t>(c.run.size())));
       pool.give(std::move(c.run.bytes), tasks);
       marks.give(std::move(c.run.marked), tasks);
