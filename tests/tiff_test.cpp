@@ -580,3 +580,70 @@ TEST(Tiff, DamagedFilesGetOpenCvsVerdict) {
 
 }  // namespace
 }  // namespace imgstat
+
+namespace imgstat {
+namespace {
+
+// DecodeOptions::release: the ranges a streamed decoder says it is done
+// with lie inside the file and, together, cover nearly all of it (so that a
+// caller mapping a file holds what is in flight, not the file), and the
+// pixels are those of a decode without it.
+TEST(Release, StreamedDecodersGiveBackWhatTheyHaveRead) {
+  std::mt19937 rng(18);
+  Spec tiff;
+  tiff.width = 3000, tiff.height = 2000, tiff.samples = 3, tiff.photometric = PHOTOMETRIC_RGB;
+  tiff.compression = COMPRESSION_LZW, tiff.rows_per_strip = 8;
+  std::vector<std::pair<std::string, std::string>> files = {{"TIFF strips", write_tiff(tiff, rng)}};
+  tiff.tile_width = tiff.tile_height = 128;
+  files.emplace_back("TIFF tiles", write_tiff(tiff, rng));
+  {
+    // A PNG whose image data passes the parallel inflater's threshold, and a small one (zlib alone).
+    for (const auto& [w, h] : {std::pair<int, int>{3000, 2000}, std::pair<int, int>{700, 500}}) {
+      cv::Mat m(h, w, CV_8UC3);
+      cv::randu(m, 0, 255);
+      std::vector<uchar> buf;
+      cv::imencode(".png", m, buf);
+      files.emplace_back("PNG " + std::to_string(w) + "x" + std::to_string(h), std::string(buf.begin(), buf.end()));
+    }
+  }
+  for (const auto& [name, f] : files) {
+    SCOPED_TRACE(name);
+    DecodeOptions plain;
+    const DecodedImage want = decode_image(bytes(f), f.size(), plain);
+    DecodeOptions options;
+    std::vector<uint8_t> given_back(f.size(), 0);
+    bool inside = true;
+    options.release = [&](uint64_t begin, uint64_t end) {
+      inside = inside && begin <= end && end <= f.size();
+      for (uint64_t i = begin; i < std::min<uint64_t>(end, f.size()); ++i) given_back[i] = 1;
+    };
+    // The plan (whose checks give everything back at their end) without it:
+    // what is given back here is the decoder's own doing.
+    const DecodePlan plan = plan_decode(bytes(f), f.size(), plain);
+    std::vector<uint8_t> band, joined;
+    uint32_t rows = 0;
+    size_t row_bytes = 0;
+    RowSink sink;
+    sink.begin = [&](uint32_t w, uint32_t h, uint32_t c, SampleType t) {
+      row_bytes = size_t{w} * c * sample_size(t);
+      rows = plan.band_rows ? std::min(plan.band_rows, h) : band_rows(row_bytes, h);
+      band.resize(rows * row_bytes);
+      return RowBand{band.data(), rows};
+    };
+    sink.band = [&](const uint8_t* r, uint32_t, uint32_t count) {
+      joined.insert(joined.end(), r, r + count * row_bytes);
+      return RowBand{band.data(), rows};
+    };
+    const BandedDecode got = decode_in_bands(bytes(f), f.size(), plan, options, sink);
+    EXPECT_TRUE(inside);
+    ASSERT_TRUE(got.taken);
+    ASSERT_EQ(got.decoder, want.decoder);
+    ASSERT_EQ(joined.size(), want.pixels.total() * want.pixels.elemSize());
+    EXPECT_EQ(std::memcmp(joined.data(), want.pixels.data, joined.size()), 0);
+    const double covered = static_cast<double>(std::count(given_back.begin(), given_back.end(), 1)) / f.size();
+    EXPECT_GT(covered, 0.9) << "of the file given back";
+  }
+}
+
+}  // namespace
+}  // namespace imgstat

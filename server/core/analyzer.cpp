@@ -40,8 +40,9 @@ Described describe_pixels(const std::string& format, const Layout& layout) {
 
 // What the file says about itself; bit depth and colour type from the
 // decoded pixels where its format did not say.
-void fill_facts(v1::AnalyzeResponse& r, const uint8_t* data, size_t size, const Layout& layout) {
-  const Facts f = read_facts(data, size);
+void fill_facts(v1::AnalyzeResponse& r, const uint8_t* data, size_t size, const Layout& layout,
+                const std::function<void(uint64_t, uint64_t)>& release = {}) {
+  const Facts f = read_facts(data, size, release);
   v1::ImageFacts* out = r.mutable_facts();
   static const char* kColorTypes[] = {"", "gray", "gray+alpha", "rgb", "rgba"};
   out->set_bit_depth(f.bit_depth ? f.bit_depth : static_cast<uint32_t>(sample_size(layout.type) * 8));
@@ -354,11 +355,33 @@ v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& requ
 v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const CallContext& call) const {
   const v1::Input& input = request.input();
   const StatsRequest stats_request = stats_request_of(request.options());
-  Parts parts = parts_of(request.options(), limits_);
-  const bool with_parts = parts.kind != PartsKind::kWhole;
+  const bool with_parts = parts_of(request.options(), limits_).kind != PartsKind::kWhole;
   const InputBytes data = bytes_of(input, stats_request, with_parts, call);  // holds a region mapped until the engine is done
   if (data.region.fd >= 0 && streams_from_region(input, stats_request, with_parts))
     return analyze_read_region(request, data.region, call);
+  return analyze_input(request, data, {}, call);
+}
+
+v1::AnalyzeResponse Analyzer::analyze_mapped(const v1::AnalyzeRequest& request, const uint8_t* bytes, size_t size,
+                                             const std::function<void(uint64_t, uint64_t)>& release,
+                                             const CallContext& call) const {
+  if (!request.input().data().empty() || request.input().has_region())
+    fail(ErrorCode::kInvalidArgument, "a mapped input carries no data or region of its own");
+  if (kind_of(request.input()) == v1::INPUT_KIND_ENCODED && size > static_cast<size_t>(INT32_MAX))
+    fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
+  InputBytes data;
+  data.data = bytes;
+  data.bytes = size;
+  return analyze_input(request, data, release, call);
+}
+
+v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, const InputBytes& data,
+                                            const std::function<void(uint64_t, uint64_t)>& release,
+                                            const CallContext& call) const {
+  const v1::Input& input = request.input();
+  const StatsRequest stats_request = stats_request_of(request.options());
+  Parts parts = parts_of(request.options(), limits_);
+  const bool with_parts = parts.kind != PartsKind::kWhole;
   if (with_parts && data.on_device)
     fail(ErrorCode::kFailedPrecondition,
          "parts are not computed for images in GPU memory: send the image from host memory (a memfd region)");
@@ -385,6 +408,7 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
       options.max_pixels = limits_.max_pixels;
       options.allow_truncated = request.options().allow_truncated();
       options.cancelled = call.cancelled;
+      options.release = release;
       const DecodePlan plan = plan_decode(bytes, data.size(), options);
       const auto waited_until = memory_wait_until(call, t0);
       // Bands suffice unless a statistic needs the whole image (the luminance).
@@ -449,7 +473,7 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
   }
   const auto t2 = Clock::now();
   fill_response(r, d, result, stats_request, with_parts);
-  if (kind_of(input) == v1::INPUT_KIND_ENCODED) fill_facts(r, bytes, data.size(), d.layout);
+  if (kind_of(input) == v1::INPUT_KIND_ENCODED) fill_facts(r, bytes, data.size(), d.layout, release);
   r.set_decoder(decoded.decoder);
   set_duration(r.mutable_decode_time(), t1 - t0);
   set_duration(r.mutable_compute_time(), t2 - t1);
@@ -592,7 +616,7 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
   const Result result = stream->finish();
   const auto t2 = Clock::now();
   fill_response(r, d, result, request);
-  fill_facts(r, data, size, d.layout);
+  fill_facts(r, data, size, d.layout, options.release);
   r.set_decoder(decoded.decoder);
   for (const std::string& w : decoded.warnings) r.add_warnings(w);
   // The computation overlaps the decode; compute_time is what follows the last row.

@@ -59,6 +59,14 @@ class Analyzer {
   // Each throws imgstat::Error naming what is wrong with the request, or
   // kCancelled / kDeadlineExceeded when the call ended first.
   v1::AnalyzeResponse analyze(const v1::AnalyzeRequest& request, const CallContext& call = {}) const;
+  // The same for an input whose bytes (request.input().data() left empty)
+  // are a file's pages the caller has mapped (the CLI's --local): decoded in
+  // place; release(begin, end) hears which bytes a streamed decoder (PNG,
+  // TIFF) is done with for now (DecodeOptions::release), so that the caller
+  // may drop those pages.
+  v1::AnalyzeResponse analyze_mapped(const v1::AnalyzeRequest& request, const uint8_t* data, size_t size,
+                                     const std::function<void(uint64_t, uint64_t)>& release,
+                                     const CallContext& call = {}) const;
   std::unique_ptr<Upload> begin_upload(const v1::StreamHeader& header) const;
 
   v1::ServerInfo server_info() const;
@@ -84,6 +92,9 @@ class Analyzer {
     size_t size() const { return bytes; }
     bool empty() const { return bytes == 0; }
   };
+  v1::AnalyzeResponse analyze_input(const v1::AnalyzeRequest& request, const InputBytes& data,
+                                    const std::function<void(uint64_t, uint64_t)>& release,
+                                    const CallContext& call) const;
   // parts: the input must be read whole (a region is not streamed).
   InputBytes bytes_of(const v1::Input& input, const StatsRequest& stats, bool parts, const CallContext& call) const;
   // A mask or label image, decoded (in the budget) or raw, and its view.

@@ -125,7 +125,7 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   if (p.format == "PNG" && size >= 29)
     plan.band_memory_bytes = png_stream_memory_bytes(plan.width, plan.height, data[24], data[25], data[28] != 0, size);
   if (p.format == "PNG") {
-    const std::string past_end = png_chunk_past_end(data, size);
+    const std::string past_end = png_chunk_past_end(data, size, options.release);
     if (!past_end.empty()) invalid_data("PNG: " + past_end + ": corrupt or truncated");
   }
   TiffBands tiff;
@@ -140,6 +140,8 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     invalid_data(p.format + ": declares " + std::to_string(plan.width) + "x" + std::to_string(plan.height) +
                  " pixels, but " + std::to_string(size) + " bytes cannot hold that many, however well compressed: "
                  "corrupt or truncated");
+  // What the checks above read (a PNG's every chunk header) is done with for now.
+  if (options.release) options.release(0, size);
   // Below 2^40 pixels and 2^20 bytes a pixel: no overflow.
   plan.memory_bytes = plan.width * plan.height * p.bytes_per_pixel + extra;
   // The whole image from libtiff's units: the sink's two bands are the image.
@@ -265,12 +267,12 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     out.decoder = "libjpeg-turbo";
     out.warnings = std::move(check.warnings);
   } else if (plan.format == "PNG" && plan.band_memory_bytes > 0) {
-    PngDecode png = decode_png(data, size, options.cancelled, sink);
+    PngDecode png = decode_png(data, size, options.cancelled, sink, options.release);
     out.taken = png.taken;
     out.decoder = "imgstat-png";
     out.warnings = std::move(png.warnings);
   } else if (plan.format == "TIFF" && plan.band_memory_bytes > 0) {
-    TiffDecode tiff = decode_tiff(data, size, options.cancelled, sink);
+    TiffDecode tiff = decode_tiff(data, size, options.cancelled, sink, options.release);
     out.taken = tiff.taken;
     out.decoder = "libtiff";
     if (!tiff.libtiff_error.empty()) out.refusal = "libtiff: " + tiff.libtiff_error;

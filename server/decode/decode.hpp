@@ -23,6 +23,12 @@ struct DecodeOptions {
   // Polled inside long decodes where the library allows (libjpeg's check
   // pass, giflib's rows); true ends the decode with kCancelled.
   std::function<bool()> cancelled;
+  // Called as a streamed decoder (PNG, TIFF) goes: it is done with the
+  // input's bytes [begin, end) for now (it may read them again: a check
+  // pass before the decode, a decode that gives up and starts over). A
+  // caller whose bytes are a file's pages may drop them (the file holds
+  // them): memory is then what is in flight, not the whole file.
+  std::function<void(uint64_t begin, uint64_t end)> release;
 };
 
 // What a file declares, from its header alone, before anything is allocated.

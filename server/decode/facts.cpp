@@ -21,9 +21,10 @@ constexpr uint16_t kStdLuma[64] = {16, 11, 12, 14, 12, 10, 16, 14, 13, 14, 18, 1
                                    56, 55, 64, 72, 92, 78, 64, 68, 87, 69, 55, 56, 80, 109, 81, 87,
                                    95, 98, 103, 104, 103, 62, 77, 113, 121, 112, 100, 120, 92, 101, 103, 99};
 
-void read_png(const uint8_t* p, size_t n, Facts& f) {
-  size_t at = 8;
+void read_png(const uint8_t* p, size_t n, Facts& f, const std::function<void(uint64_t, uint64_t)>& release) {
+  size_t at = 8, read = 0;
   while (at + 8 <= n) {
+    if (release && at - read >= (size_t{4} << 20)) release(read, at), read = at;
     const uint32_t len = be32(p + at);
     const uint8_t* type = p + at + 4;
     const uint8_t* body = p + at + 8;
@@ -189,9 +190,9 @@ uint32_t estimate_jpeg_quality(const uint16_t* luma) {
   return best_error <= 128 ? best : 0;
 }
 
-Facts read_facts(const uint8_t* data, size_t size) {
+Facts read_facts(const uint8_t* data, size_t size, const std::function<void(uint64_t, uint64_t)>& release) {
   Facts f;
-  if (starts_with(data, size, "\x89PNG\r\n\x1a\n", 8)) read_png(data, size, f);
+  if (starts_with(data, size, "\x89PNG\r\n\x1a\n", 8)) read_png(data, size, f, release);
   else if (size >= 4 && data[0] == 0xff && data[1] == 0xd8) read_jpeg(data, size, f);
   else if (size >= 12 && std::memcmp(data, "RIFF", 4) == 0 && std::memcmp(data + 8, "WEBP", 4) == 0) read_webp(data, size, f);
   return f;

@@ -5,6 +5,8 @@
 // checked against what is there, nothing allocated from a declared size.
 #pragma once
 
+#include <functional>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -23,8 +25,9 @@ struct Facts {
 };
 
 // Facts of an encoded file, as far as its format tells them; never throws:
-// what cannot be read is left unknown.
-Facts read_facts(const uint8_t* data, size_t size);
+// what cannot be read is left unknown. release, if given, hears which bytes
+// a long walk (a PNG's chunks) is done with (DecodeOptions::release).
+Facts read_facts(const uint8_t* data, size_t size, const std::function<void(uint64_t, uint64_t)>& release = {});
 
 // EXIF orientation from a TIFF-structured EXIF block (starting at its
 // "II*\0" or "MM\0*" header); 0 when absent or unreadable.

@@ -297,10 +297,12 @@ bool png_unfilter_row(uint8_t filter, uint8_t* row, const uint8_t* prev, size_t 
   return true;
 }
 
-std::string png_chunk_past_end(const uint8_t* data, size_t size) {
+std::string png_chunk_past_end(const uint8_t* data, size_t size, const std::function<void(uint64_t, uint64_t)>& release) {
   constexpr uint64_t kHarmless = 1 << 20;  // what libpng may zero for a truncated chunk
   size_t at = 8;                            // past the signature
+  size_t read = 0;                          // chunk headers read before this: done with
   while (size - at >= 8) {
+    if (release && at - read >= (size_t{4} << 20)) release(read, at), read = at;
     const uint32_t length = be32(data + at);
     const std::string type(reinterpret_cast<const char*>(data + at + 4), 4);
     if (type == "IEND") return {};
@@ -367,7 +369,8 @@ uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_d
   return 2 * stride * band_rows(stride, height) + stride + 2 * out_row * band_rows(out_row, height) + inflating;
 }
 
-PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink) {
+PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
+                     const std::function<void(uint64_t, uint64_t)>& release) {
   PngDecode out;
   InfoRead reader{data, size, 0, &out.warnings, {}};
   Libpng lib;
@@ -385,7 +388,11 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
   // else (a CRC libpng would refuse, chunks after the image data) is libpng's.
   std::vector<std::pair<const uint8_t*, size_t>> idat;
   size_t at = reader.pos - 8;
+  // The check reads every chunk: what it has read goes back as it goes
+  // (the decode reads the image data again, in order).
+  size_t checked = at;
   for (;;) {
+    if (release && at - checked >= (size_t{4} << 20)) release(checked, at), checked = at;
     if (size - at < 12) return out;
     const uint32_t length = be32(data + at);
     if (length > 0x7fffffffu || size - at - 12 < length) return out;
@@ -399,6 +406,11 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
     idat.emplace_back(type + 4, length);
     at += size_t{length} + 12;
   }
+  if (release) release(checked, at);
+  uint64_t released = 0;  // the decode's: bytes before this done with
+  auto done_before = [&](uint64_t offset) {
+    if (release && offset > released) release(released, offset), released = offset;
+  };
   const uint32_t channels_in = stored_channels(static_cast<uint32_t>(h.colour_type));
   const size_t row_bytes = (size_t{h.width} * channels_in * static_cast<uint32_t>(h.bit_depth) + 7) / 8;
   const size_t stride = row_bytes + 1;
@@ -573,8 +585,20 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
       }
       return true;
     };
-    const bool inflated = parallel_inflate(pieces, uint64_t{h.height} * stride, take, png_inflate_options());
+    ParallelInflateOptions options = png_inflate_options();
+    if (release) {
+      // The stream's offset back to the file's: the IDAT piece holding it.
+      std::vector<uint64_t> starts;
+      uint64_t at = 0;
+      for (const StreamPiece& piece : pieces) starts.push_back(at), at += piece.size;
+      options.consumed = [&, starts](uint64_t offset) {
+        const size_t k = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), offset) - starts.begin());
+        if (k > 0) done_before(static_cast<uint64_t>(pieces[k - 1].data - data) + (offset - starts[k - 1]));
+      };
+    }
+    const bool inflated = parallel_inflate(pieces, uint64_t{h.height} * stride, take, options);
     if (!passed() || !inflated || y0 != h.height) return given_up();
+    done_before(size);
     return out;
   }
   for (uint32_t y0 = 0; y0 < h.height; y0 += chunk_rows, k ^= 1) {
@@ -585,6 +609,7 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
       return given_up();
     }
     if (!passed()) return given_up();
+    if (z.next_in) done_before(static_cast<uint64_t>(z.next_in - data));
     if (n == h.height) {  // one chunk: no helper
       if (!pass_on(chunk, y0, n)) return given_up();
     } else {
@@ -611,6 +636,7 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
   }
   for (; next_idat < idat.size(); ++next_idat) z.avail_in += static_cast<uInt>(idat[next_idat].second > 0);
   if (!ended || z.avail_in != 0) out.taken = false;
+  done_before(size);
   return out;
 }
 

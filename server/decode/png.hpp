@@ -50,10 +50,15 @@ constexpr uint64_t kParallelPngInflateBytes = uint64_t{4} << 20;
 // declared length (up to 2 GiB, whatever the file's size; IDAT it reads in
 // pieces): the caller refuses it before libpng or OpenCV sees it. Smaller
 // overruns (a truncated file) are left to libpng, which says what it met.
-std::string png_chunk_past_end(const uint8_t* data, size_t size);
+// release, if given, hears which bytes the walk is done with (DecodeOptions::release).
+std::string png_chunk_past_end(const uint8_t* data, size_t size,
+                               const std::function<void(uint64_t, uint64_t)>& release = {});
 
-// cancelled is polled between bands; true throws kCancelled. The sink may throw.
-PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink);
+// cancelled is polled between bands; true throws kCancelled. The sink may
+// throw. release, if given, hears how far the image data has been read
+// (DecodeOptions::release).
+PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
+                     const std::function<void(uint64_t, uint64_t)>& release = {});
 
 // Reverses one row's PNG filter in place (types 0..4; bpp = bytes per
 // complete pixel, at least 1; prev = the previous row, already unfiltered,

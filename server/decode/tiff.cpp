@@ -346,7 +346,8 @@ TiffBands plan_tiff(const uint8_t* data, size_t size) {
   return out;
 }
 
-TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink) {
+TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
+                       const std::function<void(uint64_t, uint64_t)>& release) {
   TiffDecode out;
   const std::unique_ptr<Handle> first = open_handle(data, size);
   Shape s;
@@ -364,6 +365,27 @@ TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<boo
     if (!failed.exchange(true)) out.libtiff_error = error.empty() ? otherwise : error;
   };
 
+  // Where the units of each unit row and all later ones begin in the file:
+  // after a band, the bytes before that are read for the last time.
+  std::vector<uint64_t> first_offset;
+  if (release && !s.line_by_line) {
+    TIFF* tif = first->tif;
+    const uint32_t unit_rows = (s.height + s.unit_height - 1) / s.unit_height, across = s.units_across();
+    const uint32_t planes = s.planar ? s.samples : 1;
+    first_offset.assign(size_t{unit_rows} + 1, UINT64_MAX);
+    for (uint32_t r = unit_rows; r-- > 0;) {
+      uint64_t lowest = first_offset[r + 1];
+      for (uint32_t p = 0; p < planes; ++p)
+        for (uint32_t c = 0; c < across; ++c) {
+          const uint32_t unit = s.tiled ? TIFFComputeTile(tif, c * s.unit_width, r * s.unit_height, 0, static_cast<uint16_t>(p))
+                                        : p * unit_rows + r;
+          lowest = std::min<uint64_t>(lowest, TIFFGetStrileOffset(tif, unit));
+        }
+      first_offset[r] = lowest;
+    }
+  }
+
+  uint64_t released = 0;
   RowBand band = sink.begin(s.width, s.height, s.channels, s.type);
   const uint64_t row_bytes = s.row_bytes();
   for (uint32_t y0 = 0; y0 < s.height;) {
@@ -397,7 +419,12 @@ TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<boo
     if (failed) return out;
     band = sink.band(band.rows, y0, n);
     y0 += n;
+    if (!first_offset.empty() && y0 < s.height && y0 % s.unit_height == 0) {
+      const uint64_t next = std::min<uint64_t>(first_offset[y0 / s.unit_height], size);
+      if (next > released) release(released, next), released = next;
+    }
   }
+  if (release && released < size) release(released, size);
   out.taken = true;
   return out;
 }

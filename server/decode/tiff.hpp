@@ -50,7 +50,10 @@ struct TiffDecode {
   std::string libtiff_error;
 };
 
-// cancelled is polled between bands; true throws kCancelled. The sink may throw.
-TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink);
+// cancelled is polled between bands; true throws kCancelled. The sink may
+// throw. release, if given, hears after each band that the bytes before
+// the strips and tiles still to read are done with (DecodeOptions::release).
+TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
+                       const std::function<void(uint64_t, uint64_t)>& release = {});
 
 }  // namespace imgstat

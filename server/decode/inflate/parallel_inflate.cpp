@@ -415,6 +415,7 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
     total = t;
     true_end = end;
     ended = final;
+    if (options.consumed) options.consumed(std::min<uint64_t>(n, true_end / 8));
   }
   if (!ended) return zlib_from(data, n, window, true_end, win, total, adler, expected, sink);
   // The final block, then the checksum and nothing else: zlib's stream end.

@@ -35,6 +35,9 @@ struct ParallelInflateOptions {
   // Compressed bytes a run may read past its chunk to finish its last
   // block (each task copies its chunk and these from the stream's pieces).
   uint64_t slack_bytes = 256 << 10;
+  // After each group of chunks has gone to the sink: the stream's bytes
+  // before this offset will not be read again (unless zlib takes over).
+  std::function<void(uint64_t offset)> consumed;
 };
 
 // A stream in pieces: a PNG's IDAT chunks, read in place.
