@@ -18,6 +18,7 @@
 #include "decode/decode.hpp"
 #include "decode/library_messages.hpp"
 #include "decode/png.hpp"
+#include "decoder_answers.hpp"
 #include "png_samples.hpp"
 
 namespace imgstat {
@@ -29,51 +30,9 @@ using testing::write_png;
 
 const uint8_t* bytes(const std::string& s) { return reinterpret_cast<const uint8_t*>(s.data()); }
 
-struct Answer {
-  bool ok = false;
-  std::string decoder;
-  std::vector<cv::Mat> planes;  // reported order: R,G,B,A or Gray
-  std::vector<std::string> warnings;
-  std::string error;
-};
-
-Answer ours(const std::string& f) {
-  Answer a;
-  try {
-    const DecodedImage d = decode_image(bytes(f), f.size(), DecodeOptions{});
-    a.ok = true;
-    a.decoder = d.decoder;
-    a.warnings = d.warnings;
-    for (uint32_t c : d.channel_order) {
-      cv::Mat plane;
-      cv::extractChannel(d.pixels, plane, static_cast<int>(c));
-      a.planes.push_back(plane);
-    }
-  } catch (const Error& e) {
-    a.error = e.what();
-  }
-  return a;
-}
-
-// OpenCV's imdecode with what libpng printed meanwhile.
-Answer libpng(const std::string& f) {
-  Answer a;
-  LibraryMessages said;
-  cv::Mat m;
-  try {
-    m = cv::imdecode(cv::Mat(1, static_cast<int>(f.size()), CV_8U, const_cast<char*>(f.data())), cv::IMREAD_UNCHANGED);
-  } catch (const cv::Exception&) {
-  }
-  a.warnings = said.lines();
-  if (m.empty()) return a;
-  a.ok = true;
-  for (int i = 0; i < m.channels(); ++i) {
-    cv::Mat plane;
-    cv::extractChannel(m, plane, m.channels() >= 3 && i < 3 ? 2 - i : i);
-    a.planes.push_back(plane);
-  }
-  return a;
-}
+using Answer = testing::DecoderAnswer;
+Answer ours(const std::string& f) { return testing::imgstat_answer(f); }
+Answer libpng(const std::string& f) { return testing::opencv_answer(f); }  // libpng through OpenCV
 
 // Empty when both answers agree.
 std::string difference(const Answer& a, const Answer& b) {
@@ -89,21 +48,10 @@ std::string difference(const Answer& a, const Answer& b) {
     for (const auto& w : b.warnings) s += " [libpng] " + w;
     return s;
   }
-  if (a.planes.size() != b.planes.size())
-    return "channels " + std::to_string(a.planes.size()) + " vs " + std::to_string(b.planes.size());
-  for (size_t c = 0; c < a.planes.size(); ++c) {
-    if (a.planes[c].size() != b.planes[c].size() || a.planes[c].type() != b.planes[c].type())
-      return "channel " + std::to_string(c) + ": size or type differs";
-    if (cv::norm(a.planes[c], b.planes[c], cv::NORM_INF) != 0) return "channel " + std::to_string(c) + ": samples differ";
-  }
-  return {};
+  return testing::plane_difference(a, b);
 }
 
-void setup_messages() {
-  static bool done = false;
-  if (!done) catch_library_messages([](const std::string&) {});
-  done = true;
-}
+void setup_messages() { testing::quiet_library_messages(); }
 
 struct Kind {
   const char* name;

@@ -25,79 +25,25 @@
 #include "decode/decode.hpp"
 #include "decode/library_messages.hpp"
 #include "decode/tiff.hpp"
+#include "decoder_answers.hpp"
 
 namespace imgstat {
 namespace {
 
 const uint8_t* bytes(const std::string& s) { return reinterpret_cast<const uint8_t*>(s.data()); }
 
-struct Answer {
-  bool ok = false;
-  ErrorCode code = ErrorCode::kInternal;
-  std::string decoder;
-  std::vector<cv::Mat> planes;  // reported order: R,G,B,A or Gray
-  std::string error;
-};
-
-Answer ours(const std::string& f, const DecodeOptions& options = {}) {
-  Answer a;
-  try {
-    const DecodedImage d = decode_image(bytes(f), f.size(), options);
-    a.ok = true;
-    a.decoder = d.decoder;
-    for (uint32_t c : d.channel_order) {
-      cv::Mat plane;
-      cv::extractChannel(d.pixels, plane, static_cast<int>(c));
-      a.planes.push_back(plane);
-    }
-  } catch (const Error& e) {
-    a.code = e.code();
-    a.error = e.what();
-  }
-  return a;
-}
-
-Answer opencv(const std::string& f) {
-  Answer a;
-  LibraryMessages said;  // what OpenCV prints on a failure is not the test's output
-  cv::Mat m;
-  try {
-    m = cv::imdecode(cv::Mat(1, static_cast<int>(f.size()), CV_8U, const_cast<char*>(f.data())), cv::IMREAD_UNCHANGED);
-  } catch (const cv::Exception&) {
-  }
-  if (m.empty()) return a;
-  a.ok = true;
-  for (int i = 0; i < m.channels(); ++i) {
-    cv::Mat plane;
-    cv::extractChannel(m, plane, m.channels() >= 3 && i < 3 ? 2 - i : i);
-    a.planes.push_back(plane);
-  }
-  return a;
-}
-
-bool same_samples(const cv::Mat& a, const cv::Mat& b) {
-  if (a.size() != b.size() || a.type() != b.type()) return false;
-  for (int y = 0; y < a.rows; ++y)  // bytes, so that NaN equals NaN
-    if (std::memcmp(a.ptr(y), b.ptr(y), a.cols * a.elemSize()) != 0) return false;
-  return true;
-}
+using Answer = testing::DecoderAnswer;
+Answer ours(const std::string& f) { return testing::imgstat_answer(f); }
+Answer opencv(const std::string& f) { return testing::opencv_answer(f); }
 
 // Empty when both answers agree: the same verdict, the same pixels.
 std::string difference(const Answer& a, const Answer& b) {
   if (a.ok != b.ok) return std::string("decoded: ") + (a.ok ? "ours" : "OpenCV's") + " only (" + a.error + ")";
   if (!a.ok) return a.code == ErrorCode::kInvalidArgument ? "" : "error code is not INVALID_ARGUMENT: " + a.error;
-  if (a.planes.size() != b.planes.size())
-    return "channels " + std::to_string(a.planes.size()) + " vs " + std::to_string(b.planes.size());
-  for (size_t c = 0; c < a.planes.size(); ++c)
-    if (!same_samples(a.planes[c], b.planes[c])) return "channel " + std::to_string(c) + ": samples differ";
-  return {};
+  return testing::plane_difference(a, b);
 }
 
-void setup_messages() {
-  static bool done = false;
-  if (!done) catch_library_messages([](const std::string&) {});
-  done = true;
-}
+void setup_messages() { testing::quiet_library_messages(); }
 
 struct Spec {
   std::string name;
