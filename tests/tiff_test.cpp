@@ -307,11 +307,13 @@ TEST(Tiff, CorpusFilesTakenOrNotAnswerAsOpenCv) {
 // image; on one core as on several.
 TEST(Tiff, BandsAndCoresGiveTheSameRows) {
   std::mt19937 rng(12);
-  for (const auto& [name, spec] : std::vector<std::pair<const char*, Spec>>{
+  for (const auto& named : std::vector<std::pair<const char*, Spec>>{
            {"RGB8 LZW strips of 3", [] { Spec s; s.width = 1001, s.height = 1999, s.samples = 3, s.photometric = PHOTOMETRIC_RGB, s.compression = COMPRESSION_LZW, s.rows_per_strip = 3; return s; }()},
            {"gray16 deflate tiles 64x32", [] { Spec s; s.width = 1500, s.height = 1601, s.bits = 16, s.compression = COMPRESSION_ADOBE_DEFLATE, s.tile_width = 64, s.tile_height = 32; return s; }()},
            {"palette tiles", [] { Spec s; s.width = 2000, s.height = 1500, s.photometric = PHOTOMETRIC_PALETTE, s.tile_width = 128, s.tile_height = 128; return s; }()},
            {"gray8 one strip (line by line)", [] { Spec s; s.width = 9000, s.height = 8000, s.compression = COMPRESSION_ADOBE_DEFLATE, s.rows_per_strip = 8000; return s; }()}}) {
+    const char* name = named.first;  // no structured binding: lambdas capture spec (clang 14)
+    const Spec& spec = named.second;
     SCOPED_TRACE(name);
     const std::string f = write_tiff(spec, rng);
     const DecodedImage whole = decode_image(bytes(f), f.size(), DecodeOptions{});
@@ -552,8 +554,9 @@ TEST(Release, StreamedDecodersGiveBackWhatTheyHaveRead) {
       files.emplace_back("PNG " + std::to_string(w) + "x" + std::to_string(h), std::string(buf.begin(), buf.end()));
     }
   }
-  for (const auto& [name, f] : files) {
-    SCOPED_TRACE(name);
+  for (const auto& named : files) {
+    const std::string& f = named.second;  // no structured binding: lambdas capture f (clang 14)
+    SCOPED_TRACE(named.first);
     DecodeOptions plain;
     const DecodedImage want = decode_image(bytes(f), f.size(), plain);
     DecodeOptions options;
