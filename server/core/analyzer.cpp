@@ -1,7 +1,11 @@
 #include "core/analyzer.hpp"
 
 #include <chrono>
+#include <condition_variable>
 #include <future>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include "core/response.hpp"
 #include "core/validate.hpp"
@@ -15,6 +19,32 @@
 #endif
 
 namespace imgstat {
+
+class ArrivingDecodes {
+ public:
+  ~ArrivingDecodes() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ended_.wait(lock, [&] { return running_ == 0; });
+  }
+  void start(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++running_;
+    }
+    std::thread([this, fn = std::move(fn)]() mutable {
+      fn();
+      fn = nullptr;  // what it holds goes before the analyzer may
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--running_ == 0) ended_.notify_all();
+    }).detach();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable ended_;
+  int running_ = 0;
+};
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -188,6 +218,13 @@ class HeldUpload final : public Upload {
     }
     data->append(chunk);
   }
+  const std::string& bytes() const { return request_.input().data(); }
+  // What it held went elsewhere (the spool).
+  void drop() {
+    request_.mutable_input()->clear_data();
+    request_.mutable_input()->mutable_data()->shrink_to_fit();
+    lease_.release();
+  }
   v1::AnalyzeResponse finish(const CallContext& call) override {
     const uint64_t got = request_.input().data().size();
     if (got != total_)
@@ -202,6 +239,96 @@ class HeldUpload final : public Upload {
   MemoryBudget::Lease lease_;  // the bytes received so far
   v1::AnalyzeRequest request_;
   uint64_t total_ = 0;
+};
+
+// An encoded upload, its format told by its first bytes. PNG and TIFF of
+// kSpoolFromBytes or more go to the spool as they arrive (core/spool.hpp),
+// its bytes charged to --max-spool-bytes, not to the decode memory: a PNG
+// is decoded meanwhile on a thread of its own, as far as its bytes have
+// come (a slow client's file is done soon after its last byte); a TIFF is
+// decoded from the file once it is whole (libtiff reads the directory
+// first, and libtiff's writers put it after the image data). Anything else,
+// or no spool, is held in memory (HeldUpload).
+class EncodedUpload final : public Upload {
+ public:
+  EncodedUpload(const Analyzer& analyzer, MemoryBudget& budget, const v1::StreamHeader& header, CallContext call)
+      : analyzer_(analyzer), header_(header), call_(std::move(call)), held_(analyzer, budget, header) {
+    total_ = header.total_bytes();
+  }
+  ~EncodedUpload() override {
+    if (file_) file_->abort(ErrorCode::kCancelled, "the upload ended");  // its decode ends on its own
+  }
+  void add(const std::string& chunk) override {
+    if (file_) {
+      file_->append(reinterpret_cast<const uint8_t*>(chunk.data()), chunk.size());
+      if (decode_.valid() && decode_.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
+        early_ = decode_.get();  // a refusal ends the call now, not after the last chunk
+      return;
+    }
+    held_.add(chunk);
+    const std::string& got = held_.bytes();
+    if (decided_ || (got.size() < kHeadBytes && got.size() < total_)) return;
+    decided_ = true;
+    const std::string format = probe(reinterpret_cast<const uint8_t*>(got.data()), got.size()).format;
+    if (total_ < kSpoolFromBytes || (format != "PNG" && format != "TIFF")) return;
+    file_ = analyzer_.spool().open(total_);
+    if (!file_) return;
+    file_->append(reinterpret_cast<const uint8_t*>(got.data()), got.size());
+    held_.drop();
+    if (format == "PNG") start_decode();
+  }
+  v1::AnalyzeResponse finish(const CallContext& call) override {
+    if (!file_) return held_.finish(call);
+    if (file_->received() != total_)
+      fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(file_->received()) +
+                                            " of the header's total_bytes " + std::to_string(total_));
+    if (early_) return *early_;
+    if (decode_.valid()) return decode_.get();
+    std::shared_ptr<SpoolFile> file = file_;
+    return analyzer_.analyze_mapped(request(), file->data(), file->size(),
+                                    [file](uint64_t begin, uint64_t end) { file->release(begin, end); }, call);
+  }
+
+ private:
+  static constexpr size_t kHeadBytes = 64;  // enough for probe() to tell PNG and TIFF
+
+  v1::AnalyzeRequest request() const {
+    v1::AnalyzeRequest r;
+    *r.mutable_input() = header_.input();
+    *r.mutable_options() = header_.options();
+    return r;
+  }
+  // The thread's call: the stream's deadline and caller; cancelled once the
+  // upload ends (the call may be gone by then).
+  void start_decode() {
+    auto result = std::make_shared<std::promise<v1::AnalyzeResponse>>();
+    decode_ = result->get_future();
+    CallContext call;
+    call.deadline = call_.deadline;
+    call.caller = call_.caller;
+    call.same_host = call_.same_host;
+    std::shared_ptr<SpoolFile> file = file_;
+    call.cancelled = [file] { return file->aborted(); };
+    analyzer_.start_arriving_decode([&analyzer = analyzer_, request = request(), file, call, result] {
+      try {
+        result->set_value(analyzer.analyze_mapped(
+            request, file->data(), file->size(), [&file](uint64_t begin, uint64_t end) { file->release(begin, end); },
+            call, [&file](uint64_t end) { file->wait_for(end); }));
+      } catch (...) {
+        result->set_exception(std::current_exception());
+      }
+    });
+  }
+
+  const Analyzer& analyzer_;
+  const v1::StreamHeader header_;
+  const CallContext call_;
+  HeldUpload held_;  // until the first bytes tell the format, and what is not spooled
+  uint64_t total_ = 0;
+  bool decided_ = false;
+  std::shared_ptr<SpoolFile> file_;
+  std::future<v1::AnalyzeResponse> decode_;
+  std::optional<v1::AnalyzeResponse> early_;
 };
 
 // An input in a region: a stream of its header alone, analyzed at its end.
@@ -275,8 +402,14 @@ Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_pt
       limits_(resolve(limits, engine_->info().threads)),
       regions_(std::move(regions)) {
   budget_ = std::make_unique<MemoryBudget>(limits_.max_decode_memory, limits_.max_queue);
+  spool_ = std::make_unique<Spool>(limits_.spool_dir == "none" ? "" : limits_.spool_dir, limits_.max_spool_bytes);
+  arriving_ = std::make_unique<ArrivingDecodes>();
   configure_decoders(limits_.max_pixels);
 }
+
+Analyzer::~Analyzer() = default;
+
+void Analyzer::start_arriving_decode(std::function<void()> fn) const { arriving_->start(std::move(fn)); }
 
 namespace {
 // Raw pixels and bytes in a region that is read go to the engine in chunks,
@@ -359,12 +492,13 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
   const InputBytes data = bytes_of(input, stats_request, with_parts, call);  // holds a region mapped until the engine is done
   if (data.region.fd >= 0 && streams_from_region(input, stats_request, with_parts))
     return analyze_read_region(request, data.region, call);
-  return analyze_input(request, data, {}, call);
+  return analyze_input(request, data, {}, {}, call);
 }
 
 v1::AnalyzeResponse Analyzer::analyze_mapped(const v1::AnalyzeRequest& request, const uint8_t* bytes, size_t size,
                                              const std::function<void(uint64_t, uint64_t)>& release,
-                                             const CallContext& call) const {
+                                             const CallContext& call,
+                                             const std::function<void(uint64_t)>& arrived) const {
   if (!request.input().data().empty() || request.input().has_region())
     fail(ErrorCode::kInvalidArgument, "a mapped input carries no data or region of its own");
   if (kind_of(request.input()) == v1::INPUT_KIND_ENCODED && size > static_cast<size_t>(INT32_MAX))
@@ -372,11 +506,12 @@ v1::AnalyzeResponse Analyzer::analyze_mapped(const v1::AnalyzeRequest& request, 
   InputBytes data;
   data.data = bytes;
   data.bytes = size;
-  return analyze_input(request, data, release, call);
+  return analyze_input(request, data, release, arrived, call);
 }
 
 v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, const InputBytes& data,
                                             const std::function<void(uint64_t, uint64_t)>& release,
+                                            const std::function<void(uint64_t)>& arrived,
                                             const CallContext& call) const {
   const v1::Input& input = request.input();
   const StatsRequest stats_request = stats_request_of(request.options());
@@ -409,10 +544,20 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
       options.allow_truncated = request.options().allow_truncated();
       options.cancelled = call.cancelled;
       options.release = release;
-      const DecodePlan plan = plan_decode(bytes, data.size(), options);
+      options.arrived = arrived;
+      DecodePlan plan = plan_decode(bytes, data.size(), options);
       const auto waited_until = memory_wait_until(call, t0);
       // Bands suffice unless a statistic needs the whole image (the luminance).
       const bool in_bands = plan.band_memory_bytes > 0 && !stats_request.luminance && !with_parts;
+      // Only the banded PNG decoder reads a file as it arrives; the rest
+      // waits for all of it, planned again whole (PNG's checks of every chunk).
+      auto whole = [&] {
+        if (!options.arrived) return;
+        options.arrived(data.size());
+        options.arrived = nullptr;
+        plan = plan_decode(bytes, data.size(), options);
+      };
+      if (!in_bands || plan.format != "PNG") whole();
       lease = budget_->acquire(in_bands ? plan.band_memory_bytes : plan.memory_bytes,
                                "this " + std::to_string(plan.width) + "x" + std::to_string(plan.height) + " " + plan.format,
                                call, waited_until);
@@ -432,6 +577,7 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
       // A JPEG's check is its decode on this path (decode_jpeg): one pass.
       if (in_bands && analyze_in_bands(bytes, data.size(), plan, options, stats_request, call, r)) return r;
       if (in_bands) {  // the streamed decoder did not take it after all: the whole image, in the budget
+        whole();
         lease.release();
         lease = budget_->acquire(plan.memory_bytes, "this " + plan.format, call, waited_until);
       }
@@ -611,6 +757,7 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
   BandedDecode decoded = decode_in_bands(data, size, plan, options, sink);
   fed();
   if (!decoded.taken) return false;
+  if (options.arrived) options.arrived(size);  // the facts are read from the whole file
   call.check("after decoding");
   const auto t1 = Clock::now();
   const Result result = stream->finish();
@@ -625,7 +772,7 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
   return true;
 }
 
-std::unique_ptr<Upload> Analyzer::begin_upload(const v1::StreamHeader& header) const {
+std::unique_ptr<Upload> Analyzer::begin_upload(const v1::StreamHeader& header, const CallContext& call) const {
   const v1::Input& input = header.input();
   if (!input.data().empty())
     fail(ErrorCode::kInvalidArgument, "the stream header carries data; send it in the chunks that follow");
@@ -656,14 +803,14 @@ std::unique_ptr<Upload> Analyzer::begin_upload(const v1::StreamHeader& header) c
     default:
       if (total > static_cast<uint64_t>(INT32_MAX))
         fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
-      return std::make_unique<HeldUpload>(*this, *budget_, header);
+      return std::make_unique<EncodedUpload>(*this, *budget_, header, call);
   }
 }
 
 void StreamAssembler::take(const v1::AnalyzeStreamRequest& message) {
   if (!upload_) {
     if (!message.has_header()) fail(ErrorCode::kInvalidArgument, "the first AnalyzeStream message must be a header");
-    upload_ = analyzer_.begin_upload(message.header());
+    upload_ = analyzer_.begin_upload(message.header(), call_);
   } else if (message.has_header()) {
     fail(ErrorCode::kInvalidArgument, "AnalyzeStream received a second header");
   } else {

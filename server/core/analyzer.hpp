@@ -11,6 +11,7 @@
 #include "core/call_context.hpp"
 #include "core/limits.hpp"
 #include "core/regions.hpp"
+#include "core/spool.hpp"
 #include "decode/decode.hpp"
 #include "decode/gpu_jpeg.hpp"
 #include "imgstat/engine.hpp"
@@ -36,7 +37,10 @@ class Analyzer;
 // (no header, a second header, too many bytes, ...); end() finishes the upload.
 class StreamAssembler {
  public:
-  explicit StreamAssembler(const Analyzer& analyzer) : analyzer_(analyzer) {}
+  // call: the stream's, for the decode that may run while chunks arrive
+  // (its deadline and caller; it ends when this does).
+  explicit StreamAssembler(const Analyzer& analyzer, CallContext call = {})
+      : analyzer_(analyzer), call_(std::move(call)) {}
   void take(const v1::AnalyzeStreamRequest& message);
   // Called when the next message is not yet there.
   void pause();
@@ -44,8 +48,13 @@ class StreamAssembler {
 
  private:
   const Analyzer& analyzer_;
+  const CallContext call_;
   std::unique_ptr<Upload> upload_;
 };
+
+// Threads that decode uploads as they arrive; each ends on its own once its
+// upload ends, and the analyzer waits for them before it goes.
+class ArrivingDecodes;
 
 class Analyzer {
  public:
@@ -55,6 +64,7 @@ class Analyzer {
   // may name (the server's; --local has none).
   Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_ptr<GpuJpegDecoder> gpu_jpeg = nullptr,
            std::shared_ptr<RegionTable> regions = nullptr);
+  ~Analyzer();
 
   // Each throws imgstat::Error naming what is wrong with the request, or
   // kCancelled / kDeadlineExceeded when the call ended first.
@@ -64,14 +74,20 @@ class Analyzer {
   // place; release(begin, end) hears which bytes a streamed decoder (PNG,
   // TIFF) is done with for now (DecodeOptions::release), so that the caller
   // may drop those pages.
+  // arrived, if given: the bytes are still arriving (DecodeOptions::arrived).
   v1::AnalyzeResponse analyze_mapped(const v1::AnalyzeRequest& request, const uint8_t* data, size_t size,
                                      const std::function<void(uint64_t, uint64_t)>& release,
-                                     const CallContext& call = {}) const;
-  std::unique_ptr<Upload> begin_upload(const v1::StreamHeader& header) const;
+                                     const CallContext& call = {},
+                                     const std::function<void(uint64_t)>& arrived = {}) const;
+  // call: the stream's (StreamAssembler).
+  std::unique_ptr<Upload> begin_upload(const v1::StreamHeader& header, const CallContext& call = {}) const;
 
   v1::ServerInfo server_info() const;
   const Limits& limits() const { return limits_; }
   const MemoryBudget& budget() const { return *budget_; }
+  Spool& spool() const { return *spool_; }
+  // Starts fn on a thread of its own, waited for by ~Analyzer.
+  void start_arriving_decode(std::function<void()> fn) const;
   RegionTable* regions() const { return regions_.get(); }
   const std::shared_ptr<RegionTable>& shared_regions() const { return regions_; }
   // Where the server takes region descriptors, for ServerInfo.
@@ -94,7 +110,7 @@ class Analyzer {
   };
   v1::AnalyzeResponse analyze_input(const v1::AnalyzeRequest& request, const InputBytes& data,
                                     const std::function<void(uint64_t, uint64_t)>& release,
-                                    const CallContext& call) const;
+                                    const std::function<void(uint64_t)>& arrived, const CallContext& call) const;
   // parts: the input must be read whole (a region is not streamed).
   InputBytes bytes_of(const v1::Input& input, const StatsRequest& stats, bool parts, const CallContext& call) const;
   // A mask or label image, decoded (in the budget) or raw, and its view.
@@ -129,6 +145,9 @@ class Analyzer {
   std::unique_ptr<MemoryBudget> budget_;
   std::shared_ptr<RegionTable> regions_;
   std::string region_socket_;
+  std::unique_ptr<Spool> spool_;
+  // Last: its threads end before anything they use goes.
+  std::unique_ptr<ArrivingDecodes> arriving_;
 };
 
 }  // namespace imgstat

@@ -1,7 +1,10 @@
 #include "core/limits.hpp"
 
 #include <CLI/CLI.hpp>
+#include <sys/statvfs.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include <algorithm>
 #include <fstream>
@@ -19,6 +22,16 @@ uint64_t default_decode_memory() {
 Limits resolve(Limits l, unsigned worker_threads) {
   if (l.max_decode_memory == 0) l.max_decode_memory = default_decode_memory();
   if (l.max_concurrent == 0) l.max_concurrent = 64 * std::max(1u, worker_threads);
+  if (l.spool_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    l.spool_dir = tmp && *tmp ? tmp : "/tmp";
+  }
+  if (l.spool_dir != "none" && l.max_spool_bytes == 0) {
+    struct statvfs fs {};
+    const uint64_t free_bytes =
+        ::statvfs(l.spool_dir.c_str(), &fs) == 0 ? uint64_t{fs.f_bavail} * uint64_t{fs.f_frsize} : 0;
+    l.max_spool_bytes = std::max<uint64_t>(free_bytes / 2, uint64_t{64} << 20);
+  }
   return l;
 }
 
@@ -56,6 +69,13 @@ void add_limit_flags(CLI::App& app, Limits& l) {
   app.add_option("--max-region-tickets", l.max_region_tickets,
                  "descriptors one region socket connection may pass before registering them")
       ->envname("IMGSTAT_MAX_REGION_TICKETS")->check(CLI::Range(1u, 1024u))->capture_default_str();
+  app.add_option("--spool-dir", l.spool_dir,
+                 "where large PNG and TIFF uploads are written while they arrive (a directory on disk); "
+                 "default $TMPDIR or /tmp; none: kept in memory")
+      ->envname("IMGSTAT_SPOOL_DIR");
+  app.add_option("--max-spool-bytes", l.max_spool_bytes,
+                 "bytes all spooled uploads may hold; 0: half of the spool's free space")
+      ->envname("IMGSTAT_MAX_SPOOL_BYTES")->capture_default_str();
   app.add_option("--max-connection-age", l.max_connection_age_seconds,
                  "seconds after which a connection is asked to go, so that clients re-resolving a name spread "
                  "over new servers; 0: never")

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace CLI {
 class App;
@@ -15,6 +16,9 @@ namespace imgstat {
 inline constexpr uint32_t kMaxBins = 65536;
 // Untrusted strings (an input's name) are cut to this many bytes in the log.
 inline constexpr uint32_t kMaxLoggedNameBytes = 200;
+// Encoded uploads from this size on are spooled (Limits::spool_dir); the
+// CLI streams files from 4 MiB on.
+inline constexpr uint64_t kSpoolFromBytes = uint64_t{1} << 20;
 
 struct Limits {
   // --max-message-bytes: largest gRPC message; larger inputs use AnalyzeStream.
@@ -51,6 +55,16 @@ struct Limits {
   // Each part's answer is also bounded by --max-message-bytes.
   uint64_t max_parts = 65536;
   uint64_t max_region_bytes = uint64_t{64} << 30;
+  // --spool-dir: where AnalyzeStream uploads of PNG and TIFF files of
+  // kSpoolFromBytes or more are written while they arrive (core/spool.hpp),
+  // so that memory holds what is being decoded, not the file. "": $TMPDIR,
+  // else /tmp; "none": uploads stay in memory (in the decode memory).
+  // Give it a directory on disk: on a tmpfs the files are memory again.
+  std::string spool_dir;
+  // --max-spool-bytes: bytes all spooled uploads may hold together; more
+  // are refused with RESOURCE_EXHAUSTED. 0: half of the spool file system's
+  // free space at start.
+  uint64_t max_spool_bytes = 0;
   // The region socket: --max-region-connections open at once, and
   // --max-region-tickets descriptors one connection may pass that are not
   // registered yet.

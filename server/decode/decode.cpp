@@ -70,6 +70,12 @@ cv::Mat opencv_decode(const uint8_t* data, size_t size, const std::string& forma
   }
 }
 
+// What libpng would allocate for a chunk the file cannot hold is refused first.
+void check_png_chunks(const uint8_t* data, size_t size, const DecodeOptions& options) {
+  const std::string past_end = png_chunk_past_end(data, size, options.release);
+  if (!past_end.empty()) invalid_data("PNG: " + past_end + ": corrupt or truncated");
+}
+
 }  // namespace
 
 // bgr: the channels are OpenCV's B,G,R(,A), reported as R,G,B(,A).
@@ -96,7 +102,13 @@ void configure_decoders(uint64_t max_pixels) {
 
 DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& options) {
   if (size == 0) invalid_data("empty input: no bytes to decode");
-  Probe p = probe(data, size);
+  // A PNG still arriving is planned from its header (IHDR); its other
+  // chunks are walked as the decoder meets them. Anything else, whole.
+  constexpr size_t kPngHeadBytes = 33;  // signature and IHDR
+  if (options.arrived) options.arrived(std::min(size, kPngHeadBytes));
+  const bool png_arriving = options.arrived && size >= kPngHeadBytes && probe(data, kPngHeadBytes).format == "PNG";
+  if (options.arrived && !png_arriving) options.arrived(size);
+  Probe p = probe(data, png_arriving ? kPngHeadBytes : size);  // memory_bytes counts no tRNS then: planned again whole if needed
   if (p.format == "unknown")
     invalid_data("unrecognized image format (first bytes " + first_bytes(data, size) +
                  "); send raw pixels as kind RAW, or any file as kind BYTES");
@@ -124,10 +136,6 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   }
   if (p.format == "PNG" && size >= 29)
     plan.band_memory_bytes = png_stream_memory_bytes(plan.width, plan.height, data[24], data[25], data[28] != 0, size);
-  if (p.format == "PNG") {
-    const std::string past_end = png_chunk_past_end(data, size, options.release);
-    if (!past_end.empty()) invalid_data("PNG: " + past_end + ": corrupt or truncated");
-  }
   TiffBands tiff;
   if (p.format == "TIFF" && p.has_size) {
     tiff = plan_tiff(data, size);
@@ -140,6 +148,9 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     invalid_data(p.format + ": declares " + std::to_string(plan.width) + "x" + std::to_string(plan.height) +
                  " pixels, but " + std::to_string(size) + " bytes cannot hold that many, however well compressed: "
                  "corrupt or truncated");
+  // Last, so that a PNG still arriving, which has it checked only before
+  // OpenCV if it comes to that, meets the checks in the same order.
+  if (p.format == "PNG" && !png_arriving) check_png_chunks(data, size, options);
   // What the checks above read (a PNG's every chunk header) is done with for now.
   if (options.release) options.release(0, size);
   // Below 2^40 pixels and 2^20 bytes a pixel: no overflow.
@@ -221,6 +232,10 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
     }
     refusal = std::move(banded.refusal);
   }
+  if (options.arrived) {  // the rest reads the whole file
+    options.arrived(size);
+    if (plan.format == "PNG") check_png_chunks(data, size, options);
+  }
   if (plan.format == "JPEG") {  // CMYK and YCCK: OpenCV's conversion, after the check pass
     const JpegCheck check = check_jpeg_data(data, size, options);
     out.warnings = check.warnings;
@@ -267,7 +282,7 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     out.decoder = "libjpeg-turbo";
     out.warnings = std::move(check.warnings);
   } else if (plan.format == "PNG" && plan.band_memory_bytes > 0) {
-    PngDecode png = decode_png(data, size, options.cancelled, sink, options.release);
+    PngDecode png = decode_png(data, size, options.cancelled, sink, options.release, options.arrived);
     out.taken = png.taken;
     out.decoder = "imgstat-png";
     out.warnings = std::move(png.warnings);

@@ -29,6 +29,11 @@ struct DecodeOptions {
   // caller whose bytes are a file's pages may drop them (the file holds
   // them): memory is then what is in flight, not the whole file.
   std::function<void(uint64_t begin, uint64_t end)> release;
+  // The input is still arriving (an upload being spooled): bytes before
+  // `end` may be read once arrived(end) has returned, which throws should
+  // they never come. plan_decode reads a PNG's header and the PNG decoder
+  // its chunks as they come; every other reader waits for all of it.
+  std::function<void(uint64_t end)> arrived;
 };
 
 // What a file declares, from its header alone, before anything is allocated.

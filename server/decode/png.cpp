@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <csetjmp>
+#include <exception>
 #include <cstring>
 #include <future>
 #include <vector>
@@ -146,12 +147,24 @@ struct InfoRead {
   size_t size;
   size_t pos = 0;
   std::vector<std::string>* warnings;
+  const std::function<void(uint64_t)>* arrived;  // empty: all bytes are there
+  std::exception_ptr failure;                    // arrived's, kept across libpng's jump
   jmp_buf jump;
 };
 
 void read_bytes(png_structp png, png_bytep out, size_t n) {
   auto* r = static_cast<InfoRead*>(png_get_io_ptr(png));
   if (n > r->size - r->pos) png_error(png, "PNG input buffer is incomplete");
+  if (*r->arrived) {
+    bool came = true;
+    try {
+      (*r->arrived)(r->pos + n);
+    } catch (...) {  // no exception through libpng's C frames: it is thrown again past them
+      r->failure = std::current_exception();
+      came = false;
+    }
+    if (!came) png_error(png, "the upload ended");
+  }
   std::memcpy(out, r->data + r->pos, n);
   r->pos += n;
 }
@@ -343,6 +356,50 @@ class ParallelSlot {
   bool taken_ = false;
 };
 
+// The image data: the IDAT chunks from the first on, walked one at a time,
+// each chunk's CRC checked before its data is used, as far as a file still
+// arriving has come (arrived waits for it). The walk ends at IEND, or bad
+// where libpng would refuse or warn: a CRC, a chunk other than IDAT, IEND
+// with data, a length past the file's end.
+class ImageData {
+ public:
+  ImageData(const uint8_t* data, size_t size, size_t at, const std::function<void(uint64_t)>& arrived)
+      : data_(data), size_(size), at_(at), arrived_(arrived) {}
+  // One more IDAT chunk into pieces(); false at the end of the walk.
+  bool walk() {
+    if (over_) return false;
+    if (arrived_) arrived_(std::min<uint64_t>(size_, uint64_t{at_} + 12));
+    if (size_ - at_ < 12) return stop(true);
+    const uint32_t length = be32(data_ + at_);
+    if (length > 0x7fffffffu || size_ - at_ - 12 < length) return stop(true);
+    if (arrived_) arrived_(uint64_t{at_} + 12 + length);
+    const uint8_t* type = data_ + at_ + 4;
+    if (static_cast<uint32_t>(crc32(0, type, static_cast<uInt>(length) + 4)) != be32(type + 4 + length))
+      return stop(true);
+    if (std::memcmp(type, "IEND", 4) == 0) return stop(length != 0);
+    if (std::memcmp(type, "IDAT", 4) != 0) return stop(true);
+    pieces_.push_back(StreamPiece{type + 4, length});
+    at_ += size_t{length} + 12;
+    return true;
+  }
+  const std::vector<StreamPiece>& pieces() const { return pieces_; }
+  size_t offset() const { return at_; }  // where the walk is
+  bool bad() const { return bad_; }
+
+ private:
+  bool stop(bool bad) {
+    over_ = true;
+    bad_ = bad;
+    return false;
+  }
+  const uint8_t* data_;
+  size_t size_;
+  size_t at_;
+  const std::function<void(uint64_t)>& arrived_;
+  std::vector<StreamPiece> pieces_;
+  bool over_ = false, bad_ = false;
+};
+
 // The parallel inflater's settings for PNG: chunks of 512 KiB (on 16 cores
 // about 35 MB in flight for a photo), and at most 8 times that kept a chunk
 // (photos inflate 2-6 times; what inflates more is inflated by zlib from
@@ -370,13 +427,17 @@ uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_d
 }
 
 PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
-                     const std::function<void(uint64_t, uint64_t)>& release) {
+                     const std::function<void(uint64_t, uint64_t)>& release,
+                     const std::function<void(uint64_t)>& arrived) {
   PngDecode out;
-  InfoRead reader{data, size, 0, &out.warnings, {}};
+  InfoRead reader{data, size, 0, &out.warnings, &arrived, nullptr, {}};
   Libpng lib;
   lib.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &reader, on_error, on_warning);
   if (!lib.png || !(lib.info = png_create_info_struct(lib.png))) return out;
-  if (!read_info(lib.png, lib.info, &reader)) return out;
+  if (!read_info(lib.png, lib.info, &reader)) {
+    if (reader.failure) std::rethrow_exception(reader.failure);
+    return out;
+  }
   PngHeader h;
   png_get_IHDR(lib.png, lib.info, &h.width, &h.height, &h.bit_depth, &h.colour_type, &h.interlace, nullptr, nullptr);
   if (!streamable(h.bit_depth, h.colour_type, h.interlace != PNG_INTERLACE_NONE)) return out;
@@ -386,30 +447,29 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
   // libpng stopped just past the first IDAT's length and type. The image
   // data is that chunk and the IDATs that follow it, then IEND: anything
   // else (a CRC libpng would refuse, chunks after the image data) is libpng's.
-  std::vector<std::pair<const uint8_t*, size_t>> idat;
-  size_t at = reader.pos - 8;
-  // The check reads every chunk: what it has read goes back as it goes
-  // (the decode reads the image data again, in order).
-  size_t checked = at;
-  for (;;) {
-    if (release && at - checked >= (size_t{4} << 20)) release(checked, at), checked = at;
-    if (size - at < 12) return out;
-    const uint32_t length = be32(data + at);
-    if (length > 0x7fffffffu || size - at - 12 < length) return out;
-    const uint8_t* type = data + at + 4;
-    if (static_cast<uint32_t>(crc32(0, type, static_cast<uInt>(length) + 4)) != be32(type + 4 + length)) return out;
-    if (std::memcmp(type, "IEND", 4) == 0) {
-      if (length != 0) return out;
-      break;
-    }
-    if (std::memcmp(type, "IDAT", 4) != 0) return out;
-    idat.emplace_back(type + 4, length);
-    at += size_t{length} + 12;
-  }
-  if (release) release(checked, at);
+  // A whole file is walked first, its chunks checked before a row goes out
+  // (what it has read goes back as it goes: the decode reads the image
+  // data again, in order); a file still arriving is walked as the decode
+  // needs its chunks, and damage met late gives up rows already given.
+  ImageData idat(data, size, reader.pos - 8, arrived);
   uint64_t released = 0;  // the decode's: bytes before this done with
   auto done_before = [&](uint64_t offset) {
     if (release && offset > released) release(released, offset), released = offset;
+  };
+  if (!arrived) {
+    size_t checked = idat.offset();
+    while (idat.walk()) {
+      if (release && idat.offset() - checked >= (size_t{4} << 20)) release(checked, idat.offset()), checked = idat.offset();
+    }
+    if (release) release(checked, idat.offset());
+    if (idat.bad()) return out;
+  }
+  size_t next_idat = 0;
+  // The next IDAT's data, walked to where that is needed; false at the end.
+  auto next_piece = [&](StreamPiece* piece) {
+    if (next_idat == idat.pieces().size() && !idat.walk()) return false;
+    *piece = idat.pieces()[next_idat++];
+    return true;
   };
   const uint32_t channels_in = stored_channels(static_cast<uint32_t>(h.colour_type));
   const size_t row_bytes = (size_t{h.width} * channels_in * static_cast<uint32_t>(h.bit_depth) + 7) / 8;
@@ -458,7 +518,6 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
   std::unique_ptr<uint8_t[]> filtered[2] = {std::unique_ptr<uint8_t[]>(new uint8_t[size_t{chunk_rows} * stride]),
                                             std::unique_ptr<uint8_t[]>(new uint8_t[size_t{chunk_rows} * stride])};
   std::vector<uint8_t> last_row(row_bytes);  // the chunk before's last row, unfiltered
-  size_t next_idat = 0;
   bool ended = false;
   // Fills n rows of filtered data; false where libpng would refuse or warn.
   auto inflate_rows = [&](uint8_t* into, uint32_t n) {
@@ -467,10 +526,10 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
     while (z.avail_out > 0) {
       if (ended) return false;  // too little image data
       if (z.avail_in == 0) {
-        if (next_idat == idat.size()) return false;
-        z.next_in = const_cast<Bytef*>(idat[next_idat].first);
-        z.avail_in = static_cast<uInt>(idat[next_idat].second);
-        ++next_idat;
+        StreamPiece piece;
+        if (!next_piece(&piece)) return false;
+        z.next_in = const_cast<Bytef*>(piece.data);
+        z.avail_in = static_cast<uInt>(piece.size);
         continue;
       }
       const int r = inflate(&z, Z_NO_FLUSH);
@@ -555,12 +614,11 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
   // Much image data and more than one core: inflated on all of them, zlib's
   // bytes and verdict (inflate/parallel_inflate.hpp), read from the IDAT chunks in
   // place, its output cut into chunks of rows as it comes.
-  uint64_t idat_bytes = 0;
-  for (const auto& piece : idat) idat_bytes += piece.second;
+  // A file still arriving: its image data is most of what is left of it.
+  uint64_t idat_bytes = arrived ? size - idat.offset() : 0;
+  for (const StreamPiece& piece : idat.pieces()) idat_bytes += piece.size;
   ParallelSlot slot;
   if (idat_bytes >= kParallelPngInflateBytes && slot.take(tbb::this_task_arena::max_concurrency())) {
-    std::vector<StreamPiece> pieces;
-    for (const auto& piece : idat) pieces.push_back(StreamPiece{piece.first, piece.second});
     uint32_t y0 = 0;
     size_t fill = 0;
     auto take = [&](const uint8_t* p, size_t n) {
@@ -586,18 +644,27 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
       return true;
     };
     ParallelInflateOptions options = png_inflate_options();
-    if (release) {
-      // The stream's offset back to the file's: the IDAT piece holding it.
-      std::vector<uint64_t> starts;
-      uint64_t at = 0;
-      for (const StreamPiece& piece : pieces) starts.push_back(at), at += piece.size;
-      options.consumed = [&, starts](uint64_t offset) {
+    options.size_hint = idat_bytes;
+    // Stream offsets back to the file's: the IDAT piece holding each. The
+    // pieces are walked on this thread, between the inflater's groups.
+    std::vector<uint64_t> starts;
+    uint64_t stream_at = 0;
+    auto more = [&](StreamPiece* piece) {
+      if (!next_piece(piece)) return false;
+      starts.push_back(stream_at);
+      stream_at += piece->size;
+      return true;
+    };
+    if (release)
+      options.consumed = [&](uint64_t offset) {
         const size_t k = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), offset) - starts.begin());
-        if (k > 0) done_before(static_cast<uint64_t>(pieces[k - 1].data - data) + (offset - starts[k - 1]));
+        if (k > 0) {
+          const StreamPiece& piece = idat.pieces()[k - 1];
+          done_before(static_cast<uint64_t>(piece.data - data) + std::min<uint64_t>(offset - starts[k - 1], piece.size));
+        }
       };
-    }
-    const bool inflated = parallel_inflate(pieces, uint64_t{h.height} * stride, take, options);
-    if (!passed() || !inflated || y0 != h.height) return given_up();
+    const bool inflated = parallel_inflate({}, more, uint64_t{h.height} * stride, take, options);
+    if (!passed() || !inflated || y0 != h.height || idat.bad()) return given_up();
     done_before(size);
     return out;
   }
@@ -620,12 +687,12 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
   // The stream ends exactly with the last row, its checksum right, and no
   // data follows it: anything else makes libpng warn or refuse.
   uint8_t spare = 0;
+  StreamPiece piece;
   while (!ended) {
     if (z.avail_in == 0) {
-      if (next_idat == idat.size()) break;
-      z.next_in = const_cast<Bytef*>(idat[next_idat].first);
-      z.avail_in = static_cast<uInt>(idat[next_idat].second);
-      ++next_idat;
+      if (!next_piece(&piece)) break;
+      z.next_in = const_cast<Bytef*>(piece.data);
+      z.avail_in = static_cast<uInt>(piece.size);
       continue;
     }
     z.next_out = &spare;
@@ -634,8 +701,8 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
     if (r == Z_STREAM_END && z.avail_out == 1) ended = true;
     else if (r != Z_OK || z.avail_out == 0) break;  // damaged, or more image data than rows
   }
-  for (; next_idat < idat.size(); ++next_idat) z.avail_in += static_cast<uInt>(idat[next_idat].second > 0);
-  if (!ended || z.avail_in != 0) out.taken = false;
+  while (next_piece(&piece)) z.avail_in += static_cast<uInt>(piece.size > 0);
+  if (!ended || z.avail_in != 0 || idat.bad()) out.taken = false;
   done_before(size);
   return out;
 }

@@ -56,9 +56,13 @@ std::string png_chunk_past_end(const uint8_t* data, size_t size,
 
 // cancelled is polled between bands; true throws kCancelled. The sink may
 // throw. release, if given, hears how far the image data has been read
-// (DecodeOptions::release).
+// (DecodeOptions::release). arrived, if given, says the file is still
+// arriving (DecodeOptions::arrived): its chunks are then walked as the
+// decode reaches them, not all first, so damage met late gives up rows that
+// went out; what arrived throws comes out of decode_png.
 PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
-                     const std::function<void(uint64_t, uint64_t)>& release = {});
+                     const std::function<void(uint64_t, uint64_t)>& release = {},
+                     const std::function<void(uint64_t)>& arrived = {});
 
 // Reverses one row's PNG filter in place (types 0..4; bpp = bytes per
 // complete pixel, at least 1; prev = the previous row, already unfiltered,

@@ -26,7 +26,7 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
         env_(env),
         call_(call_context(ctx, env.auth)),
         id_(take_request_id(ctx)),
-        assembler_(env.analyzer) {
+        assembler_(env.analyzer, call_) {
     env_.idle.add(this);
     StartRead(&message_);
   }

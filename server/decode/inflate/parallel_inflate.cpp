@@ -42,16 +42,16 @@ class Window {
 };
 
 // The stream as the pieces it comes in (a PNG's IDAT chunks), read by
-// logical offset.
+// logical offset; more pieces may be appended as they are found.
 class Pieces {
  public:
-  explicit Pieces(const std::vector<StreamPiece>& pieces) : pieces_(pieces) {
-    uint64_t at = 0;
-    for (const StreamPiece& p : pieces_) {
-      starts_.push_back(at);
-      at += p.size;
-    }
-    size_ = at;
+  explicit Pieces(const std::vector<StreamPiece>& pieces) {
+    for (const StreamPiece& p : pieces) append(p);
+  }
+  void append(const StreamPiece& p) {
+    pieces_.push_back(p);
+    starts_.push_back(size_);
+    size_ += p.size;
   }
   uint64_t size() const { return size_; }
   uint8_t at(uint64_t i) const {
@@ -73,14 +73,10 @@ class Pieces {
     const size_t k = piece_of(from);
     return from - starts_[k] + len <= pieces_[k].size ? pieces_[k].data + (from - starts_[k]) : nullptr;
   }
-  // Calls f(pointer, bytes) for [from, size()) in order.
-  template <class F>
-  void each_from(uint64_t from, F&& f) const {
-    if (from >= size_) return;
-    for (size_t k = piece_of(from); k < pieces_.size(); ++k) {
-      const uint64_t off = k == piece_of(from) ? from - starts_[k] : 0;
-      if (pieces_[k].size > off) f(pieces_[k].data + off, pieces_[k].size - off);
-    }
+  // The bytes from `from` to the end of the piece holding it (from < size()).
+  StreamPiece rest_of_piece(uint64_t from) const {
+    const size_t k = piece_of(from);
+    return StreamPiece{pieces_[k].data + (from - starts_[k]), static_cast<size_t>(pieces_[k].size - (from - starts_[k]))};
   }
 
  private:
@@ -89,9 +85,39 @@ class Pieces {
     while (pieces_[k].size == 0 || i - starts_[k] >= pieces_[k].size) ++k;
     return k;
   }
-  const std::vector<StreamPiece>& pieces_;
+  std::vector<StreamPiece> pieces_;
   std::vector<uint64_t> starts_;
   uint64_t size_ = 0;
+};
+
+// The pieces there are, and the rest as they are asked for.
+class Stream {
+ public:
+  Stream(const std::vector<StreamPiece>& pieces, const std::function<bool(StreamPiece*)>& more)
+      : data_(pieces), more_(more), complete_(!more) {}
+  const Pieces& data() const { return data_; }
+  // At least `bytes` bytes, or all there are.
+  void extend(uint64_t bytes) {
+    StreamPiece p;
+    while (!complete_ && data_.size() < bytes) {
+      if (more_(&p)) data_.append(p);
+      else complete_ = true;
+    }
+  }
+  // One more piece; false when there are no more.
+  bool grow() {
+    StreamPiece p;
+    if (complete_ || !more_(&p)) return !(complete_ = true);
+    data_.append(p);
+    return true;
+  }
+  void finish() { extend(UINT64_MAX); }
+  bool complete() const { return complete_; }
+
+ private:
+  Pieces data_;
+  const std::function<bool(StreamPiece*)>& more_;
+  bool complete_;
 };
 
 // A marked symbol as a byte: itself, or the window's byte it names.
@@ -213,8 +239,9 @@ uint32_t adler_of(uint32_t adler, const uint8_t* p, size_t n) {
 // primed away, so that it answers for the rest of the stream exactly as it
 // would have inflating from the start; then the checksum over the whole
 // output, and nothing after it.
-bool zlib_from(const Pieces& data, uint64_t n, uint32_t window, uint64_t bit, const Window& win, uint64_t total,
-               uint32_t adler, uint64_t expected, const std::function<bool(const uint8_t*, size_t)>& sink) {
+bool zlib_from(Stream& stream, uint32_t window, uint64_t bit, const Window& win, uint64_t total, uint32_t adler,
+               uint64_t expected, const std::function<bool(const uint8_t*, size_t)>& sink) {
+  const Pieces& data = stream.data();
   z_stream z{};
   int bits = 0;
   for (uint32_t w = window; w > 1; w >>= 1) ++bits;
@@ -225,6 +252,7 @@ bool zlib_from(const Pieces& data, uint64_t n, uint32_t window, uint64_t bit, co
   } end{z};
   if (win.size() && inflateSetDictionary(&z, win.data(), static_cast<uInt>(win.size())) != Z_OK) return false;
   uint64_t at = bit >> 3;
+  stream.extend(at + 1);
   if (bit & 7) {
     if (at >= data.size() || inflatePrime(&z, static_cast<int>(8 - (bit & 7)), data.at(at) >> (bit & 7)) != Z_OK)
       return false;
@@ -233,10 +261,15 @@ bool zlib_from(const Pieces& data, uint64_t n, uint32_t window, uint64_t bit, co
   std::vector<uint8_t> out(1 << 20);
   bool ended = false, failed = false;
   uint64_t used = at;  // bytes of the stream zlib has taken
-  data.each_from(at, [&](const uint8_t* p, uint64_t len) {
-    if (ended || failed) return;
-    z.next_in = const_cast<Bytef*>(p);
-    z.avail_in = static_cast<uInt>(len);
+  for (uint64_t pos = at; !ended && !failed;) {
+    if (pos >= data.size()) {
+      if (!stream.grow()) break;
+      continue;
+    }
+    const StreamPiece piece = data.rest_of_piece(pos);
+    pos += piece.size;
+    z.next_in = const_cast<Bytef*>(piece.data);
+    z.avail_in = static_cast<uInt>(piece.size);
     do {
       z.next_out = out.data();
       z.avail_out = static_cast<uInt>(out.size());
@@ -255,10 +288,14 @@ bool zlib_from(const Pieces& data, uint64_t n, uint32_t window, uint64_t bit, co
       else if (r == Z_BUF_ERROR && z.avail_in == 0) break;  // on to the next piece
       else if (r != Z_OK) failed = true;                     // damage
     } while (!ended && !failed && (z.avail_in > 0 || z.avail_out == 0));
-    used += len - z.avail_in;
-  });
+    used += piece.size - z.avail_in;
+  }
+  if (!ended || failed) return false;
   // The checksum right after the deflate data, and nothing after it.
-  if (!ended || failed || used != n || total != expected) return false;
+  stream.finish();
+  if (data.size() < 4) return false;
+  const uint64_t n = data.size() - 4;
+  if (used != n || total != expected) return false;
   uint8_t sum[4];
   data.copy(n, 4, sum);
   return be32(sum) == adler;
@@ -280,21 +317,33 @@ bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
 
 bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
                       const std::function<bool(const uint8_t*, size_t)>& sink, const ParallelInflateOptions& options) {
-  const Pieces data(pieces);
+  return parallel_inflate(pieces, {}, expected, sink, options);
+}
+
+bool parallel_inflate(const std::vector<StreamPiece>& pieces, const std::function<bool(StreamPiece*)>& more,
+                      uint64_t expected, const std::function<bool(const uint8_t*, size_t)>& sink,
+                      const ParallelInflateOptions& options) {
+  Stream stream(pieces, more);
+  const Pieces& data = stream.data();
+  stream.extend(2 + 1 + 4);
   if (data.size() < 2 + 1 + 4) return false;
   const uint32_t cmf = data.at(0), flg = data.at(1);
   if ((cmf & 15) != 8 || (cmf >> 4) > 7 || (cmf * 256 + flg) % 31 != 0 || (flg & 0x20)) return false;
   const uint32_t window = 1u << ((cmf >> 4) + 8);
-  const uint64_t n = data.size() - 4;  // the deflate data ends where the checksum starts
+  // The deflate data known so far: it ends where the checksum starts once
+  // the stream is complete; before, every group below has its bytes.
+  uint64_t n = data.size() - 4;
   const uint64_t chunk = std::max<uint64_t>(options.chunk_bytes, 1024);
-  const uint64_t chunks = (n - 2 + chunk - 1) / chunk;
   const uint64_t tasks =
       options.tasks ? options.tasks : static_cast<uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
   const uint64_t max_out = std::min<uint64_t>(expected, chunk * options.max_ratio);
   // What a chunk likely inflates to, from the whole stream's ratio: its
   // buffer at once, not grown by copying.
-  const uint64_t hint = static_cast<uint64_t>(static_cast<double>(expected) / static_cast<double>(n) *
-                                              static_cast<double>(chunk) * 1.25) + (64 << 10);
+  if (!options.size_hint) stream.finish();  // the ratio from the whole stream
+  const double stream_bytes = static_cast<double>(std::max<uint64_t>(options.size_hint, data.size()));
+  const uint64_t hint =
+      static_cast<uint64_t>(static_cast<double>(expected) / stream_bytes * static_cast<double>(chunk) * 1.25) + (64 << 10);
+  n = data.size() - 4;
   auto stop_of = [&](uint64_t i) { return std::min<uint64_t>((2 + (i + 1) * chunk) * 8, n * 8); };
   // A run reads its own copy of the stream from where it starts to a slack
   // past its chunk: a block that reaches further is not taken (the chunk is
@@ -337,7 +386,13 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
   bool ended = false, stuck = false;
   const uint32_t empty_adler = static_cast<uint32_t>(adler32(0, nullptr, 0));
 
-  for (uint64_t first = 0; first < chunks && !ended && !stuck; first += tasks) {
+  for (uint64_t first = 0; !ended && !stuck; first += tasks) {
+    // The group's bytes and a slack past them (the pieces are walked as far
+    // as that), or the whole stream.
+    stream.extend(2 + (first + tasks) * chunk + options.slack_bytes + 1 + 4);
+    n = data.size() - 4;
+    const uint64_t chunks = (n - 2 + chunk - 1) / chunk;
+    if (first >= chunks) break;
     const uint64_t last = std::min(chunks, first + tasks);
     // 1. Every chunk of the group at once: its first block, decoded to
     // a block end at or past the chunk's end.
@@ -417,8 +472,10 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
     ended = final;
     if (options.consumed) options.consumed(std::min<uint64_t>(n, true_end / 8));
   }
-  if (!ended) return zlib_from(data, n, window, true_end, win, total, adler, expected, sink);
+  if (!ended) return zlib_from(stream, window, true_end, win, total, adler, expected, sink);
   // The final block, then the checksum and nothing else: zlib's stream end.
+  stream.finish();
+  n = data.size() - 4;
   uint8_t sum[4];
   data.copy(n, 4, sum);
   return (true_end + 7) / 8 == n && total == expected && be32(sum) == adler;

@@ -38,6 +38,9 @@ struct ParallelInflateOptions {
   // After each group of chunks has gone to the sink: the stream's bytes
   // before this offset will not be read again (unless zlib takes over).
   std::function<void(uint64_t offset)> consumed;
+  // The stream's size, roughly, where its pieces are still to come (more):
+  // sizes the output buffers without walking them all first.
+  uint64_t size_hint = 0;
 };
 
 // A stream in pieces: a PNG's IDAT chunks, read in place.
@@ -62,6 +65,14 @@ bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
 // The same for a stream in pieces.
 bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
                       const std::function<bool(const uint8_t*, size_t)>& sink,
+                      const ParallelInflateOptions& options = {});
+// The same for a stream whose pieces after `pieces` are found as they are
+// needed (a PNG's IDAT chunks, walked as the file arrives): more(&piece)
+// gives the next, or false when there are none. It is called between
+// groups of chunks, on the caller's thread, only as far as the next group
+// reads (and to the end, to see that nothing follows the stream).
+bool parallel_inflate(const std::vector<StreamPiece>& pieces, const std::function<bool(StreamPiece*)>& more,
+                      uint64_t expected, const std::function<bool(const uint8_t*, size_t)>& sink,
                       const ParallelInflateOptions& options = {});
 
 }  // namespace imgstat
