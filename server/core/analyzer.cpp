@@ -309,14 +309,21 @@ class EncodedUpload final : public Upload {
     call.same_host = call_.same_host;
     std::shared_ptr<SpoolFile> file = file_;
     call.cancelled = [file] { return file->aborted(); };
-    analyzer_.start_arriving_decode([&analyzer = analyzer_, request = request(), file, call, result] {
+    analyzer_.start_arriving_decode([&analyzer = analyzer_, request = request(), file, call, result]() mutable {
+      std::optional<v1::AnalyzeResponse> answer;
+      std::exception_ptr failure;
       try {
-        result->set_value(analyzer.analyze_mapped(
+        answer = analyzer.analyze_mapped(
             request, file->data(), file->size(), [&file](uint64_t begin, uint64_t end) { file->release(begin, end); },
-            call, [&file](uint64_t end) { file->wait_for(end); }));
+            call, [&file](uint64_t end) { file->wait_for(end); });
       } catch (...) {
-        result->set_exception(std::current_exception());
+        failure = std::current_exception();
       }
+      // The file goes with its upload, not after its answer.
+      call = CallContext{};
+      file.reset();
+      if (answer) result->set_value(std::move(*answer));
+      else result->set_exception(failure);
     });
   }
 
