@@ -33,18 +33,29 @@ const uint8_t* bytes(const std::string& s) { return reinterpret_cast<const uint8
 using Answer = testing::DecoderAnswer;
 Answer ours(const std::string& f) { return testing::imgstat_answer(f); }
 Answer libpng(const std::string& f) { return testing::opencv_answer(f); }  // libpng through OpenCV
-// Ours with the file arriving as the decoder asks for it (DecodeOptions::
-// arrived, as a spooled upload): the bytes it has not waited for are not
-// there yet (0xa5 in their place), so reading ahead of them changes the answer.
-Answer arriving(const std::string& f) {
-  std::string buffer(f.size(), '\xa5');
+// The file arriving (DecodeOptions::arrived, as a spooled upload): bytes
+// come as the decoder waits for them and `pace` more at every wait or look
+// (a sender ahead of it; SIZE_MAX: all there from the start). Bytes that
+// have not come are 0xa5, so a decoder reading ahead of them answers
+// otherwise.
+struct Arrival {
+  const std::string& f;
+  size_t pace;
+  std::string buffer = std::string(f.size(), '\xa5');
   size_t have = 0;
-  DecodeOptions o;
-  o.arrived = [&](uint64_t end) {
-    end = std::min<uint64_t>(end, f.size());
-    if (end > have) std::memcpy(&buffer[have], f.data() + have, end - have), have = end;
-  };
-  return testing::imgstat_answer(buffer, o);
+  DecodeOptions options() {
+    DecodeOptions o;
+    o.arrived = [this](uint64_t end) {
+      const uint64_t to = pace >= f.size() ? f.size() : std::min<uint64_t>(f.size(), std::max<uint64_t>(end, have + pace));
+      if (to > have) std::memcpy(&buffer[have], f.data() + have, to - have), have = to;
+      return uint64_t{have};
+    };
+    return o;
+  }
+};
+Answer arriving(const std::string& f, size_t pace = 0) {
+  Arrival a{f, pace};
+  return testing::imgstat_answer(a.buffer, a.options());
 }
 
 // Empty when both answers agree.
@@ -375,14 +386,59 @@ TEST(Png, LargeImageDataInflatesOnEveryCoreAsLibpng) {
     Answer one, many;
     tbb::task_arena(1).execute([&] { one = ours(f); });
     tbb::task_arena(4).execute([&] { many = ours(f); });
-    Answer streamed;
-    tbb::task_arena(4).execute([&] { streamed = arriving(f); });
     EXPECT_EQ(difference(one, b), "") << one.error;
     EXPECT_EQ(difference(many, b), "") << many.error;
-    EXPECT_EQ(difference(streamed, b), "") << streamed.error;
-    EXPECT_EQ(streamed.decoder, many.decoder);
+    for (size_t pace : {size_t{0}, size_t{256} << 10, SIZE_MAX}) {
+      Answer streamed;
+      tbb::task_arena(4).execute([&] { streamed = arriving(f, pace); });
+      EXPECT_EQ(difference(streamed, b), "") << "arriving at pace " << pace << ": " << streamed.error;
+      EXPECT_EQ(streamed.decoder, many.decoder);
+    }
     EXPECT_EQ(one.decoder, many.decoder);
     if (i < clean) EXPECT_EQ(many.decoder, "imgstat-png");
+  }
+}
+
+// A file arriving is inflated by zlib as it comes while zlib keeps up; once
+// the data is far ahead of it (4 MiB), on every core from the block zlib
+// ended with; all there from the start, on every core from the start. The
+// rows are the same, however the file came, in IDATs of 8 KiB or one.
+TEST(Png, ArrivingImageDataGoesToEveryCoreWhenZlibFallsBehind) {
+  std::mt19937 rng(24);
+  std::vector<std::pair<std::string, std::string>> files;
+  files.emplace_back("RGB8 in 8 KiB IDATs", write_png(random_png(2000, 1400, 8, 2, rng), rng));
+  {
+    PngSpec p = random_png(1200, 800, 16, 6, rng);
+    p.idat_piece = size_t{1} << 30;
+    files.emplace_back("RGBA16 in one IDAT", write_png(p, rng));
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string& f = files[i].second;
+    SCOPED_TRACE(files[i].first);
+    const DecodedImage whole = decode_image(bytes(f), f.size(), DecodeOptions{});
+    const size_t image_bytes = whole.pixels.total() * whole.pixels.elemSize();
+    for (size_t pace : {size_t{0}, size_t{256} << 10, SIZE_MAX}) {
+      SCOPED_TRACE("pace " + std::to_string(pace));
+      Arrival arrival{f, pace};
+      const DecodeOptions o = arrival.options();
+      const size_t row_bytes = whole.pixels.cols * whole.pixels.elemSize();
+      const uint32_t rows = band_rows(row_bytes, whole.pixels.rows);
+      std::vector<uint8_t> band(size_t{rows} * row_bytes), joined;
+      RowSink sink;
+      sink.begin = [&](uint32_t, uint32_t, uint32_t, SampleType) { return RowBand{band.data(), rows}; };
+      sink.band = [&](const uint8_t* r, uint32_t, uint32_t count) {
+        joined.insert(joined.end(), r, r + size_t{count} * row_bytes);
+        return RowBand{band.data(), rows};
+      };
+      PngDecode d;
+      tbb::task_arena(4).execute([&] { d = decode_png(bytes(arrival.buffer), f.size(), {}, sink, {}, o.arrived); });
+      ASSERT_TRUE(d.taken);
+      ASSERT_EQ(joined.size(), image_bytes);
+      EXPECT_EQ(std::memcmp(joined.data(), whole.pixels.data, image_bytes), 0);
+      if (pace == 0) EXPECT_EQ(d.parallel_from, -1);
+      if (pace == SIZE_MAX) EXPECT_EQ(d.parallel_from, 0);
+      if (pace == size_t{256} << 10) EXPECT_GT(d.parallel_from, 0);
+    }
   }
 }
 

@@ -315,7 +315,7 @@ class EncodedUpload final : public Upload {
       try {
         answer = analyzer.analyze_mapped(
             request, file->data(), file->size(), [&file](uint64_t begin, uint64_t end) { file->release(begin, end); },
-            call, [&file](uint64_t end) { file->wait_for(end); });
+            call, [&file](uint64_t end) { return file->wait_for(end); });
       } catch (...) {
         failure = std::current_exception();
       }
@@ -505,7 +505,7 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
 v1::AnalyzeResponse Analyzer::analyze_mapped(const v1::AnalyzeRequest& request, const uint8_t* bytes, size_t size,
                                              const std::function<void(uint64_t, uint64_t)>& release,
                                              const CallContext& call,
-                                             const std::function<void(uint64_t)>& arrived) const {
+                                             const std::function<uint64_t(uint64_t)>& arrived) const {
   if (!request.input().data().empty() || request.input().has_region())
     fail(ErrorCode::kInvalidArgument, "a mapped input carries no data or region of its own");
   if (kind_of(request.input()) == v1::INPUT_KIND_ENCODED && size > static_cast<size_t>(INT32_MAX))
@@ -518,7 +518,7 @@ v1::AnalyzeResponse Analyzer::analyze_mapped(const v1::AnalyzeRequest& request, 
 
 v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, const InputBytes& data,
                                             const std::function<void(uint64_t, uint64_t)>& release,
-                                            const std::function<void(uint64_t)>& arrived,
+                                            const std::function<uint64_t(uint64_t)>& arrived,
                                             const CallContext& call) const {
   const v1::Input& input = request.input();
   const StatsRequest stats_request = stats_request_of(request.options());

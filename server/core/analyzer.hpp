@@ -78,7 +78,7 @@ class Analyzer {
   v1::AnalyzeResponse analyze_mapped(const v1::AnalyzeRequest& request, const uint8_t* data, size_t size,
                                      const std::function<void(uint64_t, uint64_t)>& release,
                                      const CallContext& call = {},
-                                     const std::function<void(uint64_t)>& arrived = {}) const;
+                                     const std::function<uint64_t(uint64_t)>& arrived = {}) const;
   // call: the stream's (StreamAssembler).
   std::unique_ptr<Upload> begin_upload(const v1::StreamHeader& header, const CallContext& call = {}) const;
 
@@ -110,7 +110,7 @@ class Analyzer {
   };
   v1::AnalyzeResponse analyze_input(const v1::AnalyzeRequest& request, const InputBytes& data,
                                     const std::function<void(uint64_t, uint64_t)>& release,
-                                    const std::function<void(uint64_t)>& arrived, const CallContext& call) const;
+                                    const std::function<uint64_t(uint64_t)>& arrived, const CallContext& call) const;
   // parts: the input must be read whole (a region is not streamed).
   InputBytes bytes_of(const v1::Input& input, const StatsRequest& stats, bool parts, const CallContext& call) const;
   // A mask or label image, decoded (in the budget) or raw, and its view.

@@ -2,12 +2,15 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "core/limits.hpp"
 #include "imgstat/error.hpp"
 
 namespace imgstat {
@@ -28,6 +31,21 @@ int unlinked_file(const std::string& dir) {
 }  // namespace
 
 Spool::Spool(std::string dir, uint64_t capacity) : dir_(std::move(dir)), budget_(capacity, 0) {}
+
+std::string Spool::startup_note() const {
+  if (!enabled()) return "uploads: held in memory (--spool-dir none)";
+  const int fd = unlinked_file(dir_);
+  if (fd < 0)
+    return "WARNING: uploads are held in memory: the spool directory " + dir_ + " cannot be written (" +
+           std::strerror(errno) + "); set --spool-dir";
+  ::close(fd);
+  struct statfs fs {};
+  if (::statfs(dir_.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC)
+    return "WARNING: the spool directory " + dir_ + " is a tmpfs: spooled uploads take memory; set --spool-dir "
+           "to a directory on disk";
+  return "uploads: PNG and TIFF from " + std::to_string(kSpoolFromBytes >> 20) + " MiB spool to " + dir_ +
+         " (up to " + std::to_string(capacity() >> 20) + " MiB)";
+}
 
 std::shared_ptr<SpoolFile> Spool::open(uint64_t total) {
   if (!enabled() || total == 0) return nullptr;
@@ -87,12 +105,13 @@ void SpoolFile::append(const uint8_t* p, size_t n) {
   arrived_.notify_all();
 }
 
-void SpoolFile::wait_for(uint64_t end) {
+uint64_t SpoolFile::wait_for(uint64_t end) {
   end = std::min(end, total_);
-  if (received() >= end) return;
+  if (const uint64_t have = received(); have >= end) return have;
   std::unique_lock<std::mutex> lock(mu_);
   arrived_.wait(lock, [&] { return received() >= end || aborted(); });
   if (received() < end) fail(abort_code_, abort_why_);
+  return received();
 }
 
 void SpoolFile::abort(ErrorCode code, std::string why) {

@@ -29,6 +29,9 @@ class Spool {
   const std::string& dir() const { return dir_; }
   uint64_t capacity() const { return budget_.capacity(); }
   uint64_t in_use() const { return budget_.in_use(); }
+  // For the server's start: where uploads go, and "WARNING: " first where
+  // that is memory after all (a tmpfs) or cannot be written.
+  std::string startup_note() const;
   // A file for an upload of `total` bytes; null where none can be made
   // (logged once): the upload stays in memory.
   std::shared_ptr<SpoolFile> open(uint64_t total);
@@ -53,9 +56,9 @@ class SpoolFile {
   const uint8_t* data() const { return map_; }
   uint64_t size() const { return total_; }
   uint64_t received() const { return received_.load(std::memory_order_acquire); }
-  // Blocks until bytes [0, end) are written. Throws the reason given to
-  // abort(), should it come first.
-  void wait_for(uint64_t end);
+  // Blocks until bytes [0, end) are written; how many are. Throws the
+  // reason given to abort(), should it come first.
+  uint64_t wait_for(uint64_t end);
   // Wakes and fails every wait, now and later: the upload ended short, or the call ended.
   void abort(ErrorCode code, std::string why);
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }

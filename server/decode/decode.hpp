@@ -30,10 +30,11 @@ struct DecodeOptions {
   // them): memory is then what is in flight, not the whole file.
   std::function<void(uint64_t begin, uint64_t end)> release;
   // The input is still arriving (an upload being spooled): bytes before
-  // `end` may be read once arrived(end) has returned, which throws should
-  // they never come. plan_decode reads a PNG's header and the PNG decoder
-  // its chunks as they come; every other reader waits for all of it.
-  std::function<void(uint64_t end)> arrived;
+  // `end` may be read once arrived(end) has returned how many have come (at
+  // least those), which throws should they never come; arrived(0) asks
+  // without waiting. plan_decode reads a PNG's header and the PNG decoder its
+  // chunks as they come; every other reader waits for all of it.
+  std::function<uint64_t(uint64_t end)> arrived;
 };
 
 // What a file declares, from its header alone, before anything is allocated.

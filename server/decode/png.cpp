@@ -147,7 +147,7 @@ struct InfoRead {
   size_t size;
   size_t pos = 0;
   std::vector<std::string>* warnings;
-  const std::function<void(uint64_t)>* arrived;  // empty: all bytes are there
+  const std::function<uint64_t(uint64_t)>* arrived;  // empty: all bytes are there
   std::exception_ptr failure;                    // arrived's, kept across libpng's jump
   jmp_buf jump;
 };
@@ -357,27 +357,45 @@ class ParallelSlot {
 };
 
 // The image data: the IDAT chunks from the first on, walked one at a time,
-// each chunk's CRC checked before its data is used, as far as a file still
-// arriving has come (arrived waits for it). The walk ends at IEND, or bad
-// where libpng would refuse or warn: a CRC, a chunk other than IDAT, IEND
-// with data, a length past the file's end.
+// each chunk's CRC checked, as far as a file still arriving has come
+// (arrived waits for it). Whole, a chunk is a piece once its CRC is right.
+// Arriving, a chunk's data is given in pieces as it comes (a file of one
+// large IDAT is inflated while it arrives) and its CRC checked at its end,
+// before the walk goes on: a wrong one ends the walk there, and the decode
+// gives up rows it may have given. The walk ends at IEND, or bad where
+// libpng would refuse or warn: a CRC, a chunk other than IDAT, IEND with
+// data, a length past the file's end.
 class ImageData {
  public:
-  ImageData(const uint8_t* data, size_t size, size_t at, const std::function<void(uint64_t)>& arrived)
+  ImageData(const uint8_t* data, size_t size, size_t at, const std::function<uint64_t(uint64_t)>& arrived)
       : data_(data), size_(size), at_(at), arrived_(arrived) {}
-  // One more IDAT chunk into pieces(); false at the end of the walk.
+  // One more piece of IDAT data into pieces(); false at the end of the walk.
   bool walk() {
     if (over_) return false;
+    if (left_ > 0) return give_part();
+    if (in_chunk_) {  // its data given: its CRC before anything after it
+      in_chunk_ = false;
+      arrived_(at_ + 4);
+      if (crc_ != be32(data_ + at_)) return stop(true);
+      at_ += 4;
+    }
     if (arrived_) arrived_(std::min<uint64_t>(size_, uint64_t{at_} + 12));
     if (size_ - at_ < 12) return stop(true);
     const uint32_t length = be32(data_ + at_);
     if (length > 0x7fffffffu || size_ - at_ - 12 < length) return stop(true);
-    if (arrived_) arrived_(uint64_t{at_} + 12 + length);
     const uint8_t* type = data_ + at_ + 4;
+    if (std::memcmp(type, "IEND", 4) != 0 && std::memcmp(type, "IDAT", 4) != 0) return stop(true);
+    if (arrived_ && std::memcmp(type, "IDAT", 4) == 0) {
+      crc_ = static_cast<uint32_t>(crc32(0, type, 4));
+      at_ += 8;
+      left_ = length;
+      in_chunk_ = true;
+      return left_ > 0 ? give_part() : walk();
+    }
+    if (arrived_) arrived_(uint64_t{at_} + 12 + length);
     if (static_cast<uint32_t>(crc32(0, type, static_cast<uInt>(length) + 4)) != be32(type + 4 + length))
       return stop(true);
     if (std::memcmp(type, "IEND", 4) == 0) return stop(length != 0);
-    if (std::memcmp(type, "IDAT", 4) != 0) return stop(true);
     pieces_.push_back(StreamPiece{type + 4, length});
     at_ += size_t{length} + 12;
     return true;
@@ -387,6 +405,18 @@ class ImageData {
   bool bad() const { return bad_; }
 
  private:
+  // What has come of the chunk's data, at least 64 KiB (or its rest).
+  bool give_part() {
+    constexpr uint64_t kLeast = 64 << 10;
+    const uint64_t have = arrived_(0);
+    const uint64_t n = std::min<uint64_t>(left_, std::max<uint64_t>(kLeast, have > at_ ? have - at_ : 0));
+    arrived_(at_ + n);
+    crc_ = static_cast<uint32_t>(crc32(crc_, data_ + at_, static_cast<uInt>(n)));
+    pieces_.push_back(StreamPiece{data_ + at_, static_cast<size_t>(n)});
+    at_ += static_cast<size_t>(n);
+    left_ -= n;
+    return true;
+  }
   bool stop(bool bad) {
     over_ = true;
     bad_ = bad;
@@ -395,8 +425,11 @@ class ImageData {
   const uint8_t* data_;
   size_t size_;
   size_t at_;
-  const std::function<void(uint64_t)>& arrived_;
+  const std::function<uint64_t(uint64_t)>& arrived_;
   std::vector<StreamPiece> pieces_;
+  uint64_t left_ = 0;      // arriving: the chunk's data not yet given
+  bool in_chunk_ = false;  // arriving: its CRC not yet checked
+  uint32_t crc_ = 0;
   bool over_ = false, bad_ = false;
 };
 
@@ -428,7 +461,7 @@ uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_d
 
 PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
                      const std::function<void(uint64_t, uint64_t)>& release,
-                     const std::function<void(uint64_t)>& arrived) {
+                     const std::function<uint64_t(uint64_t)>& arrived) {
   PngDecode out;
   InfoRead reader{data, size, 0, &out.warnings, &arrived, nullptr, {}};
   Libpng lib;
@@ -453,8 +486,9 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
   // needs its chunks, and damage met late gives up rows already given.
   ImageData idat(data, size, reader.pos - 8, arrived);
   uint64_t released = 0;  // the decode's: bytes before this done with
-  auto done_before = [&](uint64_t offset) {
-    if (release && offset > released) release(released, offset), released = offset;
+  auto done_before = [&](uint64_t offset) {  // a MiB at a time, and the end
+    if (release && offset > released && (offset - released >= (1 << 20) || offset == size))
+      release(released, offset), released = offset;
   };
   if (!arrived) {
     size_t checked = idat.offset();
@@ -502,43 +536,11 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
   }
   const bool short_palette = h.colour_type == PNG_COLOR_TYPE_PALETTE && h.palette_size < (1 << h.bit_depth);
 
-  // zlib, as libpng runs it (the window its header names), straight from the
-  // IDAT chunks into a band of filtered rows: no copy of the compressed data,
-  // no buffer of the whole image. libdeflate inflates faster but accepts
-  // streams zlib refuses (codes 286-287 and 30-31, incomplete code sets), so
-  // a damaged file would get pixels here and an error from libpng.
-  z_stream z{};
-  if (inflateInit2(&z, 0) != Z_OK) return out;
-  struct End {
-    z_stream& z;
-    ~End() { inflateEnd(&z); }
-  } end{z};
   const uint32_t chunk_rows = band_rows(stride, h.height);
   // Two chunks of filtered rows: zlib fills one while the other is unfiltered.
   std::unique_ptr<uint8_t[]> filtered[2] = {std::unique_ptr<uint8_t[]>(new uint8_t[size_t{chunk_rows} * stride]),
                                             std::unique_ptr<uint8_t[]>(new uint8_t[size_t{chunk_rows} * stride])};
   std::vector<uint8_t> last_row(row_bytes);  // the chunk before's last row, unfiltered
-  bool ended = false;
-  // Fills n rows of filtered data; false where libpng would refuse or warn.
-  auto inflate_rows = [&](uint8_t* into, uint32_t n) {
-    z.next_out = into;
-    z.avail_out = static_cast<uInt>(size_t{n} * stride);
-    while (z.avail_out > 0) {
-      if (ended) return false;  // too little image data
-      if (z.avail_in == 0) {
-        StreamPiece piece;
-        if (!next_piece(&piece)) return false;
-        z.next_in = const_cast<Bytef*>(piece.data);
-        z.avail_in = static_cast<uInt>(piece.size);
-        continue;
-      }
-      const int r = inflate(&z, Z_NO_FLUSH);
-      if (r == Z_STREAM_END) ended = true;
-      else if (r != Z_OK) return false;
-    }
-    return true;
-  };
-
   const SampleType type = h.bit_depth == 16 ? SampleType::kUint16 : SampleType::kUint8;
   const size_t out_row_bytes = size_t{h.width} * convert.out_channels * (h.bit_depth == 16 ? 2 : 1);
   RowBand band{};
@@ -609,46 +611,65 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
   std::future<bool> passing;
   WaitOnExit<bool> drain{passing};
   auto passed = [&] { return !passing.valid() || passing.get(); };
+  // The chunk of filtered rows being filled (k), from the top row y0; full,
+  // it goes to the helper while the other fills.
   int k = 0;
+  uint32_t y0 = 0;
+  size_t fill = 0;
+  auto want = [&] { return size_t{std::min(chunk_rows, h.height - y0)} * stride; };
+  // n more bytes are in the chunk; false where libpng would refuse.
+  auto commit = [&](size_t n) {
+    fill += n;
+    if (fill < want()) return true;
+    const uint32_t rows = std::min(chunk_rows, h.height - y0);
+    if (!passed()) return false;
+    if (rows == h.height) {  // one chunk: no helper
+      if (!pass_on(filtered[k].get(), y0, rows)) return false;
+    } else {
+      passing = std::async(std::launch::async, pass_on_helper, filtered[k].get(), y0, rows);
+    }
+    y0 += rows;
+    fill = 0;
+    k ^= 1;
+    return true;
+  };
+  // The parallel inflater's output, copied into the chunks.
+  auto take = [&](const uint8_t* p, size_t n) {
+    while (n > 0) {
+      if (y0 == h.height) return false;  // more image data than rows
+      const size_t step = std::min(n, want() - fill);
+      std::memcpy(filtered[k].get() + fill, p, step);
+      p += step;
+      n -= step;
+      if (!commit(step)) return false;
+    }
+    return true;
+  };
 
   // Much image data and more than one core: inflated on all of them, zlib's
-  // bytes and verdict (inflate/parallel_inflate.hpp), read from the IDAT chunks in
-  // place, its output cut into chunks of rows as it comes.
-  // A file still arriving: its image data is most of what is left of it.
-  uint64_t idat_bytes = arrived ? size - idat.offset() : 0;
+  // bytes and verdict (inflate/parallel_inflate.hpp), read from the IDAT
+  // chunks in place, its output cut into chunks of rows as it comes. From
+  // the start where the image data is there (or, arriving, already far
+  // ahead); else from where zlib, inflating as the data comes, falls that
+  // far behind it (a file arriving faster than one core inflates).
+  uint64_t idat_bytes = arrived ? size - idat.offset() : 0;  // arriving: most of what is left
   for (const StreamPiece& piece : idat.pieces()) idat_bytes += piece.size;
+  const uint64_t idat_start = idat.offset();
+  auto far_ahead = [&](uint64_t from) {
+    return !arrived || arrived(0) >= from + kParallelPngInflateBytes;
+  };
   ParallelSlot slot;
-  if (idat_bytes >= kParallelPngInflateBytes && slot.take(tbb::this_task_arena::max_concurrency())) {
-    uint32_t y0 = 0;
-    size_t fill = 0;
-    auto take = [&](const uint8_t* p, size_t n) {
-      while (n > 0) {
-        if (y0 == h.height) return false;  // more image data than rows
-        const uint32_t rows = std::min(chunk_rows, h.height - y0);
-        const size_t want = size_t{rows} * stride, step = std::min(n, want - fill);
-        std::memcpy(filtered[k].get() + fill, p, step);
-        fill += step;
-        p += step;
-        n -= step;
-        if (fill < want) continue;
-        if (!passed()) return false;
-        if (rows == h.height) {  // one chunk: no helper
-          if (!pass_on(filtered[k].get(), y0, rows)) return false;
-        } else {
-          passing = std::async(std::launch::async, pass_on_helper, filtered[k].get(), y0, rows);
-        }
-        y0 += rows;
-        fill = 0;
-        k ^= 1;
-      }
-      return true;
-    };
+  auto inflate_in_parallel = [&](const InflateResume* resume) {
     ParallelInflateOptions options = png_inflate_options();
-    options.size_hint = idat_bytes;
+    options.size_hint = arrived ? idat_bytes : 0;
+    options.resume = resume;
+    out.parallel_from = resume ? static_cast<int64_t>(resume->bit / 8) : 0;
     // Stream offsets back to the file's: the IDAT piece holding each. The
     // pieces are walked on this thread, between the inflater's groups.
+    const std::vector<StreamPiece> walked(idat.pieces().begin(), idat.pieces().begin() + next_idat);
     std::vector<uint64_t> starts;
     uint64_t stream_at = 0;
+    for (const StreamPiece& piece : walked) starts.push_back(stream_at), stream_at += piece.size;
     auto more = [&](StreamPiece* piece) {
       if (!next_piece(piece)) return false;
       starts.push_back(stream_at);
@@ -657,37 +678,79 @@ PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool(
     };
     if (release)
       options.consumed = [&](uint64_t offset) {
-        const size_t k = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), offset) - starts.begin());
-        if (k > 0) {
-          const StreamPiece& piece = idat.pieces()[k - 1];
-          done_before(static_cast<uint64_t>(piece.data - data) + std::min<uint64_t>(offset - starts[k - 1], piece.size));
+        const size_t i = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), offset) - starts.begin());
+        if (i > 0) {
+          const StreamPiece& piece = idat.pieces()[i - 1];
+          done_before(static_cast<uint64_t>(piece.data - data) + std::min<uint64_t>(offset - starts[i - 1], piece.size));
         }
       };
-    const bool inflated = parallel_inflate({}, more, uint64_t{h.height} * stride, take, options);
+    const bool inflated = parallel_inflate(walked, more, uint64_t{h.height} * stride, take, options);
     if (!passed() || !inflated || y0 != h.height || idat.bad()) return given_up();
     done_before(size);
     return out;
-  }
-  for (uint32_t y0 = 0; y0 < h.height; y0 += chunk_rows, k ^= 1) {
-    const uint32_t n = std::min(chunk_rows, h.height - y0);
-    uint8_t* chunk = filtered[k].get();
-    if (!inflate_rows(chunk, n)) {
+  };
+  const int cores = tbb::this_task_arena::max_concurrency();
+  if (idat_bytes >= kParallelPngInflateBytes && far_ahead(idat_start) && slot.take(cores))
+    return inflate_in_parallel(nullptr);
+
+  // zlib, as libpng runs it (the window its header names), straight from the
+  // IDAT chunks into the chunks of filtered rows: no copy of the compressed
+  // data, no buffer of the whole image. libdeflate inflates faster but
+  // accepts streams zlib refuses (codes 286-287 and 30-31, incomplete code
+  // sets), so a damaged file would get pixels here and an error from libpng.
+  // Arriving, it stops at each block's end to see whether it has fallen
+  // behind (Z_BLOCK).
+  z_stream z{};
+  if (inflateInit2(&z, 0) != Z_OK) return out;
+  struct End {
+    z_stream& z;
+    ~End() { inflateEnd(&z); }
+  } end{z};
+  bool ended = false;
+  uint64_t piece_start = 0;  // the stream offset of the piece zlib reads
+  StreamPiece piece{nullptr, 0};
+  const bool may_hand_over = arrived && idat_bytes >= kParallelPngInflateBytes && cores > 1;
+  while (y0 < h.height) {
+    if (ended) {  // too little image data
       passed();
       return given_up();
     }
-    if (!passed()) return given_up();
+    if (z.avail_in == 0) {
+      piece_start += piece.size;
+      if (!next_piece(&piece)) {
+        passed();
+        return given_up();
+      }
+      z.next_in = const_cast<Bytef*>(piece.data);
+      z.avail_in = static_cast<uInt>(piece.size);
+      continue;
+    }
+    z.next_out = filtered[k].get() + fill;
+    z.avail_out = static_cast<uInt>(want() - fill);
+    const int r = inflate(&z, may_hand_over ? Z_BLOCK : Z_NO_FLUSH);
+    if (r == Z_STREAM_END) ended = true;
+    else if (r != Z_OK) {
+      passed();
+      return given_up();
+    }
+    if (!commit(want() - fill - z.avail_out)) return given_up();
     if (z.next_in) done_before(static_cast<uint64_t>(z.next_in - data));
-    if (n == h.height) {  // one chunk: no helper
-      if (!pass_on(chunk, y0, n)) return given_up();
-    } else {
-      passing = std::async(std::launch::async, pass_on_helper, chunk, y0, n);
+    // At the end of a block that is not the last, with rows still to come.
+    if (may_hand_over && (z.data_type & 128) && !(z.data_type & 64) && !ended && y0 < h.height &&
+        far_ahead(static_cast<uint64_t>(z.next_in - data)) && slot.take(cores)) {
+      uint8_t window[32768];
+      uInt window_size = sizeof window;
+      if (inflateGetDictionary(&z, window, &window_size) != Z_OK) return given_up();
+      const uint64_t used = piece_start + (piece.size - z.avail_in);
+      InflateResume resume{used * 8 - static_cast<uint64_t>(z.data_type & 7), z.total_out,
+                           static_cast<uint32_t>(z.adler), window, window_size};
+      return inflate_in_parallel(&resume);
     }
   }
   if (!passed()) return given_up();
   // The stream ends exactly with the last row, its checksum right, and no
   // data follows it: anything else makes libpng warn or refuse.
   uint8_t spare = 0;
-  StreamPiece piece;
   while (!ended) {
     if (z.avail_in == 0) {
       if (!next_piece(&piece)) break;

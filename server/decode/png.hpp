@@ -29,6 +29,10 @@ namespace imgstat {
 struct PngDecode {
   bool taken = false;
   std::vector<std::string> warnings;  // libpng's, as OpenCV's decode prints them
+  // Where in the image data (zlib stream bytes) the parallel inflater took
+  // over: 0 from the start, more where zlib inflated a file arriving until
+  // it fell behind; -1: zlib alone.
+  int64_t parallel_from = -1;
 };
 
 // Memory decode_png holds at once for a plain PNG of this header in a file
@@ -62,7 +66,7 @@ std::string png_chunk_past_end(const uint8_t* data, size_t size,
 // went out; what arrived throws comes out of decode_png.
 PngDecode decode_png(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
                      const std::function<void(uint64_t, uint64_t)>& release = {},
-                     const std::function<void(uint64_t)>& arrived = {});
+                     const std::function<uint64_t(uint64_t)>& arrived = {});
 
 // Reverses one row's PNG filter in place (types 0..4; bpp = bytes per
 // complete pixel, at least 1; prev = the previous row, already unfiltered,

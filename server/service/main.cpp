@@ -161,6 +161,9 @@ int main(int argc, char** argv) {
     else spdlog::info("{}", transport);
     if (!options.security.auth_token_file.empty())
       spdlog::info("tokens required (health open): {}", server.reload());
+    const std::string spool = server.analyzer().spool().startup_note();
+    if (spool.rfind("WARNING: ", 0) == 0) spdlog::warn("{}", spool.substr(9));
+    else spdlog::info("{}", spool);
     const std::string host = options.listen.substr(0, options.listen.rfind(':'));
     spdlog::info("imgstat-server {} listening on {}:{}", IMGSTAT_VERSION, host, server.port());
     if (server.health_port())

@@ -385,8 +385,17 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, const std::functio
   uint32_t adler = static_cast<uint32_t>(adler32(0, nullptr, 0));
   bool ended = false, stuck = false;
   const uint32_t empty_adler = static_cast<uint32_t>(adler32(0, nullptr, 0));
+  uint64_t first_chunk = 0;
+  if (const InflateResume* r = options.resume) {
+    if (r->bit < 16 || r->total > expected || r->window_size > deflate::kMaxWindow) return false;
+    true_end = r->bit;
+    total = r->total;
+    adler = r->adler;
+    if (r->window_size) win.push(r->window, r->window_size);
+    first_chunk = (true_end / 8 - 2) / chunk;  // the chunk it stopped in: from the true end, window known
+  }
 
-  for (uint64_t first = 0; !ended && !stuck; first += tasks) {
+  for (uint64_t first = first_chunk; !ended && !stuck; first += tasks) {
     // The group's bytes and a slack past them (the pieces are walked as far
     // as that), or the whole stream.
     stream.extend(2 + (first + tasks) * chunk + options.slack_bytes + 1 + 4);

@@ -25,6 +25,18 @@
 
 namespace imgstat {
 
+// Where a caller's own inflate of the stream stopped, at the end of a
+// block that is not the last, for parallel_inflate to go on from: the bit
+// offset in the stream (its zlib header included) and the output so far:
+// its size, Adler-32 and last 32 KiB or less (zlib's inflateGetDictionary).
+struct InflateResume {
+  uint64_t bit = 0;
+  uint64_t total = 0;
+  uint32_t adler = 1;
+  const uint8_t* window = nullptr;
+  size_t window_size = 0;
+};
+
 struct ParallelInflateOptions {
   uint64_t chunk_bytes = 1 << 20;  // compressed bytes a task takes
   uint32_t tasks = 0;              // chunks decoded at once; 0: the arena's threads
@@ -41,6 +53,9 @@ struct ParallelInflateOptions {
   // The stream's size, roughly, where its pieces are still to come (more):
   // sizes the output buffers without walking them all first.
   uint64_t size_hint = 0;
+  // Not null: the output before resume->bit went elsewhere; the sink gets
+  // the rest, and `expected` counts the whole stream's.
+  const InflateResume* resume = nullptr;
 };
 
 // A stream in pieces: a PNG's IDAT chunks, read in place.
