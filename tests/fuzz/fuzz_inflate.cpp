@@ -59,5 +59,66 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* input, size_t size) {
     std::fprintf(stderr, "parallel_inflate took what zlib %s\n", zlib_ok ? "inflates differently" : "refuses");
     std::abort();
   }
+  // As a PNG arriving: the stream in pieces found as they are asked for,
+  // and zlib first, handing over at the end of its k-th block (k from the
+  // settings; 0: none) with its window, size and checksum.
+  const size_t piece = 1 + (where & 0xfff) * 7;
+  const uint32_t hand_over_at = (where >> 12) % 4;
+  std::vector<uint8_t> got2;
+  auto sink = [&](const uint8_t* p, size_t k) {
+    got2.insert(got2.end(), p, p + k);
+    return true;
+  };
+  z_stream v{};
+  inflateInit2(&v, 0);
+  std::vector<uint8_t> head(n + 1);
+  v.next_in = packed.data();
+  v.avail_in = static_cast<uInt>(packed.size());
+  uint32_t blocks = 0;
+  bool handed = false, zlib_failed = false;
+  uint8_t dictionary[32768];
+  uInt window_size = 0;
+  imgstat::InflateResume resume;
+  while (hand_over_at > 0 && !handed && !zlib_failed) {
+    v.next_out = head.data() + v.total_out;
+    v.avail_out = static_cast<uInt>(head.size() - v.total_out);
+    const int r = inflate(&v, Z_BLOCK);
+    if (r != Z_OK) {
+      zlib_failed = true;  // its end, or damage: nothing to hand over
+      break;
+    }
+    if ((v.data_type & 128) && !(v.data_type & 64) && v.total_in > 2 && ++blocks == hand_over_at) {
+      window_size = sizeof dictionary;
+      if (inflateGetDictionary(&v, dictionary, &window_size) != Z_OK) abort();
+      resume = {v.total_in * 8 - static_cast<uint64_t>(v.data_type & 7), v.total_out, static_cast<uint32_t>(v.adler),
+                dictionary, window_size};
+      handed = true;
+    }
+    if (v.avail_in == 0 && !handed) zlib_failed = true;
+  }
+  inflateEnd(&v);
+  if (hand_over_at > 0 && !handed) return 0;
+  got2.assign(head.begin(), head.begin() + static_cast<std::ptrdiff_t>(handed ? resume.total : 0));
+  size_t given = 0;
+  auto more = [&](imgstat::StreamPiece* p) {
+    if (given >= packed.size()) return false;
+    const size_t k = std::min(piece, packed.size() - given);
+    *p = imgstat::StreamPiece{packed.data() + given, k};
+    given += k;
+    return true;
+  };
+  imgstat::ParallelInflateOptions o2 = o;
+  o2.resume = handed ? &resume : nullptr;
+  o2.size_hint = packed.size();
+  const bool ours2 = imgstat::parallel_inflate({}, more, n, sink, o2);
+  if (ours2 && (!zlib_ok || got2 != want)) {
+    std::fprintf(stderr, "parallel_inflate in pieces%s took what zlib %s\n", handed ? ", resumed," : "",
+                 zlib_ok ? "inflates differently" : "refuses");
+    std::abort();
+  }
+  if (zlib_ok && !handed && !ours2 && ours) {
+    std::fprintf(stderr, "parallel_inflate in pieces refused what it took whole\n");
+    std::abort();
+  }
   return 0;
 }
