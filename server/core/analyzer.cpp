@@ -20,29 +20,45 @@
 
 namespace imgstat {
 
+// At most `slots` decode at once, as many as the engine has threads (decoding
+// is the CPU's work, as the work queue's is): the rest of the uploads wait
+// in the spool, costing no memory, until one ends. fn(true) runs in a slot;
+// fn(false) when its upload ended while it waited (give_up()).
 class ArrivingDecodes {
  public:
+  explicit ArrivingDecodes(uint32_t slots) : slots_(std::max(1u, slots)) {}
   ~ArrivingDecodes() {
     std::unique_lock<std::mutex> lock(mu_);
-    ended_.wait(lock, [&] { return running_ == 0; });
+    changed_.wait(lock, [&] { return running_ == 0; });
   }
-  void start(std::function<void()> fn) {
+  void start(std::function<void(bool)> fn, std::function<bool()> give_up) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++running_;
     }
-    std::thread([this, fn = std::move(fn)]() mutable {
-      fn();
+    std::thread([this, fn = std::move(fn), give_up = std::move(give_up)]() mutable {
+      bool slot = false;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        // Polled: an upload's end has no way to wake this wait.
+        while (!(slot = decoding_ < slots_) && !give_up()) changed_.wait_for(lock, std::chrono::milliseconds(20));
+        if (slot) ++decoding_;
+      }
+      fn(slot);
       fn = nullptr;  // what it holds goes before the analyzer may
+      give_up = nullptr;
       std::lock_guard<std::mutex> lock(mu_);
-      if (--running_ == 0) ended_.notify_all();
+      if (slot) --decoding_;
+      --running_;
+      changed_.notify_all();
     }).detach();
   }
 
  private:
+  const uint32_t slots_;
   std::mutex mu_;
-  std::condition_variable ended_;
-  int running_ = 0;
+  std::condition_variable changed_;
+  uint32_t running_ = 0, decoding_ = 0;
 };
 
 namespace {
@@ -309,10 +325,14 @@ class EncodedUpload final : public Upload {
     call.same_host = call_.same_host;
     std::shared_ptr<SpoolFile> file = file_;
     call.cancelled = [file] { return file->aborted(); };
-    analyzer_.start_arriving_decode([&analyzer = analyzer_, request = request(), file, call, result]() mutable {
+    const auto deadline = call.deadline;
+    auto give_up = [file, deadline] { return file->aborted() || Clock::now() >= deadline; };
+    analyzer_.start_arriving_decode([&analyzer = analyzer_, request = request(), file, call, result](bool slot) mutable {
       std::optional<v1::AnalyzeResponse> answer;
       std::exception_ptr failure;
       try {
+        call.check("while waiting to decode");
+        if (!slot) fail(ErrorCode::kCancelled, "the upload ended");
         answer = analyzer.analyze_mapped(
             request, file->data(), file->size(), [&file](uint64_t begin, uint64_t end) { file->release(begin, end); },
             call, [&file](uint64_t end) { return file->wait_for(end); });
@@ -324,7 +344,7 @@ class EncodedUpload final : public Upload {
       file.reset();
       if (answer) result->set_value(std::move(*answer));
       else result->set_exception(failure);
-    });
+    }, std::move(give_up));
   }
 
   const Analyzer& analyzer_;
@@ -410,19 +430,33 @@ Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_pt
       regions_(std::move(regions)) {
   budget_ = std::make_unique<MemoryBudget>(limits_.max_decode_memory, limits_.max_queue);
   spool_ = std::make_unique<Spool>(limits_.spool_dir == "none" ? "" : limits_.spool_dir, limits_.max_spool_bytes);
-  arriving_ = std::make_unique<ArrivingDecodes>();
+  arriving_ = std::make_unique<ArrivingDecodes>(engine_->info().threads);
   configure_decoders(limits_.max_pixels);
 }
 
 Analyzer::~Analyzer() = default;
 
-void Analyzer::start_arriving_decode(std::function<void()> fn) const { arriving_->start(std::move(fn)); }
+void Analyzer::start_arriving_decode(std::function<void(bool)> fn, std::function<bool()> give_up) const {
+  arriving_->start(std::move(fn), std::move(give_up));
+}
 
 namespace {
 // Raw pixels and bytes in a region that is read go to the engine in chunks,
 // unless a statistic needs the whole image (the luminance).
 bool streams_from_region(const v1::Input& input, const StatsRequest& stats, bool parts) {
   return kind_of(input) != v1::INPUT_KIND_ENCODED && !stats.luminance && !parts;
+}
+
+// A PNG or TIFF in a region that is read goes to the spool as an upload
+// does (EncodedUpload), its PNG decoded while it is read: not read whole
+// into memory, and not mapped (the caller's file may shrink under a mapping).
+bool spools_from_region(const v1::Input& input, const RegionBytes& region, const Spool& spool) {
+  if (kind_of(input) != v1::INPUT_KIND_ENCODED || region.fd < 0 || !spool.enabled() || region.size < kSpoolFromBytes)
+    return false;
+  uint8_t head[64];
+  read_region(region, 0, sizeof head, head);
+  const std::string format = probe(head, sizeof head).format;
+  return format == "PNG" || format == "TIFF";
 }
 }  // namespace
 
@@ -454,7 +488,8 @@ Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsReque
   out.data = out.region.data;
   out.bytes = static_cast<size_t>(out.region.size);
   out.on_device = out.region.on_device;
-  if (out.region.fd >= 0 && !streams_from_region(input, stats, parts)) {  // a file read, not mapped: whole, for the decoder or the luminance
+  out.spooled = spools_from_region(input, out.region, *spool_);
+  if (out.region.fd >= 0 && !out.spooled && !streams_from_region(input, stats, parts)) {  // a file read, not mapped: whole, for the decoder or the luminance
     out.lease = budget_->acquire(out.region.size, "this region's " + std::to_string(out.region.size >> 20) + " MiB",
                                  call, memory_wait_until(call, Clock::now()));
     out.owned.resize(static_cast<size_t>(out.region.size));
@@ -466,14 +501,16 @@ Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsReque
 
 v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& request, const RegionBytes& region,
                                                   const CallContext& call) const {
-  constexpr uint64_t kChunk = uint64_t{16} << 20;
+  // Pixels to the engine in large pieces; a file into the spool in small
+  // ones: its decode takes it from there.
+  const uint64_t kChunk = kind_of(request.input()) == v1::INPUT_KIND_ENCODED ? uint64_t{1} << 20 : uint64_t{16} << 20;
   v1::StreamHeader header;
   *header.mutable_input() = request.input();
   header.mutable_input()->clear_region();
   *header.mutable_options() = request.options();
   header.set_total_bytes(region.size);
   if (region.size == 0) fail(ErrorCode::kInvalidArgument, "empty input: the region's part has no bytes");
-  std::unique_ptr<Upload> upload = begin_upload(header);
+  std::unique_ptr<Upload> upload = begin_upload(header, call);
   std::string buffers[2];
   std::future<void> feeding;
   WaitOnExit<void> drain{feeding};
@@ -497,7 +534,7 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
   const StatsRequest stats_request = stats_request_of(request.options());
   const bool with_parts = parts_of(request.options(), limits_).kind != PartsKind::kWhole;
   const InputBytes data = bytes_of(input, stats_request, with_parts, call);  // holds a region mapped until the engine is done
-  if (data.region.fd >= 0 && streams_from_region(input, stats_request, with_parts))
+  if (data.region.fd >= 0 && (data.spooled || streams_from_region(input, stats_request, with_parts)))
     return analyze_read_region(request, data.region, call);
   return analyze_input(request, data, {}, {}, call);
 }

@@ -52,8 +52,9 @@ class StreamAssembler {
   std::unique_ptr<Upload> upload_;
 };
 
-// Threads that decode uploads as they arrive; each ends on its own once its
-// upload ends, and the analyzer waits for them before it goes.
+// Threads that decode uploads as they arrive, as many at once as the engine
+// has threads; each ends on its own once its upload ends, and the analyzer
+// waits for them before it goes.
 class ArrivingDecodes;
 
 class Analyzer {
@@ -86,8 +87,10 @@ class Analyzer {
   const Limits& limits() const { return limits_; }
   const MemoryBudget& budget() const { return *budget_; }
   Spool& spool() const { return *spool_; }
-  // Starts fn on a thread of its own, waited for by ~Analyzer.
-  void start_arriving_decode(std::function<void()> fn) const;
+  // Runs fn on a thread of its own once one of the engine's-threads-many
+  // decode slots is free: fn(true); fn(false) if give_up() said so first.
+  // ~Analyzer waits for these threads.
+  void start_arriving_decode(std::function<void(bool)> fn, std::function<bool()> give_up) const;
   RegionTable* regions() const { return regions_.get(); }
   const std::shared_ptr<RegionTable>& shared_regions() const { return regions_; }
   // Where the server takes region descriptors, for ServerInfo.
@@ -100,6 +103,7 @@ class Analyzer {
     const uint8_t* data = nullptr;
     size_t bytes = 0;
     bool on_device = false;  // in a GPU region: data is a device address
+    bool spooled = false;    // a PNG or TIFF in a region that is read: read into the spool, as an upload
     RegionBytes region;
     // An encoded file (or pixels for the luminance) in a region that is
     // read: its bytes, in the budget.
@@ -126,7 +130,8 @@ class Analyzer {
   // timeout from `from`.
   CallContext::Clock::time_point memory_wait_until(const CallContext& call, CallContext::Clock::time_point from) const;
   // Raw pixels or bytes in a region that is read (not mapped): to the engine
-  // a chunk at a time, the next read while the last is computed.
+  // a chunk at a time, the next read while the last is computed; a PNG or
+  // TIFF the same way into the spool (EncodedUpload).
   v1::AnalyzeResponse analyze_read_region(const v1::AnalyzeRequest& request, const RegionBytes& region,
                                           const CallContext& call) const;
 

@@ -405,11 +405,13 @@ class ImageData {
   bool bad() const { return bad_; }
 
  private:
-  // What has come of the chunk's data, at least 64 KiB (or its rest).
+  // What has come of the chunk's data, from 64 KiB (or its rest) to 1 MiB:
+  // its CRC reads it, and what is read stays in memory until the decode is
+  // done with it.
   bool give_part() {
-    constexpr uint64_t kLeast = 64 << 10;
+    constexpr uint64_t kLeast = 64 << 10, kMost = 1 << 20;
     const uint64_t have = arrived_(0);
-    const uint64_t n = std::min<uint64_t>(left_, std::max<uint64_t>(kLeast, have > at_ ? have - at_ : 0));
+    const uint64_t n = std::min<uint64_t>(left_, std::clamp<uint64_t>(have > at_ ? have - at_ : 0, kLeast, kMost));
     arrived_(at_ + n);
     crc_ = static_cast<uint32_t>(crc32(crc_, data_ + at_, static_cast<uInt>(n)));
     pieces_.push_back(StreamPiece{data_ + at_, static_cast<size_t>(n)});
