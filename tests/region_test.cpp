@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <random>
 #include <regex>
 #include <thread>
 
@@ -23,6 +24,7 @@
 #include "imgstat/v1/imgstat.grpc.pb.h"
 #include "process.hpp"
 #include "region_client.hpp"
+#include "png_samples.hpp"
 #include "region_memfd.hpp"
 
 namespace imgstat::testing {
@@ -256,6 +258,46 @@ TEST_F(Regions, EveryInputKindAndRpcAnswersAsWithTheBytesInTheMessage) {
   v1::AnalyzeResponse ignored;
   EXPECT_EQ(me_->analyze(both, &ignored).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(me_->unregister(region.region_id()).ok());
+}
+
+// A PNG of 1 MiB or more in a file that is read goes to the spool as an
+// upload does, decoded while it is read: the answer with its bytes in the
+// message, damage met late (a CRC in the last IDAT) included, and a region
+// cut short gets the same clear error as before.
+TEST_F(Regions, LargePngsInAFileThatIsReadAnswerAsInTheMessage) {
+  RegionSocketClient socket(socket_path_);
+  std::mt19937 rng(31);
+  const std::string good = testing::write_png(testing::random_png(1200, 900, 8, 2, rng), rng);
+  ASSERT_GE(good.size(), size_t{1} << 20);
+  std::string bad = good;
+  bad[bad.size() - 20] ^= 1;  // the last IDAT's data: its CRC is wrong now
+  for (const std::string* f : {&good, static_cast<const std::string*>(&bad)}) {
+    SCOPED_TRACE(f == &good ? "good" : "bad CRC in the last IDAT");
+    const std::vector<uint8_t> bytes(f->begin(), f->end());
+    const std::string path = temp_path("region-png");
+    std::ofstream(path, std::ios::binary).write(f->data(), static_cast<std::streamsize>(f->size()));
+    const int file = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    std::filesystem::remove(path);
+    v1::Region read;
+    ASSERT_TRUE(me_->register_region(socket.pass(file), &read).ok());
+    EXPECT_FALSE(read.mapped());
+    const v1::AnalyzeRequest all = in_region(read.region_id(), 0, 0, v1::INPUT_KIND_ENCODED);
+    v1::AnalyzeResponse got, want;
+    const grpc::Status a = me_->analyze(all, &got), b = me_->analyze(with_data(all, bytes), &want);
+    EXPECT_EQ(a.error_code(), b.error_code());
+    EXPECT_EQ(a.error_message(), b.error_message());
+    if (f == &good) {
+      ASSERT_TRUE(a.ok()) << a.error_message();
+      EXPECT_EQ(got.decoder(), "imgstat-png");
+      EXPECT_EQ(answer_of(got), answer_of(want));
+      ASSERT_EQ(ftruncate(file, static_cast<off_t>(bytes.size() / 2)), 0);
+      const grpc::Status cut = me_->analyze(all, &got);
+      EXPECT_EQ(cut.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << cut.error_message();
+      EXPECT_NE(cut.error_message().find("cut short"), std::string::npos) << cut.error_message();
+    }
+    close(file);
+    EXPECT_TRUE(me_->unregister(read.region_id()).ok());
+  }
 }
 
 // Parts with the image and its label image both in a region (one memfd,
