@@ -1,7 +1,5 @@
 #include "service/server.hpp"
 
-#include <grpcpp/resource_quota.h>
-
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
@@ -127,12 +125,6 @@ void Server::start() {
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::min<uint64_t>(options_.limits.max_message_bytes, INT_MAX)));
   builder.SetMaxSendMessageSize(INT_MAX);
-  if (const char* q = std::getenv("IMGSTAT_EXPERIMENT_QUOTA_MIB")) {
-    static grpc::ResourceQuota quota("imgstat");
-    quota.Resize(size_t(std::atoll(q)) << 20);
-    builder.SetResourceQuota(quota);
-  }
-  if (std::getenv("IMGSTAT_EXPERIMENT_NO_BDP")) builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, kMinClientPingIntervalMs);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kServerPingIntervalMs);

@@ -16,7 +16,7 @@
 namespace imgstat {
 namespace {
 
-constexpr size_t kAhead = 1;
+constexpr size_t kAhead = 2;
 
 class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequest>, IdleWatch::Target {
  public:
