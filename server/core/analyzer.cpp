@@ -44,9 +44,9 @@ class ArrivingDecodes {
         while (!(slot = decoding_ < slots_) && !give_up()) changed_.wait_for(lock, std::chrono::milliseconds(20));
         if (slot) ++decoding_;
       }
+      give_up = nullptr;  // what it holds (the upload's file) goes with fn's answer, not after it
       fn(slot);
       fn = nullptr;  // what it holds goes before the analyzer may
-      give_up = nullptr;
       std::lock_guard<std::mutex> lock(mu_);
       if (slot) --decoding_;
       --running_;
