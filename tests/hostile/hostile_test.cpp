@@ -916,7 +916,9 @@ TEST(HostileBands, EightLargeImagesAtOnceHoldBandsNotImages) {
   std::printf("eight 48 MP JPEGs, then eight 12 MP PNGs, at once: peak RSS %.0f MiB above idle "
               "(whole images: %.0f MiB for the JPEGs alone)\n", growth, 8 * 144e6 / (1 << 20));
   RecordProperty("eight_large_images_peak_rss_growth_mib", std::to_string(growth));
-  testing::expect_rss_below(growth, 512, "MiB of peak memory growth");
+  // 491-550 MiB on a 16-core H200 machine (2026-11-26, the server before and
+  // after issue 34's last changes alike): 512 failed one run in three.
+  testing::expect_rss_below(growth, 640, "MiB of peak memory growth");
 }
 
 }  // namespace
