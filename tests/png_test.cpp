@@ -351,16 +351,20 @@ TEST(Png, ChunksDeclaringMoreThanTheFileAreRefusedBeforeLibpng) {
 // Image data of kParallelPngInflateBytes or more is inflated on every core
 // of the arena (parallel_inflate.hpp): the same pixels and warnings as
 // libpng whatever the arena's size, and damage anywhere gets libpng's answer.
+// Image data past kParallelPngInflateBytes, in libpng's 8 KiB IDATs and in one.
+std::vector<std::pair<std::string, std::string>> large_pngs(std::mt19937& rng) {
+  std::vector<std::pair<std::string, std::string>> files;
+  files.emplace_back("RGB8 in 8 KiB IDATs", write_png(random_png(2000, 1400, 8, 2, rng), rng));
+  PngSpec p = random_png(1200, 800, 16, 6, rng);
+  p.idat_piece = size_t{1} << 30;
+  files.emplace_back("RGBA16 in one IDAT", write_png(p, rng));
+  return files;
+}
+
 TEST(Png, LargeImageDataInflatesOnEveryCoreAsLibpng) {
   setup_messages();
   std::mt19937 rng(21);
-  std::vector<std::pair<std::string, std::string>> files;
-  files.emplace_back("RGB8 in 8 KiB IDATs", write_png(random_png(2000, 1400, 8, 2, rng), rng));
-  {
-    PngSpec p = random_png(1200, 800, 16, 6, rng);
-    p.idat_piece = size_t{1} << 30;
-    files.emplace_back("RGBA16 in one IDAT", write_png(p, rng));
-  }
+  std::vector<std::pair<std::string, std::string>> files = large_pngs(rng);
   {
     PngSpec p = random_png(3000, 2000, 8, 3, rng);
     p.idat_piece = 1 << 20;
@@ -405,13 +409,7 @@ TEST(Png, LargeImageDataInflatesOnEveryCoreAsLibpng) {
 // rows are the same, however the file came, in IDATs of 8 KiB or one.
 TEST(Png, ArrivingImageDataGoesToEveryCoreWhenZlibFallsBehind) {
   std::mt19937 rng(24);
-  std::vector<std::pair<std::string, std::string>> files;
-  files.emplace_back("RGB8 in 8 KiB IDATs", write_png(random_png(2000, 1400, 8, 2, rng), rng));
-  {
-    PngSpec p = random_png(1200, 800, 16, 6, rng);
-    p.idat_piece = size_t{1} << 30;
-    files.emplace_back("RGBA16 in one IDAT", write_png(p, rng));
-  }
+  const std::vector<std::pair<std::string, std::string>> files = large_pngs(rng);
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string& f = files[i].second;
     SCOPED_TRACE(files[i].first);
