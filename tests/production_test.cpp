@@ -437,6 +437,7 @@ TEST(Metrics, CountWhatKnownCallsDid) {
   EXPECT_EQ(sample(text, R"(imgstat_request_duration_seconds_count{method="Analyze"})"), 5);
   EXPECT_EQ(sample(text, R"(imgstat_stage_duration_seconds_count{method="Analyze",stage="decode"})"), 3);
   EXPECT_EQ(sample(text, R"(imgstat_stage_duration_seconds_count{method="Analyze",stage="queue"})"), 4);
+  EXPECT_EQ(text.find("stage=\"check\""), std::string::npos);  // the decode is the check
   EXPECT_EQ(sample(text, R"(imgstat_pixels_total{method="Analyze"})"), 3 * pixels);
   EXPECT_EQ(sample(text, R"(imgstat_pixels_total{method="AnalyzeBatch"})"), pixels);
   EXPECT_EQ(sample(text, R"(imgstat_input_bytes_total{method="Analyze"})"), 3.0 * png().size() + 19);

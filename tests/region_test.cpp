@@ -290,6 +290,11 @@ TEST_F(Regions, LargePngsInAFileThatIsReadAnswerAsInTheMessage) {
       ASSERT_TRUE(a.ok()) << a.error_message();
       EXPECT_EQ(got.decoder(), "imgstat-png");
       EXPECT_EQ(answer_of(got), answer_of(want));
+      // The log counts the region's bytes as it counts the message's.
+      const std::string log = server_->log(), counted = "bytes=" + std::to_string(bytes.size()) + " PNG";
+      size_t lines = 0;
+      for (size_t at = log.find(counted); at != std::string::npos; at = log.find(counted, at + 1)) ++lines;
+      EXPECT_EQ(lines, 2u) << log.substr(log.size() > 2000 ? log.size() - 2000 : 0);
       ASSERT_EQ(ftruncate(file, static_cast<off_t>(bytes.size() / 2)), 0);
       const grpc::Status cut = me_->analyze(all, &got);
       EXPECT_EQ(cut.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << cut.error_message();

@@ -368,11 +368,13 @@ class RegionUpload final : public Upload {
   void add(const std::string&) override {
     fail(ErrorCode::kInvalidArgument, "the header names a region: its bytes are there, send no chunks");
   }
-  v1::AnalyzeResponse finish(const CallContext& call) override { return analyzer_.analyze(request_, call); }
+  v1::AnalyzeResponse finish(const CallContext& call) override { return analyzer_.analyze(request_, call, &bytes_); }
+  uint64_t region_bytes() const override { return bytes_; }
 
  private:
   const Analyzer& analyzer_;
   v1::AnalyzeRequest request_;
+  uint64_t bytes_ = 0;
 };
 
 // Raw pixels and plain bytes go to the engine chunk by chunk as they arrive.
@@ -529,11 +531,13 @@ v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& requ
   return upload->finish(call);
 }
 
-v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const CallContext& call) const {
+v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const CallContext& call,
+                                     uint64_t* input_bytes) const {
   const v1::Input& input = request.input();
   const StatsRequest stats_request = stats_request_of(request.options());
   const bool with_parts = parts_of(request.options(), limits_).kind != PartsKind::kWhole;
   const InputBytes data = bytes_of(input, stats_request, with_parts, call);  // holds a region mapped until the engine is done
+  if (input_bytes) *input_bytes = data.size();
   if (data.region.fd >= 0 && (data.spooled || streams_from_region(input, stats_request, with_parts)))
     return analyze_read_region(request, data.region, call);
   return analyze_input(request, data, {}, {}, call);
@@ -868,6 +872,10 @@ void StreamAssembler::pause() {
 
 v1::AnalyzeResponse StreamAssembler::end(const CallContext& call) {
   if (!upload_) fail(ErrorCode::kInvalidArgument, "AnalyzeStream received no header");
+  struct Count {  // also when finish() throws
+    StreamAssembler& s;
+    ~Count() { s.region_bytes_ = s.upload_->region_bytes(); }
+  } count{*this};
   return upload_->finish(call);
 }
 

@@ -28,6 +28,8 @@ class Upload {
   // could use while it is awaited (StreamAnalysis::pause()).
   virtual void pause() {}
   virtual v1::AnalyzeResponse finish(const CallContext& call) = 0;
+  // Bytes read from a region the header named (RegionUpload), once finished.
+  virtual uint64_t region_bytes() const { return 0; }
 };
 
 class Analyzer;
@@ -45,11 +47,14 @@ class StreamAssembler {
   // Called when the next message is not yet there.
   void pause();
   v1::AnalyzeResponse end(const CallContext& call);
+  // The bytes of a region the header named, once end() has read them.
+  uint64_t region_bytes() const { return region_bytes_; }
 
  private:
   const Analyzer& analyzer_;
   const CallContext call_;
   std::unique_ptr<Upload> upload_;
+  uint64_t region_bytes_ = 0;
 };
 
 // Threads that decode uploads as they arrive, as many at once as the engine
@@ -69,7 +74,10 @@ class Analyzer {
 
   // Each throws imgstat::Error naming what is wrong with the request, or
   // kCancelled / kDeadlineExceeded when the call ended first.
-  v1::AnalyzeResponse analyze(const v1::AnalyzeRequest& request, const CallContext& call = {}) const;
+  // input_bytes, if given, learns the input's size once it is known: the
+  // message's data, or the region's part (for the log and the metrics).
+  v1::AnalyzeResponse analyze(const v1::AnalyzeRequest& request, const CallContext& call = {},
+                              uint64_t* input_bytes = nullptr) const;
   // The same for an input whose bytes (request.input().data() left empty)
   // are a file's pages the caller has mapped (the CLI's --local): decoded in
   // place; release(begin, end) hears which bytes a streamed decoder (PNG,

@@ -104,14 +104,16 @@ class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::
     v1::BatchResponse response;
     response.set_id(request.id());
     grpc::Status status = why_not;
+    uint64_t input_bytes = request.request().input().data().size();  // or the region's part, once found
     if (status.ok())
-      status = run_guarded([&] { *response.mutable_response() = env_.analyzer.analyze(request.request(), call_); });
+      status = run_guarded(
+          [&] { *response.mutable_response() = env_.analyzer.analyze(request.request(), call_, &input_bytes); });
     if (!status.ok()) {
       response.mutable_error()->set_code(status.error_code());
       response.mutable_error()->set_message(status.error_message());
     }
     env_.record({"AnalyzeBatch", id_, ctx_->peer(), caller_of(ctx_, env_.auth), request.request().input().name(),
-                 request.request().input().data().size(), status.ok() ? &response.response() : nullptr, status,
+                 input_bytes, status.ok() ? &response.response() : nullptr, status,
                  to_ms(waited), ms_since(started), request.id().empty() ? "-" : request.id()});
 
     const v1::BatchResponse* write = nullptr;

@@ -24,7 +24,9 @@ using prometheus::Gauge;
 // stranger cannot grow the series.
 constexpr std::array<std::string_view, 7> kMethods = {"Analyze", "AnalyzeStream", "AnalyzeBatch", "GetServerInfo",
                                                       "ServerReflection", "Health", "other"};
-constexpr std::array<std::string_view, 4> kStages = {"queue", "decode", "check", "compute"};
+// The decode is also each file's check (libjpeg-turbo's one pass, the GPU's
+// entropy check beside nvJPEG): no stage of its own.
+constexpr std::array<std::string_view, 3> kStages = {"queue", "decode", "compute"};
 
 size_t method_index(std::string_view m) {
   if (m == "ServerReflectionInfo") m = "ServerReflection";
@@ -54,8 +56,8 @@ struct Metrics::Families {
                             .Register(r)),
         stage_seconds(prometheus::BuildHistogram()
                           .Name("imgstat_stage_duration_seconds")
-                          .Help("Time one image spent in each stage: waiting for a worker (queue), decoding, "
-                                "checking the file's end (check), computing")
+                          .Help("Time one image spent in each stage: waiting for a worker (queue), decoding "
+                                "(which checks the file), computing")
                           .Register(r)),
         images(prometheus::BuildCounter()
                    .Name("imgstat_images_total")
@@ -264,8 +266,7 @@ void Metrics::image(std::string_view method, grpc::StatusCode code, uint64_t inp
   f_->stage[m][0]->Observe(queue_seconds);
   if (!ok) return;
   f_->stage[m][1]->Observe(seconds(ok->decode_time()));
-  f_->stage[m][2]->Observe(seconds(ok->check_time()));
-  f_->stage[m][3]->Observe(seconds(ok->compute_time()));
+  f_->stage[m][2]->Observe(seconds(ok->compute_time()));
   f_->pixel_count[m]->Increment(static_cast<double>(uint64_t{ok->width()} * ok->height()));
   f_->served.Add({{"engine", ok->engine()}, {"decoder", ok->decoder().empty() ? "none" : ok->decoder()}}).Increment();
 }

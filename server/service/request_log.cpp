@@ -148,7 +148,6 @@ void log_request(const RequestRecord& r) {
       if (a->has_device()) j["device"] = a->device();
       if (!a->decoder().empty()) j["decoder"] = a->decoder();
       j["decode_ms"] = ms(a->decode_time());
-      j["check_ms"] = ms(a->check_time());
       j["compute_ms"] = ms(a->compute_time());
     }
     j["queue_ms"] = r.queue_ms;
@@ -166,13 +165,13 @@ void log_request(const RequestRecord& r) {
   if (r.status.ok() && !a) {
     line += fmt::format(" total={:.3f}ms OK", r.total_ms);
   } else if (a) {
-    line += fmt::format(" {} {}x{}x{} {} engine={}{} decoder={} queue={:.3f}ms decode={:.3f}ms check={:.3f}ms "
+    line += fmt::format(" {} {}x{}x{} {} engine={}{} decoder={} queue={:.3f}ms decode={:.3f}ms "
                         "compute={:.3f}ms total={:.3f}ms OK",
                         a->format(), a->width(), a->height(), a->channel_count(),
                         to_string(sample_type_of(a->sample_type())), a->engine(),
                         a->has_device() ? fmt::format(" device={}", a->device()) : std::string(),
                         a->decoder().empty() ? "-" : a->decoder(), r.queue_ms, ms(a->decode_time()),
-                        ms(a->check_time()), ms(a->compute_time()), r.total_ms);
+                        ms(a->compute_time()), r.total_ms);
   } else {
     line += fmt::format(" queue={:.3f}ms total={:.3f}ms {}: {}", r.queue_ms, r.total_ms, code,
                         printable(r.status.error_message(), 1000));

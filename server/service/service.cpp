@@ -13,7 +13,7 @@ class AnalyzeReactor final : public grpc::ServerUnaryReactor {
     const bool queued = env_.submit(call, [this, call](const grpc::Status& why_not, Clock::duration waited) {
       waited_ = waited;
       grpc::Status status = why_not;
-      if (status.ok()) status = run_guarded([&] { *response_ = env_.analyzer.analyze(*request_, call); });
+      if (status.ok()) status = run_guarded([&] { *response_ = env_.analyzer.analyze(*request_, call, &input_bytes_); });
       finish(status);
     });
     if (!queued) finish(queue_full_status(env_.queue));
@@ -26,8 +26,8 @@ class AnalyzeReactor final : public grpc::ServerUnaryReactor {
 
  private:
   void finish(const grpc::Status& status) {
-    env_.record({"Analyze", id_, ctx_->peer(), caller_of(ctx_, env_.auth), request_->input().name(),
-                 request_->input().data().size(), response_, status, to_ms(waited_), ms_since(started_)});
+    env_.record({"Analyze", id_, ctx_->peer(), caller_of(ctx_, env_.auth), request_->input().name(), input_bytes_,
+                 response_, status, to_ms(waited_), ms_since(started_)});
     env_.call_ended("Analyze", status, started_);
     Finish(status);
   }
@@ -37,6 +37,8 @@ class AnalyzeReactor final : public grpc::ServerUnaryReactor {
   v1::AnalyzeResponse* response_;
   CallEnv& env_;
   const std::string id_;
+  // The message's data, or the region's part once the analyzer has found it.
+  uint64_t input_bytes_ = request_->input().data().size();
   Clock::duration waited_{};
   const Clock::time_point started_ = Clock::now();
 };

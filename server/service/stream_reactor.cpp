@@ -159,7 +159,12 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
 
   void end() {
     if (ctx_->IsCancelled()) return finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
-    finish(run_guarded([&] { *response_ = assembler_.end(call_); }));
+    const grpc::Status status = run_guarded([&] { *response_ = assembler_.end(call_); });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      input_bytes_ += assembler_.region_bytes();
+    }
+    finish(status);
   }
 
   // The first call wins; later ones (a late idle check, a failing chunk) do nothing.
