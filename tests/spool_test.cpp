@@ -148,8 +148,10 @@ TEST(Spool, WaitsForBytesAndWakesWhenAborted) {
 TEST(SpooledUpload, AnswersAsOneMessage) {
   TempDir dir;
   std::mt19937 rng(5);
-  const auto spooled = analyzer_with(dir.path.string());
+  const auto spooled = analyzer_with(dir.path.string(), uint64_t{3} << 30);
   const auto in_memory = analyzer_with("none");
+  EXPECT_EQ(spooled->server_info().limits().max_spool_bytes(), uint64_t{3} << 30);
+  EXPECT_EQ(in_memory->server_info().limits().max_spool_bytes(), 0u);
   const auto unwritable = analyzer_with((dir.path / "missing").string());
   std::vector<std::pair<std::string, std::string>> files = {
       {"PNG RGB8 1.6 MB (zlib)", png_of(1000, 800, 8, 2, rng)},
