@@ -6,6 +6,7 @@
 #include <chrono>
 #include <climits>
 #include <fstream>
+#include <algorithm>
 #include <future>
 #include <sstream>
 #include <thread>
@@ -40,6 +41,13 @@ constexpr int kKeepaliveMs = 10000;
 constexpr int kAttempts = 5;
 constexpr std::chrono::milliseconds kFirstBackoff{100};
 constexpr int kKeepaliveTimeoutMs = 5000;
+constexpr int kReconnectMs = 100;
+const char* const kUnreachable = "no server reachable: an earlier file used all its retries, and none has answered since";
+// calls_to_fill(): calls in flight for each of the server's engine threads,
+// and the bounds of the whole (the first when the server does not say).
+constexpr unsigned kCallsPerThread = 4;
+constexpr uint64_t kDefaultCalls = 16;
+constexpr uint64_t kMaxCalls = 256;
 // round_robin over every address of the target, and gRPC's own retries for
 // calls that never reached a server (UNAVAILABLE before any answer, within
 // its 256 KiB replay buffer); retry_unavailable() below covers the rest.
@@ -155,6 +163,7 @@ Remote::Remote(const Connection& c, double timeout_seconds) : timeout_(timeout_s
   // A region lives on the one server that registered it: none when calls
   // may land on several.
   use_regions_ = c.shm && is_loopback(c.target) && !names_several_servers(c.target);
+  servers_ = std::max<size_t>(1, target_addresses(c.target).size());
   std::string first_host;
   const std::string target = channel_target(c.target, &first_host);
   if (c.uses_tls() && c.tls_server_name.empty() && target != c.target)
@@ -167,6 +176,9 @@ Remote::Remote(const Connection& c, double timeout_seconds) : timeout_(timeout_s
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // A server restarted mid-pass is reached again within the retries'
+  // pauses (gRPC's default first reconnect waits a second).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectMs);
   channel_ = grpc::CreateCustomChannel(target, credentials, args);
   stub_ = v1::ImageStats::NewStub(channel_);
 }
@@ -192,14 +204,33 @@ bool Remote::info(v1::ServerInfo* out, std::string* error, std::chrono::system_c
   return s.ok();
 }
 
-uint64_t Remote::message_limit(std::chrono::system_clock::time_point until) {
-  if (message_limit_ == 0) {
-    v1::ServerInfo info;
+bool Remote::server_info(std::chrono::system_clock::time_point until, v1::ServerInfo* out) {
+  std::lock_guard<std::mutex> lock(info_mu_);
+  if (!info_asked_) {
+    info_asked_ = true;
     std::string error;
-    // gRPC's default, when the server does not say.
-    message_limit_ = this->info(&info, &error, until) ? info.limits().max_message_bytes() : uint64_t{4} << 20;
+    info_ok_ = info(&info_, &error, until);
   }
-  return message_limit_;
+  if (info_ok_) *out = info_;
+  return info_ok_;
+}
+
+uint64_t Remote::message_limit(std::chrono::system_clock::time_point until) {
+  v1::ServerInfo info;
+  // gRPC's default, when the server does not say.
+  return server_info(until, &info) ? info.limits().max_message_bytes() : uint64_t{4} << 20;
+}
+
+unsigned Remote::calls_to_fill() {
+  v1::ServerInfo info;
+  // Four a thread: one decoding, one in the engine, two on the wire either
+  // way (measured: issue 35's table in bench/NOTES.md).
+  uint64_t calls = kDefaultCalls;
+  if (server_info(deadline(), &info) && info.engine().threads() > 0) {
+    calls = uint64_t{kCallsPerThread} * info.engine().threads();
+    if (info.limits().max_concurrent() > 0) calls = std::min<uint64_t>(calls, info.limits().max_concurrent());
+  }
+  return static_cast<unsigned>(std::clamp<uint64_t>(calls * servers_, kDefaultCalls, kMaxCalls));
 }
 
 RegionSocketClient* Remote::region_socket(std::chrono::system_clock::time_point until) {
@@ -207,8 +238,7 @@ RegionSocketClient* Remote::region_socket(std::chrono::system_clock::time_point 
   if (!region_tried_) {
     region_tried_ = true;
     v1::ServerInfo info;
-    std::string error;
-    if (this->info(&info, &error, until) && !info.region_socket().empty()) {
+    if (server_info(until, &info) && !info.region_socket().empty()) {
       try {
         region_socket_ = std::make_unique<RegionSocketClient>(info.region_socket());
       } catch (const std::exception&) {
@@ -265,6 +295,7 @@ bool Remote::analyze_in_region(Source& source, const Request& request, std::chro
 }
 
 Outcome Remote::analyze(Source& source, const Request& request) {
+  if (unreachable_now()) return failure(source.name(), "UNAVAILABLE", kUnreachable);
   // One deadline for all the file's calls, retries included: --timeout is the
   // longest it takes.
   const auto until = deadline();
@@ -274,12 +305,129 @@ Outcome Remote::analyze(Source& source, const Request& request) {
     // UNAVAILABLE: the server went away (killed, restarted, shutting down)
     // or none answered. Statistics are the same whoever computes them, so
     // the file is sent again, to whichever server the channel picks next.
-    if (o.ok || o.code != "UNAVAILABLE" || attempt == kAttempts ||
-        std::chrono::system_clock::now() + backoff >= until)
-      return o;
+    if (!retry_unavailable(o.code == "UNAVAILABLE", attempt, backoff, until)) return o;
     std::this_thread::sleep_for(backoff);
     backoff *= 2;
   }
+}
+
+bool Remote::retry_unavailable(bool unavailable, int attempt, std::chrono::milliseconds backoff,
+                               std::chrono::system_clock::time_point until) {
+  if (!unavailable) {
+    unreachable_ = false;  // a server answered
+    return false;
+  }
+  // Once a file has used all its attempts, no server is taking calls: the
+  // files after it fail at once (each still tries once, and any answer
+  // lifts this), not after a second and a half of pauses each.
+  if (attempt < kAttempts && !unreachable_ && std::chrono::system_clock::now() + backoff < until) return true;
+  unreachable_ = true;
+  return false;
+}
+
+bool Remote::in_one_message(const Source& source, const Request& request,
+                            std::chrono::system_clock::time_point until) {
+  // gRPC moves one large message far slower than the same bytes as a stream
+  // of chunks (36 MB of raw pixels, 2 cores: 1.30 s against 0.36 s), so
+  // only small inputs go in one message, and raw ones that ask for the
+  // luminance, which a stream does not compute.
+  const bool pixels = request.input.kind() == v1::INPUT_KIND_RAW || request.input.kind() == v1::INPUT_KIND_BYTES;
+  const bool whole = source.size() <= kStreamChunk || (pixels && stats_request_of(request.options).luminance);
+  return !request.force_stream && whole && source.size() + kEnvelope <= message_limit(until);
+}
+
+struct Remote::UnaryCall {
+  std::string file;
+  std::chrono::system_clock::time_point until;
+  std::function<void(Outcome)> done;
+  v1::AnalyzeRequest request;
+  v1::AnalyzeResponse response;
+  std::unique_ptr<grpc::ClientContext> ctx;
+  int attempt = 1;
+  std::chrono::milliseconds backoff = kFirstBackoff;
+};
+
+bool Remote::unreachable_now() {
+  // The channel says whether a server came back (a reconnect succeeded).
+  return unreachable_ && channel_->GetState(true) != GRPC_CHANNEL_READY;
+}
+
+void Remote::start(Source& source, const Request& request, std::function<void(Outcome)> done) {
+  if (unreachable_now()) {
+    done(failure(source.name(), "UNAVAILABLE", kUnreachable));
+    return;
+  }
+  const auto until = deadline();
+  const bool region = use_regions_ && source.is_file() && source.size() >= kRegionMinBytes;
+  if (region || !in_one_message(source, request, until)) {
+    done(analyze(source, request));
+    return;
+  }
+  auto call = std::make_shared<UnaryCall>();
+  call->file = source.name();
+  call->until = until;
+  call->done = std::move(done);
+  *call->request.mutable_input() = request.input;
+  *call->request.mutable_options() = request.options;
+  call->request.mutable_input()->set_data(source.read_all());
+  call_unary(std::move(call));
+}
+
+void Remote::call_unary(std::shared_ptr<UnaryCall> call) {
+  call->ctx = std::make_unique<grpc::ClientContext>();
+  prepare(*call->ctx, call->until);
+  UnaryCall* c = call.get();
+  stub_->async()->Analyze(c->ctx.get(), &c->request, &c->response, [this, call](grpc::Status status) {
+    // As analyze() does: a call that ended UNAVAILABLE goes again, after a
+    // pause, to whichever server the channel picks next.
+    if (retry_unavailable(status.error_code() == grpc::StatusCode::UNAVAILABLE, call->attempt, call->backoff,
+                          call->until)) {
+      ++call->attempt;
+      const auto when = std::chrono::system_clock::now() + call->backoff;
+      call->backoff *= 2;
+      call->response.Clear();
+      later(when, [this, call] { call_unary(call); });
+      return;
+    }
+    call->done(outcome_of(call->file, status, std::move(call->response)));
+  });
+}
+
+void Remote::later(std::chrono::system_clock::time_point when, std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(later_mu_);
+  later_.emplace(when, std::move(fn));
+  if (!later_thread_.joinable()) {
+    later_thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(later_mu_);
+      for (;;) {
+        if (later_.empty()) {
+          if (later_stop_) return;
+          later_cv_.wait(lock);
+          continue;
+        }
+        const auto first = later_.begin();
+        if (first->first > std::chrono::system_clock::now()) {
+          later_cv_.wait_until(lock, first->first);
+          continue;
+        }
+        std::function<void()> fn = std::move(first->second);
+        later_.erase(first);
+        lock.unlock();
+        fn();
+        lock.lock();
+      }
+    });
+  }
+  later_cv_.notify_one();
+}
+
+Remote::~Remote() {
+  {
+    std::lock_guard<std::mutex> lock(later_mu_);
+    later_stop_ = true;
+  }
+  later_cv_.notify_one();
+  if (later_thread_.joinable()) later_thread_.join();
 }
 
 Outcome Remote::analyze_once(Source& source, const Request& request, std::chrono::system_clock::time_point until) {
@@ -290,13 +438,7 @@ Outcome Remote::analyze_once(Source& source, const Request& request, std::chrono
     Outcome o;
     if (analyze_in_region(source, request, until, &o)) return o;
   }
-  // gRPC moves one large message far slower than the same bytes as a stream
-  // of chunks (36 MB of raw pixels, 2 cores: 1.30 s against 0.36 s), so
-  // only small inputs go in one message, and raw ones that ask for the
-  // luminance, which a stream does not compute.
-  const bool pixels = request.input.kind() == v1::INPUT_KIND_RAW || request.input.kind() == v1::INPUT_KIND_BYTES;
-  const bool whole = source.size() <= kStreamChunk || (pixels && stats_request_of(request.options).luminance);
-  if (!request.force_stream && whole && source.size() + kEnvelope <= message_limit(until)) {
+  if (in_one_message(source, request, until)) {
     v1::AnalyzeRequest r;
     *r.mutable_input() = request.input;
     r.mutable_input()->set_data(source.read_all());

@@ -6,6 +6,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <map>
+#include <thread>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -51,7 +54,17 @@ class Remote {
   // --health's); 0: no deadline. Throws std::runtime_error when a TLS file
   // cannot be read.
   Remote(const Connection& connection, double timeout_seconds);
+  ~Remote();  // waits for retries it has scheduled
   Outcome analyze(Source& source, const Request& request);
+  // The same without a thread waiting on it where it can: a file small
+  // enough for one message is read now and its call runs on gRPC's callback
+  // API, done(outcome) coming later on one of gRPC's threads (retries
+  // included); a large one (a region, a stream) is analyzed before this
+  // returns, done called on this thread.
+  void start(Source& source, const Request& request, std::function<void(Outcome)> done);
+  // Calls in flight that keep the server (every server of a list) busy:
+  // four for each of its engine's threads, within its max_concurrent.
+  unsigned calls_to_fill();
   // GetServerInfo; false with *error set when the call fails.
   bool info(v1::ServerInfo* out, std::string* error);
   // grpc.health.v1.Health/Check for the whole server: "SERVING", ...; false
@@ -64,7 +77,22 @@ class Remote {
   // The deadline and the token, on every call.
   void prepare(grpc::ClientContext& ctx, std::chrono::system_clock::time_point until) const;
   bool info(v1::ServerInfo* out, std::string* error, std::chrono::system_clock::time_point until);
+  // GetServerInfo, asked once (files are analyzed concurrently); false when
+  // the server did not answer.
+  bool server_info(std::chrono::system_clock::time_point until, v1::ServerInfo* out);
   uint64_t message_limit(std::chrono::system_clock::time_point until);
+  bool in_one_message(const Source& source, const Request& request, std::chrono::system_clock::time_point until);
+  // Whether a call that ended UNAVAILABLE (or not) goes again after backoff.
+  bool retry_unavailable(bool unavailable, int attempt, std::chrono::milliseconds backoff,
+                         std::chrono::system_clock::time_point until);
+  std::atomic<bool> unreachable_{false};
+  // unreachable_, and the channel has not connected again since.
+  bool unreachable_now();
+  struct UnaryCall;
+
+  void call_unary(std::shared_ptr<UnaryCall> call);
+  // Runs fn at `when` on the retry thread (started on first need).
+  void later(std::chrono::system_clock::time_point when, std::function<void()> fn);
   // The file through a region; false when regions cannot be had (the caller
   // sends it over the socket then).
   bool analyze_in_region(Source& source, const Request& request, std::chrono::system_clock::time_point until,
@@ -75,11 +103,20 @@ class Remote {
   std::unique_ptr<v1::ImageStats::Stub> stub_;
   std::string authorization_;
   double timeout_;
-  std::atomic<uint64_t> message_limit_{0};  // asked once; files are analyzed concurrently
+  std::mutex info_mu_;
+  bool info_asked_ = false;
+  bool info_ok_ = false;
+  v1::ServerInfo info_;
+  size_t servers_ = 1;  // addresses the target names
   bool use_regions_ = false;
   std::mutex region_mu_;
   bool region_tried_ = false;
   std::unique_ptr<RegionSocketClient> region_socket_;
+  std::mutex later_mu_;
+  std::condition_variable later_cv_;
+  std::multimap<std::chrono::system_clock::time_point, std::function<void()>> later_;
+  bool later_stop_ = false;
+  std::thread later_thread_;
 };
 
 class Local {

@@ -7,21 +7,21 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <regex>
 #include <cstring>
 #include <unistd.h>
 
+#include "core/abseil_tuning.hpp"
 #include "core/malloc_tuning.hpp"
 #include "aggregate.hpp"
 #include "calls.hpp"
+#include "pass.hpp"
 #include "plot.hpp"
 #include "imgstat/colour.hpp"
 #include "imgstat/types.hpp"
@@ -117,6 +117,7 @@ bool parse_joint(const std::string& spec, const std::string& ranges, const std::
 
 int main(int argc, char** argv) {
   imgstat::tune_malloc_for_large_messages();
+  imgstat::tune_abseil_for_release();
   CLI::App app{"imgstat-client " IMGSTAT_VERSION ": per-channel statistics and histograms of images"};
   app.set_version_flag("--version", IMGSTAT_VERSION);
   std::vector<std::string> files;
@@ -131,8 +132,11 @@ int main(int argc, char** argv) {
   double timeout = 120;
   app.add_option("files", files,
                  "image files, folders (their images, recursively) and quoted patterns ('shots/**/*.png'); - reads standard input");
-  unsigned jobs = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
-  app.add_option("--jobs,-j", jobs, "files analyzed at once")->check(CLI::Range(1u, 256u))->capture_default_str();
+  unsigned jobs = 0;
+  auto* jobs_option = app.add_option("--jobs,-j", jobs,
+                                     "calls in flight (default: four for each of the server's engine threads, "
+                                     "within its limit; with --local, one analysis per core)")
+                          ->check(CLI::Range(1u, 256u));
   app.add_option("--server", server, "server address (default: $IMGSTAT_SERVER, else localhost:50051)");
   client::Connection connection;
   std::string token_file;
@@ -432,6 +436,7 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
     request.options = aggregation->part_options();
   }
 
+  const bool jobs_given = jobs_option->count() > 0;
   const auto started = std::chrono::steady_clock::now();
   std::vector<std::string> missing;
   const std::vector<std::string> inputs = client::expand_inputs(files, &missing);
@@ -464,57 +469,39 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
   std::atomic<uint64_t> sent{0};
   if (csv) std::cout << client::render_csv_header();
 
-  // Workers take files in order; answers are printed in input order as soon
-  // as each and those before it are in.
-  std::vector<std::optional<client::Outcome>> outcomes(inputs.size());
-  std::mutex mu;
-  std::condition_variable ready;
-  // The bar is redrawn when an upload starts, not only every 200 ms: a fast
-  // link may send it all in less.
-  if (progress)
-    request.on_sent = [&sent, &ready](uint64_t n) {
-      if (sent.fetch_add(n) == 0) ready.notify_all();
-    };
-  size_t next = 0, finished = 0;
-  auto work = [&] {
-    for (;;) {
-      size_t i;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (next == inputs.size()) return;
-        i = next++;
-      }
-      client::Outcome o;
-      try {
-        client::Source source(inputs[i]);
-        client::Request mine = request;
-        mine.input.set_name(inputs[i]);
-        if (labels_folder) {  // this file's label image: the same name stem in the folder
-          const std::string stem = std::filesystem::path(inputs[i]).stem().string();
-          const auto at = labels_by_stem.find(stem);
-          if (at == labels_by_stem.end())
-            throw std::runtime_error("no label file named " + stem + ".* in " + labels_spec);
-          if (at->second.size() > 1)
-            throw std::runtime_error("several label files named " + stem + ".* in " + labels_spec + ": keep one");
-          client::Source labels(at->second.front());
-          mine.options.mutable_parts()->mutable_labels()->mutable_image()->set_data(labels.read_all());
-        }
-        o = local ? in_process->analyze(source, mine) : remote.analyze(source, mine);
-      } catch (const std::exception& e) {
-        o.file = inputs[i];
-        o.code = "NOT_FOUND";
-        o.error = std::string(labels_folder ? "" : "cannot read: ") + e.what();
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        outcomes[i] = std::move(o);
-        ++finished;
-      }
-      ready.notify_one();
+  // Each file's request: the label image of its own, with a label folder.
+  auto make_request = [&](size_t i) {
+    client::Request mine = request;
+    if (labels_folder) {  // this file's label image: the same name stem in the folder
+      const std::string stem = std::filesystem::path(inputs[i]).stem().string();
+      const auto at = labels_by_stem.find(stem);
+      if (at == labels_by_stem.end()) throw std::runtime_error("no label file named " + stem + ".* in " + labels_spec);
+      if (at->second.size() > 1)
+        throw std::runtime_error("several label files named " + stem + ".* in " + labels_spec + ": keep one");
+      client::Source labels(at->second.front());
+      mine.options.mutable_parts()->mutable_labels()->mutable_image()->set_data(labels.read_all());
     }
+    return mine;
   };
-  std::vector<std::thread> workers;
-  for (unsigned k = 0; k < std::min<size_t>(jobs, inputs.size()); ++k) workers.emplace_back(work);
+  std::optional<client::Pass> pass;
+  std::atomic<client::Pass*> running{nullptr};  // set once the pass is whole
+  if (progress)
+    request.on_sent = [&sent, &running](uint64_t n) {
+      if (sent.fetch_add(n) == 0)
+        if (client::Pass* p = running.load()) p->poke();  // the bar shows the upload at once, not 200 ms later
+    };
+  // -j: calls in flight; by default as many as keep the server busy (four
+  // for each of its engine threads), or one analysis per core with --local.
+  client::PassOptions pass_options;
+  // (One file: no question to the server, whose answer would not be used.)
+  pass_options.jobs = jobs_given            ? jobs
+                      : inputs.size() <= 1 ? 1u
+                      : local               ? std::max(1u, std::thread::hardware_concurrency())
+                                            : remote.calls_to_fill();
+  // Readers start calls and carry large uploads: eight uploads at once at most.
+  pass_options.readers = std::min(pass_options.jobs, 8u);
+  pass.emplace(local ? nullptr : &remote, in_process.get(), inputs, make_request, pass_options);
+  running = &*pass;
   auto bar = [&](size_t done, bool clear) {
     if (!progress) return;
     const int width = 30, filled = static_cast<int>(width * done / inputs.size());
@@ -569,24 +556,8 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
     std::cout.flush();
   };
   for (size_t i = 0; i < inputs.size(); ++i) {
-    client::Outcome o;
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      for (;;) {
-        const size_t done = finished;
-        if (outcomes[i]) break;
-        const bool uploading = sent.load() > 0;
-        lock.unlock();
-        bar(done, false);
-        lock.lock();
-        // Woken by any answer, when an upload starts, and every 200 ms while it goes on.
-        ready.wait_for(lock, std::chrono::milliseconds(200), [&] {
-          return outcomes[i].has_value() || finished != done || (!uploading && sent.load() > 0);
-        });
-      }
-      o = std::move(*outcomes[i]);
-      outcomes[i].reset();
-    }
+    client::Outcome o = pass->next(progress ? std::function<void(size_t)>([&](size_t done) { bar(done, false); })
+                                            : std::function<void(size_t)>());
     bar(0, true);
     if (aggregation) {  // nothing printed per file: each answer joins its kind's merge
       std::string why;
@@ -604,7 +575,8 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
     }
     bar(i + 1, i + 1 == inputs.size());
   }
-  for (std::thread& t : workers) t.join();
+  running = nullptr;
+  pass.reset();
   if (aggregation) {
     for (const std::string& note : aggregation->notes()) err << "imgstat-client: note: " << note << "\n";
     const std::vector<client::Outcome> merged = aggregation->outcomes();

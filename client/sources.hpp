@@ -14,6 +14,9 @@ class Source {
   // "-" is standard input, read whole. Throws std::runtime_error when the
   // file cannot be opened.
   explicit Source(const std::string& name);
+  ~Source();
+  Source(const Source&) = delete;
+  Source& operator=(const Source&) = delete;
   const std::string& name() const { return name_; }
   uint64_t size() const { return size_; }
   bool is_file() const { return !is_stdin_; }
@@ -23,7 +26,9 @@ class Source {
   void for_each_chunk(size_t chunk, const std::function<bool(std::string&)>& fn);
 
  private:
+  void read_at(uint64_t at, char* out, size_t n);
   std::string name_;
+  int fd_ = -1;
   std::string stdin_data_;
   bool is_stdin_ = false;
   uint64_t size_ = 0;

@@ -10,6 +10,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -235,6 +236,133 @@ TEST(ManyServers, AggregateAcrossServersEqualsOneServerOverTheConcatenatedPixels
       expect_channel(g["channels"][c], w["channels"][c], floats, "channel " + std::to_string(c));
     if (!floats) expect_channel(g["summary"], w["summary"], false, "summary");
   }
+}
+
+// One server, killed part way through a pass and started again on its port:
+// the calls it dropped go again (the CLI's retries, gRPC's reconnect), every
+// file is answered once and as --local answers it, and the exit status says
+// all went well.
+TEST(OneServer, KilledAndRestartedMidPassEveryFileAnsweredOnce) {
+  Folder dir;
+  std::mt19937 rng(5);
+  const std::vector<std::string> files = write_random_pngs(dir, 3000, rng);
+  const ProcessResult local = run_process({client_bin(), "--local", "--json", dir.path()}, 300);
+  ASSERT_EQ(local.code, 0) << local.err;
+  std::map<std::string, json> want;
+  for (json& j : json_lines(local.out)) want[j["file"]] = statistics_of(j);
+
+  const std::vector<std::string> args = {"--engine", "cpu", "--threads", "2", "--region-socket", "off"};
+  auto first = std::make_unique<ServerProcess>(args);
+  const int port = first->port();
+  std::unique_ptr<ServerProcess> second;
+  std::atomic<bool> killed{false};
+  std::thread restarter([&] {
+    for (int i = 0; i < 3000 && analyze_calls(*first) < 300; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    first->send_signal(SIGKILL);
+    killed = true;
+    std::vector<std::string> again = args;
+    again.insert(again.end(), {"--listen", "127.0.0.1:" + std::to_string(port)});
+    second = std::make_unique<ServerProcess>(again);
+  });
+  const ProcessResult run =
+      run_process({client_bin(), "--server", "127.0.0.1:" + std::to_string(port), "--json", dir.path()}, 300);
+  restarter.join();
+  ASSERT_TRUE(killed);
+  EXPECT_EQ(run.code, 0) << run.err.substr(0, 2000);
+  std::set<std::string> seen;
+  for (json& j : json_lines(run.out)) {
+    const std::string file = j["file"];
+    ASSERT_TRUE(seen.insert(file).second) << file << " answered twice";
+    ASSERT_TRUE(j["ok"].get<bool>()) << j.dump();
+    EXPECT_EQ(statistics_of(j), want[file]) << file;
+  }
+  EXPECT_EQ(seen.size(), files.size());
+  EXPECT_GT(analyze_calls(*second), 0u) << "the files after the restart went to the new server";
+}
+
+// Killed for good: the files answered before are right, every other file
+// fails once with UNAVAILABLE, named on stderr, and the pass ends soon (the
+// retries stop once one file has used them all) with exit status 1.
+TEST(OneServer, KilledForGoodMidPassFailsTheRestQuickly) {
+  Folder dir;
+  std::mt19937 rng(6);
+  const std::vector<std::string> files = write_random_pngs(dir, 3000, rng);
+  const ProcessResult local = run_process({client_bin(), "--local", "--json", dir.path()}, 300);
+  ASSERT_EQ(local.code, 0) << local.err;
+  std::map<std::string, json> want;
+  for (json& j : json_lines(local.out)) want[j["file"]] = statistics_of(j);
+
+  ServerProcess server({"--engine", "cpu", "--threads", "2", "--region-socket", "off"});
+  std::atomic<bool> killed{false};
+  std::thread killer = kill_after(server, 300, killed);
+  const auto t0 = std::chrono::steady_clock::now();
+  const ProcessResult run = run_process({client_bin(), "--server", server.address(), "--json", dir.path()}, 300);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  killer.join();
+  ASSERT_TRUE(killed);
+  EXPECT_EQ(run.code, 1);
+  std::set<std::string> seen;
+  size_t ok = 0, unavailable = 0;
+  for (json& j : json_lines(run.out)) {
+    const std::string file = j["file"];
+    ASSERT_TRUE(seen.insert(file).second) << file << " answered twice";
+    if (j["ok"].get<bool>()) {
+      ++ok;
+      EXPECT_EQ(statistics_of(j), want[file]) << file;
+    } else {
+      ++unavailable;
+      EXPECT_EQ(j["code"], "UNAVAILABLE") << j.dump();
+      EXPECT_NE(run.err.find(file + ": UNAVAILABLE"), std::string::npos) << file;
+    }
+  }
+  EXPECT_EQ(seen.size(), files.size());
+  EXPECT_GE(ok, 300u);
+  EXPECT_GT(unavailable, 0u);
+  // Pauses of 1.5 s for each of 2,700 files would take minutes.
+  EXPECT_LT(took, 30) << ok << " answered, " << unavailable << " failed";
+}
+
+// Ten thousand tiny files (1 to 3 pixels a side) with a few that are not
+// images among them: one line each, in order, the bad ones failed and
+// named, exit status 1; the good ones as --local answers them.
+TEST(OneServer, TenThousandTinyFilesEachAnsweredOnceInOrder) {
+  Folder dir;
+  std::mt19937 rng(8);
+  std::vector<std::string> files;
+  std::set<std::string> bad;
+  for (int i = 0; i < 10000; ++i) {
+    const std::string file = dir / ("t-" + std::to_string(100000 + i) + ".png");
+    if (i % 997 == 13) {
+      std::ofstream(file, std::ios::binary) << "\x89PNG\r\n\x1a\n not really";
+      bad.insert(file);
+    } else {
+      cv::Mat m(1 + static_cast<int>(rng() % 3), 1 + static_cast<int>(rng() % 3), i % 3 ? CV_8UC3 : CV_16UC1);
+      cv::randu(m, 0, i % 3 ? 256 : 65536);
+      ASSERT_TRUE(cv::imwrite(file, m));
+    }
+    files.push_back(file);
+  }
+  const ProcessResult local = run_process({client_bin(), "--local", "--json", dir.path()}, 300);
+  ASSERT_EQ(local.code, 1);
+  const std::vector<json> want = json_lines(local.out);
+  ASSERT_EQ(want.size(), files.size());
+
+  ServerProcess server({"--engine", "cpu", "--threads", "2", "--region-socket", "off"});
+  const ProcessResult run = run_process({client_bin(), "--server", server.address(), "--json", dir.path()}, 300);
+  EXPECT_EQ(run.code, 1);
+  const std::vector<json> got = json_lines(run.out);
+  ASSERT_EQ(got.size(), files.size());
+  for (size_t i = 0; i < files.size(); ++i) {
+    ASSERT_EQ(got[i]["file"], files[i]) << "in input order";
+    if (bad.count(files[i])) {
+      EXPECT_FALSE(got[i]["ok"].get<bool>());
+      EXPECT_EQ(got[i]["code"], "INVALID_ARGUMENT") << got[i].dump();
+      EXPECT_NE(run.err.find(files[i] + ": INVALID_ARGUMENT"), std::string::npos);
+    } else {
+      EXPECT_EQ(statistics_of(got[i]), statistics_of(want[i])) << files[i];
+    }
+  }
+  EXPECT_EQ(analyze_calls(server), files.size()) << "one call a file, none repeated";
 }
 
 TEST(ManyServers, ListTargetsNeedPortsAndNamesThatResolve) {

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sys/resource.h>
 
+#include "core/abseil_tuning.hpp"
 #include "core/malloc_tuning.hpp"
 #include "decode/library_messages.hpp"
 #include "service/request_log.hpp"
@@ -18,6 +19,7 @@
 
 int main(int argc, char** argv) {
   imgstat::tune_malloc_for_large_messages();
+  imgstat::tune_abseil_for_release();
   // Connections, region descriptors and their tickets are open files: the
   // soft limit (often 1024) raised to the hard one, as network servers do.
   rlimit files{};
