@@ -498,6 +498,14 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
                       : inputs.size() <= 1 ? 1u
                       : local               ? std::max(1u, std::thread::hardware_concurrency())
                                             : remote.calls_to_fill();
+  // JSON and CSV are made where each answer comes in; the loop below prints.
+  const bool parts_asked = request.options.has_parts() && !request.options.parts().has_mask();
+  if ((json || csv) && plot.empty() && !aggregation)
+    pass_options.prepare = [&](client::Outcome& o) {
+      if (normalized) client::normalize(o);
+      o.parts = parts_asked;
+      o.rendered = json ? client::render_json(o) + "\n" : client::render_csv(o);
+    };
   // Readers start calls and carry large uploads: eight uploads at once at most.
   pass_options.readers = std::min(pass_options.jobs, 8u);
   pass.emplace(local ? nullptr : &remote, in_process.get(), inputs, make_request, pass_options);
@@ -541,19 +549,23 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
         o.error = "--plot: " + why;
       }
     }
-    if (normalized) client::normalize(o);
-    o.parts = request.options.has_parts() && !request.options.parts().has_mask();
+    if (normalized && !o.normalized) client::normalize(o);
+    o.parts = parts_asked;
     if (!o.ok) {
       ++failures;
       err << "imgstat-client: " << o.file << ": " << o.code << ": " << o.error << "\n";
     }
-    if (json)
+    if (!o.rendered.empty())
+      std::cout << o.rendered;
+    else if (json)
       std::cout << client::render_json(o) << "\n";
     else if (csv)
       std::cout << client::render_csv(o);
     else if (o.ok)
       std::cout << client::render_table(o, color) << (count > 1 ? "\n" : "");
-    std::cout.flush();
+    // Written out when nothing else is ready to print: a reader of the
+    // output sees each answer at once, and a fast pass costs no write per file.
+    if (!pass || !pass->next_ready()) std::cout.flush();
   };
   for (size_t i = 0; i < inputs.size(); ++i) {
     client::Outcome o = pass->next(progress ? std::function<void(size_t)>([&](size_t done) { bar(done, false); })

@@ -73,6 +73,7 @@ void Pass::read_loop() {
       }
     } catch (const std::exception& e) {
       failed.error = made ? std::string("cannot read: ") + e.what() : e.what();
+      if (options_.prepare) options_.prepare(failed);
       std::lock_guard<std::mutex> lock(mu_);
       waiting_[i - handed_] = std::move(failed);
       ++finished_;
@@ -82,6 +83,7 @@ void Pass::read_loop() {
 }
 
 void Pass::finish(size_t i, Outcome o, uint64_t bytes) {
+  if (options_.prepare) options_.prepare(o);
   std::lock_guard<std::mutex> lock(mu_);
   waiting_[i - handed_] = std::move(o);
   ++finished_;
@@ -91,6 +93,11 @@ void Pass::finish(size_t i, Outcome o, uint64_t bytes) {
   // answer costs a thread switch each on a small machine).
   slot_.notify_one();
   answered_.notify_one();
+}
+
+bool Pass::next_ready() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !waiting_.empty() && waiting_.front();
 }
 
 void Pass::poke() {

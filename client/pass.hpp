@@ -29,6 +29,9 @@ struct PassOptions {
   size_t reorder_window = 4096;
   // Bytes of small files read and not yet answered, together (at least one file always).
   uint64_t bytes_in_flight = uint64_t{256} << 20;
+  // Runs on the thread an answer comes in on, before next() hands it back
+  // (rendering it: many threads share that work, one would print).
+  std::function<void(Outcome&)> prepare;
 };
 
 class Pass {
@@ -46,6 +49,8 @@ class Pass {
   // this thread every 200 ms while it waits and whenever another answer
   // comes in (a progress bar); finished counts answers in, in any order.
   Outcome next(const std::function<void(size_t finished)>& tick);
+  // Whether next() would return at once.
+  bool next_ready();
   // Makes a waiting next() tick now (an upload began: the bar shows its bytes).
   void poke();
 

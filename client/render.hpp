@@ -25,6 +25,9 @@ struct Outcome {
   // pass sum_int's 64 bits.
   uint64_t images = 0;
   std::vector<std::string> exact_sums;
+  // --json or --csv: the text, made where the answer came in (off the
+  // thread that prints, which would otherwise bound a large pass).
+  std::string rendered;
 };
 
 // ImageMagick's convention (--normalize): every value of the samples' scale
