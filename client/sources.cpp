@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <future>
 #include <cstring>
 #include <iostream>
 #include <iterator>
@@ -72,13 +73,23 @@ void Source::for_each_chunk(size_t chunk, const std::function<bool(std::string&)
     }
     return;
   }
-  std::string buf;
-  uint64_t at = 0;
-  while (at < size_) {
-    buf.resize(static_cast<size_t>(std::min<uint64_t>(size_ - at, chunk)));
-    read_at(at, buf.data(), buf.size());
-    at += buf.size();
-    if (!fn(buf)) return;
+  // The next piece is read while fn sends this one: reading the file and
+  // writing to the socket (or the engine) overlap instead of taking turns.
+  std::string pieces[2];
+  auto read = [&](std::string& piece, uint64_t at) {
+    piece.resize(static_cast<size_t>(std::min<uint64_t>(size_ - at, chunk)));
+    read_at(at, piece.data(), piece.size());
+  };
+  if (size_ == 0) return;
+  read(pieces[0], 0);
+  uint64_t next_at = pieces[0].size();
+  for (int k = 0;; k ^= 1) {
+    std::future<void> ahead;
+    if (next_at < size_) ahead = std::async(std::launch::async, read, std::ref(pieces[k ^ 1]), next_at);
+    const bool more = fn(pieces[k]);
+    if (ahead.valid()) ahead.get();  // also when fn stopped: the read must end before its buffer does
+    if (!more || next_at == size_) return;
+    next_at += pieces[k ^ 1].size();
   }
 }
 

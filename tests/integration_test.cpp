@@ -384,6 +384,32 @@ TEST_F(Integration, ClientRawBytesAndStdin) {
   expect_json_matches_reference(json_lines(r.out).at(0), reference("png/skimage_coffee.png"));
 }
 
+// The client reads the next piece of a file while it sends this one: every
+// byte arrives once, in order, whatever the size against the piece (one
+// short, exact, one over, several).
+TEST_F(Integration, StreamedFilesAroundThePieceSizeArriveWhole) {
+  const uint64_t piece = std::min<uint64_t>(uint64_t{4} << 20, kMessageLimit - (64 << 10));
+  std::mt19937_64 rng(17);
+  for (const uint64_t size : {piece - 1, piece, piece + 1, 2 * piece, 3 * piece + 7}) {
+    SCOPED_TRACE(size);
+    std::string bytes(size, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng() % 251);  // 251..255 never: a dropped or doubled piece shows
+    bytes[size - 1] = static_cast<char>(255);                 // and the last byte is one of its own
+    const std::string file = temp_path("pieces.bin");
+    std::ofstream(file, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    const ProcessResult remote = client({"--json", "--no-shm", "--stream", "--bytes", file});
+    const ProcessResult local = client({"--json", "--local", "--bytes", file});
+    ASSERT_EQ(remote.code, 0) << remote.err;
+    ASSERT_EQ(local.code, 0) << local.err;
+    const json a = json_lines(remote.out).at(0), b = json_lines(local.out).at(0);
+    EXPECT_EQ(a["channels"][0]["count"], size);
+    EXPECT_EQ(a["channels"][0]["max"], 255);
+    EXPECT_EQ(a["channels"][0]["histogram"]["counts"][255], 1);
+    EXPECT_EQ(a["channels"], b["channels"]);
+    std::filesystem::remove(file);
+  }
+}
+
 TEST_F(Integration, UploadsAboveTheMessageLimitAreStreamed) {
   // 3 MiB of random uint16 samples, and a PNG of noise: both over 1 MiB.
   std::mt19937_64 rng(99);
