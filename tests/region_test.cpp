@@ -264,6 +264,38 @@ TEST_F(Regions, EveryInputKindAndRpcAnswersAsWithTheBytesInTheMessage) {
 // upload does, decoded while it is read: the answer with its bytes in the
 // message, damage met late (a CRC in the last IDAT) included, and a region
 // cut short gets the same clear error as before.
+// Pixels in a region that is read come in chunks, each read by several
+// threads in pieces: every byte counted once, whatever the offset and length
+// against the chunks and pieces (two whole chunks, a partial one, a piece cut short).
+TEST_F(Regions, PixelsInARegionThatIsReadAreCountedOnceInEveryPiece) {
+  const std::vector<uint8_t> bytes = random_bytes((size_t{36} << 20) + 12345, 21);
+  const uint64_t offset = 4097, length = bytes.size() - offset - 5;
+  uint64_t want[256] = {};
+  for (uint64_t i = offset; i < offset + length; ++i) ++want[bytes[i]];
+  RegionSocketClient socket(socket_path_);
+  const int fd = memfd_with(bytes, 0);  // unsealed: read, not mapped
+  const std::string ticket = socket.pass(fd);
+  close(fd);
+  v1::Region region;
+  ASSERT_TRUE(me_->register_region(ticket, &region).ok());
+  ASSERT_FALSE(region.mapped());
+  v1::AnalyzeRequest r = in_region(region.region_id(), offset, length, v1::INPUT_KIND_BYTES);
+  r.mutable_options()->add_statistics(v1::STATISTIC_HISTOGRAM);
+  r.mutable_options()->add_statistics(v1::STATISTIC_SUM);
+  v1::AnalyzeResponse got;
+  const grpc::Status s = me_->analyze(r, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(got.channels_size(), 1);
+  EXPECT_EQ(got.channels(0).count(), length);
+  ASSERT_EQ(got.channels(0).histogram().counts_size(), 256);
+  uint64_t sum = 0;
+  for (int v = 0; v < 256; ++v) {
+    EXPECT_EQ(got.channels(0).histogram().counts(v), want[v]) << v;
+    sum += want[v] * static_cast<uint64_t>(v);
+  }
+  EXPECT_EQ(got.channels(0).sum_int(), static_cast<int64_t>(sum));
+}
+
 TEST_F(Regions, LargePngsInAFileThatIsReadAnswerAsInTheMessage) {
   RegionSocketClient socket(socket_path_);
   std::mt19937 rng(31);

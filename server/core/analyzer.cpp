@@ -7,6 +7,8 @@
 #include <optional>
 #include <thread>
 
+#include <tbb/parallel_for.h>
+
 #include "core/response.hpp"
 #include "core/validate.hpp"
 #include "decode/decode.hpp"
@@ -501,11 +503,17 @@ Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsReque
   return out;
 }
 
+namespace {
+// A read region's pixels are read in pieces of this size at once.
+constexpr uint64_t kRegionReadPiece = uint64_t{4} << 20;
+}  // namespace
+
 v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& request, const RegionBytes& region,
                                                   const CallContext& call) const {
   // Pixels to the engine in large pieces; a file into the spool in small
   // ones: its decode takes it from there.
-  const uint64_t kChunk = kind_of(request.input()) == v1::INPUT_KIND_ENCODED ? uint64_t{1} << 20 : uint64_t{16} << 20;
+  const bool pixels = kind_of(request.input()) != v1::INPUT_KIND_ENCODED;
+  const uint64_t kChunk = pixels ? uint64_t{16} << 20 : uint64_t{1} << 20;
   v1::StreamHeader header;
   *header.mutable_input() = request.input();
   header.mutable_input()->clear_region();
@@ -520,7 +528,13 @@ v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& requ
   for (uint64_t at = 0; at < region.size; at += kChunk) {
     std::string& b = buffers[next];
     b.resize(static_cast<size_t>(std::min(kChunk, region.size - at)));
-    read_region(region, at, b.size(), reinterpret_cast<uint8_t*>(b.data()));
+    // One core copies from the page cache at about 6 GB/s: a chunk of pixels
+    // is read by several, in pieces (1 GiB: 0.19-0.22 s one core, CPU engine).
+    uint8_t* into = reinterpret_cast<uint8_t*>(b.data());
+    const uint64_t piece = pixels ? kRegionReadPiece : b.size();
+    tbb::parallel_for(uint64_t{0}, (b.size() + piece - 1) / piece, [&](uint64_t k) {
+      read_region(region, at + k * piece, std::min<uint64_t>(piece, b.size() - k * piece), into + k * piece);
+    });
     if (feeding.valid()) feeding.get();
     call.check("while reading the region");
     Upload* u = upload.get();
