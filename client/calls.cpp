@@ -3,13 +3,14 @@
 #include <google/protobuf/empty.pb.h>
 #include <grpcpp/generic/generic_stub.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <fstream>
-#include <algorithm>
 #include <future>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -344,7 +345,9 @@ struct Remote::UnaryCall {
   std::function<void(Outcome)> done;
   v1::AnalyzeRequest request;
   v1::AnalyzeResponse response;
-  std::unique_ptr<grpc::ClientContext> ctx;
+  // One context an attempt, kept until the file is answered: an attempt's
+  // call may still be winding down on gRPC's thread when the next begins.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   int attempt = 1;
   std::chrono::milliseconds backoff = kFirstBackoff;
 };
@@ -376,10 +379,11 @@ void Remote::start(Source& source, const Request& request, std::function<void(Ou
 }
 
 void Remote::call_unary(std::shared_ptr<UnaryCall> call) {
-  call->ctx = std::make_unique<grpc::ClientContext>();
-  prepare(*call->ctx, call->until);
+  call->contexts.push_back(std::make_unique<grpc::ClientContext>());
+  grpc::ClientContext* ctx = call->contexts.back().get();
+  prepare(*ctx, call->until);
   UnaryCall* c = call.get();
-  stub_->async()->Analyze(c->ctx.get(), &c->request, &c->response, [this, call](grpc::Status status) {
+  stub_->async()->Analyze(ctx, &c->request, &c->response, [this, call](grpc::Status status) {
     // As analyze() does: a call that ended UNAVAILABLE goes again, after a
     // pause, to whichever server the channel picks next.
     if (retry_unavailable(status.error_code() == grpc::StatusCode::UNAVAILABLE, call->attempt, call->backoff,

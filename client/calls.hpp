@@ -7,12 +7,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <map>
-#include <thread>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "core/analyzer.hpp"
 #include "imgstat/v1/imgstat.grpc.pb.h"
@@ -85,11 +85,9 @@ class Remote {
   // Whether a call that ended UNAVAILABLE (or not) goes again after backoff.
   bool retry_unavailable(bool unavailable, int attempt, std::chrono::milliseconds backoff,
                          std::chrono::system_clock::time_point until);
-  std::atomic<bool> unreachable_{false};
   // unreachable_, and the channel has not connected again since.
   bool unreachable_now();
   struct UnaryCall;
-
   void call_unary(std::shared_ptr<UnaryCall> call);
   // Runs fn at `when` on the retry thread (started on first need).
   void later(std::chrono::system_clock::time_point when, std::function<void()> fn);
@@ -108,6 +106,8 @@ class Remote {
   bool info_ok_ = false;
   v1::ServerInfo info_;
   size_t servers_ = 1;  // addresses the target names
+  // A file used all its retries on UNAVAILABLE, and no call has been answered since.
+  std::atomic<bool> unreachable_{false};
   bool use_regions_ = false;
   std::mutex region_mu_;
   bool region_tried_ = false;

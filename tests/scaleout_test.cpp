@@ -311,12 +311,14 @@ TEST(OneServer, KilledForGoodMidPassFailsTheRestQuickly) {
       EXPECT_EQ(statistics_of(j), want.at(file)) << file;
     } else {
       ++unavailable;
-      EXPECT_EQ(j["code"], "UNAVAILABLE") << j.dump();
+      EXPECT_EQ(j["code"], "UNAVAILABLE") << j.dump();  // not CANCELLED, INTERNAL or UNKNOWN: a server gone is UNAVAILABLE
       EXPECT_NE(run.err.find(file + ": UNAVAILABLE"), std::string::npos) << file;
     }
   }
   EXPECT_EQ(seen.size(), files.size());
-  EXPECT_GE(ok, 300u);
+  // The server had logged 300 answers when it was killed; the last few may
+  // not have reached the client.
+  EXPECT_GE(ok, 250u);
   EXPECT_GT(unavailable, 0u);
   // Pauses of 1.5 s for each of 2,700 files would take minutes.
   EXPECT_LT(took, 30) << ok << " answered, " << unavailable << " failed";
