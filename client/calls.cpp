@@ -26,9 +26,6 @@
 namespace imgstat::client {
 namespace {
 
-// Upload messages: 4 MiB moves 1 GiB over loopback at 2.7-2.8 GB/s; 8, 16
-// and 32 MiB at 2.5, 2.2 and 1.1 GB/s (H100 machine, 2026-11-26).
-constexpr size_t kStreamChunk = size_t{4} << 20;
 // Room for the request's other fields inside the server's message limit.
 constexpr uint64_t kEnvelope = 64 << 10;
 // Files this large go through a region to a server on this host: below it,

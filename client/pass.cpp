@@ -48,10 +48,11 @@ void Pass::read_loop() {
       made = true;
       request.input.set_name(inputs_[i]);
       Source source(inputs_[i]);
-      // Reading happens before a slot is taken (the file is ready when one
-      // frees); what a small file's call holds is counted against the bytes
-      // in flight, large uploads their own memory.
-      const uint64_t bytes = source.size();
+      // Opened before a slot is taken, read on this thread once one is. What
+      // a file sent in one message holds is counted against the bytes in
+      // flight; larger files go as regions or streams, whose memory is
+      // their own (a piece or two), so they never hold the small ones back.
+      const uint64_t bytes = source.size() <= kStreamChunk ? source.size() : 0;
       {
         std::unique_lock<std::mutex> lock(mu_);
         slot_.wait(lock, [&] {

@@ -31,13 +31,12 @@ Source::Source(const std::string& name) : name_(name) {
   // open, stat and stream set-up is a share of the client's time per file.
   fd_ = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw std::runtime_error(std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd_, &st) != 0 || S_ISDIR(st.st_mode)) {
-    const int e = S_ISDIR(st.st_mode) ? EISDIR : errno;
+  struct stat st {};
+  const int e = ::fstat(fd_, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
+  if (e != 0) {
     ::close(fd_);
     fd_ = -1;
-    if (e == EISDIR) throw std::runtime_error("is a directory");
-    throw std::runtime_error(std::strerror(e));
+    throw std::runtime_error(e == EISDIR ? "is a directory" : std::strerror(e));
   }
   size_ = static_cast<uint64_t>(st.st_size);
 }
