@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
+#include <functional>
+#include <mutex>
 #include <random>
+#include <tuple>
 
 #include "common/fallback_engine.hpp"
 #include "common/partial.hpp"
@@ -71,6 +75,18 @@ class FaultyEngine final : public Engine {
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override {
     return std::make_unique<FaultyStream>(inner_->open_stream(layout, request), fault_, lost_, checkpoints_);
   }
+  // kFeed strikes once after_bytes were read: the engine's own fault in the
+  // middle of its reads (the source is fine).
+  Result analyze_read(const Layout& layout, const StatsRequest& request, const ByteReader& read) override {
+    std::atomic<uint64_t> got{0};
+    return inner_->analyze_read(layout, request, [&](uint64_t at, uint64_t n, uint8_t* out) {
+      read(at, n, out);
+      if (fault_.where == Fault::kFeed && (got += n) >= fault_.after_bytes) {
+        if (fault_.device_lost) lost_ = true;
+        fail(ErrorCode::kInternal, "injected fault: an illegal memory access was encountered");
+      }
+    });
+  }
 
  private:
   std::shared_ptr<Engine> inner_;
@@ -88,6 +104,9 @@ class Borrowed final : public Engine {
   Result analyze(const ImageView& i, const StatsRequest& r) override { return e_.analyze(i, r); }
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& l, const StatsRequest& r) override {
     return e_.open_stream(l, r);
+  }
+  Result analyze_read(const Layout& l, const StatsRequest& r, const ByteReader& read) override {
+    return e_.analyze_read(l, r, read);
   }
 
  private:
@@ -261,6 +280,121 @@ TEST_P(FallbackStreamTest, BadInputIsNotRetried) {
   std::vector<uint8_t> more(img.view.layout.min_bytes() + 1);
   EXPECT_THROW(t->feed(more.data(), more.size()), Error);
   EXPECT_TRUE(run.told.empty());
+}
+
+// An image read from a source that can be read again (a file region).
+// Records every range read: each byte must be read exactly once per attempt.
+struct Source {
+  explicit Source(const TestImage& img) : img(img) {}
+  void operator()(uint64_t at, uint64_t n, uint8_t* out) {
+    const uint64_t size = img.view.layout.min_bytes();
+    if (at > size || n > size - at) fail(ErrorCode::kInternal, "read past the image");
+    if (fail_at != UINT64_MAX && at + n > fail_at)
+      fail(ErrorCode::kFailedPrecondition, "the region's file was cut short");
+    std::memcpy(out, static_cast<const uint8_t*>(img.view.data) + at, n);
+    std::lock_guard<std::mutex> lock(mu);
+    ranges.emplace_back(at, n);
+  }
+  // How many times each byte was read, if every byte was read equally often; 0 otherwise.
+  int times_each_byte_read() {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<int> times(img.view.layout.min_bytes(), 0);
+    for (auto [at, n] : ranges)
+      for (uint64_t i = at; i < at + n; ++i) ++times[i];
+    for (int t : times)
+      if (t != times.front()) return 0;
+    return times.empty() ? 0 : times.front();
+  }
+  const TestImage& img;
+  uint64_t fail_at = UINT64_MAX;
+  std::mutex mu;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+};
+
+TEST_P(FallbackStreamTest, ReadImagesGiveTheWholeImagesAnswerEachByteReadOnce) {
+  std::mt19937_64 rng(31);
+  for (SampleType t : kAllTypes)
+    for (uint32_t c : {1u, 3u, 4u}) {
+      // One pixel; a prime width; padded rows; and one over several 8 MiB
+      // staging slots, its last slot part full.
+      const uint64_t big_w = (uint64_t{21} << 20) / (c * sample_size(t)) / 64 + 13;
+      for (auto [w, h, pad] : {std::tuple<uint64_t, uint64_t, uint64_t>{1, 1, 0}, {1021, 67, 0}, {509, 31, 7},
+                               {big_w, 64, 0}}) {
+        TestImage img = random_image(rng, w, h, c, t, pad, 0, is_float(t) ? 0.01 : 0);
+        for (int k = 0; k < 2; ++k) {
+          StatsRequest request;
+          if (k == 1) {
+            request = everything();
+            request.luminance = false;
+          }
+          SCOPED_TRACE(describe(img.view.layout) + " request " + std::to_string(k));
+          Source source(img);
+          std::vector<std::string> told;
+          int checkpoints = 0;
+          FallbackEngine engine(
+              std::make_unique<FaultyEngine>(std::make_shared<Borrowed>(*primary_), Fault{}, checkpoints),
+              make_cpu_engine(), [&](const std::string& why) { told.push_back(why); });
+          const Result got = engine.analyze_read(img.view.layout, request, std::ref(source));
+          expect_same_stats(got, cpu_->analyze(img.view, request), t);
+          EXPECT_EQ(got.engine, primary_->info().kind);
+          EXPECT_TRUE(told.empty());
+          EXPECT_EQ(source.times_each_byte_read(), 1);
+        }
+      }
+    }
+}
+
+TEST_P(FallbackStreamTest, AFaultWhileReadingStartsOverOnTheCpuFromTheFirstByte) {
+  std::mt19937_64 rng(32);
+  for (SampleType t : {SampleType::kUint8, SampleType::kUint16, SampleType::kFloat32}) {
+    TestImage img = random_image(rng, (uint64_t{19} << 20) / (3 * sample_size(t)) / 32 + 5, 32, 3, t, 0, 0);
+    const uint64_t bytes = img.view.layout.min_bytes();
+    for (uint64_t after : {uint64_t{1}, bytes / 2, bytes})
+      for (bool lost : {false, true}) {
+        SCOPED_TRACE(describe(img.view.layout) + " fault after " + std::to_string(after) + (lost ? ", device lost" : ""));
+        Source source(img);
+        std::vector<std::string> told;
+        int checkpoints = 0;
+        FallbackEngine engine(std::make_unique<FaultyEngine>(std::make_shared<Borrowed>(*primary_),
+                                                             Fault{Fault::kFeed, after, 0, lost}, checkpoints),
+                              make_cpu_engine(), [&](const std::string& why) { told.push_back(why); });
+        const Result got = engine.analyze_read(img.view.layout, StatsRequest{}, std::ref(source));
+        expect_same_stats(got, cpu_->analyze(img.view, StatsRequest{}), t);
+        EXPECT_EQ(got.engine, "cpu");
+        ASSERT_EQ(told.size(), 1u);
+        EXPECT_NE(told[0].find("injected fault"), std::string::npos) << told[0];
+        if (lost) EXPECT_NE(told[0].find("no longer usable"), std::string::npos) << told[0];
+        EXPECT_EQ(engine.usage().cpu_fallbacks, 1u);
+        // The CPU read every byte itself: what the primary had read (at
+        // least `after` bytes) was kept nowhere.
+        std::lock_guard<std::mutex> lock(source.mu);
+        uint64_t read = 0;
+        for (auto [at, n] : source.ranges) read += n;
+        EXPECT_GE(read, bytes + after);
+      }
+  }
+}
+
+TEST_P(FallbackStreamTest, ASourceThatFailsIsNotRetried) {
+  std::mt19937_64 rng(33);
+  TestImage img = random_image(rng, 4099, 1031, 3, SampleType::kUint8, 0, 0);  // over a slot
+  for (uint64_t cut : {uint64_t{0}, img.view.layout.min_bytes() / 3, img.view.layout.min_bytes() - 1}) {
+    SCOPED_TRACE("cut at " + std::to_string(cut));
+    Source source(img);
+    source.fail_at = cut;
+    std::vector<std::string> told;
+    FallbackEngine engine(std::make_unique<Borrowed>(*primary_), make_cpu_engine(),
+                          [&](const std::string& why) { told.push_back(why); });
+    try {
+      engine.analyze_read(img.view.layout, StatsRequest{}, std::ref(source));
+      FAIL() << "a source cut short must fail the call";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+      EXPECT_NE(std::string(e.what()).find("cut short"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(told.empty());
+    EXPECT_EQ(engine.usage().cpu_fallbacks, 0u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, FallbackStreamTest, ::testing::Values("cpu", "cuda"));

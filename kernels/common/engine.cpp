@@ -1,5 +1,9 @@
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <string>
 
 #include "common/fallback_engine.hpp"
@@ -150,6 +154,50 @@ StatsRequest measured_request(const StatsRequest& request, const Layout& layout)
     j.explicit_range = true;
   }
   return out;
+}
+
+namespace {
+// A read image goes to the stream in chunks, the next read while the last
+// is counted; a chunk is read in pieces on several threads (one core copies
+// from the page cache at about 4 GB/s, sixteen at 40).
+constexpr uint64_t kReadChunkBytes = uint64_t{16} << 20;
+constexpr uint64_t kReadPieceBytes = uint64_t{4} << 20;
+}  // namespace
+
+void read_in_pieces(const ByteReader& read, uint64_t at, uint64_t n, uint8_t* out, uint64_t piece) {
+  if (n <= piece) {
+    if (n) read(at, n, out);
+    return;
+  }
+  tbb::parallel_for(uint64_t{0}, (n + piece - 1) / piece, [&](uint64_t k) {
+    read(at + k * piece, std::min(piece, n - k * piece), out + k * piece);
+  });
+}
+
+Result Engine::analyze_read(const Layout& layout, const StatsRequest& request, const ByteReader& read) {
+  std::unique_ptr<StreamAnalysis> stream = open_stream(layout, request);
+  const uint64_t total = layout.min_bytes();
+  std::vector<uint8_t> buffers[2];
+  std::future<void> feeding;
+  // A feed in flight reads a buffer: it ends before the buffers go, whatever is thrown.
+  struct Drain {
+    std::future<void>& f;
+    ~Drain() {
+      if (f.valid()) f.wait();
+    }
+  } drain{feeding};
+  int next = 0;
+  for (uint64_t at = 0; at < total; at += kReadChunkBytes) {
+    std::vector<uint8_t>& b = buffers[next];
+    b.resize(static_cast<size_t>(std::min(kReadChunkBytes, total - at)));
+    read_in_pieces(read, at, b.size(), b.data(), kReadPieceBytes);
+    if (feeding.valid()) feeding.get();
+    StreamAnalysis* s = stream.get();
+    feeding = std::async(std::launch::async, [s, &b] { s->feed(b.data(), b.size()); });
+    next ^= 1;
+  }
+  if (feeding.valid()) feeding.get();
+  return stream->finish();
 }
 
 std::shared_ptr<void> Engine::pin_host_memory(const void*, size_t) { return nullptr; }

@@ -65,14 +65,14 @@ void FallbackEngine::give_buffer(std::vector<uint8_t> buffer) {
 }
 
 template <class Fn>
-auto FallbackEngine::either(Fn&& fn) {
+auto FallbackEngine::either(Fn&& fn, const std::function<bool()>& source_failed) {
   if (!lost_) {
     try {
       return fn(*primary_);
     } catch (const LimitError&) {
       throw;
     } catch (const Error& e) {
-      if (e.code() == ErrorCode::kInvalidArgument) throw;
+      if (e.code() == ErrorCode::kInvalidArgument || (source_failed && source_failed())) throw;
       // What the GPU does not compute (float parts) is the CPU's work, not a fault.
       if (e.code() != ErrorCode::kUnimplemented) primary_failed(e);
     }
@@ -86,6 +86,13 @@ Result FallbackEngine::analyze(const ImageView& image, const StatsRequest& reque
 
 Result FallbackEngine::analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request) {
   return either([&](Engine& e) { return e.analyze_parts(image, parts, request); });
+}
+
+Result FallbackEngine::analyze_read(const Layout& layout, const StatsRequest& request, const ByteReader& read) {
+  WatchedReader watched(read);
+  return either([&](Engine& e) {
+    return &e == primary_.get() ? e.analyze_read(layout, request, watched.reader()) : e.analyze_read(layout, request, read);
+  }, [&] { return watched.failed(); });
 }
 
 Result FallbackEngine::analyze_device(const DeviceImageView& image, const StatsRequest& request) {

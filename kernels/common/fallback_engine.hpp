@@ -43,6 +43,8 @@ class FallbackEngine final : public Engine {
   EngineInfo info() const override;
   Result analyze(const ImageView& image, const StatsRequest& request) override;
   Result analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request) override;
+  // The CPU starts over from the first byte: nothing read is kept.
+  Result analyze_read(const Layout& layout, const StatsRequest& request, const ByteReader& read) override;
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override;
   bool takes_device_images() const override { return !lost_ && primary_->takes_device_images(); }
   EngineUsage usage() const override;
@@ -70,8 +72,10 @@ class FallbackEngine final : public Engine {
   void give_buffer(std::vector<uint8_t> buffer);
 
  private:
+  // fn(primary), or after its fault fn(backup); not after bad input, nor
+  // where source_failed() says the fault was the input's source's.
   template <class Fn>
-  auto either(Fn&& fn);
+  auto either(Fn&& fn, const std::function<bool()>& source_failed = {});
 
   std::unique_ptr<Engine> primary_;
   std::unique_ptr<Engine> backup_;

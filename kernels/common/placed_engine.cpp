@@ -120,6 +120,12 @@ class PlacedEngine final : public Engine {
     return computed({}, [&](Engine& e) { return e.analyze_parts(image, parts, request); });
   }
 
+  Result analyze_read(const Layout& layout, const StatsRequest& request, const ByteReader& read) override {
+    WatchedReader watched(read);
+    return computed({}, [&](Engine& e) { return e.analyze_read(layout, request, watched.reader()); },
+                    [&] { return watched.failed(); });
+  }
+
   // The pixels are on one GPU: only its slots can read them.
   Result analyze_device(const DeviceImageView& image, const StatsRequest& request) override {
     const int device = image.device >= 0 ? image.device : first_device();
@@ -177,9 +183,11 @@ class PlacedEngine final : public Engine {
   }
 
   // fn(slot, its hold) on the least loaded slot that `allowed` accepts,
-  // then on the next one after each failure but bad input.
+  // then on the next one after each failure but bad input and a failure of
+  // the input's source (source_failed()).
   template <class Fn>
-  std::invoke_result_t<Fn&, size_t, Placement::Hold> on_a_slot(const std::function<bool(size_t)>& allowed, Fn&& fn) {
+  std::invoke_result_t<Fn&, size_t, Placement::Hold> on_a_slot(const std::function<bool(size_t)>& allowed, Fn&& fn,
+                                                               const std::function<bool()>& source_failed = {}) {
     std::optional<Error> last;
     std::vector<bool> tried(engines_.size(), false);
     for (;;) {
@@ -193,6 +201,7 @@ class PlacedEngine final : public Engine {
         throw;
       } catch (const Error& e) {
         if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kUnimplemented) throw;
+        if (source_failed && source_failed()) throw;
         failed(slot, e);
         last = e;
       }
@@ -203,12 +212,15 @@ class PlacedEngine final : public Engine {
 
   // A whole image on a slot, held while it computes.
   template <class Fn>
-  Result computed(const std::function<bool(size_t)>& allowed, Fn&& fn) {
-    return on_a_slot(allowed, [&](size_t slot, Placement::Hold) {
-      Result r = fn(*engines_[slot]);
-      served(slot, r);
-      return r;
-    });
+  Result computed(const std::function<bool(size_t)>& allowed, Fn&& fn, const std::function<bool()>& source_failed = {}) {
+    return on_a_slot(
+        allowed,
+        [&](size_t slot, Placement::Hold) {
+          Result r = fn(*engines_[slot]);
+          served(slot, r);
+          return r;
+        },
+        source_failed);
   }
 
   std::vector<std::unique_ptr<Engine>> engines_;

@@ -25,6 +25,10 @@ void GpuContext::copy(uint8_t* to, const uint8_t* from, uint64_t n) const {
   });
 }
 
+void GpuContext::read(uint8_t* to, const ByteReader& read, uint64_t at, uint64_t n) const {
+  arena->execute([&] { read_in_pieces(read, at, n, to, kParallelCopyBytes); });
+}
+
 void stage_to_device(const GpuContext& gpu, const uint8_t* host, uint64_t rows, uint64_t row_bytes, uint64_t stride,
                      uint8_t* device) {
   Workspace* ws = gpu.workspaces->acquire(kAnalyzeWait);
@@ -294,6 +298,19 @@ void GpuAnalysis::add(const uint8_t* p, uint64_t count) {
     p += n * pixel_bytes_;
     count -= n;
     if (staged_ == chunk_pixels_) flush();
+  }
+}
+
+void GpuAnalysis::add_read(const ByteReader& read, uint64_t at, uint64_t count) {
+  flush();
+  while (count > 0) {
+    IMGSTAT_CUDA(cudaEventSynchronize(ws_->slot_free[slot_]));  // the slot's last use is over
+    const uint64_t n = std::min(count, chunk_pixels_);
+    gpu_.read(ws_->pinned[slot_], read, at, n * pixel_bytes_);
+    staged_ = n;
+    flush();
+    at += n * pixel_bytes_;
+    count -= n;
   }
 }
 

@@ -29,6 +29,8 @@ struct GpuContext {
   void use() const { IMGSTAT_CUDA(cudaSetDevice(device)); }
   // Copies n bytes, split across the arena's threads when large.
   void copy(uint8_t* to, const uint8_t* from, uint64_t n) const;
+  // Reads n bytes from `at` into `to`, split across the arena's threads the same way.
+  void read(uint8_t* to, const ByteReader& read, uint64_t at, uint64_t n) const;
 };
 
 // rows x row_bytes of pageable host memory (rows `stride` apart) into packed
@@ -66,6 +68,8 @@ class GpuAnalysis {
   void add(const uint8_t* pixels, uint64_t count);         // pageable memory: staged
   void add_pinned(const uint8_t* pixels, uint64_t count);  // page-locked memory: sent as is
   void add_device(const uint8_t* pixels, uint64_t count);  // already on the device: no transfer
+  // count pixels read from byte `at` on straight into the pinned slots.
+  void add_read(const ByteReader& read, uint64_t at, uint64_t count);
   // Sends what is staged on its way (a session about to end).
   void flush();
   // What the pixels added so far add up to, waiting for their work to

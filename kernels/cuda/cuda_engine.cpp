@@ -191,6 +191,19 @@ class CudaEngine final : public Engine {
     return analysis.finish();
   }
 
+  // Packed pixels are read straight into the staging ring; padded rows and
+  // the luminance (whole pixels on the device) go as a stream does.
+  Result analyze_read(const Layout& layout, const StatsRequest& request, const ByteReader& read) override {
+    if (layout.stride() != layout.row_bytes() || has_luminance(layout, request))
+      return Engine::analyze_read(layout, request, read);
+    validate(layout, request);
+    refuse_channel_hists(request);
+    IMGSTAT_CUDA(cudaSetDevice(options_.device));
+    GpuAnalysis analysis(gpu_, layout, request, kAnalyzeWait);
+    analysis.add_read(read, 0, layout.pixels());
+    return analysis.finish();
+  }
+
   // The luminance needs whole pixels on the device: the image goes up packed
   // in one copy and is analyzed there, the luminance plane made by a kernel.
   Result analyze_uploaded(const ImageView& image, const StatsRequest& request) {

@@ -7,8 +7,6 @@
 #include <optional>
 #include <thread>
 
-#include <tbb/parallel_for.h>
-
 #include "core/response.hpp"
 #include "core/validate.hpp"
 #include "decode/decode.hpp"
@@ -503,45 +501,45 @@ Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsReque
   return out;
 }
 
-namespace {
-// A read region's pixels are read in pieces of this size at once.
-constexpr uint64_t kRegionReadPiece = uint64_t{4} << 20;
-}  // namespace
-
 v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& request, const RegionBytes& region,
                                                   const CallContext& call) const {
-  // Pixels to the engine in large pieces; a file into the spool in small
-  // ones: its decode takes it from there.
-  const bool pixels = kind_of(request.input()) != v1::INPUT_KIND_ENCODED;
-  const uint64_t kChunk = pixels ? uint64_t{16} << 20 : uint64_t{1} << 20;
+  if (region.size == 0) fail(ErrorCode::kInvalidArgument, "empty input: the region's part has no bytes");
+  const v1::Input& input = request.input();
+  if (kind_of(input) != v1::INPUT_KIND_ENCODED) {
+    // Pixels: the engine reads them where it wants them (a GPU engine into
+    // its pinned slots), on several threads, and can read them again.
+    const Described d = kind_of(input) == v1::INPUT_KIND_RAW
+                            ? describe_pixels("raw", raw_layout_of(input.raw()))
+                            : describe_pixels("bytes", Layout{region.size, 1, 1, SampleType::kUint8, 0});
+    if (kind_of(input) == v1::INPUT_KIND_RAW) check_raw_size(d.layout, region.size);
+    const StatsRequest stats_request = stats_request_of(request.options());
+    const auto t0 = Clock::now();
+    const Result result = engine_->analyze_read(d.layout, with_rgb(stats_request, d.order),
+                                                [&](uint64_t at, uint64_t n, uint8_t* out) {
+                                                  call.check("while reading the region");
+                                                  read_region(region, at, n, out);
+                                                });
+    v1::AnalyzeResponse r;
+    fill_response(r, d, result, stats_request);
+    set_duration(r.mutable_decode_time(), Clock::duration::zero());
+    set_duration(r.mutable_compute_time(), Clock::now() - t0);
+    return r;
+  }
+  // A file into the spool in small pieces: its decode takes it from there.
+  constexpr uint64_t kChunk = uint64_t{1} << 20;
   v1::StreamHeader header;
-  *header.mutable_input() = request.input();
+  *header.mutable_input() = input;
   header.mutable_input()->clear_region();
   *header.mutable_options() = request.options();
   header.set_total_bytes(region.size);
-  if (region.size == 0) fail(ErrorCode::kInvalidArgument, "empty input: the region's part has no bytes");
   std::unique_ptr<Upload> upload = begin_upload(header, call);
-  std::string buffers[2];
-  std::future<void> feeding;
-  WaitOnExit<void> drain{feeding};
-  int next = 0;
+  std::string chunk;
   for (uint64_t at = 0; at < region.size; at += kChunk) {
-    std::string& b = buffers[next];
-    b.resize(static_cast<size_t>(std::min(kChunk, region.size - at)));
-    // One core copies from the page cache at about 6 GB/s: a chunk of pixels
-    // is read by several, in pieces (1 GiB: 0.19-0.22 s one core, CPU engine).
-    uint8_t* into = reinterpret_cast<uint8_t*>(b.data());
-    const uint64_t piece = pixels ? kRegionReadPiece : b.size();
-    tbb::parallel_for(uint64_t{0}, (b.size() + piece - 1) / piece, [&](uint64_t k) {
-      read_region(region, at + k * piece, std::min<uint64_t>(piece, b.size() - k * piece), into + k * piece);
-    });
-    if (feeding.valid()) feeding.get();
+    chunk.resize(static_cast<size_t>(std::min(kChunk, region.size - at)));
+    read_region(region, at, chunk.size(), reinterpret_cast<uint8_t*>(chunk.data()));
     call.check("while reading the region");
-    Upload* u = upload.get();
-    feeding = std::async(std::launch::async, [u, &b] { u->add(b); });
-    next ^= 1;
+    upload->add(chunk);
   }
-  feeding.get();
   return upload->finish(call);
 }
 

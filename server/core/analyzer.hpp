@@ -137,9 +137,9 @@ class Analyzer {
   // How long a call may wait for decode memory: its deadline, or the queue
   // timeout from `from`.
   CallContext::Clock::time_point memory_wait_until(const CallContext& call, CallContext::Clock::time_point from) const;
-  // Raw pixels or bytes in a region that is read (not mapped): to the engine
-  // a chunk at a time, the next read while the last is computed; a PNG or
-  // TIFF the same way into the spool (EncodedUpload).
+  // Raw pixels or bytes in a region that is read (not mapped): read by the
+  // engine (Engine::analyze_read); a PNG or TIFF into the spool as an
+  // upload is (EncodedUpload).
   v1::AnalyzeResponse analyze_read_region(const v1::AnalyzeRequest& request, const RegionBytes& region,
                                           const CallContext& call) const;
 

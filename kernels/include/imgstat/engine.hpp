@@ -2,6 +2,7 @@
 // statistics out. No gRPC, no OpenCV: the server and the CLI adapt to this.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -300,6 +301,38 @@ class StreamAnalysis {
   virtual Result finish() = 0;
 };
 
+// Reads bytes [at, at + n) of an image (laid out as its Layout says, row
+// padding included) into out. Called from several threads at once, for
+// ranges that do not overlap; throws to end the analysis (its source cut
+// short, its call cancelled).
+using ByteReader = std::function<void(uint64_t at, uint64_t n, uint8_t* out)>;
+
+// A reader and whether it has thrown: an engine that carries on elsewhere
+// after a fault of its own (FallbackEngine, a placed engine's next GPU) must
+// not carry on after its source's.
+class WatchedReader {
+ public:
+  explicit WatchedReader(const ByteReader& read) : read_(read) {}
+  ByteReader reader() {
+    return [this](uint64_t at, uint64_t n, uint8_t* out) {
+      try {
+        read_(at, n, out);
+      } catch (...) {
+        failed_ = true;
+        throw;
+      }
+    };
+  }
+  bool failed() const { return failed_; }
+
+ private:
+  const ByteReader& read_;
+  std::atomic<bool> failed_{false};
+};
+
+// read(at, n, out) in pieces of `piece` bytes, on several threads (TBB's).
+void read_in_pieces(const ByteReader& read, uint64_t at, uint64_t n, uint8_t* out, uint64_t piece);
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -307,6 +340,13 @@ class Engine {
   virtual Result analyze(const ImageView& image, const StatsRequest& request) = 0;
   virtual std::unique_ptr<StreamAnalysis> open_stream(
       const Layout& layout, const StatsRequest& request) = 0;
+  // Statistics of an image that can be read again (a file), its
+  // layout.min_bytes() from read(). A GPU engine reads it on several
+  // threads straight into its pinned staging slots, and a fault part way
+  // starts it over elsewhere from its first byte, so no engine keeps a copy
+  // of what it read. What read() throws ends the call as it is, never
+  // retried. The default reads it into open_stream(), a chunk ahead.
+  virtual Result analyze_read(const Layout& layout, const StatsRequest& request, const ByteReader& read);
   // Statistics of parts of an image (Parts). A mask answers in channels (and
   // the summary and unique colours, as a whole image would); the other kinds
   // in parts, each with its channels only. The luminance is not computed.
