@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <deque>
+#include <map>
 #include <fstream>
 #include <future>
 #include <sstream>
@@ -42,6 +44,17 @@ constexpr int kAttempts = 5;
 constexpr std::chrono::milliseconds kFirstBackoff{100};
 constexpr int kKeepaliveTimeoutMs = 5000;
 constexpr int kReconnectMs = 100;
+// Lanes (AnalyzeBatch calls carrying small files): at most this many files
+// on one at once, within the server's batch_window; an empty lane left this
+// long is closed before the next file (the server ends one idle for its
+// --stream-idle-timeout, 30 s by default).
+constexpr size_t kLaneFiles = 16;
+constexpr std::chrono::seconds kLaneIdle{2};
+// A lane takes this many files in all, then closes: the lanes after it go
+// to whichever server round_robin picks then (lanes opened before every
+// server of a list was connected all sit on the first; a restarted server
+// gets its share back).
+constexpr uint64_t kLaneTurn = 64;
 const char* const kUnreachable = "no server reachable: an earlier file used all its retries, and none has answered since";
 // calls_to_fill(): calls in flight for each of the server's engine threads,
 // and the bounds of the whole (the first when the server does not say).
@@ -163,6 +176,7 @@ Remote::Remote(const Connection& c, double timeout_seconds) : timeout_(timeout_s
   // A region lives on the one server that registered it: none when calls
   // may land on several.
   use_regions_ = c.shm && is_loopback(c.target) && !names_several_servers(c.target);
+  batch_ = c.batch;
   servers_ = std::max<size_t>(1, target_addresses(c.target).size());
   std::string first_host;
   const std::string target = channel_target(c.target, &first_host);
@@ -354,6 +368,272 @@ bool Remote::unreachable_now() {
   return unreachable_ && channel_->GetState(true) != GRPC_CHANNEL_READY;
 }
 
+struct Remote::BatchItem {
+  std::string file;
+  std::chrono::system_clock::time_point until;
+  std::function<void(Outcome)> done;
+  v1::BatchRequest request;  // its id unique in this process
+  int attempt = 1;
+  std::chrono::milliseconds backoff = kFirstBackoff;
+};
+
+// One AnalyzeBatch call carrying files as they come, each answered under its
+// id in the order the server finishes them. It takes files while it is open
+// and has room; it closes (WritesDone) once empty after taking no more: left
+// idle, expired (with --timeout its call's deadline is --timeout from its
+// start, and it takes files for the first quarter of that only, so each has
+// at least three quarters of --timeout), or at the end. Its call ending
+// hands back every file not yet answered (a killed server's), to go again.
+//
+// StartWrite and StartWritesDone are decided under mu_ and called outside
+// it (a reaction may run on the calling thread); a hold keeps the call,
+// and so this object, alive until no such call can come.
+class Remote::Lane final : public grpc::ClientBidiReactor<v1::BatchRequest, v1::BatchResponse> {
+ public:
+  // until: its first file's deadline, the call's.
+  Lane(Remote& owner, uint64_t id, size_t capacity, std::chrono::system_clock::time_point until)
+      : owner_(owner), id_(id), capacity_(capacity) {
+    if (owner.timeout_ > 0) {
+      ctx_.set_deadline(until);
+      const auto left = until - std::chrono::system_clock::now();
+      takes_until_ = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         left - std::chrono::duration<double>(owner.timeout_ * 3 / 4));
+    }
+    if (!owner.authorization_.empty()) ctx_.AddMetadata("authorization", owner.authorization_);
+    owner.stub_->async()->AnalyzeBatch(&ctx_, this);
+    AddHold();
+    StartRead(&response_);
+    StartCall();
+  }
+
+  // What a lane was asked to do, done with no lock held: a reaction may run
+  // on the calling thread. The lane stays alive until done: it holds its
+  // call while a write is decided, and its hold goes last.
+  struct Step {
+    bool taken = false;
+    const v1::BatchRequest* write = nullptr;
+    bool writes_done = false;
+    bool release = false;
+  };
+  void perform(const Step& step) {
+    if (step.write) StartWrite(step.write);
+    if (step.writes_done) StartWritesDone();
+    if (step.release) RemoveHold();
+  }
+
+  // Takes the item if open and with room (then perform() sends it); a new
+  // lane (first) always takes it.
+  Step offer(const std::shared_ptr<BatchItem>& item, bool first = false) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (!first && !closing_ &&
+        (now >= takes_until_ || taken_ >= kLaneTurn || (pending_.empty() && now - last_ > kLaneIdle)))
+      closing_ = true;
+    if (!first && (closing_ || pending_.size() >= capacity_)) return decide();
+    ++taken_;
+    pending_.emplace(item->request.id(), item);
+    to_write_.push_back(item);
+    last_ = now;
+    Step step;
+    step.taken = true;
+    if (!writing_) {
+      writing_ = true;
+      step.write = &to_write_.front()->request;
+    }
+    return step;
+  }
+
+  size_t load() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closing_ ? SIZE_MAX : pending_.size();
+  }
+
+  // Takes no more files, and closes once its files are answered.
+  Step close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+    return decide();
+  }
+
+  uint64_t id() const { return id_; }
+
+  void OnWriteDone(bool ok) override {
+    Step step;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      to_write_.pop_front();
+      if (!ok) {  // the call is over: the rest come back in OnDone
+        closing_ = broken_ = true;
+        to_write_.clear();
+      }
+      writing_ = !to_write_.empty();
+      if (!writing_) step = decide();
+      step.write = writing_ ? &to_write_.front()->request : nullptr;
+    }
+    perform(step);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the server finished the call: nothing more can be written either
+      Step step;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        closing_ = broken_ = true;
+        step = decide();
+      }
+      perform(step);
+      return;
+    }
+    v1::BatchResponse got = std::move(response_);
+    response_.Clear();
+    std::shared_ptr<BatchItem> item;
+    Step step;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto it = pending_.find(got.id());
+      if (it != pending_.end()) {
+        item = std::move(it->second);
+        pending_.erase(it);
+      }
+      answered_ = true;
+      last_ = std::chrono::steady_clock::now();
+      step = decide();
+    }
+    StartRead(&response_);
+    perform(step);
+    if (!item) return;  // not ours: ignored
+    if (got.has_error())
+      owner_.item_done(std::move(item),
+                       grpc::Status(static_cast<grpc::StatusCode>(got.error().code()), got.error().message()), {});
+    else
+      owner_.item_done(std::move(item), grpc::Status::OK, std::move(*got.mutable_response()));
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    std::vector<std::shared_ptr<BatchItem>> unanswered;
+    for (auto& [id, item] : pending_) unanswered.push_back(std::move(item));
+    Remote& owner = owner_;
+    const uint64_t id = id_;
+    const bool answered = answered_;
+    delete this;
+    owner.lane_ended(id, status, answered, std::move(unanswered));
+  }
+
+ private:
+  // Under mu_, with no write in flight: closing, and what that needs now.
+  Step decide() {
+    Step step;
+    if (!closing_ || writing_) return step;
+    if (!writes_done_ && !broken_ && pending_.empty()) step.writes_done = writes_done_ = true;
+    if (held_ && (writes_done_ || broken_)) {
+      step.release = true;
+      held_ = false;
+    }
+    return step;
+  }
+
+  Remote& owner_;
+  const uint64_t id_;
+  const size_t capacity_;
+  grpc::ClientContext ctx_;
+  v1::BatchResponse response_;
+  std::chrono::steady_clock::time_point takes_until_ = std::chrono::steady_clock::time_point::max();
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<BatchItem>> pending_;  // sent or queued, not answered
+  std::deque<std::shared_ptr<BatchItem>> to_write_;           // front() is being written when writing_
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  bool writing_ = false;
+  bool closing_ = false;
+  bool broken_ = false;  // no more writes can go (the call is over)
+  bool writes_done_ = false;
+  bool held_ = true;
+  bool answered_ = false;  // the server answered a file on it
+  uint64_t taken_ = 0;     // files it took
+};
+
+size_t Remote::lane_capacity(std::chrono::system_clock::time_point until) {
+  v1::ServerInfo info;
+  const uint64_t window = server_info(until, &info) ? info.limits().batch_window() : 8;
+  return static_cast<size_t>(std::clamp<uint64_t>(window, 1, kLaneFiles));
+}
+
+void Remote::send_on_lane(std::shared_ptr<BatchItem> item) {
+  if (batch_refused_) {  // an older server: a call each
+    auto call = std::make_shared<UnaryCall>();
+    call->file = item->file;
+    call->until = item->until;
+    call->done = std::move(item->done);
+    call->request = std::move(*item->request.mutable_request());
+    call->attempt = item->attempt;
+    call->backoff = item->backoff;
+    call_unary(std::move(call));
+    return;
+  }
+  const size_t capacity = lane_capacity(item->until);
+  std::vector<std::pair<Lane*, Lane::Step>> steps;  // performed once lanes_mu_ is let go
+  {
+    std::lock_guard<std::mutex> lock(lanes_mu_);
+    std::vector<std::pair<size_t, Lane*>> open;
+    for (auto& [id, l] : lanes_) open.emplace_back(l->load(), l);
+    std::sort(open.begin(), open.end());
+    bool taken = false;
+    for (auto& [load, lane] : open) {
+      if (load >= capacity) break;  // the rest are as full, or closing
+      steps.emplace_back(lane, lane->offer(item));
+      if ((taken = steps.back().second.taken)) break;
+    }
+    if (!taken) {
+      const uint64_t id = next_lane_++;
+      Lane* lane = new Lane(*this, id, capacity, item->until);
+      lanes_.emplace(id, lane);
+      ++lanes_alive_;
+      steps.emplace_back(lane, lane->offer(item, true));
+    }
+  }
+  for (auto& [lane, step] : steps) lane->perform(step);
+}
+
+void Remote::item_done(std::shared_ptr<BatchItem> item, const grpc::Status& status, v1::AnalyzeResponse&& response) {
+  if (retry_unavailable(status.error_code() == grpc::StatusCode::UNAVAILABLE, item->attempt, item->backoff,
+                        item->until)) {
+    ++item->attempt;
+    const auto when = std::chrono::system_clock::now() + item->backoff;
+    item->backoff *= 2;
+    later(when, [this, item] { send_on_lane(item); });
+    return;
+  }
+  item->done(outcome_of(item->file, status, std::move(response)));
+}
+
+void Remote::lane_ended(uint64_t lane, const grpc::Status& status, bool answered,
+                        std::vector<std::shared_ptr<BatchItem>> unanswered) {
+  {
+    std::lock_guard<std::mutex> lock(lanes_mu_);
+    lanes_.erase(lane);
+  }
+  // A server without AnalyzeBatch, or a token that may not call it (it may
+  // call Analyze): a call a file from now on.
+  if (!answered && (status.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
+                    status.error_code() == grpc::StatusCode::PERMISSION_DENIED))
+    batch_refused_ = true;
+  for (std::shared_ptr<BatchItem>& item : unanswered) {
+    if (batch_refused_) {
+      send_on_lane(std::move(item));
+      continue;
+    }
+    // A call that ended well has answered everything; one that did not has
+    // ended for all its files alike (a server gone: UNAVAILABLE, retried).
+    const grpc::Status why = status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL,
+                                                        "the server ended the AnalyzeBatch call without answering")
+                                         : status;
+    item_done(std::move(item), why, {});
+  }
+  std::lock_guard<std::mutex> lock(lanes_mu_);  // last: the destructor may go on once this is 0
+  --lanes_alive_;
+  lanes_cv_.notify_all();
+}
+
 void Remote::start(Source& source, const Request& request, std::function<void(Outcome)> done) {
   if (unreachable_now()) {
     done(failure(source.name(), "UNAVAILABLE", kUnreachable));
@@ -363,6 +643,19 @@ void Remote::start(Source& source, const Request& request, std::function<void(Ou
   const bool region = use_regions_ && source.is_file() && source.size() >= kRegionMinBytes;
   if (region || !in_one_message(source, request, until)) {
     done(analyze(source, request));
+    return;
+  }
+  if (batch_ && !batch_refused_) {
+    auto item = std::make_shared<BatchItem>();
+    item->file = source.name();
+    item->until = until;
+    item->done = std::move(done);
+    item->request.set_id(std::to_string(next_item_++));
+    v1::AnalyzeRequest* r = item->request.mutable_request();
+    *r->mutable_input() = request.input;
+    *r->mutable_options() = request.options;
+    r->mutable_input()->set_data(source.read_all());
+    send_on_lane(std::move(item));
     return;
   }
   auto call = std::make_shared<UnaryCall>();
@@ -425,6 +718,16 @@ void Remote::later(std::chrono::system_clock::time_point when, std::function<voi
 }
 
 Remote::~Remote() {
+  {
+    std::vector<std::pair<Lane*, Lane::Step>> steps;
+    {
+      std::lock_guard<std::mutex> lock(lanes_mu_);
+      for (auto& [id, l] : lanes_) steps.emplace_back(l, l->close());
+    }
+    for (auto& [lane, step] : steps) lane->perform(step);
+    std::unique_lock<std::mutex> lock(lanes_mu_);
+    lanes_cv_.wait(lock, [&] { return lanes_alive_ == 0; });
+  }
   {
     std::lock_guard<std::mutex> lock(later_mu_);
     later_stop_ = true;

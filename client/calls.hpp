@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/analyzer.hpp"
 #include "imgstat/v1/imgstat.grpc.pb.h"
@@ -50,6 +51,11 @@ struct Connection {
   // A server on this host (loopback or unix: target) gets large files in a
   // shared-memory region, not over the socket.
   bool shm = true;
+  // Small files go on AnalyzeBatch streams ("lanes"), a few in flight on
+  // each, rather than a call each: per file, the client and the server both
+  // spend less on gRPC (imgstat-load, 16x16 frames, 2026-11-26: 21 and 37 µs
+  // against 53 and 68).
+  bool batch = true;
   bool uses_tls() const;
 };
 
@@ -94,6 +100,20 @@ class Remote {
   bool unreachable_now();
   struct UnaryCall;
   void call_unary(std::shared_ptr<UnaryCall> call);
+  // Lanes: AnalyzeBatch calls that carry small files (calls.cpp says how).
+  struct BatchItem;
+  class Lane;
+  friend class Lane;
+  // The file on the least loaded open lane with room, or on a new one.
+  void send_on_lane(std::shared_ptr<BatchItem> item);
+  // A file's answer on a lane, or its lane's end: retried as a unary call's
+  // would be, or done.
+  void item_done(std::shared_ptr<BatchItem> item, const grpc::Status& status, v1::AnalyzeResponse&& response);
+  // A lane's call is over; its files not answered go again or fail.
+  void lane_ended(uint64_t lane, const grpc::Status& status, bool answered,
+                  std::vector<std::shared_ptr<BatchItem>> unanswered);
+  // Files a lane carries at once: the server's batch_window.
+  size_t lane_capacity(std::chrono::system_clock::time_point until);
   // Runs fn at `when` on the retry thread (started on first need).
   void later(std::chrono::system_clock::time_point when, std::function<void()> fn);
   // The file through a region; false when regions cannot be had (the caller
@@ -117,6 +137,14 @@ class Remote {
   std::mutex region_mu_;
   bool region_tried_ = false;
   std::unique_ptr<RegionSocketClient> region_socket_;
+  bool batch_ = true;
+  std::atomic<bool> batch_refused_{false};  // the server has no AnalyzeBatch: unary calls
+  std::mutex lanes_mu_;
+  std::condition_variable lanes_cv_;
+  std::map<uint64_t, Lane*> lanes_;  // whose calls have not ended
+  uint64_t next_lane_ = 0;
+  size_t lanes_alive_ = 0;  // lanes_, and those whose lane_ended() is under way
+  std::atomic<uint64_t> next_item_ = 0;
   std::mutex later_mu_;
   std::condition_variable later_cv_;
   std::multimap<std::chrono::system_clock::time_point, std::function<void()>> later_;

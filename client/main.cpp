@@ -160,6 +160,10 @@ int main(int argc, char** argv) {
   app.add_option("--stride", stride, "with --raw: bytes from one row to the next (default packed)");
   auto* bytes_option = app.add_flag("--bytes", bytes, "histogram of the bytes of any file (a 1xN uint8 image)");
   app.add_flag("--stream", stream, "upload in chunks (automatic above the server's message limit)");
+  bool no_batch = false;
+  app.add_flag("--no-batch", no_batch,
+               "send each small file in an Analyze call of its own, not on AnalyzeBatch streams (a few files "
+               "in flight on each: less gRPC work a file on both sides)");
   bool no_shm = false;
   app.add_flag("--no-shm", no_shm,
                "send files over the socket even to a server on this host (by default files of 1 MiB and more go "
@@ -250,6 +254,7 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
   catch_library_messages([&err](const std::string& line) { err << "imgstat-client: library: " << line << "\n"; });
   connection.target = server;
   connection.shm = !no_shm;
+  connection.batch = !no_batch;
   if (!token_file.empty()) {
     std::ifstream in(token_file);
     if (!in || !std::getline(in, connection.token)) {

@@ -382,6 +382,86 @@ TEST(Ports, TheHealthPortServesHealthOnly) {
   fs::remove(tokens);
 }
 
+// Each line's channels, or its file and error code, in order (timings
+// differ from run to run).
+std::vector<json> channels_of(const std::string& out) {
+  std::vector<json> v;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const json j = json::parse(line);
+    v.push_back(j.contains("channels") ? j.at("channels") : json{{"file", j.at("file")}, {"code", j.at("code")}});
+  }
+  return v;
+}
+
+TEST(Lanes, SmallFilesRideAnalyzeBatchAndATokenWithoutItFallsBackToACallAFile) {
+  const char* const kLimited = "limited-token-0123456789";
+  const std::string tokens =
+      token_file(std::string(kToken) + "\n" + kLimited + " limited Analyze,GetServerInfo\n");
+  ServerProcess server({"--engine", test_engine(), "--threads", "2", "--auth-token-file", tokens, "--metrics-listen",
+                        "127.0.0.1:0"});
+  const int port = server.logged_port("metrics on http://127.0.0.1:");
+  ASSERT_GT(port, 0) << server.log();
+  // Files of 1 to 3,000 random bytes; one empty, refused.
+  std::mt19937_64 rng(35);
+  std::vector<std::string> args = {"--json", "--bytes"};
+  constexpr int kFiles = 60;
+  for (int i = 0; i < kFiles; ++i) {
+    std::string bytes(i == 17 ? 0 : 1 + rng() % 3000, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    const std::string path = temp_path("lane" + std::to_string(i));
+    write(path, bytes);
+    args.push_back(path);
+  }
+  const auto run = [&](const std::string& token, std::vector<std::string> extra) {
+    const std::string token_path = temp_path("client-token");
+    write(token_path, token + "\n");
+    std::vector<std::string> a = {"--server", "127.0.0.1:" + std::to_string(server.port()), "--token-file", token_path};
+    a.insert(a.end(), extra.begin(), extra.end());
+    a.insert(a.end(), args.begin(), args.end());
+    return client(a);
+  };
+  const auto count = [&](const std::string& series) {
+    const double v = sample(http_get(port, "/metrics"), series);
+    return v < 0 ? 0.0 : v;
+  };
+  const ProcessResult local = client([&] {
+    std::vector<std::string> a = {"--local"};
+    a.insert(a.end(), args.begin(), args.end());
+    return a;
+  }());
+  ASSERT_EQ(local.code, 1) << local.err;  // the empty file
+  const std::vector<json> want = channels_of(local.out);
+  ASSERT_EQ(want.size(), size_t{kFiles});
+  EXPECT_EQ(want[17]["code"], "INVALID_ARGUMENT");
+
+  const ProcessResult batched = run(kToken, {});
+  EXPECT_EQ(batched.code, 1) << batched.err;
+  EXPECT_EQ(channels_of(batched.out), want);
+  EXPECT_NE(batched.err.find(args[2 + 17] + ": INVALID_ARGUMENT"), std::string::npos) << batched.err;
+  EXPECT_EQ(count(R"(imgstat_images_total{code="OK",method="AnalyzeBatch"})"), kFiles - 1);
+  EXPECT_EQ(count(R"(imgstat_images_total{code="INVALID_ARGUMENT",method="AnalyzeBatch"})"), 1);
+  EXPECT_EQ(count(R"(imgstat_requests_total{code="OK",method="Analyze"})"), 0);
+  // A few lanes carry them all, not a call each.
+  EXPECT_LE(count(R"(imgstat_requests_total{code="OK",method="AnalyzeBatch"})"), 16);
+
+  const ProcessResult unary = run(kToken, {"--no-batch"});
+  EXPECT_EQ(unary.code, 1) << unary.err;
+  EXPECT_EQ(channels_of(unary.out), want);
+  EXPECT_EQ(count(R"(imgstat_requests_total{code="OK",method="Analyze"})"), kFiles - 1);
+
+  // A token that may call Analyze but not AnalyzeBatch: every file answered all the same.
+  const ProcessResult limited = run(kLimited, {});
+  EXPECT_EQ(limited.code, 1) << limited.err;
+  EXPECT_EQ(channels_of(limited.out), want);
+  EXPECT_EQ(limited.err.find("PERMISSION_DENIED"), std::string::npos) << limited.err;
+  EXPECT_EQ(count(R"(imgstat_requests_total{code="OK",method="Analyze"})"), 2 * (kFiles - 1));
+  EXPECT_GE(count(R"(imgstat_requests_total{code="PERMISSION_DENIED",method="AnalyzeBatch"})"), 1);
+  for (int i = 0; i < kFiles; ++i) fs::remove(args[2 + i]);
+  fs::remove(tokens);
+}
+
 TEST(Metrics, CountWhatKnownCallsDid) {
   const std::string tokens = token_file(std::string(kToken) + "\n");
   const uint64_t decode_memory = uint64_t{300} << 20;
