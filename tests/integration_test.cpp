@@ -147,6 +147,44 @@ TEST_F(Integration, ClientJsonMatchesTheCorpusReference) {
   expect_json_matches_reference(got, reference("jpeg/ljt_testorig.jpg"));
 }
 
+// --json is written without building nlohmann's objects: each line must be
+// exactly what nlohmann would write for the same values (its key order, its
+// numbers), for every kind of answer: every statistic, float and 16-bit
+// images, parts, a joint histogram, a failure.
+TEST_F(Integration, ClientJsonIsWhatNlohmannWouldWrite) {
+  std::vector<std::string> files;
+  for (const json& r : corpus_references()) {
+    if (r["status"] == "undecodable") continue;
+    files.push_back(corpus(r["file"]));
+    if (files.size() == 60) break;
+  }
+  files.push_back(corpus("bad/imagers_Bad_clrsUsed.bmp"));
+  files.push_back(corpus("does-not-exist.png"));
+  const std::vector<std::vector<std::string>> runs = {
+      {"--json"},
+      {"--json", "--stats", "all", "--percentiles", "0,0.1,50,99.99,100"},
+      {"--json", "--normalize", "--bins", "17", "--range", "-3.5:300.25"},
+      {"--json", "--tiles", "2x2", "--joint", "0,1:8"},
+      {"--json", "--colour-space", "lab"},
+  };
+  for (const auto& run : runs) {
+    std::vector<std::string> args = run;
+    args.insert(args.end(), files.begin(), files.end());
+    const ProcessResult r = client(args);
+    SCOPED_TRACE(run.back());
+    EXPECT_EQ(r.code, 1) << r.err;  // the missing file, at least
+    size_t lines = 0, answered = 0;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line); ++lines) {
+      const json j = json::parse(line);
+      EXPECT_EQ(line, j.dump());
+      answered += j["ok"].get<bool>();
+    }
+    EXPECT_EQ(lines, files.size());
+    EXPECT_GT(answered, 40u);
+  }
+}
+
 TEST_F(Integration, ClientNamesEachFailureAndExitsNonZero) {
   const ProcessResult r = client({"--json", corpus("png/skimage_coffee.png"), corpus("bad/pngsuite_xcsn0g01.png"),
                         corpus("no/such/file.png")});
