@@ -7,6 +7,7 @@
 #include <google/protobuf/empty.pb.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
@@ -480,6 +481,176 @@ TEST_F(Integration, UploadsAboveTheMessageLimitAreStreamed) {
   EXPECT_NE(server_->log().find("AnalyzeStream"), std::string::npos);
   std::filesystem::remove(raw);
   std::filesystem::remove(png);
+}
+
+// AnalyzeStream messages as raw bytes on a generic call: the server's
+// method is raw too, reading a chunk's bytes from gRPC's slices where the
+// chunk is in protobuf's plain encoding, and parsing anything else.
+struct RawStream {
+  grpc::Status status;
+  v1::AnalyzeResponse response;
+};
+RawStream raw_stream(const std::shared_ptr<grpc::Channel>& channel, const std::vector<std::string>& messages) {
+  grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer> generic(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto call = generic.PrepareCall(&ctx, "/imgstat.v1.ImageStats/AnalyzeStream", &cq);
+  void* tag;
+  bool ok = false;
+  const auto step = [&](void* t) { return cq.Next(&tag, &ok) && tag == t && ok; };
+  call->StartCall(reinterpret_cast<void*>(1));
+  bool sending = step(reinterpret_cast<void*>(1));
+  for (const std::string& m : messages) {
+    if (!sending) break;
+    grpc::Slice slice(m.data(), m.size());
+    grpc::ByteBuffer b(&slice, 1);
+    call->Write(b, reinterpret_cast<void*>(2));
+    sending = step(reinterpret_cast<void*>(2));
+  }
+  if (sending) {
+    call->WritesDone(reinterpret_cast<void*>(3));
+    step(reinterpret_cast<void*>(3));
+  }
+  grpc::ByteBuffer answer;
+  call->Read(&answer, reinterpret_cast<void*>(4));
+  const bool answered = step(reinterpret_cast<void*>(4));
+  RawStream out;
+  call->Finish(&out.status, reinterpret_cast<void*>(5));
+  while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(5)) {
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  if (answered && out.status.ok()) {
+    grpc::ProtoBufferReader reader(&answer);
+    EXPECT_TRUE(out.response.ParseFromZeroCopyStream(&reader));
+  }
+  return out;
+}
+
+std::string varint(uint64_t v, size_t at_least = 1) {
+  std::string out;
+  do {
+    uint8_t b = v & 0x7f;
+    v >>= 7;
+    if (v || out.size() + 1 < at_least) b |= 0x80;
+    out += static_cast<char>(b);
+  } while (v || out.size() < at_least);
+  return out;
+}
+std::string header_message(const v1::StreamHeader& h) {
+  v1::AnalyzeStreamRequest m;
+  *m.mutable_header() = h;
+  return m.SerializeAsString();
+}
+std::string chunk_message(std::string_view bytes) {
+  v1::AnalyzeStreamRequest m;
+  m.set_chunk(std::string(bytes));
+  return m.SerializeAsString();
+}
+
+TEST_F(Integration, RawStreamChunksOfEverySizeAndEncodingAnswerAsOneMessage) {
+  std::mt19937_64 rng(36);
+  // A PNG (decoded as it arrives) and raw pixels (to the engine chunk by chunk).
+  cv::Mat noise(300, 401, CV_8UC3);
+  cv::randu(noise, 0, 256);
+  std::vector<uchar> png_bytes;
+  ASSERT_TRUE(cv::imencode(".png", noise, png_bytes));
+  const std::string png(png_bytes.begin(), png_bytes.end());
+  std::string pixels(1021 * 67 * 3 * 2, '\0');
+  for (char& c : pixels) c = static_cast<char>(rng());
+  v1::AnalyzeRequest png_request, raw_request;
+  png_request.mutable_input()->set_kind(v1::INPUT_KIND_ENCODED);
+  png_request.mutable_input()->set_data(png);
+  raw_request.mutable_input()->set_kind(v1::INPUT_KIND_RAW);
+  raw_request.mutable_input()->mutable_raw()->set_width(1021);
+  raw_request.mutable_input()->mutable_raw()->set_height(67);
+  raw_request.mutable_input()->mutable_raw()->set_channels(3);
+  raw_request.mutable_input()->mutable_raw()->set_sample_type(v1::SAMPLE_TYPE_UINT16);
+  raw_request.mutable_input()->set_data(pixels);
+
+  v1::AnalyzeRequest bytes_request;  // any length: a lie is found only as the bytes come
+  bytes_request.mutable_input()->set_kind(v1::INPUT_KIND_BYTES);
+  bytes_request.mutable_input()->set_data(pixels.substr(0, 99991));
+  for (const v1::AnalyzeRequest* request : {&png_request, &raw_request, &bytes_request}) {
+    const std::string& data = request->input().data();
+    v1::AnalyzeResponse want;
+    {
+      grpc::ClientContext ctx;
+      ASSERT_TRUE(stub_->Analyze(&ctx, *request, &want).ok());
+    }
+    v1::StreamHeader header;
+    *header.mutable_input() = request->input();
+    header.mutable_input()->clear_data();
+    header.set_total_bytes(data.size());
+    const size_t limit = kMessageLimit - (64 << 10);
+    // Chunk sizes: 0 and 1 byte, around gRPC's frames and slices, the
+    // message limit, and random ones.
+    std::vector<std::vector<size_t>> plans = {
+        {0, 1, 0, 2, 3, 4095, 4096, 4097, 0, 16383, 16384, 16385, 65535, 65536, 65537},
+        {limit},
+        {1, limit - 1},
+    };
+    std::vector<size_t> random;
+    for (size_t k = 0; k < 200; ++k) random.push_back(rng() % 3 == 0 ? rng() % 3 : rng() % 20000);
+    plans.push_back(random);
+    for (size_t p = 0; p < plans.size(); ++p) {
+      // Each plan repeats until the data is sent.
+      std::vector<std::string> messages = {header_message(header)};
+      for (size_t at = 0, k = 0; at < data.size(); ++k) {
+        const size_t n = std::min(plans[p][k % plans[p].size()], data.size() - at);
+        messages.push_back(chunk_message(std::string_view(data).substr(at, n)));
+        at += n;
+      }
+      SCOPED_TRACE("plan " + std::to_string(p) + ", " + std::to_string(messages.size()) + " messages");
+      const RawStream got = raw_stream(channel_, messages);
+      ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+      EXPECT_EQ(got.response.channels_size(), want.channels_size());
+      for (int c = 0; c < want.channels_size(); ++c)
+        EXPECT_EQ(got.response.channels(c).SerializeAsString(), want.channels(c).SerializeAsString()) << c;
+    }
+    // Encodings other than the plain one read as protobuf reads them: an
+    // unknown field after the chunk, a length written in five bytes, and
+    // the chunk field twice (the last wins).
+    const size_t third = data.size() / 3;
+    const std::string a = data.substr(0, third), b = data.substr(third, third), c = data.substr(2 * third);
+    const std::string tag = "\x12";
+    const std::vector<std::string> odd = {
+        header_message(header),
+        chunk_message(a) + "\x78\x05",                                   // field 15, varint 5: unknown
+        tag + varint(b.size(), 5) + b,                                    // a long varint
+        tag + varint(7) + std::string(7, 'x') + tag + varint(c.size()) + c,  // twice: c counts
+    };
+    const RawStream got = raw_stream(channel_, odd);
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    for (int i = 0; i < want.channels_size(); ++i)
+      EXPECT_EQ(got.response.channels(i).SerializeAsString(), want.channels(i).SerializeAsString()) << i;
+
+    // A stream that lies about its total, one that is cut short, bytes that
+    // are no message, a chunk first: refused, and the server serves on.
+    v1::StreamHeader small = header;
+    small.set_total_bytes(data.size() - 10);
+    v1::StreamHeader large = header;
+    large.set_total_bytes(data.size() + 10);
+    const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+        // Raw pixels: a total that the layout does not fit is refused with the header.
+        {{header_message(small), chunk_message(data)}, request == &raw_request ? "needs" : "more than the header's total_bytes"},
+        {{header_message(large), chunk_message(data)}, request == &raw_request ? "needs" : "stream ended after"},
+        {{header_message(header), chunk_message(a), "\xff\xff\xff"}, "not an AnalyzeStreamRequest"},
+        {{header_message(header), tag + varint(1000) + "short"}, "not an AnalyzeStreamRequest"},
+        {{chunk_message(a)}, "the first AnalyzeStream message must be a header"},
+        {{header_message(header), header_message(header)}, "second header"},
+    };
+    for (const auto& [messages, says] : bad) {
+      const RawStream r = raw_stream(channel_, messages);
+      EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << says;
+      EXPECT_NE(r.status.error_message().find(says), std::string::npos) << says << ": " << r.status.error_message();
+    }
+  }
+  grpc::ClientContext ctx;
+  v1::AnalyzeResponse after;
+  EXPECT_TRUE(stub_->Analyze(&ctx, png_request, &after).ok());
 }
 
 TEST_F(Integration, StubCallsAllFourRpcs) {

@@ -219,7 +219,7 @@ class HeldUpload final : public Upload {
   // Memory grows with the bytes received, not with what the header declares,
   // and is taken from the decoded-memory budget as it grows: many large
   // uploads at once are refused rather than held past the machine's memory.
-  void add(const std::string& chunk) override {
+  void add(std::string_view chunk) override {
     std::string* data = request_.mutable_input()->mutable_data();
     const uint64_t need = data->size() + chunk.size();
     if (need > total_)
@@ -274,7 +274,7 @@ class EncodedUpload final : public Upload {
   ~EncodedUpload() override {
     if (file_) file_->abort(ErrorCode::kCancelled, "the upload ended");  // its decode ends on its own
   }
-  void add(const std::string& chunk) override {
+  void add(std::string_view chunk) override {
     if (file_) {
       file_->append(reinterpret_cast<const uint8_t*>(chunk.data()), chunk.size());
       if (decode_.valid() && decode_.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
@@ -365,7 +365,7 @@ class RegionUpload final : public Upload {
     *request_.mutable_input() = header.input();
     *request_.mutable_options() = header.options();
   }
-  void add(const std::string&) override {
+  void add(std::string_view) override {
     fail(ErrorCode::kInvalidArgument, "the header names a region: its bytes are there, send no chunks");
   }
   v1::AnalyzeResponse finish(const CallContext& call) override { return analyzer_.analyze(request_, call, &bytes_); }
@@ -386,7 +386,7 @@ class PixelUpload final : public Upload {
     stream_ = engine.open_stream(described_.layout, request_);
     compute_ += Clock::now() - t0;
   }
-  void add(const std::string& chunk) override {
+  void add(std::string_view chunk) override {
     if (received_ + chunk.size() > total_)
       fail(ErrorCode::kInvalidArgument, "chunks carry more than the header's total_bytes (" + std::to_string(total_) + ")");
     received_ += chunk.size();
@@ -876,6 +876,11 @@ void StreamAssembler::take(const v1::AnalyzeStreamRequest& message) {
   } else {
     upload_->add(message.chunk());
   }
+}
+
+void StreamAssembler::take_chunk(const std::vector<std::string_view>& pieces) {
+  if (!upload_) fail(ErrorCode::kInvalidArgument, "the first AnalyzeStream message must be a header");
+  for (std::string_view piece : pieces) upload_->add(piece);
 }
 
 void StreamAssembler::pause() {

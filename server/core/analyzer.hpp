@@ -6,6 +6,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/budget.hpp"
 #include "core/call_context.hpp"
@@ -23,7 +25,7 @@ namespace imgstat {
 class Upload {
  public:
   virtual ~Upload() = default;
-  virtual void add(const std::string& chunk) = 0;
+  virtual void add(std::string_view chunk) = 0;
   // The client has not sent the next chunk yet: give back what other calls
   // could use while it is awaited (StreamAnalysis::pause()).
   virtual void pause() {}
@@ -44,6 +46,8 @@ class StreamAssembler {
   explicit StreamAssembler(const Analyzer& analyzer, CallContext call = {})
       : analyzer_(analyzer), call_(std::move(call)) {}
   void take(const v1::AnalyzeStreamRequest& message);
+  // A chunk message's bytes where they lie (a raw method's slices, in order).
+  void take_chunk(const std::vector<std::string_view>& pieces);
   // Called when the next message is not yet there.
   void pause();
   v1::AnalyzeResponse end(const CallContext& call);

@@ -89,12 +89,12 @@ grpc::ServerUnaryReactor* ImageStatsService::Analyze(grpc::CallbackServerContext
   return new AnalyzeReactor(ctx, request, response, env_);
 }
 
-grpc::ServerReadReactor<v1::AnalyzeStreamRequest>* ImageStatsService::AnalyzeStream(grpc::CallbackServerContext* ctx,
-                                                                                    v1::AnalyzeResponse* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* ImageStatsService::AnalyzeStream(grpc::CallbackServerContext* ctx,
+                                                                           grpc::ByteBuffer* response) {
   const grpc::Status admitted = admission_.enter();
   if (!admitted.ok()) {
     note_refusal("AnalyzeStream", ctx, admitted, env_);
-    return new Refusal<grpc::ServerReadReactor<v1::AnalyzeStreamRequest>>(admitted);
+    return new Refusal<grpc::ServerReadReactor<grpc::ByteBuffer>>(admitted);
   }
   return make_stream_reactor(ctx, response, env_);
 }

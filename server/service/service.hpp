@@ -12,7 +12,10 @@
 
 namespace imgstat {
 
-class ImageStatsService final : public v1::ImageStats::CallbackService {
+// AnalyzeStream is a raw method: its chunks' bytes are read from gRPC's
+// slices (stream_reactor.cpp).
+class ImageStatsService final
+    : public v1::ImageStats::WithRawCallbackMethod_AnalyzeStream<v1::ImageStats::CallbackService> {
  public:
   // metrics may be null.
   ImageStatsService(const Analyzer& analyzer, WorkQueue& queue, Metrics* metrics, const Authenticator* auth);
@@ -20,8 +23,8 @@ class ImageStatsService final : public v1::ImageStats::CallbackService {
 
   grpc::ServerUnaryReactor* Analyze(grpc::CallbackServerContext* ctx, const v1::AnalyzeRequest* request,
                                     v1::AnalyzeResponse* response) override;
-  grpc::ServerReadReactor<v1::AnalyzeStreamRequest>* AnalyzeStream(grpc::CallbackServerContext* ctx,
-                                                                     v1::AnalyzeResponse* response) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* AnalyzeStream(grpc::CallbackServerContext* ctx,
+                                                            grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<v1::BatchRequest, v1::BatchResponse>* AnalyzeBatch(
       grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* ctx, const v1::GetServerInfoRequest* request,
@@ -46,8 +49,8 @@ class ImageStatsService final : public v1::ImageStats::CallbackService {
 
 // The reactors, one file each. Each has entered env.admission and leaves it
 // when done.
-grpc::ServerReadReactor<v1::AnalyzeStreamRequest>* make_stream_reactor(grpc::CallbackServerContext* ctx,
-                                                                      v1::AnalyzeResponse* response, CallEnv& env);
+grpc::ServerReadReactor<grpc::ByteBuffer>* make_stream_reactor(grpc::CallbackServerContext* ctx,
+                                                              grpc::ByteBuffer* response, CallEnv& env);
 grpc::ServerBidiReactor<v1::BatchRequest, v1::BatchResponse>* make_batch_reactor(grpc::CallbackServerContext* ctx,
                                                                                  CallEnv& env);
 

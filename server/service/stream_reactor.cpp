@@ -7,8 +7,19 @@
 //
 // StartRead and Finish may run the next reaction on the calling thread: they
 // are decided under the lock and called outside it.
+//
+// The method is raw (grpc::ByteBuffer in and out): a chunk's bytes go to the
+// upload from the slices gRPC received them in, never copied into a parsed
+// message first. Only a chunk in protobuf's plain encoding (its one field,
+// tag then length then bytes) is read that way; a header, and any other
+// encoding of a message (unknown fields, a field repeated), is parsed by
+// protobuf as before, so both read the same messages the same way.
+#include <grpcpp/support/proto_buffer_reader.h>
+
 #include <deque>
 #include <mutex>
+#include <string_view>
+#include <vector>
 
 #include "service/call_support.hpp"
 #include "service/service.hpp"
@@ -18,9 +29,71 @@ namespace {
 
 constexpr size_t kAhead = 2;
 
-class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequest>, IdleWatch::Target {
+// One AnalyzeStream message as received: a chunk's bytes in gRPC's slices,
+// or the message parsed.
+struct StreamMessage {
+  bool is_chunk = false;
+  std::vector<grpc::Slice> slices;        // holds the bytes `chunk` points into
+  std::vector<std::string_view> chunk;    // the chunk's bytes, in order
+  v1::AnalyzeStreamRequest parsed;
+  uint64_t bytes = 0;                     // the chunk's, or the header's data (for the log)
+};
+
+// A chunk field (field 2, length-delimited) is its tag byte, a varint length,
+// then the bytes.
+constexpr uint8_t kChunkTag = (2 << 3) | 2;
+
+StreamMessage decode(grpc::ByteBuffer& buffer) {
+  StreamMessage m;
+  std::vector<grpc::Slice> slices;
+  if (buffer.Dump(&slices).ok()) {
+    // The first bytes, across slices: the tag and up to ten of the varint.
+    uint8_t head[11];
+    size_t got = 0, total = 0;
+    for (const grpc::Slice& s : slices) {
+      total += s.size();
+      for (size_t i = 0; i < s.size() && got < sizeof head; ++i) head[got++] = s.begin()[i];
+    }
+    if (got > 0 && head[0] == kChunkTag) {
+      uint64_t length = 0;
+      size_t at = 1;
+      bool ended = false;
+      for (int shift = 0; at < got && shift < 64; shift += 7) {
+        const uint8_t b = head[at++];
+        length |= uint64_t{b & 0x7fu} << shift;
+        if (!(b & 0x80)) {
+          ended = true;
+          break;
+        }
+      }
+      if (ended && length == total - at) {  // the whole message, and nothing else
+        m.is_chunk = true;
+        m.bytes = length;
+        size_t skip = at;
+        for (const grpc::Slice& s : slices) {
+          const size_t n = s.size();
+          if (skip >= n) {
+            skip -= n;
+            continue;
+          }
+          m.chunk.emplace_back(reinterpret_cast<const char*>(s.begin()) + skip, n - skip);
+          skip = 0;
+        }
+        m.slices = std::move(slices);
+        return m;
+      }
+    }
+  }
+  grpc::ProtoBufferReader reader(&buffer);
+  if (!m.parsed.ParseFromZeroCopyStream(&reader))
+    fail(ErrorCode::kInvalidArgument, "an AnalyzeStream message is not an AnalyzeStreamRequest");
+  m.bytes = m.parsed.has_header() ? m.parsed.header().input().data().size() : m.parsed.chunk().size();
+  return m;
+}
+
+class StreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, IdleWatch::Target {
  public:
-  StreamReactor(grpc::CallbackServerContext* ctx, v1::AnalyzeResponse* response, CallEnv& env)
+  StreamReactor(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response, CallEnv& env)
       : ctx_(ctx),
         response_(response),
         env_(env),
@@ -41,7 +114,7 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
         reads_done_ = true;
       } else {
         pending_.push_back(std::move(message_));
-        message_.Clear();
+        message_.Clear();  // moved from: empty, ready for the next read
         read_more = reading_ = pending_.size() < kAhead;
         if (reading_) read_started_ = Clock::now();
       }
@@ -99,7 +172,7 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
     enum class Next { kStop, kPause, kEnd, kTake };
     for (;;) {
       if (!status.ok()) finish(status);
-      v1::AnalyzeStreamRequest message;
+      grpc::ByteBuffer message;
       Next next;
       bool read_more = false, gone = false;
       {
@@ -144,22 +217,27 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
     }
   }
 
-  void take(const v1::AnalyzeStreamRequest& message) {
-    if (message.has_header() && !has_header_) {  // for the log, even when refused
+  void take(grpc::ByteBuffer& buffer) {
+    const StreamMessage message = decode(buffer);
+    buffer.Clear();  // the slices live on in message
+    if (!message.is_chunk && message.parsed.has_header() && !has_header_) {  // for the log, even when refused
       has_header_ = true;
       std::lock_guard<std::mutex> lock(mu_);
-      input_.set_name(message.header().input().name());
+      input_.set_name(message.parsed.header().input().name());
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      input_bytes_ += message.has_header() ? message.header().input().data().size() : message.chunk().size();
+      input_bytes_ += message.bytes;
     }
-    assembler_.take(message);
+    if (message.is_chunk)
+      assembler_.take_chunk(message.chunk);
+    else
+      assembler_.take(message.parsed);
   }
 
   void end() {
     if (ctx_->IsCancelled()) return finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
-    const grpc::Status status = run_guarded([&] { *response_ = assembler_.end(call_); });
+    const grpc::Status status = run_guarded([&] { answer_ = assembler_.end(call_); });
     {
       std::lock_guard<std::mutex> lock(mu_);
       input_bytes_ += assembler_.region_bytes();
@@ -181,20 +259,24 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
       bytes = input_bytes_;
       waited = waited_;
     }
-    env_.record({"AnalyzeStream", id_, ctx_->peer(), caller_of(ctx_, env_.auth), input.name(), bytes, response_, status,
+    env_.record({"AnalyzeStream", id_, ctx_->peer(), caller_of(ctx_, env_.auth), input.name(), bytes, &answer_, status,
                  to_ms(waited), ms_since(started_)});
     env_.call_ended("AnalyzeStream", status, started_);
-    Finish(status);
+    grpc::Status sent = status;
+    bool own = false;
+    if (status.ok()) sent = grpc::SerializationTraits<v1::AnalyzeResponse>::Serialize(answer_, response_, &own);
+    Finish(sent);
   }
 
   grpc::CallbackServerContext* ctx_;
-  v1::AnalyzeResponse* response_;
+  grpc::ByteBuffer* response_;
+  v1::AnalyzeResponse answer_;
   CallEnv& env_;
   const CallContext call_;
   const std::string id_;
-  v1::AnalyzeStreamRequest message_;  // being read
+  grpc::ByteBuffer message_;  // being read
   std::mutex mu_;
-  std::deque<v1::AnalyzeStreamRequest> pending_;
+  std::deque<grpc::ByteBuffer> pending_;
   bool reading_ = true;
   bool reads_done_ = false;
   bool working_ = false;  // a task of this call is queued or running
@@ -214,8 +296,8 @@ class StreamReactor final : public grpc::ServerReadReactor<v1::AnalyzeStreamRequ
 
 }  // namespace
 
-grpc::ServerReadReactor<v1::AnalyzeStreamRequest>* make_stream_reactor(grpc::CallbackServerContext* ctx,
-                                                                      v1::AnalyzeResponse* response, CallEnv& env) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* make_stream_reactor(grpc::CallbackServerContext* ctx,
+                                                              grpc::ByteBuffer* response, CallEnv& env) {
   return new StreamReactor(ctx, response, env);
 }
 
