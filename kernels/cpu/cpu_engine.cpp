@@ -29,6 +29,11 @@ namespace cpu {
 namespace {
 
 constexpr uint64_t kPieceBytes = uint64_t{1} << 20;
+// A stream's feeds smaller than this are gathered until they add up to it:
+// each feed is a round of tasks across the arena, and a raw AnalyzeStream
+// feeds a chunk as gRPC's slices (a few KiB each; 1 GiB over loopback went
+// from 0.45 to 0.70 s fed so).
+constexpr uint64_t kStreamGatherBytes = kPieceBytes;
 
 template <class Counter>
 void count_pieces(tbb::enumerable_thread_specific<Counter>& counters,
@@ -474,8 +479,46 @@ class CpuStream final : public CheckpointStream {
   }
 
   void feed(const void* data, size_t bytes) override {
-    if (destrider_.consumed() + bytes > layout_.stride() * layout_.height)
+    if (destrider_.consumed() + gathered_.size() + bytes > layout_.stride() * layout_.height)
       fail(ErrorCode::kInvalidArgument, "more data than the layout holds");
+    if (bytes >= kStreamGatherBytes) {
+      flush();
+      take(data, bytes);
+      return;
+    }
+    const auto* p = static_cast<const uint8_t*>(data);
+    gathered_.insert(gathered_.end(), p, p + bytes);
+    if (gathered_.size() >= kStreamGatherBytes) flush();
+  }
+
+  Result finish() override {
+    flush();
+    if (!destrider_.complete())
+      fail(ErrorCode::kInvalidArgument,
+           "stream ended after " + std::to_string(destrider_.consumed()) + " bytes; the layout needs " +
+               std::to_string(layout_.min_bytes()));
+    if (analysis_->wants_second_pass()) {
+      const ImageView all{kept_.data(), Layout{layout_.pixels(), 1, layout_.channels, layout_.type, 0}};
+      const std::vector<Piece> pieces = pieces_of(all);
+      arena_.execute([&] { analysis_->add_second_pass(pieces); });
+    }
+    return analysis_->finish();
+  }
+
+  std::optional<Partial> partial() override {
+    flush();
+    return analysis_->partial();
+  }
+
+ private:
+  void flush() {
+    if (gathered_.empty()) return;
+    take(gathered_.data(), gathered_.size());
+    gathered_.clear();
+  }
+
+  // Counts the bytes now: the pieces have read them when this returns.
+  void take(const void* data, size_t bytes) {
     const bool keep = analysis_->wants_second_pass();
     const uint64_t pixel_bytes = layout_.pixel_bytes();
     std::vector<Piece> runs;
@@ -493,28 +536,13 @@ class CpuStream final : public CheckpointStream {
     if (!runs.empty()) arena_.execute([&] { analysis_->add_all(runs); });
   }
 
-  Result finish() override {
-    if (!destrider_.complete())
-      fail(ErrorCode::kInvalidArgument,
-           "stream ended after " + std::to_string(destrider_.consumed()) + " bytes; the layout needs " +
-               std::to_string(layout_.min_bytes()));
-    if (analysis_->wants_second_pass()) {
-      const ImageView all{kept_.data(), Layout{layout_.pixels(), 1, layout_.channels, layout_.type, 0}};
-      const std::vector<Piece> pieces = pieces_of(all);
-      arena_.execute([&] { analysis_->add_second_pass(pieces); });
-    }
-    return analysis_->finish();
-  }
-
-  std::optional<Partial> partial() override { return analysis_->partial(); }
-
- private:
   Layout layout_;
   uint64_t fed_pixels_ = 0;
   Destrider destrider_;
   std::unique_ptr<Analysis> analysis_;
   tbb::task_arena& arena_;
   std::vector<uint8_t> kept_;
+  std::vector<uint8_t> gathered_;  // small feeds, not yet counted
 };
 
 // A request as each part answers it: its channels only.
