@@ -2,6 +2,7 @@
 
 #include <google/protobuf/empty.pb.h>
 #include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 
 #include <algorithm>
 #include <chrono>
@@ -751,27 +752,50 @@ Outcome Remote::analyze_once(Source& source, const Request& request, std::chrono
     *r.mutable_options() = request.options;
     return outcome_of(source.name(), stub_->Analyze(&ctx, r, &response), std::move(response));
   }
-  auto writer = stub_->AnalyzeStream(&ctx, &response);
+  // Raw messages: a chunk is its field's tag and length, then the file's
+  // piece itself, lent to gRPC as a slice and freed when gRPC lets go of it
+  // (the socket may still be sending it when Write returns), never copied
+  // into protobuf's serialization.
+  const grpc::internal::RpcMethod method("/imgstat.v1.ImageStats/AnalyzeStream",
+                                         grpc::internal::RpcMethod::CLIENT_STREAMING);
+  grpc::ByteBuffer answer;
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), method, &ctx, &answer));
   v1::AnalyzeStreamRequest header;
   *header.mutable_header()->mutable_input() = request.input;
   *header.mutable_header()->mutable_options() = request.options;
   header.mutable_header()->set_total_bytes(source.size());
-  if (writer->Write(header)) {
-    v1::AnalyzeStreamRequest chunk;
+  grpc::ByteBuffer header_bytes;
+  bool own = false;
+  if (grpc::SerializationTraits<v1::AnalyzeStreamRequest>::Serialize(header, &header_bytes, &own).ok() &&
+      writer->Write(header_bytes)) {
     const size_t piece = static_cast<size_t>(std::min<uint64_t>(kStreamChunk, message_limit(until) - kEnvelope));
     source.for_each_chunk(piece, [&](std::string& c) {
-      // The piece's buffer lent to the message and taken back: no copy, and
-      // the next piece is read into the same memory.
-      chunk.mutable_chunk()->swap(c);
-      const bool sent = writer->Write(chunk);
-      chunk.mutable_chunk()->swap(c);
-      if (!sent) return false;  // the server has answered already
-      if (request.on_sent) request.on_sent(c.size());
+      const size_t n = c.size();
+      char prefix[11];
+      size_t p = 0;
+      prefix[p++] = '\x12';  // field 2 (chunk), length-delimited
+      for (uint64_t v = n; ; v >>= 7) {
+        prefix[p++] = static_cast<char>((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+        if (v < 0x80) break;
+      }
+      auto* lent = new std::string(std::move(c));  // the next piece is read into a new buffer
+      grpc::Slice slices[2] = {grpc::Slice(prefix, p),
+                               grpc::Slice(lent->data(), n, [](void* s) { delete static_cast<std::string*>(s); }, lent)};
+      grpc::ByteBuffer message(slices, 2);
+      if (!writer->Write(message)) return false;  // the server has answered already
+      if (request.on_sent) request.on_sent(n);
       return true;
     });
     writer->WritesDone();
   }
-  return outcome_of(source.name(), writer->Finish(), std::move(response));
+  const grpc::Status status = writer->Finish();
+  if (status.ok()) {
+    grpc::ProtoBufferReader reader(&answer);
+    if (!response.ParseFromZeroCopyStream(&reader))
+      return failure(source.name(), "INTERNAL", "the server's answer to AnalyzeStream could not be parsed");
+  }
+  return outcome_of(source.name(), status, std::move(response));
 }
 
 bool Remote::health(std::string* status) {
