@@ -136,13 +136,14 @@ python3 "$repo/tests/container/check_results.py" "$corpus" "$work/results.jsonl"
 
 # The metrics count what was asked, refusals included.
 curl -sf "http://$metrics_addr/metrics" >"$work/metrics.txt" || fail "no metrics on $metrics_addr"
-ok_calls=$(grep -E '^imgstat_requests_total\{code="OK",method="Analyze"\} ' "$work/metrics.txt" | awk '{print $2}')
+# Images answered, in calls of their own or on the client's AnalyzeBatch lanes.
+ok_calls=$(grep -E '^imgstat_images_total\{code="OK",method="Analyze(Batch)?"\} ' "$work/metrics.txt" | awk '{s += $2} END {print s + 0}')
 refused=$(grep -E '^imgstat_requests_total\{code="UNAUTHENTICATED",method="GetServerInfo"\} ' "$work/metrics.txt" | awk '{print $2}')
 want_ok=${#files[@]}
 [ ! -e /dev/nvidiactl ] && want_ok=$((want_ok + 1))
-[ "$ok_calls" = "$want_ok" ] || { grep imgstat_requests "$work/metrics.txt"; fail "metrics count $ok_calls Analyze calls, not $want_ok"; }
+[ "$ok_calls" = "$want_ok" ] || { grep -E 'imgstat_(requests|images)_total' "$work/metrics.txt"; fail "metrics count $ok_calls images answered, not $want_ok"; }
 [ "$refused" = 1 ] || fail "metrics count $refused refused calls, not 1"
-echo "metrics: $ok_calls Analyze OK, $refused refused"
+echo "metrics: $ok_calls images answered, $refused refused"
 
 t=$(now)
 podman stop -t 20 "$name" >/dev/null 2>>"$work/run.log" || fail "podman stop"
