@@ -271,6 +271,9 @@ TEST(OneServer, KilledAndReplacedMidPassEveryFileAnsweredOnce) {
   std::atomic<bool> killed{false};
   std::thread restarter([&] {
     for (int i = 0; i < 3000 && analyze_calls(*first) < 300; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // Frozen while its replacement starts (however long that takes on a
+    // loaded machine): the pass cannot end before the kill.
+    first->send_signal(SIGSTOP);
     std::vector<std::string> again = args;
     again.insert(again.end(), {"--listen", "127.0.0.1:" + std::to_string(port)});
     second = std::make_unique<ServerProcess>(again);
