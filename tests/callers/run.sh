@@ -14,7 +14,8 @@ corpus=${IMGSTAT_CORPUS:-$repo/../shared/corpus}
 python=/usr/bin/python3  # Debian's, which has python3-grpcio
 mkdir -p "$work"
 out=$(mktemp -d)
-trap 'kill "$server_pid" 2>/dev/null || true; rm -rf "$out"' EXIT
+server_pid=
+trap '[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$out"' EXIT
 
 image=$corpus/png/skimage_coffee.png
 batch=("$corpus/jpeg/derived_coffee_cmyk.jpg" "$corpus/bad/pngsuite_xcsn0g01.png" "$corpus/png/pngsuite_basn2c16.png")
@@ -33,7 +34,10 @@ mask=$out/mask.png labels=$out/labels.png
 head -c $((1024 * 768 * 2 * 2)) /dev/urandom >"$out/frame.raw"
 layout=1024x768x2:uint16
 
-"$server_bin" --listen 127.0.0.1:0 --engine cpu --threads 2 >"$out/server.log" 2>&1 &
+# The log exists before the server starts: the loop below may read it
+# before the server's shell has opened it.
+: >"$out/server.log"
+"$server_bin" --listen 127.0.0.1:0 --engine cpu --threads 2 >>"$out/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do
   port=$(sed -n 's/.*listening on .*:\([0-9][0-9]*\)$/\1/p' "$out/server.log")
