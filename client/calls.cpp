@@ -517,6 +517,10 @@ class Remote::Lane final : public grpc::ClientBidiReactor<v1::BatchRequest, v1::
     Remote& owner = owner_;
     const uint64_t id = id_;
     const bool answered = answered_;
+    {
+      std::lock_guard<std::mutex> lock(owner.lanes_mu_);  // out of reach before it goes
+      owner.lanes_.erase(id);
+    }
     delete this;
     owner.lane_ended(id, status, answered, std::move(unanswered));
   }
@@ -607,12 +611,8 @@ void Remote::item_done(std::shared_ptr<BatchItem> item, const grpc::Status& stat
   item->done(outcome_of(item->file, status, std::move(response)));
 }
 
-void Remote::lane_ended(uint64_t lane, const grpc::Status& status, bool answered,
+void Remote::lane_ended(uint64_t, const grpc::Status& status, bool answered,
                         std::vector<std::shared_ptr<BatchItem>> unanswered) {
-  {
-    std::lock_guard<std::mutex> lock(lanes_mu_);
-    lanes_.erase(lane);
-  }
   // A server without AnalyzeBatch, or a token that may not call it (it may
   // call Analyze): a call a file from now on.
   if (!answered && (status.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
