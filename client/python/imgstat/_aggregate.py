@@ -1,0 +1,353 @@
+"""Client.aggregate: many inputs' statistics merged into what one analysis of
+all their pixels would give, as the CLI's --aggregate merges them
+(kernels/common/merge.cpp): integer images from their exact value counts,
+float images by Chan's and Pebay's pairwise formulas, in float64 as the
+engines merge. Integers are exact; floats agree with the CLI's to within
+rounding of its long double steps."""
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from ._errors import Error
+from ._options import STATISTICS
+from ._result import FLOAT_TYPES, SAMPLE_TYPE_NAMES, Result
+
+_TYPE_BITS = {1: 8, 2: 16, 3: 8, 4: 16}
+_TYPE_LO = {1: 0, 2: 0, 3: -128, 4: -32768}
+_DENSE_JOINT_BINS = 65536
+
+
+class _Request:
+    def __init__(self, options):
+        s = set(options.statistics) or {STATISTICS["all"]}
+        every = STATISTICS["all"] in s
+        self.min_max = every or STATISTICS["min_max"] in s
+        self.sum = every or STATISTICS["sum"] in s
+        self.stddev = every or STATISTICS["stddev"] in s
+        self.histogram = every or STATISTICS["histogram"] in s
+        self.distribution = every or STATISTICS["distribution"] in s
+        self.shape = every or STATISTICS["shape"] in s
+        self.summary = every or STATISTICS["summary"] in s
+        self.bins = options.bins or 256
+        self.explicit = options.HasField("range")
+        self.lo, self.hi = (options.range.lo, options.range.hi) if self.explicit else (0.0, 0.0)
+        self.percentiles = list(options.percentiles)
+
+
+def part_options(pb, options):
+    """What each input's call asks for: its merge state, and a histogram only
+    where one merges (an explicit range)."""
+    r = _Request(options)
+    o = pb.Options()
+    o.CopyFrom(options)
+    del o.statistics[:]
+    o.statistics.append(STATISTICS["merge_state"])
+    if r.histogram and r.explicit:
+        o.statistics.append(STATISTICS["histogram"])
+    del o.percentiles[:]
+    return o
+
+
+class _Floats:
+    __slots__ = ("n", "nan", "posinf", "neginf", "min", "max", "sum", "comp", "mean", "m2", "m3", "m4")
+
+    def __init__(self):
+        self.n = self.nan = self.posinf = self.neginf = 0
+        self.min = self.max = self.sum = self.comp = self.mean = self.m2 = self.m3 = self.m4 = 0.0
+
+    @staticmethod
+    def of(c):
+        f, m = _Floats(), c.merge_state
+        f.n, f.nan, f.posinf, f.neginf = m.count, c.nan_count, c.posinf_count, c.neginf_count
+        f.min, f.max, f.sum, f.comp, f.mean, f.m2, f.m3, f.m4 = m.min, m.max, m.sum, m.sum_compensation, m.mean, m.m2, m.m3, m.m4
+        return f
+
+    def merge(self, b):
+        # kernels/include/imgstat/float_moments.hpp, step for step in float64.
+        self.nan += b.nan
+        self.posinf += b.posinf
+        self.neginf += b.neginf
+        if b.n == 0:
+            return
+        if self.n == 0:
+            for k in ("n", "min", "max", "sum", "comp", "mean", "m2", "m3", "m4"):
+                setattr(self, k, getattr(b, k))
+            return
+        na, nb = float(self.n), float(b.n)
+        n = na + nb
+        delta = b.mean - self.mean
+        d_n = delta / n
+        d2 = delta * d_n * na * nb
+        self.m4 += (b.m4 + d2 * d_n * d_n * (na * na - na * nb + nb * nb) + 6 * d_n * d_n * (na * na * b.m2 + nb * nb * self.m2)
+                    + 4 * d_n * (na * b.m3 - nb * self.m3))
+        self.m3 += b.m3 + d2 * d_n * (na - nb) + 3 * d_n * (na * b.m2 - nb * self.m2)
+        self.mean += delta * (nb / n)
+        self.m2 += b.m2 + d2
+        self.n += b.n
+        self.min = b.min if b.min < self.min else self.min
+        self.max = b.max if b.max > self.max else self.max
+        self._add(b.sum)
+        self._add(b.comp)
+
+    def _add(self, x):
+        t = self.sum + x
+        self.comp += (self.sum - t) + x if abs(self.sum) >= abs(x) else (x - t) + self.sum
+        self.sum = t
+
+
+def _zero(v):
+    return 0.0 if v == 0 else v
+
+
+def _set_shape(c, n, m2, m3, m4):
+    if not m2 > 0:
+        return
+    var = m2 / n
+    c.skewness = float(m3 / n / (var * np.sqrt(var)))
+    c.kurtosis = float(m4 / n / (var * var) - 3)
+
+
+def _rank(p, n):
+    k = math.ceil(Fraction(p) * n / 100)
+    return 1 if k < 1 else n if k > n else k
+
+
+def _fill_ints(c, counts, lo_value, req, histogram=True):
+    """ChannelStats c from value counts (uint64 numpy array) as
+    kernels/common/moments.cpp and distribution.cpp finalize them."""
+    nz = np.flatnonzero(counts)
+    n = int(counts.sum(dtype=np.uint64))
+    c.count = n
+    bits = int(math.log2(len(counts)))
+    if histogram and req.histogram:
+        h = c.histogram
+        if req.explicit:
+            h.lo, h.hi = req.lo, req.hi
+            bins = np.zeros(req.bins, dtype=np.uint64)
+            width = req.hi - req.lo
+            for i in nz:
+                v = float(lo_value + int(i))
+                if v < req.lo:
+                    h.underflow += int(counts[i])
+                elif v >= req.hi:
+                    h.overflow += int(counts[i])
+                else:
+                    t = (v - req.lo) / width * req.bins
+                    b = 0 if not t > 0 else req.bins - 1 if t >= req.bins else int(t)
+                    bins[b] += counts[i]
+        else:
+            h.lo = float(lo_value)
+            h.hi = h.lo + 2.0 ** bits
+            bins = np.zeros(req.bins, dtype=np.uint64)
+            np.add.at(bins, (nz.astype(np.uint64) * np.uint64(req.bins)) >> np.uint64(bits), counts[nz])
+        h.counts.extend(int(v) for v in bins)
+    if n == 0:
+        return 0  # the CLI writes an empty channel's exact sum as 0
+    values = lo_value + nz.astype(np.int64)
+    k = counts[nz]
+    total = sum(int(v) * int(w) for v, w in zip(values, k))
+    sumsq = sum(int(v) * int(v) * int(w) for v, w in zip(values, k))
+    if req.min_max:
+        c.min, c.max = float(values[0]), float(values[-1])
+    if req.sum:
+        c.sum = float(total)
+        if -(1 << 63) <= total < (1 << 63):
+            c.sum_int = total
+        c.mean = total / n
+    if req.stddev:
+        c.stddev = math.sqrt(n * sumsq - total * total) / n
+    if req.distribution:
+        cum = np.cumsum(k, dtype=np.uint64)
+
+        def at(p):
+            return float(values[int(np.searchsorted(cum, np.uint64(_rank(p, n))))])
+        c.median = at(50)
+        for p in req.percentiles:
+            c.percentiles.add(p=p, value=at(p))
+        c.mode = float(values[int(np.argmax(k))])
+        prob = k.astype(np.longdouble) / np.longdouble(n)
+        c.entropy = float(-(prob * np.log2(prob)).sum())
+        c.bin_error = 0.0
+    if req.shape:
+        nd = np.longdouble(n)
+        mean = np.longdouble(total) / nd
+        d = values.astype(np.longdouble) - mean
+        w = k.astype(np.longdouble)
+        d2 = d * d
+        _set_shape(c, nd, (w * d2).sum(), (w * d2 * d).sum(), (w * d2 * d2).sum())
+    return total
+
+
+def _fill_floats(c, f, req, hist=None):
+    c.count = f.n
+    c.nan_count, c.posinf_count, c.neginf_count = f.nan, f.posinf, f.neginf
+    if hist is not None:
+        counts, under, over = hist
+        c.histogram.counts.extend(int(v) for v in counts)
+        c.histogram.lo, c.histogram.hi = req.lo, req.hi
+        c.histogram.underflow, c.histogram.overflow = under, over
+    if f.n == 0:
+        return
+    if req.min_max:
+        c.min, c.max = _zero(f.min), _zero(f.max)
+    total = f.sum + f.comp
+    if req.sum:
+        c.sum = total
+        c.mean = total / float(f.n)
+    if req.stddev:
+        c.stddev = math.sqrt(max(0.0, f.m2) / float(f.n)) if math.isfinite(f.m2) else math.inf
+    if req.shape and math.isfinite(f.m4):
+        _set_shape(c, np.longdouble(f.n), np.longdouble(f.m2), np.longdouble(f.m3), np.longdouble(f.m4))
+
+
+class _Merger:
+    def __init__(self, sample_type, channels, req):
+        self.type, self.channels, self.req = sample_type, channels, req
+        self.float = sample_type in FLOAT_TYPES
+        self.images = 0
+        if self.float:
+            self.moments = [_Floats() for _ in range(channels)]
+            self.hist = [[np.zeros(req.bins, dtype=np.uint64), 0, 0] for _ in range(channels)]
+        else:
+            self.counts = [np.zeros(1 << _TYPE_BITS[sample_type], dtype=np.uint64) for _ in range(channels)]
+
+    def add(self, channels):
+        if len(channels) != self.channels:
+            raise Error("INVALID_ARGUMENT", f"cannot merge: an image of {len(channels)} channels among images of "
+                        f"{self.channels}")
+        for c in channels:  # checked first: a refused image leaves no trace
+            if not c.HasField("merge_state"):
+                raise Error("INVALID_ARGUMENT", "cannot merge: a channel has no merge state")
+            if not self.float and len(c.merge_state.value_counts) != len(self.counts[0]):
+                raise Error("INVALID_ARGUMENT", "cannot merge: value counts of another sample type")
+        for i, c in enumerate(channels):
+            if self.float:
+                self.moments[i].merge(_Floats.of(c))
+                if self.req.histogram and self.req.explicit:
+                    h = self.hist[i]
+                    h[0] += np.array(c.histogram.counts, dtype=np.uint64)
+                    h[1] += c.histogram.underflow
+                    h[2] += c.histogram.overflow
+            else:
+                self.counts[i] += np.array(c.merge_state.value_counts, dtype=np.uint64)
+        self.images += 1
+
+    def fill(self, out_channels, names):
+        """Fills the channels; returns the exact sums (None for floats)."""
+        sums = []
+        req = self.req
+        for i, name in enumerate(names):
+            c = out_channels.add(name=name)
+            if self.float:
+                _fill_floats(c, self.moments[i], req, self.hist[i] if req.histogram and req.explicit else None)
+                sums.append(None)
+            else:
+                total = _fill_ints(c, self.counts[i], _TYPE_LO[self.type], req)
+                sums.append(total if req.sum and total is not None else None)
+        return sums
+
+    def fill_summary(self, c):
+        c.name = "all"
+        if self.float:
+            f = _Floats()
+            for m in self.moments:
+                f.merge(m)
+            _fill_floats(c, f, self.req)
+            return None
+        total = _fill_ints(c, sum(self.counts[1:], self.counts[0].copy()), _TYPE_LO[self.type], self.req,
+                           histogram=False)
+        return total if self.req.sum else None
+
+
+class Aggregation:
+    """The CLI's Aggregation (client/aggregate.cpp): one group per kind of
+    image (sample type, channels), in the order each was first met."""
+
+    def __init__(self, pb, options):
+        self.pb = pb
+        self.req = _Request(options)
+        self.colour = options.colour_space != 0
+        self.groups = {}
+        self.without_parts = 0
+        self.labels_asked = options.HasField("parts") and options.parts.HasField("labels")
+
+    def add(self, r):
+        if self.labels_asked and len(r.parts) == 0:
+            self.without_parts += 1
+            return
+        named = r.channels if len(r.channels) else (r.parts[0].channels if len(r.parts) else r.channels)
+        channels = r.channel_count if not self.colour else len(named)
+        key = (r.sample_type, channels)
+        g = self.groups.get(key)
+        if g is None:
+            names = [c.name for c in named]
+            if len(names) != channels:
+                raise Error("INVALID_ARGUMENT", "the answer's channels do not match its channel count")
+            if r.sample_type not in FLOAT_TYPES and r.sample_type not in _TYPE_BITS:
+                raise Error("INVALID_ARGUMENT", f"cannot merge {SAMPLE_TYPE_NAMES.get(r.sample_type)} samples")
+            g = self.groups[key] = {"type": r.sample_type, "names": names, "all": _Merger(r.sample_type, channels, self.req),
+                                    "labels": {}, "label_files": 0, "joint": None, "joint_counts": None}
+        if len(r.parts) == 0:
+            g["all"].add(r.channels)
+            if r.HasField("joint"):
+                self._add_joint(g, r.joint)
+            return
+        for p in r.parts:
+            if not p.HasField("label"):
+                raise Error("INVALID_ARGUMENT", "only labelled parts are merged across files")
+            m = g["labels"].get(p.label)
+            if m is None:
+                m = g["labels"][p.label] = _Merger(g["type"], channels, self.req)
+            m.add(p.channels)
+        g["label_files"] += 1
+
+    def _add_joint(self, g, h):
+        bins = int(np.prod(list(h.bins))) if len(h.bins) else 0
+        if g["joint"] is None:
+            j = self.pb.JointHistogram()
+            j.CopyFrom(h)
+            del j.counts[:], j.nonzero_index[:], j.nonzero_count[:]
+            j.outside = 0
+            g["joint"], g["joint_counts"] = j, np.zeros(bins, dtype=np.uint64)
+        elif len(g["joint_counts"]) != bins:
+            raise Error("INVALID_ARGUMENT", "joint histograms of different shapes cannot be merged")
+        if len(h.counts):
+            g["joint_counts"] += np.array(h.counts, dtype=np.uint64)
+        if len(h.nonzero_index):
+            np.add.at(g["joint_counts"], np.array(h.nonzero_index, dtype=np.int64), np.array(h.nonzero_count, dtype=np.uint64))
+        g["joint"].outside += h.outside
+
+    def results(self):
+        pb, out = self.pb, []
+        for g in self.groups.values():
+            kind = SAMPLE_TYPE_NAMES[g["type"]]
+            nc = len(g["names"])
+
+            def title(images, suffix=""):
+                return (f"all {images} {kind} image{'' if images == 1 else 's'} of {nc} "
+                        f"channel{'' if nc == 1 else 's'}{suffix}")
+            if g["labels"]:
+                r = pb.AnalyzeResponse(format="aggregate", channel_count=nc, sample_type=g["type"], engine="merge")
+                for label in sorted(g["labels"]):
+                    p = r.parts.add(label=label)
+                    g["labels"][label].fill(p.channels, g["names"])
+                out.append(Result(r, title(g["label_files"], ", by label"), parts_asked=True, images=g["label_files"]))
+            m = g["all"]
+            if m.images == 0:
+                continue
+            r = pb.AnalyzeResponse(format="aggregate", channel_count=nc, sample_type=g["type"], engine="merge")
+            sums = m.fill(r.channels, g["names"])
+            if self.req.summary:
+                sums.append(m.fill_summary(r.summary))
+            if g["joint"] is not None:
+                r.joint.CopyFrom(g["joint"])
+                counts = g["joint_counts"]
+                if len(counts) <= _DENSE_JOINT_BINS:
+                    r.joint.counts.extend(int(v) for v in counts)
+                else:
+                    nz = np.flatnonzero(counts)
+                    r.joint.nonzero_index.extend(int(i) for i in nz)
+                    r.joint.nonzero_count.extend(int(counts[i]) for i in nz)
+            out.append(Result(r, title(m.images), parts_asked=self.labels_asked, images=m.images, exact_sums=sums))
+        return out

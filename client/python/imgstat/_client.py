@@ -1,0 +1,844 @@
+"""imgstat.Client: the CLI's calls from Python (client/calls.cpp is the
+model): one input in one message, large ones streamed, and on the server's
+own host shared memory instead of the socket."""
+import collections
+import itertools
+import os
+import queue
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import numpy as np
+
+from . import _channel
+from ._errors import Error
+from ._options import ANALYZE_OPTIONS, SAMPLE_TYPES, build_options, is_path, parts_asked
+from ._regions import Cuda, Memory, RegionSocket, copy_into, shared_array  # noqa: F401 (shared_array is public)
+from ._result import Result
+from .v1 import imgstat_pb2 as pb
+from .v1 import imgstat_pb2_grpc as rpc
+
+# Everything tunable in one place.
+STREAM_CHUNK = 4 << 20         # larger inputs stream in pieces of this (the CLI's kStreamChunk)
+REGION_MIN_BYTES = 1 << 20     # below it, the region calls cost more than the socket saves
+ATTEMPTS = 5                   # calls that end UNAVAILABLE: at most this many tries in all,
+FIRST_BACKOFF = 0.1            # the first pause doubling each time (seconds)
+DEFAULT_TIMEOUT = 120.0        # the CLI's --timeout: a hung server does not hang the caller
+CALLS_PER_THREAD = 4           # calls in flight per server engine thread (analyze_many's default)
+DEFAULT_CALLS, MAX_CALLS = 16, 256
+LANE_FILES = 16                # inputs on one AnalyzeBatch call at once (within the server's batch_window)
+LANE_TURN = 256                # inputs one AnalyzeBatch call takes before the next call opens
+SCRATCH_IDLE = 4               # copies of arrays: memfds kept registered for the next call
+SCRATCH_IDLE_BYTES = 2 << 30
+COPY_THREADS = min(8, os.cpu_count() or 1)
+
+_SAMPLE = {np.dtype(np.uint8): 1, np.dtype(np.uint16): 2, np.dtype(np.int8): 3, np.dtype(np.int16): 4,
+           np.dtype(np.float32): 5, np.dtype(np.float64): 6}
+_LABEL_SAMPLE = {np.dtype(np.uint8): 1, np.dtype(np.uint16): 2, np.dtype(np.uint32): 7, np.dtype(np.int32): 8}
+_KINDS = {"encoded": 1, "raw": 2, "bytes": 3}
+_STATUS = {c.value[0]: c.name for c in grpc.StatusCode}
+
+
+def _bad(message, name=None):
+    return Error("INVALID_ARGUMENT", message, name)
+
+
+class _Job:
+    """One input, ready to send: its Input (no data yet) and where its bytes are."""
+    __slots__ = ("name", "input", "data", "path", "size", "array", "cuda")
+
+    def __init__(self, name, kind):
+        self.name = name
+        self.input = pb.Input(kind=kind, name=name if len(name) < 256 else name[:255])
+        self.data = self.path = self.array = self.cuda = None
+        self.size = 0
+
+
+def _layout(a, name, labels=False):
+    """(array, RawLayout) for an H x W or H x W x C array of a type servers take."""
+    if a.dtype == np.bool_:
+        a = a.view(np.uint8)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    types = _LABEL_SAMPLE if labels else _SAMPLE
+    if a.dtype not in types:
+        raise _bad(f"arrays of {a.dtype} are not analyzed: {', '.join(str(t) for t in types)}", name)
+    if a.ndim == 2:
+        (h, w), c = a.shape, 1
+    elif a.ndim == 3 and 1 <= a.shape[2] <= 4:
+        h, w, c = a.shape
+    else:
+        raise _bad(f"an array of shape {a.shape}: images are H x W or H x W x C with C 1 to 4", name)
+    if h == 0 or w == 0:
+        raise _bad(f"an array of shape {a.shape} has no pixel", name)
+    if h >= 1 << 32 or w >= 1 << 32:
+        raise _bad(f"an array of shape {a.shape} is past 2^32 rows or columns", name)
+    return a, pb.RawLayout(width=w, height=h, channels=c, sample_type=types[a.dtype])
+
+
+def _rows(shape, strides, itemsize):
+    """(row stride, bytes spanned) when rows are packed samples at a positive
+    stride, as RawLayout takes them; None otherwise."""
+    h, w = shape[0], shape[1]
+    c = shape[2] if len(shape) == 3 else 1
+    row = w * c * itemsize
+    if strides is None:
+        return 0, h * row
+    if strides[1] != c * itemsize or (len(shape) == 3 and strides[2] != itemsize and c > 1):
+        return None
+    if h == 1:
+        return 0, row
+    if strides[0] < row:
+        return None
+    return (0 if strides[0] == row else strides[0]), (h - 1) * strides[0] + row
+
+
+class _Slot:
+    """One input of analyze_many: its answer comes later, on another thread."""
+    __slots__ = ("job", "options", "parts", "done", "result", "error")
+
+    def __init__(self, job, options, parts):
+        self.job, self.options, self.parts = job, options, parts
+        self.done = threading.Event()
+        self.result = self.error = None
+
+    def set(self, result=None, error=None):
+        self.result, self.error = result, error
+        self.done.set()
+
+
+class Client:
+    """A connection to imgstat servers, as the CLI makes one.
+
+    target: what the CLI's ``--server`` takes: ``host:port``, a comma-separated
+    list of servers (calls go to each in turn), ``dns:///name:port`` (every
+    address it resolves to), ``unix:/path``; default ``$IMGSTAT_SERVER``, else
+    ``localhost:50051``. TLS unless the target is loopback or ``insecure`` is
+    set (``tls_ca``, ``tls_cert``/``tls_key`` for mutual TLS,
+    ``tls_server_name``); ``token`` (default ``$IMGSTAT_TOKEN``) is sent as a
+    bearer token. ``timeout`` bounds each input's calls, retries included
+    (None: the CLI's 120 s; 0: no limit). ``shm=False`` sends everything over
+    the socket even to a server on this host; ``batch=False`` sends each
+    input of ``analyze_many`` in a call of its own.
+
+    Thread-safe; a context manager (``close()`` on exit).
+    """
+
+    def __init__(self, target=None, *, token=None, tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None,
+                 insecure=False, timeout=None, shm=True, batch=True):
+        self.target = target or os.environ.get("IMGSTAT_SERVER") or _channel.DEFAULT_TARGET
+        try:
+            self._channel = _channel.make_channel(grpc, self.target, tls_ca=tls_ca, tls_cert=tls_cert,
+                                                  tls_key=tls_key, tls_server_name=tls_server_name, insecure=insecure)
+        except ValueError as e:
+            raise Error("INVALID_ARGUMENT", str(e)) from None
+        self._stub = rpc.ImageStatsStub(self._channel)
+        token = _channel.resolve_token(token)
+        self._metadata = (("authorization", "Bearer " + token),) if token else None
+        self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+        self._same_host = (shm and _channel.is_loopback(self.target)
+                           and not _channel.names_several_servers(self.target))
+        self._servers = max(1, len(_channel.target_addresses(self.target)))
+        self._batch = batch
+        self._lock = threading.Lock()
+        self._info = None
+        self._info_error = None
+        self._region_socket = None
+        self._region_tried = False
+        self._forgotten = []
+        self._scratch = []          # idle Memory objects, registered
+        self._cuda_regions = {}     # IPC handle bytes -> region id
+        self._pool = None
+        self._closed = False
+
+    # --- lifetime -------------------------------------------------------
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Gives back this client's regions and closes its connections."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        with self._lock:
+            scratch, self._scratch = self._scratch, []
+        for m in scratch:
+            entry = m.registered.pop(id(self), None)
+            if entry:
+                self._forgotten.append(entry[1])
+        self._flush_forgotten()
+        if self._region_socket is not None:
+            self._region_socket.close()  # the server drops every region it passed
+        self._channel.close()
+
+    def _executor(self):
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="imgstat")
+            return self._pool
+
+    # --- the server -----------------------------------------------------
+    def _call_timeout(self, deadline):
+        if deadline is None:
+            return None
+        return max(0.001, deadline - time.monotonic())
+
+    def _deadline(self):
+        return time.monotonic() + self.timeout if self.timeout > 0 else None
+
+    def server_info(self):
+        """GetServerInfo: the server's version, engine, limits and region
+        socket (an imgstat.v1.ServerInfo), asked once."""
+        with self._lock:
+            if self._info is not None:
+                return self._info
+        info = self._invoke(lambda t: self._stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=t,
+                                                                metadata=self._metadata), self.target)
+        with self._lock:
+            self._info = info
+        return info
+
+    def _known_info(self):
+        """The server's info, or None when it cannot be had (defaults apply)."""
+        if self._info is None and self._info_error is None:
+            try:
+                self.server_info()
+            except Error as e:
+                self._info_error = e
+        return self._info
+
+    def calls_to_fill(self):
+        """Calls in flight that keep the server busy: four for each of its
+        engine's threads, within its max_concurrent (the CLI's default -j)."""
+        info = self._known_info()
+        calls = DEFAULT_CALLS
+        if info is not None and info.engine.threads > 0:
+            calls = CALLS_PER_THREAD * info.engine.threads
+            if info.limits.max_concurrent > 0:
+                calls = min(calls, info.limits.max_concurrent)
+        return max(DEFAULT_CALLS, min(MAX_CALLS, calls * self._servers))
+
+    def _invoke(self, fn, name, deadline=None):
+        """fn(timeout) with the CLI's retries of UNAVAILABLE; gRPC errors become Error."""
+        if deadline is None:
+            deadline = self._deadline()
+        backoff = FIRST_BACKOFF
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return fn(self._call_timeout(deadline))
+            except grpc.RpcError as e:
+                code = e.code()
+                late = deadline is not None and time.monotonic() + backoff >= deadline
+                if code == grpc.StatusCode.UNAVAILABLE and attempt < ATTEMPTS and not late:
+                    time.sleep(backoff)
+                    backoff *= 2
+                    continue
+                raise Error(code.name if code else "UNKNOWN", e.details() or "", name) from None
+
+    # --- regions ----------------------------------------------------------
+    def _regions(self):
+        """The region socket connection, or None when regions cannot be had
+        (another host, regions off, another mount namespace)."""
+        if not self._same_host:
+            return None
+        with self._lock:
+            if self._region_tried:
+                return self._region_socket
+        info = self._known_info()
+        sock = None
+        if info is not None and info.region_socket:
+            try:
+                sock = RegionSocket(info.region_socket)
+            except OSError:
+                sock = None
+        with self._lock:
+            if not self._region_tried:
+                self._region_tried, self._region_socket = True, sock
+            elif sock is not None:
+                sock.close()
+            return self._region_socket
+
+    def forget(self, region_id):
+        """A region whose memory is gone: given back at the next call."""
+        self._forgotten.append(region_id)
+
+    def _flush_forgotten(self):
+        while self._forgotten:
+            region_id = self._forgotten.pop()
+            try:
+                self._stub.UnregisterRegion(pb.UnregisterRegionRequest(region_id=region_id), timeout=10,
+                                            metadata=self._metadata)
+            except grpc.RpcError:
+                pass  # it goes anyway when the region socket closes
+
+    def _register(self, ticket, name, cuda=None):
+        request = pb.RegisterRegionRequest(ticket=ticket, name=name[:200])
+        if cuda is not None:
+            request.cuda.CopyFrom(cuda)
+        return self._invoke(lambda t: self._stub.RegisterRegion(request, timeout=t, metadata=self._metadata),
+                            name).region_id
+
+    def _region_of(self, memory, name):
+        entry = memory.registered.get(id(self))
+        if entry is not None:
+            return entry[1]
+        sock = self._regions()
+        if sock is None:
+            return None
+        try:
+            ticket = sock.pass_fd(memory.fd)
+        except OSError:
+            return None
+        region_id = self._register(ticket, name)
+        memory.registered[id(self)] = (weakref.ref(self), region_id)
+        return region_id
+
+    def _take_scratch(self, nbytes):
+        with self._lock:
+            fits = [m for m in self._scratch if nbytes <= m.size <= 2 * nbytes + (1 << 20)]
+            if fits:
+                best = min(fits, key=lambda m: m.size)
+                self._scratch.remove(best)
+                return best
+        return Memory(-(-nbytes // (1 << 20)) * (1 << 20), "imgstat-copy")
+
+    def _give_scratch(self, memory):
+        with self._lock:
+            self._scratch.append(memory)
+            while len(self._scratch) > SCRATCH_IDLE or sum(m.size for m in self._scratch) > SCRATCH_IDLE_BYTES:
+                old = self._scratch.pop(0)
+                entry = old.registered.pop(id(self), None)
+                if entry:
+                    self._forgotten.append(entry[1])
+
+    # --- inputs ----------------------------------------------------------
+    def _side_input(self, x, labels):
+        """A mask or label image as an Input carried in the request."""
+        job = self._prepare(x, None, None, 0, False, labels=labels)
+        if job.array is not None:
+            a, layout = job.array
+            job.input.raw.CopyFrom(layout)
+            job.input.data = np.ascontiguousarray(a).tobytes()
+        elif job.path is not None:
+            with open(job.path, "rb") as f:
+                job.input.data = f.read()
+        elif job.cuda is not None:
+            raise _bad("masks and label images are not taken from GPU memory", job.name)
+        else:
+            job.input.data = bytes(job.data)
+        return job.input
+
+    def _options(self, options):
+        unknown = set(options) - set(ANALYZE_OPTIONS)
+        if unknown:
+            raise TypeError(f"unknown option{'s' if len(unknown) > 1 else ''}: {', '.join(sorted(unknown))}")
+        return build_options(pb, self._side_input, **options)
+
+    def _prepare(self, x, name, raw, stride, as_bytes, labels=False):
+        kind = 3 if as_bytes else 2 if raw is not None else 1
+        if is_path(x):
+            path = os.fspath(x)
+            job = _Job(name or path, kind)
+            try:
+                st = os.stat(path)
+            except OSError as e:
+                raise Error("NOT_FOUND" if isinstance(e, FileNotFoundError) else "INVALID_ARGUMENT",
+                            f"{path}: {e.strerror}", job.name) from None
+            job.path, job.size = path, st.st_size
+        elif isinstance(x, (bytes, bytearray, memoryview)):
+            job = _Job(name or "<bytes>", kind)
+            job.data = memoryview(x).cast("B") if not isinstance(x, bytes) else x
+            job.size = len(job.data)
+        elif hasattr(x, "__cuda_array_interface__"):
+            job = _Job(name or "<cuda array>", 2)
+            job.cuda = x.__cuda_array_interface__
+        else:
+            if hasattr(x, "getbands") and hasattr(x, "mode"):  # a PIL image
+                x = _pil_array(x)
+                name = name or "<PIL image>"
+            a = np.asarray(x)
+            job = _Job(name or "<array>", 2)
+            job.array = _layout(a, job.name, labels)
+            job.size = job.array[0].nbytes
+            return job
+        if raw is not None:
+            w, h, c, t = raw
+            if t not in SAMPLE_TYPES:
+                raise _bad(f"raw: unknown sample type {t!r} ({', '.join(SAMPLE_TYPES)})", job.name)
+            job.input.raw.CopyFrom(pb.RawLayout(width=w, height=h, channels=c, sample_type=SAMPLE_TYPES[t],
+                                                row_stride=stride))
+        return job
+
+    # --- calls -------------------------------------------------------------
+    def analyze(self, x, *, name=None, raw=None, stride=0, as_bytes=False, **options):
+        """Statistics of one input: a path, encoded bytes, a numpy array (H x W
+        or H x W x C; uint8, uint16, int8, int16, float32 or float64; any
+        strides), a PIL image, or a GPU array (``__cuda_array_interface__``)
+        on a GPU of the server's host.
+
+        Options are the CLI's: ``stats`` (names or a list: min_max, sum,
+        stddev, histogram, distribution, shape, positions, unique_colors,
+        luminance, summary, all), ``bins``, ``range=(lo, hi)``,
+        ``percentiles``, ``decoder`` ("auto", "cpu", "gpu"),
+        ``allow_truncated``, ``colour_space``, ``joint`` ("H,S:30,32") and
+        ``joint_range``; parts: ``roi`` ((x, y, w, h) or a list of them),
+        ``tiles`` ((columns, rows) or "CxR"), ``mask`` (an image as any
+        input, or "alpha"), ``labels`` (an image as any input, arrays of
+        uint8, uint16, uint32 or int32), ``ignore_label``, ``max_labels``.
+        ``raw=(width, height, channels, "uint16")`` (with ``stride``) reads a
+        path or bytes as raw pixels, ``as_bytes=True`` as bytes (a 1 x N
+        uint8 image); ``name`` names the input in results and the server's log.
+
+        Returns a Result; raises imgstat.Error.
+        """
+        opts = self._options(options)
+        job = self._prepare(x, name, raw, stride, as_bytes)
+        return Result(self._run(job, opts), job.name, parts_asked(opts))
+
+    def _run(self, job, opts):
+        """The AnalyzeResponse for a job: by region, in one message or streamed."""
+        if self._forgotten:
+            self._flush_forgotten()
+        deadline = self._deadline()
+        if job.cuda is not None:
+            return self._run_cuda(job, opts, deadline)
+        if job.array is not None:
+            return self._run_array(job, opts, deadline)
+        if job.path is not None:
+            if job.size >= REGION_MIN_BYTES and self._regions() is not None:
+                response = self._run_file_region(job, opts, deadline)
+                if response is not None:
+                    return response
+            if job.size <= STREAM_CHUNK:
+                with open(job.path, "rb") as f:
+                    job.input.data = f.read()
+                return self._unary(job, opts, deadline)
+
+            def chunks():
+                with open(job.path, "rb") as f:
+                    while True:
+                        block = f.read(STREAM_CHUNK)
+                        if not block:
+                            return
+                        yield block
+            return self._stream(job, opts, job.size, chunks, deadline)
+        data = job.data
+        if len(data) >= REGION_MIN_BYTES and self._regions() is not None:
+            memory = self._take_scratch(len(data))
+            try:
+                np.frombuffer(memory, dtype=np.uint8, count=len(data))[:] = np.frombuffer(data, dtype=np.uint8)
+                response = self._run_in_memory(job, opts, memory, 0, len(data), deadline)
+            finally:
+                self._give_scratch(memory)
+            if response is not None:
+                return response
+        if len(data) <= STREAM_CHUNK:
+            job.input.data = bytes(data)
+            return self._unary(job, opts, deadline)
+        view = memoryview(data)
+        return self._stream(job, opts, len(data),
+                            lambda: (bytes(view[i:i + STREAM_CHUNK]) for i in range(0, len(view), STREAM_CHUNK)),
+                            deadline)
+
+    def _unary(self, job, opts, deadline):
+        request = pb.AnalyzeRequest(input=job.input, options=opts)
+        return self._invoke(lambda t: self._stub.Analyze(request, timeout=t, metadata=self._metadata),
+                            job.name, deadline)
+
+    def _stream(self, job, opts, total, chunks, deadline):
+        def messages():
+            yield pb.AnalyzeStreamRequest(header=pb.StreamHeader(input=job.input, options=opts, total_bytes=total))
+            for block in chunks():
+                yield pb.AnalyzeStreamRequest(chunk=block)
+        return self._invoke(lambda t: self._stub.AnalyzeStream(messages(), timeout=t, metadata=self._metadata),
+                            job.name, deadline)
+
+    def _run_in_memory(self, job, opts, memory, offset, length, deadline):
+        region_id = self._region_of(memory, job.name)
+        if region_id is None:
+            return None
+        request = pb.AnalyzeRequest(input=job.input, options=opts)
+        request.input.region.region_id = region_id
+        request.input.region.offset = offset
+        request.input.region.length = length
+        return self._invoke(lambda t: self._stub.Analyze(request, timeout=t, metadata=self._metadata),
+                            job.name, deadline)
+
+    def _run_file_region(self, job, opts, deadline):
+        """The file itself, read by the server (no copy here), as the CLI sends one."""
+        sock = self._regions()
+        try:
+            fd = os.open(job.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            ticket = sock.pass_fd(fd)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        region_id = self._register(ticket, job.name)
+        try:
+            request = pb.AnalyzeRequest(input=job.input, options=opts)
+            request.input.region.region_id = region_id
+            return self._invoke(lambda t: self._stub.Analyze(request, timeout=t, metadata=self._metadata),
+                                job.name, deadline)
+        finally:
+            self.forget(region_id)
+            self._flush_forgotten()
+
+    def _run_array(self, job, opts, deadline):
+        a, layout = job.array
+        job.input.raw.CopyFrom(layout)
+        if self._regions() is not None:
+            rows = _rows(a.shape, a.strides, a.itemsize)
+            if rows is not None:
+                stride, span = rows
+                address = a.__array_interface__["data"][0]
+                memory = Memory.holding(address, span)
+                if memory is not None:  # a shared_array, or a view of one: nothing copied
+                    job.input.raw.row_stride = stride
+                    response = self._run_in_memory(job, opts, memory, address - memory.address, span, deadline)
+                    if response is not None:
+                        return response
+                    job.input.raw.row_stride = 0
+            if a.nbytes >= REGION_MIN_BYTES:
+                memory = self._take_scratch(a.nbytes)
+                try:
+                    copy_into(np.ndarray(a.shape, a.dtype, buffer=memory), a, COPY_THREADS)
+                    response = self._run_in_memory(job, opts, memory, 0, a.nbytes, deadline)
+                finally:
+                    self._give_scratch(memory)
+                if response is not None:
+                    return response
+        packed = np.ascontiguousarray(a)
+        if packed.nbytes <= STREAM_CHUNK:
+            job.input.data = packed.tobytes()
+            return self._unary(job, opts, deadline)
+        flat = packed.reshape(-1).view(np.uint8)
+        return self._stream(job, opts, flat.nbytes,
+                            lambda: (flat[i:i + STREAM_CHUNK].tobytes() for i in range(0, flat.nbytes, STREAM_CHUNK)),
+                            deadline)
+
+    def _run_cuda(self, job, opts, deadline):
+        cai = job.cuda
+        dtype = np.dtype(cai["typestr"])
+        shape = tuple(cai["shape"])
+        _, layout = _layout(np.empty((1,) * len(shape) if len(shape) != 3 else (1, 1, shape[2]), dtype), job.name)
+        layout.height, layout.width = shape[0], shape[1]
+        if shape[0] == 0 or shape[1] == 0:
+            raise _bad(f"a GPU array of shape {shape} has no pixel", job.name)
+        rows = _rows(shape, cai.get("strides"), dtype.itemsize)
+        if rows is None:
+            raise _bad("a GPU array's rows must be packed samples (a row stride is fine): copy it first", job.name)
+        stride, span = rows
+        if self._regions() is None:
+            raise Error("FAILED_PRECONDITION", "a GPU array goes to a server on its own host, by CUDA IPC; "
+                        f"{self.target} is not one (or offers no regions): copy it to the host first", job.name)
+        pointer = cai["data"][0]
+        stream = cai.get("stream")
+        lib = Cuda.driver()
+        if lib is not None and stream not in (None, 0):
+            lib.cuStreamSynchronize(stream)  # the producer's work on it is done before the server reads
+        try:
+            base, size, handle, _ = Cuda.allocation(pointer)
+        except OSError as e:
+            raise Error("FAILED_PRECONDITION", str(e), job.name) from None
+        with self._lock:
+            region_id = self._cuda_regions.get(handle)
+        if region_id is None:
+            ticket = self._regions().pass_fd(None)
+            region_id = self._register(ticket, job.name, pb.CudaIpcMemory(handle=handle, size=size))
+            with self._lock:
+                self._cuda_regions[handle] = region_id
+        job.input.raw.CopyFrom(layout)
+        job.input.raw.row_stride = stride
+        request = pb.AnalyzeRequest(input=job.input, options=opts)
+        request.input.region.region_id = region_id
+        request.input.region.offset = pointer - base
+        request.input.region.length = span
+        return self._invoke(lambda t: self._stub.Analyze(request, timeout=t, metadata=self._metadata),
+                            job.name, deadline)
+
+    # --- many inputs -------------------------------------------------------
+    def analyze_many(self, inputs, *, jobs=None, errors="raise", **options):
+        """Results of many inputs, in input order, as an iterator, with ``jobs``
+        calls in flight (default: what keeps the server busy, as the CLI's
+        -j). Small inputs ride a few AnalyzeBatch calls, as the CLI sends
+        them. errors="raise" raises an input's Error where its result would
+        come; errors="return" puts the Error there instead."""
+        opts = self._options(options)
+        return self._many(((x, opts) for x in inputs), jobs, errors)
+
+    def _many(self, pairs, jobs, errors):
+        if errors not in ("raise", "return"):
+            raise ValueError("errors must be 'raise' or 'return'")
+        window = jobs or self.calls_to_fill()
+        lanes = _Lanes(self, window) if self._batch else None
+        pending = collections.deque()
+        pairs = iter(pairs)
+        try:
+            more = True
+            while more or pending:
+                while more and len(pending) < window:
+                    try:
+                        x, opts = next(pairs)
+                    except StopIteration:
+                        more = False
+                        break
+                    try:
+                        job = self._prepare(x, None, None, 0, False)
+                        slot = _Slot(job, opts, parts_asked(opts))
+                        if not self._dispatch_small(slot, lanes):
+                            self._executor().submit(self._finish, slot)
+                    except Error as e:
+                        slot = _Slot(None, None, False)
+                        slot.set(error=e)
+                    pending.append(slot)
+                if not pending:
+                    break
+                slot = pending.popleft()
+                slot.done.wait()
+                if slot.error is not None:
+                    if errors == "raise":
+                        raise slot.error
+                    yield slot.error
+                else:
+                    yield slot.result
+        finally:
+            if lanes is not None:
+                lanes.close()
+
+    def _finish(self, slot):
+        try:
+            slot.set(Result(self._run(slot.job, slot.options), slot.job.name, slot.parts))
+        except Error as e:
+            slot.set(error=e)
+        except Exception as e:  # noqa: BLE001 (a slot must end, whatever happened)
+            slot.set(error=Error("INTERNAL", f"{type(e).__name__}: {e}", slot.job.name))
+
+    def _dispatch_small(self, slot, lanes):
+        """A small file or buffer on a lane; False when it goes its own way."""
+        job = slot.job
+        if lanes is None or not self._batch or job.cuda is not None:
+            return False
+        if job.array is not None:
+            if job.size >= REGION_MIN_BYTES and self._same_host or job.size > STREAM_CHUNK:
+                return False
+            if self._same_host and self._regions() is not None:
+                a = job.array[0]
+                rows = _rows(a.shape, a.strides, a.itemsize)
+                if rows and Memory.holding(a.__array_interface__["data"][0], rows[1]) is not None:
+                    return False
+            a, layout = job.array
+            job.input.raw.CopyFrom(layout)
+            job.input.data = np.ascontiguousarray(a).tobytes()
+        elif job.path is not None:
+            if job.size > STREAM_CHUNK or (job.size >= REGION_MIN_BYTES and self._same_host):
+                return False
+            try:
+                with open(job.path, "rb") as f:
+                    job.input.data = f.read()
+            except OSError as e:
+                slot.set(error=Error("NOT_FOUND" if isinstance(e, FileNotFoundError) else "INVALID_ARGUMENT",
+                                     f"{job.path}: {e.strerror}", job.name))
+                return True
+        else:
+            if job.size > STREAM_CHUNK or (job.size >= REGION_MIN_BYTES and self._same_host):
+                return False
+            job.input.data = bytes(job.data)
+        lanes.send(slot, pb.AnalyzeRequest(input=job.input, options=slot.options))
+        return True
+
+    def aggregate(self, inputs, labels=None, *, jobs=None, errors="raise", **options):
+        """The CLI's --aggregate: the statistics of all the inputs' pixels
+        together, integers exact; one Result per kind of image (sample type
+        and channels), in the order each kind was first met. labels: a label
+        image per input (an iterable as long as inputs), or a folder whose
+        file of the same name stem is each input's: then each label's pixels
+        over every input. errors="skip" leaves failed inputs out."""
+        from ._aggregate import Aggregation, part_options
+        if labels is not None:
+            options = dict(options, labels=b"\0")  # a placeholder: each input's own below
+        user = self._options(options)
+        per_call = part_options(pb, user)
+        aggregation = Aggregation(pb, user)
+
+        def with_labels():
+            if labels is None:
+                for x in inputs:
+                    yield x, per_call
+                return
+            if is_path(labels) and os.path.isdir(labels):
+                stems = collections.defaultdict(list)
+                for entry in os.scandir(labels):
+                    if entry.is_file():
+                        stems[os.path.splitext(entry.name)[0]].append(entry.path)
+                pairs = []
+                for x in inputs:
+                    stem = os.path.splitext(os.path.basename(os.fspath(x)))[0]
+                    found = stems.get(stem, [])
+                    if len(found) != 1:
+                        raise _bad(f"{'no' if not found else 'several'} label files named {stem}.* in {labels}",
+                                   os.fspath(x))
+                    pairs.append((x, found[0]))
+            else:
+                pairs = zip(inputs, labels)
+            for x, label_image in pairs:
+                o = pb.Options()
+                o.CopyFrom(per_call)
+                o.parts.labels.image.CopyFrom(self._side_input(label_image, True))
+                yield x, o
+
+        skip = errors == "skip"
+        for r in self._many(with_labels(), jobs, "return" if skip else errors):
+            if isinstance(r, Error):
+                continue
+            aggregation.add(r.proto)
+        return aggregation.results()
+
+
+class _Lanes:
+    """AnalyzeBatch calls carrying small inputs, a few in flight on each (the
+    CLI's lanes): per input, both ends spend less on gRPC than on a call of
+    its own. A lane's call ends after LANE_TURN inputs so that the servers of
+    a list share them; inputs a lane did not answer go again on calls of
+    their own, with their retries."""
+
+    def __init__(self, client, window):
+        self.client = client
+        info = client._known_info()
+        held = info.limits.batch_window if info is not None and info.limits.batch_window else 8
+        self.capacity = max(1, min(LANE_FILES, held))
+        self.count = max(1, min(-(-window // self.capacity), 64))
+        self.lanes = []
+        self.lock = threading.Lock()
+        self.turn = itertools.count()
+
+    def send(self, slot, request):
+        while True:
+            with self.lock:
+                self.lanes = [lane for lane in self.lanes if not lane.closed]
+                if len(self.lanes) < self.count:
+                    lane = _Lane(self.client, self.capacity)
+                    self.lanes.append(lane)
+                else:
+                    lane = self.lanes[next(self.turn) % len(self.lanes)]
+            if lane.send(slot, request):
+                return
+            if not self.client._batch:  # refused by the server: calls of their own from now on
+                self.client._executor().submit(self.client._finish, slot)
+                return
+
+    def close(self):
+        with self.lock:
+            lanes, self.lanes = self.lanes, []
+        for lane in lanes:
+            lane.end()
+
+
+class _Lane:
+    def __init__(self, client, capacity):
+        self.client = client
+        self.room = threading.Semaphore(capacity)
+        self.requests = queue.SimpleQueue()
+        self.slots = {}
+        self.sent = 0
+        self.closed = False
+        self.answered = False
+        self.lock = threading.Lock()
+        self.started = time.monotonic()
+        timeout = client.timeout if client.timeout > 0 else None
+        self.call = client._stub.AnalyzeBatch(self._messages(), timeout=timeout, metadata=client._metadata)
+        threading.Thread(target=self._read, name="imgstat-lane", daemon=True).start()
+
+    def _messages(self):
+        while True:
+            m = self.requests.get()
+            if m is None:
+                return
+            yield m
+
+    def send(self, slot, request):
+        """False when this lane takes no more (full turn, late, or ended)."""
+        self.room.acquire()
+        with self.lock:
+            young = self.client.timeout <= 0 or time.monotonic() - self.started < self.client.timeout / 4
+            if self.closed or self.sent >= LANE_TURN or not young:
+                self._end_locked()
+                self.room.release()
+                return False
+            key = str(self.sent)
+            self.sent += 1
+            self.slots[key] = slot
+            if self.sent >= LANE_TURN:
+                self.requests.put(pb.BatchRequest(id=key, request=request))
+                self._end_locked()
+                return True
+        self.requests.put(pb.BatchRequest(id=key, request=request))
+        return True
+
+    def _end_locked(self):
+        if not self.closed:
+            self.closed = True
+            self.requests.put(None)
+
+    def end(self):
+        with self.lock:
+            self._end_locked()
+
+    def _read(self):
+        status = None
+        try:
+            for answer in self.call:
+                with self.lock:
+                    slot = self.slots.pop(answer.id, None)
+                    self.answered = True
+                self.room.release()
+                if slot is None:
+                    continue
+                if answer.HasField("error"):
+                    slot.set(error=Error(_STATUS.get(answer.error.code, "UNKNOWN"), answer.error.message, slot.job.name))
+                else:
+                    slot.set(Result(answer.response, slot.job.name, slot.parts))
+        except grpc.RpcError as e:
+            status = e.code()
+        with self.lock:
+            self._end_locked()
+            left, self.slots = list(self.slots.values()), {}
+            refused = not self.answered and status in (grpc.StatusCode.UNIMPLEMENTED,
+                                                        grpc.StatusCode.PERMISSION_DENIED)
+        for _ in range(len(left) + 1):
+            self.room.release()  # a sender waiting for room sees the lane closed
+        if refused:
+            self.client._batch = False
+        for slot in left:  # again, on calls of their own (with their retries)
+            self.client._executor().submit(self.client._finish, slot)
+
+
+def _pil_array(image):
+    """A PIL image's pixels as imgstat decodes files: palette images expanded
+    to RGB(A), 1-bit ones as 0 and 255, CMYK as it is (4 channels)."""
+    mode = image.mode
+    if mode == "P":
+        image = image.convert("RGBA" if "transparency" in image.info else "RGB")
+    elif mode == "PA":
+        image = image.convert("RGBA")
+    elif mode == "1":
+        image = image.convert("L")
+    elif mode == "I;16B":
+        return np.asarray(image).astype(np.uint16)
+    elif mode == "I":
+        a = np.asarray(image)
+        if a.min(initial=0) >= 0 and a.max(initial=0) < 65536:
+            return a.astype(np.uint16)
+        raise _bad("PIL mode I images of values past 16 bits: pass a numpy array of a type servers take")
+    return np.asarray(image)

@@ -1,0 +1,129 @@
+"""The CLI's options as keyword arguments, turned into imgstat.v1 Options."""
+import os
+
+import numpy as np
+
+from ._errors import Error
+
+STATISTICS = {"min_max": 1, "sum": 2, "stddev": 3, "histogram": 4, "distribution": 5, "shape": 6, "positions": 7,
+              "unique_colors": 8, "luminance": 9, "summary": 10, "all": 11, "merge_state": 12}
+# The CLI's defaults, so that a default call answers what `imgstat-client --json` does.
+DEFAULT_STATS = ("min_max", "sum", "stddev", "histogram", "distribution", "shape", "summary")
+DEFAULT_PERCENTILES = (5, 25, 75, 95)
+DECODERS = {"auto": 0, "cpu": 1, "gpu": 2}
+COLOUR_SPACES = {"hsv": 1, "hsv-full": 2, "hls": 3, "lab": 4, "ycrcb": 5, "gray": 6}
+COLOUR_CHANNELS = {"hsv": "HSV", "hsv-full": "HSV", "hls": "HLS", "lab": "Lab", "ycrcb": "YCrCb", "gray": "Y"}
+SAMPLE_TYPES = {"uint8": 1, "uint16": 2, "int8": 3, "int16": 4, "float32": 5, "float64": 6, "uint32": 7, "int32": 8}
+ANALYZE_OPTIONS = ("stats", "bins", "range", "percentiles", "decoder", "allow_truncated", "colour_space", "joint",
+                   "joint_range", "roi", "tiles", "mask", "labels", "ignore_label", "max_labels")
+
+
+def _bad(message):
+    return Error("INVALID_ARGUMENT", message)
+
+
+def _names(stats):
+    if isinstance(stats, str):
+        stats = [s for s in stats.split(",") if s]
+    out = []
+    for s in stats:
+        if s not in STATISTICS:
+            raise _bad(f"unknown statistic {s!r} (known: {', '.join(STATISTICS)})")
+        out.append(STATISTICS[s])
+    return out
+
+
+def _joint(pb, spec, ranges, colour_space, out):
+    names = ["R", "G", "B", "A"]
+    if colour_space:
+        names = list({"hsv": ["H", "S", "V"], "hsv-full": ["H", "S", "V"], "hls": ["H", "L", "S"],
+                      "lab": ["L", "a", "b"], "ycrcb": ["Y", "Cr", "Cb"], "gray": ["Y"]}[colour_space]) + ["A"]
+    if isinstance(spec, str):
+        channels, sep, bins = spec.rpartition(":")
+        if not sep:
+            raise _bad(f"joint wants CHANNELS:BINS, e.g. '0,1,2:32' or 'H,S:30,32'; got {spec!r}")
+        channels, bins = channels.split(","), [int(b) for b in bins.split(",")]
+    else:
+        channels, bins = list(spec["channels"]), spec.get("bins", 32)
+        ranges = spec.get("ranges", ranges)
+        bins = [bins] if isinstance(bins, int) else list(bins)
+    for c in channels:
+        if isinstance(c, str) and c in names:
+            out.channels.append(names.index(c))
+        elif c == "Gray" and not colour_space:
+            out.channels.append(0)
+        else:
+            try:
+                out.channels.append(int(c))
+            except ValueError:
+                raise _bad(f"joint: unknown channel {c!r}") from None
+    out.bins.extend(bins)
+    if ranges:
+        if isinstance(ranges, str):
+            ranges = [tuple(float(v) for v in r.split(":")) for r in ranges.split(",")]
+        for lo, hi in ranges:
+            out.ranges.add(lo=lo, hi=hi)
+
+
+def build_options(pb, make_input, stats=None, bins=256, range=None, percentiles=None, decoder="auto",
+                  allow_truncated=False, colour_space=None, joint=None, joint_range=None, roi=None, tiles=None,
+                  mask=None, labels=None, ignore_label=None, max_labels=0):
+    """pb: the imgstat_pb2 module; make_input(x, labels) turns a mask or label
+    image (a path, bytes, an array) into an Input."""
+    o = pb.Options()
+    o.statistics.extend(_names(DEFAULT_STATS if stats is None else stats))
+    o.bins = int(bins)
+    if range is not None:
+        lo, hi = range
+        o.range.lo, o.range.hi = float(lo), float(hi)
+    o.percentiles.extend(float(p) for p in (DEFAULT_PERCENTILES if percentiles is None else percentiles))
+    if decoder not in DECODERS:
+        raise _bad(f"decoder must be auto, cpu or gpu; got {decoder!r}")
+    o.decoder = DECODERS[decoder]
+    o.allow_truncated = bool(allow_truncated)
+    if colour_space:
+        if colour_space not in COLOUR_SPACES:
+            raise _bad(f"colour_space must be one of {', '.join(COLOUR_SPACES)}; got {colour_space!r}")
+        o.colour_space = COLOUR_SPACES[colour_space]
+    if joint_range is not None and joint is None:
+        raise _bad("joint_range needs joint")
+    if joint is not None:
+        _joint(pb, joint, joint_range, colour_space, o.joint)
+    kinds = [k for k, v in (("roi", roi), ("tiles", tiles), ("mask", mask), ("labels", labels)) if v is not None]
+    if len(kinds) > 1:
+        raise _bad(f"one kind of parts at a time: {' and '.join(kinds)} given")
+    if (ignore_label is not None or max_labels) and labels is None:
+        raise _bad("ignore_label and max_labels go with labels")
+    if roi is not None:
+        rois = [roi] if len(roi) == 4 and all(isinstance(v, (int, np.integer)) for v in roi) else roi
+        for r in rois:
+            x, y, w, h = (int(v) for v in r)
+            if min(x, y, w, h) < 0 or max(x, y, w, h) >= 1 << 32:
+                raise _bad(f"roi {tuple(r)}: values must be 0 to 2^32 - 1")
+            o.parts.rectangles.rectangles.add(x=x, y=y, width=w, height=h)
+    elif tiles is not None:
+        if isinstance(tiles, str):
+            c, sep, r = tiles.partition("x")
+            if not sep or not c.isdigit() or not r.isdigit():
+                raise _bad(f"tiles wants 'CxR' or (columns, rows), e.g. '16x16'; got {tiles!r}")
+            tiles = (int(c), int(r))
+        o.parts.tiles.columns, o.parts.tiles.rows = (int(v) for v in tiles)
+    elif mask is not None:
+        if isinstance(mask, str) and mask == "alpha":
+            o.parts.mask.alpha = True
+        else:
+            o.parts.mask.image.CopyFrom(make_input(mask, False))
+    elif labels is not None:
+        o.parts.labels.image.CopyFrom(make_input(labels, True))
+        if ignore_label is not None:
+            o.parts.labels.ignore = int(ignore_label)
+        o.parts.labels.max_labels = int(max_labels)
+    return o
+
+
+def parts_asked(options):
+    return options.HasField("parts") and not options.parts.HasField("mask")
+
+
+def is_path(x):
+    return isinstance(x, (str, os.PathLike))

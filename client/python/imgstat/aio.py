@@ -1,0 +1,122 @@
+"""imgstat on asyncio: ``imgstat.aio.Client`` has the methods of
+``imgstat.Client`` as coroutines, on gRPC's asyncio API.
+
+    async with imgstat.aio.Client("localhost:50051") as client:
+        results = await asyncio.gather(*(client.analyze(p) for p in paths))
+
+Inputs sent in one message go on grpc.aio; those that go through shared
+memory or stream from a file run on a worker thread with the blocking
+client's code, so the event loop never waits on them.
+"""
+import asyncio
+import time
+
+import grpc
+import grpc.aio
+
+from . import _channel
+from ._client import ATTEMPTS, FIRST_BACKOFF, REGION_MIN_BYTES, STREAM_CHUNK, Client as _SyncClient
+from ._errors import Error
+from ._options import parts_asked
+from ._result import Result
+from .v1 import imgstat_pb2 as pb
+from .v1 import imgstat_pb2_grpc as rpc
+
+
+class Client:
+    """The same arguments as imgstat.Client; use it inside a running event loop."""
+
+    def __init__(self, target=None, **kwargs):
+        # The blocking client prepares inputs and carries regions; this one's
+        # own channel carries the calls made on the event loop.
+        self._sync = _SyncClient(target, **kwargs)
+        self.target = self._sync.target
+        channel_args = {k: kwargs.get(k) for k in ("tls_ca", "tls_cert", "tls_key", "tls_server_name")}
+        self._channel = _channel.make_channel(grpc.aio, self.target, insecure=kwargs.get("insecure", False),
+                                              **channel_args)
+        self._stub = rpc.ImageStatsStub(self._channel)
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    async def close(self):
+        await self._channel.close()
+        await asyncio.to_thread(self._sync.close)
+
+    async def server_info(self):
+        return await asyncio.to_thread(self._sync.server_info)
+
+    async def _unary(self, request, name):
+        deadline = self._sync._deadline()
+        backoff = FIRST_BACKOFF
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return await self._stub.Analyze(request, timeout=self._sync._call_timeout(deadline),
+                                                metadata=self._sync._metadata)
+            except grpc.aio.AioRpcError as e:
+                late = deadline is not None and time.monotonic() + backoff >= deadline
+                if e.code() == grpc.StatusCode.UNAVAILABLE and attempt < ATTEMPTS and not late:
+                    await asyncio.sleep(backoff)
+                    backoff *= 2
+                    continue
+                raise Error(e.code().name, e.details() or "", name) from None
+
+    async def analyze(self, x, *, name=None, raw=None, stride=0, as_bytes=False, **options):
+        """As imgstat.Client.analyze."""
+        sync = self._sync
+        opts = sync._options(options)
+        job = sync._prepare(x, name, raw, stride, as_bytes)
+        small = job.cuda is None and job.size <= STREAM_CHUNK and not (
+            sync._same_host and (job.size >= REGION_MIN_BYTES or job.array is not None))
+        if small:
+            if job.path is not None:
+                with open(job.path, "rb") as f:
+                    job.input.data = f.read()
+            elif job.array is not None:
+                import numpy as np
+                a, layout = job.array
+                job.input.raw.CopyFrom(layout)
+                job.input.data = np.ascontiguousarray(a).tobytes()
+            else:
+                job.input.data = bytes(job.data)
+            response = await self._unary(pb.AnalyzeRequest(input=job.input, options=opts), job.name)
+        else:
+            response = await asyncio.to_thread(sync._run, job, opts)
+        return Result(response, job.name, parts_asked(opts))
+
+    async def analyze_many(self, inputs, *, jobs=None, errors="raise", **options):
+        """An async iterator of results in input order, ``jobs`` calls in flight."""
+        if errors not in ("raise", "return"):
+            raise ValueError("errors must be 'raise' or 'return'")
+        window = jobs or await asyncio.to_thread(self._sync.calls_to_fill)
+        pending = []
+        for x in inputs:
+            pending.append(asyncio.ensure_future(self._one(x, options)))
+            if len(pending) >= window:
+                async for r in self._drain(pending[:1], errors):
+                    yield r
+                pending = pending[1:]
+        async for r in self._drain(pending, errors):
+            yield r
+
+    async def _one(self, x, options):
+        try:
+            return await self.analyze(x, **options)
+        except Error as e:
+            return e
+
+    @staticmethod
+    async def _drain(tasks, errors):
+        for t in tasks:
+            r = await t
+            if isinstance(r, Error) and errors == "raise":
+                raise r
+            yield r
+
+    async def aggregate(self, inputs, labels=None, **kwargs):
+        """As imgstat.Client.aggregate (it runs on a worker thread)."""
+        inputs = list(inputs)
+        return await asyncio.to_thread(self._sync.aggregate, inputs, labels, **kwargs)
