@@ -29,8 +29,10 @@ def compare_channel(where, got, want, errors):
         if g is None or conv(g) != conv(want[key]):
             errors.append(f"{where} {key}: got {g}, want {want[key]}")
     want_sum = want.get("sum")
-    if want_sum is not None and isinstance(want_sum, int) and int(got.get("sum_int", -1)) != want_sum:
-        errors.append(f"{where} sum_int: got {got.get('sum_int')}, want {want_sum}")
+    # Proto JSON (sum_int, a string) or the CLI's (sum, an exact integer).
+    got_sum = got.get("sum_int", got.get("sum") if isinstance(got.get("sum"), int) else None)
+    if want_sum is not None and isinstance(want_sum, int) and (got_sum is None or int(got_sum) != want_sum):
+        errors.append(f"{where} sum: got {got_sum}, want {want_sum}")
     # proto3 JSON leaves out zero values of plain (not optional) fields.
     gp = [(float(p.get("p", 0)), float(p.get("value", 0))) for p in got.get("percentiles", [])]
     wp = [(float(p["p"]), float(p["value"])) for p in want.get("percentiles", [])]

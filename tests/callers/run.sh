@@ -52,12 +52,12 @@ servers=127.0.0.1:$port,localhost:$port
 
 case "$lang" in
   python)
-    # The README's command, verbatim but for the output folder.
-    rm -rf "$work/gen" && mkdir -p "$work/gen"
-    (cd "$repo" && protoc -I proto --python_out="$work/gen" --grpc_python_out="$work/gen" \
-      --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin proto/imgstat/v1/imgstat.proto)
-    PYTHONPATH=$work/gen $python "$repo/examples/python/imgstat_example.py" "$servers" "$image" \
-      --raw "$out/frame.raw" "$layout" --batch "${batch[@]}" --region "$out/frame.raw" "$layout" \
+    # The package as the README installs it, then the example.
+    rm -rf "$work/venv"
+    $python -m venv --system-site-packages "$work/venv"
+    "$work/venv/bin/pip" install --no-index --quiet "$repo/client/python" 2>&1 | grep -v "^\[notice\]" || true
+    "$work/venv/bin/python" "$repo/examples/python/imgstat_example.py" "$servers" "$image" \
+      --raw "$out/frame.raw" "$layout" --batch "${batch[@]}" --shared "$out/frame.raw" "$layout" \
       --mask "$mask" --labels "$labels" >"$out/answers.jsonl" || [ $? -eq 1 ]
     ;;
   node)
@@ -98,7 +98,7 @@ opts=(--local --json --stats all --percentiles 1,99)
 "$client_bin" "${opts[@]}" --labels "$labels" --ignore-label 0 "$image" >"$out/want_labels.jsonl"
 # The calls each caller must have answered from.
 case "$lang" in
-  python) methods=Analyze,AnalyzeStream,AnalyzeBatch,AnalyzeRegion,AnalyzeMask,AnalyzeLabels ;;
+  python) methods=Analyze,AnalyzeArray,AnalyzeMany,AnalyzeShared,AnalyzeMask,AnalyzeLabels ;;
   cpp) methods=Analyze,AnalyzeRegion,AnalyzeMask,AnalyzeLabels ;;
   *) methods=Analyze,AnalyzeStream,AnalyzeBatch,AnalyzeMask,AnalyzeLabels ;;
 esac

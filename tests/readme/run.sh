@@ -10,7 +10,7 @@ work=$(mktemp -d)
 server_pid=
 trap '[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"' EXIT
 ln -s "$build" "$work/build"
-for d in samples examples proto; do ln -s "$repo/$d" "$work/$d"; done
+for d in samples examples proto client CMakeLists.txt; do ln -s "$repo/$d" "$work/$d"; done
 port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export IMGSTAT_LISTEN=127.0.0.1:$port IMGSTAT_SERVER=127.0.0.1:$port
 

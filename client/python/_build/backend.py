@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import zipfile
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 NAME = "imgstat"
 TAG = "py3-none-any"
