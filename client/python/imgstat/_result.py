@@ -239,12 +239,21 @@ class Result:
     AnalyzeResponse itself."""
 
     def __init__(self, response, file, parts_asked=False, images=0, exact_sums=None):
-        self.proto = response
+        # The response, or its serialized bytes (analyze_many), parsed on first use.
+        self._proto = response
         self.file = file
         self._parts_asked = parts_asked
         self.images = images  # aggregate: the inputs merged into it
         self._exact = exact_sums or []
         self._channels = None
+
+    @property
+    def proto(self):
+        """The imgstat.v1 AnalyzeResponse."""
+        if isinstance(self._proto, bytes):
+            from .v1 import imgstat_pb2
+            self._proto = imgstat_pb2.AnalyzeResponse.FromString(self._proto)
+        return self._proto
 
     format = property(lambda self: self.proto.format)
     width = property(lambda self: self.proto.width)
