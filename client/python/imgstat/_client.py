@@ -1,6 +1,8 @@
 """imgstat.Client: the CLI's calls from Python (client/calls.cpp is the
 model): one input in one message, large ones streamed, and on the server's
 own host shared memory instead of the socket."""
+from __future__ import annotations
+
 import collections
 import os
 import queue
@@ -19,6 +21,12 @@ from ._regions import Cuda, Memory, RegionSocket, copy_into, shared_array  # noq
 from ._result import Result
 from .v1 import imgstat_pb2 as pb
 from .v1 import imgstat_pb2_grpc as rpc
+
+from typing import Any, Iterable, Iterator, Union  # noqa: E402
+
+# What analyze takes: a path, encoded bytes, a numpy array (or anything
+# numpy.asarray takes), a PIL image, or an object with __cuda_array_interface__.
+Input = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, np.ndarray, Any]
 
 # Everything tunable in one place.
 STREAM_CHUNK = 4 << 20         # larger inputs stream in pieces of this (the CLI's kStreamChunk)
@@ -123,8 +131,9 @@ class Client:
     Thread-safe; a context manager (``close()`` on exit).
     """
 
-    def __init__(self, target=None, *, token=None, tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None,
-                 insecure=False, timeout=None, shm=True):
+    def __init__(self, target: str | None = None, *, token: str | None = None, tls_ca: str | None = None,
+                 tls_cert: str | None = None, tls_key: str | None = None, tls_server_name: str | None = None,
+                 insecure: bool = False, timeout: float | None = None, shm: bool = True) -> None:
         self.target = target or os.environ.get("IMGSTAT_SERVER") or _channel.DEFAULT_TARGET
         self._tls = dict(tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, tls_server_name=tls_server_name,
                          insecure=insecure)
@@ -153,13 +162,13 @@ class Client:
         self._closed = False
 
     # --- lifetime -------------------------------------------------------
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
     def __exit__(self, *exc):
         self.close()
 
-    def close(self):
+    def close(self) -> None:
         """Gives back this client's regions and closes its connections."""
         if self._closed:
             return
@@ -193,7 +202,7 @@ class Client:
     def _deadline(self):
         return time.monotonic() + self.timeout if self.timeout > 0 else None
 
-    def server_info(self):
+    def server_info(self) -> "pb.ServerInfo":
         """GetServerInfo: the server's version, engine, limits and region
         socket (an imgstat.v1.ServerInfo), asked once."""
         with self._lock:
@@ -214,7 +223,7 @@ class Client:
                 self._info_error = e
         return self._info
 
-    def calls_to_fill(self):
+    def calls_to_fill(self) -> int:
         """Calls in flight that keep the server busy: four for each of its
         engine's threads, within its max_concurrent (the CLI's default -j)."""
         info = self._known_info()
@@ -377,7 +386,8 @@ class Client:
         return job
 
     # --- calls -------------------------------------------------------------
-    def analyze(self, x, *, name=None, raw=None, stride=0, as_bytes=False, **options):
+    def analyze(self, x: Input, *, name: str | None = None, raw: tuple[int, int, int, str] | None = None,
+                stride: int = 0, as_bytes: bool = False, **options: Any) -> Result:
         """Statistics of one input: a path, encoded bytes, a numpy array (H x W
         or H x W x C; uint8, uint16, int8, int16, float32 or float64; any
         strides), a PIL image, or a GPU array (``__cuda_array_interface__``)
@@ -602,7 +612,8 @@ class Client:
         loop.close()
 
     # --- many inputs -------------------------------------------------------
-    def analyze_many(self, inputs, *, jobs=None, errors="raise", **options):
+    def analyze_many(self, inputs: Iterable[Input], *, jobs: int | None = None, errors: str = "raise",
+                     **options: Any) -> Iterator[Result | Error]:
         """Results of many inputs, in input order, as an iterator, with ``jobs``
         calls in flight (default: what keeps the server busy, as the CLI's
         -j), carried by gRPC's asyncio API on a thread of the client's own.
@@ -735,7 +746,8 @@ class Client:
                     continue
                 raise Error(code.name if code else "UNKNOWN", e.details() or "", name) from None
 
-    def aggregate(self, inputs, labels=None, *, jobs=None, errors="raise", **options):
+    def aggregate(self, inputs: Iterable[Input], labels: str | os.PathLike | Iterable[Input] | None = None, *,
+                  jobs: int | None = None, errors: str = "raise", **options: Any) -> list[Result]:
         """The CLI's --aggregate: the statistics of all the inputs' pixels
         together, integers exact; one Result per kind of image (sample type
         and channels), in the order each kind was first met. labels: a label

@@ -12,7 +12,7 @@ class Error(Exception):
     what failed (a path, ``"<bytes>"``, ``"<array>"``).
     """
 
-    def __init__(self, code, message, input=None):
+    def __init__(self, code: str, message: str, input: "str | None" = None) -> None:
         self.code = code
         self.message = message
         self.input = input

@@ -64,7 +64,7 @@ class Memory(mmap.mmap):
         return None
 
 
-def shared_array(shape, dtype=np.uint8):
+def shared_array(shape: "int | tuple[int, ...]", dtype: "np.typing.DTypeLike" = np.uint8) -> np.ndarray:
     """A zero-filled numpy array in shared memory (a sealed memfd): analyzing
     it, or any view of it whose rows are packed samples, on a server of this
     host copies nothing. It is registered with a server on first use and
