@@ -4,23 +4,20 @@
     async with imgstat.aio.Client("localhost:50051") as client:
         results = await asyncio.gather(*(client.analyze(p) for p in paths))
 
-Inputs sent in one message go on grpc.aio; those that go through shared
-memory or stream from a file run on a worker thread with the blocking
-client's code, so the event loop never waits on them.
+Inputs sent in one message go on grpc.aio (a small file is read on the
+loop); those that go through shared memory, stream, or come from a GPU run
+on a worker thread with the blocking client's code, so the event loop never
+waits on them.
 """
 import asyncio
-import time
 
-import grpc
 import grpc.aio
 
 from . import _channel
-from ._client import ATTEMPTS, FIRST_BACKOFF, REGION_MIN_BYTES, STREAM_CHUNK, Client as _SyncClient
+from ._client import Client as _SyncClient
 from ._errors import Error
 from ._options import parts_asked
 from ._result import Result
-from .v1 import imgstat_pb2 as pb
-from .v1 import imgstat_pb2_grpc as rpc
 
 
 class Client:
@@ -34,7 +31,8 @@ class Client:
         channel_args = {k: kwargs.get(k) for k in ("tls_ca", "tls_cert", "tls_key", "tls_server_name")}
         self._channel = _channel.make_channel(grpc.aio, self.target, insecure=kwargs.get("insecure", False),
                                               **channel_args)
-        self._stub = rpc.ImageStatsStub(self._channel)
+        # Requests go as bytes the blocking client builds (imgstat.Client.analyze_many's way).
+        self._analyze = self._channel.unary_unary("/imgstat.v1.ImageStats/Analyze")
 
     async def __aenter__(self):
         return self
@@ -49,40 +47,14 @@ class Client:
     async def server_info(self):
         return await asyncio.to_thread(self._sync.server_info)
 
-    async def _unary(self, request, name):
-        deadline = self._sync._deadline()
-        backoff = FIRST_BACKOFF
-        for attempt in range(1, ATTEMPTS + 1):
-            try:
-                return await self._stub.Analyze(request, timeout=self._sync._call_timeout(deadline),
-                                                metadata=self._sync._metadata)
-            except grpc.aio.AioRpcError as e:
-                late = deadline is not None and time.monotonic() + backoff >= deadline
-                if e.code() == grpc.StatusCode.UNAVAILABLE and attempt < ATTEMPTS and not late:
-                    await asyncio.sleep(backoff)
-                    backoff *= 2
-                    continue
-                raise Error(e.code().name, e.details() or "", name) from None
-
     async def analyze(self, x, *, name=None, raw=None, stride=0, as_bytes=False, **options):
         """As imgstat.Client.analyze."""
         sync = self._sync
         opts = sync._options(options)
         job = sync._prepare(x, name, raw, stride, as_bytes)
-        small = job.cuda is None and job.size <= STREAM_CHUNK and not (
-            sync._same_host and (job.size >= REGION_MIN_BYTES or job.array is not None))
-        if small:
-            if job.path is not None:
-                with open(job.path, "rb") as f:
-                    job.input.data = f.read()
-            elif job.array is not None:
-                import numpy as np
-                a, layout = job.array
-                job.input.raw.CopyFrom(layout)
-                job.input.data = np.ascontiguousarray(a).tobytes()
-            else:
-                job.input.data = bytes(job.data)
-            response = await self._unary(pb.AnalyzeRequest(input=job.input, options=opts), job.name)
+        body = sync._message(job, opts, {})
+        if body is not None:
+            response = await sync._aio_call(self._analyze, body, job.name, sync._deadline())
         else:
             response = await asyncio.to_thread(sync._run, job, opts)
         return Result(response, job.name, parts_asked(opts))
