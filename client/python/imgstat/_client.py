@@ -280,7 +280,10 @@ class Client:
 
     def _flush_forgotten(self):
         while self._forgotten:
-            region_id = self._forgotten.pop()
+            try:
+                region_id = self._forgotten.pop()
+            except IndexError:  # another thread took the last one
+                return
             try:
                 self._stub.UnregisterRegion(pb.UnregisterRegionRequest(region_id=region_id), timeout=10,
                                             metadata=self._metadata)
@@ -336,8 +339,11 @@ class Client:
             job.input.raw.CopyFrom(layout)
             job.input.data = np.ascontiguousarray(a).tobytes()
         elif job.path is not None:
-            with open(job.path, "rb") as f:
-                job.input.data = f.read()
+            try:
+                with open(job.path, "rb") as f:
+                    job.input.data = f.read()
+            except OSError as e:
+                raise Error("INVALID_ARGUMENT", f"{job.path}: {e.strerror}", job.name) from None
         elif job.cuda is not None:
             raise _bad("masks and label images are not taken from GPU memory", job.name)
         else:
@@ -372,7 +378,10 @@ class Client:
             if hasattr(x, "getbands") and hasattr(x, "mode"):  # a PIL image
                 x = _pil_array(x)
                 name = name or "<PIL image>"
-            a = np.asarray(x)
+            try:
+                a = np.asarray(x)
+            except (ValueError, TypeError) as e:
+                raise _bad(f"not an image, a path or an array: {e}", name or "<array>") from None
             job = _Job(name or "<array>", 2)
             job.array = _layout(a, job.name, labels)
             job.size = job.array[0].nbytes
@@ -427,8 +436,11 @@ class Client:
                 if response is not None:
                     return response
             if job.size <= STREAM_CHUNK:
-                with open(job.path, "rb") as f:
-                    job.input.data = f.read()
+                try:
+                    with open(job.path, "rb") as f:
+                        job.input.data = f.read()
+                except OSError as e:
+                    raise Error("INVALID_ARGUMENT", f"{job.path}: {e.strerror}", job.name) from None
                 return self._unary(job, opts, deadline)
 
             def chunks():
@@ -557,11 +569,10 @@ class Client:
                         f"{self.target} is not one (or offers no regions): copy it to the host first", job.name)
         pointer = cai["data"][0]
         stream = cai.get("stream")
-        lib = Cuda.driver()
-        if lib is not None and stream not in (None, 0):
-            lib.cuStreamSynchronize(stream)  # the producer's work on it is done before the server reads
         try:
-            base, size, handle, _ = Cuda.allocation(pointer)
+            if stream is not None:  # the producer's work on it is done before the server reads
+                Cuda.synchronize(stream, pointer)
+            base, size, handle = Cuda.allocation(pointer)
         except OSError as e:
             raise Error("FAILED_PRECONDITION", str(e), job.name) from None
         with self._lock:
@@ -718,6 +729,8 @@ class Client:
                             f"{job.path}: {e.strerror}", job.name) from None
             try:
                 data = os.read(fd, job.size + 1)
+            except OSError as e:
+                raise Error("INVALID_ARGUMENT", f"{job.path}: {e.strerror}", job.name) from None
             finally:
                 os.close(fd)
             if len(data) > job.size:  # it grew since: whatever it holds now, the blocking way

@@ -172,18 +172,51 @@ class Cuda:
                 lib.cuMemGetAddressRange_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64),
                                                         ctypes.POINTER(ctypes.c_size_t), ctypes.c_uint64]
                 lib.cuPointerGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
+                lib.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
+                lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+                lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+                lib.cuDeviceGet.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+                lib.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
                 cls._lib = lib
             except (OSError, AttributeError):
                 cls._lib = None
         return cls._lib
 
     @classmethod
+    def _current(cls, lib, pointer):
+        """Makes the pointer's device's primary context current on this thread
+        when none is (a worker thread of analyze_many): CuPy, PyTorch and
+        Numba allocate in the primary context."""
+        ctx = ctypes.c_void_p()
+        if lib.cuCtxGetCurrent(ctypes.byref(ctx)) == 0 and ctx.value:
+            return
+        ordinal = ctypes.c_int(-1)
+        if lib.cuPointerGetAttribute(ctypes.byref(ordinal), 9, ctypes.c_uint64(pointer)) != 0:  # DEVICE_ORDINAL
+            return  # the calls below say what is wrong
+        device, primary = ctypes.c_int(), ctypes.c_void_p()
+        if (lib.cuDeviceGet(ctypes.byref(device), ordinal) == 0
+                and lib.cuDevicePrimaryCtxRetain(ctypes.byref(primary), device) == 0):
+            lib.cuCtxSetCurrent(primary)
+
+    @classmethod
+    def synchronize(cls, stream, pointer):
+        """Waits for the work queued on the array's stream (its producer's)."""
+        lib = cls.driver()
+        if lib is None:
+            return
+        cls._current(lib, pointer)
+        r = lib.cuStreamSynchronize(ctypes.c_void_p(stream))
+        if r != 0:
+            raise OSError(f"cuStreamSynchronize on the array's stream failed ({r})")
+
+    @classmethod
     def allocation(cls, pointer):
-        """(base, size, ipc handle bytes, device ordinal) of the allocation
-        holding a device pointer; raises OSError when it cannot be shared."""
+        """(base, size, ipc handle bytes) of the allocation holding a device
+        pointer; raises OSError when it cannot be shared."""
         lib = cls.driver()
         if lib is None:
             raise OSError("no CUDA driver (libcuda.so.1) in this process")
+        cls._current(lib, pointer)
         base, size = ctypes.c_uint64(), ctypes.c_size_t()
         r = lib.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(pointer))
         if r != 0:
@@ -193,6 +226,4 @@ class Cuda:
         if r != 0:
             raise OSError(f"cuIpcGetMemHandle failed ({r}): memory from cudaMalloc can be shared, "
                           "managed or pooled memory cannot")
-        ordinal = ctypes.c_int(-1)
-        lib.cuPointerGetAttribute(ctypes.byref(ordinal), 9, ctypes.c_uint64(pointer))  # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-        return base.value, size.value, handle.raw, ordinal.value
+        return base.value, size.value, handle.raw

@@ -68,6 +68,15 @@ def test_a_device_array_is_analyzed_in_place(server, cuda):
                 assert again.to_dict()["channels"] == r.to_dict()["channels"]
             finally:
                 device.free()
+        # Many at once: worker threads without a CUDA context of their own.
+        hosts = [rng.integers(0, 256, (50 + i, 70, 3), dtype=np.uint8) for i in range(6)]
+        devices = [DeviceArray(cuda, h) for h in hosts]
+        try:
+            for h, r in zip(hosts, client.analyze_many(devices + [hosts[0]])):
+                check(r, h, "device array among many")
+        finally:
+            for d in devices:
+                d.free()
         before = server.metric("imgstat_requests_total", method="RegisterRegion")
         whole = rng.integers(0, 256, (64, 100, 4), dtype=np.uint8)
         device = DeviceArray(cuda, whole)

@@ -30,6 +30,12 @@ def test_bad_bytes_a_missing_file_and_bad_options(server):
         assert e.value.code == "INVALID_ARGUMENT"
         with pytest.raises(TypeError):
             client.analyze(SAMPLE, binz=3)
+        for x in (ROOT, {"not": "an image"}, [[1, 2], [3]]):
+            with pytest.raises(imgstat.Error) as e:
+                client.analyze(x)
+            assert e.value.code == "INVALID_ARGUMENT", x
+        out = list(client.analyze_many([ROOT, SAMPLE], errors="return"))
+        assert isinstance(out[0], imgstat.Error) and out[0].code == "INVALID_ARGUMENT" and out[1].width > 0
         # The server keeps serving, and many inputs carry their own errors.
         out = list(client.analyze_many([SAMPLE, b"junk", SAMPLE], errors="return"))
         assert isinstance(out[1], imgstat.Error) and out[1].code == "INVALID_ARGUMENT"
