@@ -10,6 +10,7 @@ import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterable, Iterator, Union
 
 import grpc
 import numpy as np
@@ -22,11 +23,9 @@ from ._result import Result
 from .v1 import imgstat_pb2 as pb
 from .v1 import imgstat_pb2_grpc as rpc
 
-from typing import Any, Iterable, Iterator, Union  # noqa: E402
-
 # What analyze takes: a path, encoded bytes, a numpy array (or anything
 # numpy.asarray takes), a PIL image, or an object with __cuda_array_interface__.
-Input = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, np.ndarray, Any]
+ImageLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, np.ndarray, Any]
 
 # Everything tunable in one place.
 STREAM_CHUNK = 4 << 20         # larger inputs stream in pieces of this (the CLI's kStreamChunk)
@@ -43,7 +42,6 @@ COPY_THREADS = min(8, os.cpu_count() or 1)
 _SAMPLE = {np.dtype(np.uint8): 1, np.dtype(np.uint16): 2, np.dtype(np.int8): 3, np.dtype(np.int16): 4,
            np.dtype(np.float32): 5, np.dtype(np.float64): 6}
 _LABEL_SAMPLE = {np.dtype(np.uint8): 1, np.dtype(np.uint16): 2, np.dtype(np.uint32): 7, np.dtype(np.int32): 8}
-_KINDS = {"encoded": 1, "raw": 2, "bytes": 3}
 _STATUS = {c.value[0]: c.name for c in grpc.StatusCode}
 
 
@@ -395,7 +393,7 @@ class Client:
         return job
 
     # --- calls -------------------------------------------------------------
-    def analyze(self, x: Input, *, name: str | None = None, raw: tuple[int, int, int, str] | None = None,
+    def analyze(self, x: ImageLike, *, name: str | None = None, raw: tuple[int, int, int, str] | None = None,
                 stride: int = 0, as_bytes: bool = False, **options: Any) -> Result:
         """Statistics of one input: a path, encoded bytes, a numpy array (H x W
         or H x W x C; uint8, uint16, int8, int16, float32 or float64; any
@@ -623,7 +621,7 @@ class Client:
         loop.close()
 
     # --- many inputs -------------------------------------------------------
-    def analyze_many(self, inputs: Iterable[Input], *, jobs: int | None = None, errors: str = "raise",
+    def analyze_many(self, inputs: Iterable[ImageLike], *, jobs: int | None = None, errors: str = "raise",
                      **options: Any) -> Iterator[Result | Error]:
         """Results of many inputs, in input order, as an iterator, with ``jobs``
         calls in flight (default: what keeps the server busy, as the CLI's
@@ -759,7 +757,7 @@ class Client:
                     continue
                 raise Error(code.name if code else "UNKNOWN", e.details() or "", name) from None
 
-    def aggregate(self, inputs: Iterable[Input], labels: str | os.PathLike | Iterable[Input] | None = None, *,
+    def aggregate(self, inputs: Iterable[ImageLike], labels: str | os.PathLike | Iterable[ImageLike] | None = None, *,
                   jobs: int | None = None, errors: str = "raise", **options: Any) -> list[Result]:
         """The CLI's --aggregate: the statistics of all the inputs' pixels
         together, integers exact; one Result per kind of image (sample type
