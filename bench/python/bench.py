@@ -231,8 +231,13 @@ def main():
     finally:
         server.terminate()
         server.wait()
+    import resource
+    mine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    cli_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print("\n== figures (case, what, time, ratio to the baseline below it, rate)")
     print("\n".join(rows))
+    print(f"peak RSS: this Python process {mine:,.0f} MiB (every case it ran), the largest CLI run "
+          f"{cli_peak:,.0f} MiB, the server apart")
 
 
 if __name__ == "__main__":
