@@ -236,8 +236,8 @@ def main():
     cli_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print("\n== figures (case, what, time, ratio to the baseline below it, rate)")
     print("\n".join(rows))
-    print(f"peak RSS: this Python process {mine:,.0f} MiB (every case it ran), the largest CLI run "
-          f"{cli_peak:,.0f} MiB, the server apart")
+    print(f"peak RSS: this Python process {mine:,.0f} MiB (every case it ran); the largest child "
+          f"{cli_peak:,.0f} MiB (a CLI run, or the server)")
 
 
 if __name__ == "__main__":
