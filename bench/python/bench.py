@@ -68,21 +68,26 @@ def big_array():
     return np.tile(block, GIB // block.size).reshape(32768, 32768)
 
 
+def versus_cli(case, what, first, x, cmd, client, rounds, baseline):
+    """client.analyze(x) against the CLI's cmd, round by round."""
+    for r in range(rounds):
+        base = timed(cmd)
+        t = time.perf_counter()
+        got = client.analyze(x)
+        took = time.perf_counter() - t
+        assert got.channels[0].count == GIB
+        row(case, f"{what}, round {r + 1}" + (f" ({first})" if r == 0 else ""), took, base)
+        row(case, f"  the CLI, {baseline}", base, base)
+
+
 def case_array(client, cli, work, rounds):
     a = big_array()
     path = os.path.join(work, "big.raw")
     a.tofile(path)
     cmd = [*cli, "--raw", "32768x32768x1:uint8", "--json", path]
     timed(cmd)  # the file in the page cache, the server warm
-    for r in range(rounds):
-        base = timed(cmd)
-        t = time.perf_counter()
-        got = client.analyze(a)
-        took = time.perf_counter() - t
-        assert got.channels[0].count == GIB
-        row("array", f"1 GiB numpy uint8, round {r + 1}" + (" (first: memfd made)" if r == 0 else ""),
-            took, base)
-        row("array", "  the CLI, same bytes as a file (--raw, a file region)", base, base)
+    versus_cli("array", "1 GiB numpy uint8", "first: memfd made", a, cmd, client, rounds,
+               "same bytes as a file (--raw, a file region)")
     return path, a
 
 
@@ -90,15 +95,8 @@ def case_shared(client, cli, work, rounds, path, a):
     s = imgstat.shared_array(a.shape, a.dtype)
     s[:] = a
     cmd = [*cli, "--raw", "32768x32768x1:uint8", "--json", path]
-    for r in range(rounds):
-        base = timed(cmd)
-        t = time.perf_counter()
-        got = client.analyze(s)
-        took = time.perf_counter() - t
-        assert got.channels[0].count == GIB
-        row("shared", f"1 GiB imgstat.shared_array, round {r + 1}" + (" (registers it)" if r == 0 else ""),
-            took, base)
-        row("shared", "  the CLI, same bytes as a file", base, base)
+    versus_cli("shared", "1 GiB imgstat.shared_array", "registers it", s, cmd, client, rounds,
+               "same bytes as a file")
 
 
 def make_jpegs(work, n):

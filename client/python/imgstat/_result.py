@@ -335,19 +335,18 @@ class Result:
             d["unique_colors"] = r.unique_colors
         if r.HasField("luminance"):
             d["luminance"] = self.luminance.to_dict()
-        if r.HasField("summary"):
-            d["summary"] = self.summary.to_dict()
-        if r.HasField("joint"):
-            d["joint"] = _joint_dict(r.joint)
-        if len(r.parts) or self._parts_asked:
-            d["parts"] = [p.to_dict() for p in self.parts]
-        return d
+        return self._wholes_and_parts(d)
 
     def _aggregate_dict(self):
         r = self.proto
         d = {"file": self.file, "ok": True, "aggregate": True, "images": self.images,
              "channel_count": r.channel_count, "sample_type": self.sample_type,
              "channels": [c.to_dict() for c in self.channels]}
+        return self._wholes_and_parts(d)
+
+    def _wholes_and_parts(self, d):
+        """The summary, the joint histogram and the parts, as both kinds of answer write them."""
+        r = self.proto
         if r.HasField("summary"):
             d["summary"] = self.summary.to_dict()
         if r.HasField("joint"):
