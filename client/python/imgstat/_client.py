@@ -38,6 +38,7 @@ DEFAULT_CALLS, MAX_CALLS = 16, 256
 SCRATCH_IDLE = 4               # copies of arrays: memfds kept registered for the next call
 SCRATCH_IDLE_BYTES = 2 << 30
 COPY_THREADS = min(8, os.cpu_count() or 1)
+CUDA_REGIONS = 16              # GPU allocations kept registered (most recently used)
 
 _SAMPLE = {np.dtype(np.uint8): 1, np.dtype(np.uint16): 2, np.dtype(np.int8): 3, np.dtype(np.int16): 4,
            np.dtype(np.float32): 5, np.dtype(np.float64): 6}
@@ -155,7 +156,7 @@ class Client:
         self._region_tried = False
         self._forgotten = []
         self._scratch = []          # idle Memory objects, registered
-        self._cuda_regions = {}     # IPC handle bytes -> region id
+        self._cuda_regions = collections.OrderedDict()  # IPC handle bytes -> region id, the latest last
         self._pool = None
         self._closed = False
 
@@ -575,11 +576,17 @@ class Client:
             raise Error("FAILED_PRECONDITION", str(e), job.name) from None
         with self._lock:
             region_id = self._cuda_regions.get(handle)
+            if region_id is not None:
+                self._cuda_regions.move_to_end(handle)
         if region_id is None:
             ticket = self._regions().pass_fd(None)
             region_id = self._register(ticket, job.name, pb.CudaIpcMemory(handle=handle, size=size))
             with self._lock:
                 self._cuda_regions[handle] = region_id
+                # The server's mapping keeps a freed allocation alive: the
+                # oldest registrations go back (a new allocation has a new handle).
+                while len(self._cuda_regions) > CUDA_REGIONS:
+                    self.forget(self._cuda_regions.popitem(last=False)[1])
         job.input.raw.CopyFrom(layout)
         job.input.raw.row_stride = stride
         request = pb.AnalyzeRequest(input=job.input, options=opts)

@@ -89,3 +89,20 @@ def test_a_device_array_is_analyzed_in_place(server, cuda):
         finally:
             device.free()
         assert server.metric("imgstat_requests_total", method="RegisterRegion") - before == 1
+
+
+def test_old_device_registrations_are_given_back(server, cuda):
+    """Each new allocation is a new IPC handle: past the client's CUDA_REGIONS
+    the oldest are unregistered, so the server does not hold freed memory."""
+    from imgstat._client import CUDA_REGIONS
+    rng = np.random.default_rng(13)
+    with imgstat.Client(server.address) as client:
+        given_back = server.metric("imgstat_requests_total", method="UnregisterRegion")
+        for i in range(CUDA_REGIONS + 4):
+            host = rng.integers(0, 256, (20 + i, 30), dtype=np.uint8)
+            device = DeviceArray(cuda, host)
+            try:
+                check(client.analyze(device), host, f"allocation {i}")
+            finally:
+                device.free()
+        assert server.metric("imgstat_requests_total", method="UnregisterRegion") - given_back >= 3
