@@ -7,7 +7,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 server_bin=$(realpath "$1") client_bin=$(realpath "$2") work=$(realpath -m "$3")
 python=/usr/bin/python3
-for module in venv pytest grpc numpy PIL; do
+for module in venv ensurepip pytest grpc numpy PIL; do
   if ! "$python" -c "import $module" 2>/dev/null; then
     echo "skipped: $python has no $module (scripts/install-deps installs it)"
     exit 77
