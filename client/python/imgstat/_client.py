@@ -298,7 +298,7 @@ class Client:
 
     def _region_of(self, memory, name):
         entry = memory.registered.get(id(self))
-        if entry is not None:
+        if entry is not None and entry[0]() is self:  # (an id is reused once its client is gone)
             return entry[1]
         sock = self._regions()
         if sock is None:
