@@ -63,12 +63,22 @@ constexpr unsigned kCallsPerThread = 4;
 constexpr uint64_t kDefaultCalls = 16;
 constexpr uint64_t kMaxCalls = 256;
 // round_robin over every address of the target, and gRPC's own retries for
-// calls that never reached a server (UNAVAILABLE before any answer, within
-// its 256 KiB replay buffer); retry_unavailable() below covers the rest.
+// unary calls that never reached a server (UNAVAILABLE before any answer);
+// retry_unavailable() below covers the rest. Streaming calls get no retry
+// policy: a lane that ends hands its unanswered files back to be sent again
+// (lane_ended), and an upload starts over, so gRPC's replay of a stream's
+// buffered messages on another server is only a second path. In one
+// fresh-clone CI run a lane opened about when a server was killed sat 30 s
+// with two files the live server never answered; that replay is the one
+// path there that is not ours.
 constexpr const char* kServiceConfig = R"({
   "loadBalancingConfig": [{"round_robin": {}}],
   "methodConfig": [{
-    "name": [{"service": "imgstat.v1.ImageStats"}],
+    "name": [{"service": "imgstat.v1.ImageStats", "method": "Analyze"},
+             {"service": "imgstat.v1.ImageStats", "method": "GetServerInfo"},
+             {"service": "imgstat.v1.ImageStats", "method": "RegisterRegion"},
+             {"service": "imgstat.v1.ImageStats", "method": "ListRegions"},
+             {"service": "imgstat.v1.ImageStats", "method": "UnregisterRegion"}],
     "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.05s", "maxBackoff": "1s",
                     "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
   }]
@@ -424,9 +434,13 @@ class Remote::Lane final : public grpc::ClientBidiReactor<v1::BatchRequest, v1::
   }
 
   // Takes the item if open and with room (then perform() sends it); a new
-  // lane (first) always takes it.
+  // lane (first) takes it unless its call is already over. That happens:
+  // with no server reachable a call can fail inside StartCall, its hold
+  // given back before the first offer, and its OnDone waiting on lanes_mu_
+  // to delete it.
   Step offer(const std::shared_ptr<BatchItem>& item, bool first = false) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (broken_ || !held_) return Step{};
     const auto now = std::chrono::steady_clock::now();
     if (!first && !closing_ &&
         (now >= takes_until_ || taken_ >= kLaneTurn || (pending_.empty() && now - last_ > kLaneIdle)))
@@ -577,6 +591,7 @@ void Remote::send_on_lane(std::shared_ptr<BatchItem> item) {
   }
   const size_t capacity = lane_capacity(item->until);
   std::vector<std::pair<Lane*, Lane::Step>> steps;  // performed once lanes_mu_ is let go
+  bool refused = false;
   {
     std::lock_guard<std::mutex> lock(lanes_mu_);
     std::vector<std::pair<size_t, Lane*>> open;
@@ -594,9 +609,18 @@ void Remote::send_on_lane(std::shared_ptr<BatchItem> item) {
       lanes_.emplace(id, lane);
       ++lanes_alive_;
       steps.emplace_back(lane, lane->offer(item, true));
+      refused = !steps.back().second.taken;
     }
   }
-  for (auto& [lane, step] : steps) lane->perform(step);
+  // Only steps with something to do: a lane that had nothing to do here
+  // may be gone by now.
+  for (auto& [lane, step] : steps)
+    if (step.write || step.writes_done || step.release) lane->perform(step);
+  // A new lane whose call was over before it took the file: the file's
+  // call failed as a unary one would have, and is retried as one.
+  if (refused)
+    item_done(std::move(item), grpc::Status(grpc::StatusCode::UNAVAILABLE, "the AnalyzeBatch call ended at once"),
+              {});
 }
 
 void Remote::item_done(std::shared_ptr<BatchItem> item, const grpc::Status& status, v1::AnalyzeResponse&& response) {

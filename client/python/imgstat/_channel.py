@@ -8,9 +8,13 @@ import socket
 # The CLI's settings: every address of the target in turn (round_robin),
 # gRPC's own retries for calls that never reached a server, keep-alive pings
 # that notice a server whose host vanished, and a quick first reconnect.
+# Unary methods only: a stream that ends UNAVAILABLE starts over from this
+# package's own retries, not from gRPC's replay of its buffered messages.
 SERVICE_CONFIG = json.dumps({
     "loadBalancingConfig": [{"round_robin": {}}],
-    "methodConfig": [{"name": [{"service": "imgstat.v1.ImageStats"}],
+    "methodConfig": [{"name": [{"service": "imgstat.v1.ImageStats", "method": m}
+                               for m in ("Analyze", "GetServerInfo", "RegisterRegion", "ListRegions",
+                                         "UnregisterRegion")],
                       "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.05s", "maxBackoff": "1s",
                                       "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})
 CHANNEL_OPTIONS = [
