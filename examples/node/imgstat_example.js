@@ -47,7 +47,10 @@ const CHANNEL_OPTIONS = {
   'grpc.service_config': JSON.stringify({
     loadBalancingConfig: [{ round_robin: {} }],
     methodConfig: [{
-      name: [{ service: 'imgstat.v1.ImageStats' }],
+      // Unary methods only: a stream that ends UNAVAILABLE is best started
+      // again by the caller, who knows which of its inputs were answered.
+      name: ['Analyze', 'GetServerInfo', 'RegisterRegion', 'ListRegions', 'UnregisterRegion']
+        .map((method) => ({ service: 'imgstat.v1.ImageStats', method })),
       retryPolicy: { maxAttempts: 4, initialBackoff: '0.05s', maxBackoff: '1s', backoffMultiplier: 2,
         retryableStatusCodes: ['UNAVAILABLE'] },
     }],
