@@ -616,11 +616,16 @@ void Remote::send_on_lane(std::shared_ptr<BatchItem> item) {
   // may be gone by now.
   for (auto& [lane, step] : steps)
     if (step.write || step.writes_done || step.release) lane->perform(step);
-  // A new lane whose call was over before it took the file: the file's
-  // call failed as a unary one would have, and is retried as one.
-  if (refused)
-    item_done(std::move(item), grpc::Status(grpc::StatusCode::UNAVAILABLE, "the AnalyzeBatch call ended at once"),
+  // A new lane whose call was over before it took the file: past the
+  // file's deadline, or no server to be had. The file's call failed as a
+  // unary one would have, and is retried as one.
+  if (refused) {
+    const bool late = std::chrono::system_clock::now() >= item->until;
+    item_done(std::move(item),
+              late ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded")
+                   : grpc::Status(grpc::StatusCode::UNAVAILABLE, "the AnalyzeBatch call ended at once"),
               {});
+  }
 }
 
 void Remote::item_done(std::shared_ptr<BatchItem> item, const grpc::Status& status, v1::AnalyzeResponse&& response) {
