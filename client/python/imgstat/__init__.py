@@ -23,9 +23,12 @@ __all__ = ["Client", "Error", "Result", "Channel", "Part", "shared_array", "Imag
 def __getattr__(name):
     # Lazy: gRPC and numpy take most of an import's time, and a script that
     # only formats errors, or asks the version, needs neither.
-    if name in ("Client", "shared_array"):
+    if name == "Client":
         from . import _client
-        return getattr(_client, name)
+        return _client.Client
+    if name == "shared_array":
+        from . import _regions
+        return _regions.shared_array
     if name in ("Result", "Channel", "Part"):
         from . import _result
         return getattr(_result, name)

@@ -18,7 +18,7 @@ import numpy as np
 from . import _channel
 from ._errors import Error
 from ._options import ANALYZE_OPTIONS, SAMPLE_TYPES, build_options, is_path, parts_asked
-from ._regions import Cuda, Memory, RegionSocket, copy_into, shared_array  # noqa: F401 (shared_array is public)
+from ._regions import Cuda, Memory, RegionSocket, copy_into
 from ._result import Result
 from .v1 import imgstat_pb2 as pb
 from .v1 import imgstat_pb2_grpc as rpc
@@ -452,14 +452,7 @@ class Client:
             return self._stream(job, opts, job.size, chunks, deadline)
         data = job.data
         if len(data) >= REGION_MIN_BYTES and self._regions() is not None:
-            memory = self._take_scratch(len(data))
-            try:
-                copy_into(np.frombuffer(memory, dtype=np.uint8, count=len(data)), np.frombuffer(data, dtype=np.uint8),
-                          COPY_THREADS, memory.fresh)
-                memory.fresh = False
-                response = self._run_in_memory(job, opts, memory, 0, len(data), deadline)
-            finally:
-                self._give_scratch(memory)
+            response = self._run_copied(job, opts, np.frombuffer(data, dtype=np.uint8), deadline)
             if response is not None:
                 return response
         if len(data) <= STREAM_CHUNK:
@@ -493,6 +486,17 @@ class Client:
         request.input.region.length = length
         return self._invoke(lambda t: self._stub.Analyze(request, timeout=t, metadata=self._metadata),
                             job.name, deadline)
+
+    def _run_copied(self, job, opts, a, deadline):
+        """a copied, packed, into a kept memfd and analyzed there; None when
+        regions cannot be had."""
+        memory = self._take_scratch(a.nbytes)
+        try:
+            copy_into(np.ndarray(a.shape, a.dtype, buffer=memory), a, COPY_THREADS, memory.fresh)
+            memory.fresh = False
+            return self._run_in_memory(job, opts, memory, 0, a.nbytes, deadline)
+        finally:
+            self._give_scratch(memory)
 
     def _run_file_region(self, job, opts, deadline):
         """The file itself, read by the server (no copy here), as the CLI sends one."""
@@ -533,13 +537,7 @@ class Client:
                         return response
                     job.input.raw.row_stride = 0
             if a.nbytes >= REGION_MIN_BYTES:
-                memory = self._take_scratch(a.nbytes)
-                try:
-                    copy_into(np.ndarray(a.shape, a.dtype, buffer=memory), a, COPY_THREADS, memory.fresh)
-                    memory.fresh = False
-                    response = self._run_in_memory(job, opts, memory, 0, a.nbytes, deadline)
-                finally:
-                    self._give_scratch(memory)
+                response = self._run_copied(job, opts, a, deadline)
                 if response is not None:
                     return response
         packed = np.ascontiguousarray(a)
