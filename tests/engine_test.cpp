@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <cfloat>
+#include <cstring>
 #include <random>
 
 #include "imgstat/engine.hpp"
@@ -311,6 +312,73 @@ INSTANTIATE_TEST_SUITE_P(Engines, EngineTest, ::testing::Values("cpu", "cuda"),
 
 // kAuto on a machine without a GPU is the CPU engine and a calm note that
 // says what is missing; with a GPU, the CUDA engine and no note.
+// Float moments are rounded sums: the CPU engine adds them in an order fixed
+// by the pixels' index alone, so every path to the same image gives the same
+// bits: any thread count, a stream fed in chunks of any size, a read image,
+// a colour space; one run as the next.
+void expect_identical(const Result& a, const Result& b) {
+  auto channel = [](const ChannelStats& x, const ChannelStats& y) {
+    expect_same_channel(x, y, SampleType::kUint8);  // everything exact...
+    EXPECT_EQ(x.sum, y.sum);                        // ...the float sums too
+  };
+  ASSERT_EQ(a.channels.size(), b.channels.size());
+  for (size_t i = 0; i < a.channels.size(); ++i) {
+    SCOPED_TRACE("channel " + std::to_string(i));
+    channel(a.channels[i], b.channels[i]);
+  }
+  ASSERT_EQ(a.has_summary, b.has_summary);
+  if (a.has_summary) {
+    SCOPED_TRACE("summary");
+    channel(a.summary, b.summary);
+  }
+}
+
+TEST(CpuEngine, FloatsGiveTheSameBitsOnEveryPath) {
+  std::mt19937_64 rng(47);
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (uint32_t threads : {1u, 2u, 5u, 16u}) engines.push_back(make_cpu_engine(threads));
+  StatsRequest explicit_range;
+  explicit_range.histogram = true;
+  explicit_range.hist.explicit_range = true;
+  explicit_range.hist.lo = -3;
+  explicit_range.hist.hi = 7;
+  StatsRequest hsv = everything();
+  hsv.luminance = false;
+  hsv.colour_space = ColourSpace::kHsv;
+  StatsRequest all = everything();
+  all.luminance = false;
+  for (SampleType t : {SampleType::kFloat32, SampleType::kFloat64})
+    for (uint32_t c : {1u, 3u, 4u})
+      // Several groups of 65536 pixels, with padded rows; one pixel; one row.
+      for (auto [w, h, pad] : {std::tuple<uint64_t, uint64_t, uint64_t>{701, 311, 9}, {1, 1, 0}, {200003, 1, 0}}) {
+        TestImage img = random_image(rng, w, h, c, t, pad, 0, 0.01);
+        for (const StatsRequest* request : {&all, &explicit_range, &hsv}) {
+          if (request == &hsv && (c < 3 || t == SampleType::kFloat64)) continue;
+          SCOPED_TRACE(describe(img.view.layout) + (request == &hsv ? " HSV" : request == &all ? " everything" : " range"));
+          const Result want = engines[0]->analyze(img.view, *request);
+          for (auto& e : engines) {
+            SCOPED_TRACE(std::to_string(e->info().threads) + " threads");
+            expect_identical(e->analyze(img.view, *request), want);
+            const auto* p = static_cast<const uint8_t*>(img.view.data);
+            expect_identical(e->analyze_read(img.view.layout, *request,
+                                             [&](uint64_t at, uint64_t n, uint8_t* out) { std::memcpy(out, p + at, n); }),
+                             want);
+            for (size_t max_chunk : {size_t{13}, size_t{100000}, size_t{3} << 20}) {
+              auto stream = e->open_stream(img.view.layout, *request);
+              size_t left = img.view.layout.min_bytes(), at = 0;
+              while (left > 0) {
+                const size_t n = std::min<size_t>(left, 1 + rng() % max_chunk);
+                stream->feed(p + at, n);
+                at += n;
+                left -= n;
+              }
+              expect_identical(stream->finish(), want);
+            }
+          }
+        }
+      }
+}
+
 TEST(EngineChoice, AutoSaysPlainlyWhenThereIsNoGpu) {
   std::string note = "unset";
   bool absent = false;

@@ -311,7 +311,9 @@ struct Source {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
 };
 
-TEST_P(FallbackStreamTest, ReadImagesGiveTheWholeImagesAnswerEachByteReadOnce) {
+// Each byte is read once, or twice where the CPU engine's floats need a
+// second pass over their own range: read again rather than kept.
+TEST_P(FallbackStreamTest, ReadImagesGiveTheWholeImagesAnswerEachByteReadOnceOrTwice) {
   std::mt19937_64 rng(31);
   for (SampleType t : kAllTypes)
     for (uint32_t c : {1u, 3u, 4u}) {
@@ -338,7 +340,8 @@ TEST_P(FallbackStreamTest, ReadImagesGiveTheWholeImagesAnswerEachByteReadOnce) {
           expect_same_stats(got, cpu_->analyze(img.view, request), t);
           EXPECT_EQ(got.engine, primary_->info().kind);
           EXPECT_TRUE(told.empty());
-          EXPECT_EQ(source.times_each_byte_read(), 1);
+          const bool again = primary_->info().kind == "cpu" && cpu_->stream_bytes(img.view.layout, request) > 0;
+          EXPECT_EQ(source.times_each_byte_read(), again ? 2 : 1);
         }
       }
     }

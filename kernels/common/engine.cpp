@@ -156,14 +156,6 @@ StatsRequest measured_request(const StatsRequest& request, const Layout& layout)
   return out;
 }
 
-namespace {
-// A read image goes to the stream in chunks, the next read while the last
-// is counted; a chunk is read in pieces on several threads (one core copies
-// from the page cache at about 4 GB/s, sixteen at 40).
-constexpr uint64_t kReadChunkBytes = uint64_t{16} << 20;
-constexpr uint64_t kReadPieceBytes = uint64_t{4} << 20;
-}  // namespace
-
 void read_in_pieces(const ByteReader& read, uint64_t at, uint64_t n, uint8_t* out, uint64_t piece) {
   if (n <= piece) {
     if (n) read(at, n, out);
@@ -175,7 +167,14 @@ void read_in_pieces(const ByteReader& read, uint64_t at, uint64_t n, uint8_t* ou
 }
 
 Result Engine::analyze_read(const Layout& layout, const StatsRequest& request, const ByteReader& read) {
-  std::unique_ptr<StreamAnalysis> stream = open_stream(layout, request);
+  return read_into(*open_stream(layout, request), layout, read);
+}
+
+uint64_t Engine::working_bytes(const Layout&, const StatsRequest&, const Parts*) const { return 0; }
+uint64_t Engine::stream_bytes(const Layout&, const StatsRequest&) const { return 0; }
+
+Result read_into(StreamAnalysis& into, const Layout& layout, const ByteReader& read) {
+  StreamAnalysis* stream = &into;
   const uint64_t total = layout.min_bytes();
   std::vector<uint8_t> buffers[2];
   std::future<void> feeding;
@@ -192,7 +191,7 @@ Result Engine::analyze_read(const Layout& layout, const StatsRequest& request, c
     b.resize(static_cast<size_t>(std::min(kReadChunkBytes, total - at)));
     read_in_pieces(read, at, b.size(), b.data(), kReadPieceBytes);
     if (feeding.valid()) feeding.get();
-    StreamAnalysis* s = stream.get();
+    StreamAnalysis* s = stream;
     feeding = std::async(std::launch::async, [s, &b] { s->feed(b.data(), b.size()); });
     next ^= 1;
   }

@@ -18,6 +18,7 @@
 // chunk of a slow client, costs a page fault a page).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -58,6 +59,15 @@ class FallbackEngine final : public Engine {
   }
 
   std::shared_ptr<Placement> placement() const override { return primary_->placement(); }
+
+  // A call may end on either engine. A stream's pixels kept for the CPU
+  // should the GPU fail are bounded apart, by FallbackTuning::retain_limit.
+  uint64_t working_bytes(const Layout& layout, const StatsRequest& request, const Parts* parts) const override {
+    return std::max(primary_->working_bytes(layout, request, parts), backup_->working_bytes(layout, request, parts));
+  }
+  uint64_t stream_bytes(const Layout& layout, const StatsRequest& request) const override {
+    return primary_->stream_bytes(layout, request);
+  }
 
   // For FallbackStream: what the primary's failure means, told once.
   void primary_failed(const Error& e);

@@ -162,6 +162,18 @@ class PlacedEngine final : public Engine {
 
   std::shared_ptr<Placement> placement() const override { return placement_; }
 
+  // A call may go to any of them.
+  uint64_t working_bytes(const Layout& layout, const StatsRequest& request, const Parts* parts) const override {
+    uint64_t most = 0;
+    for (const auto& e : engines_) most = std::max(most, e->working_bytes(layout, request, parts));
+    return most;
+  }
+  uint64_t stream_bytes(const Layout& layout, const StatsRequest& request) const override {
+    uint64_t most = 0;
+    for (const auto& e : engines_) most = std::max(most, e->stream_bytes(layout, request));
+    return most;
+  }
+
   // A slot's engine failed: taken out when it can no longer compute.
   void failed(size_t slot, const Error& e) {
     if (!engines_[slot]->usable()) placement_->take_out(slot, e.what());

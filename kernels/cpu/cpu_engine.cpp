@@ -7,6 +7,10 @@
 
 #include <array>
 #include <atomic>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -244,41 +248,69 @@ class FloatAnalysis final : public Analysis {
       : type_(type),
         request_(request),
         explicit_(request.histogram && hist_of(request, 0).explicit_range) {
-    if (explicit_)
+    if (explicit_) {
       for (uint32_t c = 0; c < C; ++c) {
         const HistogramSpec& h = hist_of(request, c);
         binners_[c] = RangeBinner::make(h.lo, h.hi, h.bins);
       }
-    pass1_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
-        [this] { return Counter(explicit_ ? binners_ : nullptr, explicit_, request_.hist.bins, true); });
+      pass1_bins_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
+          [this] { return Counter(binners_, true, request_.hist.bins); });
+    }
   }
 
-  void add(const std::vector<Piece>& pieces) override { count_pieces(*pass1_, pieces); }
+  // Each group's runs on one thread, in index order (float_passes.hpp).
+  void add(const std::vector<Piece>& pieces) override {
+    const std::vector<GroupRuns> groups = group_runs(pieces, kPixelBytes);
+    auto body = [&](size_t i) {
+      const GroupRuns& g = groups[i];
+      GroupMoments<T, C>& moments = group(g.group);
+      Counter* bins = pass1_bins_ ? &pass1_bins_->local() : nullptr;
+      for (const Piece& run : g.runs) {
+        moments.add(run.base, run.first, run.pixels);
+        if (bins) bins->add(run.base, run.pixels);
+      }
+    };
+    if (groups.size() == 1)
+      body(0);
+    else
+      tbb::parallel_for(size_t{0}, groups.size(), body);
+  }
 
   bool wants_second_pass() const override { return (request_.histogram && !explicit_) || request_.distribution; }
 
   const StatsRequest& request() const override { return request_; }
 
   void begin_second_pass() override {
-    const std::array<FloatMoments, C> moments = pass1_moments();
+    const std::array<FloatMoments, C>& moments = pass1_moments();
     if (request_.histogram && !explicit_) {
       for (uint32_t c = 0; c < C; ++c)
         binners_[c] = RangeBinner::make(moments[c].min, moments[c].max, request_.hist.bins);
       pass2_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
-          [this] { return Counter(binners_, false, request_.hist.bins, false); });
+          [this] { return Counter(binners_, false, request_.hist.bins); });
     }
     if (request_.distribution) {
       for (uint32_t c = 0; c < C; ++c) fine_binners_[c] = RangeBinner::make(moments[c].min, moments[c].max, kFineBins);
       fine_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
-          [this] { return Counter(fine_binners_, false, kFineBins, false); });
+          [this] { return Counter(fine_binners_, false, kFineBins); });
     }
     second_begun_ = true;
   }
 
   void add_second_pass(const std::vector<Piece>& pieces) override {
     if (!second_begun_) begin_second_pass();
-    if (pass2_) count_pieces(*pass2_, pieces);
-    if (fine_) count_pieces(*fine_, pieces);
+    auto body = [&](size_t i) {
+      const Piece& pc = pieces[i];
+      Counter* bins = pass2_ ? &pass2_->local() : nullptr;
+      Counter* fine = fine_ ? &fine_->local() : nullptr;
+      for (uint64_t r = 0; r < pc.rows; ++r) {
+        if (bins) bins->add(pc.base + r * pc.stride, pc.pixels);
+        if (fine) fine->add(pc.base + r * pc.stride, pc.pixels);
+      }
+    };
+    if (pieces.size() == 1)
+      body(0);
+    else
+      tbb::parallel_for(size_t{0}, pieces.size(), body);
     second_done_ = true;
   }
 
@@ -298,7 +330,7 @@ class FloatAnalysis final : public Analysis {
       }
       if (!request_.histogram) continue;
       Histogram& h = p.histogram;
-      if (auto* bins_from = explicit_ ? pass1_.get() : pass2_.get())
+      if (auto* bins_from = explicit_ ? pass1_bins_.get() : pass2_.get())
         for (Counter& counter : *bins_from) {
           const Bins& b = counter.bins(c);
           for (size_t i = 0; i < b.counts.size(); ++i) h.counts[i] += b.counts[i];
@@ -310,13 +342,27 @@ class FloatAnalysis final : public Analysis {
   }
 
  private:
-  using Counter = FloatCounter<T, C>;
+  using Counter = BinCounter<T, C>;
+  static constexpr uint64_t kPixelBytes = uint64_t{C} * sizeof(T);
 
-  std::array<FloatMoments, C> pass1_moments() {
-    std::array<FloatMoments, C> m{};
-    for (Counter& counter : *pass1_)
-      for (uint32_t c = 0; c < C; ++c) merge(m[c], counter.moments(c));
-    return m;
+  GroupMoments<T, C>& group(uint64_t g) {
+    std::lock_guard<std::mutex> lock(groups_mu_);
+    std::unique_ptr<GroupMoments<T, C>>& m = groups_[g];
+    if (!m) m = std::make_unique<GroupMoments<T, C>>();
+    folded_ = false;
+    return *m;
+  }
+
+  // The groups so far folded in index order (a stream's checkpoint may ask
+  // part way; its groups carry on).
+  const std::array<FloatMoments, C>& pass1_moments() {
+    std::lock_guard<std::mutex> lock(groups_mu_);
+    if (folded_) return moments_;
+    moments_ = {};
+    for (const auto& [g, m] : groups_)
+      for (uint32_t c = 0; c < C; ++c) merge(moments_[c], m->moments(c));
+    folded_ = true;
+    return moments_;
   }
 
   SampleType type_;
@@ -326,7 +372,11 @@ class FloatAnalysis final : public Analysis {
   RangeBinner fine_binners_[C];
   bool second_begun_ = false;
   bool second_done_ = false;
-  std::unique_ptr<tbb::enumerable_thread_specific<Counter>> pass1_;
+  std::mutex groups_mu_;
+  std::map<uint64_t, std::unique_ptr<GroupMoments<T, C>>> groups_;  // by index
+  std::array<FloatMoments, C> moments_{};
+  bool folded_ = true;
+  std::unique_ptr<tbb::enumerable_thread_specific<Counter>> pass1_bins_;
   std::unique_ptr<tbb::enumerable_thread_specific<Counter>> pass2_;
   std::unique_ptr<tbb::enumerable_thread_specific<Counter>> fine_;
 };
@@ -410,7 +460,8 @@ class ColourAnalysis final : public Analysis {
   void add_all(const std::vector<Piece>& pieces) override { add(pieces); }
   bool wants_second_pass() const override { return inner_->wants_second_pass(); }
   void add_second_pass(const std::vector<Piece>& pieces) override {
-    inner_->begin_second_pass();
+    if (!second_begun_) inner_->begin_second_pass();
+    second_begun_ = true;
     each_converted(pieces, [&](const Piece& p) { inner_->add_second_pass({p}); });
   }
   std::optional<Partial> counted() override { return inner_->partial(); }
@@ -422,24 +473,26 @@ class ColourAnalysis final : public Analysis {
   // so that what was converted is still in the core's cache when counted.
   static constexpr uint64_t kRunPixels = 8192;
 
+  // A group's runs on one thread, in index order: the measured image may be
+  // float (float_passes.hpp).
   template <class F>
   void each_converted(const std::vector<Piece>& pieces, F&& f) {
+    const std::vector<GroupRuns> groups = group_runs(pieces, layout_.pixel_bytes());
     auto body = [&](size_t i) {
-      const Piece& pc = pieces[i];
       std::vector<uint8_t>& buf = buffers_.local();
       if (buf.size() < kRunPixels * measured_.pixel_bytes()) buf.resize(kRunPixels * measured_.pixel_bytes());
-      for (uint64_t r = 0; r < pc.rows; ++r)
-        for (uint64_t at = 0; at < pc.pixels; at += kRunPixels) {
-          const uint64_t n = std::min(kRunPixels, pc.pixels - at);
-          convert_pixels(space_, layout_.type, pc.base + r * pc.stride + at * layout_.pixel_bytes(), n,
-                         layout_.channels, rgb_, buf.data());
-          f(Piece{buf.data(), 1, n * measured_.pixel_bytes(), n, pc.first + r * pc.width + at, pc.width});
+      for (const Piece& run : groups[i].runs)
+        for (uint64_t at = 0; at < run.pixels; at += kRunPixels) {
+          const uint64_t n = std::min(kRunPixels, run.pixels - at);
+          convert_pixels(space_, layout_.type, run.base + at * layout_.pixel_bytes(), n, layout_.channels, rgb_,
+                         buf.data());
+          f(Piece{buf.data(), 1, n * measured_.pixel_bytes(), n, run.first + at, n});
         }
     };
-    if (pieces.size() == 1)
+    if (groups.size() == 1)
       body(0);
     else
-      tbb::parallel_for(size_t{0}, pieces.size(), body);
+      tbb::parallel_for(size_t{0}, groups.size(), body);
   }
 
   Layout layout_;
@@ -447,6 +500,7 @@ class ColourAnalysis final : public Analysis {
   ColourSpace space_;
   uint32_t rgb_[3];
   std::unique_ptr<Analysis> inner_;
+  bool second_begun_ = false;
   tbb::enumerable_thread_specific<std::vector<uint8_t>> buffers_;
 };
 
@@ -473,10 +527,11 @@ std::vector<Piece> pieces_of(const ImageView& image, uint64_t first = 0) {
 
 class CpuStream final : public CheckpointStream {
  public:
-  CpuStream(const Layout& layout, const StatsRequest& request, tbb::task_arena& arena)
-      : layout_(layout), destrider_(layout), analysis_(make_analysis(layout, request)), arena_(arena) {
-    if (analysis_->wants_second_pass()) kept_.reserve(layout.pixels() * layout.pixel_bytes());
-  }
+  // reread: where the image can be read again for a second pass, so that
+  // none of it is kept; null: what a second pass needs is kept as it comes.
+  CpuStream(const Layout& layout, const StatsRequest& request, tbb::task_arena& arena,
+            const ByteReader* reread = nullptr)
+      : layout_(layout), destrider_(layout), analysis_(make_analysis(layout, request)), arena_(arena), reread_(reread) {}
 
   void feed(const void* data, size_t bytes) override {
     if (destrider_.consumed() + gathered_.size() + bytes > layout_.stride() * layout_.height)
@@ -497,9 +552,14 @@ class CpuStream final : public CheckpointStream {
       fail(ErrorCode::kInvalidArgument,
            "stream ended after " + std::to_string(destrider_.consumed()) + " bytes; the layout needs " +
                std::to_string(layout_.min_bytes()));
-    if (analysis_->wants_second_pass()) {
-      const ImageView all{kept_.data(), Layout{layout_.pixels(), 1, layout_.channels, layout_.type, 0}};
-      const std::vector<Piece> pieces = pieces_of(all);
+    if (analysis_->wants_second_pass() && reread_) {
+      second_pass_from(*reread_);
+    } else if (analysis_->wants_second_pass()) {
+      std::vector<Piece> pieces;
+      for (const std::vector<uint8_t>& k : kept_) {
+        const ImageView part{k.data(), Layout{k.size() / layout_.pixel_bytes(), 1, layout_.channels, layout_.type, 0}};
+        for (const Piece& pc : pieces_of(part)) pieces.push_back(pc);
+      }
       arena_.execute([&] { analysis_->add_second_pass(pieces); });
     }
     return analysis_->finish();
@@ -517,13 +577,35 @@ class CpuStream final : public CheckpointStream {
     gathered_.clear();
   }
 
+  // The image read again, a chunk at a time, for the second pass.
+  void second_pass_from(const ByteReader& read) {
+    Destrider again(layout_);
+    const uint64_t total = layout_.min_bytes(), pixel_bytes = layout_.pixel_bytes();
+    std::vector<uint8_t> chunk;
+    for (uint64_t at = 0; at < total; at += kReadChunkBytes) {
+      chunk.resize(static_cast<size_t>(std::min(kReadChunkBytes, total - at)));
+      read_in_pieces(read, at, chunk.size(), chunk.data(), kReadPieceBytes);
+      std::vector<Piece> runs;
+      std::deque<std::array<uint8_t, 32>> split;  // pixels cut by a chunk's edge, whole again
+      again.feed(chunk.data(), chunk.size(), [&](const uint8_t* p, uint64_t pixels, bool transient) {
+        if (transient) {
+          split.emplace_back();
+          std::memcpy(split.back().data(), p, pixel_bytes);
+          p = split.back().data();
+        }
+        runs.push_back(Piece{p, 1, 0, pixels, 0, pixels});
+      });
+      arena_.execute([&] { analysis_->add_second_pass(runs); });
+    }
+  }
+
   // Counts the bytes now: the pieces have read them when this returns.
   void take(const void* data, size_t bytes) {
-    const bool keep = analysis_->wants_second_pass();
+    const bool keep = analysis_->wants_second_pass() && !reread_;
     const uint64_t pixel_bytes = layout_.pixel_bytes();
     std::vector<Piece> runs;
     destrider_.feed(static_cast<const uint8_t*>(data), bytes, [&](const uint8_t* p, uint64_t pixels, bool transient) {
-      if (keep) kept_.insert(kept_.end(), p, p + pixels * pixel_bytes);
+      if (keep) this->keep(p, pixels * pixel_bytes);
       const uint64_t first = fed_pixels_;
       fed_pixels_ += pixels;
       if (transient) {
@@ -536,12 +618,33 @@ class CpuStream final : public CheckpointStream {
     if (!runs.empty()) arena_.execute([&] { analysis_->add_all(runs); });
   }
 
+  // Pixels for the second pass, in buffers of kKeptBytes: what is kept grows
+  // with what was fed (never with what the layout declares), and never by a
+  // copy of all of it into a larger buffer.
+  void keep(const uint8_t* p, uint64_t bytes) {
+    const uint64_t room = kKeptBytes / layout_.pixel_bytes() * layout_.pixel_bytes();
+    while (bytes > 0) {
+      if (kept_.empty() || kept_.back().size() >= room) {
+        kept_.emplace_back();
+        kept_.back().reserve(room);
+      }
+      std::vector<uint8_t>& k = kept_.back();
+      const uint64_t n = std::min<uint64_t>(bytes, room - k.size());
+      k.insert(k.end(), p, p + n);
+      p += n;
+      bytes -= n;
+    }
+  }
+
+  static constexpr uint64_t kKeptBytes = uint64_t{16} << 20;
+
   Layout layout_;
   uint64_t fed_pixels_ = 0;
   Destrider destrider_;
   std::unique_ptr<Analysis> analysis_;
   tbb::task_arena& arena_;
-  std::vector<uint8_t> kept_;
+  const ByteReader* reread_;
+  std::vector<std::vector<uint8_t>> kept_;
   std::vector<uint8_t> gathered_;  // small feeds, not yet counted
 };
 
@@ -746,6 +849,52 @@ Result analyze_parts_on_cpu(const ImageView& image, const Parts& parts, const St
 
 namespace {
 
+// Counter sets an analysis of `bytes` bytes makes: one a thread that takes
+// a piece of it.
+uint64_t counter_sets(uint64_t bytes, uint32_t threads) {
+  return std::min<uint64_t>(threads, std::max<uint64_t>(1, (bytes + kPieceBytes - 1) / kPieceBytes));
+}
+
+// One thread's counters for an analysis of `l` (the measured image).
+uint64_t counter_bytes(const Layout& l, const StatsRequest& request) {
+  uint64_t bytes = 0;
+  if (sample_size(l.type) == 2 && !CountAnalysis::enough(l.type, request))
+    bytes += uint64_t{l.channels} * (WordCounter<1>::T * 4 + 8) * 65536;  // WordCounter's tables and totals
+  if (is_float(l.type))
+    bytes += uint64_t{l.channels} * 8 * ((request.histogram ? request.hist.bins : 0) + (request.distribution ? kFineBins : 0));
+  if (request.joint.axes && request.joint.total_bins() <= kJointPrivateBins) bytes += (request.joint.total_bins() + 1) * 8;
+  return bytes;
+}
+
+// What analyze() and analyze_parts() allocate beyond their input, per
+// Engine::working_bytes.
+uint64_t cpu_working_bytes(const Layout& image, const StatsRequest& asked, const Parts* parts, uint32_t threads) {
+  const Layout l = measured_layout(image, asked);
+  const StatsRequest request = measured_request(asked, image);
+  const uint64_t image_bytes = l.pixels() * l.pixel_bytes();
+  uint64_t bytes = counter_sets(image_bytes, threads) * counter_bytes(l, request);
+  if (!parts || parts->kind == PartsKind::kWhole) {
+    if (has_luminance(image, asked)) {
+      const Layout y{image.width, image.height, 1, luminance_type(image.type), 0};
+      bytes += y.pixels() * y.pixel_bytes() + counter_sets(y.pixels(), threads) * counter_bytes(y, request);
+    }
+    return bytes;
+  }
+  if (asked.colour_space != ColourSpace::kNone) bytes += image_bytes;  // the image converted whole
+  if (parts->kind == PartsKind::kRects || parts->kind == PartsKind::kTiles) return bytes;
+  if (is_float(l.type) || (request.joint.axes && parts->kind == PartsKind::kLabels))  // analyze_gathered
+    return bytes + l.pixels() * (l.pixel_bytes() + (request.positions ? 8 : 0)) + 16 * (parts->max_parts + 1);
+  // Part counters: one set a thread while they fit, else one (PartCounter).
+  uint64_t labels = 1;
+  if (parts->kind == PartsKind::kLabels) {
+    const size_t bits = map_sample_size(parts->map.type) * 8;
+    labels = std::min<uint64_t>(parts->max_parts, bits <= 16 ? uint64_t{1} << bits : l.pixels());
+  }
+  const uint64_t set = part_count_bytes(static_cast<uint32_t>(std::min<uint64_t>(labels, UINT32_MAX)), l.channels, l.type,
+                                        request);
+  return bytes + (set * (threads + 1) > kMaxPartCountBytes ? set : set * (threads + 1));
+}
+
 class CpuEngine final : public Engine {
  public:
   explicit CpuEngine(uint32_t threads)
@@ -776,6 +925,21 @@ class CpuEngine final : public Engine {
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override {
     validate(layout, request);
     return std::make_unique<CpuStream>(layout, request, arena_);
+  }
+
+  // A second pass reads the image again rather than keeping a copy of it.
+  Result analyze_read(const Layout& layout, const StatsRequest& request, const ByteReader& read) override {
+    validate(layout, request);
+    CpuStream stream(layout, request, arena_, &read);
+    return read_into(stream, layout, read);
+  }
+
+  uint64_t working_bytes(const Layout& layout, const StatsRequest& request, const Parts* parts) const override {
+    return cpu_working_bytes(layout, request, parts, threads_);
+  }
+
+  uint64_t stream_bytes(const Layout& layout, const StatsRequest& request) const override {
+    return make_analysis(layout, request)->wants_second_pass() ? layout.pixels() * layout.pixel_bytes() : 0;
   }
 
   Result analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request) override {

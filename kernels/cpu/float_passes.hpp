@@ -1,5 +1,16 @@
 // The two passes over float samples: moments (and, with an explicit range,
 // the histogram in the same sweep), then the histogram over [min, max].
+//
+// Float moments are rounded sums, so their last bits depend on the order the
+// samples are added in. That order is fixed here by the pixels' row-major
+// index alone, never by how they arrive (pieces, threads, bands of a decoder,
+// chunks of a stream, a region read in slices): the same image gives the same
+// bits on every path and every run. Blocks are kBlockPixels pixels at
+// multiples of the index, each block's sums plain double sums of (v - shift)^k
+// in index order, shift its first finite sample; a group (kGroupPixels at
+// multiples of the index) folds its blocks in order by Chan's and Pebay's
+// formulas; the image folds its groups in order. Groups are the unit of
+// parallel work: one thread adds a group's pixels, in order.
 #pragma once
 
 #include <cmath>
@@ -9,9 +20,114 @@
 #include <vector>
 
 #include "common/moments.hpp"
+#include "common/pieces.hpp"
 #include "imgstat/binning.hpp"
 
 namespace imgstat::cpu {
+
+// Blocks bound the error of the plain double sums inside them (2048 samples:
+// a relative error below 2048 * 2^-53 of each block's sum of magnitudes).
+inline constexpr uint64_t kFloatBlockPixels = 2048;
+inline constexpr uint64_t kFloatGroupPixels = 32 * kFloatBlockPixels;
+
+// The moments of one group's pixels, given in index order (gaps allowed:
+// a mask's pixels) by one thread at a time.
+template <class T, uint32_t C>
+class GroupMoments {
+ public:
+  // Pixels [first, first + n) of the image, all in this group, after every
+  // pixel given before.
+  void add(const uint8_t* p, uint64_t first, uint64_t n) {
+    while (n > 0) {
+      const uint64_t block = first / kFloatBlockPixels;
+      if (block != block_) {
+        close_block();
+        block_ = block;
+      }
+      const uint64_t m = std::min(n, (block + 1) * kFloatBlockPixels - first);
+      for (uint32_t c = 0; c < C; ++c) open_[c].add(p + c * sizeof(T), m);
+      p += m * C * sizeof(T);
+      first += m;
+      n -= m;
+    }
+  }
+
+  // The moments of the pixels given so far; more may follow.
+  FloatMoments moments(uint32_t c) const {
+    FloatMoments m = group_[c];
+    merge(m, open_[c].moments());
+    return m;
+  }
+
+ private:
+  struct Open {
+    bool any = false;  // a finite sample seen: shift is set
+    double shift = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, sum = 0;
+    double min = std::numeric_limits<double>::infinity();
+    double max = -std::numeric_limits<double>::infinity();
+    uint64_t n = 0, nan = 0, posinf = 0, neginf = 0;
+
+    // m samples of one channel, C apart.
+    void add(const uint8_t* p, uint64_t m) {
+      for (uint64_t i = 0; i < m; ++i) {
+        T t;
+        std::memcpy(&t, p + i * C * sizeof(T), sizeof(T));
+        const double v = static_cast<double>(t);
+        if (std::isfinite(v)) {
+          if (!any) {
+            shift = v;
+            any = true;
+          }
+          ++n;
+          sum += v;
+          const double d = v - shift;
+          const double d2 = d * d;
+          s1 += d;
+          s2 += d2;
+          s3 += d2 * d;
+          s4 += d2 * d2;
+          min = v < min ? v : min;
+          max = v > max ? v : max;
+        } else if (std::isnan(v)) {
+          ++nan;
+        } else if (v > 0) {
+          ++posinf;
+        } else {
+          ++neginf;
+        }
+      }
+    }
+
+    FloatMoments moments() const {
+      FloatMoments b = moments_from_shifted(n, shift, s1, s2, s3, s4, min, max, sum);
+      b.nan = nan;
+      b.posinf = posinf;
+      b.neginf = neginf;
+      return b;
+    }
+  };
+
+  void close_block() {
+    for (uint32_t c = 0; c < C; ++c) {
+      merge(group_[c], open_[c].moments());
+      open_[c] = Open{};
+    }
+  }
+
+  uint64_t block_ = UINT64_MAX;
+  Open open_[C];
+  FloatMoments group_[C];
+};
+
+// One group's share of some pieces: single-row runs in index order.
+struct GroupRuns {
+  uint64_t group = 0;
+  std::vector<Piece> runs;  // rows == 1
+};
+
+// The pieces' pixels cut at group boundaries and sorted into groups, each
+// group's runs in index order. Pieces must not overlap.
+std::vector<GroupRuns> group_runs(const std::vector<Piece>& pieces, uint64_t pixel_bytes);
 
 // Per-channel bins of one thread, with explicit-range underflow and overflow.
 struct Bins {
@@ -20,95 +136,26 @@ struct Bins {
   uint64_t overflow = 0;
 };
 
+// Bins of finite samples, by one thread in any order.
 template <class T, uint32_t C>
-class FloatCounter {
+class BinCounter {
  public:
-  // Blocks bound the error of the plain double sums inside them; blocks are
-  // merged with compensation (sum) and Chan's formula (mean, m2).
-  static constexpr uint64_t kBlockPixels = 2048;
-
-  // binners: null for pass 1 alone; else one per channel, with explicit set
-  // when out-of-range samples go to underflow and overflow.
-  FloatCounter(const RangeBinner* binners, bool explicit_range, uint32_t bins, bool moments)
-      : binners_(binners), explicit_(explicit_range), moments_(moments) {
-    if (binners_)
-      for (auto& b : bins_) b.counts.assign(bins, 0);
+  // binners: one per channel; explicit_range: out-of-range samples go to
+  // underflow and overflow (else every sample is within the binner's range).
+  BinCounter(const RangeBinner* binners, bool explicit_range, uint32_t bins)
+      : binners_(binners), explicit_(explicit_range) {
+    for (auto& b : bins_) b.counts.assign(bins, 0);
   }
 
   void add(const uint8_t* p, uint64_t pixels) {
-    while (pixels > 0) {
-      const uint64_t n = std::min(pixels, kBlockPixels);
-      if (moments_) block_moments(p, n);
-      if (binners_) block_bins(p, n);
-      p += n * C * sizeof(T);
-      pixels -= n;
-    }
-  }
-
-  FloatMoments& moments(uint32_t c) { return m_[c]; }
-  Bins& bins(uint32_t c) { return bins_[c]; }
-
- private:
-  static T load(const uint8_t* p, uint64_t i) {
-    T v;
-    std::memcpy(&v, p + i * sizeof(T), sizeof(T));
-    return v;
-  }
-
-  void block_moments(const uint8_t* p, uint64_t n) {
-    for (uint32_t c = 0; c < C; ++c) {
-      // Shift by a sample of this block: sums of (v - shift) and its square
-      // keep their precision when the mean is far from zero.
-      double shift = 0;
-      for (uint64_t i = 0; i < n; ++i) {
-        const double v = static_cast<double>(load(p, i * C + c));
-        if (std::isfinite(v)) {
-          shift = v;
-          break;
-        }
-      }
-      FloatMoments b;
-      b.min = std::numeric_limits<double>::infinity();
-      b.max = -std::numeric_limits<double>::infinity();
-      double s1 = 0, s2 = 0, s3 = 0, s4 = 0, sum = 0;
-      for (uint64_t i = 0; i < n; ++i) {
-        const double v = static_cast<double>(load(p, i * C + c));
-        if (std::isfinite(v)) {
-          ++b.n;
-          sum += v;
-          const double d = v - shift;
-          const double d2 = d * d;
-          s1 += d;
-          s2 += d2;
-          s3 += d2 * d;
-          s4 += d2 * d2;
-          b.min = v < b.min ? v : b.min;
-          b.max = v > b.max ? v : b.max;
-        } else if (std::isnan(v)) {
-          ++b.nan;
-        } else if (v > 0) {
-          ++b.posinf;
-        } else {
-          ++b.neginf;
-        }
-      }
-      const FloatMoments bm = moments_from_shifted(b.n, shift, s1, s2, s3, s4, b.min, b.max, sum);
-      b.sum = bm.sum;
-      b.mean = bm.mean;
-      b.m2 = bm.m2;
-      b.m3 = bm.m3;
-      b.m4 = bm.m4;
-      merge(m_[c], b);
-    }
-  }
-
-  void block_bins(const uint8_t* p, uint64_t n) {
     for (uint32_t c = 0; c < C; ++c) {
       const RangeBinner& binner = binners_[c];
       const bool wide = binner.wide();  // float64 data spanning more than a double
       Bins& out = bins_[c];
-      for (uint64_t i = 0; i < n; ++i) {
-        const double v = static_cast<double>(load(p, i * C + c));
+      for (uint64_t i = 0; i < pixels; ++i) {
+        T t;
+        std::memcpy(&t, p + (i * C + c) * sizeof(T), sizeof(T));
+        const double v = static_cast<double>(t);
         if (!std::isfinite(v)) continue;
         if (explicit_) {
           if (v < binner.lo) {
@@ -125,10 +172,11 @@ class FloatCounter {
     }
   }
 
+  Bins& bins(uint32_t c) { return bins_[c]; }
+
+ private:
   const RangeBinner* binners_;
   bool explicit_;
-  bool moments_;
-  FloatMoments m_[C];
   Bins bins_[C];
 };
 

@@ -254,6 +254,28 @@ class CudaEngine final : public Engine {
     return r;
   }
 
+  // Host memory: a whole image goes through the fixed staging ring; masks,
+  // labels and tiles bring their counts back (analyze_parts_on_gpu): the
+  // counts, the kernels' accumulators and slots, a joint histogram a part,
+  // and a mask of another type as a byte a pixel. Colour spaces and floats
+  // go to the device or to the CPU engine (its own bound).
+  uint64_t working_bytes(const Layout& image, const StatsRequest& asked, const Parts* parts) const override {
+    if (!parts || parts->kind == PartsKind::kWhole || parts->kind == PartsKind::kRects) return 0;
+    const Layout l = measured_layout(image, asked);
+    const StatsRequest request = measured_request(asked, image);
+    uint64_t count = 1;
+    if (parts->kind == PartsKind::kTiles) count = uint64_t{parts->columns} * parts->rows;
+    if (parts->kind == PartsKind::kLabels) {
+      const size_t bits = map_sample_size(parts->map.type) * 8;
+      count = std::min<uint64_t>(parts->max_parts, bits <= 16 ? uint64_t{1} << bits : l.pixels());
+    }
+    count = std::min<uint64_t>(count, UINT32_MAX);
+    const uint64_t set = part_count_bytes(static_cast<uint32_t>(count), l.channels, l.type, request);
+    const uint64_t accums = count * l.channels * sizeof(PartAccum);
+    const uint64_t joint = request.joint.axes ? count * (request.joint.total_bins() + 1) * 8 : 0;
+    return l.pixels() + 2 * set + accums + joint;
+  }
+
   bool takes_device_images() const override { return !device_lost(options_.device); }
 
   std::shared_ptr<void> pin_host_memory(const void* data, size_t bytes) override {

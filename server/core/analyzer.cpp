@@ -377,11 +377,20 @@ class RegionUpload final : public Upload {
   uint64_t bytes_ = 0;
 };
 
-// Raw pixels and plain bytes go to the engine chunk by chunk as they arrive.
+// Raw pixels and bytes go to the engine chunk by chunk as they arrive. What
+// the engine's stream keeps of them (Engine::stream_bytes) is taken from the
+// decode memory as it grows: refused at the header when it could never fit,
+// and when the budget has no room for the next chunk's share.
 class PixelUpload final : public Upload {
  public:
-  PixelUpload(Engine& engine, Described described, StatsRequest request, uint64_t total)
-      : described_(std::move(described)), request_(request), total_(total) {
+  PixelUpload(Engine& engine, MemoryBudget& budget, Described described, StatsRequest request, uint64_t total)
+      : described_(std::move(described)), request_(request), total_(total), budget_(budget) {
+    keeps_ = engine.stream_bytes(described_.layout, request_);
+    if (keeps_ > budget.capacity())
+      fail(ErrorCode::kResourceExhausted,
+           "this stream's " + std::to_string(keeps_ >> 20) + " MiB of float samples are kept for their histogram "
+           "over their own range, more than the decode memory limit of " + std::to_string(budget.capacity() >> 20) +
+           " MiB (--max-decode-memory): give the histogram an explicit range, or send a smaller image");
     const auto t0 = Clock::now();
     stream_ = engine.open_stream(described_.layout, request_);
     compute_ += Clock::now() - t0;
@@ -389,6 +398,19 @@ class PixelUpload final : public Upload {
   void add(std::string_view chunk) override {
     if (received_ + chunk.size() > total_)
       fail(ErrorCode::kInvalidArgument, "chunks carry more than the header's total_bytes (" + std::to_string(total_) + ")");
+    if (keeps_) {
+      const uint64_t need = std::min(keeps_, received_ + chunk.size());
+      if (need > lease_.bytes()) {
+        constexpr uint64_t kStep = uint64_t{16} << 20;
+        const uint64_t want = std::min(keeps_, (need + kStep - 1) / kStep * kStep);
+        if (!budget_.try_grow(lease_, want - lease_.bytes()))
+          fail(ErrorCode::kResourceExhausted,
+               "uploads and decodes in progress hold " + std::to_string(budget_.in_use() >> 20) + " of " +
+                   std::to_string(budget_.capacity() >> 20) +
+                   " MiB of decode memory (--max-decode-memory), and this stream's float samples are kept for their "
+                   "histogram: try again later");
+      }
+    }
     received_ += chunk.size();
     const auto t0 = Clock::now();
     stream_->feed(chunk.data(), chunk.size());
@@ -418,6 +440,9 @@ class PixelUpload final : public Upload {
   StatsRequest request_;
   uint64_t total_;
   uint64_t received_ = 0;
+  MemoryBudget& budget_;
+  uint64_t keeps_ = 0;          // bytes the stream keeps by its end
+  MemoryBudget::Lease lease_;   // what it keeps so far, rounded up
   std::unique_ptr<StreamAnalysis> stream_;
   Clock::duration compute_{};
 };
@@ -607,8 +632,12 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
       options.arrived = arrived;
       DecodePlan plan = plan_decode(bytes, data.size(), options);
       const auto waited_until = memory_wait_until(call, t0);
-      // Bands suffice unless a statistic needs the whole image (the luminance).
-      const bool in_bands = plan.band_memory_bytes > 0 && !stats_request.luminance && !with_parts;
+      // Bands suffice unless a statistic needs the whole image (the luminance),
+      // or the engine's stream would keep every pixel anyway (floats binned
+      // over their own range, on the CPU): then the whole image, in its budget.
+      const Layout& bands = plan.band_layout;
+      const bool in_bands = plan.band_memory_bytes > 0 && !stats_request.luminance && !with_parts && bands.channels > 0 &&
+                            engine_->stream_bytes(bands, stats_request) == 0;
       // Only the banded PNG decoder reads a file as it arrives; the rest
       // waits for all of it, planned again whole (PNG's checks of every chunk).
       auto whole = [&] {
@@ -664,6 +693,21 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
       read_map(p.has_mask() ? p.mask().image() : p.labels().image(), p.has_mask() ? "mask" : "label image", d.layout,
                call, map);
       parts.map = map.view;
+    }
+  }
+  // What the engine allocates beyond the pixels (Engine::working_bytes):
+  // waited for by a call that holds nothing yet, else taken now or refused.
+  MemoryBudget::Lease working;
+  {
+    const StatsRequest asked = with_rgb(stats_request, d.order);
+    uint64_t bytes = engine_->working_bytes(d.layout, asked, with_parts ? &parts : nullptr);
+    if (with_parts && parts.kind != PartsKind::kMask) bytes = std::max(bytes, engine_->working_bytes(d.layout, asked));
+    if (bytes > 0) {
+      const std::string what = "the analysis of this " + std::to_string(d.layout.width) + "x" +
+                               std::to_string(d.layout.height) + " image (" +
+                               (with_parts ? "its parts" : "its luminance or counters") + ")";
+      const bool holding = lease.bytes() || map.lease.bytes() || data.lease.bytes();
+      working = holding ? budget_->take_now(bytes, what) : budget_->acquire(bytes, what, call, memory_wait_until(call, t0));
     }
   }
   const auto t1 = Clock::now();
@@ -855,10 +899,10 @@ std::unique_ptr<Upload> Analyzer::begin_upload(const v1::StreamHeader& header, c
     case v1::INPUT_KIND_RAW: {
       Described d = describe_pixels("raw", raw_layout_of(input.raw()));
       check_raw_size(d.layout, total);
-      return std::make_unique<PixelUpload>(*engine_, std::move(d), stats_request, total);
+      return std::make_unique<PixelUpload>(*engine_, *budget_, std::move(d), stats_request, total);
     }
     case v1::INPUT_KIND_BYTES:
-      return std::make_unique<PixelUpload>(*engine_, describe_pixels("bytes", Layout{total, 1, 1, SampleType::kUint8, 0}),
+      return std::make_unique<PixelUpload>(*engine_, *budget_, describe_pixels("bytes", Layout{total, 1, 1, SampleType::kUint8, 0}),
                                            stats_request, total);
     default:
       if (total > static_cast<uint64_t>(INT32_MAX))

@@ -80,6 +80,17 @@ bool MemoryBudget::try_grow(Lease& lease, uint64_t bytes) {
   return true;
 }
 
+MemoryBudget::Lease MemoryBudget::take_now(uint64_t bytes, const std::string& what) {
+  if (bytes > capacity_)
+    fail(ErrorCode::kResourceExhausted, what + " needs " + mib(bytes) + ", more than the decode memory limit of " +
+                                            mib(capacity_) + " (--max-decode-memory)");
+  Lease lease;
+  if (!try_grow(lease, bytes))
+    fail(ErrorCode::kResourceExhausted, what + " needs " + mib(bytes) + ": " + mib(in_use()) + " of the " + mib(capacity_) +
+                                            " of decode memory (--max-decode-memory) are in use; try again later");
+  return lease;
+}
+
 void MemoryBudget::give_back(uint64_t bytes) {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -48,6 +48,12 @@ class MemoryBudget {
   // when they do not fit now. For memory that grows as a client sends it.
   bool try_grow(Lease& lease, uint64_t bytes);
 
+  // `bytes` now or never, for a call that already holds memory (it must not
+  // wait behind calls that may be waiting for what it holds): throws
+  // RESOURCE_EXHAUSTED naming --max-decode-memory when they are more than
+  // the capacity, or more than is free now. `what` names the work.
+  Lease take_now(uint64_t bytes, const std::string& what);
+
   uint64_t capacity() const { return capacity_; }
   uint64_t in_use() const;
   size_t waiting() const;

@@ -132,15 +132,22 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
       // data and libjpeg's rows (a few MCU rows).
       const uint64_t runs = size + uint64_t{h.interval_threads} * 64 * row_bytes;
       plan.band_memory_bytes = 2 * row_bytes * rows + jpeg_coefficient_bytes(h) + (plan.band_rows ? runs : 0);
+      plan.band_layout = Layout{h.width, h.height, h.components == 1 ? 1u : 3u, SampleType::kUint8, 0};
     }
   }
-  if (p.format == "PNG" && size >= 29)
+  if (p.format == "PNG" && size >= 29) {
     plan.band_memory_bytes = png_stream_memory_bytes(plan.width, plan.height, data[24], data[25], data[28] != 0, size);
+    // Colour type 0 gray, 2 RGB, 3 palette (RGB, RGBA with tRNS), 4 gray and alpha, 6 RGBA.
+    const uint8_t colour = data[25];
+    const uint32_t channels = colour == 0 ? 1 : colour == 4 ? 2 : colour == 2 ? 3 : 4;
+    plan.band_layout = Layout{plan.width, plan.height, channels, data[24] == 16 ? SampleType::kUint16 : SampleType::kUint8, 0};
+  }
   TiffBands tiff;
   if (p.format == "TIFF" && p.has_size) {
     tiff = plan_tiff(data, size);
     plan.band_memory_bytes = tiff.memory_bytes;
     plan.band_rows = tiff.band_rows;
+    if (tiff.taken) plan.band_layout = Layout{plan.width, plan.height, tiff.channels, tiff.type, 0};
   }
   if (!p.has_size) invalid_data(p.format + ": the header gives no image size (corrupt or truncated header)");
   check_pixels(plan.width, plan.height, options.max_pixels);

@@ -50,6 +50,9 @@ struct DecodePlan {
   // Rows a band should hold for that decode; 0: band_rows()'s. A JPEG cut at
   // its restart markers wants large bands, one run per core in each.
   uint32_t band_rows = 0;
+  // The pixels the banded decoder gives (channels 0: not known), so that an
+  // engine can say before the decode what its stream of them would keep.
+  Layout band_layout{0, 0, 0, SampleType::kUint8, 0};
 };
 
 [[noreturn]] inline void invalid_data(const std::string& message) { fail(ErrorCode::kInvalidArgument, message); }

@@ -342,6 +342,8 @@ TiffBands plan_tiff(const uint8_t* data, size_t size) {
   Shape s;
   if (!h || !shape_of(h->tif, &s)) return out;
   out.taken = true;
+  out.channels = s.channels;
+  out.type = s.type;
   plan_reading(s, arena_threads(), &out.band_rows, &out.memory_bytes);
   return out;
 }

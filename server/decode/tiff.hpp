@@ -40,6 +40,8 @@ struct TiffBands {
   bool taken = false;
   uint64_t memory_bytes = 0;  // most it holds at once, the sink's two bands included
   uint32_t band_rows = 0;     // rows a band should hold: whole strips or tile rows, every core busy
+  uint32_t channels = 0;      // of the pixels given to the sink
+  SampleType type = SampleType::kUint8;
 };
 TiffBands plan_tiff(const uint8_t* data, size_t size);
 
