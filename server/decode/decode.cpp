@@ -142,12 +142,15 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     const uint32_t channels = colour == 0 ? 1 : colour == 4 ? 2 : colour == 2 ? 3 : 4;
     plan.band_layout = Layout{plan.width, plan.height, channels, data[24] == 16 ? SampleType::kUint16 : SampleType::kUint8, 0};
   }
-  TiffBands tiff;
+  TiffPlan tiff;
   if (p.format == "TIFF" && p.has_size) {
     tiff = plan_tiff(data, size);
-    plan.band_memory_bytes = tiff.memory_bytes;
-    plan.band_rows = tiff.band_rows;
-    if (tiff.taken) plan.band_layout = Layout{plan.width, plan.height, tiff.channels, tiff.type, 0};
+    if (tiff.route == TiffRoute::kRefused) invalid_data("TIFF: " + tiff.refusal);
+    if (tiff.route == TiffRoute::kDirect) {
+      plan.band_memory_bytes = tiff.memory_bytes;
+      plan.band_rows = tiff.band_rows;
+      plan.band_layout = Layout{plan.width, plan.height, tiff.channels, tiff.type, 0};
+    }
   }
   if (!p.has_size) invalid_data(p.format + ": the header gives no image size (corrupt or truncated header)");
   check_pixels(plan.width, plan.height, options.max_pixels);
@@ -162,9 +165,11 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   if (options.release) options.release(0, size);
   // Below 2^40 pixels and 2^20 bytes a pixel: no overflow.
   plan.memory_bytes = plan.width * plan.height * p.bytes_per_pixel + extra;
-  // The whole image from libtiff's units: the sink's two bands are the image.
-  if (tiff.taken)
+  // The whole image from libtiff's units (the sink's two bands are the
+  // image), or OpenCV's image and strip or tile buffers.
+  if (tiff.route == TiffRoute::kDirect)
     plan.memory_bytes = std::max(plan.memory_bytes, plan.width * plan.height * p.bytes_per_pixel + tiff.memory_bytes);
+  if (tiff.route == TiffRoute::kOpenCv) plan.memory_bytes = std::max(plan.memory_bytes, tiff.memory_bytes);
   return plan;
 }
 
@@ -237,6 +242,7 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
       out.decoder = std::move(banded.decoder);
       return finish_decoded(std::move(out), m, options, /*bgr=*/false);
     }
+    if (banded.final) invalid_data(plan.format + ": could not decode (corrupt or truncated data; " + banded.refusal + ")");
     refusal = std::move(banded.refusal);
   }
   if (options.arrived) {  // the rest reads the whole file
@@ -298,6 +304,7 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     out.taken = tiff.taken;
     out.decoder = "libtiff";
     if (!tiff.libtiff_error.empty()) out.refusal = "libtiff: " + tiff.libtiff_error;
+    out.final = !tiff.libtiff_error.empty();
   }
   return out;
 }

@@ -82,6 +82,7 @@ struct BandedDecode {
   std::string decoder;
   std::vector<std::string> warnings;
   std::string refusal;  // not taken because the library refused part of the file: its words
+  bool final = false;    // and no other decoder would read it right: the refusal is the answer
 };
 BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options,
                              const RowSink& sink);

@@ -48,8 +48,20 @@ void probe_tiff(Probe& p, const uint8_t* d, size_t n) {
     const uint32_t tag = u16(e), type = u16(e + 2);
     const uint64_t values = big ? u64(e + 4) : u32(e + 4);
     const size_t value = e + (big ? 12 : 8);
-    // LONG8 (16) is BigTIFF's: a classic entry has 4 bytes for its value.
-    int64_t v = type == 3 ? u16(value) : type == 4 ? u32(value) : type == 16 && big ? static_cast<int64_t>(u64(value)) : -1;
+    // Any integer type, as libtiff reads these tags (negative: none); LONG8
+    // and SLONG8 (16, 17) are BigTIFF's: a classic entry has 4 bytes for its value.
+    int64_t v = -1;
+    switch (type) {
+      case 1: v = d[value]; break;                                              // BYTE
+      case 6: v = static_cast<int8_t>(d[value]); break;                         // SBYTE
+      case 3: v = u16(value); break;                                            // SHORT
+      case 8: v = static_cast<int16_t>(u16(value)); break;                      // SSHORT
+      case 4: v = u32(value); break;                                            // LONG
+      case 9: v = static_cast<int32_t>(u32(value)); break;                      // SLONG
+      case 16: if (big) v = u64(value) > INT64_MAX ? -1 : static_cast<int64_t>(u64(value)); break;
+      case 17: if (big) v = static_cast<int64_t>(u64(value)); break;
+    }
+    if (v < 0) v = -1;
     if (tag == 258 && type == 3 && values * 2 > (big ? 8u : 4u)) {  // one per sample, stored elsewhere
       const uint64_t at = big ? u64(value) : u32(value);
       v = at <= n && n - at >= 2 ? u16(at) : -1;

@@ -106,7 +106,12 @@ std::unique_ptr<Handle> open_handle(const uint8_t* data, size_t size) {
   h->tif = TIFFClientOpenExt("TIFF", "r", &h->source, read_bytes, write_bytes, seek_bytes, close_bytes, size_of_bytes,
                              map_bytes, unmap_bytes, options);
   TIFFOpenOptionsFree(options);
-  return h->tif ? std::move(h) : nullptr;
+  if (!h->tif) return nullptr;
+  // LogL's luminance as libtiff's floats (cd/m^2), not its 8-bit tone map.
+  uint16_t photometric = 0;
+  if (TIFFGetField(h->tif, TIFFTAG_PHOTOMETRIC, &photometric) && photometric == PHOTOMETRIC_LOGL)
+    TIFFSetField(h->tif, TIFFTAG_SGILOGDATAFMT, SGILOGDATAFMT_FLOAT);
+  return h;
 }
 
 // How the samples become OpenCV's pixels.
@@ -114,6 +119,115 @@ enum class Read {
   kRgba,  // TIFFReadRGBAStrip/Tile, then reduced to the channels (as OpenCV)
   kRaw,   // the samples as they are (TIFFReadEncodedStrip/Tile)
 };
+
+bool associated_alpha(TIFF* tif) {
+  uint16_t n = 0;
+  uint16_t* info = nullptr;
+  if (!TIFFGetField(tif, TIFFTAG_EXTRASAMPLES, &n, &info) || n != 1 || !info) return false;
+  // libtiff's RGBA reader takes an unspecified fourth sample as associated alpha.
+  return info[0] == EXTRASAMPLE_ASSOCALPHA || info[0] == EXTRASAMPLE_UNSPECIFIED;
+}
+
+std::string photometric_name(uint16_t p) {
+  switch (p) {
+    case PHOTOMETRIC_MINISWHITE: return "MinIsWhite";
+    case PHOTOMETRIC_MINISBLACK: return "MinIsBlack";
+    case PHOTOMETRIC_RGB: return "RGB";
+    case PHOTOMETRIC_PALETTE: return "Palette";
+    case PHOTOMETRIC_MASK: return "Mask";
+    case PHOTOMETRIC_SEPARATED: return "Separated";
+    case PHOTOMETRIC_YCBCR: return "YCbCr";
+    case PHOTOMETRIC_CIELAB: return "CIELab";
+    case PHOTOMETRIC_ICCLAB: return "ICCLab";
+    case PHOTOMETRIC_ITULAB: return "ITULab";
+    case PHOTOMETRIC_CFA: return "CFA";
+    case PHOTOMETRIC_LOGL: return "LogL";
+    case PHOTOMETRIC_LOGLUV: return "LogLuv";
+  }
+  return "photometric " + std::to_string(p);
+}
+
+// The tags of the first directory that decide how it is read.
+struct Tags {
+  uint32_t width = 0, height = 0;
+  bool has_photometric = false;
+  uint16_t photometric = 0;
+  uint16_t bits = 8, samples = 1, format = SAMPLEFORMAT_UINT, orientation = ORIENTATION_TOPLEFT;
+  uint16_t planar = PLANARCONFIG_CONTIG, compression = COMPRESSION_NONE;
+  bool gray = false;
+  bool associated_alpha = false;  // one extra sample, associated (or unspecified) alpha
+  // The bits OpenCV 4.6 reads at: above 8 for other photometrics, or other
+  // sample counts, it reads through libtiff's 8-bit RGBA image.
+  uint16_t opencv_bits = 8;
+};
+
+Tags tags_of(TIFF* tif) {
+  Tags t;
+  TIFFGetField(tif, TIFFTAG_IMAGEWIDTH, &t.width);
+  TIFFGetField(tif, TIFFTAG_IMAGELENGTH, &t.height);
+  t.has_photometric = TIFFGetField(tif, TIFFTAG_PHOTOMETRIC, &t.photometric) != 0;
+  t.gray = t.photometric == PHOTOMETRIC_MINISWHITE || t.photometric == PHOTOMETRIC_MINISBLACK;
+  t.samples = t.gray ? 1 : 3;
+  if (!TIFFGetField(tif, TIFFTAG_BITSPERSAMPLE, &t.bits)) t.bits = 1;
+  TIFFGetField(tif, TIFFTAG_SAMPLESPERPIXEL, &t.samples);
+  TIFFGetField(tif, TIFFTAG_SAMPLEFORMAT, &t.format);
+  TIFFGetField(tif, TIFFTAG_ORIENTATION, &t.orientation);
+  TIFFGetFieldDefaulted(tif, TIFFTAG_PLANARCONFIG, &t.planar);
+  TIFFGetFieldDefaulted(tif, TIFFTAG_COMPRESSION, &t.compression);
+  t.associated_alpha = associated_alpha(tif);
+  t.opencv_bits = t.bits;
+  if (t.bits > 8 && (t.photometric > PHOTOMETRIC_RGB || (t.samples != 1 && t.samples != 3 && t.samples != 4)))
+    t.opencv_bits = 8;
+  return t;
+}
+
+// What neither the direct path nor OpenCV 4.6 reads to the file's own
+// pixels: OpenCV refuses it with words a caller cannot act on, or answers
+// with pixels that are not the file's (a conversion's bytes read as signed,
+// a planar file's first plane read as all of them). Empty: not refused.
+std::string refusal_of(const Tags& t) {
+  if (!t.has_photometric) return "the first page has no PhotometricInterpretation tag";
+  if (t.samples < 1 || t.samples > 4)
+    return std::to_string(t.samples) + " samples a pixel are not supported (1 to 4 are)";
+  if (t.format == SAMPLEFORMAT_COMPLEXINT || t.format == SAMPLEFORMAT_COMPLEXIEEEFP)
+    return "complex samples are not supported";
+  if (t.format == SAMPLEFORMAT_VOID) return "samples of undefined format (SampleFormat 4) are not supported";
+  if (t.format != SAMPLEFORMAT_UINT && t.format != SAMPLEFORMAT_INT && t.format != SAMPLEFORMAT_IEEEFP)
+    return "SampleFormat " + std::to_string(t.format) + " is not supported";
+  if (t.photometric == PHOTOMETRIC_LOGLUV) {
+    if (t.samples != 3) return "LogLuv images of " + std::to_string(t.samples) + " samples are not supported";
+    return "";  // OpenCV's: XYZ as float, to RGB
+  }
+  if (t.photometric == PHOTOMETRIC_LOGL) {
+    if (t.samples != 1) return "LogL images of " + std::to_string(t.samples) + " samples are not supported";
+    if (t.orientation != ORIENTATION_TOPLEFT)
+      return "LogL images with orientation " + std::to_string(t.orientation) + " are not supported";
+    return "";  // the direct path's: luminance as float
+  }
+  const std::string kind = photometric_name(t.photometric);
+  if (t.format == SAMPLEFORMAT_IEEEFP) {
+    if (t.bits == 16 || t.bits == 24)
+      return std::to_string(t.bits) + "-bit floating-point samples are not supported (32 and 64 are)";
+    if (t.bits != 32 && t.bits != 64) return std::to_string(t.bits) + "-bit floating-point samples are not supported";
+    if (t.opencv_bits == 8) return "floating-point " + kind + " images of " + std::to_string(t.samples) +
+                                   " samples are not supported";
+  } else {
+    if (t.bits == 32 || t.bits == 64)
+      return std::to_string(t.bits) + "-bit integer samples are not supported (8 and 16 are, and 32- and 64-bit floats)";
+    const uint16_t b = t.opencv_bits;
+    if (!(b == 1 || b == 2 || b == 4 || b == 8 || b == 10 || b == 12 || b == 14 || b == 16))
+      return std::to_string(t.bits) + "-bit samples are not supported";
+    // Read as libtiff's RGBA image: its bytes are unsigned whatever the file's
+    // samples were, unless they pass through unchanged (8-bit gray, with or
+    // without alpha, and RGB, with associated alpha or none).
+    const bool through = t.bits == 8 && ((t.photometric == PHOTOMETRIC_MINISBLACK && t.samples <= 2) ||
+                                         (t.photometric == PHOTOMETRIC_RGB && (t.samples == 3 || (t.samples == 4 && t.associated_alpha))));
+    if (t.format == SAMPLEFORMAT_INT && b <= 8 && !through)
+      return "signed " + std::to_string(t.bits) + "-bit " + kind + " samples are not supported (signed 8-bit "
+             "gray and RGB are)";
+  }
+  return "";
+}
 
 // The first directory, as OpenCV 4.6 reads it, and how it will be read.
 struct Shape {
@@ -126,6 +240,7 @@ struct Shape {
   SampleType type = SampleType::kUint8;
   uint32_t sample_bytes = 1;
   Read read = Read::kRgba;
+  bool logl = false;          // LogL: libtiff's float luminance (SGILOGDATAFMT_FLOAT)
   bool line_by_line = false;  // raw strips too large for a band: TIFFReadScanline on one core
 
   uint64_t row_bytes() const { return uint64_t{width} * channels * sample_bytes; }
@@ -138,57 +253,58 @@ struct Shape {
   }
 };
 
-bool associated_alpha(TIFF* tif) {
-  uint16_t n = 0;
-  uint16_t* info = nullptr;
-  if (!TIFFGetField(tif, TIFFTAG_EXTRASAMPLES, &n, &info) || n != 1 || !info) return false;
-  // libtiff's RGBA reader takes an unspecified fourth sample as associated alpha.
-  return info[0] == EXTRASAMPLE_ASSOCALPHA || info[0] == EXTRASAMPLE_UNSPECIFIED;
+// A strip's or tile's size as OpenCV 4.6 takes it (grfmt_tiff.cpp): false
+// where it would refuse it.
+bool unit_of(TIFF* tif, const Tags& t, uint32_t* uw, uint32_t* uh) {
+  *uw = t.width;
+  *uh = 0;
+  if (TIFFIsTiled(tif)) {
+    if (!TIFFGetField(tif, TIFFTAG_TILEWIDTH, uw) || !TIFFGetField(tif, TIFFTAG_TILELENGTH, uh)) return false;
+  } else {
+    TIFFGetField(tif, TIFFTAG_ROWSPERSTRIP, uh);
+  }
+  if (*uw == 0) *uw = t.width;
+  if (*uh == 0 || (!TIFFIsTiled(tif) && *uh == UINT32_MAX)) *uh = t.height;
+  return *uw <= (1u << 24) && *uh <= (1u << 24);
 }
 
 // False: not taken (OpenCV decodes it whole, or refuses it).
-bool shape_of(TIFF* tif, Shape* s) {
-  uint32_t width = 0, height = 0;
-  uint16_t photometric = 0;
-  if (!TIFFGetField(tif, TIFFTAG_IMAGEWIDTH, &width) || !TIFFGetField(tif, TIFFTAG_IMAGELENGTH, &height) ||
-      !TIFFGetField(tif, TIFFTAG_PHOTOMETRIC, &photometric) || width == 0 || height == 0)
-    return false;
-  const bool gray = photometric == PHOTOMETRIC_MINISWHITE || photometric == PHOTOMETRIC_MINISBLACK;
-  uint16_t bits = 8, samples = gray ? 1 : 3;
-  if (!TIFFGetField(tif, TIFFTAG_BITSPERSAMPLE, &bits)) bits = 1;
-  TIFFGetField(tif, TIFFTAG_SAMPLESPERPIXEL, &samples);
-  if (samples < 1 || samples > 4) return false;
-  // OpenCV reads these through libtiff's RGBA reader, as 8-bit.
-  if (bits > 8 && (photometric > PHOTOMETRIC_RGB || (samples != 1 && samples != 3 && samples != 4))) bits = 8;
-  uint16_t format = SAMPLEFORMAT_UINT, orientation = ORIENTATION_TOPLEFT, planar = PLANARCONFIG_CONTIG,
-           compression = COMPRESSION_NONE;
-  TIFFGetField(tif, TIFFTAG_SAMPLEFORMAT, &format);
-  TIFFGetField(tif, TIFFTAG_ORIENTATION, &orientation);
-  TIFFGetFieldDefaulted(tif, TIFFTAG_PLANARCONFIG, &planar);
-  TIFFGetFieldDefaulted(tif, TIFFTAG_COMPRESSION, &compression);
-  if (orientation != ORIENTATION_TOPLEFT) return false;
-
-  s->width = width;
-  s->height = height;
+bool shape_of(TIFF* tif, const Tags& t, Shape* s) {
+  if (t.width == 0 || t.height == 0 || !t.has_photometric || !refusal_of(t).empty()) return false;
+  if (t.orientation != ORIENTATION_TOPLEFT) return false;
+  const uint16_t photometric = t.photometric, samples = t.samples, format = t.format;
+  const bool gray = t.gray;
+  s->width = t.width;
+  s->height = t.height;
   s->samples = samples;
   s->tiled = TIFFIsTiled(tif) != 0;
-  uint32_t uw = width, uh = 0;
-  if (s->tiled) {
-    if (!TIFFGetField(tif, TIFFTAG_TILEWIDTH, &uw) || !TIFFGetField(tif, TIFFTAG_TILELENGTH, &uh)) return false;
-  } else {
-    TIFFGetField(tif, TIFFTAG_ROWSPERSTRIP, &uh);
-  }
-  if (uw == 0) uw = width;
-  if (uh == 0 || (!s->tiled && uh == UINT32_MAX)) uh = height;
-  if (uw > (1u << 24) || uh > (1u << 24)) return false;  // OpenCV's limits
-  if (!s->tiled) uw = width;
+  uint32_t uw, uh;
+  if (!unit_of(tif, t, &uw, &uh)) return false;
+  if (!s->tiled) uw = t.width;
   s->unit_width = uw;
   s->unit_height = uh;
-  s->planar = planar == PLANARCONFIG_SEPARATE && samples > 1;
+  s->planar = t.planar == PLANARCONFIG_SEPARATE && samples > 1;
   const uint64_t unit_pixels = uint64_t{uw} * uh;
-
-  if (bits == 8) {
-    if (format != SAMPLEFORMAT_UINT && format != SAMPLEFORMAT_INT) return false;
+  if (photometric == PHOTOMETRIC_LOGLUV) return false;  // OpenCV's
+  if (photometric == PHOTOMETRIC_LOGL) {
+    if ((t.compression != COMPRESSION_SGILOG && t.compression != COMPRESSION_SGILOG24) || s->planar) return false;
+    s->logl = true;
+    s->type = SampleType::kFloat32;
+    s->sample_bytes = 4;
+    s->channels = 1;
+    s->read = Read::kRaw;
+    return unit_pixels * 4 < kOpenCvRgbaUnitBytes;
+  }
+  const uint16_t bits = t.opencv_bits;
+  if (bits == 2 || bits == 4) {
+    // OpenCV 4.6 refuses these; libtiff's RGBA image of them is what it
+    // gives 1-bit images (0 to 255), and these are taken only where it
+    // reads them: gray and palette.
+    if (!gray && photometric != PHOTOMETRIC_PALETTE) return false;
+  } else if (bits != 8 && bits != 16 && bits != 32 && bits != 64) {
+    return false;
+  }
+  if (bits <= 8) {
     s->type = format == SAMPLEFORMAT_INT ? SampleType::kInt8 : SampleType::kUint8;
     s->sample_bytes = 1;
     s->channels = gray ? 1 : photometric == PHOTOMETRIC_PALETTE ? 3 : samples;
@@ -196,12 +312,12 @@ bool shape_of(TIFF* tif, Shape* s) {
     if (unit_pixels * 4 >= kOpenCvRgbaUnitBytes) return false;
     char why[1024];
     if (!TIFFRGBAImageOK(tif, why)) return false;
-    const bool same_samples = (photometric == PHOTOMETRIC_MINISBLACK && samples == 1) ||
-                              (photometric == PHOTOMETRIC_RGB && samples == 3) ||
-                              (photometric == PHOTOMETRIC_RGB && samples == 4 && associated_alpha(tif));
-    const bool coded_colour = compression == COMPRESSION_JPEG || compression == COMPRESSION_OJPEG;
+    const bool same_samples = t.bits == 8 && ((photometric == PHOTOMETRIC_MINISBLACK && samples == 1) ||
+                                              (photometric == PHOTOMETRIC_RGB && samples == 3) ||
+                                              (photometric == PHOTOMETRIC_RGB && samples == 4 && associated_alpha(tif)));
+    const bool coded_colour = t.compression == COMPRESSION_JPEG || t.compression == COMPRESSION_OJPEG;
     s->read = same_samples && !coded_colour ? Read::kRaw : Read::kRgba;
-  } else if (bits == 16 || bits == 32 || bits == 64) {
+  } else {
     // Planar: OpenCV 4.6 reads the first plane's strips as if they held every
     // sample (and memory it never wrote); here each plane is read.
     s->sample_bytes = bits / 8;
@@ -216,10 +332,32 @@ bool shape_of(TIFF* tif, Shape* s) {
     s->channels = samples;
     if (unit_pixels * samples * s->sample_bytes >= kOpenCvRgbaUnitBytes) return false;
     s->read = Read::kRaw;
-  } else {
-    return false;
   }
   return true;
+}
+
+// What OpenCV 4.6 holds to decode a file the direct path leaves to it: the
+// image (twice when its orientation transposes it) and one strip or tile
+// buffer, with its unpacked copy for 10-, 12- and 14-bit samples.
+uint64_t opencv_memory_bytes(TIFF* tif, const Tags& t) {
+  uint32_t uw, uh;
+  if (!unit_of(tif, t, &uw, &uh)) return 0;  // refused before it allocates
+  const uint64_t ncn = t.samples, bpp = t.opencv_bits;
+  uint64_t depth = bpp <= 8 ? 1 : bpp <= 16 ? 2 : bpp <= 32 ? 4 : 8;
+  uint64_t channels = ncn;
+  if (bpp <= 16 && t.gray) channels = 1;
+  if (bpp <= 8 && t.photometric == PHOTOMETRIC_PALETTE) channels = 3;
+  if (t.photometric == PHOTOMETRIC_LOGLUV && ncn == 3) depth = 4;
+  const uint64_t image = uint64_t{t.width} * t.height * channels * depth;
+  uint64_t unit;
+  if (depth == 1) {
+    unit = uint64_t{uw} * uh * 4;  // libtiff's RGBA raster
+  } else {
+    const uint64_t file_bits = t.photometric == PHOTOMETRIC_LOGLUV ? 32 : bpp;
+    unit = uint64_t{uh} * ((ncn * uw * file_bits + 7) / 8);
+    if (file_bits < depth * 8) unit += uint64_t{uh} * ((ncn * uw * depth * 8 + 7) / 8);
+  }
+  return image * (t.orientation >= ORIENTATION_LEFTTOP ? 2 : 1) + unit;
 }
 
 uint32_t arena_threads() { return static_cast<uint32_t>(std::max(1, tbb::this_task_arena::max_concurrency())); }
@@ -324,8 +462,13 @@ bool decode_unit(Handle& h, const Shape& s, uint32_t unit_row, uint32_t column, 
   }
   // libtiff's raster runs bottom-up: its row i is the unit's row rows-1-i
   // (a tile's rows start after its unused ones).
+  // OpenCV's TIFFReadRGBAStrip/Tile carry on past a unit libtiff cannot
+  // read, and answer with whatever the buffer held: here that unit fails.
   uint32_t* raster = reinterpret_cast<uint32_t*>(buf);
-  if (!(s.tiled ? TIFFReadRGBATile(tif, x0, r0, raster) : TIFFReadRGBAStrip(tif, r0, raster))) return false;
+  h.error.clear();  // what opening the file said is not this unit's
+  if (!(s.tiled ? TIFFReadRGBATileExt(tif, x0, r0, raster, 1) : TIFFReadRGBAStripExt(tif, r0, raster, 1)) ||
+      !h.error.empty())
+    return false;
   const uint8_t* start = buf + (s.tiled ? size_t{s.unit_height - rows} * s.unit_width * 4 : 0);
   for (uint32_t y = first; y < last; ++y) {
     const uint8_t* src = start + size_t{r0 + rows - 1 - y} * s.unit_width * 4;
@@ -336,12 +479,32 @@ bool decode_unit(Handle& h, const Shape& s, uint32_t unit_row, uint32_t column, 
 
 }  // namespace
 
-TiffBands plan_tiff(const uint8_t* data, size_t size) {
-  TiffBands out;
+TiffPlan plan_tiff(const uint8_t* data, size_t size) {
+  TiffPlan out;
   const std::unique_ptr<Handle> h = open_handle(data, size);
+  if (!h) return out;  // OpenCV gives libtiff's verdict
+  const Tags t = tags_of(h->tif);
+  out.refusal = refusal_of(t);
+  if (!out.refusal.empty()) {
+    out.route = TiffRoute::kRefused;
+    return out;
+  }
   Shape s;
-  if (!h || !shape_of(h->tif, &s)) return out;
-  out.taken = true;
+  if (!shape_of(h->tif, t, &s)) {
+    // What OpenCV would read wrong, that the direct path does not take.
+    if (t.planar == PLANARCONFIG_SEPARATE && t.samples > 1 && t.opencv_bits > 8)
+      out.refusal = "planar (separate) " + std::to_string(t.bits) + "-bit " + photometric_name(t.photometric) +
+                    " images are read only top-left, as gray, RGB or RGBA, in strips or tiles under 1 GiB";
+    else if (t.photometric == PHOTOMETRIC_LOGL)
+      out.refusal = "LogL images are read only SGILog-coded, top-left, in strips or tiles under 1 GiB";
+    if (!out.refusal.empty()) {
+      out.route = TiffRoute::kRefused;
+      return out;
+    }
+    out.memory_bytes = opencv_memory_bytes(h->tif, t);
+    return out;
+  }
+  out.route = TiffRoute::kDirect;
   out.channels = s.channels;
   out.type = s.type;
   plan_reading(s, arena_threads(), &out.band_rows, &out.memory_bytes);
@@ -353,7 +516,7 @@ TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<boo
   TiffDecode out;
   const std::unique_ptr<Handle> first = open_handle(data, size);
   Shape s;
-  if (!first || !shape_of(first->tif, &s)) return out;
+  if (!first || !shape_of(first->tif, tags_of(first->tif), &s)) return out;
   const uint32_t threads = arena_threads();
   uint32_t ignored_rows;
   uint64_t ignored_memory;

@@ -11,19 +11,33 @@
 // are already what that gives (8-bit MinIsBlack, RGB, RGB with associated
 // alpha) they are read raw, with no RGBA step.
 //
-// What it does not take is decoded by OpenCV, whole, as before: any strip or
-// tile libtiff refuses (OpenCV then gives its own verdict on the file, as
-// before), orientations other than top-left, 1/2/4/10/12/14-bit samples,
-// 32-bit integers, more than 4 samples a pixel, units (strips or tiles) whose
-// buffer OpenCV refuses (1 GiB).
+// Every file is one of three (plan_tiff), decided from its first
+// directory's tags before anything is decoded, so that no answer is OK with
+// pixels that are not the file's:
+// - taken here (above), and also, beyond OpenCV 4.6: 2- and 4-bit gray and
+//   palette images, as libtiff's RGBA image of them (0 to 255, as OpenCV
+//   reads 1-bit ones), and LogL as libtiff's float luminance (as OpenCV reads
+//   LogLuv: float);
+// - left to OpenCV, whole: orientations other than top-left, 1- and 10- to
+//   14-bit samples, LogLuv, more than a unit's 1 GiB, what libtiff does not
+//   open;
+// - refused, naming what: what OpenCV 4.6 would answer with pixels that are
+//   not the file's, or refuse in words a caller cannot act on. Complex,
+//   undefined and 16- or 24-bit float samples, 32- and 64-bit integers, more
+//   than 4 samples a pixel, signed samples that libtiff's RGBA conversion
+//   reads as unsigned (anything but 8-bit gray and RGB), floats of other
+//   photometrics, a missing photometric interpretation; and, once taken
+//   here, a file with a strip or tile libtiff cannot read (TiffDecode).
 //
 // Two answers differ from OpenCV 4.6's, both where OpenCV's is libtiff's or
 // its own mistake: planar (separate) 16-bit and float images, of which
 // OpenCV reads the first plane's strips as if they held every sample, are
-// read plane by plane; and libtiff is given the file's bytes mapped, as
-// TIFFOpen gives it a file, so that uncompressed 8-bit tiles whose size is
-// not a multiple of 1 KiB are decoded (OpenCV's unmapped reader makes
-// libtiff 4.5 compare a tile's bytes with a buffer it rounded up, and refuse).
+// read plane by plane (planar ones that are left to OpenCV, their
+// orientation not top-left, are refused); and libtiff is given the file's
+// bytes mapped, as TIFFOpen gives it a file, so that uncompressed 8-bit
+// tiles whose size is not a multiple of 1 KiB are decoded (OpenCV's unmapped
+// reader makes libtiff 4.5 compare a tile's bytes with a buffer it rounded
+// up, and refuse).
 #pragma once
 
 #include <cstddef>
@@ -35,20 +49,26 @@
 
 namespace imgstat {
 
-// How decode_tiff will take a file, from its first directory.
-struct TiffBands {
-  bool taken = false;
-  uint64_t memory_bytes = 0;  // most it holds at once, the sink's two bands included
-  uint32_t band_rows = 0;     // rows a band should hold: whole strips or tile rows, every core busy
-  uint32_t channels = 0;      // of the pixels given to the sink
+// How a file's first directory is read: by decode_tiff, by OpenCV (whole),
+// or not at all, from its tags alone.
+enum class TiffRoute { kOpenCv, kDirect, kRefused };
+struct TiffPlan {
+  TiffRoute route = TiffRoute::kOpenCv;
+  std::string refusal;  // kRefused: what is not supported, for the caller
+  // kDirect: most decode_tiff holds at once, the sink's two bands included.
+  // kOpenCv: what OpenCV holds: the image and its strip or tile buffers.
+  uint64_t memory_bytes = 0;
+  uint32_t band_rows = 0;  // kDirect: rows a band should hold: whole strips or tile rows, every core busy
+  uint32_t channels = 0;   // kDirect: of the pixels given to the sink
   SampleType type = SampleType::kUint8;
 };
-TiffBands plan_tiff(const uint8_t* data, size_t size);
+TiffPlan plan_tiff(const uint8_t* data, size_t size);
 
 struct TiffDecode {
   bool taken = false;
-  // Not taken because libtiff refused a strip or tile: its words, for the
-  // error should OpenCV refuse the file too.
+  // Not taken because libtiff refused a strip or tile: its words. That is
+  // the file's answer: OpenCV, with the same libtiff, would refuse it too, or
+  // carry on and answer with whatever its buffer held there.
   std::string libtiff_error;
 };
 
