@@ -873,6 +873,10 @@ uint64_t cpu_working_bytes(const Layout& image, const StatsRequest& asked, const
   const StatsRequest request = measured_request(asked, image);
   const uint64_t image_bytes = l.pixels() * l.pixel_bytes();
   uint64_t bytes = counter_sets(image_bytes, threads) * counter_bytes(l, request);
+  // A joint histogram past a thread's private counters: one shared set; and
+  // the counts as the partial and as the result hold them.
+  const uint64_t joint_bins = request.joint.axes ? request.joint.total_bins() : 0;
+  bytes += joint_bins * 8 * (joint_bins > kJointPrivateBins ? 3 : 2);
   if (!parts || parts->kind == PartsKind::kWhole) {
     if (has_luminance(image, asked)) {
       const Layout y{image.width, image.height, 1, luminance_type(image.type), 0};

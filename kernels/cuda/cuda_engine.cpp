@@ -260,7 +260,9 @@ class CudaEngine final : public Engine {
   // and a mask of another type as a byte a pixel. Colour spaces and floats
   // go to the device or to the CPU engine (its own bound).
   uint64_t working_bytes(const Layout& image, const StatsRequest& asked, const Parts* parts) const override {
-    if (!parts || parts->kind == PartsKind::kWhole || parts->kind == PartsKind::kRects) return 0;
+    // A joint histogram's counts come back: the copy, the partial, the result.
+    const uint64_t joint_counts = asked.joint.axes ? 3 * (asked.joint.total_bins() + 1) * 8 : 0;
+    if (!parts || parts->kind == PartsKind::kWhole || parts->kind == PartsKind::kRects) return joint_counts;
     const Layout l = measured_layout(image, asked);
     const StatsRequest request = measured_request(asked, image);
     uint64_t count = 1;

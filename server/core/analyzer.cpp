@@ -385,6 +385,7 @@ class PixelUpload final : public Upload {
  public:
   PixelUpload(Engine& engine, MemoryBudget& budget, Described described, StatsRequest request, uint64_t total)
       : described_(std::move(described)), request_(request), total_(total), budget_(budget) {
+    validate(described_.layout, request_);
     keeps_ = engine.stream_bytes(described_.layout, request_);
     if (keeps_ > budget.capacity())
       fail(ErrorCode::kResourceExhausted,
@@ -636,8 +637,11 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
       // or the engine's stream would keep every pixel anyway (floats binned
       // over their own range, on the CPU): then the whole image, in its budget.
       const Layout& bands = plan.band_layout;
-      const bool in_bands = plan.band_memory_bytes > 0 && !stats_request.luminance && !with_parts && bands.channels > 0 &&
-                            engine_->stream_bytes(bands, stats_request) == 0;
+      bool in_bands = plan.band_memory_bytes > 0 && !stats_request.luminance && !with_parts && bands.channels > 0;
+      if (in_bands && is_float(bands.type)) {  // only floats are kept (a TIFF's: its layout is exact)
+        validate(bands, stats_request);
+        in_bands = engine_->stream_bytes(bands, stats_request) == 0;
+      }
       // Only the banded PNG decoder reads a file as it arrives; the rest
       // waits for all of it, planned again whole (PNG's checks of every chunk).
       auto whole = [&] {
@@ -700,6 +704,8 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
   MemoryBudget::Lease working;
   {
     const StatsRequest asked = with_rgb(stats_request, d.order);
+    validate(d.layout, asked);  // a request past the engines' limits is refused as such, not as memory
+    if (with_parts) validate(d.layout, parts);
     uint64_t bytes = engine_->working_bytes(d.layout, asked, with_parts ? &parts : nullptr);
     if (with_parts && parts.kind != PartsKind::kMask) bytes = std::max(bytes, engine_->working_bytes(d.layout, asked));
     if (bytes > 0) {

@@ -137,9 +137,10 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   }
   if (p.format == "PNG" && size >= 29) {
     plan.band_memory_bytes = png_stream_memory_bytes(plan.width, plan.height, data[24], data[25], data[28] != 0, size);
-    // Colour type 0 gray, 2 RGB, 3 palette (RGB, RGBA with tRNS), 4 gray and alpha, 6 RGBA.
+    // Colour type 0 gray, 2 RGB and 3 palette (RGBA with a tRNS chunk, which
+    // comes later), 4 gray and alpha (BGRA, as OpenCV reads it), 6 RGBA.
     const uint8_t colour = data[25];
-    const uint32_t channels = colour == 0 ? 1 : colour == 4 ? 2 : colour == 2 ? 3 : 4;
+    const uint32_t channels = colour == 0 ? 1 : colour == 2 || colour == 3 ? 3 : 4;
     plan.band_layout = Layout{plan.width, plan.height, channels, data[24] == 16 ? SampleType::kUint16 : SampleType::kUint8, 0};
   }
   TiffPlan tiff;

@@ -52,6 +52,7 @@ struct DecodePlan {
   uint32_t band_rows = 0;
   // The pixels the banded decoder gives (channels 0: not known), so that an
   // engine can say before the decode what its stream of them would keep.
+  // Exact for TIFF; a PNG's tRNS chunk may add an alpha channel to RGB.
   Layout band_layout{0, 0, 0, SampleType::kUint8, 0};
 };
 

@@ -13,11 +13,11 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace imgstat;
   DecodeOptions options;
-  options.max_pixels = uint64_t{1} << 22;  // small, so that a run is mostly parsing
+  options.max_pixels = fuzz::kMaxPixels;
   options.allow_truncated = size % 2 == 1;
   fuzz::expect_clean([&] {
     const DecodePlan plan = plan_decode(data, size, options);
-    if (plan.memory_bytes > (uint64_t{256} << 20)) return;  // the budget would refuse it
+    if (plan.memory_bytes > fuzz::kDecodeMemory) return;  // the budget would refuse it
     decode_image(data, size, plan, options);
   });
   std::vector<std::string> warnings;
@@ -28,11 +28,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::expect_clean([&] { decode_bmp_core(data, size, options); });
   fuzz::expect_clean([&] {
     const Probe p = probe(data, size);
-    if (p.format == "GIF" && p.has_size && p.width * p.height <= options.max_pixels) decode_gif(data, size, options, &warnings);
+    if (p.format == "GIF" && p.has_size && p.width * p.height <= options.max_pixels &&
+        p.width * p.height * p.bytes_per_pixel <= fuzz::kDecodeMemory)
+      decode_gif(data, size, options, &warnings);
   });
   fuzz::expect_clean([&] {
     const Probe p = probe(data, size);
-    if (p.format == "WebP" && p.has_size && p.width * p.height <= options.max_pixels) decode_webp_frames(data, size, &warnings);
+    if (p.format == "WebP" && p.has_size && p.width * p.height <= options.max_pixels &&
+        p.width * p.height * p.bytes_per_pixel <= fuzz::kDecodeMemory)
+      decode_webp_frames(data, size, &warnings);
   });
   fuzz::expect_clean([&] {
     if (size >= 3 && data[0] == 0xff && data[1] == 0xd8) {

@@ -11,13 +11,21 @@
 
 namespace imgstat::fuzz {
 
+// The targets' limits. The pixel limit is high enough that the decode
+// memory binds first: scripts/sanitize runs each target with libFuzzer's
+// -malloc_limit_mb a little above kDecodeMemory, so that any single
+// allocation past what the budget allows (a size from a file or a request
+// that reached the allocator unchecked) fails the run.
+inline constexpr uint64_t kMaxPixels = uint64_t{1} << 26;
+inline constexpr uint64_t kDecodeMemory = uint64_t{64} << 20;
+
 inline const Analyzer& analyzer() {
   static const Analyzer* a = [] {
     google::protobuf::SetLogHandler(nullptr);  // invalid UTF-8 in a name is expected here
     Limits l;
-    l.max_pixels = uint64_t{1} << 22;
+    l.max_pixels = kMaxPixels;
     l.max_input_bytes = uint64_t{1} << 24;
-    l.max_decode_memory = uint64_t{256} << 20;
+    l.max_decode_memory = kDecodeMemory;
     l.queue_timeout_seconds = 0.01;
     return new Analyzer(std::shared_ptr<Engine>(make_cpu_engine(1)), l);
   }();

@@ -1,0 +1,33 @@
+// libFuzzer, differential: any bytes that sniff as TIFF, decoded by imgstat
+// (the direct path, or OpenCV where it leaves the file) and by OpenCV's
+// imdecode, must answer as tiff_reference.hpp says: OpenCV's pixels,
+// libtiff's own beyond OpenCV, or a refusal naming what is not supported.
+// Never an OK with other pixels.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "decode/decode.hpp"
+#include "fuzz_support.hpp"
+#include "tiff_reference.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace imgstat;
+  if (size < 8 || !((data[0] == 'I' && data[1] == 'I') || (data[0] == 'M' && data[1] == 'M'))) return 0;
+  testing::quiet_library_messages();
+  const std::string f(reinterpret_cast<const char*>(data), size);
+  DecodeOptions options;
+  options.max_pixels = fuzz::kMaxPixels;
+  // What the budget would refuse is not decoded, by imgstat or by OpenCV.
+  try {
+    if (plan_decode(data, size, options).memory_bytes > fuzz::kDecodeMemory) return 0;
+  } catch (const Error&) {
+  }
+  const testing::DecoderAnswer ours = testing::imgstat_answer(f, options), opencv = testing::opencv_answer(f);
+  const std::string fault = testing::tiff_answer_fault(f, ours, opencv);
+  if (!fault.empty()) {
+    std::fprintf(stderr, "TIFF answer fault: %s\n", fault.c_str());
+    std::abort();
+  }
+  return 0;
+}

@@ -1,0 +1,256 @@
+// Limits before allocation: a tiny file or request that declares too much is
+// refused with the limit's name before the memory is asked of malloc, on
+// each engine. Every size a file header or a request gives reaches one of
+// these places: a decoder (each format, and OpenCV's own buffers beside
+// it), a stream that keeps its pixels, what an engine allocates beside the
+// pixels (a luminance plane, a colour-converted copy, gathered part pixels,
+// part counters, a joint histogram), a mask or label image. AllocWatch sees
+// the largest single allocation, failed or not.
+#include <gtest/gtest.h>
+#include <tiffio.h>
+
+#include <cstring>
+#include <string>
+
+#include "core/analyzer.hpp"
+#include "hostile/inputs.hpp"
+#include "raw_request.hpp"
+#include "support/alloc_watch.hpp"
+#include "test_images.hpp"
+
+namespace imgstat {
+namespace {
+
+using testing::AllocWatch;
+
+constexpr uint64_t kBudget = uint64_t{24} << 20;
+// What may be allocated below the budget whatever the request: protobuf's
+// copies of it, a thread's counters.
+constexpr uint64_t kLargestAllowed = kBudget;
+
+struct Outcome {
+  bool ok = false;
+  ErrorCode code = ErrorCode::kInternal;
+  std::string message;
+  uint64_t largest = 0;  // bytes of the largest single allocation meanwhile
+};
+
+class Limits : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!AllocWatch::works()) GTEST_SKIP() << "allocations are not seen in this build";
+    std::shared_ptr<Engine> engine;
+    if (GetParam() == "cpu") {
+      engine = make_cpu_engine(2);
+    } else {
+      std::string note;
+      bool absent = false;
+      EngineOptions o;
+      o.kind = EngineKind::kCuda;
+      try {
+        engine = make_engine(o, &note, &absent);
+      } catch (const Error& e) {
+        GTEST_SKIP() << "no CUDA engine here: " << e.what();
+      }
+    }
+    imgstat::Limits limits;
+    limits.max_decode_memory = kBudget;
+    limits.queue_timeout_seconds = 1;
+    analyzer_ = std::make_unique<Analyzer>(engine, limits);
+  }
+
+  template <class Fn>
+  Outcome run(Fn&& fn) {
+    Outcome out;
+    AllocWatch watch;
+    try {
+      fn();
+      out.ok = true;
+    } catch (const Error& e) {
+      out.code = e.code();
+      out.message = e.what();
+    } catch (const std::exception& e) {
+      out.message = std::string("not an imgstat::Error: ") + e.what();
+    }
+    out.largest = watch.largest();
+    return out;
+  }
+
+  Outcome analyze(const v1::AnalyzeRequest& r) {
+    return run([&] { analyzer_->analyze(r); });
+  }
+
+  // Refused naming `limit`, and nothing near the declared size was asked of malloc.
+  void expect_refused(const Outcome& o, const std::string& limit, const std::string& what) {
+    SCOPED_TRACE(what);
+    EXPECT_FALSE(o.ok);
+    EXPECT_TRUE(o.code == ErrorCode::kResourceExhausted || o.code == ErrorCode::kInvalidArgument) << o.message;
+    EXPECT_NE(o.message.find(limit), std::string::npos) << o.message;
+    EXPECT_LE(o.largest, kLargestAllowed) << "bytes asked of malloc at once";
+  }
+
+  std::unique_ptr<Analyzer> analyzer_;
+};
+
+v1::AnalyzeRequest encoded(const std::string& bytes) {
+  v1::AnalyzeRequest r;
+  r.mutable_input()->set_kind(v1::INPUT_KIND_ENCODED);
+  r.mutable_input()->set_data(bytes);
+  return r;
+}
+
+v1::AnalyzeRequest raw(uint32_t w, uint32_t h, uint32_t c, v1::SampleType t, const std::string& data) {
+  v1::AnalyzeRequest r;
+  r.mutable_input()->set_kind(v1::INPUT_KIND_RAW);
+  v1::RawLayout* l = r.mutable_input()->mutable_raw();
+  l->set_width(w);
+  l->set_height(h);
+  l->set_channels(c);
+  l->set_sample_type(t);
+  r.mutable_input()->set_data(data);
+  return r;
+}
+
+// A classic TIFF of one strip of `strip` bytes that declares w x h.
+std::string tiff_with_strip(uint32_t w, uint32_t h, uint16_t bits, uint16_t samples, uint16_t photometric,
+                            uint16_t format, uint32_t rows_per_strip, uint32_t strip, uint16_t compression = 1) {
+  using testing::put_le16;
+  using testing::put_le32;
+  struct Entry {
+    uint16_t tag, type;
+    uint32_t count, value;
+  };
+  std::vector<Entry> e = {{256, 4, 1, w},      {257, 4, 1, h},
+                          {258, 3, 1, bits},   {259, 3, 1, compression},
+                          {262, 3, 1, photometric}, {273, 4, 1, 0},
+                          {277, 3, 1, samples}, {278, 4, 1, rows_per_strip},
+                          {279, 4, 1, strip},  {339, 3, 1, format}};
+  if (samples == 2 || samples == 4) e.insert(e.end() - 1, Entry{338, 3, 1, 2});
+  std::string t = "II*";
+  t += '\0';
+  put_le32(t, 8);
+  const uint32_t data_at = static_cast<uint32_t>(8 + 2 + 12 * e.size() + 4);
+  put_le16(t, static_cast<uint32_t>(e.size()));
+  for (Entry x : e) {
+    if (x.tag == 273) x.value = data_at;
+    put_le16(t, x.tag);
+    put_le16(t, x.type);
+    put_le32(t, x.count);
+    put_le32(t, x.value);
+  }
+  put_le32(t, 0);
+  t += std::string(strip, '\x11');
+  return t;
+}
+
+TEST_P(Limits, DecodersRefuseWhatFileHeadersDeclare) {
+  // 32768^2 RGBA float64 (32 GiB) in one 64-byte strip: libtiff cuts it into
+  // strips of its own, and a float image binned over its own range keeps
+  // every pixel (issue 47: the server tried to allocate 32 GiB).
+  expect_refused(analyze(encoded(tiff_with_strip(32768, 32768, 64, 4, PHOTOMETRIC_RGB, SAMPLEFORMAT_IEEEFP, 32768, 64))),
+                 "--max-decode-memory", "32 GiB float TIFF in 238 bytes");
+  expect_refused(analyze(encoded(testing::tiff_declaring(32768, 32768, 64, 4, 3))), "--max-decode-memory",
+                 "32 GiB TIFF without strips");
+  // A 64 x 1 image whose LZW strip of 12-bit samples declares 8 million
+  // rows: OpenCV's strip buffer (768 MiB) for a 64-pixel image.
+  expect_refused(
+      analyze(encoded(tiff_with_strip(64, 1, 12, 1, PHOTOMETRIC_MINISBLACK, SAMPLEFORMAT_UINT, 8u << 20, 96, COMPRESSION_LZW))),
+      "--max-decode-memory", "12-bit TIFF, 8M rows a strip");
+  // Every format's header declaring 30000 x 30000.
+  for (const auto& [format, data] : testing::huge_headers(30000, 30000)) {
+    const Outcome o = analyze(encoded(data));
+    SCOPED_TRACE(format);
+    EXPECT_FALSE(o.ok);
+    EXPECT_LE(o.largest, kLargestAllowed) << o.message;
+  }
+  auto png = encoded(testing::zero_png(16384, 16384, 6, 16));
+  png.mutable_options()->add_statistics(v1::STATISTIC_LUMINANCE);  // the whole image, not bands
+  expect_refused(analyze(png), "--max-decode-memory", "PNG 2 GiB, whole");
+}
+
+TEST_P(Limits, StreamsThatKeepTheirPixelsAreChargedAsTheyGrow) {
+  // A raw float64 stream declaring 2^30 pixels of 4 channels: its histogram
+  // over its own range keeps every pixel (32 GiB), refused at the header.
+  v1::StreamHeader header;
+  header.mutable_input()->set_kind(v1::INPUT_KIND_RAW);
+  v1::RawLayout* l = header.mutable_input()->mutable_raw();
+  l->set_width(32768);
+  l->set_height(32768);
+  l->set_channels(4);
+  l->set_sample_type(v1::SAMPLE_TYPE_FLOAT64);
+  header.set_total_bytes(uint64_t{32768} * 32768 * 32);
+  const Outcome o = run([&] { analyzer_->begin_upload(header); });
+  if (analyzer_->limits().max_input_bytes < header.total_bytes()) {
+    EXPECT_FALSE(o.ok);  // the upload limit says so first
+    EXPECT_LE(o.largest, kLargestAllowed);
+  } else if (GetParam() == "cpu") {
+    expect_refused(o, "--max-decode-memory", "32 GiB float stream");
+  }
+  // Within the limit it runs, charged as it comes: 512 x 1024 float64 RGBA (16 MiB).
+  l->set_width(512);
+  l->set_height(1024);
+  header.set_total_bytes(uint64_t{512} * 1024 * 32);
+  std::string chunk(4 << 20, '\0');
+  const Outcome ok = run([&] {
+    auto upload = analyzer_->begin_upload(header);
+    for (int i = 0; i < 4; ++i) upload->add(chunk);
+    upload->finish(CallContext{});
+  });
+  EXPECT_TRUE(ok.ok) << ok.message;
+  EXPECT_LE(ok.largest, kLargestAllowed);
+  EXPECT_EQ(analyzer_->budget().in_use(), 0u);
+}
+
+TEST_P(Limits, WhatAnEngineAllocatesBesideThePixelsIsInTheBudget) {
+  // Raw inputs small enough to be a message, whose analysis needs more than
+  // the budget beside them.
+  const uint32_t side = 2048;
+  const std::string rgb64(size_t{side} * side * 3 * 8, '\0');  // 96 MiB of float64 RGB
+  auto luminance = raw(side, side, 3, v1::SAMPLE_TYPE_FLOAT64, rgb64);
+  luminance.mutable_options()->add_statistics(v1::STATISTIC_LUMINANCE);
+  expect_refused(analyze(luminance), "--max-decode-memory", "a 32 MiB luminance plane");
+
+  const std::string rgb8(size_t{4096} * 4096 * 3, '\x40');  // 48 MiB of RGB bytes
+  auto colour_parts = raw(4096, 4096, 3, v1::SAMPLE_TYPE_UINT8, rgb8);
+  colour_parts.mutable_options()->set_colour_space(v1::COLOUR_SPACE_LAB);
+  colour_parts.mutable_options()->mutable_parts()->mutable_tiles()->set_columns(4);
+  colour_parts.mutable_options()->mutable_parts()->mutable_tiles()->set_rows(4);
+  expect_refused(analyze(colour_parts), "--max-decode-memory", "tiles of a colour space: a 48 MiB converted copy");
+
+  auto joint = raw(64, 64, 3, v1::SAMPLE_TYPE_UINT8, std::string(64 * 64 * 3, '\x10'));
+  v1::JointHistogramOptions* j = joint.mutable_options()->mutable_joint();
+  for (uint32_t c : {0u, 1u, 2u}) j->add_channels(c);
+  j->add_bins(256);  // 2^24 bins: 128 MiB of counters
+  const Outcome o = analyze(joint);
+  if (!o.ok) expect_refused(o, "--max-decode-memory", "a 2^24-bin joint histogram");
+  EXPECT_LE(o.largest, kLargestAllowed);
+
+  const std::string gray32(size_t{3000} * 3000 * 4, '\0');  // float32, 36 MB
+  auto masked = raw(3000, 3000, 1, v1::SAMPLE_TYPE_FLOAT32, gray32);
+  masked.mutable_options()->add_statistics(v1::STATISTIC_POSITIONS);
+  v1::Input* mask = masked.mutable_options()->mutable_parts()->mutable_mask()->mutable_image();
+  mask->set_kind(v1::INPUT_KIND_RAW);
+  mask->mutable_raw()->set_width(3000);
+  mask->mutable_raw()->set_height(3000);
+  mask->mutable_raw()->set_channels(1);
+  mask->mutable_raw()->set_sample_type(v1::SAMPLE_TYPE_UINT8);
+  mask->set_data(std::string(size_t{3000} * 3000, '\1'));
+  expect_refused(analyze(masked), "--max-decode-memory", "a float mask's gathered pixels and positions (108 MB)");
+  EXPECT_EQ(analyzer_->budget().in_use(), 0u);
+}
+
+TEST_P(Limits, MapsThatDeclareTooMuchAreRefused) {
+  auto r = raw(2048, 2048, 1, v1::SAMPLE_TYPE_UINT8, std::string(size_t{2048} * 2048, '\x07'));
+  // A mask bomb: a few KiB of zlib declaring 16384^2.
+  r.mutable_options()->mutable_parts()->mutable_mask()->mutable_image()->set_data(testing::zero_png(16384, 16384, 0, 8));
+  const Outcome o = analyze(r);
+  EXPECT_FALSE(o.ok);
+  EXPECT_NE(o.message.find("mask"), std::string::npos) << o.message;
+  EXPECT_LE(o.largest, kLargestAllowed);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, Limits, ::testing::Values("cpu", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace imgstat
