@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <fstream>
 #include <future>
@@ -83,6 +84,33 @@ constexpr const char* kServiceConfig = R"({
                     "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
   }]
 })";
+
+// The mask or label image the parts name, if any.
+v1::Input* map_input_of(v1::Options& options) {
+  if (!options.has_parts()) return nullptr;
+  v1::Parts* p = options.mutable_parts();
+  if (p->has_mask() && p->mask().has_image()) return p->mutable_mask()->mutable_image();
+  if (p->has_labels()) return p->mutable_labels()->mutable_image();
+  return nullptr;
+}
+
+uint64_t map_size(const Request& request) {
+  if (request.map_file.empty()) return 0;
+  std::error_code ec;
+  const uint64_t n = std::filesystem::file_size(request.map_file, ec);
+  return ec ? 0 : n;
+}
+
+// The options with the map's bytes in place, for one message.
+v1::Options options_with_map(const Request& request) {
+  v1::Options o = request.options;
+  if (request.map_file.empty()) return o;
+  v1::Input* map = map_input_of(o);
+  if (!map) throw std::runtime_error("a map file without a mask or labels to send it for");
+  Source source(request.map_file);
+  map->set_data(source.read_all());
+  return o;
+}
 
 Outcome failure(const std::string& file, const std::string& code, const std::string& error) {
   Outcome o;
@@ -274,46 +302,74 @@ RegionSocketClient* Remote::region_socket(std::chrono::system_clock::time_point 
   return region_socket_.get();
 }
 
+bool Remote::register_file(RegionSocketClient& socket, const std::string& path, std::chrono::system_clock::time_point until,
+                           v1::Region* region) {
+  // The file itself: the server reads it (it maps only sealed memfds), no copy here.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::string ticket;
+  try {
+    ticket = socket.pass(fd);
+  } catch (const std::exception&) {
+    close(fd);
+    return false;
+  }
+  close(fd);  // the server holds its own
+  v1::RegisterRegionRequest r;
+  r.set_ticket(ticket);
+  r.set_name(path);
+  grpc::ClientContext ctx;
+  prepare(ctx, until);
+  return stub_->RegisterRegion(&ctx, r, region).ok();
+}
+
+bool Remote::register_file(RegionSocketClient& socket, const std::string& path, std::chrono::system_clock::time_point until,
+                           std::string* region_id) {
+  v1::Region region;
+  if (!register_file(socket, path, until, &region)) return false;
+  *region_id = region.region_id();
+  return true;
+}
+
+void Remote::unregister(const std::vector<std::string>& regions, std::chrono::system_clock::time_point until) {
+  for (const std::string& id : regions) {
+    v1::UnregisterRegionRequest u;
+    u.set_region_id(id);
+    v1::UnregisterRegionResponse ignored;
+    grpc::ClientContext ctx;
+    prepare(ctx, until);
+    stub_->UnregisterRegion(&ctx, u, &ignored);  // else it goes when this process's socket closes
+  }
+}
+
 bool Remote::analyze_in_region(Source& source, const Request& request, std::chrono::system_clock::time_point until,
                                Outcome* out) {
   RegionSocketClient* socket = region_socket(until);
   if (!socket) return false;
   v1::Region region;
-  {
-    // The file itself: the server reads it (it maps only sealed memfds), no copy here.
-    const int fd = open(source.name().c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    std::string ticket;
-    try {
-      ticket = socket->pass(fd);
-    } catch (const std::exception&) {
-      close(fd);
-      return false;
-    }
-    close(fd);  // the server holds its own
-    v1::RegisterRegionRequest r;
-    r.set_ticket(ticket);
-    r.set_name(source.name());
-    grpc::ClientContext ctx;
-    prepare(ctx, until);
-    if (!stub_->RegisterRegion(&ctx, r, &region).ok()) return false;
-  }
+  if (!register_file(*socket, source.name(), until, &region)) return false;
   v1::AnalyzeRequest r;
   *r.mutable_input() = request.input;
   r.mutable_input()->mutable_region()->set_region_id(region.region_id());
-  *r.mutable_options() = request.options;
+  // A large mask or label image goes the same way; a small one in the message.
+  std::vector<std::string> regions = {region.region_id()};
+  if (map_size(request) >= kRegionMinBytes) {
+    *r.mutable_options() = request.options;
+    std::string map_region;
+    if (!register_file(*socket, request.map_file, until, &map_region)) {
+      unregister(regions, until);
+      return false;
+    }
+    regions.push_back(map_region);
+    map_input_of(*r.mutable_options())->mutable_region()->set_region_id(map_region);
+  } else {
+    *r.mutable_options() = options_with_map(request);
+  }
   v1::AnalyzeResponse response;
   grpc::ClientContext ctx;
   prepare(ctx, until);
   const grpc::Status status = stub_->Analyze(&ctx, r, &response);
-  {
-    v1::UnregisterRegionRequest u;
-    u.set_region_id(region.region_id());
-    v1::UnregisterRegionResponse ignored;
-    grpc::ClientContext uctx;
-    prepare(uctx, until);
-    stub_->UnregisterRegion(&uctx, u, &ignored);  // else it goes when this process's socket closes
-  }
+  unregister(regions, until);
   if (request.on_sent) request.on_sent(source.size());
   *out = outcome_of(source.name(), status, std::move(response));
   return true;
@@ -357,8 +413,9 @@ bool Remote::in_one_message(const Source& source, const Request& request,
   // only small inputs go in one message, and raw ones that ask for the
   // luminance, which a stream does not compute.
   const bool pixels = request.input.kind() == v1::INPUT_KIND_RAW || request.input.kind() == v1::INPUT_KIND_BYTES;
-  const bool whole = source.size() <= kStreamChunk || (pixels && stats_request_of(request.options).luminance);
-  return !request.force_stream && whole && source.size() + kEnvelope <= message_limit(until);
+  const uint64_t bytes = source.size() + map_size(request);
+  const bool whole = bytes <= kStreamChunk || (pixels && stats_request_of(request.options).luminance);
+  return !request.force_stream && whole && bytes + kEnvelope <= message_limit(until);
 }
 
 struct Remote::UnaryCall {
@@ -683,7 +740,7 @@ void Remote::start(Source& source, const Request& request, std::function<void(Ou
     item->request.set_id(std::to_string(next_item_++));
     v1::AnalyzeRequest* r = item->request.mutable_request();
     *r->mutable_input() = request.input;
-    *r->mutable_options() = request.options;
+    *r->mutable_options() = options_with_map(request);
     r->mutable_input()->set_data(source.read_all());
     send_on_lane(std::move(item));
     return;
@@ -693,7 +750,7 @@ void Remote::start(Source& source, const Request& request, std::function<void(Ou
   call->until = until;
   call->done = std::move(done);
   *call->request.mutable_input() = request.input;
-  *call->request.mutable_options() = request.options;
+  *call->request.mutable_options() = options_with_map(request);
   call->request.mutable_input()->set_data(source.read_all());
   call_unary(std::move(call));
 }
@@ -778,7 +835,7 @@ Outcome Remote::analyze_once(Source& source, const Request& request, std::chrono
     v1::AnalyzeRequest r;
     *r.mutable_input() = request.input;
     r.mutable_input()->set_data(source.read_all());
-    *r.mutable_options() = request.options;
+    *r.mutable_options() = options_with_map(request);
     return outcome_of(source.name(), stub_->Analyze(&ctx, r, &response), std::move(response));
   }
   // Raw messages: a chunk is its field's tag and length, then the file's
@@ -794,12 +851,18 @@ Outcome Remote::analyze_once(Source& source, const Request& request, std::chrono
   *header.mutable_header()->mutable_input() = request.input;
   *header.mutable_header()->mutable_options() = request.options;
   header.mutable_header()->set_total_bytes(source.size());
+  // The map, if any, follows the input in the same chunks.
+  std::unique_ptr<Source> map;
+  if (!request.map_file.empty()) {
+    map = std::make_unique<Source>(request.map_file);
+    header.mutable_header()->set_map_bytes(map->size());
+  }
   grpc::ByteBuffer header_bytes;
   bool own = false;
   if (grpc::SerializationTraits<v1::AnalyzeStreamRequest>::Serialize(header, &header_bytes, &own).ok() &&
       writer->Write(header_bytes)) {
     const size_t piece = static_cast<size_t>(std::min<uint64_t>(kStreamChunk, message_limit(until) - kEnvelope));
-    source.for_each_chunk(piece, [&](std::string& c) {
+    auto send = [&](std::string& c) {
       const size_t n = c.size();
       char prefix[11];
       size_t p = 0;
@@ -815,7 +878,10 @@ Outcome Remote::analyze_once(Source& source, const Request& request, std::chrono
       if (!writer->Write(message)) return false;  // the server has answered already
       if (request.on_sent) request.on_sent(n);
       return true;
-    });
+    };
+    bool open = true;
+    source.for_each_chunk(piece, [&](std::string& c) { return open = send(c); });
+    if (map && open) map->for_each_chunk(piece, send);
     writer->WritesDone();
   }
   const grpc::Status status = writer->Finish();
@@ -914,7 +980,7 @@ Outcome Local::analyze(Source& source, const Request& request) {
     if (!pixels && source.is_file() && source.size() > 0) {
       v1::AnalyzeRequest r;
       *r.mutable_input() = request.input;
-      *r.mutable_options() = request.options;
+      *r.mutable_options() = options_with_map(request);
       MappedFile file(source.name(), source.size());
       if (file.data()) {
         // Decoded from the file's pages in place; the streamed decoders say
@@ -930,12 +996,12 @@ Outcome Local::analyze(Source& source, const Request& request) {
       v1::AnalyzeRequest r;
       *r.mutable_input() = request.input;
       r.mutable_input()->set_data(source.read_all());
-      *r.mutable_options() = request.options;
+      *r.mutable_options() = options_with_map(request);
       return outcome_of(source.name(), grpc::Status::OK, analyzer_->analyze(r));
     }
     v1::StreamHeader header;
     *header.mutable_input() = request.input;
-    *header.mutable_options() = request.options;
+    *header.mutable_options() = options_with_map(request);
     header.set_total_bytes(source.size());
     auto upload = analyzer_->begin_upload(header);
     source.for_each_chunk(size_t{16} << 20, [&](std::string& c) {

@@ -32,6 +32,10 @@ inline constexpr size_t kStreamChunk = size_t{4} << 20;
 struct Request {
   v1::Input input;  // kind, raw layout, name; data left empty
   v1::Options options;
+  // The parts' mask or label image, a file (the options' map Input holds
+  // its kind and layout, no data): in the message when both fit, by region
+  // to a server on this host, else streamed after the input (map_bytes).
+  std::string map_file;
   bool force_stream = false;
   // Told of each piece of a streamed upload as it is written (its bytes).
   std::function<void(uint64_t)> on_sent;
@@ -116,6 +120,13 @@ class Remote {
   size_t lane_capacity(std::chrono::system_clock::time_point until);
   // Runs fn at `when` on the retry thread (started on first need).
   void later(std::chrono::system_clock::time_point when, std::function<void()> fn);
+  // A file passed over the region socket and registered; false when it
+  // cannot be.
+  bool register_file(RegionSocketClient& socket, const std::string& path, std::chrono::system_clock::time_point until,
+                     v1::Region* region);
+  bool register_file(RegionSocketClient& socket, const std::string& path, std::chrono::system_clock::time_point until,
+                     std::string* region_id);
+  void unregister(const std::vector<std::string>& regions, std::chrono::system_clock::time_point until);
   // The file through a region; false when regions cannot be had (the caller
   // sends it over the socket then).
   bool analyze_in_region(Source& source, const Request& request, std::chrono::system_clock::time_point until,

@@ -357,8 +357,9 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
   try {
     v1::Parts& parts = *request.options.mutable_parts();
     auto map_input = [&](const std::string& file, v1::Input* in) {
-      client::Source source(file);
-      in->set_data(source.read_all());
+      client::Source source(file);  // it can be opened: said now, not file by file
+      if (!source.is_file()) throw std::runtime_error("a mask or label image is a file, not standard input");
+      request.map_file = file;
       if (map_raw_spec.empty()) return;
       in->set_kind(v1::INPUT_KIND_RAW);
       std::string why, spec = map_raw_spec;
@@ -483,8 +484,7 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
       if (at == labels_by_stem.end()) throw std::runtime_error("no label file named " + stem + ".* in " + labels_spec);
       if (at->second.size() > 1)
         throw std::runtime_error("several label files named " + stem + ".* in " + labels_spec + ": keep one");
-      client::Source labels(at->second.front());
-      mine.options.mutable_parts()->mutable_labels()->mutable_image()->set_data(labels.read_all());
+      mine.map_file = at->second.front();
     }
     return mine;
   };

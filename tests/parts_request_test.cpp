@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cstring>
 #include <random>
 
 #include "core/analyzer.hpp"
@@ -215,6 +216,85 @@ TEST_F(PartsRequest, StreamsAndBandedDecodesAnswerAsTheWholePath) {
   ASSERT_EQ(one.parts(0).channels_size(), plain.channels_size());
   for (int c = 0; c < plain.channels_size(); ++c)
     EXPECT_EQ(one.parts(0).channels(c).SerializeAsString(), plain.channels(c).SerializeAsString());
+}
+
+// A mask or label image sent after the input in a stream's chunks
+// (StreamHeader.map_bytes) answers as the same map in one message, raw or
+// encoded, for raw and encoded inputs; what breaks the protocol is named.
+TEST_F(PartsRequest, MapsThatFollowTheirInputInAStreamAnswerAsInOneMessage) {
+  std::mt19937_64 rng(37);
+  TestImage img = random_image(rng, 97, 61, 3, SampleType::kUint8, 0, 0);
+  std::string labels(97 * 61 * 2, '\0');
+  for (uint32_t i = 0; i < 97 * 61; ++i) {
+    const uint16_t v = static_cast<uint16_t>(i % 97 / 10 + 100 * (i / 97 / 20));
+    std::memcpy(&labels[i * 2], &v, 2);
+  }
+  const std::string png = gray_png(97, 61, 16, [&](uint32_t x, uint32_t y) {
+    uint16_t v;
+    std::memcpy(&v, &labels[(y * 97 + x) * 2], 2);
+    return v;
+  });
+  const std::string jpeg = write_jpeg(97, 61, jpeg_samplings()[0], 0, 90, 3);
+  for (bool encoded_input : {false, true})
+    for (bool encoded_map : {false, true}) {
+      SCOPED_TRACE(std::string(encoded_input ? "encoded" : "raw") + " input, " + (encoded_map ? "encoded" : "raw") + " map");
+      v1::AnalyzeRequest whole = raw_request(img);
+      if (encoded_input) {
+        whole.mutable_input()->Clear();
+        whole.mutable_input()->set_data(jpeg);
+      }
+      v1::Input* map = whole.mutable_options()->mutable_parts()->mutable_labels()->mutable_image();
+      if (encoded_map) {
+        map->set_data(png);
+      } else {
+        map->set_kind(v1::INPUT_KIND_RAW);
+        map->mutable_raw()->set_width(97);
+        map->mutable_raw()->set_height(61);
+        map->mutable_raw()->set_channels(1);
+        map->mutable_raw()->set_sample_type(v1::SAMPLE_TYPE_UINT16);
+        map->set_data(labels);
+      }
+      const v1::AnalyzeResponse want = analyzer_->analyze(whole);
+      ASSERT_GT(want.parts_size(), 10);
+      v1::StreamHeader header;
+      *header.mutable_input() = whole.input();
+      header.mutable_input()->clear_data();
+      *header.mutable_options() = whole.options();
+      v1::Input* header_map = header.mutable_options()->mutable_parts()->mutable_labels()->mutable_image();
+      const std::string map_bytes = header_map->data();
+      header_map->clear_data();
+      header.set_total_bytes(whole.input().data().size());
+      header.set_map_bytes(map_bytes.size());
+      // Chunks that straddle the input's end and the map's start.
+      const std::string all = whole.input().data() + map_bytes;
+      auto upload = analyzer_->begin_upload(header);
+      for (size_t off = 0; off < all.size(); off += 777) upload->add(std::string_view(all).substr(off, 777));
+      const v1::AnalyzeResponse got = upload->finish({});
+      ASSERT_EQ(got.parts_size(), want.parts_size());
+      for (int i = 0; i < got.parts_size(); ++i) EXPECT_EQ(got.parts(i).SerializeAsString(), want.parts(i).SerializeAsString());
+      upload.reset();
+      EXPECT_EQ(analyzer_->budget().in_use(), 0u);
+
+      auto refused = [&](const v1::StreamHeader& h, const std::string& bytes, const std::string& words) {
+        try {
+          auto u = analyzer_->begin_upload(h);
+          u->add(bytes);
+          u->finish({});
+          ADD_FAILURE() << "accepted: " << words;
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+          EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+        }
+      };
+      refused(header, all + "x", "more than the header's total_bytes and map_bytes");
+      refused(header, all.substr(0, all.size() - 1), "total_bytes and map_bytes");
+      v1::StreamHeader with_data = header;
+      with_data.mutable_options()->mutable_parts()->mutable_labels()->mutable_image()->set_data("x");
+      refused(with_data, all, "already has its data");
+      v1::StreamHeader no_parts = header;
+      no_parts.mutable_options()->clear_parts();
+      refused(no_parts, all, "names no mask or label image");
+    }
 }
 
 TEST_F(PartsRequest, BadMapsSizesAndLimitsAreClearErrors) {

@@ -207,6 +207,21 @@ void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result&
 
 // An upload analyzed at its end from all its bytes: an encoded file, or
 // raw pixels whose parts are asked for.
+// The mask or label image a request's parts name.
+v1::Input* map_input(v1::Options& options) {
+  if (!options.has_parts()) return nullptr;
+  v1::Parts* p = options.mutable_parts();
+  if (p->has_mask() && p->mask().has_image()) return p->mutable_mask()->mutable_image();
+  if (p->has_labels()) return p->mutable_labels()->mutable_image();
+  return nullptr;
+}
+
+void put_map_data(v1::Options& options, std::string data) {
+  v1::Input* map = map_input(options);
+  if (!map) fail(ErrorCode::kInternal, "map bytes for a request without a map");
+  *map->mutable_data() = std::move(data);
+}
+
 class HeldUpload final : public Upload {
  public:
   HeldUpload(const Analyzer& analyzer, MemoryBudget& budget, const v1::StreamHeader& header)
@@ -235,6 +250,7 @@ class HeldUpload final : public Upload {
     data->append(chunk);
   }
   const std::string& bytes() const { return request_.input().data(); }
+  void set_map_data(std::string data) override { put_map_data(*request_.mutable_options(), std::move(data)); }
   // What it held went elsewhere (the spool).
   void drop() {
     request_.mutable_input()->clear_data();
@@ -270,6 +286,11 @@ class EncodedUpload final : public Upload {
   EncodedUpload(const Analyzer& analyzer, MemoryBudget& budget, const v1::StreamHeader& header, CallContext call)
       : analyzer_(analyzer), header_(header), call_(std::move(call)), held_(analyzer, budget, header) {
     total_ = header.total_bytes();
+    map_follows_ = header.map_bytes() > 0;
+  }
+  void set_map_data(std::string data) override {
+    if (!file_) return held_.set_map_data(std::move(data));
+    put_map_data(*header_.mutable_options(), std::move(data));
   }
   ~EncodedUpload() override {
     if (file_) file_->abort(ErrorCode::kCancelled, "the upload ended");  // its decode ends on its own
@@ -291,7 +312,7 @@ class EncodedUpload final : public Upload {
     if (!file_) return;
     file_->append(reinterpret_cast<const uint8_t*>(got.data()), got.size());
     held_.drop();
-    if (format == "PNG") start_decode();
+    if (format == "PNG" && !map_follows_) start_decode();  // a map that follows is needed before the answer
   }
   v1::AnalyzeResponse finish(const CallContext& call) override {
     if (!file_) return held_.finish(call);
@@ -348,10 +369,11 @@ class EncodedUpload final : public Upload {
   }
 
   const Analyzer& analyzer_;
-  const v1::StreamHeader header_;
+  v1::StreamHeader header_;
   const CallContext call_;
   HeldUpload held_;  // until the first bytes tell the format, and what is not spooled
   uint64_t total_ = 0;
+  bool map_follows_ = false;
   bool decided_ = false;
   std::shared_ptr<SpoolFile> file_;
   std::future<v1::AnalyzeResponse> decode_;
@@ -448,7 +470,62 @@ class PixelUpload final : public Upload {
   Clock::duration compute_{};
 };
 
+// An upload whose parts' mask or label image follows its input in the
+// chunks (StreamHeader.map_bytes): the input's bytes go to the upload, the
+// map's are held in the decode memory as they come and given to it at the end.
+class MapTail final : public Upload {
+ public:
+  MapTail(std::unique_ptr<Upload> inner, MemoryBudget& budget, uint64_t input_bytes, uint64_t map_bytes)
+      : inner_(std::move(inner)), budget_(budget), input_bytes_(input_bytes), map_bytes_(map_bytes) {}
+  void add(std::string_view chunk) override {
+    if (input_seen_ < input_bytes_) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), input_bytes_ - input_seen_));
+      inner_->add(chunk.substr(0, n));
+      input_seen_ += n;
+      chunk.remove_prefix(n);
+    }
+    if (chunk.empty()) return;
+    const uint64_t need = map_.size() + chunk.size();
+    if (need > map_bytes_)
+      fail(ErrorCode::kInvalidArgument, "chunks carry more than the header's total_bytes and map_bytes (" +
+                                            std::to_string(input_bytes_) + " and " + std::to_string(map_bytes_) + ")");
+    if (need > lease_.bytes()) {
+      constexpr uint64_t kStep = uint64_t{16} << 20;
+      const uint64_t want = std::min(map_bytes_, (need + kStep - 1) / kStep * kStep);
+      if (!budget_.try_grow(lease_, want - lease_.bytes()))
+        fail(ErrorCode::kResourceExhausted,
+             "uploads and decodes in progress hold " + std::to_string(budget_.in_use() >> 20) + " of " +
+                 std::to_string(budget_.capacity() >> 20) +
+                 " MiB of decode memory (--max-decode-memory), and this upload's mask or label image needs room: "
+                 "try again later");
+      map_.reserve(static_cast<size_t>(want));
+    }
+    map_.append(chunk.data(), chunk.size());
+  }
+  void pause() override { inner_->pause(); }
+  v1::AnalyzeResponse finish(const CallContext& call) override {
+    if (map_.size() != map_bytes_)
+      fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(input_seen_ + map_.size()) +
+                                            " of the header's total_bytes and map_bytes (" + std::to_string(input_bytes_) +
+                                            " and " + std::to_string(map_bytes_) + ")");
+    inner_->set_map_data(std::move(map_));
+    return inner_->finish(call);  // the lease is held until the answer
+  }
+
+ private:
+  std::unique_ptr<Upload> inner_;
+  MemoryBudget& budget_;
+  uint64_t input_bytes_, map_bytes_;
+  uint64_t input_seen_ = 0;
+  std::string map_;
+  MemoryBudget::Lease lease_;
+};
+
 }  // namespace
+
+void Upload::set_map_data(std::string) {
+  fail(ErrorCode::kInvalidArgument, "map_bytes: this upload takes no mask or label image");
+}
 
 Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_ptr<GpuJpegDecoder> gpu_jpeg,
                    std::shared_ptr<RegionTable> regions)
@@ -883,6 +960,23 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
 }
 
 std::unique_ptr<Upload> Analyzer::begin_upload(const v1::StreamHeader& header, const CallContext& call) const {
+  const uint64_t map_bytes = header.map_bytes();
+  if (map_bytes == 0) return begin_input_upload(header, call);
+  v1::Options options = header.options();
+  const v1::Input* map = map_input(options);
+  if (!map)
+    fail(ErrorCode::kInvalidArgument, "map_bytes is set, but options.parts names no mask or label image to send them for");
+  if (!map->data().empty() || map->has_region())
+    fail(ErrorCode::kInvalidArgument, "map_bytes is set, but the mask or label image already has its data or a region");
+  if (header.input().has_region())
+    fail(ErrorCode::kInvalidArgument, "map_bytes is set, but the input names a region: no chunks follow it");
+  if (map_bytes > limits_.max_input_bytes)
+    fail(ErrorCode::kResourceExhausted, "a mask or label image of " + std::to_string(map_bytes) +
+                                            " bytes is over the upload limit of " + std::to_string(limits_.max_input_bytes));
+  return std::make_unique<MapTail>(begin_input_upload(header, call), *budget_, header.total_bytes(), map_bytes);
+}
+
+std::unique_ptr<Upload> Analyzer::begin_input_upload(const v1::StreamHeader& header, const CallContext& call) const {
   const v1::Input& input = header.input();
   if (!input.data().empty())
     fail(ErrorCode::kInvalidArgument, "the stream header carries data; send it in the chunks that follow");

@@ -32,6 +32,9 @@ class Upload {
   virtual v1::AnalyzeResponse finish(const CallContext& call) = 0;
   // Bytes read from a region the header named (RegionUpload), once finished.
   virtual uint64_t region_bytes() const { return 0; }
+  // The parts' mask or label image, sent after the input (StreamHeader.map_bytes):
+  // given before finish(). Uploads that take no parts refuse it.
+  virtual void set_map_data(std::string data);
 };
 
 class Analyzer;
@@ -146,6 +149,9 @@ class Analyzer {
   // upload is (EncodedUpload).
   v1::AnalyzeResponse analyze_read_region(const v1::AnalyzeRequest& request, const RegionBytes& region,
                                           const CallContext& call) const;
+
+  // An upload of the input alone (begin_upload adds its map, if it has one).
+  std::unique_ptr<Upload> begin_input_upload(const v1::StreamHeader& header, const CallContext& call) const;
 
   // The GPU path for one JPEG; false (with *why) when it should go to the CPU.
   // *check keeps libjpeg's check pass for the CPU path to reuse.

@@ -73,6 +73,37 @@ def check_channels(got, pixels, what):
             equal(ch["histogram"]["counts"], np.bincount(x, minlength=256).tolist(), w + " histogram")
 
 
+def check_large_maps(client_bin, address, work, rng):
+    """Label images past the 64 MiB message limit, raw and encoded (an
+    uncompressed 16-bit TIFF), by region (the default on this host) and over
+    the socket (--no-shm: streamed after the image)."""
+    h, w = 6000, 6000
+    gray = rng.integers(0, 256, (h, w), dtype=np.uint8)
+    lab = ((np.arange(h)[:, None] // 700) * 9 + np.arange(w)[None, :] // 700).astype(np.uint16)  # 81 labels
+    img_file, raw_map, tif_map = (os.path.join(work, n) for n in ("big-gray.raw", "big-labels.raw", "big-labels.tif"))
+    gray.tofile(img_file)
+    lab.tofile(raw_map)
+    Image.fromarray(lab).save(tif_map)  # uncompressed: 72 MB
+    for path in (raw_map, tif_map):
+        if os.path.getsize(path) <= 64 << 20:
+            fail(f"{path} is not past the message limit")
+    flat, labels = gray.reshape(-1).astype(np.int64), lab.reshape(-1)
+    counts = np.bincount(labels)
+    sums = np.bincount(labels, weights=flat)
+    present = np.nonzero(counts)[0].tolist()
+    for mode in ([], ["--no-shm"]):
+        for map_file, map_raw in ((raw_map, ["--map-raw", f"{w}x{h}x1:uint16"]), (tif_map, [])):
+            what = f"a {os.path.getsize(map_file) >> 20} MiB {'raw' if map_raw else 'TIFF'} label image{' over the socket' if mode else ''}"
+            r = json.loads(client(client_bin, address, *mode, "--json", "--raw", f"{w}x{h}x1:uint8", img_file, "--labels",
+                                  map_file, *map_raw, "--stats", "min_max,sum"))
+            equal([p["label"] for p in r["parts"]], present, what + ": labels")
+            for p in r["parts"]:
+                ch = p["channels"][0]
+                equal((ch["count"], ch["sum"]), (int(counts[p["label"]]), int(sums[p["label"]])), f"{what}: label {p['label']}")
+    for f in (img_file, raw_map, tif_map):
+        os.remove(f)
+
+
 def main():
     server_bin, client_bin, work = sys.argv[1:4]
     pairs = int(sys.argv[4]) if len(sys.argv) > 4 else 200
@@ -156,6 +187,7 @@ def main():
         table = client(client_bin, address, "--roi", "0,0,1,1", files[1])
         if "roi 0,0,1,1" not in table:
             fail("the table does not name the rectangle: " + table[:500])
+        check_large_maps(client_bin, address, work, rng)
     finally:
         server.terminate()
         server.wait(timeout=30)

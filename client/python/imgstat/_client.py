@@ -114,6 +114,18 @@ def _rows(shape, strides, itemsize):
     return (0 if strides[0] == row else strides[0]), (h - 1) * strides[0] + row
 
 
+def _map_of(options):
+    """The mask or label image Input of a request's parts, or None."""
+    if not options.HasField("parts"):
+        return None
+    parts = options.parts
+    if parts.HasField("mask") and parts.mask.HasField("image"):
+        return parts.mask.image
+    if parts.HasField("labels"):
+        return parts.labels.image
+    return None
+
+
 class Client:
     """A connection to imgstat servers, as the CLI makes one.
 
@@ -420,11 +432,15 @@ class Client:
         job = self._prepare(x, name, raw, stride, as_bytes)
         return Result(self._run(job, opts), job.name, parts_asked(opts))
 
-    def _run(self, job, opts):
+    def _run(self, job, opts, deadline=None):
         """The AnalyzeResponse for a job: by region, in one message or streamed."""
         if self._forgotten:
             self._flush_forgotten()
-        deadline = self._deadline()
+        if deadline is None:
+            deadline = self._deadline()
+        side = _map_of(opts)
+        if side is not None and len(side.data) >= REGION_MIN_BYTES:
+            return self._run_with_map(job, opts, deadline)
         if job.cuda is not None:
             return self._run_cuda(job, opts, deadline)
         if job.array is not None:
@@ -463,16 +479,70 @@ class Client:
                             lambda: (bytes(view[i:i + STREAM_CHUNK]) for i in range(0, len(view), STREAM_CHUNK)),
                             deadline)
 
+    def _run_with_map(self, job, opts, deadline):
+        """A mask or label image of a megabyte or more: to a server on this
+        host in a region of its own, else streamed after the input
+        (StreamHeader.map_bytes), never inside the request (a message's limit)."""
+        opts = pb.Options.FromString(opts.SerializeToString())
+        side = _map_of(opts)
+        payload = side.data
+        side.ClearField("data")
+        if self._regions() is not None:
+            memory = self._take_scratch(len(payload))
+            try:
+                copy_into(np.ndarray((len(payload),), np.uint8, buffer=memory), np.frombuffer(payload, np.uint8),
+                          COPY_THREADS, memory.fresh)
+                memory.fresh = False
+                region_id = self._region_of(memory, job.name)
+                if region_id is not None:
+                    side.region.region_id = region_id
+                    side.region.length = len(payload)
+                    return self._run(job, opts, deadline)
+            finally:
+                self._give_scratch(memory)
+        if job.cuda is not None:
+            raise Error("FAILED_PRECONDITION", "a GPU array goes to a server on its own host, by CUDA IPC; "
+                        f"{self.target} is not one (or offers no regions): copy it to the host first", job.name)
+        total, chunks = self._input_chunks(job)
+        return self._stream(job, opts, total, chunks, deadline, map_data=payload)
+
+    def _input_chunks(self, job):
+        """(bytes, a function giving them in pieces) of a job's input on the host."""
+        if job.array is not None:
+            a, layout = job.array
+            job.input.raw.CopyFrom(layout)
+            flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+            return flat.nbytes, lambda: (flat[i:i + STREAM_CHUNK].tobytes() for i in range(0, flat.nbytes, STREAM_CHUNK))
+        if job.path is not None:
+            def chunks():
+                try:
+                    with open(job.path, "rb") as f:
+                        while True:
+                            block = f.read(STREAM_CHUNK)
+                            if not block:
+                                return
+                            yield block
+                except OSError as e:
+                    raise Error("INVALID_ARGUMENT", f"{job.path}: {e.strerror}", job.name) from None
+            return job.size, chunks
+        view = memoryview(job.data)
+        return len(view), lambda: (bytes(view[i:i + STREAM_CHUNK]) for i in range(0, len(view), STREAM_CHUNK))
+
     def _unary(self, job, opts, deadline):
         request = pb.AnalyzeRequest(input=job.input, options=opts)
         return self._invoke(lambda t: self._stub.Analyze(request, timeout=t, metadata=self._metadata),
                             job.name, deadline)
 
-    def _stream(self, job, opts, total, chunks, deadline):
+    def _stream(self, job, opts, total, chunks, deadline, map_data=None):
         def messages():
-            yield pb.AnalyzeStreamRequest(header=pb.StreamHeader(input=job.input, options=opts, total_bytes=total))
+            yield pb.AnalyzeStreamRequest(header=pb.StreamHeader(input=job.input, options=opts, total_bytes=total,
+                                                                 map_bytes=len(map_data) if map_data else 0))
             for block in chunks():
                 yield pb.AnalyzeStreamRequest(chunk=block)
+            if map_data:
+                view = memoryview(map_data)
+                for i in range(0, len(view), STREAM_CHUNK):
+                    yield pb.AnalyzeStreamRequest(chunk=bytes(view[i:i + STREAM_CHUNK]))
         return self._invoke(lambda t: self._stub.AnalyzeStream(messages(), timeout=t, metadata=self._metadata),
                             job.name, deadline)
 
@@ -718,6 +788,9 @@ class Client:
         fields, then its data, then the options."""
         if job.cuda is not None or job.size > STREAM_CHUNK or (job.size >= REGION_MIN_BYTES and self._same_host):
             return None
+        side = _map_of(opts)
+        if side is not None and len(side.data) >= REGION_MIN_BYTES:
+            return None  # its map goes apart (_run_with_map)
         if job.array is not None:
             a, layout = job.array
             if self._same_host and Memory.holding(a.__array_interface__["data"][0], a.nbytes) is not None:

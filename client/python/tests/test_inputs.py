@@ -126,3 +126,31 @@ def test_big_inputs_stream_to_a_remote_server_and_go_by_region_here(server, cli,
         assert comparable(remote.analyze(a.tobytes(), raw=(3001, 2000, 1, "uint8")).to_dict()) == want
         assert comparable(remote.analyze(str(path), raw=(3001, 2000, 1, "uint8")).to_dict()) == want
         assert server.metric("imgstat_requests_total", method="AnalyzeStream") - before == 3
+
+
+def test_masks_and_labels_past_the_message_limit_by_region_here_and_streamed_to_a_remote_server(server, client, cli,
+                                                                                                 tmp_path):
+    rng = np.random.default_rng(5)
+    h, w = 6000, 6000
+    image = rng.integers(0, 256, (h, w), dtype=np.uint8)
+    labels = ((np.arange(h)[:, None] // 700) * 9 + np.arange(w)[None, :] // 700).astype(np.uint16)  # 72 MB
+    mask = (rng.random((h, w)) < 0.3).view(np.uint8)
+    image_file, labels_file, mask_file = (tmp_path / n for n in ("image.raw", "labels.raw", "mask.raw"))
+    image.tofile(image_file)
+    labels.tofile(labels_file)
+    mask.tofile(mask_file)
+    want_labels = comparable(cli("--raw", f"{w}x{h}x1:uint8", str(image_file), "--labels", str(labels_file),
+                                 "--map-raw", f"{w}x{h}x1:uint16")[0])
+    want_mask = comparable(cli("--raw", f"{w}x{h}x1:uint8", str(image_file), "--mask", str(mask_file),
+                               "--map-raw", f"{w}x{h}x1:uint8")[0])
+    counts = np.bincount(labels.reshape(-1))
+    assert [p["label"] for p in want_labels["parts"]] == np.nonzero(counts)[0].tolist()
+    assert want_mask["channels"][0]["count"] == int(mask.sum())
+    before = server.metric("imgstat_requests_total", method="AnalyzeStream")
+    with imgstat.Client(server.address, shm=False) as remote:
+        for c in (client, remote):
+            assert comparable(c.analyze(image, labels=labels).to_dict()) == want_labels
+            assert comparable(c.analyze(image, mask=mask).to_dict()) == want_mask
+            assert comparable(c.analyze(image, mask=mask.astype(bool)).to_dict()) == want_mask
+    # Over the socket the maps follow their images in streams; here they go by region.
+    assert server.metric("imgstat_requests_total", method="AnalyzeStream") - before == 3
