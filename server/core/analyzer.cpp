@@ -1,5 +1,7 @@
 #include "core/analyzer.hpp"
 
+#include <tbb/task_arena.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <future>
@@ -26,7 +28,8 @@ namespace imgstat {
 // fn(false) when its upload ended while it waited (give_up()).
 class ArrivingDecodes {
  public:
-  explicit ArrivingDecodes(uint32_t slots) : slots_(std::max(1u, slots)) {}
+  // In an arena of `slots` threads, as the work queue's (work_queue.hpp).
+  explicit ArrivingDecodes(uint32_t slots) : slots_(std::max(1u, slots)), arena_(static_cast<int>(slots_)) {}
   ~ArrivingDecodes() {
     std::unique_lock<std::mutex> lock(mu_);
     changed_.wait(lock, [&] { return running_ == 0; });
@@ -45,7 +48,7 @@ class ArrivingDecodes {
         if (slot) ++decoding_;
       }
       give_up = nullptr;  // what it holds (the upload's file) goes with fn's answer, not after it
-      fn(slot);
+      arena_.execute([&] { fn(slot); });
       fn = nullptr;  // what it holds goes before the analyzer may
       std::lock_guard<std::mutex> lock(mu_);
       if (slot) --decoding_;
@@ -56,6 +59,7 @@ class ArrivingDecodes {
 
  private:
   const uint32_t slots_;
+  tbb::task_arena arena_;
   std::mutex mu_;
   std::condition_variable changed_;
   uint32_t running_ = 0, decoding_ = 0;

@@ -20,4 +20,11 @@ inline constexpr size_t kMallocTrimThreshold = size_t{256} << 20;
 // library is not glibc. GLIBC_TUNABLES set by the user wins.
 void tune_malloc_for_large_messages();
 
+// glibc gives each thread that allocates an arena of its own, up to eight a
+// core, and each keeps up to kMallocTrimThreshold free: a server's memory
+// would grow with the host's cores. This bounds the arenas by the threads
+// that decode and compute (two each: theirs and their TBB workers'), and a
+// few for gRPC's threads. Call before the server starts its threads.
+void limit_malloc_arenas(unsigned worker_threads);
+
 }  // namespace imgstat

@@ -1,11 +1,17 @@
 // The threads that decode and compute, off gRPC's callback threads (which
-// must not block). Plain threads, not TBB workers: each joins the CPU
-// engine's TBB arena as an outside thread, so one large request still gets
-// every TBB worker and concurrent requests add their own threads.
+// must not block). Plain threads, not TBB workers: each runs its tasks in
+// one TBB arena of `threads` (the decoders' parallel loops run there) and
+// joins the CPU engine's arena of as many as an outside thread, so one large
+// request still gets every thread and concurrent requests add their own.
+// What a server holds per thread (a decoder's buffers and handles, malloc's
+// arenas, an engine's counters) then grows with --threads, never with the
+// host's cores.
 //
 // The line is bounded: submit() refuses work beyond max_waiting, so a flood
 // of calls is answered RESOURCE_EXHAUSTED instead of queueing without end.
 #pragma once
+
+#include <tbb/task_arena.h>
 
 #include <condition_variable>
 #include <cstddef>
@@ -19,7 +25,8 @@ namespace imgstat {
 
 class WorkQueue {
  public:
-  WorkQueue(unsigned threads, size_t max_waiting) : max_waiting_(max_waiting) {
+  WorkQueue(unsigned threads, size_t max_waiting)
+      : max_waiting_(max_waiting), arena_(static_cast<int>(std::max(1u, threads))) {
     for (unsigned i = 0; i < std::max(1u, threads); ++i) threads_.emplace_back([this] { loop(); });
   }
 
@@ -64,7 +71,7 @@ class WorkQueue {
       std::function<void()> task = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
-      task();
+      arena_.execute([&] { task(); });
       lock.lock();
       if (--pending_ == 0) idle_.notify_all();
     }
@@ -76,7 +83,8 @@ class WorkQueue {
   std::deque<std::function<void()>> queue_;
   size_t pending_ = 0;
   bool stopping_ = false;
-  std::vector<std::thread> threads_;
+  tbb::task_arena arena_;
+  std::vector<std::thread> threads_;  // last: they start once the rest is made
 };
 
 }  // namespace imgstat

@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <sstream>
+#include <thread>
 #include <pthread.h>
 #include <sys/resource.h>
 
@@ -102,6 +103,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-format", log_format, "text, or json: one JSON object per line for log shippers")
       ->envname("IMGSTAT_LOG_FORMAT")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  imgstat::limit_malloc_arenas(options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency()));
 
   imgstat::configure_logging(log_format == "json" ? imgstat::LogFormat::kJson : imgstat::LogFormat::kText, log_level);
   // The logger keeps the real stderr; what libraries print outside a
