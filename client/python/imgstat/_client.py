@@ -30,6 +30,7 @@ ImageLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, np.ndar
 # Everything tunable in one place.
 STREAM_CHUNK = 4 << 20         # larger inputs stream in pieces of this (the CLI's kStreamChunk)
 REGION_MIN_BYTES = 1 << 20     # below it, the region calls cost more than the socket saves
+MESSAGE_ENVELOPE = 64 << 10    # a request's bytes beside its data (the CLI's kEnvelope)
 ATTEMPTS = 5                   # calls that end UNAVAILABLE: at most this many tries in all,
 FIRST_BACKOFF = 0.1            # the first pause doubling each time (seconds)
 DEFAULT_TIMEOUT = 120.0        # the CLI's --timeout: a hung server does not hang the caller
@@ -233,6 +234,20 @@ class Client:
             except Error as e:
                 self._info_error = e
         return self._info
+
+    def _in_one_message(self, job, opts, size):
+        """As the CLI decides: small inputs go in one message, and raw ones
+        that ask for the luminance (a stream does not compute it) while
+        they fit the server's message limit."""
+        if size <= STREAM_CHUNK:
+            return True
+        if job.input.kind not in (pb.INPUT_KIND_RAW, pb.INPUT_KIND_BYTES):
+            return False
+        if pb.STATISTIC_LUMINANCE not in opts.statistics and pb.STATISTIC_ALL not in opts.statistics:
+            return False
+        info = self._known_info()
+        limit = info.limits.max_message_bytes if info is not None and info.limits.max_message_bytes else 4 << 20
+        return size + MESSAGE_ENVELOPE <= limit
 
     def calls_to_fill(self) -> int:
         """Calls in flight that keep the server busy: four for each of its
@@ -450,7 +465,7 @@ class Client:
                 response = self._run_file_region(job, opts, deadline)
                 if response is not None:
                     return response
-            if job.size <= STREAM_CHUNK:
+            if self._in_one_message(job, opts, job.size):
                 try:
                     with open(job.path, "rb") as f:
                         job.input.data = f.read()
@@ -471,7 +486,7 @@ class Client:
             response = self._run_copied(job, opts, np.frombuffer(data, dtype=np.uint8), deadline)
             if response is not None:
                 return response
-        if len(data) <= STREAM_CHUNK:
+        if self._in_one_message(job, opts, len(data)):
             job.input.data = bytes(data)
             return self._unary(job, opts, deadline)
         view = memoryview(data)
@@ -611,7 +626,7 @@ class Client:
                 if response is not None:
                     return response
         packed = np.ascontiguousarray(a)
-        if packed.nbytes <= STREAM_CHUNK:
+        if self._in_one_message(job, opts, packed.nbytes):
             job.input.data = packed.tobytes()
             return self._unary(job, opts, deadline)
         flat = packed.reshape(-1).view(np.uint8)

@@ -154,3 +154,31 @@ def test_masks_and_labels_past_the_message_limit_by_region_here_and_streamed_to_
             assert comparable(c.analyze(image, mask=mask.astype(bool)).to_dict()) == want_mask
     # Over the socket the maps follow their images in streams; here they go by region.
     assert server.metric("imgstat_requests_total", method="AnalyzeStream") - before == 3
+
+
+def test_float_images_answer_as_the_cli_to_the_last_bit(server, client, cli, tmp_path):
+    """Floats' moments are rounded sums: the package and the CLI must give
+    the same bits whatever path each takes (a region, one message, a stream,
+    a decoder's bands), so every float compares with ==."""
+    files = corpus_files(r"\.(tiff?|exr|hdr|pfm)$")
+    assert any(f.endswith((".tif", ".tiff")) for f in files)
+    for path in files:
+        want = cli("--stats", "all", path)[0]
+        if not want["ok"] or not want["sample_type"].startswith("float"):
+            continue
+        assert comparable(client.analyze(path, stats="all").to_dict()) == comparable(want), path
+        with open(path, "rb") as f:
+            assert comparable(client.analyze(f.read(), stats="all").to_dict()) == comparable(want), path
+    rng = np.random.default_rng(11)
+    for a, spec in ((rng.normal(3, 2, (1100, 1500, 3)).astype(np.float32), "1500x1100x3:float32"),  # 19.8 MB
+                    (rng.lognormal(0, 3, (900, 1000)), "1000x900x1:float64"),                      # 7.2 MB
+                    (rng.normal(0, 1e3, (17, 19, 3)).astype(np.float32), "19x17x3:float32")):
+        path = tmp_path / "frame.raw"
+        path.write_bytes(a.tobytes())
+        for args in ([], ["--no-shm"]):
+            want = comparable(cli(*args, "--raw", spec, "--stats", "all", str(path))[0])
+            with imgstat.Client(server.address, shm=not args) as c:
+                assert comparable(c.analyze(a, stats="all").to_dict()) == want, (spec, args)
+                w, h, ch, t = spec.replace(":", "x").split("x")
+                raw = c.analyze(str(path), raw=(int(w), int(h), int(ch), t), stats="all")
+                assert comparable(raw.to_dict()) == want, (spec, args)
