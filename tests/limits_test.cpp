@@ -156,6 +156,18 @@ TEST_P(Limits, DecodersRefuseWhatFileHeadersDeclare) {
   expect_refused(
       analyze(encoded(tiff_with_strip(64, 1, 12, 1, PHOTOMETRIC_MINISBLACK, SAMPLEFORMAT_UINT, 8u << 20, 96, COMPRESSION_LZW))),
       "--max-decode-memory", "12-bit TIFF, 8M rows a strip");
+  // An OpenEXR header attribute declaring 1.8 GB in a 60-byte file: OpenEXR
+  // allocates what an attribute declares before it reads it.
+  {
+    std::string exr("\x76\x2f\x31\x01\x02\x00\x00\x00", 8);
+    exr += std::string("comments\0string\0", 16);
+    testing::put_le32(exr, 0x6e6a5b00u);
+    exr += "nothing like that many bytes";
+    const Outcome o = analyze(encoded(exr));
+    EXPECT_FALSE(o.ok);
+    EXPECT_NE(o.message.find("more than the"), std::string::npos) << o.message;
+    EXPECT_LE(o.largest, kLargestAllowed) << "an EXR attribute's declared size";
+  }
   // Every format's header declaring 30000 x 30000.
   for (const auto& [format, data] : testing::huge_headers(30000, 30000)) {
     const Outcome o = analyze(encoded(data));

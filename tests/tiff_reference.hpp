@@ -200,20 +200,45 @@ inline bool opencv_reads_it_wrong(const std::string& f) {
   return (planar == PLANARCONFIG_SEPARATE && samples > 1 && bits > 8) || photometric == PHOTOMETRIC_LOGL;
 }
 
-// True where libtiff refuses a strip or tile of the file (a read error,
-// where OpenCV's RGBA reading would carry on with whatever its buffer held).
+// True where libtiff refuses a strip or tile of the file, read as samples
+// or as its RGBA image (a read error, where OpenCV's RGBA reading would
+// carry on with whatever its buffer held).
 inline bool libtiff_refuses_a_unit(const std::string& f) {
-  MemoryTiff t(f);
+  {
+    MemoryTiff t(f);
+    TIFF* tif = t.get();
+    if (!tif) return true;
+    const bool tiled = TIFFIsTiled(tif);
+    const uint32_t units = tiled ? TIFFNumberOfTiles(tif) : TIFFNumberOfStrips(tif);
+    const tmsize_t size = tiled ? TIFFTileSize(tif) : TIFFStripSize(tif);
+    if (size <= 0 || size >= (64 << 20)) return true;
+    std::vector<uint8_t> buf(static_cast<size_t>(size));
+    for (uint32_t u = 0; u < units && u < 65536; ++u)
+      if ((tiled ? TIFFReadEncodedTile(tif, u, buf.data(), size) : TIFFReadEncodedStrip(tif, u, buf.data(), size)) < 0)
+        return true;
+  }
+  MemoryTiff t(f);  // afresh: a codec's state after a read error is not its state at the start
   TIFF* tif = t.get();
-  if (!tif) return true;
+  char why[1024];
+  if (!tif || !TIFFRGBAImageOK(tif, why)) return false;
+  uint32_t w = 0, h = 0, uw = 0, uh = 0;
+  TIFFGetField(tif, TIFFTAG_IMAGEWIDTH, &w);
+  TIFFGetField(tif, TIFFTAG_IMAGELENGTH, &h);
   const bool tiled = TIFFIsTiled(tif);
-  const uint32_t units = tiled ? TIFFNumberOfTiles(tif) : TIFFNumberOfStrips(tif);
-  const tmsize_t size = tiled ? TIFFTileSize(tif) : TIFFStripSize(tif);
-  if (size <= 0 || size >= (64 << 20)) return true;
-  std::vector<uint8_t> buf(static_cast<size_t>(size));
-  for (uint32_t u = 0; u < units && u < 65536; ++u)
-    if ((tiled ? TIFFReadEncodedTile(tif, u, buf.data(), size) : TIFFReadEncodedStrip(tif, u, buf.data(), size)) < 0)
-      return true;
+  if (tiled) {
+    TIFFGetField(tif, TIFFTAG_TILEWIDTH, &uw);
+    TIFFGetField(tif, TIFFTAG_TILELENGTH, &uh);
+  } else {
+    uw = w;
+    TIFFGetFieldDefaulted(tif, TIFFTAG_ROWSPERSTRIP, &uh);
+    uh = std::min(uh, h);
+  }
+  if (uw == 0 || uh == 0 || uint64_t{uw} * uh > (uint64_t{1} << 24)) return false;
+  std::vector<uint32_t> raster(size_t{uw} * uh);
+  for (uint32_t y = 0; y < h; y += uh)
+    for (uint32_t x = 0; x < (tiled ? w : 1); x += uw)
+      if (!(tiled ? TIFFReadRGBATileExt(tif, x, y, raster.data(), 1) : TIFFReadRGBAStripExt(tif, y, raster.data(), 1)))
+        return true;
   return false;
 }
 

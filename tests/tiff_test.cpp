@@ -655,6 +655,20 @@ struct Tally {
   }
 };
 
+// What fuzz_tiff found, held to the same rule.
+TEST(TiffRoutes, FuzzFindingsAnswerByTheRule) {
+  setup_messages();
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(IMGSTAT_FUZZ_CRASHES)) {
+    if (e.path().filename().string().rfind("tiff-", 0) != 0) continue;
+    const std::string f = slurp(e.path().string());
+    SCOPED_TRACE(e.path().filename().string());
+    EXPECT_EQ(testing::tiff_answer_fault(f, ours(f), opencv(f)), "");
+    ++files;
+  }
+  EXPECT_GT(files, 1);
+}
+
 // Every photometric interpretation, bit depth, sample format and sample
 // count libtiff writes, in strips: OpenCV's pixels, libtiff's where imgstat
 // reads beyond OpenCV, or an error naming what is not supported. Never an

@@ -113,6 +113,7 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     invalid_data("unrecognized image format (first bytes " + first_bytes(data, size) +
                  "); send raw pixels as kind RAW, or any file as kind BYTES");
   if (!is_supported_format(p.format)) invalid_data(p.format + " images are not supported");
+  if (!p.corrupt.empty()) invalid_data(p.format + ": " + p.corrupt + ": corrupt or truncated");
   if (size > static_cast<size_t>(INT32_MAX))
     fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
   DecodePlan plan{p.format, p.width, p.height, 0};

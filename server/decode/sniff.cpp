@@ -42,6 +42,7 @@ void probe_tiff(Probe& p, const uint8_t* d, size_t n) {
   if (ifd > n || count_size > n - ifd) return;
   const uint64_t count = big ? u64(ifd) : u16(ifd);
   int64_t w = -1, h = -1, bits = 1, samples = 1, photometric = -1;
+  bool seen_bits = false, seen_samples = false;
   for (uint64_t i = 0; i < count; ++i) {
     const uint64_t e = ifd + count_size + i * entry_size;
     if (e > n || entry_size > n - e) break;
@@ -66,11 +67,12 @@ void probe_tiff(Probe& p, const uint8_t* d, size_t n) {
       const uint64_t at = big ? u64(value) : u32(value);
       v = at <= n && n - at >= 2 ? u16(at) : -1;
     }
-    if (tag == 256) w = v;
-    if (tag == 257) h = v;
-    if (tag == 258 && v > 0) bits = v;
-    if (tag == 262) photometric = v;
-    if (tag == 277 && v > 0) samples = v;
+    // A tag given twice: libtiff keeps the first.
+    if (tag == 256 && w < 0) w = v;
+    if (tag == 257 && h < 0) h = v;
+    if (tag == 258 && v > 0 && !seen_bits) bits = v, seen_bits = true;
+    if (tag == 262 && photometric < 0) photometric = v;
+    if (tag == 277 && v > 0 && !seen_samples) samples = v, seen_samples = true;
   }
   set_size(p, w, h);
   const uint64_t sample = bits <= 8 ? 1 : bits <= 16 ? 2 : bits <= 32 ? 4 : 8;
@@ -137,24 +139,31 @@ void probe_hdr(Probe& p, const uint8_t* d, size_t n) {
 }
 
 // The dataWindow attribute (box2i) of the first header.
+// Every attribute of the header is walked: OpenEXR allocates what each one
+// declares before it reads it, so one that declares more than the file
+// holds is refused here, before OpenEXR sees it.
 void probe_exr(Probe& p, const uint8_t* d, size_t n) {
   size_t o = 8;
-  while (o < n && o < (1u << 20)) {
+  while (o < n) {
     const uint8_t* name = d + o;
     const void* name_end = std::memchr(name, 0, n - o);
-    if (!name_end || name_end == name) return;
+    if (!name_end) return;
+    if (name_end == name) return;  // the header's end
     o = static_cast<const uint8_t*>(name_end) - d + 1;
     const void* type_end = std::memchr(d + o, 0, n - o);
     if (!type_end) return;
     o = static_cast<const uint8_t*>(type_end) - d + 1;
-    if (o + 4 > n) return;
+    if (n - o < 4) return;
     const uint32_t size = le32(d + o);
     o += 4;
-    if (o + size > n) return;
+    if (size > n - o) {
+      p.corrupt = "header attribute \"" + std::string(reinterpret_cast<const char*>(name)) + "\" declares " +
+                  std::to_string(size) + " bytes, more than the " + std::to_string(n - o) + " left in the file";
+      return;
+    }
     if (std::strcmp(reinterpret_cast<const char*>(name), "dataWindow") == 0 && size == 16) {
       auto i32 = [&](size_t k) { return static_cast<int32_t>(le32(d + o + 4 * k)); };
       set_size(p, int64_t{i32(2)} - i32(0) + 1, int64_t{i32(3)} - i32(1) + 1);
-      return;
     }
     o += size;
   }

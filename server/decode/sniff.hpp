@@ -22,6 +22,9 @@ struct Probe {
   // Fewest bytes of file that could hold the declared image, where the
   // compression has a known ceiling (deflate's 1032:1, GIF's LZW); 0: none.
   uint64_t least_bytes = 0;
+  // A header the library would read past the file's end, allocating what
+  // it declares first: why it is refused. Empty: none seen.
+  std::string corrupt;
 };
 
 Probe probe(const uint8_t* data, size_t size);

@@ -463,12 +463,10 @@ bool decode_unit(Handle& h, const Shape& s, uint32_t unit_row, uint32_t column, 
   // libtiff's raster runs bottom-up: its row i is the unit's row rows-1-i
   // (a tile's rows start after its unused ones).
   // OpenCV's TIFFReadRGBAStrip/Tile carry on past a unit libtiff cannot
-  // read, and answer with whatever the buffer held: here that unit fails.
+  // read, and answer with whatever the buffer held: here that unit fails
+  // (what libtiff says while it reads a unit it then reads is no failure).
   uint32_t* raster = reinterpret_cast<uint32_t*>(buf);
-  h.error.clear();  // what opening the file said is not this unit's
-  if (!(s.tiled ? TIFFReadRGBATileExt(tif, x0, r0, raster, 1) : TIFFReadRGBAStripExt(tif, r0, raster, 1)) ||
-      !h.error.empty())
-    return false;
+  if (!(s.tiled ? TIFFReadRGBATileExt(tif, x0, r0, raster, 1) : TIFFReadRGBAStripExt(tif, r0, raster, 1))) return false;
   const uint8_t* start = buf + (s.tiled ? size_t{s.unit_height - rows} * s.unit_width * 4 : 0);
   for (uint32_t y = first; y < last; ++y) {
     const uint8_t* src = start + size_t{r0 + rows - 1 - y} * s.unit_width * 4;
