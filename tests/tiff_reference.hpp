@@ -213,9 +213,17 @@ inline bool libtiff_refuses_a_unit(const std::string& f) {
     const tmsize_t size = tiled ? TIFFTileSize(tif) : TIFFStripSize(tif);
     if (size <= 0 || size >= (64 << 20)) return true;
     std::vector<uint8_t> buf(static_cast<size_t>(size));
-    for (uint32_t u = 0; u < units && u < 65536; ++u)
-      if ((tiled ? TIFFReadEncodedTile(tif, u, buf.data(), size) : TIFFReadEncodedStrip(tif, u, buf.data(), size)) < 0)
-        return true;
+    uint32_t h = 0, rows_per_strip = 0;
+    TIFFGetField(tif, TIFFTAG_IMAGELENGTH, &h);
+    TIFFGetFieldDefaulted(tif, TIFFTAG_ROWSPERSTRIP, &rows_per_strip);
+    const uint32_t strips_per_plane = std::max<uint32_t>(1, rows_per_strip ? (h + rows_per_strip - 1) / rows_per_strip : 1);
+    for (uint32_t u = 0; u < units && u < 65536; ++u) {
+      const tmsize_t got = tiled ? TIFFReadEncodedTile(tif, u, buf.data(), size) : TIFFReadEncodedStrip(tif, u, buf.data(), size);
+      // A unit shorter than its pixels need: what is missing is whatever the buffer held.
+      const uint32_t row0 = rows_per_strip ? (u % strips_per_plane) * rows_per_strip : 0;
+      const tmsize_t need = tiled ? size : TIFFVStripSize(tif, std::min(rows_per_strip, h > row0 ? h - row0 : 0));
+      if (got < 0 || got < need) return true;
+    }
   }
   MemoryTiff t(f);  // afresh: a codec's state after a read error is not its state at the start
   TIFF* tif = t.get();

@@ -156,6 +156,7 @@ struct Tags {
   uint16_t planar = PLANARCONFIG_CONTIG, compression = COMPRESSION_NONE;
   bool gray = false;
   bool associated_alpha = false;  // one extra sample, associated (or unspecified) alpha
+  bool samples_tagged = false;    // SamplesPerPixel given (libtiff's default is 1, OpenCV's 3 but for gray)
   // The bits OpenCV 4.6 reads at: above 8 for other photometrics, or other
   // sample counts, it reads through libtiff's 8-bit RGBA image.
   uint16_t opencv_bits = 8;
@@ -169,7 +170,7 @@ Tags tags_of(TIFF* tif) {
   t.gray = t.photometric == PHOTOMETRIC_MINISWHITE || t.photometric == PHOTOMETRIC_MINISBLACK;
   t.samples = t.gray ? 1 : 3;
   if (!TIFFGetField(tif, TIFFTAG_BITSPERSAMPLE, &t.bits)) t.bits = 1;
-  TIFFGetField(tif, TIFFTAG_SAMPLESPERPIXEL, &t.samples);
+  t.samples_tagged = TIFFGetField(tif, TIFFTAG_SAMPLESPERPIXEL, &t.samples) != 0;
   TIFFGetField(tif, TIFFTAG_SAMPLEFORMAT, &t.format);
   TIFFGetField(tif, TIFFTAG_ORIENTATION, &t.orientation);
   TIFFGetFieldDefaulted(tif, TIFFTAG_PLANARCONFIG, &t.planar);
@@ -187,6 +188,9 @@ Tags tags_of(TIFF* tif) {
 // a planar file's first plane read as all of them). Empty: not refused.
 std::string refusal_of(const Tags& t) {
   if (!t.has_photometric) return "the first page has no PhotometricInterpretation tag";
+  if (!t.samples_tagged && !t.gray)
+    return "a " + photometric_name(t.photometric) + " image without a SamplesPerPixel tag (libtiff reads one sample a "
+           "pixel, OpenCV three) is not supported";
   if (t.samples < 1 || t.samples > 4)
     return std::to_string(t.samples) + " samples a pixel are not supported (1 to 4 are)";
   if (t.format == SAMPLEFORMAT_COMPLEXINT || t.format == SAMPLEFORMAT_COMPLEXIEEEFP)
@@ -422,6 +426,7 @@ bool decode_unit(Handle& h, const Shape& s, uint32_t unit_row, uint32_t column, 
   const uint32_t cols = std::min(s.unit_width, s.width - x0);
   const uint32_t first = std::max(r0, y0), last = std::min(r0 + rows, y0 + n);  // rows to write
   const size_t pixel_bytes = size_t{s.channels} * s.sample_bytes;
+  h.error.clear();  // what libtiff said before (opening the file) is not this unit's
   if (s.read == Read::kRaw && !s.tiled && !s.planar && first == r0 && last == r0 + rows) {
     const tmsize_t want = static_cast<tmsize_t>(uint64_t{rows} * row_bytes);
     return TIFFReadEncodedStrip(tif, unit_row, band + uint64_t{r0 - y0} * row_bytes, want) == want;
@@ -572,7 +577,9 @@ TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<boo
         const uint32_t column = static_cast<uint32_t>(i % across);
         if (!decode_unit(*h, s, unit_row, column, band.rows, y0, n))
           refused(h->error, std::string(s.tiled ? "tile" : "strip") + " at row " +
-                                std::to_string(uint64_t{unit_row} * unit_rows) + " could not be read");
+                                std::to_string(uint64_t{unit_row} * unit_rows) +
+                                " holds fewer bytes than its pixels need (the file is cut short, or its byte "
+                                "counts are wrong)");
       };
       if (items > 1 && threads > 1)
         tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t{0}, items, decode); });
