@@ -1,5 +1,7 @@
 #include "core/analyzer.hpp"
 
+#include "core/arriving.hpp"
+
 #include <tbb/task_arena.h>
 
 #include <chrono>
@@ -16,520 +18,9 @@
 #include "decode/sniff.hpp"
 #include "imgstat/trace.hpp"
 
-#ifndef IMGSTAT_VERSION
-#define IMGSTAT_VERSION "0.0.0"
-#endif
-
 namespace imgstat {
 
-// At most `slots` decode at once, as many as the engine has threads (decoding
-// is the CPU's work, as the work queue's is): the rest of the uploads wait
-// in the spool, costing no memory, until one ends. fn(true) runs in a slot;
-// fn(false) when its upload ended while it waited (give_up()).
-class ArrivingDecodes {
- public:
-  // In an arena of `slots` threads, as the work queue's (work_queue.hpp).
-  explicit ArrivingDecodes(uint32_t slots) : slots_(std::max(1u, slots)), arena_(static_cast<int>(slots_)) {}
-  ~ArrivingDecodes() {
-    std::unique_lock<std::mutex> lock(mu_);
-    changed_.wait(lock, [&] { return running_ == 0; });
-  }
-  void start(std::function<void(bool)> fn, std::function<bool()> give_up) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++running_;
-    }
-    std::thread([this, fn = std::move(fn), give_up = std::move(give_up)]() mutable {
-      bool slot = false;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        // Polled: an upload's end has no way to wake this wait.
-        while (!(slot = decoding_ < slots_) && !give_up()) changed_.wait_for(lock, std::chrono::milliseconds(20));
-        if (slot) ++decoding_;
-      }
-      give_up = nullptr;  // what it holds (the upload's file) goes with fn's answer, not after it
-      arena_.execute([&] { fn(slot); });
-      fn = nullptr;  // what it holds goes before the analyzer may
-      std::lock_guard<std::mutex> lock(mu_);
-      if (slot) --decoding_;
-      --running_;
-      changed_.notify_all();
-    }).detach();
-  }
-
- private:
-  const uint32_t slots_;
-  tbb::task_arena arena_;
-  std::mutex mu_;
-  std::condition_variable changed_;
-  uint32_t running_ = 0, decoding_ = 0;
-};
-
-namespace {
-
 using Clock = std::chrono::steady_clock;
-
-void set_duration(google::protobuf::Duration* d, Clock::duration t) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t).count();
-  d->set_seconds(ns / 1000000000);
-  d->set_nanos(static_cast<int32_t>(ns % 1000000000));
-}
-
-struct Described {
-  std::string format;
-  Layout layout;
-  std::vector<uint32_t> order;  // engine channel of each reported channel
-  std::vector<std::string> names;
-};
-
-Described describe_pixels(const std::string& format, const Layout& layout) {
-  Described d{format, layout, {}, channel_names(layout.channels)};
-  for (uint32_t c = 0; c < layout.channels; ++c) d.order.push_back(c);
-  return d;
-}
-
-// What the file says about itself; bit depth and colour type from the
-// decoded pixels where its format did not say.
-void fill_facts(v1::AnalyzeResponse& r, const uint8_t* data, size_t size, const Layout& layout,
-                const std::function<void(uint64_t, uint64_t)>& release = {}) {
-  const Facts f = read_facts(data, size, release);
-  v1::ImageFacts* out = r.mutable_facts();
-  static const char* kColorTypes[] = {"", "gray", "gray+alpha", "rgb", "rgba"};
-  out->set_bit_depth(f.bit_depth ? f.bit_depth : static_cast<uint32_t>(sample_size(layout.type) * 8));
-  out->set_color_type(!f.color_type.empty() ? f.color_type : layout.channels <= 4 ? kColorTypes[layout.channels] : "");
-  out->set_palette_size(f.palette_size);
-  out->set_jpeg_quality(f.jpeg_quality);
-  out->set_chroma_subsampling(f.chroma_subsampling);
-  out->set_progressive(f.progressive);
-  out->set_icc_profile(f.icc_profile);
-  out->set_exif_orientation(f.exif_orientation);
-}
-
-// The engine channels holding R, G and B, for the luminance.
-// Joint histogram channels come as reported; the engine's own channels
-// differ where a decoder stores B, G, R (a colour space's are its own).
-StatsRequest with_rgb(StatsRequest request, const std::vector<uint32_t>& order) {
-  if (order.size() >= 3)
-    for (int i = 0; i < 3; ++i) request.rgb[i] = order[i];
-  if (request.colour_space == ColourSpace::kNone)
-    for (uint32_t a = 0; a < request.joint.axes; ++a)
-      if (request.joint.channels[a] < order.size()) request.joint.channels[a] = order[request.joint.channels[a]];
-  return request;
-}
-
-// The channels reported: a colour space's, in its order, or the image's.
-Described measured(const Described& d, const StatsRequest& request) {
-  if (request.colour_space == ColourSpace::kNone) return d;
-  Described m = d;
-  m.names = colour_channel_names(request.colour_space, d.layout.channels == 4);
-  m.order.clear();
-  for (uint32_t c = 0; c < m.names.size(); ++c) m.order.push_back(c);
-  return m;
-}
-
-void fill_joint(v1::JointHistogram* out, const JointHistogram& joint, const Described& d) {
-  for (uint32_t a = 0; a < joint.spec.axes; ++a) {
-    std::string name = std::to_string(joint.spec.channels[a]);
-    for (size_t i = 0; i < d.order.size(); ++i)
-      if (d.order[i] == joint.spec.channels[a]) name = d.names[i];
-    out->add_channels(name);
-    out->add_bins(joint.spec.bins[a]);
-    v1::HistogramRange* range = out->add_ranges();
-    range->set_lo(joint.spec.lo[a]);
-    range->set_hi(joint.spec.hi[a]);
-  }
-  if (joint.counts.size() <= kDenseJointBins) {
-    out->mutable_counts()->Reserve(static_cast<int>(joint.counts.size()));
-    for (uint64_t c : joint.counts) out->add_counts(c);
-  } else {
-    for (size_t i = 0; i < joint.counts.size(); ++i)
-      if (joint.counts[i]) {
-        out->add_nonzero_index(i);
-        out->add_nonzero_count(joint.counts[i]);
-      }
-  }
-  out->set_outside(joint.outside);
-}
-
-void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result& result,
-                   const StatsRequest& request, bool parts = false) {
-  const Described d = measured(image, request);
-  const std::vector<ChannelStats>& stats = result.channels;
-  r.set_format(d.format);
-  r.set_width(d.layout.width);
-  r.set_height(d.layout.height);
-  r.set_channel_count(d.layout.channels);
-  r.set_sample_type(proto_sample_type(d.layout.type));
-  r.set_engine(result.engine);
-  if (result.device >= 0) r.set_device(result.device);
-  for (size_t i = 0; i < d.order.size() && !stats.empty(); ++i) {  // parts but a mask: no whole-image channels
-    v1::ChannelStats* c = r.add_channels();
-    c->set_name(d.names[i]);
-    fill_channel(c, stats.at(d.order[i]), request, d.layout.type, d.layout.width);
-  }
-  if (result.has_unique_colors) r.set_unique_colors(result.unique_colors);
-  if (result.has_joint) fill_joint(r.mutable_joint(), result.joint, d);
-  if (result.has_summary) {
-    StatsRequest all = request;
-    all.histogram = false;
-    r.mutable_summary()->set_name("all");
-    fill_channel(r.mutable_summary(), result.summary, all, d.layout.type, 0);
-  }
-  if (result.has_luminance) {
-    r.mutable_luminance()->set_name("Y");
-    fill_channel(r.mutable_luminance(), result.luminance, request, luminance_type(d.layout.type), d.layout.width);
-  } else if (request.luminance) {
-    r.add_warnings(d.layout.channels < 3 ? "no luminance: the image has " + std::to_string(d.layout.channels) +
-                                               " channel" + (d.layout.channels == 1 ? "" : "s") + ", not R, G, B"
-                   : parts ? "no luminance: it is not computed for parts of an image"
-                           : "no luminance: it is not computed for streamed uploads");
-  }
-  if (parts && request.unique_colors && !result.has_unique_colors)
-    r.add_warnings("no unique colours: they are not computed for parts of an image");
-  for (const PartStats& p : result.parts) {
-    v1::PartStats* out = r.add_parts();
-    if (!p.has_label) {
-      v1::Rectangle* roi = out->mutable_roi();
-      roi->set_x(static_cast<uint32_t>(p.roi.x));
-      roi->set_y(static_cast<uint32_t>(p.roi.y));
-      roi->set_width(static_cast<uint32_t>(p.roi.width));
-      roi->set_height(static_cast<uint32_t>(p.roi.height));
-    }
-    if (p.has_label) out->set_label(p.label);
-    if (p.is_tile) {
-      out->mutable_tile()->set_column(p.column);
-      out->mutable_tile()->set_row(p.row);
-    }
-    for (size_t i = 0; i < d.order.size(); ++i) {
-      v1::ChannelStats* c = out->add_channels();
-      c->set_name(d.names[i]);
-      fill_channel(c, p.channels.at(d.order[i]), request, d.layout.type, d.layout.width);
-    }
-    if (p.has_joint) fill_joint(out->mutable_joint(), p.joint, d);
-  }
-}
-
-// An upload analyzed at its end from all its bytes: an encoded file, or
-// raw pixels whose parts are asked for.
-// The mask or label image a request's parts name.
-v1::Input* map_input(v1::Options& options) {
-  if (!options.has_parts()) return nullptr;
-  v1::Parts* p = options.mutable_parts();
-  if (p->has_mask() && p->mask().has_image()) return p->mutable_mask()->mutable_image();
-  if (p->has_labels()) return p->mutable_labels()->mutable_image();
-  return nullptr;
-}
-
-void put_map_data(v1::Options& options, std::string data) {
-  v1::Input* map = map_input(options);
-  if (!map) fail(ErrorCode::kInternal, "map bytes for a request without a map");
-  *map->mutable_data() = std::move(data);
-}
-
-class HeldUpload final : public Upload {
- public:
-  HeldUpload(const Analyzer& analyzer, MemoryBudget& budget, const v1::StreamHeader& header)
-      : analyzer_(analyzer), budget_(budget) {
-    *request_.mutable_input() = header.input();
-    request_.mutable_input()->clear_data();
-    *request_.mutable_options() = header.options();
-    total_ = header.total_bytes();
-  }
-  // Memory grows with the bytes received, not with what the header declares,
-  // and is taken from the decoded-memory budget as it grows: many large
-  // uploads at once are refused rather than held past the machine's memory.
-  void add(std::string_view chunk) override {
-    std::string* data = request_.mutable_input()->mutable_data();
-    const uint64_t need = data->size() + chunk.size();
-    if (need > total_)
-      fail(ErrorCode::kInvalidArgument, "chunks carry more than the header's total_bytes (" + std::to_string(total_) + ")");
-    if (need > lease_.bytes()) {
-      constexpr uint64_t kStep = uint64_t{16} << 20;
-      const uint64_t want = std::min(total_, (need + kStep - 1) / kStep * kStep);
-      if (!budget_.try_grow(lease_, want - lease_.bytes()))
-        fail(ErrorCode::kResourceExhausted,
-             "uploads and decodes in progress hold " + std::to_string(budget_.in_use() >> 20) + " of " +
-                 std::to_string(budget_.capacity() >> 20) + " MiB of decode memory (--max-decode-memory): try again later");
-    }
-    data->append(chunk);
-  }
-  const std::string& bytes() const { return request_.input().data(); }
-  void set_map_data(std::string data) override { put_map_data(*request_.mutable_options(), std::move(data)); }
-  // What it held went elsewhere (the spool).
-  void drop() {
-    request_.mutable_input()->clear_data();
-    request_.mutable_input()->mutable_data()->shrink_to_fit();
-    lease_.release();
-  }
-  v1::AnalyzeResponse finish(const CallContext& call) override {
-    const uint64_t got = request_.input().data().size();
-    if (got != total_)
-      fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(got) + " of the header's total_bytes " +
-                                            std::to_string(total_));
-    return analyzer_.analyze(request_, call);
-  }
-
- private:
-  const Analyzer& analyzer_;
-  MemoryBudget& budget_;
-  MemoryBudget::Lease lease_;  // the bytes received so far
-  v1::AnalyzeRequest request_;
-  uint64_t total_ = 0;
-};
-
-// An encoded upload, its format told by its first bytes. PNG and TIFF of
-// kSpoolFromBytes or more go to the spool as they arrive (core/spool.hpp),
-// its bytes charged to --max-spool-bytes, not to the decode memory: a PNG
-// is decoded meanwhile on a thread of its own, as far as its bytes have
-// come (a slow client's file is done soon after its last byte); a TIFF is
-// decoded from the file once it is whole (libtiff reads the directory
-// first, and libtiff's writers put it after the image data). Anything else,
-// or no spool, is held in memory (HeldUpload).
-class EncodedUpload final : public Upload {
- public:
-  EncodedUpload(const Analyzer& analyzer, MemoryBudget& budget, const v1::StreamHeader& header, CallContext call)
-      : analyzer_(analyzer), header_(header), call_(std::move(call)), held_(analyzer, budget, header) {
-    total_ = header.total_bytes();
-    map_follows_ = header.map_bytes() > 0;
-  }
-  void set_map_data(std::string data) override {
-    if (!file_) return held_.set_map_data(std::move(data));
-    put_map_data(*header_.mutable_options(), std::move(data));
-  }
-  ~EncodedUpload() override {
-    if (file_) file_->abort(ErrorCode::kCancelled, "the upload ended");  // its decode ends on its own
-  }
-  void add(std::string_view chunk) override {
-    if (file_) {
-      file_->append(reinterpret_cast<const uint8_t*>(chunk.data()), chunk.size());
-      if (decode_.valid() && decode_.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
-        early_ = decode_.get();  // a refusal ends the call now, not after the last chunk
-      return;
-    }
-    held_.add(chunk);
-    const std::string& got = held_.bytes();
-    if (decided_ || (got.size() < kHeadBytes && got.size() < total_)) return;
-    decided_ = true;
-    const std::string format = probe(reinterpret_cast<const uint8_t*>(got.data()), got.size()).format;
-    if (total_ < kSpoolFromBytes || (format != "PNG" && format != "TIFF")) return;
-    file_ = analyzer_.spool().open(total_);
-    if (!file_) return;
-    file_->append(reinterpret_cast<const uint8_t*>(got.data()), got.size());
-    held_.drop();
-    if (format == "PNG" && !map_follows_) start_decode();  // a map that follows is needed before the answer
-  }
-  v1::AnalyzeResponse finish(const CallContext& call) override {
-    if (!file_) return held_.finish(call);
-    if (file_->received() != total_)
-      fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(file_->received()) +
-                                            " of the header's total_bytes " + std::to_string(total_));
-    if (early_) return *early_;
-    if (decode_.valid()) return decode_.get();
-    std::shared_ptr<SpoolFile> file = file_;
-    return analyzer_.analyze_mapped(request(), file->data(), file->size(),
-                                    [file](uint64_t begin, uint64_t end) { file->release(begin, end); }, call);
-  }
-
- private:
-  static constexpr size_t kHeadBytes = 64;  // enough for probe() to tell PNG and TIFF
-
-  v1::AnalyzeRequest request() const {
-    v1::AnalyzeRequest r;
-    *r.mutable_input() = header_.input();
-    *r.mutable_options() = header_.options();
-    return r;
-  }
-  // The thread's call: the stream's deadline and caller; cancelled once the
-  // upload ends (the call may be gone by then).
-  void start_decode() {
-    auto result = std::make_shared<std::promise<v1::AnalyzeResponse>>();
-    decode_ = result->get_future();
-    CallContext call;
-    call.deadline = call_.deadline;
-    call.caller = call_.caller;
-    call.same_host = call_.same_host;
-    std::shared_ptr<SpoolFile> file = file_;
-    call.cancelled = [file] { return file->aborted(); };
-    const auto deadline = call.deadline;
-    auto give_up = [file, deadline] { return file->aborted() || Clock::now() >= deadline; };
-    analyzer_.start_arriving_decode([&analyzer = analyzer_, request = request(), file, call, result](bool slot) mutable {
-      std::optional<v1::AnalyzeResponse> answer;
-      std::exception_ptr failure;
-      try {
-        call.check("while waiting to decode");
-        if (!slot) fail(ErrorCode::kCancelled, "the upload ended");
-        answer = analyzer.analyze_mapped(
-            request, file->data(), file->size(), [&file](uint64_t begin, uint64_t end) { file->release(begin, end); },
-            call, [&file](uint64_t end) { return file->wait_for(end); });
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      // The file goes with its upload, not after its answer.
-      call = CallContext{};
-      file.reset();
-      if (answer) result->set_value(std::move(*answer));
-      else result->set_exception(failure);
-    }, std::move(give_up));
-  }
-
-  const Analyzer& analyzer_;
-  v1::StreamHeader header_;
-  const CallContext call_;
-  HeldUpload held_;  // until the first bytes tell the format, and what is not spooled
-  uint64_t total_ = 0;
-  bool map_follows_ = false;
-  bool decided_ = false;
-  std::shared_ptr<SpoolFile> file_;
-  std::future<v1::AnalyzeResponse> decode_;
-  std::optional<v1::AnalyzeResponse> early_;
-};
-
-// An input in a region: a stream of its header alone, analyzed at its end.
-class RegionUpload final : public Upload {
- public:
-  RegionUpload(const Analyzer& analyzer, const v1::StreamHeader& header) : analyzer_(analyzer) {
-    *request_.mutable_input() = header.input();
-    *request_.mutable_options() = header.options();
-  }
-  void add(std::string_view) override {
-    fail(ErrorCode::kInvalidArgument, "the header names a region: its bytes are there, send no chunks");
-  }
-  v1::AnalyzeResponse finish(const CallContext& call) override { return analyzer_.analyze(request_, call, &bytes_); }
-  uint64_t region_bytes() const override { return bytes_; }
-
- private:
-  const Analyzer& analyzer_;
-  v1::AnalyzeRequest request_;
-  uint64_t bytes_ = 0;
-};
-
-// Raw pixels and bytes go to the engine chunk by chunk as they arrive. What
-// the engine's stream keeps of them (Engine::stream_bytes) is taken from the
-// decode memory as it grows: refused at the header when it could never fit,
-// and when the budget has no room for the next chunk's share.
-class PixelUpload final : public Upload {
- public:
-  PixelUpload(Engine& engine, MemoryBudget& budget, Described described, StatsRequest request, uint64_t total)
-      : described_(std::move(described)), request_(request), total_(total), budget_(budget) {
-    validate(described_.layout, request_);
-    keeps_ = engine.stream_bytes(described_.layout, request_);
-    if (keeps_ > budget.capacity())
-      fail(ErrorCode::kResourceExhausted,
-           "this stream's " + std::to_string(keeps_ >> 20) + " MiB of float samples are kept for their histogram "
-           "over their own range, more than the decode memory limit of " + std::to_string(budget.capacity() >> 20) +
-           " MiB (--max-decode-memory): give the histogram an explicit range, or send a smaller image");
-    const auto t0 = Clock::now();
-    stream_ = engine.open_stream(described_.layout, request_);
-    compute_ += Clock::now() - t0;
-  }
-  void add(std::string_view chunk) override {
-    if (received_ + chunk.size() > total_)
-      fail(ErrorCode::kInvalidArgument, "chunks carry more than the header's total_bytes (" + std::to_string(total_) + ")");
-    if (keeps_) {
-      const uint64_t need = std::min(keeps_, received_ + chunk.size());
-      if (need > lease_.bytes()) {
-        constexpr uint64_t kStep = uint64_t{16} << 20;
-        const uint64_t want = std::min(keeps_, (need + kStep - 1) / kStep * kStep);
-        if (!budget_.try_grow(lease_, want - lease_.bytes()))
-          fail(ErrorCode::kResourceExhausted,
-               "uploads and decodes in progress hold " + std::to_string(budget_.in_use() >> 20) + " of " +
-                   std::to_string(budget_.capacity() >> 20) +
-                   " MiB of decode memory (--max-decode-memory), and this stream's float samples are kept for their "
-                   "histogram: try again later");
-      }
-    }
-    received_ += chunk.size();
-    const auto t0 = Clock::now();
-    stream_->feed(chunk.data(), chunk.size());
-    compute_ += Clock::now() - t0;
-  }
-  void pause() override {
-    const auto t0 = Clock::now();
-    stream_->pause();
-    compute_ += Clock::now() - t0;
-  }
-  v1::AnalyzeResponse finish(const CallContext&) override {
-    if (received_ != total_)
-      fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(received_) +
-                                            " of the header's total_bytes " + std::to_string(total_));
-    const auto t0 = Clock::now();
-    const Result result = stream_->finish();
-    compute_ += Clock::now() - t0;
-    v1::AnalyzeResponse r;
-    fill_response(r, described_, result, request_);
-    set_duration(r.mutable_decode_time(), Clock::duration::zero());
-    set_duration(r.mutable_compute_time(), compute_);
-    return r;
-  }
-
- private:
-  Described described_;
-  StatsRequest request_;
-  uint64_t total_;
-  uint64_t received_ = 0;
-  MemoryBudget& budget_;
-  uint64_t keeps_ = 0;          // bytes the stream keeps by its end
-  MemoryBudget::Lease lease_;   // what it keeps so far, rounded up
-  std::unique_ptr<StreamAnalysis> stream_;
-  Clock::duration compute_{};
-};
-
-// An upload whose parts' mask or label image follows its input in the
-// chunks (StreamHeader.map_bytes): the input's bytes go to the upload, the
-// map's are held in the decode memory as they come and given to it at the end.
-class MapTail final : public Upload {
- public:
-  MapTail(std::unique_ptr<Upload> inner, MemoryBudget& budget, uint64_t input_bytes, uint64_t map_bytes)
-      : inner_(std::move(inner)), budget_(budget), input_bytes_(input_bytes), map_bytes_(map_bytes) {}
-  void add(std::string_view chunk) override {
-    if (input_seen_ < input_bytes_) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), input_bytes_ - input_seen_));
-      inner_->add(chunk.substr(0, n));
-      input_seen_ += n;
-      chunk.remove_prefix(n);
-    }
-    if (chunk.empty()) return;
-    const uint64_t need = map_.size() + chunk.size();
-    if (need > map_bytes_)
-      fail(ErrorCode::kInvalidArgument, "chunks carry more than the header's total_bytes and map_bytes (" +
-                                            std::to_string(input_bytes_) + " and " + std::to_string(map_bytes_) + ")");
-    if (need > lease_.bytes()) {
-      constexpr uint64_t kStep = uint64_t{16} << 20;
-      const uint64_t want = std::min(map_bytes_, (need + kStep - 1) / kStep * kStep);
-      if (!budget_.try_grow(lease_, want - lease_.bytes()))
-        fail(ErrorCode::kResourceExhausted,
-             "uploads and decodes in progress hold " + std::to_string(budget_.in_use() >> 20) + " of " +
-                 std::to_string(budget_.capacity() >> 20) +
-                 " MiB of decode memory (--max-decode-memory), and this upload's mask or label image needs room: "
-                 "try again later");
-      map_.reserve(static_cast<size_t>(want));
-    }
-    map_.append(chunk.data(), chunk.size());
-  }
-  void pause() override { inner_->pause(); }
-  v1::AnalyzeResponse finish(const CallContext& call) override {
-    if (map_.size() != map_bytes_)
-      fail(ErrorCode::kInvalidArgument, "stream ended after " + std::to_string(input_seen_ + map_.size()) +
-                                            " of the header's total_bytes and map_bytes (" + std::to_string(input_bytes_) +
-                                            " and " + std::to_string(map_bytes_) + ")");
-    inner_->set_map_data(std::move(map_));
-    return inner_->finish(call);  // the lease is held until the answer
-  }
-
- private:
-  std::unique_ptr<Upload> inner_;
-  MemoryBudget& budget_;
-  uint64_t input_bytes_, map_bytes_;
-  uint64_t input_seen_ = 0;
-  std::string map_;
-  MemoryBudget::Lease lease_;
-};
-
-}  // namespace
-
-void Upload::set_map_data(std::string) {
-  fail(ErrorCode::kInvalidArgument, "map_bytes: this upload takes no mask or label image");
-}
 
 Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_ptr<GpuJpegDecoder> gpu_jpeg,
                    std::shared_ptr<RegionTable> regions)
@@ -608,8 +99,8 @@ Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsReque
   return out;
 }
 
-v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& request, const RegionBytes& region,
-                                                  const CallContext& call) const {
+v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& request, const RequestPlan& plan,
+                                                  const RegionBytes& region, const CallContext& call) const {
   if (region.size == 0) fail(ErrorCode::kInvalidArgument, "empty input: the region's part has no bytes");
   const v1::Input& input = request.input();
   if (kind_of(input) != v1::INPUT_KIND_ENCODED) {
@@ -619,7 +110,7 @@ v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& requ
                             ? describe_pixels("raw", raw_layout_of(input.raw()))
                             : describe_pixels("bytes", Layout{region.size, 1, 1, SampleType::kUint8, 0});
     if (kind_of(input) == v1::INPUT_KIND_RAW) check_raw_size(d.layout, region.size);
-    const StatsRequest stats_request = stats_request_of(request.options());
+    const StatsRequest& stats_request = plan.stats;
     const auto t0 = Clock::now();
     const Result result = engine_->analyze_read(d.layout, with_rgb(stats_request, d.order),
                                                 [&](uint64_t at, uint64_t n, uint8_t* out) {
@@ -653,13 +144,12 @@ v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& requ
 v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const CallContext& call,
                                      uint64_t* input_bytes) const {
   const v1::Input& input = request.input();
-  const StatsRequest stats_request = stats_request_of(request.options());
-  const bool with_parts = parts_of(request.options(), limits_).kind != PartsKind::kWhole;
-  const InputBytes data = bytes_of(input, stats_request, with_parts, call);  // holds a region mapped until the engine is done
+  const RequestPlan plan = plan_request(request.options(), limits_);
+  const InputBytes data = bytes_of(input, plan.stats, plan.with_parts(), call);  // holds a region mapped until the engine is done
   if (input_bytes) *input_bytes = data.size();
-  if (data.region.fd >= 0 && (data.spooled || streams_from_region(input, stats_request, with_parts)))
-    return analyze_read_region(request, data.region, call);
-  return analyze_input(request, data, {}, {}, call);
+  if (data.region.fd >= 0 && (data.spooled || streams_from_region(input, plan.stats, plan.with_parts())))
+    return analyze_read_region(request, plan, data.region, call);
+  return analyze_input(request, plan, data, {}, {}, call);
 }
 
 v1::AnalyzeResponse Analyzer::analyze_mapped(const v1::AnalyzeRequest& request, const uint8_t* bytes, size_t size,
@@ -673,148 +163,153 @@ v1::AnalyzeResponse Analyzer::analyze_mapped(const v1::AnalyzeRequest& request, 
   InputBytes data;
   data.data = bytes;
   data.bytes = size;
-  return analyze_input(request, data, release, arrived, call);
+  return analyze_input(request, plan_request(request.options(), limits_), data, release, arrived, call);
 }
 
-v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, const InputBytes& data,
+v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, const RequestPlan& plan,
+                                            const InputBytes& data,
                                             const std::function<void(uint64_t, uint64_t)>& release,
                                             const std::function<uint64_t(uint64_t)>& arrived,
                                             const CallContext& call) const {
   const v1::Input& input = request.input();
-  const StatsRequest stats_request = stats_request_of(request.options());
-  Parts parts = parts_of(request.options(), limits_);
-  const bool with_parts = parts.kind != PartsKind::kWhole;
-  if (with_parts && data.on_device)
+  if (plan.with_parts() && data.on_device)
     fail(ErrorCode::kFailedPrecondition,
          "parts are not computed for images in GPU memory: send the image from host memory (a memfd region)");
-  const uint8_t* bytes = data.data;
   v1::AnalyzeResponse r;
-  Described d;
-  ImageView view;
-  DecodedImage decoded;
-  MemoryBudget::Lease lease;  // held until the engine has read the pixels
+  Pixels px;
   const auto t0 = Clock::now();
   switch (kind_of(input)) {
     case v1::INPUT_KIND_RAW:
-      d = describe_pixels("raw", raw_layout_of(input.raw()));
-      check_raw_size(d.layout, data.size());
-      view = ImageView{bytes, d.layout};
+      px.d = describe_pixels("raw", raw_layout_of(input.raw()));
+      check_raw_size(px.d.layout, data.size());
+      px.view = ImageView{data.data, px.d.layout};
       break;
     case v1::INPUT_KIND_BYTES:
       if (data.empty()) fail(ErrorCode::kInvalidArgument, "empty input: no bytes to count");
-      d = describe_pixels("bytes", Layout{data.size(), 1, 1, SampleType::kUint8, 0});
-      view = ImageView{bytes, d.layout};
+      px.d = describe_pixels("bytes", Layout{data.size(), 1, 1, SampleType::kUint8, 0});
+      px.view = ImageView{data.data, px.d.layout};
       break;
-    default: {
-      DecodeOptions options;
-      options.max_pixels = limits_.max_pixels;
-      options.allow_truncated = request.options().allow_truncated();
-      options.cancelled = call.cancelled;
-      options.release = release;
-      options.arrived = arrived;
-      DecodePlan plan = plan_decode(bytes, data.size(), options);
-      const auto waited_until = memory_wait_until(call, t0);
-      // Bands suffice unless a statistic needs the whole image (the luminance),
-      // or the engine's stream would keep every pixel anyway (floats binned
-      // over their own range, on the CPU): then the whole image, in its budget.
-      const Layout& bands = plan.band_layout;
-      bool in_bands = plan.band_memory_bytes > 0 && !stats_request.luminance && !with_parts && bands.channels > 0;
-      if (in_bands && is_float(bands.type)) {  // only floats are kept (a TIFF's: its layout is exact)
-        validate(bands, stats_request);
-        in_bands = engine_->stream_bytes(bands, stats_request) == 0;
-      }
-      // Only the banded PNG decoder reads a file as it arrives; the rest
-      // waits for all of it, planned again whole (PNG's checks of every chunk).
-      auto whole = [&] {
-        if (!options.arrived) return;
-        options.arrived(data.size());
-        options.arrived = nullptr;
-        plan = plan_decode(bytes, data.size(), options);
-      };
-      if (!in_bands || plan.format != "PNG") whole();
-      lease = budget_->acquire(in_bands ? plan.band_memory_bytes : plan.memory_bytes,
-                               "this " + std::to_string(plan.width) + "x" + std::to_string(plan.height) + " " + plan.format,
-                               call, waited_until);
-      call.check("before decoding");
-      const v1::DecoderChoice choice = request.options().decoder();
-      if (with_parts && choice == v1::DECODER_CHOICE_GPU)
-        fail(ErrorCode::kFailedPrecondition,
-             "decoder GPU was asked for, but parts of an image are computed from the CPU decoder's pixels");
-      if (plan.format == "JPEG" && choice != v1::DECODER_CHOICE_CPU && !with_parts) {
-        std::string why;
-        if (analyze_on_gpu(bytes, data.size(), options, stats_request, call, r, &why)) return r;
-        if (choice == v1::DECODER_CHOICE_GPU)
-          fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but " + why);
-      } else if (choice == v1::DECODER_CHOICE_GPU) {
-        fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but the GPU decodes JPEG only, not " + plan.format);
-      }
-      // A JPEG's check is its decode on this path (decode_jpeg): one pass.
-      if (in_bands && analyze_in_bands(bytes, data.size(), plan, options, stats_request, call, r)) return r;
-      if (in_bands) {  // the streamed decoder did not take it after all: the whole image, in the budget
-        whole();
-        lease.release();
-        lease = budget_->acquire(plan.memory_bytes, "this " + plan.format, call, waited_until);
-      }
-      {
-        TraceRange range("cpu decode");
-        decoded = decode_image(bytes, data.size(), plan, options);
-      }
-      call.check("after decoding");
-      d = Described{decoded.format, decoded.view.layout, decoded.channel_order, decoded.channel_names};
-      view = decoded.view;
-      for (const std::string& w : decoded.warnings) r.add_warnings(w);
-    }
+    default:
+      if (!decode_encoded(request, plan, data, release, arrived, call, t0, px, r)) return r;  // answered on the way
   }
+  Parts parts = plan.parts;
   MapInput map;  // the mask or label image, held until the engine is done
-  if (with_parts) {
-    const v1::Parts& p = request.options().parts();
-    if (p.has_mask() && p.mask().source_case() == v1::Mask::kAlpha) {
-      if (d.layout.channels != 2 && d.layout.channels != 4)
-        fail(ErrorCode::kInvalidArgument, "mask alpha needs an image with alpha (2 or 4 channels); this one has " +
-                                              std::to_string(d.layout.channels));
-      parts.map = PartMapView{view.data, d.layout.width, d.layout.height, d.layout.channels,
-                              d.order.at(d.layout.channels - 1), map_type_of(d.layout.type), d.layout.row_stride};
-    } else if (p.has_mask() || p.has_labels()) {
-      read_map(p.has_mask() ? p.mask().image() : p.labels().image(), p.has_mask() ? "mask" : "label image", d.layout,
-               call, map);
-      parts.map = map.view;
-    }
-  }
-  // What the engine allocates beyond the pixels (Engine::working_bytes):
-  // waited for by a call that holds nothing yet, else taken now or refused.
-  MemoryBudget::Lease working;
-  {
-    const StatsRequest asked = with_rgb(stats_request, d.order);
-    validate(d.layout, asked);  // a request past the engines' limits is refused as such, not as memory
-    if (with_parts) validate(d.layout, parts);
-    uint64_t bytes = engine_->working_bytes(d.layout, asked, with_parts ? &parts : nullptr);
-    if (with_parts && parts.kind != PartsKind::kMask) bytes = std::max(bytes, engine_->working_bytes(d.layout, asked));
-    if (bytes > 0) {
-      const std::string what = "the analysis of this " + std::to_string(d.layout.width) + "x" +
-                               std::to_string(d.layout.height) + " image (" +
-                               (with_parts ? "its parts" : "its luminance or counters") + ")";
-      const bool holding = lease.bytes() || map.lease.bytes() || data.lease.bytes();
-      working = holding ? budget_->take_now(bytes, what) : budget_->acquire(bytes, what, call, memory_wait_until(call, t0));
-    }
-  }
+  if (plan.with_parts()) parts.map = map_of(request.options().parts(), px, call, map);
+  const StatsRequest asked = with_rgb(plan.stats, px.d.order);
+  MemoryBudget::Lease working =
+      working_memory(asked, plan.with_parts() ? &parts : nullptr, px.d.layout,
+                     px.lease.bytes() || map.lease.bytes() || data.lease.bytes(), call, t0);
   const auto t1 = Clock::now();
-  Result result =
-      with_parts       ? engine_->analyze_parts(view, parts, with_rgb(stats_request, d.order))
-      : data.on_device ? engine_->analyze_device(DeviceImageView{view.data, view.layout}, with_rgb(stats_request, d.order))
-                       : engine_->analyze(view, with_rgb(stats_request, d.order));
-  if (with_parts && parts.kind != PartsKind::kMask) {
+  Result result = plan.with_parts() ? engine_->analyze_parts(px.view, parts, asked)
+                  : data.on_device  ? engine_->analyze_device(DeviceImageView{px.view.data, px.view.layout}, asked)
+                                    : engine_->analyze(px.view, asked);
+  if (plan.with_parts() && parts.kind != PartsKind::kMask) {
     // The object keeps its own channels, the whole image's, and gains the parts.
-    Result whole = engine_->analyze(view, with_rgb(stats_request, d.order));
+    Result whole = engine_->analyze(px.view, asked);
     whole.parts = std::move(result.parts);
     result = std::move(whole);
   }
   const auto t2 = Clock::now();
-  fill_response(r, d, result, stats_request, with_parts);
-  if (kind_of(input) == v1::INPUT_KIND_ENCODED) fill_facts(r, bytes, data.size(), d.layout, release);
-  r.set_decoder(decoded.decoder);
+  fill_response(r, px.d, result, plan.stats, plan.with_parts());
+  if (kind_of(input) == v1::INPUT_KIND_ENCODED) fill_facts(r, data.data, data.size(), px.d.layout, release);
+  r.set_decoder(px.decoded.decoder);
   set_duration(r.mutable_decode_time(), t1 - t0);
   set_duration(r.mutable_compute_time(), t2 - t1);
   return r;
+}
+
+bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPlan& plan, const InputBytes& data,
+                              const std::function<void(uint64_t, uint64_t)>& release,
+                              const std::function<uint64_t(uint64_t)>& arrived, const CallContext& call,
+                              Clock::time_point t0, Pixels& px, v1::AnalyzeResponse& r) const {
+  const uint8_t* bytes = data.data;
+  const StatsRequest& stats_request = plan.stats;
+  const bool with_parts = plan.with_parts();
+  DecodeOptions options;
+  options.max_pixels = limits_.max_pixels;
+  options.allow_truncated = request.options().allow_truncated();
+  options.cancelled = call.cancelled;
+  options.release = release;
+  options.arrived = arrived;
+  DecodePlan decode = plan_decode(bytes, data.size(), options);
+  const auto waited_until = memory_wait_until(call, t0);
+  // Bands suffice unless a statistic needs the whole image (the luminance),
+  // or the engine's stream would keep every pixel anyway (floats binned
+  // over their own range, on the CPU): then the whole image, in its budget.
+  const Layout& bands = decode.band_layout;
+  bool in_bands = decode.band_memory_bytes > 0 && !stats_request.luminance && !with_parts && bands.channels > 0;
+  if (in_bands && is_float(bands.type)) {  // only floats are kept (a TIFF's: its layout is exact)
+    validate(bands, stats_request);
+    in_bands = engine_->stream_bytes(bands, stats_request) == 0;
+  }
+  // Only the banded PNG decoder reads a file as it arrives; the rest
+  // waits for all of it, planned again whole (PNG's checks of every chunk).
+  auto whole = [&] {
+    if (!options.arrived) return;
+    options.arrived(data.size());
+    options.arrived = nullptr;
+    decode = plan_decode(bytes, data.size(), options);
+  };
+  if (!in_bands || decode.format != "PNG") whole();
+  px.lease = budget_->acquire(in_bands ? decode.band_memory_bytes : decode.memory_bytes,
+                              "this " + std::to_string(decode.width) + "x" + std::to_string(decode.height) + " " +
+                                  decode.format,
+                              call, waited_until);
+  call.check("before decoding");
+  const v1::DecoderChoice choice = request.options().decoder();
+  if (with_parts && choice == v1::DECODER_CHOICE_GPU)
+    fail(ErrorCode::kFailedPrecondition,
+         "decoder GPU was asked for, but parts of an image are computed from the CPU decoder's pixels");
+  if (decode.format == "JPEG" && choice != v1::DECODER_CHOICE_CPU && !with_parts) {
+    std::string why;
+    if (analyze_on_gpu(bytes, data.size(), options, stats_request, call, r, &why)) return false;
+    if (choice == v1::DECODER_CHOICE_GPU) fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but " + why);
+  } else if (choice == v1::DECODER_CHOICE_GPU) {
+    fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but the GPU decodes JPEG only, not " + decode.format);
+  }
+  // A JPEG's check is its decode on this path (decode_jpeg): one pass.
+  if (in_bands && analyze_in_bands(bytes, data.size(), decode, options, stats_request, call, r)) return false;
+  if (in_bands) {  // the streamed decoder did not take it after all: the whole image, in the budget
+    whole();
+    px.lease.release();
+    px.lease = budget_->acquire(decode.memory_bytes, "this " + decode.format, call, waited_until);
+  }
+  {
+    TraceRange range("cpu decode");
+    px.decoded = decode_image(bytes, data.size(), decode, options);
+  }
+  call.check("after decoding");
+  px.d = Described{px.decoded.format, px.decoded.view.layout, px.decoded.channel_order, px.decoded.channel_names};
+  px.view = px.decoded.view;
+  for (const std::string& w : px.decoded.warnings) r.add_warnings(w);
+  return true;
+}
+
+PartMapView Analyzer::map_of(const v1::Parts& p, const Pixels& px, const CallContext& call, MapInput& map) const {
+  const Described& d = px.d;
+  if (p.has_mask() && p.mask().source_case() == v1::Mask::kAlpha) {
+    if (d.layout.channels != 2 && d.layout.channels != 4)
+      fail(ErrorCode::kInvalidArgument, "mask alpha needs an image with alpha (2 or 4 channels); this one has " +
+                                            std::to_string(d.layout.channels));
+    return PartMapView{px.view.data, d.layout.width, d.layout.height, d.layout.channels,
+                       d.order.at(d.layout.channels - 1), map_type_of(d.layout.type), d.layout.row_stride};
+  }
+  if (p.has_mask() || p.has_labels())
+    read_map(p.has_mask() ? p.mask().image() : p.labels().image(), p.has_mask() ? "mask" : "label image", d.layout,
+             call, map);
+  return map.view;
+}
+
+MemoryBudget::Lease Analyzer::working_memory(const StatsRequest& asked, const Parts* parts, const Layout& layout,
+                                             bool holding, const CallContext& call, Clock::time_point t0) const {
+  validate(layout, asked);  // a request past the engines' limits is refused as such, not as memory
+  if (parts) validate(layout, *parts);
+  uint64_t bytes = engine_->working_bytes(layout, asked, parts);
+  if (parts && parts->kind != PartsKind::kMask) bytes = std::max(bytes, engine_->working_bytes(layout, asked));
+  if (bytes == 0) return {};
+  const std::string what = "the analysis of this " + std::to_string(layout.width) + "x" + std::to_string(layout.height) +
+                           " image (" + (parts ? "its parts" : "its luminance or counters") + ")";
+  return holding ? budget_->take_now(bytes, what) : budget_->acquire(bytes, what, call, memory_wait_until(call, t0));
 }
 
 void Analyzer::read_map(const v1::Input& input, const char* what, const Layout& image, const CallContext& call,
@@ -961,133 +456,6 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
   set_duration(r.mutable_decode_time(), t1 - t0);
   set_duration(r.mutable_compute_time(), t2 - t1);
   return true;
-}
-
-std::unique_ptr<Upload> Analyzer::begin_upload(const v1::StreamHeader& header, const CallContext& call) const {
-  const uint64_t map_bytes = header.map_bytes();
-  if (map_bytes == 0) return begin_input_upload(header, call);
-  v1::Options options = header.options();
-  const v1::Input* map = map_input(options);
-  if (!map)
-    fail(ErrorCode::kInvalidArgument, "map_bytes is set, but options.parts names no mask or label image to send them for");
-  if (!map->data().empty() || map->has_region())
-    fail(ErrorCode::kInvalidArgument, "map_bytes is set, but the mask or label image already has its data or a region");
-  if (header.input().has_region())
-    fail(ErrorCode::kInvalidArgument, "map_bytes is set, but the input names a region: no chunks follow it");
-  if (map_bytes > limits_.max_input_bytes)
-    fail(ErrorCode::kResourceExhausted, "a mask or label image of " + std::to_string(map_bytes) +
-                                            " bytes is over the upload limit of " + std::to_string(limits_.max_input_bytes));
-  return std::make_unique<MapTail>(begin_input_upload(header, call), *budget_, header.total_bytes(), map_bytes);
-}
-
-std::unique_ptr<Upload> Analyzer::begin_input_upload(const v1::StreamHeader& header, const CallContext& call) const {
-  const v1::Input& input = header.input();
-  if (!input.data().empty())
-    fail(ErrorCode::kInvalidArgument, "the stream header carries data; send it in the chunks that follow");
-  if (input.has_region()) {
-    if (header.total_bytes() != 0)
-      fail(ErrorCode::kInvalidArgument, "the header names a region: total_bytes must be 0, as no chunks follow");
-    return std::make_unique<RegionUpload>(*this, header);
-  }
-  const uint64_t total = header.total_bytes();
-  if (total == 0) fail(ErrorCode::kInvalidArgument, "the stream header's total_bytes must be at least 1");
-  if (total > limits_.max_input_bytes)
-    fail(ErrorCode::kResourceExhausted, "upload of " + std::to_string(total) + " bytes is over the limit of " +
-                                            std::to_string(limits_.max_input_bytes));
-  const StatsRequest stats_request = stats_request_of(header.options());
-  if (header.options().has_parts() && kind_of(input) != v1::INPUT_KIND_ENCODED) {
-    if (kind_of(input) == v1::INPUT_KIND_RAW) check_raw_size(raw_layout_of(input.raw()), total);
-    return std::make_unique<HeldUpload>(*this, *budget_, header);  // parts need the whole image
-  }
-  switch (kind_of(input)) {
-    case v1::INPUT_KIND_RAW: {
-      Described d = describe_pixels("raw", raw_layout_of(input.raw()));
-      check_raw_size(d.layout, total);
-      return std::make_unique<PixelUpload>(*engine_, *budget_, std::move(d), stats_request, total);
-    }
-    case v1::INPUT_KIND_BYTES:
-      return std::make_unique<PixelUpload>(*engine_, *budget_, describe_pixels("bytes", Layout{total, 1, 1, SampleType::kUint8, 0}),
-                                           stats_request, total);
-    default:
-      if (total > static_cast<uint64_t>(INT32_MAX))
-        fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
-      return std::make_unique<EncodedUpload>(*this, *budget_, header, call);
-  }
-}
-
-void StreamAssembler::take(const v1::AnalyzeStreamRequest& message) {
-  if (!upload_) {
-    if (!message.has_header()) fail(ErrorCode::kInvalidArgument, "the first AnalyzeStream message must be a header");
-    upload_ = analyzer_.begin_upload(message.header(), call_);
-  } else if (message.has_header()) {
-    fail(ErrorCode::kInvalidArgument, "AnalyzeStream received a second header");
-  } else {
-    upload_->add(message.chunk());
-  }
-}
-
-void StreamAssembler::take_chunk(const std::vector<std::string_view>& pieces) {
-  if (!upload_) fail(ErrorCode::kInvalidArgument, "the first AnalyzeStream message must be a header");
-  for (std::string_view piece : pieces) upload_->add(piece);
-}
-
-void StreamAssembler::pause() {
-  if (upload_) upload_->pause();
-}
-
-v1::AnalyzeResponse StreamAssembler::end(const CallContext& call) {
-  if (!upload_) fail(ErrorCode::kInvalidArgument, "AnalyzeStream received no header");
-  struct Count {  // also when finish() throws
-    StreamAssembler& s;
-    ~Count() { s.region_bytes_ = s.upload_->region_bytes(); }
-  } count{*this};
-  return upload_->finish(call);
-}
-
-v1::ServerInfo Analyzer::server_info() const {
-  v1::ServerInfo info;
-  info.set_version(IMGSTAT_VERSION);
-  if (gpu_jpeg_) info.set_gpu_decoder(gpu_jpeg_->description());
-  if (regions_) info.set_region_socket(region_socket_);
-  v1::EngineInfo* e = info.mutable_engine();
-  const EngineInfo engine = engine_->info();  // live: a lost GPU leaves the CPU engine
-  e->set_kind(engine.kind);
-  e->set_device_name(engine.device_name);
-  e->set_device_memory_bytes(engine.device_memory_bytes);
-  e->set_compute_capability(engine.compute_capability);
-  e->set_threads(engine.threads);
-  // Listed while the CPU engine stands in for lost GPUs too: they say why.
-  if (const std::shared_ptr<Placement> placement = engine_->placement())
-    for (const GpuStatus& g : placement->status()) {
-      v1::Gpu* out = info.add_gpus();
-      out->set_device(g.device);
-      out->set_name(g.name);
-      out->set_memory_bytes(g.memory_bytes);
-      out->set_compute_capability(g.compute_capability);
-      out->set_in_service(g.in_service);
-      out->set_out_of_service_reason(g.out_of_service_reason);
-      out->set_images(g.images);
-      out->set_in_flight(g.in_flight);
-    }
-  v1::Limits* l = info.mutable_limits();
-  l->set_max_message_bytes(limits_.max_message_bytes);
-  l->set_max_pixels(limits_.max_pixels);
-  l->set_max_input_bytes(limits_.max_input_bytes);
-  l->set_max_bins(kMaxBins);
-  l->set_max_decode_memory(limits_.max_decode_memory);
-  l->set_max_concurrent(limits_.max_concurrent);
-  l->set_batch_window(limits_.batch_window);
-  l->set_max_regions(limits_.max_regions);
-  l->set_max_region_bytes(limits_.max_region_bytes);
-  l->set_max_parts(static_cast<uint32_t>(limits_.max_parts));
-  l->set_max_spool_bytes(spool_->enabled() ? spool_->capacity() : 0);
-  set_duration(l->mutable_stream_idle_timeout(), std::chrono::duration_cast<Clock::duration>(
-                                                     std::chrono::duration<double>(limits_.stream_idle_timeout_seconds)));
-  for (const std::string& f : supported_formats()) info.add_formats(f);
-  for (auto t : {v1::SAMPLE_TYPE_UINT8, v1::SAMPLE_TYPE_UINT16, v1::SAMPLE_TYPE_INT8, v1::SAMPLE_TYPE_INT16,
-                 v1::SAMPLE_TYPE_FLOAT32, v1::SAMPLE_TYPE_FLOAT64})
-    info.add_sample_types(t);
-  return info;
 }
 
 }  // namespace imgstat

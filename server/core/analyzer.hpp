@@ -13,7 +13,10 @@
 #include "core/call_context.hpp"
 #include "core/limits.hpp"
 #include "core/regions.hpp"
+#include "core/response.hpp"
 #include "core/spool.hpp"
+#include "core/uploads.hpp"
+#include "core/validate.hpp"
 #include "decode/decode.hpp"
 #include "decode/gpu_jpeg.hpp"
 #include "imgstat/engine.hpp"
@@ -21,53 +24,7 @@
 
 namespace imgstat {
 
-// One streamed upload: data chunks in order, then finish().
-class Upload {
- public:
-  virtual ~Upload() = default;
-  virtual void add(std::string_view chunk) = 0;
-  // The client has not sent the next chunk yet: give back what other calls
-  // could use while it is awaited (StreamAnalysis::pause()).
-  virtual void pause() {}
-  virtual v1::AnalyzeResponse finish(const CallContext& call) = 0;
-  // Bytes read from a region the header named (RegionUpload), once finished.
-  virtual uint64_t region_bytes() const { return 0; }
-  // The parts' mask or label image, sent after the input (StreamHeader.map_bytes):
-  // given before finish(). Uploads that take no parts refuse it.
-  virtual void set_map_data(std::string data);
-};
-
-class Analyzer;
-
-// The AnalyzeStream protocol without its transport: a header first, then
-// data chunks, in order. take() throws imgstat::Error naming what is wrong
-// (no header, a second header, too many bytes, ...); end() finishes the upload.
-class StreamAssembler {
- public:
-  // call: the stream's, for the decode that may run while chunks arrive
-  // (its deadline and caller; it ends when this does).
-  explicit StreamAssembler(const Analyzer& analyzer, CallContext call = {})
-      : analyzer_(analyzer), call_(std::move(call)) {}
-  void take(const v1::AnalyzeStreamRequest& message);
-  // A chunk message's bytes where they lie (a raw method's slices, in order).
-  void take_chunk(const std::vector<std::string_view>& pieces);
-  // Called when the next message is not yet there.
-  void pause();
-  v1::AnalyzeResponse end(const CallContext& call);
-  // The bytes of a region the header named, once end() has read them.
-  uint64_t region_bytes() const { return region_bytes_; }
-
- private:
-  const Analyzer& analyzer_;
-  const CallContext call_;
-  std::unique_ptr<Upload> upload_;
-  uint64_t region_bytes_ = 0;
-};
-
-// Threads that decode uploads as they arrive, as many at once as the engine
-// has threads; each ends on its own once its upload ends, and the analyzer
-// waits for them before it goes.
-class ArrivingDecodes;
+class ArrivingDecodes;  // core/arriving.hpp
 
 class Analyzer {
  public:
@@ -127,9 +84,27 @@ class Analyzer {
     size_t size() const { return bytes; }
     bool empty() const { return bytes == 0; }
   };
-  v1::AnalyzeResponse analyze_input(const v1::AnalyzeRequest& request, const InputBytes& data,
+  v1::AnalyzeResponse analyze_input(const v1::AnalyzeRequest& request, const RequestPlan& plan, const InputBytes& data,
                                     const std::function<void(uint64_t, uint64_t)>& release,
                                     const std::function<uint64_t(uint64_t)>& arrived, const CallContext& call) const;
+  // An input's pixels for the engine: raw ones where they lie, or an
+  // encoded one's decoded (in the budget, until the engine has read them).
+  struct Pixels {
+    Described d;
+    ImageView view;
+    DecodedImage decoded;
+    MemoryBudget::Lease lease;
+  };
+  // An encoded input decoded into px; false when r is the whole answer
+  // already (decoded on the GPU, or on the CPU in bands into the engine).
+  bool decode_encoded(const v1::AnalyzeRequest& request, const RequestPlan& plan, const InputBytes& data,
+                      const std::function<void(uint64_t, uint64_t)>& release,
+                      const std::function<uint64_t(uint64_t)>& arrived, const CallContext& call,
+                      CallContext::Clock::time_point t0, Pixels& px, v1::AnalyzeResponse& r) const;
+  // What the engine allocates beside the pixels (Engine::working_bytes), in
+  // the budget: waited for by a call that holds nothing yet, else now or never.
+  MemoryBudget::Lease working_memory(const StatsRequest& asked, const Parts* parts, const Layout& layout, bool holding,
+                                     const CallContext& call, CallContext::Clock::time_point t0) const;
   // parts: the input must be read whole (a region is not streamed).
   InputBytes bytes_of(const v1::Input& input, const StatsRequest& stats, bool parts, const CallContext& call) const;
   // A mask or label image, decoded (in the budget) or raw, and its view.
@@ -141,14 +116,16 @@ class Analyzer {
   };
   void read_map(const v1::Input& input, const char* what, const Layout& image, const CallContext& call,
                 MapInput& out) const;
+  // The parts' map for the image: its own alpha, or a mask or label image read into map.
+  PartMapView map_of(const v1::Parts& parts, const Pixels& px, const CallContext& call, MapInput& map) const;
   // How long a call may wait for decode memory: its deadline, or the queue
   // timeout from `from`.
   CallContext::Clock::time_point memory_wait_until(const CallContext& call, CallContext::Clock::time_point from) const;
   // Raw pixels or bytes in a region that is read (not mapped): read by the
   // engine (Engine::analyze_read); a PNG or TIFF into the spool as an
   // upload is (EncodedUpload).
-  v1::AnalyzeResponse analyze_read_region(const v1::AnalyzeRequest& request, const RegionBytes& region,
-                                          const CallContext& call) const;
+  v1::AnalyzeResponse analyze_read_region(const v1::AnalyzeRequest& request, const RequestPlan& plan,
+                                          const RegionBytes& region, const CallContext& call) const;
 
   // An upload of the input alone (begin_upload adds its map, if it has one).
   std::unique_ptr<Upload> begin_input_upload(const v1::StreamHeader& header, const CallContext& call) const;

@@ -1,5 +1,10 @@
 #include "core/response.hpp"
 
+#include "core/validate.hpp"
+#include "decode/decode.hpp"
+#include "decode/facts.hpp"
+#include "imgstat/colour.hpp"
+
 namespace imgstat {
 
 void fill_channel(v1::ChannelStats* c, const ChannelStats& s, const StatsRequest& request, SampleType type,
@@ -98,6 +103,132 @@ ChannelStats merge_part_of(const v1::ChannelStats& c, SampleType type) {
     s.value_counts.assign(m.value_counts().begin(), m.value_counts().end());
   }
   return s;
+}
+
+void set_joint_counts(v1::JointHistogram* out, const std::vector<uint64_t>& counts) {
+  if (counts.size() <= kDenseJointBins) {
+    out->mutable_counts()->Reserve(static_cast<int>(counts.size()));
+    for (uint64_t c : counts) out->add_counts(c);
+    return;
+  }
+  for (size_t i = 0; i < counts.size(); ++i)
+    if (counts[i]) {
+      out->add_nonzero_index(i);
+      out->add_nonzero_count(counts[i]);
+    }
+}
+
+void set_duration(google::protobuf::Duration* d, std::chrono::steady_clock::duration t) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t).count();
+  d->set_seconds(ns / 1000000000);
+  d->set_nanos(static_cast<int32_t>(ns % 1000000000));
+}
+
+
+Described describe_pixels(const std::string& format, const Layout& layout) {
+  Described d{format, layout, {}, channel_names(layout.channels)};
+  for (uint32_t c = 0; c < layout.channels; ++c) d.order.push_back(c);
+  return d;
+}
+
+// What the file says about itself; bit depth and colour type from the
+// decoded pixels where its format did not say.
+void fill_facts(v1::AnalyzeResponse& r, const uint8_t* data, size_t size, const Layout& layout,
+                const std::function<void(uint64_t, uint64_t)>& release) {
+  const Facts f = read_facts(data, size, release);
+  v1::ImageFacts* out = r.mutable_facts();
+  static const char* kColorTypes[] = {"", "gray", "gray+alpha", "rgb", "rgba"};
+  out->set_bit_depth(f.bit_depth ? f.bit_depth : static_cast<uint32_t>(sample_size(layout.type) * 8));
+  out->set_color_type(!f.color_type.empty() ? f.color_type : layout.channels <= 4 ? kColorTypes[layout.channels] : "");
+  out->set_palette_size(f.palette_size);
+  out->set_jpeg_quality(f.jpeg_quality);
+  out->set_chroma_subsampling(f.chroma_subsampling);
+  out->set_progressive(f.progressive);
+  out->set_icc_profile(f.icc_profile);
+  out->set_exif_orientation(f.exif_orientation);
+}
+
+// The channels reported: a colour space's, in its order, or the image's.
+Described measured(const Described& d, const StatsRequest& request) {
+  if (request.colour_space == ColourSpace::kNone) return d;
+  Described m = d;
+  m.names = colour_channel_names(request.colour_space, d.layout.channels == 4);
+  m.order.clear();
+  for (uint32_t c = 0; c < m.names.size(); ++c) m.order.push_back(c);
+  return m;
+}
+
+static void fill_joint(v1::JointHistogram* out, const JointHistogram& joint, const Described& d) {
+  for (uint32_t a = 0; a < joint.spec.axes; ++a) {
+    std::string name = std::to_string(joint.spec.channels[a]);
+    for (size_t i = 0; i < d.order.size(); ++i)
+      if (d.order[i] == joint.spec.channels[a]) name = d.names[i];
+    out->add_channels(name);
+    out->add_bins(joint.spec.bins[a]);
+    v1::HistogramRange* range = out->add_ranges();
+    range->set_lo(joint.spec.lo[a]);
+    range->set_hi(joint.spec.hi[a]);
+  }
+  set_joint_counts(out, joint.counts);
+  out->set_outside(joint.outside);
+}
+
+void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result& result,
+                   const StatsRequest& request, bool parts) {
+  const Described d = measured(image, request);
+  const std::vector<ChannelStats>& stats = result.channels;
+  r.set_format(d.format);
+  r.set_width(d.layout.width);
+  r.set_height(d.layout.height);
+  r.set_channel_count(d.layout.channels);
+  r.set_sample_type(proto_sample_type(d.layout.type));
+  r.set_engine(result.engine);
+  if (result.device >= 0) r.set_device(result.device);
+  for (size_t i = 0; i < d.order.size() && !stats.empty(); ++i) {  // parts but a mask: no whole-image channels
+    v1::ChannelStats* c = r.add_channels();
+    c->set_name(d.names[i]);
+    fill_channel(c, stats.at(d.order[i]), request, d.layout.type, d.layout.width);
+  }
+  if (result.has_unique_colors) r.set_unique_colors(result.unique_colors);
+  if (result.has_joint) fill_joint(r.mutable_joint(), result.joint, d);
+  if (result.has_summary) {
+    StatsRequest all = request;
+    all.histogram = false;
+    r.mutable_summary()->set_name("all");
+    fill_channel(r.mutable_summary(), result.summary, all, d.layout.type, 0);
+  }
+  if (result.has_luminance) {
+    r.mutable_luminance()->set_name("Y");
+    fill_channel(r.mutable_luminance(), result.luminance, request, luminance_type(d.layout.type), d.layout.width);
+  } else if (request.luminance) {
+    r.add_warnings(d.layout.channels < 3 ? "no luminance: the image has " + std::to_string(d.layout.channels) +
+                                               " channel" + (d.layout.channels == 1 ? "" : "s") + ", not R, G, B"
+                   : parts ? "no luminance: it is not computed for parts of an image"
+                           : "no luminance: it is not computed for streamed uploads");
+  }
+  if (parts && request.unique_colors && !result.has_unique_colors)
+    r.add_warnings("no unique colours: they are not computed for parts of an image");
+  for (const PartStats& p : result.parts) {
+    v1::PartStats* out = r.add_parts();
+    if (!p.has_label) {
+      v1::Rectangle* roi = out->mutable_roi();
+      roi->set_x(static_cast<uint32_t>(p.roi.x));
+      roi->set_y(static_cast<uint32_t>(p.roi.y));
+      roi->set_width(static_cast<uint32_t>(p.roi.width));
+      roi->set_height(static_cast<uint32_t>(p.roi.height));
+    }
+    if (p.has_label) out->set_label(p.label);
+    if (p.is_tile) {
+      out->mutable_tile()->set_column(p.column);
+      out->mutable_tile()->set_row(p.row);
+    }
+    for (size_t i = 0; i < d.order.size(); ++i) {
+      v1::ChannelStats* c = out->add_channels();
+      c->set_name(d.names[i]);
+      fill_channel(c, p.channels.at(d.order[i]), request, d.layout.type, d.layout.width);
+    }
+    if (p.has_joint) fill_joint(out->mutable_joint(), p.joint, d);
+  }
 }
 
 }  // namespace imgstat

@@ -228,4 +228,17 @@ PartMapView raw_map_of(const v1::RawLayout& raw, const void* data, uint64_t byte
   return PartMapView{data, l.width, l.height, l.channels, 0, type, l.row_stride};
 }
 
+RequestPlan plan_request(const v1::Options& options, const Limits& limits) {
+  return RequestPlan{stats_request_of(options), parts_of(options, limits)};
+}
+
+StatsRequest with_rgb(StatsRequest request, const std::vector<uint32_t>& order) {
+  if (order.size() >= 3)
+    for (int i = 0; i < 3; ++i) request.rgb[i] = order[i];
+  if (request.colour_space == ColourSpace::kNone)
+    for (uint32_t a = 0; a < request.joint.axes; ++a)
+      if (request.joint.channels[a] < order.size()) request.joint.channels[a] = order[request.joint.channels[a]];
+  return request;
+}
+
 }  // namespace imgstat

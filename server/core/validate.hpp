@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "imgstat/engine.hpp"
 #include "imgstat/v1/imgstat.pb.h"
@@ -26,5 +27,19 @@ Parts parts_of(const v1::Options& options, const Limits& limits);
 PartMapView raw_map_of(const v1::RawLayout& raw, const void* data, uint64_t bytes, const char* what);
 // INPUT_KIND_UNSPECIFIED is ENCODED.
 v1::InputKind kind_of(const v1::Input& input);
+
+// A request's options as the analyzer and its uploads take them,
+// translated once: the statistics, and the parts (without their map).
+struct RequestPlan {
+  StatsRequest stats;
+  Parts parts;
+  bool with_parts() const { return parts.kind != PartsKind::kWhole; }
+};
+RequestPlan plan_request(const v1::Options& options, const Limits& limits);
+
+// The request for an image whose reported channel i is engine channel
+// order[i]: R, G and B for the luminance; joint histogram channels, which
+// come as reported (a colour space's are its own).
+StatsRequest with_rgb(StatsRequest request, const std::vector<uint32_t>& order);
 
 }  // namespace imgstat
