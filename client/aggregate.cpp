@@ -143,15 +143,7 @@ std::vector<Outcome> Aggregation::outcomes() const {
     if (g.joint) {
       v1::JointHistogram* j = r.mutable_joint();
       *j = *g.joint;
-      if (g.joint_counts.size() <= kDenseJointBins) {
-        for (uint64_t c : g.joint_counts) j->add_counts(c);
-      } else {
-        for (size_t i = 0; i < g.joint_counts.size(); ++i)
-          if (g.joint_counts[i]) {
-            j->add_nonzero_index(i);
-            j->add_nonzero_count(g.joint_counts[i]);
-          }
-      }
+      set_joint_counts(j, g.joint_counts);
     }
     out.push_back(std::move(o));
   }

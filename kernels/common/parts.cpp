@@ -556,4 +556,36 @@ void check_answer_bytes(uint64_t parts, const Layout& layout, const Parts& spec,
              "): ask for fewer parts or fewer statistics (the histogram and merge state are the large ones)");
 }
 
+StatsRequest per_part_request(StatsRequest request) {
+  request.unique_colors = false;
+  request.summary = false;
+  request.luminance = false;
+  return request;
+}
+
+Result analyze_each_rect(const ImageView& image, const Parts& parts, const StatsRequest& request, const char* engine,
+                         bool parallel, const std::function<Result(const ImageView&, const StatsRequest&)>& analyze) {
+  const Layout& l = image.layout;
+  const uint32_t n = parts.kind == PartsKind::kTiles ? parts.columns * parts.rows
+                                                     : static_cast<uint32_t>(parts.rects.size());
+  const StatsRequest per_part = per_part_request(request);
+  Result r;
+  r.engine = engine;
+  r.parts.resize(n);
+  auto one = [&](uint32_t i) {
+    PartStats s = part_key(parts, nullptr, l, i);
+    Result whole = analyze(rect_view(image, s.roi), per_part);
+    s.channels = std::move(whole.channels);
+    s.has_joint = whole.has_joint;
+    s.joint = std::move(whole.joint);
+    to_image_positions(s.channels, s.roi, l.width);
+    r.parts[i] = std::move(s);
+  };
+  if (parallel)
+    tbb::parallel_for(uint32_t{0}, n, one);
+  else
+    for (uint32_t i = 0; i < n; ++i) one(i);
+  return r;
+}
+
 }  // namespace imgstat

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <cstring>
 #include <vector>
 
@@ -46,6 +47,14 @@ inline uint64_t image_position(uint64_t at, const Rect& roi, uint64_t width) {
 ImageView rect_view(const ImageView& image, const Rect& roi);
 // The positions in channels found in rect_view(image, roi), as the image's.
 void to_image_positions(std::vector<ChannelStats>& channels, const Rect& roi, uint64_t width);
+
+// A request as each part answers it: its channels only.
+StatsRequest per_part_request(StatsRequest request);
+// Rectangles and tiles: each a view of the image, analyzed as a whole image
+// is by `analyze` (so each answer is the whole-image answer for its pixels),
+// in parallel where `parallel`, its positions made the image's.
+Result analyze_each_rect(const ImageView& image, const Parts& parts, const StatsRequest& request, const char* engine,
+                         bool parallel, const std::function<Result(const ImageView&, const StatsRequest&)>& analyze);
 
 // The part of every pixel for a mask, labels or tiles: kNoPart for pixels
 // in none (outside the mask, the ignored label).

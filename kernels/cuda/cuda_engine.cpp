@@ -229,30 +229,16 @@ class CudaEngine final : public Engine {
     if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     validate(image.layout, parts);
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
-    if (parts.kind == PartsKind::kRects) return analyze_rects(image, parts, request);
+    if (parts.kind == PartsKind::kRects) {
+      check_answer_bytes(parts.rects.size(), image.layout, parts, request);
+      return analyze_each_rect(image, parts, request, "cuda", false,
+                               [this](const ImageView& v, const StatsRequest& r) { return analyze_streamed(v, r); });
+    }
     if (!part_kernels_take(image.layout, parts))
       fail(ErrorCode::kUnimplemented, "parts of float images, and of images of 2^32 pixels or more, are the CPU's");
     return analyze_parts_on_gpu(gpu_, image, parts, request);
   }
 
-  Result analyze_rects(const ImageView& image, const Parts& parts, const StatsRequest& request) {
-    const Layout& l = image.layout;
-    check_answer_bytes(parts.rects.size(), l, parts, request);
-    StatsRequest per_part = request;
-    per_part.unique_colors = per_part.summary = per_part.luminance = false;
-    Result r;
-    r.engine = "cuda";
-    for (uint32_t i = 0; i < parts.rects.size(); ++i) {
-      PartStats s = part_key(parts, nullptr, l, i);
-      Result whole = analyze_streamed(rect_view(image, s.roi), per_part);
-      s.channels = std::move(whole.channels);
-      s.has_joint = whole.has_joint;
-      s.joint = std::move(whole.joint);
-      to_image_positions(s.channels, s.roi, l.width);
-      r.parts.push_back(std::move(s));
-    }
-    return r;
-  }
 
   // Host memory: a whole image goes through the fixed staging ring; masks,
   // labels and tiles bring their counts back (analyze_parts_on_gpu): the
