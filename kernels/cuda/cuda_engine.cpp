@@ -17,7 +17,7 @@
 #include "cuda/dispatch/dispatch.hpp"
 #include "cuda/parts.hpp"
 #include "cuda/stream.hpp"
-#include "cuda/tuning.hpp"
+#include "cuda/tuning/host.hpp"
 #include "cuda/workspace.hpp"
 
 namespace imgstat::cuda {

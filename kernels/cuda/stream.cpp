@@ -3,7 +3,7 @@
 #include "common/pieces.hpp"
 #include "cuda/analysis.hpp"
 #include "cuda/stream.hpp"
-#include "cuda/tuning.hpp"
+#include "cuda/tuning/host.hpp"
 
 namespace imgstat::cuda {
 namespace {

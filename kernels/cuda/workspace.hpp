@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "imgstat/engine.hpp"
+
 #include "common/moments.hpp"
 #include "cuda/dispatch/dispatch.hpp"
-#include "cuda/tuning.hpp"
+#include "cuda/tuning/host.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat::cuda {

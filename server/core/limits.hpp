@@ -6,14 +6,16 @@
 #include <cstdint>
 #include <string>
 
+#include "imgstat/engine.hpp"
+
 namespace CLI {
 class App;
 }
 
 namespace imgstat {
 
-// Fixed by the engines and the contract, not configurable.
-inline constexpr uint32_t kMaxBins = 65536;
+// Fixed by the engines and the contract, not configurable: kMaxBins
+// (imgstat/engine.hpp).
 // Untrusted strings (an input's name) are cut to this many bytes in the log.
 inline constexpr uint32_t kMaxLoggedNameBytes = 200;
 // Encoded uploads from this size on are spooled (Limits::spool_dir); the

@@ -9,12 +9,12 @@
 
 #include <cstdint>
 
+#include "cuda/tuning/launch.hpp"
 #include "common/colour.hpp"
 #include "cuda/block/colour_tables.cuh"
 
 namespace imgstat::cuda {
 
-constexpr int kColourThreads = 256;
 
 template <ColourSpace S, int C>
 __global__ void __launch_bounds__(kColourThreads)

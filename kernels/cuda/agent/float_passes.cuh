@@ -16,7 +16,7 @@
 #include "cuda/agent/int16.cuh"
 #include "cuda/block/pixel_steps.cuh"
 #include "cuda/block/shared_histogram.cuh"
-#include "cuda/dispatch/dispatch.hpp"
+#include "cuda/block/types.hpp"
 #include "imgstat/binning.hpp"
 
 namespace imgstat::cuda {

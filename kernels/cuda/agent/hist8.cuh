@@ -14,11 +14,11 @@
 
 #include <cstdint>
 
+#include "cuda/tuning/launch.hpp"
 #include "cuda/block/colour_step.cuh"
 
 namespace imgstat::cuda {
 
-constexpr int kHist8Threads = 256;
 
 template <int M, int kCopies>
 constexpr size_t hist8_shared_bytes() {

@@ -7,14 +7,14 @@
 
 #include <cstdint>
 
+#include "cuda/tuning/launch.hpp"
 #include "cuda/block/pixel_steps.cuh"
 #include "cuda/block/shared_histogram.cuh"
-#include "cuda/dispatch/dispatch.hpp"
+#include "cuda/block/types.hpp"
 #include "imgstat/binning.hpp"
 
 namespace imgstat::cuda {
 
-constexpr int kPassThreads = 256;
 
 struct IntPartial {
   uint32_t min;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cuda/tuning/launch.hpp"
 #include "cuda/agent/colour.cuh"
 #include "imgstat/binning.hpp"
 #include "imgstat/types.hpp"
@@ -58,9 +59,6 @@ struct JointRanges {
   }
 };
 
-// Shared counters of up to 200 KiB leave one block an SM: a block of
-// kJointThreads keeps enough loads in flight.
-constexpr int kJointThreads = 1024;
 
 template <bool kShared, class Bins>
 __global__ void __launch_bounds__(kShared ? kJointThreads : kColourThreads)

@@ -8,14 +8,12 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/dispatch/dispatch.hpp"
+#include "cuda/tuning/launch.hpp"
+#include "cuda/block/types.hpp"
 
 namespace imgstat::cuda {
 
 constexpr uint32_t kNoPartDevice = 0xFFFFFFFFu;
-constexpr int kPartThreads = 256;
-// Pixels of one row a thread takes at once in the map kernel.
-constexpr uint32_t kPartSegment = 32;
 
 // The part of pixel (x, y): raw() reads what the map holds there, part()
 // turns it into a part; consecutive equal raws skip the lookup.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "cuda/tuning/launch.hpp"
 #include "common/colour.hpp"
 #include "cuda/agent/colour.cuh"
 #include "cuda/agent/hist8.cuh"
@@ -16,9 +17,6 @@
 namespace imgstat::cuda {
 namespace {
 
-constexpr int kColourBlocksPerSm = 8;  // conversion and global joint passes
-// 32^3 bins of 32-bit counters are 128 KiB: within an H100 or H200 block.
-constexpr size_t kJointSharedBytes = 200 << 10;
 constexpr int kMaxDevices = 64;
 
 // `bytes` of host data copied once per device into device memory that

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "cuda/tuning/launch.hpp"
 #include "cuda/agent/extras.cuh"
 #include "cuda/agent/float_passes.cuh"
 #include "cuda/agent/hist8.cuh"
@@ -14,9 +15,6 @@
 namespace imgstat::cuda {
 namespace {
 
-constexpr int kBlocksPerSm = 8;  // kPassThreads * 8 = a full SM of threads
-constexpr size_t kWarpCopiesBytes = 48 << 10;
-constexpr size_t kBlockCopyBytes = 96 << 10;
 
 template <class T>
 T* as(const uint8_t* p) {
@@ -30,12 +28,12 @@ void allow_shared(Kernel kernel, size_t bytes) {
   if (bytes > (48 << 10)) IMGSTAT_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-struct Placement {
+struct HistogramSite {
   HistPlace place;
   size_t shared_bytes;
 };
 
-Placement place_histogram(uint32_t bins, uint32_t channels, bool wanted) {
+HistogramSite place_histogram(uint32_t bins, uint32_t channels, bool wanted) {
   const size_t one = static_cast<size_t>(bins) * channels * 4;
   if (!wanted) return {HistPlace::kBlock, 0};
   if (one * (kPassThreads / 32) <= kWarpCopiesBytes) return {HistPlace::kWarp, one * (kPassThreads / 32)};
@@ -93,15 +91,12 @@ void hist8_c(const uint8_t* data, uint64_t pixels, unsigned long long* counts, c
   IMGSTAT_CUDA_LAUNCHED("hist8_warp");
 }
 
-// A thread of int16_pass keeps a 32-bit sum: no launch may give it more than
-// 65536 samples.
-constexpr uint64_t kInt16ThreadSamples = 65536;
 
 template <int C, bool kSigned, bool kDefault>
 void int16_launch(const uint8_t* data, uint64_t pixels, IntAccum* accum, const HistogramOut& h, const DeviceInfo& dev,
                   cudaStream_t stream) {
   using S = PixelSteps<uint16_t, C>;
-  const Placement p = kDefault ? Placement{HistPlace::kWarp, size_t{kPassThreads / 32} * C * 256 * 4}
+  const HistogramSite p = kDefault ? HistogramSite{HistPlace::kWarp, size_t{kPassThreads / 32} * C * 256 * 4}
                                : place_histogram(h.bins, C, h.counts != nullptr);
   const int per_sm = blocks_per_sm(int16_pass<C, kSigned, kDefault>, p.shared_bytes);
   const uint64_t threads = uint64_t(dev.sm_count) * per_sm * kPassThreads;
@@ -154,7 +149,7 @@ void float_bins_c(const uint8_t* data, uint64_t pixels, const HistogramOut& h, c
   using S = PixelSteps<T, C>;
   const uint64_t steps = pixels / S::kPixels;
   const uint32_t tail = static_cast<uint32_t>((pixels % S::kPixels) * C);
-  const Placement p = place_histogram(h.bins, C, true);
+  const HistogramSite p = place_histogram(h.bins, C, true);
   const unsigned grid = pass_grid(blocks_per_sm(float_bins_pass<T, C>, p.shared_bytes), steps, dev);
   float_bins_pass<T, C><<<grid, kPassThreads, p.shared_bytes, stream>>>(
       reinterpret_cast<const uint4*>(data), steps, as<T>(data) + steps * S::kSamples, tail, h, running, running_sets,

@@ -8,41 +8,14 @@
 
 #include <cstdint>
 
+#include "cuda/tuning/launch.hpp"
 #include "imgstat/colour.hpp"
+#include "cuda/tuning/launch.hpp"
 #include "imgstat/float_moments.hpp"
 #include "imgstat/types.hpp"
+#include "cuda/block/types.hpp"
 
 namespace imgstat::cuda {
-
-// Exact integer moments of one channel of 16-bit samples, accumulated with
-// atomics: samples are offsets from the type's lowest value (0..65535), so
-// the host recovers signed sums exactly.
-struct IntAccum {
-  unsigned int min;
-  unsigned int max;
-  unsigned long long sum;
-  unsigned long long sumsq_lo;
-  unsigned long long sumsq_hi;
-};
-
-// Where a pass adds its histogram: counts[channel * bins + bin], and for an
-// explicit range underflow[channel], overflow[channel].
-struct HistogramOut {
-  unsigned long long* counts;
-  unsigned long long* underflow;
-  unsigned long long* overflow;
-  uint32_t bins;
-  bool explicit_range;
-  double lo[4];  // explicit range only, per channel (a colour space's
-  double hi[4];  // channels each have their own)
-};
-
-// Running float moments are kept per slot: running[slot * kRunningStride + channel].
-constexpr uint32_t kRunningStride = 4;
-
-struct DeviceInfo {
-  int sm_count;
-};
 
 // Zeroes counts (channels * bins), under/overflow, IntAccum (min = all ones)
 // and the running float moments, in one launch.
@@ -52,12 +25,10 @@ void launch_reset(const HistogramOut& h, uint32_t channels, IntAccum* ints, Floa
 // 8-bit samples (uint8 and int8 alike: counts by raw byte value), added to
 // counts[channel * 256 + byte]. copies: histograms per warp (1 or 2), for
 // the benchmark to compare; the engine uses kHist8Copies.
-constexpr int kHist8Copies = 1;
 void launch_hist8(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* counts,
                   const DeviceInfo& dev, cudaStream_t stream, int copies = kHist8Copies);
 // Small images (up to kOneBlockHist8Bytes): one block that overwrites
 // counts, so they need no zeroing; data and counts may be mapped host memory.
-constexpr uint64_t kOneBlockHist8Bytes = uint64_t{64} << 10;
 void launch_hist8_one_block(const uint8_t* data, uint64_t pixels, uint32_t channels, unsigned long long* counts,
                             cudaStream_t stream);
 
@@ -94,44 +65,6 @@ void launch_colors(const uint8_t* data, uint64_t pixels, uint32_t channels, unsi
 // The luminance plane of 3 or 4 channel pixels into out (luminance_type()).
 void launch_luminance(const uint8_t* data, uint64_t pixels, uint32_t channels, SampleType type, const uint32_t* rgb,
                       void* out, const DeviceInfo& dev, cudaStream_t stream);
-
-// Parts (masks, labels, tiles) of 8- and 16-bit images whose pixels are
-// fewer than 2^32: per part and channel, exact moments and the first min
-// and max, as keys that one atomicMax each keeps (see parts.cuh).
-struct PartAccum {
-  unsigned long long n;
-  unsigned long long sum;    // two's complement of the signed sum
-  unsigned long long sumsq;
-  unsigned long long min_key;  // positions only
-  unsigned long long max_key;
-  unsigned int min_inverse;    // ~(min - type_lo), so that zeroed means none
-  unsigned int max;            // max - type_lo
-};
-constexpr uint32_t kPartKeyShift = 40;
-
-// Where each pixel's part comes from: a mask (nonzero bytes), 8- or 16-bit
-// labels through a table, or 32-bit labels searched among the sorted labels.
-enum class PartMapKind { kMask, kTable8, kTable16, kSearchU32, kSearchI32 };
-struct PartMapDevice {
-  PartMapKind kind = PartMapKind::kMask;
-  const uint8_t* data = nullptr;  // rows `stride` bytes apart
-  uint64_t stride = 0;
-  uint32_t step = 1;              // samples from one pixel's to the next
-  const uint32_t* table = nullptr;
-  const long long* labels = nullptr;
-  uint32_t count = 0;
-  bool ignore = false;
-  long long ignored = 0;
-};
-
-// A part-channel's histogram bins or value counts (slots), then its
-// underflow and overflow: stride = slots + 2; slot_of maps a sample's
-// offset from the type's lowest value to its slot. stride 0: none counted.
-struct PartSlots {
-  unsigned int* slots = nullptr;
-  const int32_t* slot_of = nullptr;
-  uint32_t stride = 0;
-};
 
 // moments: count the moments (else the slots are every value and hold
 // them); positions: the first min and max too.

@@ -2,6 +2,7 @@
 // part's slots fit in shared memory, how a tile's rows are shared out.
 #include <algorithm>
 
+#include "cuda/tuning/launch.hpp"
 #include "cuda/agent/parts.cuh"
 #include "cuda/cuda_check.hpp"
 #include "cuda/dispatch/dispatch.hpp"
@@ -9,8 +10,6 @@
 namespace imgstat::cuda {
 namespace {
 
-// Slots kept per block in shared memory up to this; global atomics beyond.
-constexpr size_t kSharedSlotBytes = 48 << 10;
 constexpr int kPartBlocksPerSm = 8;
 // A tile's share of pixels per block, at least.
 constexpr uint64_t kTilePixelsPerBlock = 16384;

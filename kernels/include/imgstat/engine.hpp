@@ -111,6 +111,8 @@ inline const HistogramSpec& hist_of(const StatsRequest& request, uint32_t channe
 // median or mode is the middle of its bin, within half a bin of the exact
 // value.
 constexpr uint32_t kFineBins = 65536;
+// The most bins a histogram may have (HistogramSpec::bins), on every engine.
+constexpr uint32_t kMaxBins = 65536;
 constexpr size_t kMaxPercentiles = 100;
 
 struct Histogram {

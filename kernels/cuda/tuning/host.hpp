@@ -15,7 +15,6 @@ constexpr int kSlots = 3;
 // device in 32 MiB pieces, few enough that their per-copy cost disappears.
 constexpr uint64_t kSlotBytes = uint64_t{8} << 20;
 constexpr uint64_t kDeviceSlotBytes = uint64_t{32} << 20;
-constexpr uint32_t kMaxBins = 65536;
 constexpr uint32_t kMaxChannels = kRunningStride;
 // How long an image waits for a free workspace before the CPU takes it. A
 // stream's session waits as long: it holds a workspace only while it has
