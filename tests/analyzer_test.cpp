@@ -8,7 +8,7 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include "core/analyzer.hpp"
-#include "decode/jpeg_verify.hpp"
+#include "decode/jpeg/verify.hpp"
 #include "corpus.hpp"
 #include "error_code.hpp"
 #include "jpeg_samples.hpp"

@@ -18,7 +18,7 @@
 #include "corpus.hpp"
 #include "decode/decode.hpp"
 #include "decode/facts.hpp"
-#include "decode/jpeg_check.hpp"
+#include "decode/jpeg/check.hpp"
 #include "decode/library_messages.hpp"
 #include "decode/sniff.hpp"
 #include "hostile/inputs.hpp"

@@ -16,8 +16,8 @@
 #include "core/analyzer.hpp"
 #include "corpus.hpp"
 #include "decode/decode.hpp"
-#include "decode/gpu_jpeg.hpp"
-#include "decode/jpeg_verify.hpp"
+#include "decode/jpeg/gpu.hpp"
+#include "decode/jpeg/verify.hpp"
 #include "jpeg_samples.hpp"
 #include "test_images.hpp"
 

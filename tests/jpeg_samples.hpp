@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "decode/jpeg_check.hpp"
+#include "decode/jpeg/check.hpp"
 
 namespace imgstat::testing {
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "corpus.hpp"
-#include "decode/jpeg_verify.hpp"
+#include "decode/jpeg/verify.hpp"
 #include "jpeg_samples.hpp"
 
 namespace imgstat::testing {

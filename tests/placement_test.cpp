@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "common/fallback_engine.hpp"
-#include "decode/gpu_jpeg.hpp"
+#include "decode/jpeg/gpu.hpp"
 #include "imgstat/engine.hpp"
 #include "imgstat/placement.hpp"
 #include "test_images.hpp"

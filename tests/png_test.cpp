@@ -17,7 +17,7 @@
 #include "corpus.hpp"
 #include "decode/decode.hpp"
 #include "decode/library_messages.hpp"
-#include "decode/png.hpp"
+#include "decode/png/png.hpp"
 #include "decoder_answers.hpp"
 #include "png_samples.hpp"
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "decode/tiff.hpp"
+#include "decode/tiff/tiff.hpp"
 #include "decoder_answers.hpp"
 
 namespace imgstat::testing {

@@ -24,7 +24,7 @@
 #include "corpus.hpp"
 #include "decode/decode.hpp"
 #include "decode/library_messages.hpp"
-#include "decode/tiff.hpp"
+#include "decode/tiff/tiff.hpp"
 #include "decoder_answers.hpp"
 #include "tiff_reference.hpp"
 

@@ -22,7 +22,7 @@
 
 #include "core/analyzer.hpp"
 #include "decode/decode.hpp"
-#include "decode/jpeg_check.hpp"
+#include "decode/jpeg/check.hpp"
 
 namespace {
 

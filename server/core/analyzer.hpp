@@ -18,7 +18,7 @@
 #include "core/uploads.hpp"
 #include "core/validate.hpp"
 #include "decode/decode.hpp"
-#include "decode/gpu_jpeg.hpp"
+#include "decode/jpeg/gpu.hpp"
 #include "imgstat/engine.hpp"
 #include "imgstat/v1/imgstat.pb.h"
 

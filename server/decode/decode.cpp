@@ -6,12 +6,12 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "decode/jpeg_check.hpp"
+#include "decode/jpeg/check.hpp"
 #include "decode/library_messages.hpp"
 #include "decode/opencv_codecs.hpp"
-#include "decode/png.hpp"
+#include "decode/png/png.hpp"
 #include "decode/sniff.hpp"
-#include "decode/tiff.hpp"
+#include "decode/tiff/tiff.hpp"
 
 namespace imgstat {
 namespace {

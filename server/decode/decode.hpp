@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "decode/jpeg_check.hpp"
+#include "decode/jpeg/check.hpp"
 #include "decode/rows.hpp"
 #include "imgstat/engine.hpp"
 

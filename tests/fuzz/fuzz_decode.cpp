@@ -6,7 +6,7 @@
 
 #include "decode/decode.hpp"
 #include "decode/facts.hpp"
-#include "decode/jpeg_check.hpp"
+#include "decode/jpeg/check.hpp"
 #include "decode/sniff.hpp"
 #include "fuzz_support.hpp"
 

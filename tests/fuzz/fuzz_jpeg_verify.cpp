@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "decode/jpeg_verify.hpp"
+#include "decode/jpeg/verify.hpp"
 #include "fuzz_support.hpp"
 #include "../jpeg_samples.hpp"
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "decode/library_messages.hpp"
-#include "decode/png.hpp"
+#include "decode/png/png.hpp"
 #include "fuzz_support.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "decode/jpeg_verify.hpp"
+#include "decode/jpeg/verify.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "decode/jpeg_check.hpp"
-#include "decode/jpeg_entropy.hpp"
+#include "decode/jpeg/check.hpp"
+#include "decode/jpeg/entropy.hpp"
 
 namespace imgstat {
 

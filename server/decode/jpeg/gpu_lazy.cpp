@@ -1,6 +1,6 @@
 #include <mutex>
 
-#include "decode/gpu_jpeg.hpp"
+#include "decode/jpeg/gpu.hpp"
 
 namespace imgstat {
 namespace {

@@ -1,4 +1,4 @@
-#include "decode/gpu_jpeg.hpp"
+#include "decode/jpeg/gpu.hpp"
 
 namespace imgstat {
 

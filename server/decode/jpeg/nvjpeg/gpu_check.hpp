@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "decode/jpeg_verify.hpp"
+#include "decode/jpeg/verify.hpp"
 
 namespace imgstat::nvjpeg {
 

@@ -1,4 +1,4 @@
-#include "decode/png.hpp"
+#include "decode/png/png.hpp"
 
 #include "decode/inflate/parallel_inflate.hpp"
 

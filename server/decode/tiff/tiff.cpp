@@ -1,4 +1,4 @@
-#include "decode/tiff.hpp"
+#include "decode/tiff/tiff.hpp"
 
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>

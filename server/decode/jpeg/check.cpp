@@ -1,4 +1,4 @@
-#include "decode/jpeg_check.hpp"
+#include "decode/jpeg/check.hpp"
 
 #include <algorithm>
 #include <csetjmp>
@@ -11,7 +11,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
-#include "decode/jpeg_intervals.hpp"
+#include "decode/jpeg/intervals.hpp"
 #include "imgstat/error.hpp"
 
 namespace imgstat {

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "decode/nvjpeg/api.hpp"
+#include "decode/jpeg/nvjpeg/api.hpp"
 
 namespace n = imgstat::nvjpeg;
 

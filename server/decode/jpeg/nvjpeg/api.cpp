@@ -1,4 +1,4 @@
-#include "decode/nvjpeg/api.hpp"
+#include "decode/jpeg/nvjpeg/api.hpp"
 
 #include <dlfcn.h>
 

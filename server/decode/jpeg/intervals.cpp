@@ -1,4 +1,4 @@
-#include "decode/jpeg_intervals.hpp"
+#include "decode/jpeg/intervals.hpp"
 
 #include <cstring>
 #include <numeric>

@@ -2,7 +2,7 @@
 // the slot is chosen when a JPEG is announced, so that the batch it joins
 // is that GPU's, and held until the decode returns; the decoded pixels name
 // their GPU, where the engine then computes them.
-#include "decode/gpu_jpeg.hpp"
+#include "decode/jpeg/gpu.hpp"
 
 namespace imgstat {
 namespace {

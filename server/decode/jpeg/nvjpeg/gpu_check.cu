@@ -1,4 +1,4 @@
-#include "decode/nvjpeg/gpu_check.hpp"
+#include "decode/jpeg/nvjpeg/gpu_check.hpp"
 
 #include <cstring>
 #include <string>

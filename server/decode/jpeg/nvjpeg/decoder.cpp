@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "decode/gpu_jpeg.hpp"
-#include "decode/nvjpeg/api.hpp"
-#include "decode/nvjpeg/gpu_check.hpp"
+#include "decode/jpeg/gpu.hpp"
+#include "decode/jpeg/nvjpeg/api.hpp"
+#include "decode/jpeg/nvjpeg/gpu_check.hpp"
 #include "imgstat/trace.hpp"
 
 namespace imgstat {
