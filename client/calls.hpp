@@ -116,6 +116,8 @@ class Remote {
   // A lane's call is over; its files not answered go again or fail.
   void lane_ended(uint64_t lane, const grpc::Status& status, bool answered,
                   std::vector<std::shared_ptr<BatchItem>> unanswered);
+  // Closes every lane and waits until their calls are over.
+  void close_lanes();
   // Files a lane carries at once: the server's batch_window.
   size_t lane_capacity(std::chrono::system_clock::time_point until);
   // Runs fn at `when` on the retry thread (started on first need).

@@ -1,0 +1,338 @@
+#include "options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+#include <stdexcept>
+
+#include "core/validate.hpp"
+#include "imgstat/colour.hpp"
+#include "imgstat/types.hpp"
+#include "sources.hpp"
+
+#ifndef IMGSTAT_VERSION
+#define IMGSTAT_VERSION "0.0.0"
+#endif
+
+namespace imgstat::client {
+namespace {
+
+// "WxHxC:TYPE", e.g. 512x512x3:uint8.
+bool parse_raw(const std::string& spec, v1::RawLayout* raw, std::string* error) {
+  static const std::regex re(R"((\d+)x(\d+)x(\d+):(\w+))");
+  std::smatch m;
+  SampleType t;
+  if (!std::regex_match(spec, m, re)) {
+    *error = "--raw wants WxHxC:TYPE, e.g. 512x512x3:uint8; got \"" + spec + "\"";
+    return false;
+  }
+  if (!parse_sample_type(m[4].str().c_str(), &t)) {
+    *error = "--raw: unknown sample type \"" + m[4].str() + "\" (uint8, uint16, int8, int16, float32, float64)";
+    return false;
+  }
+  raw->set_width(static_cast<uint32_t>(std::stoul(m[1].str())));
+  raw->set_height(static_cast<uint32_t>(std::stoul(m[2].str())));
+  raw->set_channels(static_cast<uint32_t>(std::stoul(m[3].str())));
+  raw->set_sample_type(proto_sample_type(t));
+  return true;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (;;) {
+    const size_t next = s.find(sep, at);
+    out.push_back(s.substr(at, next - at));
+    if (next == std::string::npos) return out;
+    at = next + 1;
+  }
+}
+
+// --joint CHANNELS:BINS and --joint-range LO:HI,...: channel names are the
+// colour space's (H, S, V, ...) or the image's (R, G, B, A, Gray), else
+// indices as reported.
+bool parse_joint(const std::string& spec, const std::string& ranges, const std::string& space,
+                 v1::JointHistogramOptions* out, std::string* why) {
+  const size_t colon = spec.rfind(':');
+  if (colon == std::string::npos) {
+    *why = "--joint wants CHANNELS:BINS, e.g. 0,1,2:32 or H,S:30,32; got \"" + spec + "\"";
+    return false;
+  }
+  std::vector<std::string> names = {"R", "G", "B", "A"};
+  imgstat::ColourSpace cs = imgstat::ColourSpace::kNone;
+  if (!space.empty() && imgstat::parse_colour_space(space, &cs)) names = imgstat::colour_channel_names(cs, true);
+  try {
+    for (const std::string& c : split(spec.substr(0, colon), ',')) {
+      const auto named = std::find(names.begin(), names.end(), c);
+      if (named != names.end())
+        out->add_channels(static_cast<uint32_t>(named - names.begin()));
+      else if (c == "Gray" && space.empty())
+        out->add_channels(0);
+      else
+        out->add_channels(static_cast<uint32_t>(std::stoul(c)));
+    }
+    for (const std::string& b : split(spec.substr(colon + 1), ',')) out->add_bins(static_cast<uint32_t>(std::stoul(b)));
+    if (!ranges.empty())
+      for (const std::string& r : split(ranges, ',')) {
+        const size_t c = r.find(':');
+        if (c == std::string::npos) throw std::invalid_argument("no colon");
+        v1::HistogramRange* range = out->add_ranges();
+        range->set_lo(std::stod(r.substr(0, c)));
+        range->set_hi(std::stod(r.substr(c + 1)));
+      }
+  } catch (const std::exception&) {
+    *why = "--joint wants CHANNELS:BINS (names of the channels or indices, bins per channel) and --joint-range "
+           "LO:HI per channel; got \"" + spec + "\"" + (ranges.empty() ? "" : " and \"" + ranges + "\"");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int parse_options(int argc, char** argv, CliOptions& o) {
+  const char* env_server = std::getenv("IMGSTAT_SERVER");
+  o.server = env_server && *env_server ? env_server : "localhost:50051";
+  CLI::App app{"imgstat-client " IMGSTAT_VERSION ": per-channel statistics and histograms of images"};
+  app.set_version_flag("--version", IMGSTAT_VERSION);
+  app.add_option("files", o.files,
+                 "image files, folders (their images, recursively) and quoted patterns ('shots/**/*.png'); - reads standard input");
+  auto* jobs_option = app.add_option("--jobs,-j", o.jobs,
+                                     "calls in flight (default: four for each of the server's engine threads, "
+                                     "within its limit; with --local, one analysis per core)")
+                          ->check(CLI::Range(1u, 256u));
+  app.add_option("--server", o.server, "server address (default: $IMGSTAT_SERVER, else localhost:50051)");
+  auto* tls = app.add_option_group("Security", "TLS is used unless the server is on loopback or --insecure is given");
+  tls->add_option("--tls-ca", o.connection.tls_ca, "PEM CA certificates that signed the server's (default: gRPC's roots)");
+  tls->add_option("--tls-cert", o.connection.tls_cert, "PEM certificate for mutual TLS (with --tls-key)");
+  tls->add_option("--tls-key", o.connection.tls_key, "private key of --tls-cert");
+  tls->add_option("--tls-server-name", o.connection.tls_server_name,
+                  "name the server's certificate must carry, when it is not the host of --server");
+  tls->add_flag("--insecure", o.connection.insecure, "plaintext even to an address that is not loopback");
+  tls->add_option("--token-file", o.token_file, "file holding the bearer token to send (default: $IMGSTAT_TOKEN)");
+  auto* json_option = app.add_flag("--json", o.json, "one JSON object per input per line");
+  app.add_option("--plot", o.plot,
+                 "draw each channel's histogram into this PNG (several files: NAME-1.png, NAME-2.png, ...)");
+  app.add_flag("--normalize", o.normalized,
+               "values as fractions of the sample type's maximum (255, 65535, ...), as ImageMagick prints them");
+  app.add_flag("--csv", o.csv, "CSV: a header, then a row per channel (one per failed input)")->excludes(json_option);
+  auto* raw_option = app.add_option("--raw", o.raw_spec, "raw pixels: WxHxC:TYPE (TYPE uint8, uint16, int8, int16, float32, float64)");
+  app.add_option("--stride", o.stride, "with --raw: bytes from one row to the next (default packed)");
+  auto* bytes_option = app.add_flag("--bytes", o.bytes, "histogram of the bytes of any file (a 1xN uint8 image)");
+  app.add_flag("--stream", o.stream, "upload in chunks (automatic above the server's message limit)");
+  app.add_flag("--no-batch", o.no_batch,
+               "send each small file in an Analyze call of its own, not on AnalyzeBatch streams (a few files "
+               "in flight on each: less gRPC work a file on both sides)");
+  app.add_flag("--no-shm", o.no_shm,
+               "send files over the socket even to a server on this host (by default files of 1 MiB and more go "
+               "to it in shared memory)");
+  app.add_flag("--local", o.local, "compute in-process with the same engine, no server");
+  app.add_flag("--aggregate", o.aggregate,
+               "one answer for all the files together (each kind of image, by sample type and channels, apart): "
+               "the statistics of all their pixels at once, integers exact");
+  // Parts of each image (one kind at a time).
+  auto* parts_group = app.add_option_group("Parts", "statistics of parts of each image instead of the whole");
+  auto* roi_option = parts_group->add_option("--roi", o.rois, "a rectangle X,Y,W,H (repeatable; one answer each)")
+                         ->allow_extra_args(false);
+  auto* mask_option = parts_group->add_option(
+      "--mask", o.mask_spec, "only the pixels where this image's first channel is nonzero; 'alpha': the image's own alpha");
+  auto* labels_option = parts_group->add_option(
+      "--labels", o.labels_spec,
+      "a label image (uint8/uint16 PNG or TIFF, or --map-raw): one answer per label; a folder: each input's label "
+      "file of the same name stem there");
+  auto* tiles_option = parts_group->add_option("--tiles", o.tiles_spec, "a grid of CxR tiles, one answer each");
+  parts_group->add_option("--ignore-label", o.ignore_label, "with --labels: leave this label's pixels out (e.g. 0)");
+  parts_group->add_option("--max-labels", o.max_labels, "with --labels: refuse label images with more labels (0: the server's --max-parts)");
+  parts_group->add_option("--map-raw", o.map_raw_spec,
+                          "the --mask or --labels file is raw: WxHxC:TYPE (TYPE as --raw, or uint32, int32)");
+  app.add_option("--plot-part", o.plot_part, "with --plot and parts: draw this part (0 = the first answered)");
+  roi_option->excludes(mask_option)->excludes(labels_option)->excludes(tiles_option);
+  mask_option->excludes(labels_option)->excludes(tiles_option);
+  labels_option->excludes(tiles_option);
+  app.add_option("--engine", o.local_engine,
+                 "with --local: cpu (starts at once), cuda (pays about 0.4 s to start CUDA, then JPEG on the GPU), "
+                 "auto (cuda where a GPU is usable)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  app.add_option("--bins", o.bins, "histogram bins, 1 to 65536")->check(CLI::Range(1, 65536));
+  app.add_option("--colour-space", o.colour_space,
+                 "measure in a colour space: hsv, hsv-full, hls, lab, ycrcb or gray (RGB(A) images; OpenCV's cvtColor)")
+      ->check(CLI::IsMember({"hsv", "hsv-full", "hls", "lab", "ycrcb", "gray"}));
+  app.add_option("--joint", o.joint_spec,
+                 "joint histogram CHANNELS:BINS of 2 or 3 channels, names or indices: 0,1,2:32 or H,S:30,32");
+  app.add_option("--joint-range", o.joint_range_spec, "with --joint: LO:HI per channel, comma-separated (default each channel's range)");
+  app.add_option("--range", o.range_spec, "explicit histogram range LO:HI (default automatic)");
+  app.add_option("--stats", o.stats,
+                 "statistics to report (default: min_max,sum,stddev,histogram,distribution,shape,summary); also "
+                 "positions, unique_colors, luminance, or all")
+      ->delimiter(',')->allow_extra_args(false)
+      ->check(CLI::IsMember({"min_max", "sum", "stddev", "histogram", "distribution", "shape", "positions",
+                             "unique_colors", "luminance", "summary", "all"}));
+  app.add_option("--percentiles", o.percentiles, "percentiles to report with the distribution, 0 to 100")
+      ->delimiter(',')->allow_extra_args(false)->check(CLI::Range(0.0, 100.0))->capture_default_str();
+  app.add_flag("--allow-truncated", o.allow_truncated, "analyze truncated JPEGs (libjpeg fills the rest with gray)");
+  app.add_option("--decoder", o.decoder,
+                 "where JPEG decodes, the answer being the same: auto: the server's GPU when it has one; cpu: libjpeg-turbo; gpu: the GPU or an error")
+      ->check(CLI::IsMember({"auto", "cpu", "gpu"}))->capture_default_str();
+  app.add_option("--timeout", o.timeout, "seconds each file (or --info, --health) may take; 0: no limit")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_flag("--health", o.health, "ask the server's grpc.health.v1 service; exit 0 when SERVING");
+  app.add_flag("--info", o.info, "print the server's version, engine and limits (with --json: as JSON)");
+  bytes_option->excludes(raw_option);
+  app.footer(R"(Examples:
+  imgstat-client photo.jpg                      table and histograms, from the server at $IMGSTAT_SERVER
+  imgstat-client --local *.png                  no server: decode and compute in this process
+  imgstat-client --json --stats min_max,sum a.tif b.tif
+  imgstat-client --csv -j 8 shots/ 'more/**/*.tif' > stats.csv   folders and patterns, 8 at once
+  imgstat-client --raw 4096x3072x1:uint16 frame.raw
+  cat photo.png | imgstat-client -
+  imgstat-client --decoder cpu photo.jpg        decode with libjpeg-turbo, even where the server has a GPU
+
+Exit status: 0 when every input was analyzed, 1 when any failed (each named on stderr),
+2 for a usage error.
+)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help and --version are not errors
+  }
+  if (jobs_option->count() == 0) o.jobs = 0;
+  o.help = app.help();
+  return -1;
+
+}
+
+std::string LabelFolder::file_for(const std::string& path) const {
+  const std::string stem = std::filesystem::path(path).stem().string();
+  const auto at = by_stem.find(stem);
+  if (at == by_stem.end()) throw std::runtime_error("no label file named " + stem + ".* in " + dir);
+  if (at->second.size() > 1) throw std::runtime_error("several label files named " + stem + ".* in " + dir + ": keep one");
+  return at->second.front();
+}
+
+std::string build_request(const CliOptions& o, Request& request, LabelFolder& folder) {
+  request.force_stream = o.stream;
+  request.input.set_kind(o.bytes ? v1::INPUT_KIND_BYTES : o.raw_spec.empty() ? v1::INPUT_KIND_ENCODED : v1::INPUT_KIND_RAW);
+  std::string error;
+  if (!o.raw_spec.empty()) {
+    if (!parse_raw(o.raw_spec, request.input.mutable_raw(), &error)) {
+      return error;
+    }
+    request.input.mutable_raw()->set_row_stride(o.stride);
+  }
+  request.options.set_bins(o.bins);
+  request.options.set_allow_truncated(o.allow_truncated);
+  request.options.set_decoder(o.decoder == "cpu"   ? v1::DECODER_CHOICE_CPU
+                              : o.decoder == "gpu" ? v1::DECODER_CHOICE_GPU
+                                                 : v1::DECODER_CHOICE_AUTO);
+  if (!o.range_spec.empty()) {
+    const auto colon = o.range_spec.find(':');
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      request.options.mutable_range()->set_lo(std::stod(o.range_spec.substr(0, colon)));
+      request.options.mutable_range()->set_hi(std::stod(o.range_spec.substr(colon + 1)));
+    } catch (const std::exception&) {
+      return "--range wants LO:HI, e.g. 0:1000; got \"" + o.range_spec + "\"";
+    }
+  }
+  if (!o.colour_space.empty()) {
+    static const std::map<std::string, v1::ColourSpace> kSpaces = {
+        {"hsv", v1::COLOUR_SPACE_HSV}, {"hsv-full", v1::COLOUR_SPACE_HSV_FULL}, {"hls", v1::COLOUR_SPACE_HLS},
+        {"lab", v1::COLOUR_SPACE_LAB}, {"ycrcb", v1::COLOUR_SPACE_YCRCB},      {"gray", v1::COLOUR_SPACE_GRAY}};
+    request.options.set_colour_space(kSpaces.at(o.colour_space));
+  }
+  if (!o.joint_range_spec.empty() && o.joint_spec.empty()) {
+    return "--joint-range needs --joint";
+  }
+  if (!o.joint_spec.empty()) {
+    std::string why;
+    if (!parse_joint(o.joint_spec, o.joint_range_spec, o.colour_space, request.options.mutable_joint(), &why)) {
+      return why;
+    }
+  }
+  // Parts: the request's Options.parts; a label folder pairs files by name stem below.
+  try {
+    v1::Parts& parts = *request.options.mutable_parts();
+    auto map_input = [&](const std::string& file, v1::Input* in) {
+      client::Source source(file);  // it can be opened: said now, not file by file
+      if (!source.is_file()) throw std::runtime_error("a mask or label image is a file, not standard input");
+      request.map_file = file;
+      if (o.map_raw_spec.empty()) return;
+      in->set_kind(v1::INPUT_KIND_RAW);
+      std::string why, spec = o.map_raw_spec;
+      // uint32 and int32 are sample types of label images alone.
+      v1::SampleType wide = v1::SAMPLE_TYPE_UNSPECIFIED;
+      for (auto [name, t] : {std::pair{":uint32", v1::SAMPLE_TYPE_UINT32}, std::pair{":int32", v1::SAMPLE_TYPE_INT32}})
+        if (spec.size() > std::strlen(name) && spec.compare(spec.size() - std::strlen(name), std::string::npos, name) == 0) {
+          wide = t;
+          spec = spec.substr(0, spec.size() - std::strlen(name)) + ":uint8";
+        }
+      if (!parse_raw(spec, in->mutable_raw(), &why)) throw std::runtime_error(std::regex_replace(why, std::regex("--raw"), "--map-raw"));
+      if (wide != v1::SAMPLE_TYPE_UNSPECIFIED) in->mutable_raw()->set_sample_type(wide);
+    };
+    if (!o.rois.empty()) {
+      for (const std::string& r : o.rois) {
+        static const std::regex re(R"((\d+),(\d+),(\d+),(\d+))");
+        std::smatch m;
+        if (!std::regex_match(r, m, re)) throw std::runtime_error("--roi wants X,Y,W,H, e.g. 0,0,64,64; got \"" + r + "\"");
+        v1::Rectangle* q = parts.mutable_rectangles()->add_rectangles();
+        auto u32 = [&](int i) {
+          const unsigned long long v = std::stoull(m[i].str());
+          if (v > UINT32_MAX) throw std::runtime_error("--roi " + r + ": " + m[i].str() + " is past 32 bits");
+          return static_cast<uint32_t>(v);
+        };
+        q->set_x(u32(1));
+        q->set_y(u32(2));
+        q->set_width(u32(3));
+        q->set_height(u32(4));
+      }
+    } else if (!o.tiles_spec.empty()) {
+      static const std::regex re(R"((\d+)x(\d+))");
+      std::smatch m;
+      if (!std::regex_match(o.tiles_spec, m, re) || m[1].length() > 9 || m[2].length() > 9)
+        throw std::runtime_error("--tiles wants CxR, e.g. 16x16; got \"" + o.tiles_spec + "\"");
+      parts.mutable_tiles()->set_columns(static_cast<uint32_t>(std::stoul(m[1].str())));
+      parts.mutable_tiles()->set_rows(static_cast<uint32_t>(std::stoul(m[2].str())));
+    } else if (!o.mask_spec.empty()) {
+      if (o.mask_spec == "alpha")
+        parts.mutable_mask()->set_alpha(true);
+      else
+        map_input(o.mask_spec, parts.mutable_mask()->mutable_image());
+    } else if (!o.labels_spec.empty()) {
+      v1::Labels* labels = parts.mutable_labels();
+      if (o.ignore_label) labels->set_ignore(*o.ignore_label);
+      labels->set_max_labels(o.max_labels);
+      if (std::filesystem::is_directory(o.labels_spec)) {
+        folder.used = true;
+        folder.dir = o.labels_spec;
+        for (const auto& e : std::filesystem::directory_iterator(o.labels_spec))
+          if (e.is_regular_file()) folder.by_stem[e.path().stem().string()].push_back(e.path().string());
+      } else {
+        map_input(o.labels_spec, labels->mutable_image());
+      }
+    } else {
+      request.options.clear_parts();
+    }
+    if ((o.ignore_label || o.max_labels) && o.labels_spec.empty())
+      throw std::runtime_error("--ignore-label and --max-labels go with --labels");
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  std::vector<std::string> stats = o.stats;
+  if (stats.empty()) stats = {"min_max", "sum", "stddev", "histogram", "distribution", "shape", "summary"};
+  static const std::map<std::string, v1::Statistic> kStatistics{
+      {"min_max", v1::STATISTIC_MIN_MAX},       {"sum", v1::STATISTIC_SUM},
+      {"stddev", v1::STATISTIC_STDDEV},         {"histogram", v1::STATISTIC_HISTOGRAM},
+      {"distribution", v1::STATISTIC_DISTRIBUTION}, {"shape", v1::STATISTIC_SHAPE},
+      {"positions", v1::STATISTIC_POSITIONS},   {"unique_colors", v1::STATISTIC_UNIQUE_COLORS},
+      {"luminance", v1::STATISTIC_LUMINANCE},   {"summary", v1::STATISTIC_SUMMARY},
+      {"all", v1::STATISTIC_ALL}};
+  for (const std::string& s : stats) request.options.add_statistics(kStatistics.at(s));
+  for (double p : o.percentiles) request.options.add_percentiles(p);
+  return "";
+}
+
+}  // namespace imgstat::client

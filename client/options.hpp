@@ -1,0 +1,55 @@
+// The CLI's command line: every flag into one struct (parse_options), and
+// the request it makes (build_request).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "calls.hpp"
+
+namespace imgstat::client {
+
+struct CliOptions {
+  std::vector<std::string> files;
+  std::string server;  // default: $IMGSTAT_SERVER, else localhost:50051
+  Connection connection;
+  std::string token_file;
+  bool json = false, csv = false, normalized = false, bytes = false, stream = false, local = false;
+  bool health = false, info = false, allow_truncated = false, no_batch = false, no_shm = false, aggregate = false;
+  std::string plot, raw_spec, range_spec, local_engine = "cpu", decoder = "auto";
+  std::string colour_space, joint_spec, joint_range_spec;
+  uint64_t stride = 0;
+  uint32_t bins = 256;
+  std::vector<std::string> stats;
+  std::vector<double> percentiles{5, 25, 75, 95};
+  double timeout = 120;  // a hung server must not hang the caller; a 2 GiB upload at 1 Gb/s fits
+  unsigned jobs = 0;     // 0: not given
+  // Parts, one kind at a time.
+  std::vector<std::string> rois;
+  std::string mask_spec, labels_spec, tiles_spec, map_raw_spec;
+  std::optional<int64_t> ignore_label;
+  uint32_t max_labels = 0;
+  int plot_part = -1;
+  std::string help;  // the usage text, for a call without files
+};
+
+// -1: go on; else the exit status (0 after --help or --version, 2 for a usage error).
+int parse_options(int argc, char** argv, CliOptions& o);
+
+// --labels with a folder: each input's label image, by name stem.
+struct LabelFolder {
+  bool used = false;
+  std::string dir;
+  std::map<std::string, std::vector<std::string>> by_stem;
+  // The label file for input `path`; throws std::runtime_error when there is none, or several.
+  std::string file_for(const std::string& path) const;
+};
+
+// The request the options ask for (its parts' map file named, not read);
+// an error message for a usage error, else empty.
+std::string build_request(const CliOptions& o, Request& request, LabelFolder& folder);
+
+}  // namespace imgstat::client
