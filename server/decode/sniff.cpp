@@ -233,7 +233,7 @@ Probe probe(const uint8_t* d, size_t n) {
       }
     }
   } else if (starts_with(d, n, "\xff\xd8\xff", 3)) {
-    p.format = "JPEG";  // libjpeg reads its header (jpeg_check)
+    p.format = "JPEG";  // libjpeg reads its header (jpeg/check)
   } else if (starts_with(d, n, "II*\0", 4) || starts_with(d, n, "MM\0*", 4) ||
              starts_with(d, n, "II+\0", 4) || starts_with(d, n, "MM\0+", 4)) {
     p.format = "TIFF";

@@ -24,7 +24,7 @@ struct JpegHeader {
   bool arithmetic = false;
   uint64_t blocks = 0;  // 8x8 blocks over all components
   // A baseline file with restart markers that decode_jpeg may cut into runs
-  // of MCU rows decoded on several cores (jpeg_intervals.hpp): the rows its
+  // of MCU rows decoded on several cores (jpeg/intervals.hpp): the rows its
   // bands should hold, and the cores; 0 where it decodes in one piece.
   uint32_t interval_band_rows = 0;
   uint32_t interval_threads = 0;

@@ -1,6 +1,6 @@
 // The nvJPEG decoder: one thread owns the library's handles and states and
 // decodes what callers queue, in batches. It takes the files whose pixels
-// and integrity it can vouch for (jpeg_verify.hpp: baseline Huffman, one
+// and integrity it can vouch for (jpeg/verify.hpp: baseline Huffman, one
 // scan, gray or YCbCr); the rest decode on the CPU. Files the hardware
 // backend takes go to it together in one call, the rest one by one to the
 // GPU hybrid backend (batching does not pay there). Beside the decode, on

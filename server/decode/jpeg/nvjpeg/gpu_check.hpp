@@ -1,4 +1,4 @@
-// The GPU side of the JPEG integrity check (jpeg_verify.hpp) and of exact
+// The GPU side of the JPEG integrity check (jpeg/verify.hpp) and of exact
 // pixels: device work for a lane's batch, queued on streams, answered after
 // the lane synchronizes. CUDA errors become imgstat::Error (kUnavailable).
 #pragma once
