@@ -18,8 +18,8 @@
 #include "core/call_context.hpp"
 #include "core/work_queue.hpp"
 #include "imgstat/v1/imgstat.pb.h"
-#include "service/metrics.hpp"
-#include "service/request_log.hpp"
+#include "service/operations/metrics.hpp"
+#include "service/operations/request_log.hpp"
 
 namespace imgstat {
 

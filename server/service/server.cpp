@@ -9,10 +9,10 @@
 
 #include <spdlog/spdlog.h>
 
-#include "service/metrics.hpp"
+#include "service/operations/metrics.hpp"
 #include "service/reflection_v1.hpp"
-#include "service/region_socket.hpp"
-#include "service/request_log.hpp"
+#include "service/operations/region_socket.hpp"
+#include "service/operations/request_log.hpp"
 #include "service/service.hpp"
 #include "core/work_queue.hpp"
 

@@ -11,7 +11,7 @@
 #include "core/analyzer.hpp"
 #include "core/limits.hpp"
 #include "imgstat/engine.hpp"
-#include "service/security.hpp"
+#include "service/operations/security.hpp"
 
 namespace imgstat {
 

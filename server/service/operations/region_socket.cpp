@@ -1,4 +1,4 @@
-#include "service/region_socket.hpp"
+#include "service/operations/region_socket.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-#include "service/metrics.hpp"
+#include "service/operations/metrics.hpp"
 
 #include <prometheus/counter.h>
 #include <prometheus/exposer.h>

@@ -1,4 +1,4 @@
-#include "service/security.hpp"
+#include "service/operations/security.hpp"
 
 #include <grpc/grpc_security.h>
 #include <openssl/crypto.h>
@@ -11,7 +11,7 @@
 
 #include "core/address.hpp"
 #include "imgstat/error.hpp"
-#include "service/request_log.hpp"
+#include "service/operations/request_log.hpp"
 
 namespace imgstat {
 namespace {

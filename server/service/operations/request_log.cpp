@@ -1,4 +1,4 @@
-#include "service/request_log.hpp"
+#include "service/operations/request_log.hpp"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/pattern_formatter.h>
@@ -12,7 +12,7 @@
 #include "core/status_name.hpp"
 #include "core/text.hpp"
 #include "core/validate.hpp"
-#include "service/security.hpp"
+#include "service/operations/security.hpp"
 
 namespace imgstat {
 namespace {
