@@ -301,6 +301,222 @@ bool zlib_from(Stream& stream, uint32_t window, uint64_t bit, const Window& win,
   return be32(sum) == adler;
 }
 
+// What has gone to the sink: its size, checksum, last window, and where
+// the last run ended.
+struct Progress {
+  Window window;
+  uint64_t total = 0;
+  uint64_t end_bit = 16;
+  uint32_t adler = static_cast<uint32_t>(adler32(0, nullptr, 0));
+  bool ended = false;
+};
+
+// A run confirmed in order, with the window before it and its checksum.
+struct Confirmed {
+  Run run;
+  Window before;
+  uint32_t adler = 0;
+};
+
+// The stream inflated a group of chunks at a time, one chunk a task, until
+// it ends or a run cannot be vouched for (zlib does the rest).
+class GroupInflate {
+ public:
+  GroupInflate(Stream& stream, uint32_t window, uint64_t expected,
+               const std::function<bool(const uint8_t*, size_t)>& sink, const ParallelInflateOptions& options)
+      : stream_(stream), data_(stream.data()), window_(window), expected_(expected), sink_(sink), options_(options),
+        chunk_(std::max<uint64_t>(options.chunk_bytes, 1024)),
+        tasks_(options.tasks ? options.tasks
+                             : static_cast<uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency()))),
+        max_out_(std::min<uint64_t>(expected, chunk_ * options.max_ratio)) {
+    // What a chunk likely inflates to, from the whole stream's ratio: its
+    // buffer at once, not grown by copying.
+    if (!options.size_hint) stream.finish();  // the ratio from the whole stream
+    const double stream_bytes = static_cast<double>(std::max<uint64_t>(options.size_hint, data_.size()));
+    hint_ = static_cast<uint64_t>(static_cast<double>(expected) / stream_bytes * static_cast<double>(chunk_) * 1.25) +
+            (64 << 10);
+    // The deflate data known so far: it ends where the checksum starts once
+    // the stream is complete; before, every group has its bytes.
+    n_ = data_.size() - 4;
+  }
+
+  bool run();
+
+ private:
+  uint64_t stop_of(uint64_t i) const { return std::min<uint64_t>((2 + (i + 1) * chunk_) * 8, n_ * 8); }
+  // A run reads its own copy of the stream from where it starts to a slack
+  // past its chunk: a block that reaches further is not taken (the chunk is
+  // decoded again, or zlib goes on from there). known_start: the output
+  // before from_bit is `before` (none at the stream's start).
+  Run run_from(uint64_t from_bit, uint64_t stop_bit, bool known_start, bool find, const Window* before);
+  // 1. Every chunk of the group at once: its first block, decoded to a block
+  // end at or past the chunk's end. The group's first chunk goes on from
+  // where the last group ended, its window known: bytes, no markers to
+  // resolve.
+  std::vector<Run> first_blocks(uint64_t first, uint64_t last);
+  // 2. In order: each run confirmed by the one before ending where it
+  // starts (else decoded again from there), and the window before it. A run
+  // that cannot be vouched for leaves the rest to zlib (stuck_).
+  std::vector<Confirmed> confirm(std::vector<Run>& runs, uint64_t first, uint64_t last, Progress& next);
+  // 3. Markers resolved and checksums taken, every run at once.
+  void resolve_all(std::vector<Confirmed>& done) const;
+  // 4. In order to the sink; false where it refuses.
+  bool emit(std::vector<Confirmed>& done);
+
+  Stream& stream_;
+  const Pieces& data_;
+  const uint32_t window_;
+  const uint64_t expected_;
+  const std::function<bool(const uint8_t*, size_t)>& sink_;
+  const ParallelInflateOptions& options_;
+  const uint64_t chunk_, tasks_, max_out_;
+  uint64_t hint_ = 0;
+  uint64_t n_ = 0;
+  BufferPool<uint8_t> pool_, copies_;  // outputs, and copies of the stream
+  BufferPool<uint16_t> marks_;         // marked outputs
+  Progress done_;
+  bool stuck_ = false;
+};
+
+Run GroupInflate::run_from(uint64_t from_bit, uint64_t stop_bit, bool known_start, bool find, const Window* before) {
+  const uint64_t first = std::min(n_, from_bit >> 3),
+                 last = std::max(first, std::min(n_, (stop_bit >> 3) + 1 + options_.slack_bytes));
+  // Read in place where one piece holds it all.
+  const uint8_t* bytes = data_.span(first, last - first);
+  deflate::Mapped<uint8_t> local;
+  if (!bytes) {
+    local = copies_.take();
+    if (!local || local.get_deleter().bytes < last - first)
+      local = deflate::map_array<uint8_t>(std::max<uint64_t>(last - first, chunk_ + options_.slack_bytes + 16));
+    data_.copy(first, last - first, local.get());
+    bytes = local.get();
+  }
+  const uint64_t base = first * 8, size = last - first;
+  Run r = find ? find_run(bytes, size, from_bit - base, stop_bit - base, stop_bit - base, window_, max_out_, hint_,
+                          pool_.take(), marks_.take())
+               : deflate::decode_run(bytes, size, from_bit - base, stop_bit - base, window_, known_start, max_out_,
+                                     hint_, pool_.take(), marks_.take(),
+                                     before ? deflate::Before{before->data(), before->size()} : deflate::Before{});
+  r.start_bit += base;
+  r.end_bit += base;
+  copies_.give(std::move(local), tasks_);
+  if (!r.ok) {  // its buffers back for the next try
+    pool_.give(std::move(r.bytes), 2 * tasks_);
+    marks_.give(std::move(r.marked), 2 * tasks_);
+  }
+  return r;
+}
+
+std::vector<Run> GroupInflate::first_blocks(uint64_t first, uint64_t last) {
+  std::vector<Run> runs(last - first);
+  tbb::this_task_arena::isolate([&] {
+    tbb::parallel_for(first, last, [&](uint64_t i) {
+      Run& r = runs[i - first];
+      if (i == first && done_.end_bit < stop_of(i))
+        r = run_from(done_.end_bit, stop_of(i), true, false, &done_.window);
+      else if (i != first)
+        r = run_from((2 + i * chunk_) * 8, stop_of(i), false, true, nullptr);
+    });
+  });
+  return runs;
+}
+
+std::vector<Confirmed> GroupInflate::confirm(std::vector<Run>& runs, uint64_t first, uint64_t last, Progress& next) {
+  std::vector<Confirmed> done;
+  done.reserve(last - first);
+  for (uint64_t i = first; i < last && !next.ended; ++i) {
+    if (next.end_bit >= stop_of(i)) continue;  // a block of the run before covered this chunk
+    Run& r = runs[i - first];
+    if (!r.ok || r.start_bit != next.end_bit)  // from the true end, its window known
+      r = run_from(next.end_bit, stop_of(i), true, false, &next.window);
+    // Not decoded, reaching before the stream's start, or too long.
+    if (!r.ok || r.max_back > next.total || r.size() > expected_ - next.total) {
+      stuck_ = true;
+      break;
+    }
+    Confirmed c{std::move(r), next.window, 0};
+    // The window after it: its bytes' last 32 KiB, or, before them, the
+    // last of its marked symbols resolved now (only those).
+    if (c.run.byte_count >= deflate::kMaxWindow) {
+      next.window.push(c.run.output_bytes() + c.run.byte_count - deflate::kMaxWindow, deflate::kMaxWindow);
+    } else {
+      const uint64_t want = std::min<uint64_t>(c.run.marked_count, deflate::kMaxWindow - c.run.byte_count);
+      std::vector<uint8_t> tail(want);
+      const uint16_t* from = c.run.marked.get() + (c.run.marked_count - want);
+      for (uint64_t k = 0; k < want; ++k) tail[k] = resolve(from[k], c.before);
+      if (!tail.empty()) next.window.push(tail.data(), tail.size());
+      if (c.run.byte_count) next.window.push(c.run.output_bytes(), c.run.byte_count);
+    }
+    next.total += c.run.size();
+    next.end_bit = c.run.end_bit;
+    next.ended = c.run.final;
+    done.push_back(std::move(c));
+  }
+  return done;
+}
+
+void GroupInflate::resolve_all(std::vector<Confirmed>& done) const {
+  const uint32_t empty_adler = static_cast<uint32_t>(adler32(0, nullptr, 0));
+  tbb::this_task_arena::isolate([&] {
+    tbb::parallel_for(size_t{0}, done.size(), [&](size_t k) {
+      Confirmed& c = done[k];
+      if (c.run.marked_count) Resolver(c.before).resolve(c.run.marked.get(), c.run.marked_count);
+      c.adler = adler_of(adler_of(empty_adler, resolved(c.run), c.run.marked_count), c.run.output_bytes(),
+                         c.run.byte_count);
+    });
+  });
+}
+
+bool GroupInflate::emit(std::vector<Confirmed>& done) {
+  for (Confirmed& c : done) {
+    if (c.run.marked_count && !sink_(resolved(c.run), c.run.marked_count)) return false;
+    if (c.run.byte_count && !sink_(c.run.output_bytes(), c.run.byte_count)) return false;
+    done_.adler = static_cast<uint32_t>(adler32_combine(done_.adler, c.adler, static_cast<z_off_t>(c.run.size())));
+    pool_.give(std::move(c.run.bytes), tasks_);
+    marks_.give(std::move(c.run.marked), tasks_);
+    c = Confirmed{};  // the rest of its memory goes now
+  }
+  return true;
+}
+
+bool GroupInflate::run() {
+  uint64_t first_chunk = 0;
+  if (const InflateResume* r = options_.resume) {
+    if (r->bit < 16 || r->total > expected_ || r->window_size > deflate::kMaxWindow) return false;
+    done_.end_bit = r->bit;
+    done_.total = r->total;
+    done_.adler = r->adler;
+    if (r->window_size) done_.window.push(r->window, r->window_size);
+    first_chunk = (done_.end_bit / 8 - 2) / chunk_;  // the chunk it stopped in: from the true end, window known
+  }
+  for (uint64_t first = first_chunk; !done_.ended && !stuck_; first += tasks_) {
+    // The group's bytes and a slack past them (the pieces are walked as far
+    // as that), or the whole stream.
+    stream_.extend(2 + (first + tasks_) * chunk_ + options_.slack_bytes + 1 + 4);
+    n_ = data_.size() - 4;
+    const uint64_t chunks = (n_ - 2 + chunk_ - 1) / chunk_;
+    if (first >= chunks) break;
+    const uint64_t last = std::min(chunks, first + tasks_);
+    std::vector<Run> runs = first_blocks(first, last);
+    Progress next = done_;
+    next.ended = false;
+    std::vector<Confirmed> confirmed = confirm(runs, first, last, next);
+    resolve_all(confirmed);
+    if (!emit(confirmed)) return false;
+    next.adler = done_.adler;
+    done_ = std::move(next);
+    if (options_.consumed) options_.consumed(std::min<uint64_t>(n_, done_.end_bit / 8));
+  }
+  if (!done_.ended)
+    return zlib_from(stream_, window_, done_.end_bit, done_.window, done_.total, done_.adler, expected_, sink_);
+  // The final block, then the checksum and nothing else: zlib's stream end.
+  stream_.finish();
+  n_ = data_.size() - 4;
+  uint8_t sum[4];
+  data_.copy(n_, 4, sum);
+  return (done_.end_bit + 7) / 8 == n_ && done_.total == expected_ && be32(sum) == done_.adler;
+}
+
 }  // namespace
 
 uint64_t parallel_inflate_memory_bytes(const ParallelInflateOptions& o) {
@@ -329,165 +545,7 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, const std::functio
   if (data.size() < 2 + 1 + 4) return false;
   const uint32_t cmf = data.at(0), flg = data.at(1);
   if ((cmf & 15) != 8 || (cmf >> 4) > 7 || (cmf * 256 + flg) % 31 != 0 || (flg & 0x20)) return false;
-  const uint32_t window = 1u << ((cmf >> 4) + 8);
-  // The deflate data known so far: it ends where the checksum starts once
-  // the stream is complete; before, every group below has its bytes.
-  uint64_t n = data.size() - 4;
-  const uint64_t chunk = std::max<uint64_t>(options.chunk_bytes, 1024);
-  const uint64_t tasks =
-      options.tasks ? options.tasks : static_cast<uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
-  const uint64_t max_out = std::min<uint64_t>(expected, chunk * options.max_ratio);
-  // What a chunk likely inflates to, from the whole stream's ratio: its
-  // buffer at once, not grown by copying.
-  if (!options.size_hint) stream.finish();  // the ratio from the whole stream
-  const double stream_bytes = static_cast<double>(std::max<uint64_t>(options.size_hint, data.size()));
-  const uint64_t hint =
-      static_cast<uint64_t>(static_cast<double>(expected) / stream_bytes * static_cast<double>(chunk) * 1.25) + (64 << 10);
-  n = data.size() - 4;
-  auto stop_of = [&](uint64_t i) { return std::min<uint64_t>((2 + (i + 1) * chunk) * 8, n * 8); };
-  // A run reads its own copy of the stream from where it starts to a slack
-  // past its chunk: a block that reaches further is not taken (the chunk is
-  // decoded again, or zlib goes on from there).
-  BufferPool<uint8_t> pool, copies;  // outputs, and copies of the stream
-  BufferPool<uint16_t> marks;         // marked outputs
-  // known_start: the output before from_bit is `before` (none at the stream's start).
-  auto run_from = [&](uint64_t from_bit, uint64_t stop_bit, bool known_start, bool find, const Window* before) {
-    const uint64_t first = std::min(n, from_bit >> 3), last = std::max(first, std::min(n, (stop_bit >> 3) + 1 + options.slack_bytes));
-    // Read in place where one piece holds it all.
-    const uint8_t* bytes = data.span(first, last - first);
-    deflate::Mapped<uint8_t> local;
-    if (!bytes) {
-      local = copies.take();
-      if (!local || local.get_deleter().bytes < last - first)
-        local = deflate::map_array<uint8_t>(std::max<uint64_t>(last - first, chunk + options.slack_bytes + 16));
-      data.copy(first, last - first, local.get());
-      bytes = local.get();
-    }
-    const uint64_t base = first * 8, size = last - first;
-    Run r = find ? find_run(bytes, size, from_bit - base, stop_bit - base, stop_bit - base, window, max_out, hint,
-                            pool.take(), marks.take())
-                 : deflate::decode_run(bytes, size, from_bit - base, stop_bit - base, window, known_start, max_out,
-                                       hint, pool.take(), marks.take(),
-                                       before ? deflate::Before{before->data(), before->size()} : deflate::Before{});
-    r.start_bit += base;
-    r.end_bit += base;
-    copies.give(std::move(local), tasks);
-    if (!r.ok) {  // its buffers back for the next try
-      pool.give(std::move(r.bytes), 2 * tasks);
-      marks.give(std::move(r.marked), 2 * tasks);
-    }
-    return r;
-  };
-  // What has gone to the sink: its size, checksum, last window, and where
-  // the last run ended.
-  Window win;
-  uint64_t total = 0, true_end = 16;
-  uint32_t adler = static_cast<uint32_t>(adler32(0, nullptr, 0));
-  bool ended = false, stuck = false;
-  const uint32_t empty_adler = static_cast<uint32_t>(adler32(0, nullptr, 0));
-  uint64_t first_chunk = 0;
-  if (const InflateResume* r = options.resume) {
-    if (r->bit < 16 || r->total > expected || r->window_size > deflate::kMaxWindow) return false;
-    true_end = r->bit;
-    total = r->total;
-    adler = r->adler;
-    if (r->window_size) win.push(r->window, r->window_size);
-    first_chunk = (true_end / 8 - 2) / chunk;  // the chunk it stopped in: from the true end, window known
-  }
-
-  for (uint64_t first = first_chunk; !ended && !stuck; first += tasks) {
-    // The group's bytes and a slack past them (the pieces are walked as far
-    // as that), or the whole stream.
-    stream.extend(2 + (first + tasks) * chunk + options.slack_bytes + 1 + 4);
-    n = data.size() - 4;
-    const uint64_t chunks = (n - 2 + chunk - 1) / chunk;
-    if (first >= chunks) break;
-    const uint64_t last = std::min(chunks, first + tasks);
-    // 1. Every chunk of the group at once: its first block, decoded to
-    // a block end at or past the chunk's end.
-    // The group's first chunk goes on from where the last group ended, its
-    // window known: bytes, no markers to resolve.
-    std::vector<Run> runs(last - first);
-    tbb::this_task_arena::isolate([&] {
-      tbb::parallel_for(first, last, [&](uint64_t i) {
-        Run& r = runs[i - first];
-        if (i == first && true_end < stop_of(i))
-          r = run_from(true_end, stop_of(i), true, false, &win);
-        else if (i != first)
-          r = run_from((2 + i * chunk) * 8, stop_of(i), false, true, nullptr);
-      });
-    });
-    // 2. In order: each run confirmed by the one before ending where it
-    // starts (else decoded again from there), and the window before it.
-    // A run that cannot be vouched for leaves the rest to zlib.
-    struct Confirmed {
-      Run run;
-      Window before;
-      uint32_t adler = 0;
-    };
-    std::vector<Confirmed> done;
-    done.reserve(last - first);
-    Window at = win;
-    uint64_t t = total, end = true_end;
-    bool final = false;
-    for (uint64_t i = first; i < last && !final; ++i) {
-      if (end >= stop_of(i)) continue;  // a block of the run before covered this chunk
-      Run& r = runs[i - first];
-      if (!r.ok || r.start_bit != end) r = run_from(end, stop_of(i), true, false, &at);  // from the true end, its window known
-      // Not decoded, reaching before the stream's start, or too long.
-      if (!r.ok || r.max_back > t || r.size() > expected - t) {
-        stuck = true;
-        break;
-      }
-      Confirmed c{std::move(r), at, 0};
-      // The window after it: its bytes' last 32 KiB, or, before them, the
-      // last of its marked symbols resolved now (only those).
-      if (c.run.byte_count >= deflate::kMaxWindow) {
-        at.push(c.run.output_bytes() + c.run.byte_count - deflate::kMaxWindow, deflate::kMaxWindow);
-      } else {
-        const uint64_t want = std::min<uint64_t>(c.run.marked_count, deflate::kMaxWindow - c.run.byte_count);
-        std::vector<uint8_t> tail(want);
-        const uint16_t* from = c.run.marked.get() + (c.run.marked_count - want);
-        for (uint64_t k = 0; k < want; ++k) tail[k] = resolve(from[k], c.before);
-        if (!tail.empty()) at.push(tail.data(), tail.size());
-        if (c.run.byte_count) at.push(c.run.output_bytes(), c.run.byte_count);
-      }
-      t += c.run.size();
-      end = c.run.end_bit;
-      final = c.run.final;
-      done.push_back(std::move(c));
-    }
-    // 3. Markers resolved and checksums taken, every run at once.
-    tbb::this_task_arena::isolate([&] {
-      tbb::parallel_for(size_t{0}, done.size(), [&](size_t k) {
-        Confirmed& c = done[k];
-        if (c.run.marked_count) Resolver(c.before).resolve(c.run.marked.get(), c.run.marked_count);
-        c.adler = adler_of(adler_of(empty_adler, resolved(c.run), c.run.marked_count), c.run.output_bytes(),
-                           c.run.byte_count);
-      });
-    });
-    // 4. In order to the sink.
-    for (Confirmed& c : done) {
-      if (c.run.marked_count && !sink(resolved(c.run), c.run.marked_count)) return false;
-      if (c.run.byte_count && !sink(c.run.output_bytes(), c.run.byte_count)) return false;
-      adler = static_cast<uint32_t>(adler32_combine(adler, c.adler, static_cast<z_off_t>(c.run.size())));
-      pool.give(std::move(c.run.bytes), tasks);
-      marks.give(std::move(c.run.marked), tasks);
-      c = Confirmed{};  // the rest of its memory goes now
-    }
-    win = at;
-    total = t;
-    true_end = end;
-    ended = final;
-    if (options.consumed) options.consumed(std::min<uint64_t>(n, true_end / 8));
-  }
-  if (!ended) return zlib_from(stream, window, true_end, win, total, adler, expected, sink);
-  // The final block, then the checksum and nothing else: zlib's stream end.
-  stream.finish();
-  n = data.size() - 4;
-  uint8_t sum[4];
-  data.copy(n, 4, sum);
-  return (true_end + 7) / 8 == n && total == expected && be32(sum) == adler;
+  return GroupInflate(stream, 1u << ((cmf >> 4) + 8), expected, sink, options).run();
 }
 
 }  // namespace imgstat
