@@ -78,16 +78,146 @@ uint32_t segments_needed(const JpegScan& scan) {
 
 }  // namespace
 
+namespace {
+
+// The headers before the first scan, a segment at a time. Where libjpeg
+// would stop with an error on a header, this check leaves the file to it:
+// lengths exact as jdmarker.c wants them, quantization tables defined, only
+// the markers it knows. Each segment's reader gives the reason it leaves
+// the file to libjpeg, or null.
+class Headers {
+ public:
+  explicit Headers(JpegScan& s) : s_(s) {}
+  const char* frame(const uint8_t* seg, size_t n);
+  const char* huffman(const uint8_t* seg, size_t n);
+  const char* quantization(const uint8_t* seg, size_t n);
+  const char* scan(const uint8_t* seg, size_t n);
+
+ private:
+  // The scan's components in the frame's, and the Huffman tables they use
+  // derived into the (at most two) DC and AC slots of the GPU decoder.
+  const char* entropy_tables(const uint8_t* seg);
+
+  JpegScan& s_;
+  RawTable raw_[2][4];  // [DC, AC][id]
+  uint8_t ids_[3] = {}, tq_[3] = {};
+  bool quant_defined_[4] = {};
+  bool frame_ = false;
+};
+
+const char* Headers::frame(const uint8_t* seg, size_t n) {
+  if (frame_) return "two frame headers";
+  if (n < 6) return "short frame header";
+  if (seg[0] != 8) return "not 8-bit";
+  s_.height = be16(seg + 1);
+  s_.width = be16(seg + 3);
+  s_.components = seg[5];
+  if (s_.components != 1 && s_.components != 3) return "neither gray nor three components";
+  if (n != 6 + 3 * size_t{s_.components}) return "a frame header of the wrong length";
+  for (uint32_t c = 0; c < s_.components; ++c) {
+    ids_[c] = seg[6 + 3 * c];
+    tq_[c] = seg[8 + 3 * c];
+    s_.h[c] = seg[7 + 3 * c] >> 4;
+    s_.v[c] = seg[7 + 3 * c] & 15;
+    if (s_.h[c] < 1 || s_.h[c] > 4 || s_.v[c] < 1 || s_.v[c] > 4) return "bad sampling factors";
+  }
+  if (s_.components == 3 && (ids_[0] == ids_[1] || ids_[0] == ids_[2] || ids_[1] == ids_[2]))
+    return "two components with one id";
+  frame_ = true;
+  return nullptr;
+}
+
+const char* Headers::huffman(const uint8_t* seg, size_t n) {
+  size_t k = 0;
+  while (k < n) {
+    if (k + 17 > n) return "short Huffman table";
+    const uint32_t tc = seg[k] >> 4, th = seg[k] & 15;
+    if (tc > 1 || th > 3) return "bad Huffman table id";
+    RawTable& t = raw_[tc][th];
+    uint32_t count = 0;
+    for (int l = 1; l <= 16; ++l) count += t.bits[l] = seg[k + l];
+    if (count > 256 || k + 17 + count > n) return "bad Huffman table";
+    std::memset(t.values, 0, sizeof t.values);
+    std::memcpy(t.values, seg + k + 17, count);
+    t.defined = true;
+    k += 17 + count;
+  }
+  return nullptr;
+}
+
+const char* Headers::quantization(const uint8_t* seg, size_t n) {
+  size_t k = 0;
+  while (k < n) {
+    const uint32_t precision = seg[k] >> 4, id = seg[k] & 15;
+    if (precision > 1 || id > 3) return "a bad quantization table";
+    const size_t bytes = 64 * (precision + 1);
+    if (n - k - 1 < bytes) return "a short quantization table";
+    quant_defined_[id] = true;
+    k += 1 + bytes;
+  }
+  return nullptr;
+}
+
+const char* Headers::scan(const uint8_t* seg, size_t n) {
+  if (!frame_) return "a scan before the frame header";
+  if (n < 1 || seg[0] != s_.components) return "a scan without every component";
+  if (n != 4 + 2 * size_t{seg[0]}) return "a scan header of the wrong length";
+  for (uint32_t c = 0; c < s_.components; ++c)
+    if (tq_[c] > 3 || !quant_defined_[tq_[c]]) return "an undefined quantization table";
+  const uint8_t* p = seg + 1 + 2 * s_.components;
+  if (p[0] != 0 || p[1] != 63 || p[2] != 0) return "not a sequential scan";
+  if (s_.width == 0 || s_.height == 0 || s_.width > 65500 || s_.height > 65500) return "no image size libjpeg takes";
+  if (s_.components == 3) {
+    if (ids_[0] == 'R' && ids_[1] == 'G' && ids_[2] == 'B') return "RGB components";
+    const uint32_t hm = s_.h[0], vm = s_.v[0];
+    if (s_.h[1] != 1 || s_.v[1] != 1 || s_.h[2] != 1 || s_.v[2] != 1 || (hm != 1 && hm != 2 && hm != 4) ||
+        (vm != 1 && vm != 2))
+      return "a chroma subsampling the GPU path does not take";
+    s_.mcus = ceil_div(s_.width, 8 * hm) * ceil_div(s_.height, 8 * vm);
+  } else {
+    s_.mcus = ceil_div(s_.width, 8) * ceil_div(s_.height, 8);  // a lone component: one block per MCU
+  }
+  return entropy_tables(seg);
+}
+
+const char* Headers::entropy_tables(const uint8_t* seg) {
+  jpeg::EntropyTables& t = s_.tables;
+  int dc_slot[4] = {-1, -1, -1, -1}, ac_slot[4] = {-1, -1, -1, -1}, dc_used = 0, ac_used = 0;
+  bool seen[3] = {};
+  for (uint32_t c = 0; c < s_.components; ++c) {
+    const uint8_t cs = seg[1 + 2 * c], td = seg[2 + 2 * c] >> 4, ta = seg[2 + 2 * c] & 15;
+    uint32_t fc = 0;
+    while (fc < s_.components && ids_[fc] != cs) ++fc;
+    if (fc == s_.components || seen[fc]) return "scan components differ from the frame's";
+    seen[fc] = true;
+    if (td > 3 || ta > 3 || !raw_[0][td].defined || !raw_[1][ta].defined)
+      return "a scan names an undefined Huffman table";
+    if (dc_slot[td] < 0) {
+      if (dc_used == 2) return "more than two DC tables";
+      if (!derive(raw_[0][td], true, &t.dc[dc_used])) return "a bad DC Huffman table";
+      dc_slot[td] = dc_used++;
+    }
+    if (ac_slot[ta] < 0) {
+      if (ac_used == 2) return "more than two AC tables";
+      if (!derive(raw_[1][ta], false, &t.ac[ac_used])) return "a bad AC Huffman table";
+      ac_slot[ta] = ac_used++;
+    }
+    const uint32_t blocks = s_.components == 1 ? 1 : s_.h[fc] * s_.v[fc];
+    for (uint32_t b = 0; b < blocks; ++b) {
+      t.dc_of_block[t.blocks_in_mcu] = static_cast<uint8_t>(dc_slot[td]);
+      t.ac_of_block[t.blocks_in_mcu] = static_cast<uint8_t>(ac_slot[ta]);
+      ++t.blocks_in_mcu;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 JpegScan parse_jpeg_scan(const uint8_t* data, size_t size) {
   JpegScan s;
   if (size < 4 || data[0] != 0xff || data[1] != 0xd8) return not_covered(s, "no JPEG start marker");
-  RawTable raw[2][4];  // [DC, AC][id]
-  // Where libjpeg would stop with an error on a header, this check leaves
-  // the file to it: lengths exact as jdmarker.c wants them, quantization
-  // tables defined, only the markers it knows.
-  uint8_t ids[3] = {}, tq[3] = {};
-  bool quant_defined[4] = {};
-  bool frame = false;
+  Headers headers(s);
   size_t i = 2;
   for (;;) {
     if (i + 4 > size || data[i] != 0xff) return not_covered(s, "headers end before the first scan");
@@ -100,58 +230,12 @@ JpegScan parse_jpeg_scan(const uint8_t* data, size_t size) {
     if (len < 2 || i + 2 + len > size) return not_covered(s, "a header segment runs past the data");
     const uint8_t* seg = data + i + 4;
     const size_t n = len - 2;
+    const char* why_not = nullptr;
     switch (m) {
       case 0xc0:
-      case 0xc1: {
-        if (frame) return not_covered(s, "two frame headers");
-        if (n < 6) return not_covered(s, "short frame header");
-        if (seg[0] != 8) return not_covered(s, "not 8-bit");
-        s.height = be16(seg + 1);
-        s.width = be16(seg + 3);
-        s.components = seg[5];
-        if (s.components != 1 && s.components != 3) return not_covered(s, "neither gray nor three components");
-        if (n != 6 + 3 * size_t{s.components}) return not_covered(s, "a frame header of the wrong length");
-        for (uint32_t c = 0; c < s.components; ++c) {
-          ids[c] = seg[6 + 3 * c];
-          tq[c] = seg[8 + 3 * c];
-          s.h[c] = seg[7 + 3 * c] >> 4;
-          s.v[c] = seg[7 + 3 * c] & 15;
-          if (s.h[c] < 1 || s.h[c] > 4 || s.v[c] < 1 || s.v[c] > 4) return not_covered(s, "bad sampling factors");
-        }
-        if (s.components == 3 && (ids[0] == ids[1] || ids[0] == ids[2] || ids[1] == ids[2]))
-          return not_covered(s, "two components with one id");
-        frame = true;
-        break;
-      }
-      case 0xc4: {
-        size_t k = 0;
-        while (k < n) {
-          if (k + 17 > n) return not_covered(s, "short Huffman table");
-          const uint32_t tc = seg[k] >> 4, th = seg[k] & 15;
-          if (tc > 1 || th > 3) return not_covered(s, "bad Huffman table id");
-          RawTable& t = raw[tc][th];
-          uint32_t count = 0;
-          for (int l = 1; l <= 16; ++l) count += t.bits[l] = seg[k + l];
-          if (count > 256 || k + 17 + count > n) return not_covered(s, "bad Huffman table");
-          std::memset(t.values, 0, sizeof t.values);
-          std::memcpy(t.values, seg + k + 17, count);
-          t.defined = true;
-          k += 17 + count;
-        }
-        break;
-      }
-      case 0xdb: {
-        size_t k = 0;
-        while (k < n) {
-          const uint32_t precision = seg[k] >> 4, id = seg[k] & 15;
-          if (precision > 1 || id > 3) return not_covered(s, "a bad quantization table");
-          const size_t bytes = 64 * (precision + 1);
-          if (n - k - 1 < bytes) return not_covered(s, "a short quantization table");
-          quant_defined[id] = true;
-          k += 1 + bytes;
-        }
-        break;
-      }
+      case 0xc1: why_not = headers.frame(seg, n); break;
+      case 0xc4: why_not = headers.huffman(seg, n); break;
+      case 0xdb: why_not = headers.quantization(seg, n); break;
       case 0xdd:
         if (n != 2) return not_covered(s, "a restart interval of the wrong length");
         s.restart_interval = be16(seg);
@@ -165,62 +249,17 @@ JpegScan parse_jpeg_scan(const uint8_t* data, size_t size) {
       case 0xee:
         if (n >= 5 && std::memcmp(seg, "Adobe", 5) == 0) return not_covered(s, "an Adobe colour transform marker");
         break;
-      case 0xda: {
-        if (!frame) return not_covered(s, "a scan before the frame header");
-        if (n < 1 || seg[0] != s.components) return not_covered(s, "a scan without every component");
-        if (n != 4 + 2 * size_t{seg[0]}) return not_covered(s, "a scan header of the wrong length");
-        for (uint32_t c = 0; c < s.components; ++c)
-          if (tq[c] > 3 || !quant_defined[tq[c]]) return not_covered(s, "an undefined quantization table");
-        const uint8_t* p = seg + 1 + 2 * s.components;
-        if (p[0] != 0 || p[1] != 63 || p[2] != 0) return not_covered(s, "not a sequential scan");
-        if (s.width == 0 || s.height == 0 || s.width > 65500 || s.height > 65500) return not_covered(s, "no image size libjpeg takes");
-        if (s.components == 3) {
-          if (ids[0] == 'R' && ids[1] == 'G' && ids[2] == 'B') return not_covered(s, "RGB components");
-          const uint32_t hm = s.h[0], vm = s.v[0];
-          if (s.h[1] != 1 || s.v[1] != 1 || s.h[2] != 1 || s.v[2] != 1 || (hm != 1 && hm != 2 && hm != 4) ||
-              (vm != 1 && vm != 2))
-            return not_covered(s, "a chroma subsampling the GPU path does not take");
-          s.mcus = ceil_div(s.width, 8 * hm) * ceil_div(s.height, 8 * vm);
-        } else {
-          s.mcus = ceil_div(s.width, 8) * ceil_div(s.height, 8);  // a lone component: one block per MCU
-        }
-        jpeg::EntropyTables& t = s.tables;
-        int dc_slot[4] = {-1, -1, -1, -1}, ac_slot[4] = {-1, -1, -1, -1}, dc_used = 0, ac_used = 0;
-        bool seen[3] = {};
-        for (uint32_t c = 0; c < s.components; ++c) {
-          const uint8_t cs = seg[1 + 2 * c], td = seg[2 + 2 * c] >> 4, ta = seg[2 + 2 * c] & 15;
-          uint32_t fc = 0;
-          while (fc < s.components && ids[fc] != cs) ++fc;
-          if (fc == s.components || seen[fc]) return not_covered(s, "scan components differ from the frame's");
-          seen[fc] = true;
-          if (td > 3 || ta > 3 || !raw[0][td].defined || !raw[1][ta].defined)
-            return not_covered(s, "a scan names an undefined Huffman table");
-          if (dc_slot[td] < 0) {
-            if (dc_used == 2) return not_covered(s, "more than two DC tables");
-            if (!derive(raw[0][td], true, &t.dc[dc_used])) return not_covered(s, "a bad DC Huffman table");
-            dc_slot[td] = dc_used++;
-          }
-          if (ac_slot[ta] < 0) {
-            if (ac_used == 2) return not_covered(s, "more than two AC tables");
-            if (!derive(raw[1][ta], false, &t.ac[ac_used])) return not_covered(s, "a bad AC Huffman table");
-            ac_slot[ta] = ac_used++;
-          }
-          const uint32_t blocks = s.components == 1 ? 1 : s.h[fc] * s.v[fc];
-          for (uint32_t b = 0; b < blocks; ++b) {
-            t.dc_of_block[t.blocks_in_mcu] = static_cast<uint8_t>(dc_slot[td]);
-            t.ac_of_block[t.blocks_in_mcu] = static_cast<uint8_t>(ac_slot[ta]);
-            ++t.blocks_in_mcu;
-          }
-        }
+      case 0xda:
+        if ((why_not = headers.scan(seg, n))) break;
         s.data_offset = i + 2 + len;
         s.covered = true;
         return s;
-      }
       default:
         if (m >= 0xc0 && m <= 0xcf) return not_covered(s, "not a baseline Huffman JPEG");
         if ((m >= 0xe0 && m <= 0xef) || m == 0xfe) break;  // APPn, COM
         return not_covered(s, "a marker this check does not read");
     }
+    if (why_not) return not_covered(s, why_not);
     i += 2 + len;
   }
 }
