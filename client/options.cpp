@@ -92,16 +92,11 @@ bool parse_joint(const std::string& spec, const std::string& ranges, const std::
   return true;
 }
 
-}  // namespace
-
-int parse_options(int argc, char** argv, CliOptions& o) {
-  const char* env_server = std::getenv("IMGSTAT_SERVER");
-  o.server = env_server && *env_server ? env_server : "localhost:50051";
-  CLI::App app{"imgstat-client " IMGSTAT_VERSION ": per-channel statistics and histograms of images"};
-  app.set_version_flag("--version", IMGSTAT_VERSION);
+// Where the calls go and how: the inputs, jobs, server, TLS and token.
+CLI::Option* add_call_options(CLI::App& app, CliOptions& o) {
   app.add_option("files", o.files,
                  "image files, folders (their images, recursively) and quoted patterns ('shots/**/*.png'); - reads standard input");
-  auto* jobs_option = app.add_option("--jobs,-j", o.jobs,
+  auto* jobs = app.add_option("--jobs,-j", o.jobs,
                                      "calls in flight (default: four for each of the server's engine threads, "
                                      "within its limit; with --local, one analysis per core)")
                           ->check(CLI::Range(1u, 256u));
@@ -114,6 +109,12 @@ int parse_options(int argc, char** argv, CliOptions& o) {
                   "name the server's certificate must carry, when it is not the host of --server");
   tls->add_flag("--insecure", o.connection.insecure, "plaintext even to an address that is not loopback");
   tls->add_option("--token-file", o.token_file, "file holding the bearer token to send (default: $IMGSTAT_TOKEN)");
+  return jobs;
+}
+
+// What comes out (table, JSON, CSV, a plot) and what goes in (encoded, raw,
+// bytes; how it travels).
+void add_output_and_input_options(CLI::App& app, CliOptions& o) {
   auto* json_option = app.add_flag("--json", o.json, "one JSON object per input per line");
   app.add_option("--plot", o.plot,
                  "draw each channel's histogram into this PNG (several files: NAME-1.png, NAME-2.png, ...)");
@@ -134,7 +135,11 @@ int parse_options(int argc, char** argv, CliOptions& o) {
   app.add_flag("--aggregate", o.aggregate,
                "one answer for all the files together (each kind of image, by sample type and channels, apart): "
                "the statistics of all their pixels at once, integers exact");
-  // Parts of each image (one kind at a time).
+  bytes_option->excludes(raw_option);
+}
+
+// Parts of each image, one kind at a time.
+void add_parts_options(CLI::App& app, CliOptions& o) {
   auto* parts_group = app.add_option_group("Parts", "statistics of parts of each image instead of the whole");
   auto* roi_option = parts_group->add_option("--roi", o.rois, "a rectangle X,Y,W,H (repeatable; one answer each)")
                          ->allow_extra_args(false);
@@ -153,6 +158,11 @@ int parse_options(int argc, char** argv, CliOptions& o) {
   roi_option->excludes(mask_option)->excludes(labels_option)->excludes(tiles_option);
   mask_option->excludes(labels_option)->excludes(tiles_option);
   labels_option->excludes(tiles_option);
+}
+
+// What is measured, where JPEG decodes, how long a file may take; the
+// server's health and information.
+void add_measure_options(CLI::App& app, CliOptions& o) {
   app.add_option("--engine", o.local_engine,
                  "with --local: cpu (starts at once), cuda (pays about 0.4 s to start CUDA, then JPEG on the GPU), "
                  "auto (cuda where a GPU is usable)")
@@ -181,7 +191,19 @@ int parse_options(int argc, char** argv, CliOptions& o) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_flag("--health", o.health, "ask the server's grpc.health.v1 service; exit 0 when SERVING");
   app.add_flag("--info", o.info, "print the server's version, engine and limits (with --json: as JSON)");
-  bytes_option->excludes(raw_option);
+}
+
+}  // namespace
+
+int parse_options(int argc, char** argv, CliOptions& o) {
+  const char* env_server = std::getenv("IMGSTAT_SERVER");
+  o.server = env_server && *env_server ? env_server : "localhost:50051";
+  CLI::App app{"imgstat-client " IMGSTAT_VERSION ": per-channel statistics and histograms of images"};
+  app.set_version_flag("--version", IMGSTAT_VERSION);
+  CLI::Option* jobs = add_call_options(app, o);
+  add_output_and_input_options(app, o);
+  add_parts_options(app, o);
+  add_measure_options(app, o);
   app.footer(R"(Examples:
   imgstat-client photo.jpg                      table and histograms, from the server at $IMGSTAT_SERVER
   imgstat-client --local *.png                  no server: decode and compute in this process
@@ -199,10 +221,9 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help and --version are not errors
   }
-  if (jobs_option->count() == 0) o.jobs = 0;
+  if (jobs->count() == 0) o.jobs = 0;
   o.help = app.help();
   return -1;
-
 }
 
 std::string LabelFolder::file_for(const std::string& path) const {
@@ -213,14 +234,16 @@ std::string LabelFolder::file_for(const std::string& path) const {
   return at->second.front();
 }
 
-std::string build_request(const CliOptions& o, Request& request, LabelFolder& folder) {
+namespace {
+
+// The raw layout and the measure: bins, range, colour space, joint histogram.
+// An error message, or empty.
+std::string set_input_and_measure(const CliOptions& o, Request& request) {
   request.force_stream = o.stream;
   request.input.set_kind(o.bytes ? v1::INPUT_KIND_BYTES : o.raw_spec.empty() ? v1::INPUT_KIND_ENCODED : v1::INPUT_KIND_RAW);
   std::string error;
   if (!o.raw_spec.empty()) {
-    if (!parse_raw(o.raw_spec, request.input.mutable_raw(), &error)) {
-      return error;
-    }
+    if (!parse_raw(o.raw_spec, request.input.mutable_raw(), &error)) return error;
     request.input.mutable_raw()->set_row_stride(o.stride);
   }
   request.options.set_bins(o.bins);
@@ -244,83 +267,91 @@ std::string build_request(const CliOptions& o, Request& request, LabelFolder& fo
         {"lab", v1::COLOUR_SPACE_LAB}, {"ycrcb", v1::COLOUR_SPACE_YCRCB},      {"gray", v1::COLOUR_SPACE_GRAY}};
     request.options.set_colour_space(kSpaces.at(o.colour_space));
   }
-  if (!o.joint_range_spec.empty() && o.joint_spec.empty()) {
-    return "--joint-range needs --joint";
-  }
-  if (!o.joint_spec.empty()) {
-    std::string why;
-    if (!parse_joint(o.joint_spec, o.joint_range_spec, o.colour_space, request.options.mutable_joint(), &why)) {
-      return why;
-    }
-  }
-  // Parts: the request's Options.parts; a label folder pairs files by name stem below.
+  if (!o.joint_range_spec.empty() && o.joint_spec.empty()) return "--joint-range needs --joint";
+  if (!o.joint_spec.empty() &&
+      !parse_joint(o.joint_spec, o.joint_range_spec, o.colour_space, request.options.mutable_joint(), &error))
+    return error;
+  return "";
+}
+
+// The mask or label file: checked that it opens, named for the call to send,
+// its raw layout (--map-raw) in `in`.
+void set_map_input(const CliOptions& o, const std::string& file, v1::Input* in, Request& request) {
   try {
-    v1::Parts& parts = *request.options.mutable_parts();
-    auto map_input = [&](const std::string& file, v1::Input* in) {
-      client::Source source(file);  // it can be opened: said now, not file by file
-      if (!source.is_file()) throw std::runtime_error("a mask or label image is a file, not standard input");
-      request.map_file = file;
-      if (o.map_raw_spec.empty()) return;
-      in->set_kind(v1::INPUT_KIND_RAW);
-      std::string why, spec = o.map_raw_spec;
-      // uint32 and int32 are sample types of label images alone.
-      v1::SampleType wide = v1::SAMPLE_TYPE_UNSPECIFIED;
-      for (auto [name, t] : {std::pair{":uint32", v1::SAMPLE_TYPE_UINT32}, std::pair{":int32", v1::SAMPLE_TYPE_INT32}})
-        if (spec.size() > std::strlen(name) && spec.compare(spec.size() - std::strlen(name), std::string::npos, name) == 0) {
-          wide = t;
-          spec = spec.substr(0, spec.size() - std::strlen(name)) + ":uint8";
-        }
-      if (!parse_raw(spec, in->mutable_raw(), &why)) throw std::runtime_error(std::regex_replace(why, std::regex("--raw"), "--map-raw"));
-      if (wide != v1::SAMPLE_TYPE_UNSPECIFIED) in->mutable_raw()->set_sample_type(wide);
-    };
-    if (!o.rois.empty()) {
-      for (const std::string& r : o.rois) {
-        static const std::regex re(R"((\d+),(\d+),(\d+),(\d+))");
-        std::smatch m;
-        if (!std::regex_match(r, m, re)) throw std::runtime_error("--roi wants X,Y,W,H, e.g. 0,0,64,64; got \"" + r + "\"");
-        v1::Rectangle* q = parts.mutable_rectangles()->add_rectangles();
-        auto u32 = [&](int i) {
-          const unsigned long long v = std::stoull(m[i].str());
-          if (v > UINT32_MAX) throw std::runtime_error("--roi " + r + ": " + m[i].str() + " is past 32 bits");
-          return static_cast<uint32_t>(v);
-        };
-        q->set_x(u32(1));
-        q->set_y(u32(2));
-        q->set_width(u32(3));
-        q->set_height(u32(4));
-      }
-    } else if (!o.tiles_spec.empty()) {
-      static const std::regex re(R"((\d+)x(\d+))");
-      std::smatch m;
-      if (!std::regex_match(o.tiles_spec, m, re) || m[1].length() > 9 || m[2].length() > 9)
-        throw std::runtime_error("--tiles wants CxR, e.g. 16x16; got \"" + o.tiles_spec + "\"");
-      parts.mutable_tiles()->set_columns(static_cast<uint32_t>(std::stoul(m[1].str())));
-      parts.mutable_tiles()->set_rows(static_cast<uint32_t>(std::stoul(m[2].str())));
-    } else if (!o.mask_spec.empty()) {
-      if (o.mask_spec == "alpha")
-        parts.mutable_mask()->set_alpha(true);
-      else
-        map_input(o.mask_spec, parts.mutable_mask()->mutable_image());
-    } else if (!o.labels_spec.empty()) {
-      v1::Labels* labels = parts.mutable_labels();
-      if (o.ignore_label) labels->set_ignore(*o.ignore_label);
-      labels->set_max_labels(o.max_labels);
-      if (std::filesystem::is_directory(o.labels_spec)) {
-        folder.used = true;
-        folder.dir = o.labels_spec;
-        for (const auto& e : std::filesystem::directory_iterator(o.labels_spec))
-          if (e.is_regular_file()) folder.by_stem[e.path().stem().string()].push_back(e.path().string());
-      } else {
-        map_input(o.labels_spec, labels->mutable_image());
-      }
-    } else {
-      request.options.clear_parts();
-    }
-    if ((o.ignore_label || o.max_labels) && o.labels_spec.empty())
-      throw std::runtime_error("--ignore-label and --max-labels go with --labels");
-  } catch (const std::exception& e) {
-    return e.what();
+    client::Source source(file);  // it can be opened: said now, not file by file
+    if (!source.is_file()) throw std::runtime_error("a mask or label image is a file, not standard input");
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(file + ": " + e.what());
   }
+  request.map_file = file;
+  if (o.map_raw_spec.empty()) return;
+  in->set_kind(v1::INPUT_KIND_RAW);
+  std::string why, spec = o.map_raw_spec;
+  // uint32 and int32 are sample types of label images alone.
+  v1::SampleType wide = v1::SAMPLE_TYPE_UNSPECIFIED;
+  for (auto [name, t] : {std::pair{":uint32", v1::SAMPLE_TYPE_UINT32}, std::pair{":int32", v1::SAMPLE_TYPE_INT32}})
+    if (spec.size() > std::strlen(name) && spec.compare(spec.size() - std::strlen(name), std::string::npos, name) == 0) {
+      wide = t;
+      spec = spec.substr(0, spec.size() - std::strlen(name)) + ":uint8";
+    }
+  if (!parse_raw(spec, in->mutable_raw(), &why)) throw std::runtime_error(std::regex_replace(why, std::regex("--raw"), "--map-raw"));
+  if (wide != v1::SAMPLE_TYPE_UNSPECIFIED) in->mutable_raw()->set_sample_type(wide);
+}
+
+void add_rectangle(const std::string& r, v1::Parts& parts) {
+  static const std::regex re(R"((\d+),(\d+),(\d+),(\d+))");
+  std::smatch m;
+  if (!std::regex_match(r, m, re)) throw std::runtime_error("--roi wants X,Y,W,H, e.g. 0,0,64,64; got \"" + r + "\"");
+  v1::Rectangle* q = parts.mutable_rectangles()->add_rectangles();
+  auto u32 = [&](int i) {
+    const unsigned long long v = std::stoull(m[i].str());
+    if (v > UINT32_MAX) throw std::runtime_error("--roi " + r + ": " + m[i].str() + " is past 32 bits");
+    return static_cast<uint32_t>(v);
+  };
+  q->set_x(u32(1));
+  q->set_y(u32(2));
+  q->set_width(u32(3));
+  q->set_height(u32(4));
+}
+
+// Parts: the request's Options.parts; a label folder pairs files by name
+// stem later. Throws std::runtime_error with the usage error.
+void set_parts(const CliOptions& o, Request& request, LabelFolder& folder) {
+  v1::Parts& parts = *request.options.mutable_parts();
+  if (!o.rois.empty()) {
+    for (const std::string& r : o.rois) add_rectangle(r, parts);
+  } else if (!o.tiles_spec.empty()) {
+    static const std::regex re(R"((\d+)x(\d+))");
+    std::smatch m;
+    if (!std::regex_match(o.tiles_spec, m, re) || m[1].length() > 9 || m[2].length() > 9)
+      throw std::runtime_error("--tiles wants CxR, e.g. 16x16; got \"" + o.tiles_spec + "\"");
+    parts.mutable_tiles()->set_columns(static_cast<uint32_t>(std::stoul(m[1].str())));
+    parts.mutable_tiles()->set_rows(static_cast<uint32_t>(std::stoul(m[2].str())));
+  } else if (!o.mask_spec.empty()) {
+    if (o.mask_spec == "alpha")
+      parts.mutable_mask()->set_alpha(true);
+    else
+      set_map_input(o, o.mask_spec, parts.mutable_mask()->mutable_image(), request);
+  } else if (!o.labels_spec.empty()) {
+    v1::Labels* labels = parts.mutable_labels();
+    if (o.ignore_label) labels->set_ignore(*o.ignore_label);
+    labels->set_max_labels(o.max_labels);
+    if (std::filesystem::is_directory(o.labels_spec)) {
+      folder.used = true;
+      folder.dir = o.labels_spec;
+      for (const auto& e : std::filesystem::directory_iterator(o.labels_spec))
+        if (e.is_regular_file()) folder.by_stem[e.path().stem().string()].push_back(e.path().string());
+    } else {
+      set_map_input(o, o.labels_spec, labels->mutable_image(), request);
+    }
+  } else {
+    request.options.clear_parts();
+  }
+  if ((o.ignore_label || o.max_labels) && o.labels_spec.empty())
+    throw std::runtime_error("--ignore-label and --max-labels go with --labels");
+}
+
+void set_statistics(const CliOptions& o, Request& request) {
   std::vector<std::string> stats = o.stats;
   if (stats.empty()) stats = {"min_max", "sum", "stddev", "histogram", "distribution", "shape", "summary"};
   static const std::map<std::string, v1::Statistic> kStatistics{
@@ -332,6 +363,18 @@ std::string build_request(const CliOptions& o, Request& request, LabelFolder& fo
       {"all", v1::STATISTIC_ALL}};
   for (const std::string& s : stats) request.options.add_statistics(kStatistics.at(s));
   for (double p : o.percentiles) request.options.add_percentiles(p);
+}
+
+}  // namespace
+
+std::string build_request(const CliOptions& o, Request& request, LabelFolder& folder) {
+  if (std::string error = set_input_and_measure(o, request); !error.empty()) return error;
+  try {
+    set_parts(o, request, folder);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  set_statistics(o, request);
   return "";
 }
 
