@@ -16,7 +16,9 @@ import grpc.aio
 from . import _channel
 from ._client import Client as _SyncClient
 from ._errors import Error
+from ._inputs import prepare
 from ._options import parts_asked
+from ._pump import message
 from ._result import Result
 
 
@@ -50,11 +52,12 @@ class Client:
     async def analyze(self, x, *, name=None, raw=None, stride=0, as_bytes=False, **options):
         """As imgstat.Client.analyze."""
         sync = self._sync
+        transport = sync._transport
         opts = sync._options(options)
-        job = sync._prepare(x, name, raw, stride, as_bytes)
-        body = sync._message(job, opts, {})
+        job = prepare(x, name, raw, stride, as_bytes)
+        body = message(job, opts, {}, transport.same_host)
         if body is not None:
-            response = await sync._aio_call(self._analyze, body, job.name, sync._deadline())
+            response = await transport.invoke_async(self._analyze, body, job.name, transport.deadline())
         else:
             response = await asyncio.to_thread(sync._run, job, opts)
         return Result(response, job.name, parts_asked(opts))

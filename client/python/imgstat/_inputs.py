@@ -1,0 +1,204 @@
+"""What analyze takes, made ready to send: a Job holds an input's Input
+message (no data yet) and where its bytes are (a path, a buffer, a numpy
+array, a GPU array)."""
+from __future__ import annotations
+
+import os
+from typing import Any, Union
+
+import numpy as np
+
+from ._errors import Error
+from ._options import SAMPLE_TYPES, is_path
+from ._tuning import STREAM_CHUNK
+from .v1 import imgstat_pb2 as pb
+
+# What analyze takes: a path, encoded bytes, a numpy array (or anything
+# numpy.asarray takes), a PIL image, or an object with __cuda_array_interface__.
+ImageLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, np.ndarray, Any]
+
+_SAMPLE = {np.dtype(np.uint8): 1, np.dtype(np.uint16): 2, np.dtype(np.int8): 3, np.dtype(np.int16): 4,
+           np.dtype(np.float32): 5, np.dtype(np.float64): 6}
+_LABEL_SAMPLE = {np.dtype(np.uint8): 1, np.dtype(np.uint16): 2, np.dtype(np.uint32): 7, np.dtype(np.int32): 8}
+
+
+def bad(message, name=None):
+    return Error("INVALID_ARGUMENT", message, name)
+
+
+def file_error(path, e, name):
+    """An OSError on an input's file as the Error the caller sees."""
+    code = "NOT_FOUND" if isinstance(e, FileNotFoundError) else "INVALID_ARGUMENT"
+    return Error(code, f"{path}: {e.strerror}", name)
+
+
+class Job:
+    """One input, ready to send: its Input (no data yet) and where its bytes are."""
+    __slots__ = ("name", "input", "data", "path", "size", "array", "cuda")
+
+    def __init__(self, name, kind):
+        self.name = name
+        self.input = pb.Input(kind=kind, name=name if len(name) < 256 else name[:255])
+        self.data = self.path = self.array = self.cuda = None
+        self.size = 0
+
+    def read_file(self):
+        """The file's bytes; its OSError as an Error naming the input."""
+        try:
+            with open(self.path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise Error("INVALID_ARGUMENT", f"{self.path}: {e.strerror}", self.name) from None
+
+    def chunks(self):
+        """(bytes, a function giving them in pieces of STREAM_CHUNK) of the
+        input on the host; an array goes packed, its layout set."""
+        if self.array is not None:
+            a, shape = self.array
+            self.input.raw.CopyFrom(shape)
+            return a.nbytes, lambda: buffer_chunks(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+        if self.path is not None:
+            def file_chunks():
+                try:
+                    with open(self.path, "rb") as f:
+                        while True:
+                            block = f.read(STREAM_CHUNK)
+                            if not block:
+                                return
+                            yield block
+                except OSError as e:
+                    raise Error("INVALID_ARGUMENT", f"{self.path}: {e.strerror}", self.name) from None
+            return self.size, file_chunks
+        view = memoryview(self.data)
+        return len(view), lambda: buffer_chunks(view)
+
+
+def buffer_chunks(view):
+    """A buffer (a memoryview or a flat uint8 array) in pieces of STREAM_CHUNK bytes."""
+    return (bytes(view[i:i + STREAM_CHUNK]) for i in range(0, len(view), STREAM_CHUNK))
+
+
+def layout(a, name, labels=False):
+    """(array, RawLayout) for an H x W or H x W x C array of a type servers take."""
+    if a.dtype == np.bool_:
+        a = a.view(np.uint8)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    types = _LABEL_SAMPLE if labels else _SAMPLE
+    if a.dtype not in types:
+        raise bad(f"arrays of {a.dtype} are not analyzed: {', '.join(str(t) for t in types)}", name)
+    if a.ndim == 2:
+        (h, w), c = a.shape, 1
+    elif a.ndim == 3 and 1 <= a.shape[2] <= 4:
+        h, w, c = a.shape
+    else:
+        raise bad(f"an array of shape {a.shape}: images are H x W or H x W x C with C 1 to 4", name)
+    if h == 0 or w == 0:
+        raise bad(f"an array of shape {a.shape} has no pixel", name)
+    if h >= 1 << 32 or w >= 1 << 32:
+        raise bad(f"an array of shape {a.shape} is past 2^32 rows or columns", name)
+    return a, pb.RawLayout(width=w, height=h, channels=c, sample_type=types[a.dtype])
+
+
+def rows(shape, strides, itemsize):
+    """(row stride, bytes spanned) when rows are packed samples at a positive
+    stride, as RawLayout takes them; None otherwise."""
+    h, w = shape[0], shape[1]
+    c = shape[2] if len(shape) == 3 else 1
+    row = w * c * itemsize
+    if strides is None:
+        return 0, h * row
+    if strides[1] != c * itemsize or (len(shape) == 3 and strides[2] != itemsize and c > 1):
+        return None
+    if h == 1:
+        return 0, row
+    if strides[0] < row:
+        return None
+    return (0 if strides[0] == row else strides[0]), (h - 1) * strides[0] + row
+
+
+def map_of(options):
+    """The mask or label image Input of a request's parts, or None."""
+    if not options.HasField("parts"):
+        return None
+    parts = options.parts
+    if parts.HasField("mask") and parts.mask.HasField("image"):
+        return parts.mask.image
+    if parts.HasField("labels"):
+        return parts.labels.image
+    return None
+
+
+def prepare(x, name=None, raw=None, stride=0, as_bytes=False, labels=False):
+    """A Job for one input of any kind analyze takes."""
+    kind = 3 if as_bytes else 2 if raw is not None else 1
+    if is_path(x):
+        path = os.fspath(x)
+        job = Job(name or path, kind)
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            raise file_error(path, e, job.name) from None
+        job.path, job.size = path, st.st_size
+    elif isinstance(x, (bytes, bytearray, memoryview)):
+        job = Job(name or "<bytes>", kind)
+        job.data = memoryview(x).cast("B") if not isinstance(x, bytes) else x
+        job.size = len(job.data)
+    elif hasattr(x, "__cuda_array_interface__"):
+        job = Job(name or "<cuda array>", 2)
+        job.cuda = x.__cuda_array_interface__
+    else:
+        if hasattr(x, "getbands") and hasattr(x, "mode"):  # a PIL image
+            x = pil_array(x)
+            name = name or "<PIL image>"
+        try:
+            a = np.asarray(x)
+        except (ValueError, TypeError) as e:
+            raise bad(f"not an image, a path or an array: {e}", name or "<array>") from None
+        job = Job(name or "<array>", 2)
+        job.array = layout(a, job.name, labels)
+        job.size = job.array[0].nbytes
+        return job
+    if raw is not None:
+        w, h, c, t = raw
+        if t not in SAMPLE_TYPES:
+            raise bad(f"raw: unknown sample type {t!r} ({', '.join(SAMPLE_TYPES)})", job.name)
+        job.input.raw.CopyFrom(pb.RawLayout(width=w, height=h, channels=c, sample_type=SAMPLE_TYPES[t],
+                                            row_stride=stride))
+    return job
+
+
+def side_input(x, labels):
+    """A mask or label image as an Input carried in the request."""
+    job = prepare(x, labels=labels)
+    if job.array is not None:
+        a, shape = job.array
+        job.input.raw.CopyFrom(shape)
+        job.input.data = np.ascontiguousarray(a).tobytes()
+    elif job.path is not None:
+        job.input.data = job.read_file()
+    elif job.cuda is not None:
+        raise bad("masks and label images are not taken from GPU memory", job.name)
+    else:
+        job.input.data = bytes(job.data)
+    return job.input
+
+
+def pil_array(image):
+    """A PIL image's pixels as imgstat decodes files: palette images expanded
+    to RGB(A), 1-bit ones as 0 and 255, CMYK as it is (4 channels)."""
+    mode = image.mode
+    if mode == "P":
+        image = image.convert("RGBA" if "transparency" in image.info else "RGB")
+    elif mode == "PA":
+        image = image.convert("RGBA")
+    elif mode == "1":
+        image = image.convert("L")
+    elif mode == "I;16B":
+        return np.asarray(image).astype(np.uint16)
+    elif mode == "I":
+        a = np.asarray(image)
+        if a.min(initial=0) >= 0 and a.max(initial=0) < 65536:
+            return a.astype(np.uint16)
+        raise bad("PIL mode I images of values past 16 bits: pass a numpy array of a type servers take")
+    return np.asarray(image)

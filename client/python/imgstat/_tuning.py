@@ -1,0 +1,16 @@
+"""Everything the package tunes, in one place (the CLI's counterparts named)."""
+import os
+
+STREAM_CHUNK = 4 << 20         # larger inputs stream in pieces of this (the CLI's kStreamChunk)
+REGION_MIN_BYTES = 1 << 20     # below it, the region calls cost more than the socket saves
+MESSAGE_ENVELOPE = 64 << 10    # a request's bytes beside its data (the CLI's kEnvelope)
+ATTEMPTS = 5                   # calls that end UNAVAILABLE: at most this many tries in all,
+FIRST_BACKOFF = 0.1            # the first pause doubling each time (seconds)
+DEFAULT_TIMEOUT = 120.0        # the CLI's --timeout: a hung server does not hang the caller
+CALLS_PER_THREAD = 4           # calls in flight per server engine thread (analyze_many's default)
+DEFAULT_CALLS, MAX_CALLS = 16, 256
+SCRATCH_IDLE = 4               # copies of arrays: memfds kept registered for the next call
+SCRATCH_IDLE_BYTES = 2 << 30
+COPY_THREADS = min(8, os.cpu_count() or 1)
+CUDA_REGIONS = 16              # GPU allocations kept registered (most recently used)
+WORKER_THREADS = 16            # analyze_many's inputs that take the blocking way
