@@ -21,19 +21,12 @@
 #include <vector>
 
 #include "cuda/dispatch/dispatch.hpp"
+#include "gpu_timing.hpp"
 #include "imgstat/engine.hpp"
+#include "table.hpp"
 
 namespace imgstat::cuda {
 namespace {
-
-#define CHECK(call)                                                                       \
-  do {                                                                                    \
-    const cudaError_t e_ = (call);                                                        \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 std::string g_log;
 void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -46,42 +39,6 @@ void say(const char* fmt, ...) {
   std::fputs(buf, stdout);
   std::fflush(stdout);
   g_log += buf;
-}
-
-// Median of `reps` timed runs (device events) after one warm-up.
-double median_ms(int reps, const std::function<void()>& fn) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  fn();
-  CHECK(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    CHECK(cudaEventRecord(a));
-    fn();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CHECK(cudaGetLastError());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-double median_wall_ms(int reps, const std::function<void()>& fn) {
-  fn();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
 }
 
 // Reads every byte once with 16-byte loads; the XOR keeps the loads alive.
@@ -167,40 +124,40 @@ struct Bench {
   std::vector<uint8_t> photo_rgb, photo_gray;
 
   void init(uint64_t max_bytes) {
-    CHECK(cudaGetDeviceProperties(&prop, 0));
+    IMGSTAT_BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
     dev.sm_count = prop.multiProcessorCount;
     capacity = max_bytes;
-    CHECK(cudaMalloc(&buf, capacity));
-    CHECK(cudaMalloc(&counts, 4 * 65536 * sizeof(unsigned long long)));
-    CHECK(cudaMalloc(&ints, 4 * sizeof(IntAccum)));
-    CHECK(cudaMalloc(&partials, float_partials_needed(4, dev) * sizeof(FloatMoments)));
-    CHECK(cudaMalloc(&running, 4 * sizeof(FloatMoments)));
-    CHECK(cudaMalloc(&sink, sizeof(uint4)));
+    IMGSTAT_BENCH_CHECK(cudaMalloc(&buf, capacity));
+    IMGSTAT_BENCH_CHECK(cudaMalloc(&counts, 4 * 65536 * sizeof(unsigned long long)));
+    IMGSTAT_BENCH_CHECK(cudaMalloc(&ints, 4 * sizeof(IntAccum)));
+    IMGSTAT_BENCH_CHECK(cudaMalloc(&partials, float_partials_needed(4, dev) * sizeof(FloatMoments)));
+    IMGSTAT_BENCH_CHECK(cudaMalloc(&running, 4 * sizeof(FloatMoments)));
+    IMGSTAT_BENCH_CHECK(cudaMalloc(&sink, sizeof(uint4)));
     temp_bytes = 64 << 20;
-    CHECK(cudaMalloc(&temp, temp_bytes));
+    IMGSTAT_BENCH_CHECK(cudaMalloc(&temp, temp_bytes));
   }
 
   void fill(Kind k, uint64_t bytes, int channels) {
     const std::vector<uint8_t>& photo = channels == 1 ? photo_gray : photo_rgb;
     uint8_t* tile = nullptr;
     if (k == Kind::kPhoto) {
-      CHECK(cudaMalloc(&tile, photo.size()));
-      CHECK(cudaMemcpy(tile, photo.data(), photo.size(), cudaMemcpyHostToDevice));
+      IMGSTAT_BENCH_CHECK(cudaMalloc(&tile, photo.size()));
+      IMGSTAT_BENCH_CHECK(cudaMemcpy(tile, photo.data(), photo.size(), cudaMemcpyHostToDevice));
     }
     fill_bytes<<<dev.sm_count * 8, 256>>>(reinterpret_cast<uint32_t*>(buf), (bytes + 3) / 4, static_cast<int>(k), tile,
                                           photo.size());
-    CHECK(cudaDeviceSynchronize());
+    IMGSTAT_BENCH_CHECK(cudaDeviceSynchronize());
     if (tile) cudaFree(tile);
   }
 
   double roofline_ms(uint64_t bytes, int reps) {
-    return median_ms(reps, [&] {
+    return bench::device_median_ms(reps, [&] {
       roofline_kernel<<<dev.sm_count * 8, 256>>>(reinterpret_cast<const uint4*>(buf), bytes / 16, sink);
     });
   }
 
   double hist8_ms(uint64_t bytes, int channels, int copies, int reps) {
-    return median_ms(reps, [&] { launch_hist8(buf, bytes / channels, channels, counts, dev, nullptr, copies); });
+    return bench::device_median_ms(reps, [&] { launch_hist8(buf, bytes / channels, channels, counts, dev, nullptr, copies); });
   }
 
   double cub_hist8_ms(uint64_t bytes, int channels, int reps) {
@@ -208,9 +165,9 @@ struct Bench {
     if (channels == 1) {
       const int64_t n = static_cast<int64_t>(bytes);
       size_t need = 0;
-      CHECK(cub::DeviceHistogram::HistogramEven(nullptr, need, buf, hist, 257, 0, 256, n));
+      IMGSTAT_BENCH_CHECK(cub::DeviceHistogram::HistogramEven(nullptr, need, buf, hist, 257, 0, 256, n));
       if (need > temp_bytes) return -1;
-      return median_ms(reps, [&] { cub::DeviceHistogram::HistogramEven(temp, need, buf, hist, 257, 0, 256, n); });
+      return bench::device_median_ms(reps, [&] { cub::DeviceHistogram::HistogramEven(temp, need, buf, hist, 257, 0, 256, n); });
     }
     int* h[4] = {hist, hist + 256, hist + 512, hist + 768};
     int levels[4] = {257, 257, 257, 257};
@@ -218,27 +175,27 @@ struct Bench {
     const int64_t px = static_cast<int64_t>(bytes / channels);
     size_t need = 0;
     if (channels == 3) {
-      CHECK((cub::DeviceHistogram::MultiHistogramEven<3, 3>(nullptr, need, buf, h, levels, lower, upper, px)));
-      return median_ms(reps, [&] { cub::DeviceHistogram::MultiHistogramEven<3, 3>(temp, need, buf, h, levels, lower, upper, px); });
+      IMGSTAT_BENCH_CHECK((cub::DeviceHistogram::MultiHistogramEven<3, 3>(nullptr, need, buf, h, levels, lower, upper, px)));
+      return bench::device_median_ms(reps, [&] { cub::DeviceHistogram::MultiHistogramEven<3, 3>(temp, need, buf, h, levels, lower, upper, px); });
     }
-    CHECK((cub::DeviceHistogram::MultiHistogramEven<4, 4>(nullptr, need, buf, h, levels, lower, upper, px)));
-    return median_ms(reps, [&] { cub::DeviceHistogram::MultiHistogramEven<4, 4>(temp, need, buf, h, levels, lower, upper, px); });
+    IMGSTAT_BENCH_CHECK((cub::DeviceHistogram::MultiHistogramEven<4, 4>(nullptr, need, buf, h, levels, lower, upper, px)));
+    return bench::device_median_ms(reps, [&] { cub::DeviceHistogram::MultiHistogramEven<4, 4>(temp, need, buf, h, levels, lower, upper, px); });
   }
 
   double int16_ms(uint64_t bytes, int channels, int reps) {
     HistogramOut h{counts, counts + 4 * 65536 - 8, counts + 4 * 65536 - 4, 256, false, 0, 0};
-    return median_ms(reps, [&] { launch_int16(buf, bytes / 2 / channels, channels, false, ints, h, dev, nullptr); });
+    return bench::device_median_ms(reps, [&] { launch_int16(buf, bytes / 2 / channels, channels, false, ints, h, dev, nullptr); });
   }
 
   double float_pass1_ms(uint64_t bytes, int reps) {
-    return median_ms(reps, [&] {
+    return bench::device_median_ms(reps, [&] {
       launch_float_moments(buf, bytes / 4, 1, SampleType::kFloat32, partials, running, dev, nullptr);
     });
   }
 
   double float_pass2_ms(uint64_t bytes, int reps) {
     HistogramOut h{counts, counts + 4 * 65536 - 8, counts + 4 * 65536 - 4, 256, false, 0, 0};
-    return median_ms(reps, [&] {
+    return bench::device_median_ms(reps, [&] {
       launch_float_bins(buf, bytes / 4, 1, SampleType::kFloat32, h, running, 1, dev, nullptr);
     });
   }
@@ -251,12 +208,12 @@ struct Bench {
     auto squares = thrust::make_transform_iterator(f, [] __device__(float x) { return static_cast<double>(x) * x; });
     auto as_double = thrust::make_transform_iterator(f, [] __device__(float x) { return static_cast<double>(x); });
     size_t need = 0, n1 = 0;
-    CHECK(cub::DeviceReduce::Min(nullptr, n1, f, out_f, n));
+    IMGSTAT_BENCH_CHECK(cub::DeviceReduce::Min(nullptr, n1, f, out_f, n));
     need = std::max(need, n1);
-    CHECK(cub::DeviceReduce::Sum(nullptr, n1, squares, out_d, n));
+    IMGSTAT_BENCH_CHECK(cub::DeviceReduce::Sum(nullptr, n1, squares, out_d, n));
     need = std::max(need, n1);
     if (need > temp_bytes) return -1;
-    return median_ms(reps, [&] {
+    return bench::device_median_ms(reps, [&] {
       size_t t = temp_bytes;
       cub::DeviceReduce::Min(temp, t, f, out_f, n);
       t = temp_bytes;
@@ -310,7 +267,7 @@ int bench_main(int argc, char** argv) {
     fill_float<<<b.dev.sm_count * 8, 256>>>(reinterpret_cast<float*>(b.buf), bytes / 4, 0);
     b.float_pass1_ms(bytes, 1);
     b.float_pass2_ms(bytes, 1);
-    CHECK(cudaDeviceSynchronize());
+    IMGSTAT_BENCH_CHECK(cudaDeviceSynchronize());
     return 0;
   }
   std::vector<std::string> table;
@@ -361,7 +318,7 @@ int bench_main(int argc, char** argv) {
   for (Kind k : {Kind::kUniform, Kind::kConstant}) {
     const uint64_t bytes = GiB;
     fill_float<<<b.dev.sm_count * 8, 256>>>(reinterpret_cast<float*>(b.buf), bytes / 4, k == Kind::kConstant);
-    CHECK(cudaDeviceSynchronize());
+    IMGSTAT_BENCH_CHECK(cudaDeviceSynchronize());
     const double roof = b.roofline_ms(bytes, reps);
     const double cub = b.cub_four_ms(bytes, reps);
     const double p1 = b.float_pass1_ms(bytes, reps);
@@ -371,14 +328,14 @@ int bench_main(int argc, char** argv) {
     row("float32 pass 2 (bins)", kind_name(k), 1, bytes, p2, roof, 0, "");
     row("float32 pass 1 + pass 2", kind_name(k), 1, bytes, p1 + p2, roof, cub, "CUB 4 calls");
   }
-  CHECK(cudaFree(b.buf));
+  IMGSTAT_BENCH_CHECK(cudaFree(b.buf));
 
   // The engine from host memory: staged pipeline against plain copies.
   {
     auto engine = make_cuda_engine(EngineOptions{}, nullptr);
     const uint64_t bytes = GiB;
     void* pinned = nullptr;
-    CHECK(cudaMallocHost(&pinned, bytes));
+    IMGSTAT_BENCH_CHECK(cudaMallocHost(&pinned, bytes));
     std::vector<uint8_t> pageable(bytes);
     std::mt19937_64 rng(1);
     for (uint64_t i = 0; i + 8 <= bytes; i += 8) {
@@ -387,15 +344,15 @@ int bench_main(int argc, char** argv) {
       std::memcpy(pageable.data() + i, &w, 8);
     }
     uint8_t* dev_buf = nullptr;
-    CHECK(cudaMalloc(&dev_buf, bytes));
-    const double copy_pinned = median_wall_ms(5, [&] { CHECK(cudaMemcpy(dev_buf, pinned, bytes, cudaMemcpyHostToDevice)); });
-    const double copy_pageable = median_wall_ms(5, [&] { CHECK(cudaMemcpy(dev_buf, pageable.data(), bytes, cudaMemcpyHostToDevice)); });
-    CHECK(cudaFree(dev_buf));
+    IMGSTAT_BENCH_CHECK(cudaMalloc(&dev_buf, bytes));
+    const double copy_pinned = bench::median_ms(5, [&] { IMGSTAT_BENCH_CHECK(cudaMemcpy(dev_buf, pinned, bytes, cudaMemcpyHostToDevice)); });
+    const double copy_pageable = bench::median_ms(5, [&] { IMGSTAT_BENCH_CHECK(cudaMemcpy(dev_buf, pageable.data(), bytes, cudaMemcpyHostToDevice)); });
+    IMGSTAT_BENCH_CHECK(cudaFree(dev_buf));
     const Layout u8{bytes, 1, 1, SampleType::kUint8, 0};
     const Layout f32{bytes / 4, 1, 1, SampleType::kFloat32, 0};
     const StatsRequest all;
     auto h2r = [&](const char* what, const char* from, const void* p, const Layout& l, double copy_ms) {
-      const double ms = median_wall_ms(5, [&] { engine->analyze(ImageView{p, l}, all); });
+      const double ms = bench::median_ms(5, [&] { engine->analyze(ImageView{p, l}, all); });
       char line[256];
       std::snprintf(line, sizeof line, "| %-34s | %-8s | %7.1f GB/s | %5.3fx copy time | plain copy %5.1f GB/s |\n", what,
                     from, bytes / ms / 1e6, ms / copy_ms, bytes / copy_ms / 1e6);
@@ -412,7 +369,7 @@ int bench_main(int argc, char** argv) {
     }
     h2r("float32 two passes", "pinned", pinned, f32, copy_pinned);
     h2r("float32 two passes", "pageable", pageable.data(), f32, copy_pageable);
-    CHECK(cudaFreeHost(pinned));
+    IMGSTAT_BENCH_CHECK(cudaFreeHost(pinned));
 
     // Small images: time per image, one caller and eight at once.
     for (uint64_t side : {64, 256}) {
@@ -420,10 +377,10 @@ int bench_main(int argc, char** argv) {
       for (auto& x : thumb) x = static_cast<uint8_t>(rng());
       const Layout l{side, side, 3, SampleType::kUint8, 0};
       const int n = 2000;
-      const double one = median_wall_ms(3, [&] {
+      const double one = bench::median_ms(3, [&] {
         for (int i = 0; i < n; ++i) engine->analyze(ImageView{thumb.data(), l}, all);
       });
-      const double eight = median_wall_ms(3, [&] {
+      const double eight = bench::median_ms(3, [&] {
         std::vector<std::thread> t;
         for (int k = 0; k < 8; ++k)
           t.emplace_back([&] {

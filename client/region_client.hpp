@@ -3,11 +3,22 @@
 // server maps, or any file it reads). The CLI and the C++ example use it.
 #pragma once
 
+#include <sys/types.h>
+
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <string>
 
 namespace imgstat::client {
+
+// A connected Unix stream socket at path (close-on-exec); throws
+// std::runtime_error when it cannot be reached.
+int connect_unix_socket(const std::string& path);
+
+// The protocol's question: one byte carrying `count` descriptors (0: the
+// byte alone; at most 4) as SCM_RIGHTS. sendmsg's result, EINTR retried.
+ssize_t send_descriptors(int socket, const int* fds, size_t count);
 
 // A connection to the server's region socket (ServerInfo.region_socket).
 // The regions registered with its tickets live until it closes.

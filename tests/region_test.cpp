@@ -31,6 +31,8 @@ namespace imgstat::testing {
 namespace {
 
 using client::RegionSocketClient;
+using client::connect_unix_socket;
+using client::send_descriptors;
 
 std::string region_socket_of(const ServerProcess& server) {
   const std::regex logged(R"(regions: descriptors on (\S+))");
@@ -439,26 +441,9 @@ TEST_F(Regions, BadReferencesAndDescriptorsGetClearErrorsAndTheServerServesOn) {
 
 TEST_F(Regions, TheSocketAnswersWhatItCannotTakeAndClosingItDropsTheRegions) {
   {  // two descriptors on one byte
-    const int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, socket_path_.c_str(), sizeof(addr.sun_path) - 1);
-    ASSERT_EQ(connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const int s = connect_unix_socket(socket_path_);
     const int fds[2] = {memfd_with(random_bytes(10, 1), F_SEAL_SHRINK), memfd_with(random_bytes(10, 2), F_SEAL_SHRINK)};
-    char byte = 'R';
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(fds));
-    std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
-    ASSERT_EQ(sendmsg(s, &msg, MSG_NOSIGNAL), 1);
+    ASSERT_EQ(send_descriptors(s, fds, 2), 1);
     char line[256] = {};
     EXPECT_GT(recv(s, line, sizeof(line) - 1, 0), 0);
     EXPECT_EQ(std::string(line).rfind("error ", 0), 0u) << line;

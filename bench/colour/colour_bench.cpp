@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "imgstat/engine.hpp"
+#include "photo.hpp"
 #include "table.hpp"
 #ifdef IMGSTAT_WITH_CUDA
 #include <cuda_runtime.h>
@@ -55,15 +56,7 @@ int main(int argc, char** argv) {
   const int repeat = args.repeat;
   const uint64_t n = uint64_t{w} * h;
   // Photo-like: smooth colour gradients with noise.
-  std::vector<uint8_t> img(n * 3);
-  std::mt19937 rng(5);
-  for (uint64_t y = 0; y < h; ++y)
-    for (uint64_t x = 0; x < w; ++x)
-      for (int c = 0; c < 3; ++c)
-        img[(y * w + x) * 3 + c] = static_cast<uint8_t>(std::clamp<int>(
-            static_cast<int>(128 + 110 * std::sin((x * (c + 1)) / 900.0 + c) * std::cos(y / (400.0 + 150 * c))) +
-                static_cast<int>(rng() % 21) - 10,
-            0, 255));
+  std::vector<uint8_t> img = bench::photo_rgb(w, h, bench::Gradient{110, 900, 400, 1, 150});
   const unsigned cores = threads ? threads : std::thread::hardware_concurrency();
   std::printf("%ux%u RGB uint8 (%.0f MiB), %u threads, medians of %d\n", w, h, n * 3 / 1048576.0, cores, repeat);
 

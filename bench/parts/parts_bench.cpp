@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "imgstat/engine.hpp"
+#include "photo.hpp"
 #include "table.hpp"
 
 #ifdef IMGSTAT_WITH_CUDA
@@ -29,6 +30,7 @@
 
 #include "common/parts.hpp"
 #include "cuda/dispatch/dispatch.hpp"
+#include "gpu_timing.hpp"
 #endif
 
 namespace {
@@ -51,35 +53,6 @@ std::string times(double a, double b) {
 volatile double g_sink;
 
 #ifdef IMGSTAT_WITH_CUDA
-#define CHECK(call)                                                                                 \
-  do {                                                                                              \
-    const cudaError_t e_ = (call);                                                                  \
-    if (e_ != cudaSuccess) {                                                                        \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));    \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
-  } while (0)
-
-double device_ms(int repeat, const std::function<void()>& fn) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  fn();
-  CHECK(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int i = 0; i < repeat; ++i) {
-    CHECK(cudaEventRecord(a));
-    fn();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 // The part kernels alone, the image and maps already on the device, against
 // the whole-image 8-bit pass (histograms; moments follow from them) and a
 // read of every byte (the roofline) on the same buffer.
@@ -87,21 +60,21 @@ void kernels_alone(const std::vector<uint8_t>& img, uint32_t w, uint32_t h, cons
                    const std::vector<uint16_t>& labels, int repeat) {
   using namespace imgstat::cuda;
   cudaDeviceProp p;
-  CHECK(cudaGetDeviceProperties(&p, 0));
+  IMGSTAT_BENCH_CHECK(cudaGetDeviceProperties(&p, 0));
   const DeviceInfo dev{p.multiProcessorCount};
   const uint64_t n = uint64_t{w} * h;
   uint8_t *px, *m;
   uint16_t* lab;
-  CHECK(cudaMalloc(&px, img.size()));
-  CHECK(cudaMalloc(&m, mask.size()));
-  CHECK(cudaMalloc(&lab, labels.size() * 2));
-  CHECK(cudaMemcpy(px, img.data(), img.size(), cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(m, mask.data(), mask.size(), cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(lab, labels.data(), labels.size() * 2, cudaMemcpyHostToDevice));
+  IMGSTAT_BENCH_CHECK(cudaMalloc(&px, img.size()));
+  IMGSTAT_BENCH_CHECK(cudaMalloc(&m, mask.size()));
+  IMGSTAT_BENCH_CHECK(cudaMalloc(&lab, labels.size() * 2));
+  IMGSTAT_BENCH_CHECK(cudaMemcpy(px, img.data(), img.size(), cudaMemcpyHostToDevice));
+  IMGSTAT_BENCH_CHECK(cudaMemcpy(m, mask.data(), mask.size(), cudaMemcpyHostToDevice));
+  IMGSTAT_BENCH_CHECK(cudaMemcpy(lab, labels.data(), labels.size() * 2, cudaMemcpyHostToDevice));
   unsigned long long* counts;
-  CHECK(cudaMalloc(&counts, 3 * 256 * 8));
-  const double whole = device_ms(repeat, [&] {
-    CHECK(cudaMemsetAsync(counts, 0, 3 * 256 * 8));
+  IMGSTAT_BENCH_CHECK(cudaMalloc(&counts, 3 * 256 * 8));
+  const double whole = bench::device_median_ms(repeat, [&] {
+    IMGSTAT_BENCH_CHECK(cudaMemsetAsync(counts, 0, 3 * 256 * 8));
     launch_hist8(px, n, 3, counts, dev, nullptr);
   });
   row("whole image, 3x256 histograms (8-bit pass)", "GPU kernels, data on device", whole);
@@ -112,24 +85,24 @@ void kernels_alone(const std::vector<uint8_t>& img, uint32_t w, uint32_t h, cons
   int32_t* slot_of;
   uint32_t* table;
   const uint32_t max_parts = 65536;
-  CHECK(cudaMalloc(&acc, uint64_t{max_parts} * 3 * sizeof(PartAccum)));
-  CHECK(cudaMalloc(&slots, 256 * 3 * stride * 4));
-  CHECK(cudaMalloc(&slot_of, 256 * 4));
-  CHECK(cudaMalloc(&table, 65536 * 4));
+  IMGSTAT_BENCH_CHECK(cudaMalloc(&acc, uint64_t{max_parts} * 3 * sizeof(PartAccum)));
+  IMGSTAT_BENCH_CHECK(cudaMalloc(&slots, 256 * 3 * stride * 4));
+  IMGSTAT_BENCH_CHECK(cudaMalloc(&slot_of, 256 * 4));
+  IMGSTAT_BENCH_CHECK(cudaMalloc(&table, 65536 * 4));
   std::vector<int32_t> identity(256);
   for (int i = 0; i < 256; ++i) identity[i] = i;
   std::vector<uint32_t> tab(65536);
   for (uint32_t i = 0; i < 65536; ++i) tab[i] = i;
-  CHECK(cudaMemcpy(slot_of, identity.data(), 256 * 4, cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(table, tab.data(), 65536 * 4, cudaMemcpyHostToDevice));
+  IMGSTAT_BENCH_CHECK(cudaMemcpy(slot_of, identity.data(), 256 * 4, cudaMemcpyHostToDevice));
+  IMGSTAT_BENCH_CHECK(cudaMemcpy(table, tab.data(), 65536 * 4, cudaMemcpyHostToDevice));
 
   PartMapDevice mask_map;
   mask_map.kind = PartMapKind::kMask;
   mask_map.data = m;
   mask_map.stride = w;
-  const double masked = device_ms(repeat, [&] {
-    CHECK(cudaMemsetAsync(acc, 0, 3 * sizeof(PartAccum)));
-    CHECK(cudaMemsetAsync(slots, 0, 3 * stride * 4));
+  const double masked = bench::device_median_ms(repeat, [&] {
+    IMGSTAT_BENCH_CHECK(cudaMemsetAsync(acc, 0, 3 * sizeof(PartAccum)));
+    IMGSTAT_BENCH_CHECK(cudaMemsetAsync(slots, 0, 3 * stride * 4));
     launch_part_map(px, w, h, 3, SampleType::kUint8, mask_map, 1, acc, PartSlots{slots, slot_of, stride}, false, false, dev,
                     nullptr);
   });
@@ -141,8 +114,8 @@ void kernels_alone(const std::vector<uint8_t>& img, uint32_t w, uint32_t h, cons
   label_map.data = reinterpret_cast<const uint8_t*>(lab);
   label_map.stride = uint64_t{w} * 2;
   label_map.table = table;
-  const double labelled = device_ms(repeat, [&] {
-    CHECK(cudaMemsetAsync(acc, 0, uint64_t{max_parts} * 3 * sizeof(PartAccum)));
+  const double labelled = bench::device_median_ms(repeat, [&] {
+    IMGSTAT_BENCH_CHECK(cudaMemsetAsync(acc, 0, uint64_t{max_parts} * 3 * sizeof(PartAccum)));
     launch_part_map(px, w, h, 3, SampleType::kUint8, label_map, max_parts, acc, PartSlots{}, true, false, dev, nullptr);
   });
   row("65,536 labels, count/min/max/sum/sumsq per label", "GPU part kernel, data on device", labelled,
@@ -152,13 +125,13 @@ void kernels_alone(const std::vector<uint8_t>& img, uint32_t w, uint32_t h, cons
   for (uint32_t c = 0; c <= 16; ++c) xs.push_back(static_cast<uint32_t>(uint64_t{c} * w / 16));
   for (uint32_t r = 0; r <= 16; ++r) ys.push_back(static_cast<uint32_t>(uint64_t{r} * h / 16));
   uint32_t *dx, *dy;
-  CHECK(cudaMalloc(&dx, 17 * 4));
-  CHECK(cudaMalloc(&dy, 17 * 4));
-  CHECK(cudaMemcpy(dx, xs.data(), 17 * 4, cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(dy, ys.data(), 17 * 4, cudaMemcpyHostToDevice));
-  const double tiled = device_ms(repeat, [&] {
-    CHECK(cudaMemsetAsync(acc, 0, 256 * 3 * sizeof(PartAccum)));
-    CHECK(cudaMemsetAsync(slots, 0, 256 * 3 * stride * 4));
+  IMGSTAT_BENCH_CHECK(cudaMalloc(&dx, 17 * 4));
+  IMGSTAT_BENCH_CHECK(cudaMalloc(&dy, 17 * 4));
+  IMGSTAT_BENCH_CHECK(cudaMemcpy(dx, xs.data(), 17 * 4, cudaMemcpyHostToDevice));
+  IMGSTAT_BENCH_CHECK(cudaMemcpy(dy, ys.data(), 17 * 4, cudaMemcpyHostToDevice));
+  const double tiled = bench::device_median_ms(repeat, [&] {
+    IMGSTAT_BENCH_CHECK(cudaMemsetAsync(acc, 0, 256 * 3 * sizeof(PartAccum)));
+    IMGSTAT_BENCH_CHECK(cudaMemsetAsync(slots, 0, 256 * 3 * stride * 4));
     launch_part_tiles(px, w, 3, SampleType::kUint8, dx, dy, 16, 16, n, acc, PartSlots{slots, slot_of, stride}, false,
                       false, dev, nullptr);
   });
@@ -167,7 +140,7 @@ void kernels_alone(const std::vector<uint8_t>& img, uint32_t w, uint32_t h, cons
   for (void* q : {static_cast<void*>(px), static_cast<void*>(m), static_cast<void*>(lab), static_cast<void*>(counts),
                   static_cast<void*>(acc), static_cast<void*>(slots), static_cast<void*>(slot_of),
                   static_cast<void*>(table), static_cast<void*>(dx), static_cast<void*>(dy)})
-    CHECK(cudaFree(q));
+    IMGSTAT_BENCH_CHECK(cudaFree(q));
 }
 #endif
 
@@ -178,15 +151,7 @@ int main(int argc, char** argv) {
   const uint32_t w = args.width, h = args.height, threads = args.threads;
   const int repeat = args.repeat;
   const uint64_t n = uint64_t{w} * h;
-  // Photo-like: smooth gradients with noise (runs of equal values are short).
-  std::vector<uint8_t> img(n * 3);
-  std::mt19937 rng(5);
-  for (uint64_t y = 0; y < h; ++y)
-    for (uint64_t x = 0; x < w; ++x)
-      for (int c = 0; c < 3; ++c)
-        img[(y * w + x) * 3 + c] = static_cast<uint8_t>(std::clamp<int>(
-            static_cast<int>(128 + 90 * std::sin((x * (c + 1)) / 700.0) * std::cos(y / 500.0)) + int(rng() % 21) - 10,
-            0, 255));
+  std::vector<uint8_t> img = bench::photo_rgb(w, h, bench::Gradient{});
   // Mask: a disc of half the image's area.
   std::vector<uint8_t> mask(n);
   const double r2 = 0.5 * n / M_PI;
