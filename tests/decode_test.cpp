@@ -319,7 +319,7 @@ TEST(Jpeg, EveryCorpusJpegCutInHalfWithItsEndMarkerIsRefused) {
       check_jpeg_data(bytes(whole), whole.size(), DecodeOptions{});
       // Arithmetic coding may meet a marker anywhere and decode zeros after
       // it (its encoder drops trailing zero bytes): a cut arithmetic-coded
-      // file cannot be told from a whole one. The README says so.
+      // file cannot be told from a whole one. docs/conventions.md says so.
       if (read_jpeg_header(bytes(whole), whole.size(), uint64_t{1} << 40).arithmetic) continue;
     } catch (const Error&) {
       continue;  // refused whole already

@@ -1,5 +1,5 @@
 // Encoded image bytes to pixels, as OpenCV's imread(IMREAD_UNCHANGED) gives
-// them (the file's own sample type), with the conventions of the README:
+// them (the file's own sample type), with the conventions of docs/conventions.md:
 // channels reported R,G,B(,A) or Gray, first frame only. Untrusted input:
 // pixel limits are checked from the header before any decoder allocates.
 #pragma once

@@ -66,7 +66,7 @@ def entropy(counts):
 
 
 def range_histogram(got, x, what):
-    """The histogram over RANGE by the README's float64 formula, under- and overflow."""
+    """The histogram over RANGE by docs/conventions.md's float64 formula, under- and overflow."""
     lo, hi = RANGE
     inside = x[(x >= lo) & (x < hi)]
     bins = np.floor((inside - lo) / (hi - lo) * BINS).astype(np.int64)

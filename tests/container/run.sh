@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The container test: builds docker/Dockerfile, the file users build, with
 # podman from local base images (no registry is reachable in CI), runs it as
-# the README says (non-root, read-only root file system, TLS and a token from
+# docs/deploy.md says (non-root, read-only root file system, TLS and a token from
 # a mounted folder) with its ports on 127.0.0.1, waits for its health check,
 # analyzes corpus images from the host with imgstat-client over TLS and checks
 # the numbers, is refused without the token, scrapes the metrics, stops it

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the README's examples: every ```sh block after a `<!-- tested: NAME -->`
-# line, in a scratch folder that sees the repository's build/, samples/,
+# Runs the examples of the README and docs/: every ```sh block after a
+# `<!-- tested: NAME -->` line, in a scratch folder that sees the repository's build/, samples/,
 # examples/ and proto/; and every block after `<!-- output: COMMAND -->` is
 # compared with what COMMAND prints, times aside.
 #   run.sh REPO BUILD_DIR
@@ -15,20 +15,30 @@ port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0
 export IMGSTAT_LISTEN=127.0.0.1:$port IMGSTAT_SERVER=127.0.0.1:$port
 
 # The blocks, as files: tested.NAME.sh and output.N.{cmd,txt}.
-/usr/bin/python3 - "$repo/README.md" "$work" <<'PY'
+/usr/bin/python3 - "$work" "$repo/README.md" "$repo"/docs/*.md <<'PY'
 import re, sys
-text = open(sys.argv[1]).read()
+text = "".join(open(f).read() for f in sys.argv[2:])
 for n, (kind, arg, body) in enumerate(re.findall(r"<!-- (tested|output): (.*?) -->\n```\w*\n(.*?)```", text, re.S)):
     if kind == "tested":
-        open(f"{sys.argv[2]}/tested.{n:02d}.{arg}.sh", "w").write(body)
+        open(f"{sys.argv[1]}/tested.{n:02d}.{arg}.sh", "w").write(body)
     else:
-        open(f"{sys.argv[2]}/output.{n:02d}.cmd", "w").write(arg + "\n")
-        open(f"{sys.argv[2]}/output.{n:02d}.txt", "w").write(body)
+        open(f"{sys.argv[1]}/output.{n:02d}.cmd", "w").write(arg + "\n")
+        open(f"{sys.argv[1]}/output.{n:02d}.txt", "w").write(body)
 PY
 ls "$work"/tested.*.sh >/dev/null
 
-normalize() { sed -E 's/(decode|compute|check) [0-9.]+ ms/\1 T ms/g'; }
 failures=0
+# docs/reference.md names every flag both programs take.
+for program in build/server/imgstat-server build/client/imgstat-client; do
+  for flag in $("$build/${program#build/}" --help | grep -oE '^ +(-[a-z], ?)?--[a-z][a-z-]*' | grep -oE -- '--[a-z-]+'); do
+    [ "$flag" = --help ] || [ "$flag" = --version ] || grep -qF -- "\`$flag" "$repo/docs/reference.md" ||
+      { echo "docs/reference.md does not name ${program##*/} $flag"; failures=$((failures + 1)); }
+  done
+done
+
+/usr/bin/python3 "$repo/tests/readme/links.py" "$repo" || failures=$((failures + 1))
+
+normalize() { sed -E 's/(decode|compute|check) [0-9.]+ ms/\1 T ms/g'; }
 cd "$work"
 for block in tested.*.sh output.*.cmd; do
   name=${block#*.}

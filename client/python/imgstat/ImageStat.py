@@ -20,7 +20,7 @@ median (the lower middle), ``sum2`` is derived from the exact sum and the
 standard deviation (exact to float64 rounding), and NaN and infinities
 are left out. Palette images are analyzed as their RGB(A) colours, as
 imgstat decodes palette files, not as palette indices as Pillow does.
-Paths are decoded by the server (OpenCV's conventions, the README's);
+Paths are decoded by the server (OpenCV's conventions, docs/conventions.md);
 pass a PIL image to measure exactly the pixels Pillow decoded.
 """
 import math

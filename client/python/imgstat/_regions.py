@@ -1,6 +1,6 @@
 """Shared memory with a server on the same host (imgstat.v1 RegisterRegion):
 memfds the server maps in place, files it reads itself, and GPU memory by
-CUDA IPC. The README's "Regions" section has the protocol."""
+CUDA IPC. docs/regions.md has the protocol."""
 import ctypes
 import fcntl
 import mmap
