@@ -231,57 +231,45 @@ std::vector<uint8_t> read_all(const char* path) {
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-}  // namespace
-
-int bench_main(int argc, char** argv) {
-  bool quick = false, profile = false;
-  std::string out_path;
-  const char* photo_rgb = nullptr;
-  const char* photo_gray = nullptr;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick")) quick = true;
-    // Each kernel once on 256 MiB, for a profiler to look at.
-    if (!std::strcmp(argv[i], "--profile")) profile = true;
-    if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
-    if (!std::strcmp(argv[i], "--photo") && i + 2 < argc) {
-      photo_rgb = argv[++i];
-      photo_gray = argv[++i];
-    }
-  }
-  Bench b;
-  const uint64_t GiB = uint64_t{1} << 30;
-  const uint64_t max_bytes = quick ? GiB : 4 * GiB;
-  b.init(max_bytes);
-  b.photo_rgb = photo_rgb ? read_all(photo_rgb) : std::vector<uint8_t>(3 << 16, 128);
-  b.photo_gray = photo_gray ? read_all(photo_gray) : std::vector<uint8_t>(1 << 16, 128);
-  say("imgstat-bench on %s (%d SMs, %.0f MiB L2, %.1f GiB), CUDA %d\n", b.prop.name, b.dev.sm_count,
-      b.prop.l2CacheSize / 1048576.0, b.prop.totalGlobalMem / 1073741824.0, CUDART_VERSION);
-  const int reps = quick ? 5 : 10;
-  if (profile) {
-    const uint64_t bytes = uint64_t{256} << 20;
-    b.fill(Kind::kUniform, bytes, 1);
-    launch_hist8(b.buf, bytes, 1, b.counts, b.dev, nullptr, 2);
-    launch_hist8(b.buf, bytes, 1, b.counts, b.dev, nullptr, 1);
-    launch_hist8(b.buf, bytes / 4, 4, b.counts, b.dev, nullptr, 2);
-    b.int16_ms(bytes, 1, 1);
-    fill_float<<<b.dev.sm_count * 8, 256>>>(reinterpret_cast<float*>(b.buf), bytes / 4, 0);
-    b.float_pass1_ms(bytes, 1);
-    b.float_pass2_ms(bytes, 1);
-    IMGSTAT_BENCH_CHECK(cudaDeviceSynchronize());
-    return 0;
-  }
+// The rows of the summary, printed as they come and again at the end.
+struct Report {
   std::vector<std::string> table;
-  auto row = [&](const char* what, const char* data, int c, uint64_t bytes, double ms, double roof_ms, double base_ms,
-                 const char* base) {
-    char line[256];
+  void line(const std::string& text) {
+    table.push_back(text);
+    say("%s", text.c_str());
+  }
+  // A kernel's rate on `bytes`, against the roofline's time and a baseline's.
+  void row(const char* what, const char* data, int c, uint64_t bytes, double ms, double roof_ms, double base_ms,
+           const char* base) {
+    char text[256];
     const double gbs = bytes / ms / 1e6;
-    std::snprintf(line, sizeof line, "| %-26s | %-8s | %d | %7.3g MiB | %7.1f | %5.0f%% | %s |\n", what, data, c,
+    std::snprintf(text, sizeof text, "| %-26s | %-8s | %d | %7.3g MiB | %7.1f | %5.0f%% | %s |\n", what, data, c,
                   bytes / 1048576.0, gbs, 100.0 * roof_ms / ms,
                   base_ms > 0 ? (std::to_string(base_ms / ms).substr(0, 4) + "x " + base).c_str() : "");
-    table.push_back(line);
-    say("%s", line);
-  };
+    line(text);
+  }
+};
+
+// Each kernel once on 256 MiB, for a profiler to look at.
+void profile_once(Bench& b) {
+  const uint64_t bytes = uint64_t{256} << 20;
+  b.fill(Kind::kUniform, bytes, 1);
+  launch_hist8(b.buf, bytes, 1, b.counts, b.dev, nullptr, 2);
+  launch_hist8(b.buf, bytes, 1, b.counts, b.dev, nullptr, 1);
+  launch_hist8(b.buf, bytes / 4, 4, b.counts, b.dev, nullptr, 2);
+  b.int16_ms(bytes, 1, 1);
+  fill_float<<<b.dev.sm_count * 8, 256>>>(reinterpret_cast<float*>(b.buf), bytes / 4, 0);
+  b.float_pass1_ms(bytes, 1);
+  b.float_pass2_ms(bytes, 1);
+  IMGSTAT_BENCH_CHECK(cudaDeviceSynchronize());
+}
+
+// The kernels on device buffers, against the roofline and CUB.
+void kernel_rows(Bench& b, uint64_t max_bytes, int reps, Report& report) {
+  const uint64_t GiB = uint64_t{1} << 30;
   say("| kernel | data | C | size | GB/s | of roofline | vs baseline |\n|---|---|---|---|---|---|---|\n");
+  auto row = [&](const char* what, const char* data, int c, uint64_t bytes, double ms, double roof_ms, double base_ms,
+                 const char* base) { report.row(what, data, c, bytes, ms, roof_ms, base_ms, base); };
 
   // 8-bit histograms, 1 GiB: one or two histograms a warp, against CUB.
   for (Kind k : {Kind::kUniform, Kind::kConstant, Kind::kNarrow, Kind::kPhoto})
@@ -328,77 +316,108 @@ int bench_main(int argc, char** argv) {
     row("float32 pass 2 (bins)", kind_name(k), 1, bytes, p2, roof, 0, "");
     row("float32 pass 1 + pass 2", kind_name(k), 1, bytes, p1 + p2, roof, cub, "CUB 4 calls");
   }
-  IMGSTAT_BENCH_CHECK(cudaFree(b.buf));
+}
 
-  // The engine from host memory: staged pipeline against plain copies.
-  {
-    auto engine = make_cuda_engine(EngineOptions{}, nullptr);
-    const uint64_t bytes = GiB;
-    void* pinned = nullptr;
-    IMGSTAT_BENCH_CHECK(cudaMallocHost(&pinned, bytes));
-    std::vector<uint8_t> pageable(bytes);
-    std::mt19937_64 rng(1);
-    for (uint64_t i = 0; i + 8 <= bytes; i += 8) {
-      const uint64_t w = rng();
-      std::memcpy(static_cast<uint8_t*>(pinned) + i, &w, 8);
-      std::memcpy(pageable.data() + i, &w, 8);
-    }
-    uint8_t* dev_buf = nullptr;
-    IMGSTAT_BENCH_CHECK(cudaMalloc(&dev_buf, bytes));
-    const double copy_pinned = bench::median_ms(5, [&] { IMGSTAT_BENCH_CHECK(cudaMemcpy(dev_buf, pinned, bytes, cudaMemcpyHostToDevice)); });
-    const double copy_pageable = bench::median_ms(5, [&] { IMGSTAT_BENCH_CHECK(cudaMemcpy(dev_buf, pageable.data(), bytes, cudaMemcpyHostToDevice)); });
-    IMGSTAT_BENCH_CHECK(cudaFree(dev_buf));
-    const Layout u8{bytes, 1, 1, SampleType::kUint8, 0};
-    const Layout f32{bytes / 4, 1, 1, SampleType::kFloat32, 0};
-    const StatsRequest all;
-    auto h2r = [&](const char* what, const char* from, const void* p, const Layout& l, double copy_ms) {
-      const double ms = bench::median_ms(5, [&] { engine->analyze(ImageView{p, l}, all); });
-      char line[256];
-      std::snprintf(line, sizeof line, "| %-34s | %-8s | %7.1f GB/s | %5.3fx copy time | plain copy %5.1f GB/s |\n", what,
-                    from, bytes / ms / 1e6, ms / copy_ms, bytes / copy_ms / 1e6);
-      table.push_back(line);
-      say("%s", line);
-    };
-    say("| host-to-result, 1 GiB | from | engine | vs plain cudaMemcpy | |\n|---|---|---|---|---|\n");
-    h2r("uint8 histogram + stats", "pinned", pinned, u8, copy_pinned);
-    h2r("uint8 histogram + stats", "pageable", pageable.data(), u8, copy_pageable);
-    for (uint64_t i = 0; i < bytes / 4; ++i) {
-      const float v = static_cast<float>(rng() >> 40) * 1e-3f;
-      std::memcpy(static_cast<uint8_t*>(pinned) + 4 * i, &v, 4);
-      std::memcpy(pageable.data() + 4 * i, &v, 4);
-    }
-    h2r("float32 two passes", "pinned", pinned, f32, copy_pinned);
-    h2r("float32 two passes", "pageable", pageable.data(), f32, copy_pageable);
-    IMGSTAT_BENCH_CHECK(cudaFreeHost(pinned));
+// The engine from host memory: staged pipeline against plain copies; then
+// small images, one caller and eight.
+void engine_rows(Report& report) {
+  const uint64_t GiB = uint64_t{1} << 30;
+  auto engine = make_cuda_engine(EngineOptions{}, nullptr);
+  const uint64_t bytes = GiB;
+  void* pinned = nullptr;
+  IMGSTAT_BENCH_CHECK(cudaMallocHost(&pinned, bytes));
+  std::vector<uint8_t> pageable(bytes);
+  std::mt19937_64 rng(1);
+  for (uint64_t i = 0; i + 8 <= bytes; i += 8) {
+    const uint64_t w = rng();
+    std::memcpy(static_cast<uint8_t*>(pinned) + i, &w, 8);
+    std::memcpy(pageable.data() + i, &w, 8);
+  }
+  uint8_t* dev_buf = nullptr;
+  IMGSTAT_BENCH_CHECK(cudaMalloc(&dev_buf, bytes));
+  const double copy_pinned = bench::median_ms(5, [&] { IMGSTAT_BENCH_CHECK(cudaMemcpy(dev_buf, pinned, bytes, cudaMemcpyHostToDevice)); });
+  const double copy_pageable = bench::median_ms(5, [&] { IMGSTAT_BENCH_CHECK(cudaMemcpy(dev_buf, pageable.data(), bytes, cudaMemcpyHostToDevice)); });
+  IMGSTAT_BENCH_CHECK(cudaFree(dev_buf));
+  const Layout u8{bytes, 1, 1, SampleType::kUint8, 0};
+  const Layout f32{bytes / 4, 1, 1, SampleType::kFloat32, 0};
+  const StatsRequest all;
+  auto h2r = [&](const char* what, const char* from, const void* p, const Layout& l, double copy_ms) {
+    const double ms = bench::median_ms(5, [&] { engine->analyze(ImageView{p, l}, all); });
+    char line[256];
+    std::snprintf(line, sizeof line, "| %-34s | %-8s | %7.1f GB/s | %5.3fx copy time | plain copy %5.1f GB/s |\n", what,
+                  from, bytes / ms / 1e6, ms / copy_ms, bytes / copy_ms / 1e6);
+    report.line(line);
+  };
+  say("| host-to-result, 1 GiB | from | engine | vs plain cudaMemcpy | |\n|---|---|---|---|---|\n");
+  h2r("uint8 histogram + stats", "pinned", pinned, u8, copy_pinned);
+  h2r("uint8 histogram + stats", "pageable", pageable.data(), u8, copy_pageable);
+  for (uint64_t i = 0; i < bytes / 4; ++i) {
+    const float v = static_cast<float>(rng() >> 40) * 1e-3f;
+    std::memcpy(static_cast<uint8_t*>(pinned) + 4 * i, &v, 4);
+    std::memcpy(pageable.data() + 4 * i, &v, 4);
+  }
+  h2r("float32 two passes", "pinned", pinned, f32, copy_pinned);
+  h2r("float32 two passes", "pageable", pageable.data(), f32, copy_pageable);
+  IMGSTAT_BENCH_CHECK(cudaFreeHost(pinned));
 
-    // Small images: time per image, one caller and eight at once.
-    for (uint64_t side : {64, 256}) {
-      std::vector<uint8_t> thumb(side * side * 3);
-      for (auto& x : thumb) x = static_cast<uint8_t>(rng());
-      const Layout l{side, side, 3, SampleType::kUint8, 0};
-      const int n = 2000;
-      const double one = bench::median_ms(3, [&] {
-        for (int i = 0; i < n; ++i) engine->analyze(ImageView{thumb.data(), l}, all);
-      });
-      const double eight = bench::median_ms(3, [&] {
-        std::vector<std::thread> t;
-        for (int k = 0; k < 8; ++k)
-          t.emplace_back([&] {
-            for (int i = 0; i < n / 8; ++i) engine->analyze(ImageView{thumb.data(), l}, all);
-          });
-        for (auto& x : t) x.join();
-      });
-      char line[256];
-      std::snprintf(line, sizeof line, "| %llux%llux3 uint8 image, per image | %6.1f us one caller | %6.1f us with 8 callers |\n",
-                    static_cast<unsigned long long>(side), static_cast<unsigned long long>(side), one * 1e3 / n,
-                    eight * 1e3 / n);
-      table.push_back(line);
-      say("%s", line);
+  // Small images: time per image, one caller and eight at once.
+  for (uint64_t side : {64, 256}) {
+    std::vector<uint8_t> thumb(side * side * 3);
+    for (auto& x : thumb) x = static_cast<uint8_t>(rng());
+    const Layout l{side, side, 3, SampleType::kUint8, 0};
+    const int n = 2000;
+    const double one = bench::median_ms(3, [&] {
+      for (int i = 0; i < n; ++i) engine->analyze(ImageView{thumb.data(), l}, all);
+    });
+    const double eight = bench::median_ms(3, [&] {
+      std::vector<std::thread> t;
+      for (int k = 0; k < 8; ++k)
+        t.emplace_back([&] {
+          for (int i = 0; i < n / 8; ++i) engine->analyze(ImageView{thumb.data(), l}, all);
+        });
+      for (auto& x : t) x.join();
+    });
+    char line[256];
+    std::snprintf(line, sizeof line, "| %llux%llux3 uint8 image, per image | %6.1f us one caller | %6.1f us with 8 callers |\n",
+                  static_cast<unsigned long long>(side), static_cast<unsigned long long>(side), one * 1e3 / n,
+                  eight * 1e3 / n);
+    report.line(line);
+  }
+}
+
+}  // namespace
+
+int bench_main(int argc, char** argv) {
+  bool quick = false, profile = false;
+  std::string out_path;
+  const char* photo_rgb = nullptr;
+  const char* photo_gray = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--profile")) profile = true;
+    if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+    if (!std::strcmp(argv[i], "--photo") && i + 2 < argc) {
+      photo_rgb = argv[++i];
+      photo_gray = argv[++i];
     }
   }
-
+  Bench b;
+  const uint64_t max_bytes = quick ? uint64_t{1} << 30 : uint64_t{4} << 30;
+  b.init(max_bytes);
+  b.photo_rgb = photo_rgb ? read_all(photo_rgb) : std::vector<uint8_t>(3 << 16, 128);
+  b.photo_gray = photo_gray ? read_all(photo_gray) : std::vector<uint8_t>(1 << 16, 128);
+  say("imgstat-bench on %s (%d SMs, %.0f MiB L2, %.1f GiB), CUDA %d\n", b.prop.name, b.dev.sm_count,
+      b.prop.l2CacheSize / 1048576.0, b.prop.totalGlobalMem / 1073741824.0, CUDART_VERSION);
+  if (profile) {
+    profile_once(b);
+    return 0;
+  }
+  Report report;
+  kernel_rows(b, max_bytes, quick ? 5 : 10, report);
+  IMGSTAT_BENCH_CHECK(cudaFree(b.buf));
+  engine_rows(report);
   say("\nSUMMARY (%s)\n", b.prop.name);
-  for (const auto& line : table) say("%s", line.c_str());
+  for (const auto& line : report.table) say("%s", line.c_str());
   if (!out_path.empty()) std::ofstream(out_path) << g_log;
   return 0;
 }
