@@ -349,6 +349,10 @@ void set_parts(const CliOptions& o, Request& request, LabelFolder& folder) {
   }
   if ((o.ignore_label || o.max_labels) && o.labels_spec.empty())
     throw std::runtime_error("--ignore-label and --max-labels go with --labels");
+  // Labels name the same part in every file; rectangles and tiles do not.
+  if (o.aggregate && (!o.rois.empty() || !o.tiles_spec.empty()))
+    throw std::runtime_error("--aggregate merges whole images, masks and labels across files; --roi and --tiles "
+                             "answer each file apart (leave out --aggregate)");
 }
 
 void set_statistics(const CliOptions& o, Request& request) {

@@ -176,6 +176,13 @@ def main():
         equal(out.returncode, 1, "exit status with a label file missing")
         if "no label file named 00000.*" not in out.stderr:
             fail("the missing label file is not named: " + out.stderr[-500:])
+        # Rectangles and tiles are not the same part in every file: a usage error, before any call.
+        for kind in (["--tiles", "2x2"], ["--roi", "0,0,4,4"]):
+            out = subprocess.run([client_bin, "--server", address, "--aggregate", *kind, *files[:2]],
+                                 capture_output=True, text=True, timeout=60)
+            equal(out.returncode, 2, f"exit status of --aggregate {kind[0]}")
+            if "--aggregate merges whole images, masks and labels" not in out.stderr:
+                fail(f"--aggregate {kind[0]} is not refused as a usage error: " + out.stderr[-500:])
         # CSV: a row per part and channel, the part in its column; the table names each part.
         rows = list(csv.DictReader(io.StringIO(client(client_bin, address, "--csv", "--tiles", "2x1", "--stats",
                                                       "min_max", files[1]))))
