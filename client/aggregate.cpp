@@ -108,7 +108,7 @@ std::vector<Outcome> Aggregation::outcomes() const {
         for (size_t c = 0; c < merged.channels.size(); ++c) {
           v1::ChannelStats* ch = p->add_channels();
           ch->set_name(g.names[c]);
-          fill_channel(ch, merged.channels[c], merger.request(), type, 0);
+          fill_channel(ch, merged.channels[c], merger.request(), type, {});
         }
       }
       out.push_back(std::move(o));
@@ -130,14 +130,14 @@ std::vector<Outcome> Aggregation::outcomes() const {
     for (size_t c = 0; c < merged.channels.size(); ++c) {
       v1::ChannelStats* ch = r.add_channels();
       ch->set_name(g.names[c]);
-      fill_channel(ch, merged.channels[c], request, type, 0);
+      fill_channel(ch, merged.channels[c], request, type, {});
       o.exact_sums.push_back(request.sum ? g.merger.exact_sum(c) : "");
     }
     if (merged.has_summary) {
       StatsRequest all = request;
       all.histogram = false;
       r.mutable_summary()->set_name("all");
-      fill_channel(r.mutable_summary(), merged.summary, all, type, 0);
+      fill_channel(r.mutable_summary(), merged.summary, all, type, {});
       o.exact_sums.push_back(request.sum ? g.merger.exact_summary_sum() : "");
     }
     if (g.joint) {

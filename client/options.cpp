@@ -154,6 +154,10 @@ void add_parts_options(CLI::App& app, CliOptions& o) {
   parts_group->add_option("--max-labels", o.max_labels, "with --labels: refuse label images with more labels (0: the server's --max-parts)");
   parts_group->add_option("--map-raw", o.map_raw_spec,
                           "the --mask or --labels file is raw: WxHxC:TYPE (TYPE as --raw, or uint32, int32)");
+  app.add_option("--planes", o.planes_spec,
+                 "files of several planes (multi-page TIFF): answer each plane apart too, after the planes together; "
+                 "with N, A-B or A- (from 0) only those planes, in both answers")
+      ->expected(0, 1);
   app.add_option("--plot-part", o.plot_part, "with --plot and parts: draw this part (0 = the first answered)");
   roi_option->excludes(mask_option)->excludes(labels_option)->excludes(tiles_option);
   mask_option->excludes(labels_option)->excludes(tiles_option);
@@ -216,12 +220,20 @@ int parse_options(int argc, char** argv, CliOptions& o) {
 Exit status: 0 when every input was analyzed, 1 when any failed (each named on stderr),
 2 for a usage error.
 )");
+  // --planes takes a range only when one follows (N, A-B, A-): else it is
+  // a flag, and what follows is a file.
+  std::vector<std::string> args(argv, argv + argc);
+  static const std::regex range(R"(\d+(-\d*)?)");
+  for (size_t i = 1; i < args.size(); ++i)
+    if (args[i] == "--planes" && (i + 1 == args.size() || !std::regex_match(args[i + 1], range))) args[i] = "--planes=all";
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes them last first, no program
+    app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help and --version are not errors
   }
   if (jobs->count() == 0) o.jobs = 0;
+  o.planes = app.count("--planes") > 0;
   o.help = app.help();
   return -1;
 }
@@ -355,6 +367,25 @@ void set_parts(const CliOptions& o, Request& request, LabelFolder& folder) {
                              "answer each file apart (leave out --aggregate)");
 }
 
+// --planes: Options.planes. Throws std::runtime_error with the usage error.
+void set_planes(const CliOptions& o, Request& request) {
+  if (!o.planes) return;
+  v1::Planes& planes = *request.options.mutable_planes();
+  planes.set_each(true);
+  if (o.planes_spec.empty() || o.planes_spec == "all") return;
+  static const std::regex re(R"((\d{1,18})(?:(-)(\d{1,18})?)?)");
+  std::smatch m;
+  if (!std::regex_match(o.planes_spec, m, re))
+    throw std::runtime_error("--planes wants N, A-B or A- (planes numbered from 0); got \"" + o.planes_spec + "\"");
+  const uint64_t first = std::stoull(m[1].str());
+  planes.set_first(first);
+  if (!m[2].matched) return planes.set_count(1);
+  if (!m[3].matched) return;
+  const uint64_t last = std::stoull(m[3].str());
+  if (last < first) throw std::runtime_error("--planes " + o.planes_spec + ": the last plane is before the first");
+  planes.set_count(last - first + 1);
+}
+
 void set_statistics(const CliOptions& o, Request& request) {
   std::vector<std::string> stats = o.stats;
   if (stats.empty()) stats = {"min_max", "sum", "stddev", "histogram", "distribution", "shape", "summary"};
@@ -375,6 +406,7 @@ std::string build_request(const CliOptions& o, Request& request, LabelFolder& fo
   if (std::string error = set_input_and_measure(o, request); !error.empty()) return error;
   try {
     set_parts(o, request, folder);
+    set_planes(o, request);
   } catch (const std::exception& e) {
     return e.what();
   }

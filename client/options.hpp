@@ -33,6 +33,9 @@ struct CliOptions {
   std::optional<int64_t> ignore_label;
   uint32_t max_labels = 0;
   int plot_part = -1;
+  // --planes [RANGE]: each plane apart too, of those chosen (N, A-B, A-; empty: all).
+  bool planes = false;
+  std::string planes_spec;
   std::string help;  // the usage text, for a call without files
 };
 

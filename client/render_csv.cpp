@@ -45,6 +45,11 @@ std::string render_csv(const Outcome& o) {
       rows.push_back(&c);
       part_of.push_back(part_name(p));
     }
+  for (const v1::PlaneStats& p : r.planes())
+    for (const v1::ChannelStats& c : p.channels()) {
+      rows.push_back(&c);
+      part_of.push_back(plane_name(p));
+    }
   for (size_t k = 0; k < rows.size(); ++k) {
     const v1::ChannelStats& c = *rows[k];
     // --aggregate's exact sums (channels, then the summary; no luminance there).

@@ -48,7 +48,9 @@ class Fields {
 // A channel's object. flt: values print as floats; float_samples: NaN and
 // Inf counts apply; exact_sum, where given, is the sum's digits (--aggregate's
 // exact sums, which may pass 64 bits: JSON integers have no size limit).
-std::string channel_text(const v1::ChannelStats& c, bool flt, bool float_samples, const std::string& exact_sum = {}) {
+// stack: positions are in a stack of planes, and name theirs.
+std::string channel_text(const v1::ChannelStats& c, bool flt, bool float_samples, const std::string& exact_sum = {},
+                         bool stack = false) {
   Fields ch;
   auto sample = [&](std::string_view key, double v) {
     if (flt)
@@ -86,10 +88,12 @@ std::string channel_text(const v1::ChannelStats& c, bool flt, bool float_samples
     ch.f64("kurtosis", c.kurtosis());
   }
   if (c.has_min_position()) {
-    ch.raw("min_position", "{\"x\":" + std::to_string(c.min_position().x()) + ",\"y\":" +
-                               std::to_string(c.min_position().y()) + "}");
-    ch.raw("max_position", "{\"x\":" + std::to_string(c.max_position().x()) + ",\"y\":" +
-                               std::to_string(c.max_position().y()) + "}");
+    auto at = [stack](const v1::Position& p) {
+      return "{\"x\":" + std::to_string(p.x()) + ",\"y\":" + std::to_string(p.y()) +
+             (stack ? ",\"plane\":" + std::to_string(p.plane()) : std::string()) + "}";
+    };
+    ch.raw("min_position", at(c.min_position()));
+    ch.raw("max_position", at(c.max_position()));
   }
   if (c.has_histogram()) {
     const v1::Histogram& h = c.histogram();
@@ -224,25 +228,48 @@ std::string render_json(const Outcome& o) {
   if (r.has_check_time()) j.f64("check_ms", ms(r.check_time()));
   j.f64("compute_ms", ms(r.compute_time()));
   j.raw("warnings", json(std::vector<std::string>(r.warnings().begin(), r.warnings().end())).dump());
+  const bool stack = r.facts().planes_answered() > 1;
   std::string channels = "[";
   for (const v1::ChannelStats& c : r.channels()) {
     if (channels.size() > 1) channels += ',';
-    channels += channel_text(c, flt, float_samples);
+    channels += channel_text(c, flt, float_samples, {}, stack);
   }
   j.raw("channels", channels + "]");
   if (r.has_facts()) {
     const v1::ImageFacts& f = r.facts();
-    j.raw("facts", json{{"bit_depth", f.bit_depth()},          {"color_type", f.color_type()},
+    json facts{{"bit_depth", f.bit_depth()},          {"color_type", f.color_type()},
                         {"palette_size", f.palette_size()},    {"jpeg_quality", f.jpeg_quality()},
                         {"chroma_subsampling", f.chroma_subsampling()}, {"progressive", f.progressive()},
-                        {"icc_profile", f.icc_profile()},      {"exif_orientation", f.exif_orientation()}}
-                       .dump());
+                        {"icc_profile", f.icc_profile()},      {"exif_orientation", f.exif_orientation()}};
+    // Only files of several planes say so: one plane's answer reads as before.
+    if (f.planes() > 1) {
+      facts["planes"] = f.planes();
+      facts["planes_answered"] = f.planes_answered();
+    }
+    if (f.reduced_pages()) facts["reduced_pages"] = f.reduced_pages();
+    j.raw("facts", facts.dump());
   }
   if (r.has_unique_colors()) j.u64("unique_colors", r.unique_colors());
   if (r.has_luminance()) j.raw("luminance", channel_text(r.luminance(), flt, float_samples));
   if (r.has_summary()) j.raw("summary", channel_text(r.summary(), flt, float_samples));
   if (r.has_joint()) j.raw("joint", joint_json(r.joint()).dump());
   if (r.parts_size() || o.parts) j.raw("parts", parts_text(r, flt));
+  if (r.planes_size()) {
+    std::string planes = "[";
+    for (const v1::PlaneStats& p : r.planes()) {
+      Fields pj;
+      pj.u64("index", p.index());
+      std::string channels = "[";
+      for (const v1::ChannelStats& c : p.channels()) {
+        if (channels.size() > 1) channels += ',';
+        channels += channel_text(c, flt, float_samples);
+      }
+      pj.raw("channels", channels + "]");
+      if (planes.size() > 1) planes += ',';
+      planes += pj.text();
+    }
+    j.raw("planes", planes + "]");
+  }
   return j.text();
 }
 

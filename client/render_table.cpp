@@ -53,36 +53,54 @@ std::string part_name(const v1::PartStats& p) {
   return "roi " + roi;
 }
 
+std::string plane_name(const v1::PlaneStats& p) { return "plane " + std::to_string(p.index()); }
+
 namespace {
+
+// A part's or a plane's rows: one per channel, and with `draw` its histograms.
+std::string named_rows(const std::string& name, const google::protobuf::RepeatedPtrField<v1::ChannelStats>& channels,
+                       bool flt, bool draw, const char* dim, const char* reset) {
+  std::string out;
+  char line[512];
+  for (const v1::ChannelStats& c : channels) {
+    auto opt = [&](bool has, double v, bool as_sample) {
+      return has ? (as_sample ? number(v, flt) : fmt("%.10g", v)) : std::string("-");
+    };
+    std::snprintf(line, sizeof line, "  %-28s %-7s %14llu %14s %14s %16s %16s\n", name.c_str(), c.name().c_str(),
+                  static_cast<unsigned long long>(c.count()), opt(c.has_min(), c.min(), true).c_str(),
+                  opt(c.has_max(), c.max(), true).c_str(), opt(c.has_mean(), c.mean(), false).c_str(),
+                  opt(c.has_stddev(), c.stddev(), false).c_str());
+    out += line;
+  }
+  if (!draw) return out;
+  for (const v1::ChannelStats& c : channels) {
+    if (!c.has_histogram() || c.count() == 0) continue;
+    const Drawing d = drawing(c.histogram());
+    std::snprintf(line, sizeof line, "  %-28s %-7s %s\n", "", c.name().c_str(), d.row.c_str());
+    out += std::string(dim) + line + reset;
+  }
+  return out;
+}
+
+std::string rows_heading(const char* what) {
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-28s %-7s %14s %14s %14s %16s %16s\n", what, "channel", "count", "min", "max",
+                "mean", "stddev");
+  return line;
+}
 
 // Parts: one row per part and channel; a few parts also draw their histograms.
 std::string parts_table(const v1::AnalyzeResponse& r, bool flt, const char* dim, const char* reset) {
-  std::string out;
-  char line[512];
-  std::snprintf(line, sizeof line, "  %-28s %-7s %14s %14s %14s %16s %16s\n", "part", "channel", "count", "min", "max",
-                "mean", "stddev");
-  out += line;
-  const bool few = r.parts_size() <= 4;
-  for (const v1::PartStats& p : r.parts()) {
-    const std::string name = part_name(p);
-    for (const v1::ChannelStats& c : p.channels()) {
-      auto opt = [&](bool has, double v, bool as_sample) {
-        return has ? (as_sample ? number(v, flt) : fmt("%.10g", v)) : std::string("-");
-      };
-      std::snprintf(line, sizeof line, "  %-28s %-7s %14llu %14s %14s %16s %16s\n", name.c_str(), c.name().c_str(),
-                    static_cast<unsigned long long>(c.count()), opt(c.has_min(), c.min(), true).c_str(),
-                    opt(c.has_max(), c.max(), true).c_str(), opt(c.has_mean(), c.mean(), false).c_str(),
-                    opt(c.has_stddev(), c.stddev(), false).c_str());
-      out += line;
-    }
-    if (!few) continue;
-    for (const v1::ChannelStats& c : p.channels()) {
-      if (!c.has_histogram() || c.count() == 0) continue;
-      const Drawing d = drawing(c.histogram());
-      std::snprintf(line, sizeof line, "  %-28s %-7s %s\n", "", c.name().c_str(), d.row.c_str());
-      out += std::string(dim) + line + reset;
-    }
-  }
+  std::string out = rows_heading("part");
+  for (const v1::PartStats& p : r.parts()) out += named_rows(part_name(p), p.channels(), flt, r.parts_size() <= 4, dim, reset);
+  return out;
+}
+
+// Each plane apart (--planes): one row per plane and channel.
+std::string planes_table(const v1::AnalyzeResponse& r, bool flt, const char* dim, const char* reset) {
+  std::string out = rows_heading("plane");
+  for (const v1::PlaneStats& p : r.planes())
+    out += named_rows(plane_name(p), p.channels(), flt, r.planes_size() <= 4, dim, reset);
   return out;
 }
 
@@ -167,6 +185,18 @@ std::string facts_line(const v1::AnalyzeResponse& r, const Style& s) {
   if (f.progressive()) facts += r.format() == "PNG" ? ", interlaced" : ", progressive";
   if (f.icc_profile()) facts += ", ICC profile";
   if (f.exif_orientation()) facts += ", EXIF orientation " + std::to_string(f.exif_orientation()) + " (not applied)";
+  if (f.planes() > 1) {
+    facts += ", " + std::to_string(f.planes()) + " planes";
+    if (f.planes_answered() < f.planes()) {
+      const uint64_t first = r.planes_size() ? r.planes(0).index() : 0;
+      facts += " (" + std::to_string(f.planes_answered()) + " answered" +
+               (r.planes_size() ? ": " + std::to_string(first) + " to " + std::to_string(first + f.planes_answered() - 1)
+                                : std::string()) + ")";
+    }
+  }
+  if (f.reduced_pages())
+    facts += ", " + std::to_string(f.reduced_pages()) + " reduced-resolution page" + (f.reduced_pages() == 1 ? "" : "s") +
+             " left out";
   return std::string(s.dim) + facts + s.reset + "\n";
 }
 
@@ -241,16 +271,17 @@ std::string described_rows(const std::vector<const v1::ChannelStats*>& rows, boo
   return out;
 }
 
-std::string position_rows(const std::vector<const v1::ChannelStats*>& rows) {
+std::string position_rows(const std::vector<const v1::ChannelStats*>& rows, bool stack) {
   std::string out;
   char line[512];
   for (const v1::ChannelStats* c : rows) {
     if (!c->has_min_position()) continue;
-    std::snprintf(line, sizeof line, "  %-7s first min at (%llu, %llu), first max at (%llu, %llu)\n", c->name().c_str(),
-                  static_cast<unsigned long long>(c->min_position().x()),
-                  static_cast<unsigned long long>(c->min_position().y()),
-                  static_cast<unsigned long long>(c->max_position().x()),
-                  static_cast<unsigned long long>(c->max_position().y()));
+    auto at = [stack](const v1::Position& p) {
+      return "(" + std::to_string(p.x()) + ", " + std::to_string(p.y()) +
+             (stack ? ", plane " + std::to_string(p.plane()) : std::string()) + ")";
+    };
+    std::snprintf(line, sizeof line, "  %-7s first min at %s, first max at %s\n", c->name().c_str(),
+                  at(c->min_position()).c_str(), at(c->max_position()).c_str());
     out += line;
   }
   return out;
@@ -297,12 +328,14 @@ std::string render_table(const Outcome& o, bool color) {
   std::vector<const v1::ChannelStats*> rows;
   out += moment_rows(r, flt, &rows);
   out += described_rows(rows, flt, s);
-  out += position_rows(rows);
+  out += position_rows(rows, r.facts().planes_answered() > 1);
   if (r.has_unique_colors()) out += "  unique colors: " + std::to_string(r.unique_colors()) + "\n";
   if (r.has_joint()) out += joint_table(r.joint());
   out += histogram_rows(r, flt, s);
   if (r.parts_size() > 0)  // the whole image's rows above, the parts' below
     out += part_count(r.parts_size()) + parts_table(r, flt, s.dim, s.reset);
+  if (r.planes_size() > 0)  // the planes together above, each below
+    out += planes_table(r, flt, s.dim, s.reset);
   return out;
 }
 

@@ -103,6 +103,9 @@ v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& requ
                                                   const RegionBytes& region, const CallContext& call) const {
   if (region.size == 0) fail(ErrorCode::kInvalidArgument, "empty input: the region's part has no bytes");
   const v1::Input& input = request.input();
+  if (kind_of(input) != v1::INPUT_KIND_ENCODED && plan.planes.first > 0)
+    fail(ErrorCode::kInvalidArgument, "planes from " + std::to_string(plan.planes.first) +
+                                          " were asked for, but raw pixels and bytes are one plane (numbered 0)");
   if (kind_of(input) != v1::INPUT_KIND_ENCODED) {
     // Pixels: the engine reads them where it wants them (a GPU engine into
     // its pinned slots), on several threads, and can read them again.
@@ -119,6 +122,7 @@ v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& requ
                                                 });
     v1::AnalyzeResponse r;
     fill_response(r, d, result, stats_request);
+    if (plan.planes.each) fill_planes(r, d, {}, stats_request);
     set_duration(r.mutable_decode_time(), Clock::duration::zero());
     set_duration(r.mutable_compute_time(), Clock::now() - t0);
     return r;
@@ -175,6 +179,10 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
   if (plan.with_parts() && data.on_device)
     fail(ErrorCode::kFailedPrecondition,
          "parts are not computed for images in GPU memory: send the image from host memory (a memfd region)");
+  if (kind_of(input) != v1::INPUT_KIND_ENCODED && plan.planes.first > 0)
+    fail(ErrorCode::kInvalidArgument, "planes from " + std::to_string(plan.planes.first) + " were asked for, but " +
+                                          (kind_of(input) == v1::INPUT_KIND_RAW ? "raw pixels are" : "bytes are") +
+                                          " one plane (numbered 0)");
   v1::AnalyzeResponse r;
   Pixels px;
   const auto t0 = Clock::now();
@@ -211,7 +219,11 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
   }
   const auto t2 = Clock::now();
   fill_response(r, px.d, result, plan.stats, plan.with_parts());
-  if (kind_of(input) == v1::INPUT_KIND_ENCODED) fill_facts(r, data.data, data.size(), px.d.layout, release);
+  if (plan.planes.each) fill_planes(r, px.d, {}, plan.stats);
+  if (kind_of(input) == v1::INPUT_KIND_ENCODED) {
+    fill_facts(r, data.data, data.size(), px.d.layout, release);
+    fill_plane_facts(r, px.planes_in_file, 1, px.reduced_pages);
+  }
   r.set_decoder(px.decoded.decoder);
   set_duration(r.mutable_decode_time(), t1 - t0);
   set_duration(r.mutable_compute_time(), t2 - t1);
@@ -231,16 +243,38 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
   options.cancelled = call.cancelled;
   options.release = release;
   options.arrived = arrived;
+  options.max_planes = limits_.max_planes;
+  options.first_plane = plan.planes.first;
+  options.plane_count = plan.planes.count;
   DecodePlan decode = plan_decode(bytes, data.size(), options);
   const auto waited_until = memory_wait_until(call, t0);
+  // A stack of planes goes through the engine's stream in bands, plane
+  // after plane, whatever it is: never whole.
+  const bool stack = decode.chosen_planes() > 1;
+  if (stack && with_parts)
+    fail(ErrorCode::kUnimplemented, "parts of a file of several planes are not computed yet (this " + decode.format +
+                                        " has " + std::to_string(decode.planes) + "): choose one plane (planes, --planes N)");
+  if (stack && stats_request.luminance)
+    fail(ErrorCode::kUnimplemented, "the luminance is computed for one plane at a time (this " + decode.format + " has " +
+                                        std::to_string(decode.planes) + "): choose one (planes, --planes N)");
+  if (stack && decode.band_memory_bytes == 0)
+    fail(ErrorCode::kInternal, decode.format + ": a stack of planes the streamed decoder does not take");
   // Bands suffice unless a statistic needs the whole image (the luminance),
   // or the engine's stream would keep every pixel anyway (floats binned
   // over their own range, on the CPU): then the whole image, in its budget.
   const Layout& bands = decode.band_layout;
   bool in_bands = decode.band_memory_bytes > 0 && !stats_request.luminance && !with_parts && bands.channels > 0;
+  uint64_t kept_bytes = 0;  // what a stack's streams keep (floats on the CPU)
   if (in_bands && is_float(bands.type)) {  // only floats are kept (a TIFF's: its layout is exact)
     validate(bands, stats_request);
-    in_bands = engine_->stream_bytes(bands, stats_request) == 0;
+    if (stack) {
+      Layout all = bands;
+      all.height *= decode.chosen_planes();
+      kept_bytes = engine_->stream_bytes(all, stats_request) +
+                   (plan.planes.each ? engine_->stream_bytes(bands, stats_request) : 0);
+    } else {
+      in_bands = engine_->stream_bytes(bands, stats_request) == 0;
+    }
   }
   // Only the banded PNG decoder reads a file as it arrives; the rest
   // waits for all of it, planned again whole (PNG's checks of every chunk).
@@ -251,9 +285,10 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
     decode = plan_decode(bytes, data.size(), options);
   };
   if (!in_bands || decode.format != "PNG") whole();
-  px.lease = budget_->acquire(in_bands ? decode.band_memory_bytes : decode.memory_bytes,
+  px.lease = budget_->acquire((in_bands ? decode.band_memory_bytes : decode.memory_bytes) + kept_bytes,
                               "this " + std::to_string(decode.width) + "x" + std::to_string(decode.height) + " " +
-                                  decode.format,
+                                  decode.format +
+                                  (stack ? " (" + std::to_string(decode.chosen_planes()) + " planes)" : std::string()),
                               call, waited_until);
   call.check("before decoding");
   const v1::DecoderChoice choice = request.options().decoder();
@@ -262,13 +297,15 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
          "decoder GPU was asked for, but parts of an image are computed from the CPU decoder's pixels");
   if (decode.format == "JPEG" && choice != v1::DECODER_CHOICE_CPU && !with_parts) {
     std::string why;
-    if (analyze_on_gpu(bytes, data.size(), options, stats_request, call, r, &why)) return false;
+    if (analyze_on_gpu(bytes, data.size(), options, stats_request, plan.planes.each, call, r, &why)) return false;
     if (choice == v1::DECODER_CHOICE_GPU) fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but " + why);
   } else if (choice == v1::DECODER_CHOICE_GPU) {
     fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but the GPU decodes JPEG only, not " + decode.format);
   }
   // A JPEG's check is its decode on this path (decode_jpeg): one pass.
-  if (in_bands && analyze_in_bands(bytes, data.size(), decode, options, stats_request, call, r)) return false;
+  if (in_bands && analyze_in_bands(bytes, data.size(), decode, options, stats_request, plan.planes.each, call, r))
+    return false;
+  if (stack) invalid_data(decode.format + ": could not decode its planes");
   if (in_bands) {  // the streamed decoder did not take it after all: the whole image, in the budget
     whole();
     px.lease.release();
@@ -280,6 +317,9 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
   }
   call.check("after decoding");
   px.d = Described{px.decoded.format, px.decoded.view.layout, px.decoded.channel_order, px.decoded.channel_names};
+  px.d.first_plane = decode.first_plane;
+  px.planes_in_file = decode.planes;
+  px.reduced_pages = decode.reduced_pages;
   px.view = px.decoded.view;
   for (const std::string& w : px.decoded.warnings) r.add_warnings(w);
   return true;
@@ -337,6 +377,9 @@ void Analyzer::read_map(const v1::Input& input, const char* what, const Layout& 
   } catch (const Error& e) {
     fail(e.code(), "the " + w + ": " + e.what());
   }
+  if (plan.planes > 1)
+    fail(ErrorCode::kUnimplemented, "the " + w + " is a " + plan.format + " of " + std::to_string(plan.planes) +
+                                        " planes: masks and label images of several planes are not read yet");
   // A map of another size is refused from its header, before it is decoded.
   if (plan.width != image.width || plan.height != image.height)
     fail(ErrorCode::kInvalidArgument, "the " + w + " is " + std::to_string(plan.width) + "x" +
@@ -356,8 +399,8 @@ void Analyzer::read_map(const v1::Input& input, const char* what, const Layout& 
 }
 
 bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options,
-                              const StatsRequest& request, const CallContext& call, v1::AnalyzeResponse& r,
-                              std::string* why) const {
+                              const StatsRequest& request, bool each_plane, const CallContext& call,
+                              v1::AnalyzeResponse& r, std::string* why) const {
   if (!gpu_jpeg_) {
     *why = "this server has no GPU JPEG decoder";
     return false;
@@ -397,8 +440,11 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
     return false;
   }
   const auto t2 = Clock::now();
-  fill_response(r, describe_pixels("JPEG", image.view.layout), result, request);
+  const Described d = describe_pixels("JPEG", image.view.layout);
+  fill_response(r, d, result, request);
+  if (each_plane) fill_planes(r, d, {}, request);
   fill_facts(r, data, size, image.view.layout);
+  fill_plane_facts(r, 1, 1, 0);
   r.set_decoder(image.decoder);
   for (const std::string& w : check.warnings) r.add_warnings(w);
   set_duration(r.mutable_decode_time(), t1 - t0);
@@ -407,12 +453,16 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
 }
 
 bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePlan& plan,
-                                const DecodeOptions& options, const StatsRequest& request, const CallContext& call,
-                                v1::AnalyzeResponse& r) const {
+                                const DecodeOptions& options, const StatsRequest& request, bool each_plane,
+                                const CallContext& call, v1::AnalyzeResponse& r) const {
   const auto t0 = Clock::now();
   TraceRange range("cpu decode in bands");
   Described d;
-  std::unique_ptr<StreamAnalysis> stream;
+  Layout plane_layout;
+  // The planes together in one stream (a stack: one below the other), and
+  // with each_plane the plane being read in another.
+  std::unique_ptr<StreamAnalysis> stream, plane_stream;
+  std::vector<Result> planes;
   std::vector<uint8_t> buffers[2];
   int next = 0;
   uint32_t rows_per_band = 0;
@@ -425,20 +475,36 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
   RowSink sink;
   sink.begin = [&](uint32_t w, uint32_t h, uint32_t channels, SampleType type) {
     fed();  // a decoder starting over: the last band's feed ends before its stream goes
-    d = describe_pixels(plan.format, Layout{w, h, channels, type, 0});
-    stream = engine_->open_stream(d.layout, with_rgb(request, d.order));
-    rows_per_band = plan.band_rows ? std::min(plan.band_rows, h) : band_rows(d.layout.row_bytes(), h);
-    for (auto& b : buffers) b.resize(size_t{rows_per_band} * d.layout.row_bytes());
+    plane_layout = Layout{w, h, channels, type, 0};
+    d = describe_pixels(plan.format, Layout{w, uint64_t{h} * plan.chosen_planes(), channels, type, 0});
+    d.planes = plan.chosen_planes();
+    d.first_plane = plan.first_plane;
+    const StatsRequest asked = with_rgb(request, d.order);
+    stream = engine_->open_stream(d.layout, asked);
+    planes.clear();
+    if (each_plane) plane_stream = engine_->open_stream(plane_layout, asked);
+    rows_per_band = plan.band_rows ? std::min(plan.band_rows, h) : band_rows(plane_layout.row_bytes(), h);
+    for (auto& b : buffers) b.resize(size_t{rows_per_band} * plane_layout.row_bytes());
     return RowBand{buffers[0].data(), rows_per_band};
   };
   sink.band = [&](const uint8_t* rows, uint32_t, uint32_t count) {
     fed();
     call.check("while decoding");
-    const size_t bytes = size_t{count} * d.layout.row_bytes();
+    const size_t bytes = size_t{count} * plane_layout.row_bytes();
     StreamAnalysis* s = stream.get();
-    feeding = std::async(std::launch::async, [s, rows, bytes] { s->feed(rows, bytes); });
+    StreamAnalysis* p = plane_stream.get();
+    feeding = std::async(std::launch::async, [s, p, rows, bytes] {
+      s->feed(rows, bytes);
+      if (p) p->feed(rows, bytes);
+    });
     next ^= 1;
     return RowBand{buffers[next].data(), rows_per_band};
+  };
+  sink.plane = [&](uint64_t) {
+    if (!each_plane) return;
+    fed();
+    planes.push_back(plane_stream->finish());
+    plane_stream = engine_->open_stream(plane_layout, with_rgb(request, d.order));
   };
   BandedDecode decoded = decode_in_bands(data, size, plan, options, sink);
   fed();
@@ -447,9 +513,12 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
   call.check("after decoding");
   const auto t1 = Clock::now();
   const Result result = stream->finish();
+  if (each_plane && d.planes > 1) planes.push_back(plane_stream->finish());
   const auto t2 = Clock::now();
   fill_response(r, d, result, request);
-  fill_facts(r, data, size, d.layout, options.release);
+  if (each_plane) fill_planes(r, d, d.planes > 1 ? planes : std::vector<Result>{}, request);
+  fill_facts(r, data, size, plane_layout, options.release);
+  fill_plane_facts(r, plan.planes, plan.chosen_planes(), plan.reduced_pages);
   r.set_decoder(decoded.decoder);
   for (const std::string& w : decoded.warnings) r.add_warnings(w);
   // The computation overlaps the decode; compute_time is what follows the last row.

@@ -94,6 +94,8 @@ class Analyzer {
     ImageView view;
     DecodedImage decoded;
     MemoryBudget::Lease lease;
+    uint64_t planes_in_file = 1;
+    uint64_t reduced_pages = 0;
   };
   // An encoded input decoded into px; false when r is the whole answer
   // already (decoded on the GPU, or on the CPU in bands into the engine).
@@ -133,11 +135,13 @@ class Analyzer {
   // The GPU path for one JPEG; false (with *why) when it should go to the CPU.
   // *check keeps libjpeg's check pass for the CPU path to reuse.
   bool analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options, const StatsRequest& request,
-                      const CallContext& call, v1::AnalyzeResponse& r, std::string* why) const;
-  // A streamed decode (decode_in_bands: Gray or YCbCr JPEG, plain PNG) on
-  // the CPU into the engine in bands; false when the decoder did not take it.
+                      bool each_plane, const CallContext& call, v1::AnalyzeResponse& r, std::string* why) const;
+  // A streamed decode (decode_in_bands: Gray or YCbCr JPEG, plain PNG, TIFF
+  // and its stacks of planes) on the CPU into the engine in bands; false
+  // when the decoder did not take it. each_plane: every plane answered apart too.
   bool analyze_in_bands(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options,
-                        const StatsRequest& request, const CallContext& call, v1::AnalyzeResponse& r) const;
+                        const StatsRequest& request, bool each_plane, const CallContext& call,
+                        v1::AnalyzeResponse& r) const;
 
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<GpuJpegDecoder> gpu_jpeg_;

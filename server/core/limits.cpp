@@ -60,6 +60,8 @@ void add_limit_flags(CLI::App& app, Limits& l) {
   app.add_option("--max-parts", l.max_parts,
                  "rectangles, labels or tiles one request may ask for (a label image with more distinct labels is refused)")
       ->envname("IMGSTAT_MAX_PARTS")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24))->capture_default_str();
+  app.add_option("--max-planes", l.max_planes, "pages a file may have (a multi-page TIFF's directories)")
+      ->envname("IMGSTAT_MAX_PLANES")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 32))->capture_default_str();
   app.add_option("--max-regions", l.max_regions, "shared-memory regions one caller may hold")
       ->envname("IMGSTAT_MAX_REGIONS")->check(CLI::Range(0u, 1u << 16))->capture_default_str();
   app.add_option("--max-region-bytes", l.max_region_bytes, "bytes all regions of one caller may span")

@@ -56,6 +56,9 @@ struct Limits {
   // (Options.parts); a label image with more distinct labels is refused.
   // Each part's answer is also bounded by --max-message-bytes.
   uint64_t max_parts = 65536;
+  // --max-planes: pages a file may have (a multi-page TIFF's directories,
+  // counted as they are read, before anything is allocated for them).
+  uint64_t max_planes = uint64_t{1} << 20;
   uint64_t max_region_bytes = uint64_t{64} << 30;
   // --spool-dir: where AnalyzeStream uploads of PNG and TIFF files of
   // kSpoolFromBytes or more are written while they arrive (core/spool.hpp),

@@ -8,7 +8,8 @@
 namespace imgstat {
 
 void fill_channel(v1::ChannelStats* c, const ChannelStats& s, const StatsRequest& request, SampleType type,
-                  uint64_t width) {
+                  const PositionFrame& frame) {
+  const uint64_t width = frame.width;
   c->set_count(s.count);
   if (is_float(type)) {
     c->set_nan_count(s.nan_count);
@@ -43,10 +44,15 @@ void fill_channel(v1::ChannelStats* c, const ChannelStats& s, const StatsRequest
     c->set_kurtosis(s.kurtosis);
   }
   if (s.has_positions && width > 0) {
-    c->mutable_min_position()->set_x(s.min_at % width);
-    c->mutable_min_position()->set_y(s.min_at / width);
-    c->mutable_max_position()->set_x(s.max_at % width);
-    c->mutable_max_position()->set_y(s.max_at / width);
+    auto place = [&frame, width](v1::Position* p, uint64_t at) {
+      const uint64_t row = at / width;
+      p->set_x(at % width);
+      if (frame.plane_height == 0) return p->set_y(row);
+      p->set_y(row % frame.plane_height);
+      p->set_plane(frame.first_plane + row / frame.plane_height);
+    };
+    place(c->mutable_min_position(), s.min_at);
+    place(c->mutable_max_position(), s.max_at);
   }
   if (s.has_merge_state) {
     v1::MergeState* m = c->mutable_merge_state();
@@ -148,6 +154,34 @@ void fill_facts(v1::AnalyzeResponse& r, const uint8_t* data, size_t size, const 
   out->set_exif_orientation(f.exif_orientation);
 }
 
+void fill_planes(v1::AnalyzeResponse& r, const Described& image, const std::vector<Result>& planes,
+                 const StatsRequest& request) {
+  if (planes.empty()) {
+    v1::PlaneStats* p = r.add_planes();
+    p->set_index(image.first_plane);
+    *p->mutable_channels() = r.channels();
+    return;
+  }
+  const Described d = measured(image, request);
+  const PositionFrame frame{d.layout.width, 0, 0};
+  for (size_t k = 0; k < planes.size(); ++k) {
+    v1::PlaneStats* p = r.add_planes();
+    p->set_index(d.first_plane + k);
+    for (size_t i = 0; i < d.order.size() && !planes[k].channels.empty(); ++i) {
+      v1::ChannelStats* c = p->add_channels();
+      c->set_name(d.names[i]);
+      fill_channel(c, planes[k].channels.at(d.order[i]), request, d.layout.type, frame);
+    }
+  }
+}
+
+void fill_plane_facts(v1::AnalyzeResponse& r, uint64_t planes, uint64_t answered, uint64_t reduced_pages) {
+  v1::ImageFacts* f = r.mutable_facts();
+  f->set_planes(planes);
+  f->set_planes_answered(answered);
+  f->set_reduced_pages(reduced_pages);
+}
+
 // The channels reported: a colour space's, in its order, or the image's.
 Described measured(const Described& d, const StatsRequest& request) {
   if (request.colour_space == ColourSpace::kNone) return d;
@@ -177,9 +211,10 @@ void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result&
                    const StatsRequest& request, bool parts) {
   const Described d = measured(image, request);
   const std::vector<ChannelStats>& stats = result.channels;
+  const PositionFrame frame{d.layout.width, d.planes > 1 ? d.plane_height() : 0, d.first_plane};
   r.set_format(d.format);
   r.set_width(d.layout.width);
-  r.set_height(d.layout.height);
+  r.set_height(d.plane_height());
   r.set_channel_count(d.layout.channels);
   r.set_sample_type(proto_sample_type(d.layout.type));
   r.set_engine(result.engine);
@@ -187,7 +222,7 @@ void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result&
   for (size_t i = 0; i < d.order.size() && !stats.empty(); ++i) {  // parts but a mask: no whole-image channels
     v1::ChannelStats* c = r.add_channels();
     c->set_name(d.names[i]);
-    fill_channel(c, stats.at(d.order[i]), request, d.layout.type, d.layout.width);
+    fill_channel(c, stats.at(d.order[i]), request, d.layout.type, frame);
   }
   if (result.has_unique_colors) r.set_unique_colors(result.unique_colors);
   if (result.has_joint) fill_joint(r.mutable_joint(), result.joint, d);
@@ -195,11 +230,11 @@ void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result&
     StatsRequest all = request;
     all.histogram = false;
     r.mutable_summary()->set_name("all");
-    fill_channel(r.mutable_summary(), result.summary, all, d.layout.type, 0);
+    fill_channel(r.mutable_summary(), result.summary, all, d.layout.type, {});
   }
   if (result.has_luminance) {
     r.mutable_luminance()->set_name("Y");
-    fill_channel(r.mutable_luminance(), result.luminance, request, luminance_type(d.layout.type), d.layout.width);
+    fill_channel(r.mutable_luminance(), result.luminance, request, luminance_type(d.layout.type), frame);
   } else if (request.luminance) {
     r.add_warnings(d.layout.channels < 3 ? "no luminance: the image has " + std::to_string(d.layout.channels) +
                                                " channel" + (d.layout.channels == 1 ? "" : "s") + ", not R, G, B"
@@ -225,7 +260,7 @@ void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result&
     for (size_t i = 0; i < d.order.size(); ++i) {
       v1::ChannelStats* c = out->add_channels();
       c->set_name(d.names[i]);
-      fill_channel(c, p.channels.at(d.order[i]), request, d.layout.type, d.layout.width);
+      fill_channel(c, p.channels.at(d.order[i]), request, d.layout.type, frame);
     }
     if (p.has_joint) fill_joint(out->mutable_joint(), p.joint, d);
   }

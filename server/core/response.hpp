@@ -15,18 +15,28 @@
 
 namespace imgstat {
 
-// What `request` asked for of `s`, a channel of `type` samples; width turns
-// positions into (x, y) (0: none).
+// Where positions are: in an image `width` wide (0: none), or in a stack of
+// planes `plane_height` high each, the first of them `first_plane`.
+struct PositionFrame {
+  uint64_t width = 0;
+  uint64_t plane_height = 0;  // 0: one plane
+  uint64_t first_plane = 0;
+};
+// What `request` asked for of `s`, a channel of `type` samples; positions
+// as (x, y) or (x, y, plane) in `frame`.
 void fill_channel(v1::ChannelStats* c, const ChannelStats& s, const StatsRequest& request, SampleType type,
-                  uint64_t width);
+                  const PositionFrame& frame);
 
 // An image as it is reported: its format and layout, and for each reported
 // channel (R, G, B, A or Gray, in that order) the engine's channel holding it.
 struct Described {
   std::string format;
-  Layout layout;
+  Layout layout;  // a stack's: its planes one below the other
   std::vector<uint32_t> order;  // engine channel of each reported channel
   std::vector<std::string> names;
+  uint64_t planes = 1;       // in the layout
+  uint64_t first_plane = 0;  // in the file, of the first of them
+  uint64_t plane_height() const { return layout.height / planes; }
 };
 Described describe_pixels(const std::string& format, const Layout& layout);
 // The channels reported: a colour space's, in its order, or the image's.
@@ -37,6 +47,13 @@ Described measured(const Described& d, const StatsRequest& request);
 // warnings that say what parts do not get).
 void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result& result, const StatsRequest& request,
                    bool parts = false);
+// Options.planes.each: each plane's own answer (planes: Results in order,
+// of the planes of `image`, a stack); or, with no stack, the image's
+// channels once more as its one plane's.
+void fill_planes(v1::AnalyzeResponse& r, const Described& image, const std::vector<Result>& planes,
+                 const StatsRequest& request);
+// The file's planes, in its facts.
+void fill_plane_facts(v1::AnalyzeResponse& r, uint64_t planes, uint64_t answered, uint64_t reduced_pages);
 // A joint histogram's counts: dense up to kDenseJointBins, else the bins
 // that are not zero, as (index, count).
 void set_joint_counts(v1::JointHistogram* out, const std::vector<uint64_t>& counts);

@@ -214,8 +214,9 @@ class RegionUpload final : public Upload {
 // and when the budget has no room for the next chunk's share.
 class PixelUpload final : public Upload {
  public:
-  PixelUpload(Engine& engine, MemoryBudget& budget, Described described, StatsRequest request, uint64_t total)
-      : described_(std::move(described)), request_(request), total_(total), budget_(budget) {
+  PixelUpload(Engine& engine, MemoryBudget& budget, Described described, StatsRequest request, uint64_t total,
+              bool each_plane)
+      : described_(std::move(described)), request_(request), each_plane_(each_plane), total_(total), budget_(budget) {
     validate(described_.layout, request_);
     keeps_ = engine.stream_bytes(described_.layout, request_);
     if (keeps_ > budget.capacity())
@@ -262,6 +263,7 @@ class PixelUpload final : public Upload {
     compute_ += Clock::now() - t0;
     v1::AnalyzeResponse r;
     fill_response(r, described_, result, request_);
+    if (each_plane_) fill_planes(r, described_, {}, request_);
     set_duration(r.mutable_decode_time(), Clock::duration::zero());
     set_duration(r.mutable_compute_time(), compute_);
     return r;
@@ -270,6 +272,7 @@ class PixelUpload final : public Upload {
  private:
   Described described_;
   StatsRequest request_;
+  bool each_plane_ = false;
   uint64_t total_;
   uint64_t received_ = 0;
   MemoryBudget& budget_;
@@ -368,6 +371,9 @@ std::unique_ptr<Upload> Analyzer::begin_input_upload(const v1::StreamHeader& hea
     fail(ErrorCode::kResourceExhausted, "upload of " + std::to_string(total) + " bytes is over the limit of " +
                                             std::to_string(limits_.max_input_bytes));
   const StatsRequest stats_request = stats_request_of(header.options());
+  if (kind_of(input) != v1::INPUT_KIND_ENCODED && header.options().planes().first() > 0)
+    fail(ErrorCode::kInvalidArgument, "planes from " + std::to_string(header.options().planes().first()) +
+                                          " were asked for, but raw pixels and bytes are one plane (numbered 0)");
   if (header.options().has_parts() && kind_of(input) != v1::INPUT_KIND_ENCODED) {
     if (kind_of(input) == v1::INPUT_KIND_RAW) check_raw_size(raw_layout_of(input.raw()), total);
     return std::make_unique<HeldUpload>(*this, *budget_, header);  // parts need the whole image
@@ -376,11 +382,12 @@ std::unique_ptr<Upload> Analyzer::begin_input_upload(const v1::StreamHeader& hea
     case v1::INPUT_KIND_RAW: {
       Described d = describe_pixels("raw", raw_layout_of(input.raw()));
       check_raw_size(d.layout, total);
-      return std::make_unique<PixelUpload>(*engine_, *budget_, std::move(d), stats_request, total);
+      return std::make_unique<PixelUpload>(*engine_, *budget_, std::move(d), stats_request, total,
+                                           header.options().planes().each());
     }
     case v1::INPUT_KIND_BYTES:
       return std::make_unique<PixelUpload>(*engine_, *budget_, describe_pixels("bytes", Layout{total, 1, 1, SampleType::kUint8, 0}),
-                                           stats_request, total);
+                                           stats_request, total, header.options().planes().each());
     default:
       if (total > static_cast<uint64_t>(INT32_MAX))
         fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");

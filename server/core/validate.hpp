@@ -30,9 +30,17 @@ v1::InputKind kind_of(const v1::Input& input);
 
 // A request's options as the analyzer and its uploads take them,
 // translated once: the statistics, and the parts (without their map).
+// Options.planes: which planes of a file are answered, and each apart too.
+struct PlaneChoice {
+  bool each = false;
+  uint64_t first = 0;
+  uint64_t count = 0;  // 0: to the last
+};
+
 struct RequestPlan {
   StatsRequest stats;
   Parts parts;
+  PlaneChoice planes;
   bool with_parts() const { return parts.kind != PartsKind::kWhole; }
 };
 RequestPlan plan_request(const v1::Options& options, const Limits& limits);

@@ -146,8 +146,22 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   }
   TiffPlan tiff;
   if (p.format == "TIFF" && p.has_size) {
-    tiff = plan_tiff(data, size);
+    tiff = plan_tiff(data, size, options.max_planes, options.cancelled);
     if (tiff.route == TiffRoute::kRefused) invalid_data("TIFF: " + tiff.refusal);
+    if (!tiff.warning.empty()) plan.warnings.push_back(tiff.warning);
+    plan.reduced_pages = tiff.reduced_pages;
+    if (tiff.pages.size() > 1) {
+      plan.planes = tiff.pages.size();
+      if (options.first_plane < plan.planes) {
+        const uint64_t left = plan.planes - options.first_plane;
+        const uint64_t n = options.plane_count ? std::min(options.plane_count, left) : left;
+        plan.plane_offsets.assign(tiff.pages.begin() + static_cast<ptrdiff_t>(options.first_plane),
+                                  tiff.pages.begin() + static_cast<ptrdiff_t>(options.first_plane + n));
+        plan.first_plane = options.first_plane;
+      }
+    } else if (!tiff.pages.empty()) {
+      plan.plane_offsets = tiff.pages;  // its one full-resolution page
+    }
     if (tiff.route == TiffRoute::kDirect) {
       plan.band_memory_bytes = tiff.memory_bytes;
       plan.band_rows = tiff.band_rows;
@@ -155,6 +169,10 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     }
   }
   if (!p.has_size) invalid_data(p.format + ": the header gives no image size (corrupt or truncated header)");
+  if (options.first_plane >= plan.planes)
+    invalid_data("planes from " + std::to_string(options.first_plane) + " were asked for, but this " + p.format +
+                 " has " + std::to_string(plan.planes) + (plan.planes == 1 ? " plane" : " planes") +
+                 " (numbered from 0)");
   check_pixels(plan.width, plan.height, options.max_pixels);
   if (size < p.least_bytes)
     invalid_data(p.format + ": declares " + std::to_string(plan.width) + "x" + std::to_string(plan.height) +
@@ -222,8 +240,11 @@ DecodedImage decode_image(const uint8_t* data, size_t size, const DecodePlan& pl
 namespace {
 DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options) {
   configure_decoders(options.max_pixels);
+  if (plan.chosen_planes() > 1)
+    fail(ErrorCode::kInternal, plan.format + ": a stack of planes is decoded in bands, not into one image");
   DecodedImage out;
   out.format = plan.format;
+  out.warnings = plan.warnings;
   std::string refusal;  // a streamed decoder's library's words, should OpenCV refuse the file too
   {
     // The streamed decoders into one image: JPEG in one libjpeg-turbo pass
@@ -253,7 +274,7 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
   }
   if (plan.format == "JPEG") {  // CMYK and YCCK: OpenCV's conversion, after the check pass
     const JpegCheck check = check_jpeg_data(data, size, options);
-    out.warnings = check.warnings;
+    out.warnings.insert(out.warnings.end(), check.warnings.begin(), check.warnings.end());
     out.decoder = "libjpeg-turbo";
     if (check.truncated) {
       // libjpeg's file reader meets the end of the data with a made-up
@@ -287,6 +308,8 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
 BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options,
                              const RowSink& sink) {
   BandedDecode out;
+  out.warnings = plan.warnings;
+  auto add = [&out](std::vector<std::string>& w) { out.warnings.insert(out.warnings.end(), w.begin(), w.end()); };
   if (plan.format == "JPEG") {
     bool taken = false;
     JpegCheck check = decode_jpeg(data, size, options.cancelled, sink, &taken);
@@ -295,14 +318,14 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     enforce_jpeg_check(check, options.allow_truncated);
     out.taken = true;
     out.decoder = "libjpeg-turbo";
-    out.warnings = std::move(check.warnings);
+    add(check.warnings);
   } else if (plan.format == "PNG" && plan.band_memory_bytes > 0) {
     PngDecode png = decode_png(data, size, options.cancelled, sink, options.release, options.arrived);
     out.taken = png.taken;
     out.decoder = "imgstat-png";
-    out.warnings = std::move(png.warnings);
+    add(png.warnings);
   } else if (plan.format == "TIFF" && plan.band_memory_bytes > 0) {
-    TiffDecode tiff = decode_tiff(data, size, options.cancelled, sink, options.release);
+    TiffDecode tiff = decode_tiff(data, size, options.cancelled, sink, options.release, plan.plane_offsets);
     out.taken = tiff.taken;
     out.decoder = "libtiff";
     if (!tiff.libtiff_error.empty()) out.refusal = "libtiff: " + tiff.libtiff_error;

@@ -1,6 +1,8 @@
 // Encoded image bytes to pixels, as OpenCV's imread(IMREAD_UNCHANGED) gives
 // them (the file's own sample type), with the conventions of docs/conventions.md:
-// channels reported R,G,B(,A) or Gray, first frame only. Untrusted input:
+// channels reported R,G,B(,A) or Gray. A multi-page TIFF is a stack of
+// planes (DecodePlan::planes), read one after another in bands; other
+// formats are one plane (an animation's first frame). Untrusted input:
 // pixel limits are checked from the header before any decoder allocates.
 #pragma once
 
@@ -35,6 +37,11 @@ struct DecodeOptions {
   // without waiting. plan_decode reads a PNG's header and the PNG decoder its
   // chunks as they come; every other reader waits for all of it.
   std::function<uint64_t(uint64_t end)> arrived;
+  // Files of several planes: the most a file may have, and which are read
+  // (from first_plane, plane_count of them; 0: to the last).
+  uint64_t max_planes = uint64_t{1} << 20;
+  uint64_t first_plane = 0;
+  uint64_t plane_count = 0;
 };
 
 // What a file declares, from its header alone, before anything is allocated.
@@ -54,6 +61,16 @@ struct DecodePlan {
   // engine can say before the decode what its stream of them would keep.
   // Exact for TIFF; a PNG's tRNS chunk may add an alpha channel to RGB.
   Layout band_layout{0, 0, 0, SampleType::kUint8, 0};
+  // Planes in the file (width and height are each one's), and those chosen
+  // (DecodeOptions::first_plane, plane_count): a TIFF's pages, by their
+  // directories' offsets (empty: the file is one plane). Several chosen
+  // planes are decoded in bands only (decode_in_bands).
+  uint64_t planes = 1;
+  uint64_t first_plane = 0;
+  std::vector<uint64_t> plane_offsets;
+  uint64_t reduced_pages = 0;  // TIFF pages that are reduced-resolution copies, left out
+  std::vector<std::string> warnings;
+  uint64_t chosen_planes() const { return plane_offsets.empty() ? 1 : plane_offsets.size(); }
 };
 
 [[noreturn]] inline void invalid_data(const std::string& message) { fail(ErrorCode::kInvalidArgument, message); }

@@ -25,6 +25,10 @@ struct RowSink {
   // caller then drops what it was handed. Or it may start over: begin again,
   // and what was handed before is dropped.
   std::function<RowBand(const uint8_t* rows, uint32_t first_row, uint32_t count)> band;
+  // A stack's next plane begins (1, 2, ...: plane 0 begins with begin()):
+  // its rows follow, from row 0, in the band given last. No band holds rows
+  // of two planes. Unset: a decoder gives one plane.
+  std::function<void(uint64_t plane)> plane;
 };
 
 // Tuning: a streamed decode hands the engine this much at a time (two such

@@ -114,7 +114,10 @@ class Client:
         ``joint_range``; parts: ``roi`` ((x, y, w, h) or a list of them),
         ``tiles`` ((columns, rows) or "CxR"), ``mask`` (an image as any
         input, or "alpha"), ``labels`` (an image as any input, arrays of
-        uint8, uint16, uint32 or int32), ``ignore_label``, ``max_labels``.
+        uint8, uint16, uint32 or int32), ``ignore_label``, ``max_labels``;
+        files of several planes (multi-page TIFF) are answered for all their
+        planes together, and with ``planes`` (True, an int, a range or
+        "A-B") for each plane apart too (``Result.planes``), of those chosen.
         ``raw=(width, height, channels, "uint16")`` (with ``stride``) reads a
         path or bytes as raw pixels, ``as_bytes=True`` as bytes (a 1 x N
         uint8 image); ``name`` names the input in results and the server's log.

@@ -15,7 +15,7 @@ COLOUR_SPACES = {"hsv": 1, "hsv-full": 2, "hls": 3, "lab": 4, "ycrcb": 5, "gray"
 COLOUR_CHANNELS = {"hsv": "HSV", "hsv-full": "HSV", "hls": "HLS", "lab": "Lab", "ycrcb": "YCrCb", "gray": "Y"}
 SAMPLE_TYPES = {"uint8": 1, "uint16": 2, "int8": 3, "int16": 4, "float32": 5, "float64": 6, "uint32": 7, "int32": 8}
 ANALYZE_OPTIONS = ("stats", "bins", "range", "percentiles", "decoder", "allow_truncated", "colour_space", "joint",
-                   "joint_range", "roi", "tiles", "mask", "labels", "ignore_label", "max_labels")
+                   "joint_range", "roi", "tiles", "mask", "labels", "ignore_label", "max_labels", "planes")
 
 
 def _bad(message):
@@ -67,7 +67,7 @@ def _joint(pb, spec, ranges, colour_space, out):
 
 def build_options(pb, make_input, stats=None, bins=256, range=None, percentiles=None, decoder="auto",
                   allow_truncated=False, colour_space=None, joint=None, joint_range=None, roi=None, tiles=None,
-                  mask=None, labels=None, ignore_label=None, max_labels=0):
+                  mask=None, labels=None, ignore_label=None, max_labels=0, planes=None):
     """pb: the imgstat_pb2 module; make_input(x, labels) turns a mask or label
     image (a path, bytes, an array) into an Input."""
     o = pb.Options()
@@ -118,7 +118,35 @@ def build_options(pb, make_input, stats=None, bins=256, range=None, percentiles=
         if ignore_label is not None:
             o.parts.labels.ignore = int(ignore_label)
         o.parts.labels.max_labels = int(max_labels)
+    if planes is not None and planes is not False:
+        _planes(planes, o.planes)
     return o
+
+
+def _planes(planes, out):
+    """planes: True (every plane apart too), an int (that one), a range or
+    slice of step 1 (half-open, as Python counts), or the CLI's "N", "A-B"
+    (inclusive) or "A-"."""
+    out.each = True
+    if planes is True:
+        return
+    if isinstance(planes, (int, np.integer)) and not isinstance(planes, bool):
+        first, count = int(planes), 1
+    elif isinstance(planes, (range, slice)):
+        start = planes.start or 0
+        if (planes.step or 1) != 1 or start < 0 or (planes.stop is not None and planes.stop <= start):
+            raise _bad(f"planes wants a range of step 1 that is not empty, from 0 on; got {planes!r}")
+        first, count = start, (0 if planes.stop is None else planes.stop - start)
+    elif isinstance(planes, str):
+        a, sep, b = planes.partition("-")
+        if not a.isdigit() or (b and not b.isdigit()) or (b and int(b) < int(a)):
+            raise _bad(f"planes wants N, A-B or A- (from 0); got {planes!r}")
+        first, count = int(a), (1 if not sep else 0 if not b else int(b) - int(a) + 1)
+    else:
+        raise _bad(f"planes wants True, an int, a range or slice, or 'A-B'; got {planes!r}")
+    if first < 0:
+        raise _bad(f"planes are numbered from 0; got {planes!r}")
+    out.first, out.count = first, count
 
 
 def parts_asked(options):

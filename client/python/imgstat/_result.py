@@ -24,12 +24,13 @@ class Channel:
     Python int, for integer images. A statistic not asked for, or of a
     channel with no finite sample, is None."""
 
-    __slots__ = ("_c", "_float", "_sum")
+    __slots__ = ("_c", "_float", "_sum", "_stack")
 
-    def __init__(self, c, float_samples, exact_sum=None):
+    def __init__(self, c, float_samples, exact_sum=None, stack=False):
         self._c = c
         self._float = float_samples
         self._sum = exact_sum
+        self._stack = stack  # positions are in a stack of planes: (x, y, plane)
 
     def _sample(self, v):
         return v if self._float else int(v)
@@ -106,13 +107,17 @@ class Channel:
     skewness = property(lambda self: self._c.skewness if self._c.HasField("skewness") else None)
     kurtosis = property(lambda self: self._c.kurtosis if self._c.HasField("kurtosis") else None)
 
+    def _position(self, p):
+        return (p.x, p.y, p.plane) if self._stack else (p.x, p.y)
+
     @property
     def min_position(self):
-        return (self._c.min_position.x, self._c.min_position.y) if self._c.HasField("min_position") else None
+        """(x, y), or (x, y, plane) in a file of several planes."""
+        return self._position(self._c.min_position) if self._c.HasField("min_position") else None
 
     @property
     def max_position(self):
-        return (self._c.max_position.x, self._c.max_position.y) if self._c.HasField("max_position") else None
+        return self._position(self._c.max_position) if self._c.HasField("max_position") else None
 
     @property
     def proto(self):
@@ -144,8 +149,8 @@ class Channel:
             d["skewness"] = _num(c.skewness)
             d["kurtosis"] = _num(c.kurtosis)
         if c.HasField("min_position"):
-            d["min_position"] = {"x": c.min_position.x, "y": c.min_position.y}
-            d["max_position"] = {"x": c.max_position.x, "y": c.max_position.y}
+            for key, p in (("min_position", c.min_position), ("max_position", c.max_position)):
+                d[key] = {"x": p.x, "y": p.y, "plane": p.plane} if self._stack else {"x": p.x, "y": p.y}
         if c.HasField("histogram"):
             h = c.histogram
             d["histogram"] = {"counts": list(h.counts), "lo": _num(h.lo), "hi": _num(h.hi),
@@ -232,6 +237,28 @@ class Part:
         return f"Part({where}, {len(self.channels)} channels)"
 
 
+class Plane:
+    """One plane of a file of several (``planes=`` asked): its ``index`` in
+    the file and its channels."""
+
+    def __init__(self, p, float_samples):
+        self.proto = p
+        self.index = p.index
+        self.channels = [Channel(c, float_samples) for c in p.channels]
+
+    def __getitem__(self, name):
+        for c in self.channels:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def to_dict(self):
+        return {"index": self.index, "channels": [c.to_dict() for c in self.channels]}
+
+    def __repr__(self):
+        return f"Plane({self.index}, {len(self.channels)} channels)"
+
+
 class Result:
     """One input's statistics (or, from ``Client.aggregate``, many inputs'
     together). ``channels`` are the image's (or a colour space's) in order;
@@ -278,7 +305,9 @@ class Result:
     @property
     def channels(self):
         if self._channels is None:
-            self._channels = [Channel(c, self._float, self._exact_sum(k)) for k, c in enumerate(self.proto.channels)]
+            stack = self.proto.facts.planes_answered > 1
+            self._channels = [Channel(c, self._float, self._exact_sum(k), stack)
+                              for k, c in enumerate(self.proto.channels)]
         return self._channels
 
     def __getitem__(self, name):
@@ -306,14 +335,24 @@ class Result:
         return Joint(self.proto.joint) if self.proto.HasField("joint") else None
 
     @property
+    def planes(self):
+        """Each plane's own statistics, with ``planes=`` asked (else [])."""
+        return [Plane(p, self._float) for p in self.proto.planes]
+
+    @property
     def facts(self):
         """What an encoded file says about itself (None for raw and bytes input)."""
         if not self.proto.HasField("facts"):
             return None
         f = self.proto.facts
-        return {"bit_depth": f.bit_depth, "color_type": f.color_type, "palette_size": f.palette_size,
+        d = {"bit_depth": f.bit_depth, "color_type": f.color_type, "palette_size": f.palette_size,
                 "jpeg_quality": f.jpeg_quality, "chroma_subsampling": f.chroma_subsampling,
                 "progressive": f.progressive, "icc_profile": f.icc_profile, "exif_orientation": f.exif_orientation}
+        if f.planes > 1:
+            d["planes"], d["planes_answered"] = f.planes, f.planes_answered
+        if f.reduced_pages:
+            d["reduced_pages"] = f.reduced_pages
+        return d
 
     def to_dict(self):
         """The CLI's ``--json`` object for the same input and options: the same
@@ -335,7 +374,10 @@ class Result:
             d["unique_colors"] = r.unique_colors
         if r.HasField("luminance"):
             d["luminance"] = self.luminance.to_dict()
-        return self._wholes_and_parts(d)
+        self._wholes_and_parts(d)
+        if len(r.planes):
+            d["planes"] = [p.to_dict() for p in self.planes]
+        return d
 
     def _aggregate_dict(self):
         r = self.proto

@@ -48,6 +48,14 @@ int record_error(TIFF*, void* user, const char* module, const char* fmt, va_list
 // OpenCV 4.6 prints libtiff's warnings nowhere; neither do we.
 int drop_warning(TIFF*, void*, const char*, const char*, va_list) { return 1; }
 
+// LogL's luminance as libtiff's floats (cd/m^2), not its 8-bit tone map:
+// set again on every directory read.
+void float_luminance(TIFF* tif) {
+  uint16_t photometric = 0;
+  if (TIFFGetField(tif, TIFFTAG_PHOTOMETRIC, &photometric) && photometric == PHOTOMETRIC_LOGL)
+    TIFFSetField(tif, TIFFTAG_SGILOGDATAFMT, SGILOGDATAFMT_FLOAT);
+}
+
 }  // namespace
 
 std::unique_ptr<Handle> open_handle(const uint8_t* data, size_t size) {
@@ -61,11 +69,17 @@ std::unique_ptr<Handle> open_handle(const uint8_t* data, size_t size) {
                              map_bytes, unmap_bytes, options);
   TIFFOpenOptionsFree(options);
   if (!h->tif) return nullptr;
-  // LogL's luminance as libtiff's floats (cd/m^2), not its 8-bit tone map.
-  uint16_t photometric = 0;
-  if (TIFFGetField(h->tif, TIFFTAG_PHOTOMETRIC, &photometric) && photometric == PHOTOMETRIC_LOGL)
-    TIFFSetField(h->tif, TIFFTAG_SGILOGDATAFMT, SGILOGDATAFMT_FLOAT);
+  h->page = TIFFCurrentDirOffset(h->tif);
+  float_luminance(h->tif);
   return h;
+}
+
+bool select_page(Handle& h, uint64_t offset) {
+  if (offset == h.page) return true;
+  if (!TIFFSetSubDirectory(h.tif, offset)) return false;
+  h.page = offset;
+  float_luminance(h.tif);
+  return true;
 }
 
 }  // namespace imgstat::tiff

@@ -44,6 +44,7 @@ struct Handle {
   TIFF* tif = nullptr;
   std::string error;  // libtiff's first error on this handle
   std::vector<uint8_t> buffer;
+  uint64_t page = 0;  // the offset of the directory read now
   Handle() = default;
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
@@ -55,6 +56,9 @@ struct Handle {
 // A handle on the file (LogL set to libtiff's float luminance), or null
 // where libtiff cannot open it.
 std::unique_ptr<Handle> open_handle(const uint8_t* data, size_t size);
+// The directory at `offset` (a page's, TIFFCurrentDirOffset) made the
+// handle's; false where libtiff cannot read it.
+bool select_page(Handle& h, uint64_t offset);
 
 // How the samples become OpenCV's pixels.
 enum class Read {

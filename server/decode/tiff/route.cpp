@@ -4,6 +4,7 @@
 
 #include "decode/tiff/internal.hpp"
 #include "decode/tiff/tiff.hpp"
+#include "imgstat/error.hpp"
 
 namespace imgstat {
 namespace tiff {
@@ -253,11 +254,59 @@ void plan_reading(Shape& s, uint32_t threads, uint32_t* band_rows_out, uint64_t*
 
 }  // namespace tiff
 
-TiffPlan plan_tiff(const uint8_t* data, size_t size) {
+namespace {
+
+// Every directory's offset, the reduced-resolution ones counted apart.
+void walk_pages(tiff::Handle& h, uint64_t max_pages, const std::function<bool()>& cancelled, TiffPlan& out) {
+  TIFF* tif = h.tif;
+  const uint64_t first = TIFFCurrentDirOffset(tif);
+  uint64_t directories = 0;
+  do {
+    if (++directories > max_pages)
+      fail(ErrorCode::kResourceExhausted, "this TIFF has more than " + std::to_string(max_pages) +
+                                              " pages, over the limit of planes a file may have (--max-planes)");
+    if (cancelled && (directories & 1023) == 0 && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+    uint32_t subfile = 0;
+    TIFFGetField(tif, TIFFTAG_SUBFILETYPE, &subfile);
+    if (subfile & FILETYPE_REDUCEDIMAGE)
+      ++out.reduced_pages;
+    else
+      out.pages.push_back(TIFFCurrentDirOffset(tif));
+    h.error.clear();
+  } while (TIFFReadDirectory(tif));
+  h.page = TIFFCurrentDirOffset(tif);
+  // libtiff stops at a directory it cannot read, or one read before (a
+  // loop), and says nothing of the latter.
+  if (!h.error.empty() || !TIFFLastDirectory(tif))
+    out.warning = "TIFF: the directories end at page " + std::to_string(directories) + ", which cannot be read (" +
+                  (h.error.empty() ? std::string("it is one met before: the chain loops") : h.error) +
+                  "): the pages before it are answered";
+  if (out.pages.empty()) {  // reduced copies only: the first is the image
+    out.pages.push_back(first);
+    --out.reduced_pages;
+  }
+}
+
+std::string shape_words(const tiff::Shape& s) {
+  return std::to_string(s.width) + "x" + std::to_string(s.height) + " " + std::to_string(s.channels) + "-channel " +
+         to_string(s.type);
+}
+
+}  // namespace
+
+TiffPlan plan_tiff(const uint8_t* data, size_t size, uint64_t max_pages, const std::function<bool()>& cancelled) {
   using namespace tiff;
   TiffPlan out;
   const std::unique_ptr<Handle> h = open_handle(data, size);
   if (!h) return out;  // OpenCV gives libtiff's verdict
+  const uint64_t first_directory = h->page;
+  walk_pages(*h, max_pages, cancelled, out);
+  const bool stack = out.pages.size() > 1;
+  if (!select_page(*h, out.pages[0])) {
+    out.route = TiffRoute::kRefused;
+    out.refusal = "its first full-resolution page cannot be read (" + h->error + ")";
+    return out;
+  }
   const Tags t = tags_of(h->tif);
   out.refusal = refusal_of(t);
   if (!out.refusal.empty()) {
@@ -272,6 +321,14 @@ TiffPlan plan_tiff(const uint8_t* data, size_t size) {
                     " images are read only top-left, as gray, RGB or RGBA, in strips or tiles under 1 GiB";
     else if (t.photometric == PHOTOMETRIC_LOGL)
       out.refusal = "LogL images are read only SGILog-coded, top-left, in strips or tiles under 1 GiB";
+    // OpenCV reads the first directory alone.
+    else if (stack)
+      out.refusal = "files of several pages are read only when their pages are top-left, 2- to 8-, 16-, 32- or "
+                    "64-bit, in strips or tiles under 1 GiB (this one has " + std::to_string(out.pages.size()) +
+                    " pages of " + std::to_string(t.bits) + "-bit " + photometric_name(t.photometric) + ")";
+    else if (out.pages[0] != first_directory)
+      out.refusal = "its full-resolution page follows a reduced-resolution one and is not one the direct reader "
+                    "takes (" + std::to_string(t.bits) + "-bit " + photometric_name(t.photometric) + ")";
     if (!out.refusal.empty()) {
       out.route = TiffRoute::kRefused;
       return out;
@@ -282,7 +339,34 @@ TiffPlan plan_tiff(const uint8_t* data, size_t size) {
   out.route = TiffRoute::kDirect;
   out.channels = s.channels;
   out.type = s.type;
-  plan_reading(s, arena_threads(), &out.band_rows, &out.memory_bytes);
+  const uint32_t threads = arena_threads();
+  plan_reading(s, threads, &out.band_rows, &out.memory_bytes);
+  // Every plane as the first: the same pixels, read as the direct path
+  // reads; the memory of the one that needs the most.
+  for (size_t i = 1; i < out.pages.size(); ++i) {
+    if (cancelled && (i & 1023) == 0 && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+    Shape p;
+    std::string why;
+    if (!select_page(*h, out.pages[i])) {
+      why = "cannot be read (" + h->error + ")";
+    } else {
+      const Tags pt = tags_of(h->tif);
+      why = refusal_of(pt);
+      if (why.empty() && !shape_of(h->tif, pt, &p)) why = "is not one the direct reader takes";
+      if (why.empty() && (p.width != s.width || p.height != s.height || p.channels != s.channels || p.type != s.type))
+        why = "is " + shape_words(p) + " where the first is " + shape_words(s) +
+              "; files whose planes differ in size or samples are not read yet";
+    }
+    if (!why.empty()) {
+      out.route = TiffRoute::kRefused;
+      out.refusal = "page " + std::to_string(i) + " of " + std::to_string(out.pages.size()) + " " + why;
+      return out;
+    }
+    uint32_t rows;
+    uint64_t memory;
+    plan_reading(p, threads, &rows, &memory);
+    out.memory_bytes = std::max(out.memory_bytes, memory);
+  }
   return out;
 }
 

@@ -109,17 +109,12 @@ bool decode_unit(Handle& h, const Shape& s, uint32_t unit_row, uint32_t column, 
 }  // namespace
 
 TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
-                       const std::function<void(uint64_t, uint64_t)>& release) {
+                       const std::function<void(uint64_t, uint64_t)>& release, const std::vector<uint64_t>& pages) {
   using namespace tiff;
   TiffDecode out;
   const std::unique_ptr<Handle> first = open_handle(data, size);
-  Shape s;
-  if (!first || !shape_of(first->tif, tags_of(first->tif), &s)) return out;
+  if (!first) return out;
   const uint32_t threads = arena_threads();
-  uint32_t ignored_rows;
-  uint64_t ignored_memory;
-  plan_reading(s, threads, &ignored_rows, &ignored_memory);
-
   tbb::enumerable_thread_specific<std::unique_ptr<Handle>> handles;
   std::mutex error_mutex;
   std::atomic<bool> failed{false};
@@ -128,65 +123,94 @@ TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<boo
     if (!failed.exchange(true)) out.libtiff_error = error.empty() ? otherwise : error;
   };
 
-  // Where the units of each unit row and all later ones begin in the file:
-  // after a band, the bytes before that are read for the last time.
-  std::vector<uint64_t> first_offset;
-  if (release && !s.line_by_line) {
-    TIFF* tif = first->tif;
-    const uint32_t unit_rows = (s.height + s.unit_height - 1) / s.unit_height, across = s.units_across();
-    const uint32_t planes = s.planar ? s.samples : 1;
-    first_offset.assign(size_t{unit_rows} + 1, UINT64_MAX);
-    for (uint32_t r = unit_rows; r-- > 0;) {
-      uint64_t lowest = first_offset[r + 1];
-      for (uint32_t p = 0; p < planes; ++p)
-        for (uint32_t c = 0; c < across; ++c) {
-          const uint32_t unit = s.tiled ? TIFFComputeTile(tif, c * s.unit_width, r * s.unit_height, 0, static_cast<uint16_t>(p))
-                                        : p * unit_rows + r;
-          lowest = std::min<uint64_t>(lowest, TIFFGetStrileOffset(tif, unit));
-        }
-      first_offset[r] = lowest;
-    }
-  }
-
   uint64_t released = 0;
-  RowBand band = sink.begin(s.width, s.height, s.channels, s.type);
-  const uint64_t row_bytes = s.row_bytes();
-  for (uint32_t y0 = 0; y0 < s.height;) {
-    if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
-    if (band.count == 0 || !band.rows) fail(ErrorCode::kInternal, "TIFF: the sink gave no room for rows");
-    const uint32_t n = std::min(band.count, s.height - y0);
-    if (s.line_by_line) {
-      for (uint32_t y = y0; y < y0 + n && !failed; ++y)
-        if (TIFFReadScanline(first->tif, band.rows + uint64_t{y - y0} * row_bytes, y, 0) < 0)
-          refused(first->error, "TIFFReadScanline failed on row " + std::to_string(y));
-    } else {
-      const uint32_t unit_rows = s.unit_height;
-      const uint32_t u0 = y0 / unit_rows, u1 = (y0 + n - 1) / unit_rows;
-      const uint32_t across = s.units_across();
-      const size_t items = size_t{u1 - u0 + 1} * across;
-      auto decode = [&](size_t i) {
-        if (failed) return;
-        std::unique_ptr<Handle>& h = handles.local();
-        if (!h && !(h = open_handle(data, size))) return refused("", "libtiff could not open the file again");
-        const uint32_t unit_row = u0 + static_cast<uint32_t>(i / across);
-        const uint32_t column = static_cast<uint32_t>(i % across);
-        if (!decode_unit(*h, s, unit_row, column, band.rows, y0, n))
-          refused(h->error, std::string(s.tiled ? "tile" : "strip") + " at row " +
-                                std::to_string(uint64_t{unit_row} * unit_rows) +
-                                " holds fewer bytes than its pixels need (the file is cut short, or its byte "
-                                "counts are wrong)");
-      };
-      if (items > 1 && threads > 1)
-        tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t{0}, items, decode); });
-      else
-        for (size_t i = 0; i < items; ++i) decode(i);
+  RowBand band;
+  Shape s0;  // the first plane's: every plane's size and samples
+  const size_t planes = std::max<size_t>(1, pages.size());
+  for (size_t plane = 0; plane < planes; ++plane) {
+    const std::string which = planes > 1 ? " of page " + std::to_string(plane) : std::string();
+    if (!pages.empty() && !select_page(*first, pages[plane])) {
+      refused(first->error, "libtiff could not read the directory" + which);
+      return out;
     }
-    if (failed) return out;
-    band = sink.band(band.rows, y0, n);
-    y0 += n;
-    if (!first_offset.empty() && y0 < s.height && y0 % s.unit_height == 0) {
-      const uint64_t next = std::min<uint64_t>(first_offset[y0 / s.unit_height], size);
-      if (next > released) release(released, next), released = next;
+    Shape s;
+    if (!shape_of(first->tif, tags_of(first->tif), &s)) {
+      if (plane == 0) return out;
+      fail(ErrorCode::kInvalidArgument, "TIFF: page " + std::to_string(plane) + " is not read as the first is");
+    }
+    uint32_t ignored_rows;
+    uint64_t ignored_memory;
+    plan_reading(s, threads, &ignored_rows, &ignored_memory);
+    if (plane == 0) {
+      s0 = s;
+      band = sink.begin(s.width, s.height, s.channels, s.type);
+    } else {
+      if (s.width != s0.width || s.height != s0.height || s.channels != s0.channels || s.type != s0.type)
+        fail(ErrorCode::kInvalidArgument, "TIFF: page " + std::to_string(plane) + " differs from the first in size or samples");
+      if (!sink.plane) fail(ErrorCode::kInternal, "TIFF: the sink takes one plane");
+      sink.plane(plane);
+    }
+    const uint64_t page = first->page;
+
+    // Where the units of each unit row and all later ones begin in the file:
+    // after a band, the bytes before that are read for the last time.
+    std::vector<uint64_t> first_offset;
+    if (release && !s.line_by_line) {
+      TIFF* tif = first->tif;
+      const uint32_t unit_rows = (s.height + s.unit_height - 1) / s.unit_height, across = s.units_across();
+      const uint32_t samples = s.planar ? s.samples : 1;
+      first_offset.assign(size_t{unit_rows} + 1, UINT64_MAX);
+      for (uint32_t r = unit_rows; r-- > 0;) {
+        uint64_t lowest = first_offset[r + 1];
+        for (uint32_t p = 0; p < samples; ++p)
+          for (uint32_t c = 0; c < across; ++c) {
+            const uint32_t unit = s.tiled ? TIFFComputeTile(tif, c * s.unit_width, r * s.unit_height, 0, static_cast<uint16_t>(p))
+                                          : p * unit_rows + r;
+            lowest = std::min<uint64_t>(lowest, TIFFGetStrileOffset(tif, unit));
+          }
+        first_offset[r] = lowest;
+      }
+    }
+
+    const uint64_t row_bytes = s.row_bytes();
+    for (uint32_t y0 = 0; y0 < s.height;) {
+      if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+      if (band.count == 0 || !band.rows) fail(ErrorCode::kInternal, "TIFF: the sink gave no room for rows");
+      const uint32_t n = std::min(band.count, s.height - y0);
+      if (s.line_by_line) {
+        for (uint32_t y = y0; y < y0 + n && !failed; ++y)
+          if (TIFFReadScanline(first->tif, band.rows + uint64_t{y - y0} * row_bytes, y, 0) < 0)
+            refused(first->error, "TIFFReadScanline failed on row " + std::to_string(y) + which);
+      } else {
+        const uint32_t unit_rows = s.unit_height;
+        const uint32_t u0 = y0 / unit_rows, u1 = (y0 + n - 1) / unit_rows;
+        const uint32_t across = s.units_across();
+        const size_t items = size_t{u1 - u0 + 1} * across;
+        auto decode = [&](size_t i) {
+          if (failed) return;
+          std::unique_ptr<Handle>& h = handles.local();
+          if (!h && !(h = open_handle(data, size))) return refused("", "libtiff could not open the file again");
+          if (!select_page(*h, page)) return refused(h->error, "libtiff could not read the directory" + which);
+          const uint32_t unit_row = u0 + static_cast<uint32_t>(i / across);
+          const uint32_t column = static_cast<uint32_t>(i % across);
+          if (!decode_unit(*h, s, unit_row, column, band.rows, y0, n))
+            refused(h->error, std::string(s.tiled ? "tile" : "strip") + " at row " +
+                                  std::to_string(uint64_t{unit_row} * unit_rows) + which +
+                                  " holds fewer bytes than its pixels need (the file is cut short, or its byte "
+                                  "counts are wrong)");
+        };
+        if (items > 1 && threads > 1)
+          tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t{0}, items, decode); });
+        else
+          for (size_t i = 0; i < items; ++i) decode(i);
+      }
+      if (failed) return out;
+      band = sink.band(band.rows, y0, n);
+      y0 += n;
+      if (!first_offset.empty() && y0 < s.height && y0 % s.unit_height == 0) {
+        const uint64_t next = std::min<uint64_t>(first_offset[y0 / s.unit_height], size);
+        if (next > released) release(released, next), released = next;
+      }
     }
   }
   if (release && released < size) release(released, size);

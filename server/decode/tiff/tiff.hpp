@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "decode/rows.hpp"
 
@@ -61,8 +62,20 @@ struct TiffPlan {
   uint32_t band_rows = 0;  // kDirect: rows a band should hold: whole strips or tile rows, every core busy
   uint32_t channels = 0;   // kDirect: of the pixels given to the sink
   SampleType type = SampleType::kUint8;
+  // The planes: every full-resolution page, by its directory's offset, in
+  // the file's order. Reduced-resolution copies and thumbnails
+  // (NewSubfileType bit 0) are no more data: counted, not listed (a file
+  // of nothing else is its first page). A file of several planes is read
+  // here or refused: OpenCV reads one page.
+  std::vector<uint64_t> pages;
+  uint64_t reduced_pages = 0;
+  // The directories ended early at one libtiff could not read: its words.
+  std::string warning;
 };
-TiffPlan plan_tiff(const uint8_t* data, size_t size);
+// Directories past max_pages are refused (kResourceExhausted) as they are
+// met; cancelled is polled on the way.
+TiffPlan plan_tiff(const uint8_t* data, size_t size, uint64_t max_pages = uint64_t{1} << 20,
+                   const std::function<bool()>& cancelled = {});
 
 struct TiffDecode {
   bool taken = false;
@@ -75,7 +88,11 @@ struct TiffDecode {
 // cancelled is polled between bands; true throws kCancelled. The sink may
 // throw. release, if given, hears after each band that the bytes before
 // the strips and tiles still to read are done with (DecodeOptions::release).
+// pages: the planes to read, one after another (TiffPlan::pages, or some of
+// them; empty: the first directory), each of the first one's size and
+// samples, the sink told as each after the first begins (RowSink::plane).
 TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
-                       const std::function<void(uint64_t, uint64_t)>& release = {});
+                       const std::function<void(uint64_t, uint64_t)>& release = {},
+                       const std::vector<uint64_t>& pages = {});
 
 }  // namespace imgstat

@@ -1,0 +1,308 @@
+#!/usr/bin/python3
+"""Files of several planes (multi-page TIFF and BigTIFF, ImageJ hyperstacks,
+OME-TIFF, pyramids) through imgstat-client --local and a live server,
+against tifffile's pages and numpy over the same pixels.
+
+    check.py SERVER_BIN CLIENT_BIN WORK
+
+Each file is made here with tifffile: the answer is every full-resolution
+page counted together (count, min, max, sum and the histogram equal; mean
+and stddev within 1e-12 relative; the first min and max as (x, y, plane)),
+--planes answers each page apart as well, and --planes A-B chooses. Then
+the refusals: a page count over --max-planes, pages of different sizes,
+planes past the last, statistics that need one plane, and damaged
+directory chains (a loop, an offset past the end).
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from live_server import start_server  # noqa: E402
+
+try:
+    import numpy as np
+    import tifffile
+except ImportError as e:  # scripts/install-deps installs python3-numpy and python3-tifffile
+    print("skipped:", e)
+    sys.exit(77)
+
+failures = []
+
+
+def fail(what):
+    failures.append(what)
+    print("FAIL:", what)
+
+
+def equal(got, want, what):
+    if got != want:
+        fail(f"{what}: got {str(got)[:200]}, numpy {str(want)[:200]}")
+
+
+def close(got, want, rel, what):
+    if got is None or not (abs(got - want) <= rel * abs(want) + 1e-300):
+        fail(f"{what}: got {got!r}, numpy {want!r}")
+
+
+def run(client_bin, where, *args):
+    out = subprocess.run([client_bin, *where, *args], capture_output=True, text=True, timeout=600)
+    return out.returncode, out.stdout, out.stderr
+
+
+def answer(client_bin, where, *args):
+    rc, out, err = run(client_bin, where, "--json", *args)
+    if rc != 0:
+        fail(f"imgstat-client {' '.join(args)} exited {rc}: {err[-1000:]}")
+        return None
+    return json.loads(out)
+
+
+def check_channels(got, stack, what):
+    """got: an answer's channels; stack: the pixels (planes, h, w, channels)."""
+    equal(len(got), stack.shape[-1], what + " channels")
+    flt = stack.dtype.kind == "f"
+    for c, ch in enumerate(got):
+        x = stack[..., c]
+        w = f"{what} channel {ch['name']}"
+        finite = x[np.isfinite(x)] if flt else x.ravel()
+        equal(ch["count"], int(finite.size), w + " count")
+        if flt:
+            equal(ch["nan_count"], int(np.isnan(x).sum()), w + " NaN count")
+        if finite.size == 0:
+            continue
+        equal(ch["min"], finite.min().item(), w + " min")
+        equal(ch["max"], finite.max().item(), w + " max")
+        if flt:
+            exact = sum(sorted(finite.astype(np.float64).tolist(), key=abs))
+            mean = exact / finite.size
+            close(ch["sum"], exact, 1e-12, w + " sum")
+        else:
+            exact = int(finite.astype(np.int64).sum())
+            mean = exact / finite.size
+            equal(ch["sum"], exact, w + " sum")
+        close(ch["mean"], mean, 1e-12, w + " mean")
+        d = finite.astype(np.float64) - mean
+        close(ch["stddev"], float(np.sqrt((d * d).sum() / finite.size)), 1e-12, w + " stddev")
+        if not flt and ch.get("histogram") is not None:
+            shift = {1: 0, 2: 8}[x.dtype.itemsize]
+            v = finite.astype(np.int64) - (np.iinfo(x.dtype).min if x.dtype.kind == "i" else 0)
+            equal(ch["histogram"]["counts"], np.bincount(v >> shift, minlength=256).tolist(), w + " histogram")
+        if "min_position" in ch:
+            planes = stack.shape[0]
+            for key, pick in (("min_position", np.nanargmin if flt else np.argmin),
+                              ("max_position", np.nanargmax if flt else np.argmax)):
+                p, y, xx = np.unravel_index(pick(x), x.shape)
+                want = {"x": int(xx), "y": int(y)}
+                if planes > 1:
+                    want["plane"] = int(p) + ch_first_plane[0]
+                equal(ch[key], want, f"{w} {key}")
+
+
+ch_first_plane = [0]  # the first plane answered (positions name planes in the file)
+
+
+def as_stack(a):
+    """Pages (planes, h, w) or (planes, h, w, c) to (planes, h, w, c)."""
+    return a[..., None] if a.ndim == 3 else a
+
+
+def check_file(client_bin, where, path, stack, reduced, what):
+    """The file's answers against its full-resolution pages `stack`."""
+    stack = as_stack(stack)
+    planes = stack.shape[0]
+    stats = ["--stats", "min_max,sum,stddev,histogram,positions"]
+    got = answer(client_bin, where, *stats, path)
+    if got is None:
+        return
+    ch_first_plane[0] = 0
+    equal((got["width"], got["height"]), (stack.shape[2], stack.shape[1]), what + " a plane's size")
+    facts = got.get("facts", {})
+    equal(facts.get("planes", 1), planes, what + " facts.planes")
+    equal(facts.get("reduced_pages", 0), reduced, what + " facts.reduced_pages")
+    check_channels(got["channels"], stack, what + " (the planes together)")
+    equal("planes" in got, False, what + " answers each plane only when asked")
+    each = answer(client_bin, where, *stats, "--planes", path)
+    if each is None:
+        return
+    check_channels(each["channels"], stack, what + " --planes (together)")
+    equal([p["index"] for p in each["planes"]], list(range(planes)), what + " --planes indices")
+    for p in each["planes"]:
+        ch_first_plane[0] = 0
+        check_channels(p["channels"], stack[p["index"]:p["index"] + 1], f"{what} plane {p['index']}")
+    if planes >= 3:
+        some = answer(client_bin, where, *stats, "--planes", f"1-{planes - 2}", path)
+        if some is None:
+            return
+        ch_first_plane[0] = 1
+        check_channels(some["channels"], stack[1:planes - 1], what + " --planes 1-N-2 (together)")
+        equal([p["index"] for p in some["planes"]], list(range(1, planes - 1)), what + " --planes 1-N-2 indices")
+        equal(some["facts"].get("planes_answered"), planes - 2, what + " --planes 1-N-2 planes_answered")
+        one = answer(client_bin, where, *stats, "--planes", str(planes - 1), path)
+        if one is not None:
+            ch_first_plane[0] = planes - 1
+            check_channels(one["channels"], stack[planes - 1:], what + " --planes N-1 (the last alone)")
+
+
+def refused(client_bin, where, path, code, words, what, *args):
+    rc, out, err = run(client_bin, where, *args, path)
+    if rc == 0 or code not in err or words not in err:
+        fail(f"{what}: wanted {code} saying '{words}', got exit {rc}: {err.strip()[-400:]}")
+
+
+def ifd_offsets(path):
+    """Every directory's offset and where its next-directory pointer lies
+    (classic TIFF, little-endian)."""
+    data = open(path, "rb").read()
+    assert data[:4] == b"II*\0"
+    out = []
+    at = struct.unpack_from("<I", data, 4)[0]
+    while at:
+        n = struct.unpack_from("<H", data, at)[0]
+        out.append((at, at + 2 + 12 * n))
+        at = struct.unpack_from("<I", data, at + 2 + 12 * n)[0]
+    return out
+
+
+def make_files(work, rng):
+    """(name, path, full-resolution pages, reduced pages) of each layout."""
+    files = []
+
+    def add(name, stack, reduced=0, shape=None, pages=True, **kw):
+        """shape: the array as written (an ImageJ hyperstack's TZCYX); pages:
+        written a page at a time (tifffile would take a short first axis of
+        tiles for samples)."""
+        path = os.path.join(work, name)
+        if pages:
+            with tifffile.TiffWriter(path, bigtiff=kw.pop("bigtiff", False)) as t:
+                for page in stack:
+                    t.write(page, **kw)
+        else:
+            tifffile.imwrite(path, stack if shape is None else stack.reshape(shape), **kw)
+        files.append((name, path, stack, reduced))
+
+    add("u16-strips.tif", rng.integers(0, 65536, (5, 37, 53), dtype=np.uint16))
+    add("u16-bigtiff-tiles.tif", rng.integers(0, 65536, (4, 45, 61), dtype=np.uint16), bigtiff=True, tile=(16, 16),
+        compression="zlib", pages=True)
+    add("u8-rgb-zlib.tif", rng.integers(0, 256, (3, 29, 31, 3), dtype=np.uint8), photometric="rgb", compression="zlib",
+        predictor=True)
+    add("u8-gray-tiles.tif", rng.integers(0, 256, (7, 40, 33), dtype=np.uint8), tile=(16, 32))
+    a = rng.normal(100, 30, (4, 23, 41)).astype(np.float32)
+    a[1, 3, 5] = np.nan
+    a[2, 0, 0] = -1e6
+    add("f32-nan.tif", a)
+    add("i16.tif", rng.integers(-32768, 32768, (3, 19, 17), dtype=np.int16))
+    add("u16-imagej-tzc.tif", rng.integers(0, 4096, (12, 21, 25), dtype=np.uint16), shape=(2, 3, 2, 21, 25),
+        imagej=True, metadata={"axes": "TZCYX"}, pages=False)
+    add("u16-ome.tif", rng.integers(0, 65536, (3, 27, 29), dtype=np.uint16), ome=True, metadata={"axes": "ZYX"}, pages=False)
+    add("constant-stack.tif", np.full((6, 9, 11), 4242, dtype=np.uint16))
+    add("thousand-pages.tif", rng.integers(0, 256, (1000, 8, 8), dtype=np.uint8))
+    add("one-page.tif", rng.integers(0, 65536, (1, 33, 35), dtype=np.uint16))
+
+    # A pyramid of reduced-resolution pages in the main chain (NewSubfileType
+    # 1), and one in SubIFDs (OME's way): both are the full pages alone.
+    full = rng.integers(0, 65536, (3, 32, 48), dtype=np.uint16)
+    path = os.path.join(work, "pyramid-chain.tif")
+    with tifffile.TiffWriter(path) as t:
+        for page in full:
+            t.write(page)
+            t.write(page[::2, ::2].copy(), subfiletype=1)
+            t.write(page[::4, ::4].copy(), subfiletype=1)
+    files.append(("pyramid-chain.tif", path, full, 6))
+    path = os.path.join(work, "pyramid-subifds.tif")
+    with tifffile.TiffWriter(path) as t:
+        for page in full:
+            t.write(page, subifds=1)
+            t.write(page[::2, ::2].copy(), subfiletype=1)
+    files.append(("pyramid-subifds.tif", path, full, 0))
+    return files
+
+
+def check_refusals(client_bin, server_bin, work, rng, local):
+    pages = rng.integers(0, 65536, (5, 16, 16), dtype=np.uint16)
+    path = os.path.join(work, "five.tif")
+    tifffile.imwrite(path, pages)
+    refused(client_bin, local, path, "INVALID_ARGUMENT", "has 5 planes", "--planes past the last", "--planes", "5")
+    rgb = os.path.join(work, "rgb-stack.tif")
+    tifffile.imwrite(rgb, rng.integers(0, 256, (3, 8, 8, 3), dtype=np.uint8), photometric="rgb")
+    refused(client_bin, local, rgb, "UNIMPLEMENTED", "one plane at a time", "the luminance of a stack",
+            "--stats", "luminance")
+    one = answer(client_bin, local, "--stats", "luminance", "--planes", "1", rgb)
+    if one is not None:
+        equal(one["luminance"]["count"], 64, "the luminance of one chosen plane")
+    refused(client_bin, local, rgb, "UNIMPLEMENTED", "parts of a file of several planes", "tiles of a stack",
+            "--tiles", "2x2")
+    mixed = os.path.join(work, "mixed.tif")
+    with tifffile.TiffWriter(mixed) as t:
+        t.write(pages[0])
+        t.write(pages[1][:8])
+    refused(client_bin, local, mixed, "INVALID_ARGUMENT", "differ in size or samples", "pages of different sizes")
+
+    # A directory chain that loops back, and one that points past the end:
+    # the pages before the damage are answered, with a warning that says so.
+    for name, target in (("loop", lambda offs, size: offs[1][0]), ("past-end", lambda offs, size: size + 4096)):
+        damaged = os.path.join(work, name + ".tif")
+        data = bytearray(open(path, "rb").read())
+        offs = ifd_offsets(path)
+        struct.pack_into("<I", data, offs[2][1], target(offs, len(data)))
+        open(damaged, "wb").write(data)
+        got = answer(client_bin, local, "--stats", "min_max,sum,stddev", damaged)
+        if got is None:
+            continue
+        equal(got["facts"].get("planes"), 3, f"{name}: pages before the damage")
+        check_channels(got["channels"], as_stack(pages[:3]), f"{name}: the pages before the damage")
+        if not any("directories end" in w for w in got["warnings"]):
+            fail(f"{name}: no warning about the damaged chain: {got['warnings']}")
+
+    # More pages than --max-planes: refused by a server with that limit.
+    server, address = start_server(server_bin, work, "--max-planes", "4", log_name="server-max-planes.log")
+    try:
+        refused(client_bin, ["--server", address], path, "RESOURCE_EXHAUSTED", "--max-planes", "more pages than --max-planes")
+        got = answer(client_bin, ["--server", address], "--stats", "min_max", os.path.join(work, "rgb-stack.tif"))
+        equal(got and got["facts"]["planes"], 3, "a server with --max-planes 4 serves a 3-page file")
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def main():
+    if len(sys.argv) != 4:
+        raise SystemExit(__doc__)
+    server_bin, client_bin, work = sys.argv[1:4]
+    os.makedirs(work, exist_ok=True)
+    rng = np.random.default_rng(49)
+    files = make_files(work, rng)
+    for name, path, stack, reduced in files:
+        # What tifffile reads is what the file holds: the test's pixels.
+        with tifffile.TiffFile(path) as t:
+            main_pages = [p for p in t.pages if not (p.subfiletype & 1)]
+            read = np.stack([p.asarray() for p in main_pages])
+        assert read.shape == stack.shape and np.array_equal(read, stack, equal_nan=True), name
+    local = ["--local"]
+    for name, path, stack, reduced in files:
+        check_file(client_bin, local, path, stack, reduced, name + " (--local)")
+    check_refusals(client_bin, server_bin, work, rng, local)
+    server, address = start_server(server_bin, work)
+    try:
+        for name, path, stack, reduced in files:
+            check_file(client_bin, ["--server", address], path, stack, reduced, name + " (server)")
+        # Large enough to be streamed to the server (4 MiB and more).
+        big = rng.integers(0, 65536, (40, 256, 256), dtype=np.uint16)
+        path = os.path.join(work, "streamed.tif")
+        with tifffile.TiffWriter(path) as t:
+            for page in big:
+                t.write(page, tile=(64, 64), compression="zlib")
+        check_file(client_bin, ["--server", address], path, big, 0, "streamed.tif (server)")
+    finally:
+        server.terminate()
+        server.wait()
+    if failures:
+        print(f"{len(failures)} failures")
+        sys.exit(1)
+    print(f"planes: {len(files) + 1} files, every page against tifffile and numpy, both ways; refusals checked")
+
+
+if __name__ == "__main__":
+    main()
