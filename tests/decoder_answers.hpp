@@ -25,8 +25,10 @@ struct DecoderAnswer {
   std::string error;
 };
 
-inline DecoderAnswer imgstat_answer(const std::string& f, const DecodeOptions& options = {}) {
+// A file of several planes: its first (OpenCV reads one), unless options choose.
+inline DecoderAnswer imgstat_answer(const std::string& f, DecodeOptions options = {}) {
   DecoderAnswer a;
+  if (options.plane_count == 0) options.plane_count = 1;
   try {
     const DecodedImage d = decode_image(reinterpret_cast<const uint8_t*>(f.data()), f.size(), options);
     a.ok = true;

@@ -13,6 +13,8 @@ the refusals: a page count over --max-planes, pages of different sizes,
 planes past the last, statistics that need one plane, and damaged
 directory chains (a loop, an offset past the end).
 """
+import csv
+import io
 import json
 import os
 import struct
@@ -220,10 +222,23 @@ def make_files(work, rng):
     return files
 
 
+def check_csv(client_bin, where, path, stack):
+    """--csv --planes: the planes together, then a row per plane named in the part column."""
+    rc, out, err = run(client_bin, where, "--csv", "--planes", "--stats", "min_max,sum", path)
+    if rc != 0:
+        return fail(f"--csv --planes exited {rc}: {err[-400:]}")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    stack = as_stack(stack)
+    equal([r["part"] for r in rows], [""] + [f"plane {i}" for i in range(stack.shape[0])], "--csv --planes rows")
+    equal([int(r["sum"]) for r in rows], [int(stack.sum(dtype=np.int64))] +
+          [int(p.sum(dtype=np.int64)) for p in stack], "--csv --planes sums")
+
+
 def check_refusals(client_bin, server_bin, work, rng, local):
     pages = rng.integers(0, 65536, (5, 16, 16), dtype=np.uint16)
     path = os.path.join(work, "five.tif")
     tifffile.imwrite(path, pages)
+    check_csv(client_bin, local, path, pages)
     refused(client_bin, local, path, "INVALID_ARGUMENT", "has 5 planes", "--planes past the last", "--planes", "5")
     rgb = os.path.join(work, "rgb-stack.tif")
     tifffile.imwrite(rgb, rng.integers(0, 256, (3, 8, 8, 3), dtype=np.uint8), photometric="rgb")
