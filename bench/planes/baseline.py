@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import tifffile
 
-a = tifffile.imread(sys.argv[1])
+a = tifffile.imread(sys.argv[1], key=slice(None))  # every page, not the first series alone
 hist, _ = np.histogram(a, bins=256, range=(0, 65536))
 print(f"baseline: {a.shape[0]} pages, sum {int(a.sum(dtype=np.uint64))}, min {a.min()}, max {a.max()}, "
       f"mean {a.mean():.6f}, std {a.std():.6f}, histogram total {int(hist.sum())}")

@@ -155,6 +155,7 @@ TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<boo
     // Where the units of each unit row and all later ones begin in the file:
     // after a band, the bytes before that are read for the last time.
     std::vector<uint64_t> first_offset;
+    uint64_t page_end = 0;  // where this page's last strip or tile ends
     if (release && !s.line_by_line) {
       TIFF* tif = first->tif;
       const uint32_t unit_rows = (s.height + s.unit_height - 1) / s.unit_height, across = s.units_across();
@@ -166,7 +167,9 @@ TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<boo
           for (uint32_t c = 0; c < across; ++c) {
             const uint32_t unit = s.tiled ? TIFFComputeTile(tif, c * s.unit_width, r * s.unit_height, 0, static_cast<uint16_t>(p))
                                           : p * unit_rows + r;
-            lowest = std::min<uint64_t>(lowest, TIFFGetStrileOffset(tif, unit));
+            const uint64_t at = TIFFGetStrileOffset(tif, unit);
+            lowest = std::min<uint64_t>(lowest, at);
+            page_end = std::max<uint64_t>(page_end, at + TIFFGetStrileByteCount(tif, unit));
           }
         first_offset[r] = lowest;
       }
@@ -211,6 +214,13 @@ TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<boo
         const uint64_t next = std::min<uint64_t>(first_offset[y0 / s.unit_height], size);
         if (next > released) release(released, next), released = next;
       }
+    }
+    // A page done: its bytes too (the next page's, written after it as a
+    // rule, are read again should they lie before).
+    if (planes > 1 && std::min<uint64_t>(page_end, size) > released) {
+      const uint64_t next = std::min<uint64_t>(page_end, size);
+      release(released, next);
+      released = next;
     }
   }
   if (release && released < size) release(released, size);
