@@ -20,6 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from live_server import start_server  # noqa: E402
+from verdicts import close, equal, fail, finish  # noqa: E402
 
 try:
     import numpy as np
@@ -27,24 +28,6 @@ try:
 except ImportError as e:  # scripts/install-deps installs python3-numpy and python3-pil
     print("skipped:", e)
     sys.exit(77)
-
-failures = []
-
-
-def fail(what):
-    failures.append(what)
-    print("FAIL:", what)
-
-
-def equal(got, want, what):
-    if got != want:
-        fail(f"{what}: got {str(got)[:200]}, numpy {str(want)[:200]}")
-
-
-def close(got, want, rel, what):
-    if got is None or not (abs(got - want) <= rel * abs(want) + 1e-300):
-        fail(f"{what}: got {got!r}, numpy {want!r}")
-
 
 def client(client_bin, server, *args):
     out = subprocess.run([client_bin, "--server", server, *args], capture_output=True, text=True, timeout=600)
@@ -198,10 +181,7 @@ def main():
     finally:
         server.terminate()
         server.wait(timeout=30)
-    if failures:
-        print(f"{len(failures)} failures")
-        sys.exit(1)
-    print(f"parts of {pairs} image/label pairs equal numpy's")
+    finish(f"parts of {pairs} image/label pairs equal numpy's")
 
 
 if __name__ == "__main__":

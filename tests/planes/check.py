@@ -23,6 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from live_server import start_server  # noqa: E402
+from verdicts import close, equal, fail, finish  # noqa: E402
 
 try:
     import numpy as np
@@ -30,24 +31,6 @@ try:
 except ImportError as e:  # scripts/install-deps installs python3-numpy and python3-tifffile
     print("skipped:", e)
     sys.exit(77)
-
-failures = []
-
-
-def fail(what):
-    failures.append(what)
-    print("FAIL:", what)
-
-
-def equal(got, want, what):
-    if got != want:
-        fail(f"{what}: got {str(got)[:200]}, numpy {str(want)[:200]}")
-
-
-def close(got, want, rel, what):
-    if got is None or not (abs(got - want) <= rel * abs(want) + 1e-300):
-        fail(f"{what}: got {got!r}, numpy {want!r}")
-
 
 def run(client_bin, where, *args):
     out = subprocess.run([client_bin, *where, *args], capture_output=True, text=True, timeout=600)
@@ -313,10 +296,7 @@ def main():
     finally:
         server.terminate()
         server.wait()
-    if failures:
-        print(f"{len(failures)} failures")
-        sys.exit(1)
-    print(f"planes: {len(files) + 1} files, every page against tifffile and numpy, both ways; refusals checked")
+    finish(f"planes: {len(files) + 1} files, every page against tifffile and numpy, both ways; refusals checked")
 
 
 if __name__ == "__main__":
