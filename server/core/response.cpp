@@ -152,6 +152,15 @@ void fill_facts(v1::AnalyzeResponse& r, const uint8_t* data, size_t size, const 
   out->set_progressive(f.progressive);
   out->set_icc_profile(f.icc_profile);
   out->set_exif_orientation(f.exif_orientation);
+  // An animation is answered by its first frame: the facts and a warning say
+  // so (GIF's and WebP's decoders warn as they read).
+  if (f.frames > 1) {
+    out->set_planes(f.frames);
+    out->set_planes_answered(1);
+    if (r.format() == "PNG")
+      r.add_warnings("APNG of " + std::to_string(f.frames) +
+                     " frames: only its default image (the IDAT image) was analyzed; animations are not read frame by frame yet");
+  }
 }
 
 void fill_planes(v1::AnalyzeResponse& r, const Described& image, const std::vector<Result>& planes,
@@ -177,6 +186,7 @@ void fill_planes(v1::AnalyzeResponse& r, const Described& image, const std::vect
 
 void fill_plane_facts(v1::AnalyzeResponse& r, uint64_t planes, uint64_t answered, uint64_t reduced_pages) {
   v1::ImageFacts* f = r.mutable_facts();
+  if (f->planes() > planes) return;  // an animation's frames, counted by fill_facts
   f->set_planes(planes);
   f->set_planes_answered(answered);
   f->set_reduced_pages(reduced_pages);

@@ -45,6 +45,8 @@ void read_png(const uint8_t* p, size_t n, Facts& f, const std::function<void(uin
       f.icc_profile = true;
     } else if (std::memcmp(type, "eXIf", 4) == 0) {
       f.exif_orientation = exif_orientation(body, len);
+    } else if (std::memcmp(type, "acTL", 4) == 0 && len >= 8) {
+      f.frames = be32(body);
     } else if (std::memcmp(type, "IEND", 4) == 0) {
       break;
     }
@@ -142,9 +144,36 @@ void read_webp(const uint8_t* p, size_t n, Facts& f) {
     }
     if (std::memcmp(p + at, "VP8X", 4) == 0 && len >= 1) f.color_type = body[0] & 0x10 ? "rgba" : "rgb";
     if (std::memcmp(p + at, "VP8 ", 4) == 0 && f.color_type.empty()) f.color_type = "rgb";
+    if (std::memcmp(p + at, "ANMF", 4) == 0) ++f.frames;
     if (std::memcmp(p + at, "VP8L", 4) == 0 && f.color_type.empty() && len >= 5)
       f.color_type = (body[4] & 0x10) ? "rgba" : "rgb";  // the alpha_is_used bit
     at += 8 + size_t{len} + (len & 1);
+  }
+}
+
+// GIF: its image descriptors, walked block by block (extensions and image
+// data are runs of sub-blocks), as far as the bytes go.
+void read_gif(const uint8_t* p, size_t n, Facts& f) {
+  if (n < 13) return;
+  size_t at = 13 + (p[10] & 0x80 ? size_t{3} << ((p[10] & 7) + 1) : 0);  // the global colour table
+  auto skip_blocks = [&]() {
+    while (at < n && p[at] != 0) at += size_t{p[at]} + 1;
+    ++at;
+  };
+  while (at < n) {
+    if (p[at] == 0x3b) break;  // the trailer
+    if (p[at] == 0x21) {       // an extension: its label, then sub-blocks
+      at += 2;
+      skip_blocks();
+    } else if (p[at] == 0x2c) {  // an image: its descriptor, local table, LZW code size, data
+      if (at + 10 > n) break;
+      const uint8_t flags = p[at + 9];
+      at += 10 + (flags & 0x80 ? size_t{3} << ((flags & 7) + 1) : 0) + 1;
+      skip_blocks();
+      ++f.frames;
+    } else {
+      break;  // damage: keep what was counted
+    }
   }
 }
 
@@ -195,6 +224,7 @@ Facts read_facts(const uint8_t* data, size_t size, const std::function<void(uint
   if (starts_with(data, size, "\x89PNG\r\n\x1a\n", 8)) read_png(data, size, f, release);
   else if (size >= 4 && data[0] == 0xff && data[1] == 0xd8) read_jpeg(data, size, f);
   else if (size >= 12 && std::memcmp(data, "RIFF", 4) == 0 && std::memcmp(data + 8, "WEBP", 4) == 0) read_webp(data, size, f);
+  else if (starts_with(data, size, "GIF8", 4)) read_gif(data, size, f);
   return f;
 }
 

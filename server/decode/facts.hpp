@@ -22,6 +22,9 @@ struct Facts {
   bool progressive = false;  // JPEG progressive, PNG interlaced
   bool icc_profile = false;
   uint32_t exif_orientation = 0;  // 1 to 8 as the EXIF tag says; 0: none
+  // An animation's frames (APNG's acTL, WebP's ANMF chunks, GIF's image
+  // descriptors); 0: not an animation, or not counted.
+  uint32_t frames = 0;
 };
 
 // Facts of an encoded file, as far as its format tells them; never throws:

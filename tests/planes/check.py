@@ -217,6 +217,26 @@ def check_csv(client_bin, where, path, stack):
           [int(p.sum(dtype=np.int64)) for p in stack], "--csv --planes sums")
 
 
+def check_animations(client_bin, work, rng, local):
+    """Animations are not read frame by frame yet: answered by their first
+    frame, never silently: the facts count the frames and a warning says so."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return fail("Pillow is missing (python3-pil)")
+    frames = [Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)) for _ in range(3)]
+    for ext, kw in (("gif", {}), ("png", {}), ("webp", {"lossless": True})):
+        path = os.path.join(work, "animated." + ext)
+        frames[0].save(path, save_all=True, append_images=frames[1:], duration=100, loop=0, **kw)
+        got = answer(client_bin, local, "--stats", "min_max", path)
+        if got is None:
+            continue
+        equal((got["facts"].get("planes"), got["facts"].get("planes_answered")), (3, 1), f"animated {ext}: facts")
+        if not any("frame" in w for w in got["warnings"]):
+            fail(f"animated {ext}: no warning that only the first frame was analyzed: {got['warnings']}")
+        equal(got["channels"][0]["count"], 12 * 16, f"animated {ext}: the first frame's pixels")
+
+
 def check_refusals(client_bin, server_bin, work, rng, local):
     pages = rng.integers(0, 65536, (5, 16, 16), dtype=np.uint16)
     path = os.path.join(work, "five.tif")
@@ -282,6 +302,7 @@ def main():
     for name, path, stack, reduced in files:
         check_file(client_bin, local, path, stack, reduced, name + " (--local)")
     check_refusals(client_bin, server_bin, work, rng, local)
+    check_animations(client_bin, work, rng, local)
     server, address = start_server(server_bin, work)
     try:
         for name, path, stack, reduced in files:
