@@ -280,6 +280,37 @@ TEST_F(Hostile, DecodesBeyondTheMemoryBudgetAreRefusedByName) {
   expect_refused(analyze(encoded(lying)), StatusCode::INVALID_ARGUMENT, "cannot hold", "PNG 32768^2 in 100 bytes");
 }
 
+// Page chains: a hundred thousand pages, a loop, one past the file, and a
+// page that declares 32 GiB behind a 1x1 one. Each answered or refused by
+// name from the directories alone, in bounded time and memory.
+TEST_F(Hostile, TiffPageChainsThatLoopLieOrNeverEnd) {
+  const double before = server_->rss_mib();
+  v1::AnalyzeResponse got;
+  auto t0 = std::chrono::steady_clock::now();
+  const std::string many = tiff_pages(100000);
+  ASSERT_TRUE(analyze(encoded(many), &got).ok());
+  EXPECT_EQ(got.facts().planes(), 100000u);
+  EXPECT_EQ(got.channels(0).count(), 100000u);
+  EXPECT_EQ(got.channels(0).sum_int(), 100000 * 0x2a);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+  expect_rss_below(server_->rss_mib() - before, 96, "MiB grown for 100,000 pages");
+  for (const auto& [next, what] : {std::pair<uint32_t, const char*>{12 + 3 * 114, "a loop back to page 3"},
+                                   {12, "a loop back to the first page"},
+                                   {1u << 30, "a next page past the file"}}) {
+    got.Clear();
+    ASSERT_TRUE(analyze(encoded(tiff_pages(5, next)), &got).ok()) << what;
+    EXPECT_EQ(got.facts().planes(), 5u) << what;
+    ASSERT_GT(got.warnings_size(), 0) << what;
+    EXPECT_NE(got.warnings(0).find("directories end"), std::string::npos) << what << ": " << got.warnings(0);
+  }
+  t0 = std::chrono::steady_clock::now();
+  expect_refused(analyze(encoded(tiff_pages(3, 0, 1))), StatusCode::INVALID_ARGUMENT, "page 1",
+                 "a 32 GiB page behind a 1x1 one");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  expect_rss_below(server_->rss_mib() - before, 96, "MiB grown for the page chains");
+  expect_serving();
+}
+
 TEST_F(Hostile, HugeHeadersOfEveryFormat) {
   for (const auto& [w, h] : {std::pair<uint32_t, uint32_t>{4000000000u, 4000000000u}, {65535, 65535}, {40000, 30000}}) {
     for (const auto& [format, data] : huge_headers(w, h)) {

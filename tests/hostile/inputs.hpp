@@ -134,6 +134,37 @@ inline std::string tiff_declaring(uint32_t w, uint32_t h, uint16_t bits, uint16_
   return t;
 }
 
+// A TIFF of `pages` 1x1 gray pages sharing one pixel, each directory
+// pointing to the next; the last to `last_next` (0: the end; an offset:
+// back into the chain, a loop; past the file: a damaged chain). Page
+// `big_page`, if below pages, declares w x h float64 RGBA instead.
+inline std::string tiff_pages(uint32_t pages, uint32_t last_next = 0, uint32_t big_page = UINT32_MAX,
+                              uint32_t w = 32768, uint32_t h = 32768) {
+  constexpr uint32_t kIfdBytes = 2 + 9 * 12 + 4;
+  std::string t = "II*";
+  t += '\0';
+  put_le32(t, 12);  // the first directory, after the pixel
+  put_le32(t, 0x2a);  // the pixel every page points to, at offset 8
+  for (uint32_t p = 0; p < pages; ++p) {
+    const bool big = p == big_page;
+    const uint32_t next = p + 1 < pages ? 12 + (p + 1) * kIfdBytes : last_next;
+    const uint32_t entries[9][4] = {{256, 4, 1, big ? w : 1},     {257, 4, 1, big ? h : 1},
+                                    {258, 3, 1, big ? 64u : 8u},  {262, 3, 1, 1},
+                                    {273, 4, 1, 8},               {277, 3, 1, big ? 4u : 1u},
+                                    {278, 4, 1, 1},               {279, 4, 1, 1},
+                                    {339, 3, 1, big ? 3u : 1u}};
+    put_le16(t, 9);
+    for (const auto& e : entries) {
+      put_le16(t, e[0]);
+      put_le16(t, e[1]);
+      put_le32(t, e[2]);
+      put_le32(t, e[3]);
+    }
+    put_le32(t, next);
+  }
+  return t;
+}
+
 // Headers of every other format, each declaring w x h with almost no data.
 inline std::vector<std::pair<std::string, std::string>> huge_headers(uint32_t w, uint32_t h) {
   std::vector<std::pair<std::string, std::string>> out;
