@@ -305,7 +305,6 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
   // A JPEG's check is its decode on this path (decode_jpeg): one pass.
   if (in_bands && analyze_in_bands(bytes, data.size(), decode, options, stats_request, plan.planes.each, call, r))
     return false;
-  if (stack) invalid_data(decode.format + ": could not decode its planes");
   if (in_bands) {  // the streamed decoder did not take it after all: the whole image, in the budget
     whole();
     px.lease.release();
@@ -508,6 +507,10 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
   };
   BandedDecode decoded = decode_in_bands(data, size, plan, options, sink);
   fed();
+  // A stack has no other decoder to fall back on: what refused it is the answer.
+  if (!decoded.taken && plan.chosen_planes() > 1)
+    invalid_data(plan.format + ": could not decode its planes (" +
+                 (decoded.refusal.empty() ? std::string("corrupt or truncated data") : decoded.refusal) + ")");
   if (!decoded.taken) return false;
   if (options.arrived) options.arrived(size);  // the facts are read from the whole file
   call.check("after decoding");

@@ -258,6 +258,18 @@ def check_refusals(client_bin, server_bin, work, rng, local):
         t.write(pages[1][:8])
     refused(client_bin, local, mixed, "INVALID_ARGUMENT", "differ in size or samples", "pages of different sizes")
 
+    # A page whose compressed strip is damaged: refused with libtiff's words.
+    cut = os.path.join(work, "cut.tif")
+    with tifffile.TiffWriter(cut) as t:
+        for page in pages[:3]:
+            t.write(page, compression="zlib")
+    with tifffile.TiffFile(cut) as t:
+        at, n = t.pages[1].dataoffsets[0], t.pages[1].databytecounts[0]
+    data = bytearray(open(cut, "rb").read())
+    data[at:at + n] = bytes(n)
+    open(cut, "wb").write(data)
+    refused(client_bin, local, cut, "INVALID_ARGUMENT", "could not decode its planes (libtiff", "a damaged page")
+
     # A directory chain that loops back, and one that points past the end:
     # the pages before the damage are answered, with a warning that says so.
     for name, target in (("loop", lambda offs, size: offs[1][0]), ("past-end", lambda offs, size: size + 4096)):
