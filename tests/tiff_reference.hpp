@@ -250,6 +250,35 @@ inline bool libtiff_refuses_a_unit(const std::string& f) {
   return false;
 }
 
+// The most OpenCV 4.6's TIFF reader allocates for the file's first
+// directory: its image (twice, should the orientation transpose it) and one
+// strip or tile buffer, sized from RowsPerStrip or the tile as declared, not
+// as the image bounds them (so a 10-pixel-wide strip of 3,014,666 rows is a
+// 723 MB buffer). 0 where libtiff cannot open it. A harness whose allocation
+// limit is below this does not ask OpenCV.
+inline uint64_t opencv_reader_bytes(const std::string& f) {
+  MemoryTiff t(f);
+  TIFF* tif = t.get();
+  if (!tif) return 0;
+  uint32_t w = 0, h = 0, uw = 0, uh = 0;
+  uint16_t bits = 8, samples = 1;
+  TIFFGetField(tif, TIFFTAG_IMAGEWIDTH, &w);
+  TIFFGetField(tif, TIFFTAG_IMAGELENGTH, &h);
+  TIFFGetFieldDefaulted(tif, TIFFTAG_BITSPERSAMPLE, &bits);
+  TIFFGetFieldDefaulted(tif, TIFFTAG_SAMPLESPERPIXEL, &samples);
+  if (TIFFIsTiled(tif)) {
+    TIFFGetField(tif, TIFFTAG_TILEWIDTH, &uw);
+    TIFFGetField(tif, TIFFTAG_TILELENGTH, &uh);
+  } else {
+    TIFFGetField(tif, TIFFTAG_ROWSPERSTRIP, &uh);
+  }
+  if (uw == 0) uw = w;
+  if (uh == 0 || uh == UINT32_MAX) uh = h;
+  const uint64_t sample = std::max<uint64_t>(4, (uint64_t{bits} + 7) / 8);  // 8-bit images go through RGBA
+  const uint64_t channels = std::max<uint64_t>(4, samples);
+  return 2 * uint64_t{w} * h * channels * sample + 2 * uint64_t{uw} * uh * channels * sample;
+}
+
 // The offset of a TIFF's first directory, from its header (0: none).
 inline uint64_t first_directory(const std::string& f) {
   if (f.size() < 8) return 0;
