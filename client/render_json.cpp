@@ -247,6 +247,7 @@ std::string render_json(const Outcome& o) {
       facts["planes_answered"] = f.planes_answered();
     }
     if (f.reduced_pages()) facts["reduced_pages"] = f.reduced_pages();
+    if (f.duration_ms()) facts["duration_ms"] = f.duration_ms();
     j.raw("facts", facts.dump());
   }
   if (r.has_unique_colors()) j.u64("unique_colors", r.unique_colors());
@@ -259,6 +260,7 @@ std::string render_json(const Outcome& o) {
     for (const v1::PlaneStats& p : r.planes()) {
       Fields pj;
       pj.u64("index", p.index());
+      if (p.delay_ms()) pj.u64("delay_ms", p.delay_ms());
       std::string channels = "[";
       for (const v1::ChannelStats& c : p.channels()) {
         if (channels.size() > 1) channels += ',';

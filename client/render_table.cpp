@@ -194,6 +194,7 @@ std::string facts_line(const v1::AnalyzeResponse& r, const Style& s) {
                                 : std::string()) + ")";
     }
   }
+  if (f.duration_ms()) facts += ", " + std::to_string(f.duration_ms()) + " ms";
   if (f.reduced_pages())
     facts += ", " + std::to_string(f.reduced_pages()) + " reduced-resolution page" + (f.reduced_pages() == 1 ? "" : "s") +
              " left out";

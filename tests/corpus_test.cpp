@@ -39,9 +39,10 @@ class CorpusTest : public ::testing::Test {
     const std::string file = ref["file"];
     r.mutable_input()->set_data(read_file(corpus_dir() / file));
     r.mutable_input()->set_name(file);
-    // The references are of a file's first page (the corpus' convention);
-    // imgstat answers every page unless asked for one (tests/planes).
-    if (ref["format"] == "TIFF") r.mutable_options()->mutable_planes()->set_count(1);
+    // The references are of a file's first page or frame (the corpus'
+    // convention, ImageMagick's FILE[0]); imgstat answers every page and
+    // frame unless asked for one (tests/planes).
+    if (ref["format"] == "TIFF" || ref["format"] == "GIF") r.mutable_options()->mutable_planes()->set_count(1);
     if (ref["format"] == "raw") {
       const auto& m = manifest_.at(file);
       r.mutable_input()->set_kind(v1::INPUT_KIND_RAW);

@@ -222,7 +222,7 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
   if (plan.planes.each) fill_planes(r, px.d, {}, plan.stats);
   if (kind_of(input) == v1::INPUT_KIND_ENCODED) {
     fill_facts(r, data.data, data.size(), px.d.layout, release);
-    fill_plane_facts(r, px.planes_in_file, 1, px.reduced_pages);
+    fill_plane_facts(r, px.planes_in_file, 1, px.reduced_pages, px.plane_delays_ms);
   }
   r.set_decoder(px.decoded.decoder);
   set_duration(r.mutable_decode_time(), t1 - t0);
@@ -319,6 +319,7 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
   px.d.first_plane = decode.first_plane;
   px.planes_in_file = decode.planes;
   px.reduced_pages = decode.reduced_pages;
+  px.plane_delays_ms = decode.plane_delays_ms;
   px.view = px.decoded.view;
   for (const std::string& w : px.decoded.warnings) r.add_warnings(w);
   return true;
@@ -521,7 +522,7 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
   fill_response(r, d, result, request);
   if (each_plane) fill_planes(r, d, d.planes > 1 ? planes : std::vector<Result>{}, request);
   fill_facts(r, data, size, plane_layout, options.release);
-  fill_plane_facts(r, plan.planes, plan.chosen_planes(), plan.reduced_pages);
+  fill_plane_facts(r, plan.planes, plan.chosen_planes(), plan.reduced_pages, plan.plane_delays_ms);
   r.set_decoder(decoded.decoder);
   for (const std::string& w : decoded.warnings) r.add_warnings(w);
   // The computation overlaps the decode; compute_time is what follows the last row.

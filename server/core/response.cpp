@@ -152,8 +152,10 @@ void fill_facts(v1::AnalyzeResponse& r, const uint8_t* data, size_t size, const 
   out->set_progressive(f.progressive);
   out->set_icc_profile(f.icc_profile);
   out->set_exif_orientation(f.exif_orientation);
-  // An animation is answered by its first frame: the facts and a warning say
-  // so (GIF's and WebP's decoders warn as they read).
+  out->set_duration_ms(f.duration_ms);
+  // An animation's frames are planes: a GIF's are read (fill_plane_facts
+  // says how many were answered); an APNG's and an animated WebP's are
+  // answered by their first frame, and the facts and a warning say so.
   if (f.frames > 1) {
     out->set_planes(f.frames);
     out->set_planes_answered(1);
@@ -184,7 +186,10 @@ void fill_planes(v1::AnalyzeResponse& r, const Described& image, const std::vect
   }
 }
 
-void fill_plane_facts(v1::AnalyzeResponse& r, uint64_t planes, uint64_t answered, uint64_t reduced_pages) {
+void fill_plane_facts(v1::AnalyzeResponse& r, uint64_t planes, uint64_t answered, uint64_t reduced_pages,
+                      const std::vector<uint32_t>& delays_ms) {
+  for (int i = 0; i < r.planes_size() && static_cast<size_t>(i) < delays_ms.size(); ++i)
+    r.mutable_planes(i)->set_delay_ms(delays_ms[static_cast<size_t>(i)]);
   v1::ImageFacts* f = r.mutable_facts();
   if (f->planes() > planes) return;  // an animation's frames, counted by fill_facts
   f->set_planes(planes);

@@ -53,7 +53,9 @@ void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result&
 void fill_planes(v1::AnalyzeResponse& r, const Described& image, const std::vector<Result>& planes,
                  const StatsRequest& request);
 // The file's planes, in its facts.
-void fill_plane_facts(v1::AnalyzeResponse& r, uint64_t planes, uint64_t answered, uint64_t reduced_pages);
+// With an animation's frame delays for the planes answered (r.planes, in order).
+void fill_plane_facts(v1::AnalyzeResponse& r, uint64_t planes, uint64_t answered, uint64_t reduced_pages,
+                      const std::vector<uint32_t>& delays_ms = {});
 // A joint histogram's counts: dense up to kDenseJointBins, else the bins
 // that are not zero, as (index, count).
 void set_joint_counts(v1::JointHistogram* out, const std::vector<uint64_t>& counts);

@@ -1,4 +1,5 @@
 #include "decode/decode.hpp"
+#include "decode/gif/gif.hpp"
 
 #include <opencv2/imgcodecs.hpp>
 
@@ -168,6 +169,31 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
       plan.band_layout = Layout{plan.width, plan.height, tiff.channels, tiff.type, 0};
     }
   }
+  if (p.format == "GIF") {
+    const GifPlan gif = plan_gif(data, size, options.max_planes, options.cancelled);
+    if (gif.frames() > 1) {  // an animation: its frames composited on its canvas, a plane each
+      plan.width = gif.width;
+      plan.height = gif.height;
+      p.has_size = gif.width > 0 && gif.height > 0;
+      p.bytes_per_pixel = gif.alpha ? 4 : 3;
+      p.least_bytes = 0;
+      plan.planes = gif.frames();
+      if (!gif.warning.empty()) plan.warnings.push_back(gif.warning);
+      if (options.first_plane < plan.planes) {
+        const uint64_t left = plan.planes - options.first_plane;
+        const uint64_t n = options.plane_count ? std::min(options.plane_count, left) : left;
+        for (uint64_t i = options.first_plane; i < options.first_plane + n; ++i) {
+          plan.plane_offsets.push_back(i);
+          plan.plane_delays_ms.push_back(gif.delays_ms[i]);
+        }
+        plan.first_plane = options.first_plane;
+      }
+      const uint32_t channels = gif.alpha ? 4 : 3;
+      plan.band_layout = Layout{plan.width, plan.height, channels, SampleType::kUint8, 0};
+      plan.band_memory_bytes = gif.memory_bytes + 2 * uint64_t{band_rows(plan.width * channels, plan.height)} * plan.width * channels;
+      extra = gif.memory_bytes;
+    }
+  }
   if (!p.has_size) invalid_data(p.format + ": the header gives no image size (corrupt or truncated header)");
   if (options.first_plane >= plan.planes)
     invalid_data("planes from " + std::to_string(options.first_plane) + " were asked for, but this " + p.format +
@@ -245,6 +271,20 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
   DecodedImage out;
   out.format = plan.format;
   out.warnings = plan.warnings;
+  if (plan.format == "GIF" && plan.planes > 1) {  // one frame of an animation, composited
+    const Layout& l = plan.band_layout;
+    cv::Mat m(static_cast<int>(l.height), static_cast<int>(l.width), CV_8UC(static_cast<int>(l.channels)));
+    RowSink sink;
+    sink.begin = [&](uint32_t, uint32_t h, uint32_t, SampleType) { return RowBand{m.data, h}; };
+    sink.band = [&](const uint8_t*, uint32_t, uint32_t) { return RowBand{m.data, static_cast<uint32_t>(l.height)}; };
+    GifPlan gif;
+    gif.width = static_cast<uint32_t>(l.width);
+    gif.height = static_cast<uint32_t>(l.height);
+    gif.alpha = l.channels == 4;
+    decode_gif_frames(data, size, gif, plan.plane_offsets.front(), plan.plane_offsets.back(), options.cancelled, sink);
+    out.decoder = "giflib";
+    return finish_decoded(std::move(out), m, options, false);
+  }
   std::string refusal;  // a streamed decoder's library's words, should OpenCV refuse the file too
   {
     // The streamed decoders into one image: JPEG in one libjpeg-turbo pass
@@ -324,6 +364,14 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     out.taken = png.taken;
     out.decoder = "imgstat-png";
     add(png.warnings);
+  } else if (plan.format == "GIF" && plan.planes > 1) {
+    GifPlan gif;
+    gif.width = static_cast<uint32_t>(plan.width);
+    gif.height = static_cast<uint32_t>(plan.height);
+    gif.alpha = plan.band_layout.channels == 4;
+    decode_gif_frames(data, size, gif, plan.plane_offsets.front(), plan.plane_offsets.back(), options.cancelled, sink);
+    out.taken = true;
+    out.decoder = "giflib";
   } else if (plan.format == "TIFF" && plan.band_memory_bytes > 0) {
     TiffDecode tiff = decode_tiff(data, size, options.cancelled, sink, options.release, plan.plane_offsets);
     out.taken = tiff.taken;

@@ -1,8 +1,9 @@
 // Encoded image bytes to pixels, as OpenCV's imread(IMREAD_UNCHANGED) gives
 // them (the file's own sample type), with the conventions of docs/conventions.md:
 // channels reported R,G,B(,A) or Gray. A multi-page TIFF is a stack of
-// planes (DecodePlan::planes), read one after another in bands; other
-// formats are one plane (an animation's first frame). Untrusted input:
+// planes (DecodePlan::planes), and so is an animated GIF (its frames
+// composited), read one after another in bands; other formats are one plane
+// (an animated WebP's or APNG's first frame). Untrusted input:
 // pixel limits are checked from the header before any decoder allocates.
 #pragma once
 
@@ -63,12 +64,14 @@ struct DecodePlan {
   Layout band_layout{0, 0, 0, SampleType::kUint8, 0};
   // Planes in the file (width and height are each one's), and those chosen
   // (DecodeOptions::first_plane, plane_count): a TIFF's pages, by their
-  // directories' offsets (empty: the file is one plane). Several chosen
+  // directories' offsets, an animated GIF's frames by their index (empty:
+  // the file is one plane). Several chosen
   // planes are decoded in bands only (decode_in_bands).
   uint64_t planes = 1;
   uint64_t first_plane = 0;
   std::vector<uint64_t> plane_offsets;
   uint64_t reduced_pages = 0;  // TIFF pages that are reduced-resolution copies, left out
+  std::vector<uint32_t> plane_delays_ms;  // an animation's chosen frames: how long each shows
   std::vector<std::string> warnings;
   uint64_t chosen_planes() const { return plane_offsets.empty() ? 1 : plane_offsets.size(); }
 };

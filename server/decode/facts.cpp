@@ -47,6 +47,9 @@ void read_png(const uint8_t* p, size_t n, Facts& f, const std::function<void(uin
       f.exif_orientation = exif_orientation(body, len);
     } else if (std::memcmp(type, "acTL", 4) == 0 && len >= 8) {
       f.frames = be32(body);
+    } else if (std::memcmp(type, "fcTL", 4) == 0 && len >= 26) {  // delay_num / delay_den seconds (den 0: 100)
+      const uint32_t num = be16(body + 20), den = be16(body + 22);
+      f.duration_ms += uint64_t{num} * 1000 / (den ? den : 100);
     } else if (std::memcmp(type, "IEND", 4) == 0) {
       break;
     }
@@ -144,7 +147,10 @@ void read_webp(const uint8_t* p, size_t n, Facts& f) {
     }
     if (std::memcmp(p + at, "VP8X", 4) == 0 && len >= 1) f.color_type = body[0] & 0x10 ? "rgba" : "rgb";
     if (std::memcmp(p + at, "VP8 ", 4) == 0 && f.color_type.empty()) f.color_type = "rgb";
-    if (std::memcmp(p + at, "ANMF", 4) == 0) ++f.frames;
+    if (std::memcmp(p + at, "ANMF", 4) == 0) {
+      ++f.frames;
+      if (len >= 15) f.duration_ms += body[12] | body[13] << 8 | uint32_t{body[14]} << 16;
+    }
     if (std::memcmp(p + at, "VP8L", 4) == 0 && f.color_type.empty() && len >= 5)
       f.color_type = (body[4] & 0x10) ? "rgba" : "rgb";  // the alpha_is_used bit
     at += 8 + size_t{len} + (len & 1);
@@ -163,6 +169,8 @@ void read_gif(const uint8_t* p, size_t n, Facts& f) {
   while (at < n) {
     if (p[at] == 0x3b) break;  // the trailer
     if (p[at] == 0x21) {       // an extension: its label, then sub-blocks
+      // A graphic control block: flags, the delay in hundredths of a second.
+      if (at + 6 <= n && p[at + 1] == 0xf9 && p[at + 2] >= 4) f.duration_ms += (p[at + 4] | p[at + 5] << 8) * 10u;
       at += 2;
       skip_blocks();
     } else if (p[at] == 0x2c) {  // an image: its descriptor, local table, LZW code size, data

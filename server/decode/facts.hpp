@@ -25,6 +25,7 @@ struct Facts {
   // An animation's frames (APNG's acTL, WebP's ANMF chunks, GIF's image
   // descriptors); 0: not an animation, or not counted.
   uint32_t frames = 0;
+  uint64_t duration_ms = 0;  // an animation's frame delays, summed
 };
 
 // Facts of an encoded file, as far as its format tells them; never throws:

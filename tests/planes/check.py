@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Files of several planes (multi-page TIFF and BigTIFF, ImageJ hyperstacks,
-OME-TIFF, pyramids) through imgstat-client --local and a live server,
-against tifffile's pages and numpy over the same pixels.
+OME-TIFF, pyramids, animated GIF) through imgstat-client --local and a live
+server, against tifffile's pages (Pillow's frames) and numpy over the same
+pixels.
 
     check.py SERVER_BIN CLIENT_BIN WORK
 
@@ -217,21 +218,139 @@ def check_csv(client_bin, where, path, stack):
           [int(p.sum(dtype=np.int64)) for p in stack], "--csv --planes sums")
 
 
-def check_animations(client_bin, work, rng, local):
-    """Animations are not read frame by frame yet: answered by their first
+def pillow_frames(path):
+    """Pillow's frames of an animation, as RGB, or RGBA where the first frame
+    has a transparent colour (Pillow's own mode for the frames after it),
+    and each frame's delay."""
+    from PIL import Image, ImageSequence
+    with Image.open(path) as im:
+        mode = "RGBA" if "transparency" in im.info else "RGB"
+        frames, delays = [], []
+        for f in ImageSequence.Iterator(im):
+            frames.append(np.asarray(f.convert(mode)))
+            delays.append(f.info.get("duration", 0))
+    return np.stack(frames), delays
+
+
+def make_gifs(work, rng):
+    """Animated GIFs as Pillow writes them: full frames and frames cut to
+    what changed, global and local palettes, interlaced or not, a
+    transparent colour, each disposal method, delays that differ."""
+    from PIL import Image
+    out = []
+
+    def save(name, frames, **kw):
+        path = os.path.join(work, name)
+        frames[0].save(path, save_all=True, append_images=frames[1:], loop=0, **kw)
+        out.append((name, path))
+
+    rgb = [Image.fromarray(rng.integers(0, 256, (23, 31, 3), dtype=np.uint8)) for _ in range(5)]
+    save("full-frames.gif", rgb, duration=[40, 70, 100, 20, 500])
+    save("not-interlaced.gif", rgb[:3], duration=80, interlace=False)
+    # Frames that change in a corner only: Pillow writes the changed rectangle.
+    base = rng.integers(0, 256, (40, 52, 3), dtype=np.uint8)
+    moving = []
+    for i in range(6):
+        f = base.copy()
+        f[5 + i:15 + i, 7 + 2 * i:19 + 2 * i] = rng.integers(0, 256, 3, dtype=np.uint8)
+        moving.append(Image.fromarray(f))
+    save("changed-rectangles.gif", moving, duration=60)
+    # Palette frames with a transparent colour (index 0), under each disposal.
+    palette = rng.integers(0, 256, 768, dtype=np.uint8).tolist()
+    for disposal in (0, 1, 2, 3):
+        frames = []
+        for i in range(5):
+            idx = rng.integers(1, 256, (29, 37), dtype=np.uint8)
+            idx[rng.random((29, 37)) < 0.3] = 0
+            idx[3 + i:9 + i, 4:20] = 0
+            f = Image.fromarray(idx, "P")
+            f.putpalette(palette)
+            frames.append(f)
+        save(f"transparent-disposal-{disposal}.gif", frames, transparency=0, disposal=disposal, duration=30,
+             optimize=False)
+    # Frames of their own palettes (local colour tables), no transparency, disposal 2.
+    frames = []
+    for i in range(4):
+        f = Image.fromarray(rng.integers(0, 64, (17, 19), dtype=np.uint8), "P")
+        f.putpalette(rng.integers(0, 256, 768, dtype=np.uint8).tolist())
+        frames.append(f)
+    save("local-palettes.gif", frames, disposal=2, duration=50, optimize=False)
+    # Frames in rectangles of their own, as other writers make them: the
+    # first not covering the screen, transparent colours, a disposal method
+    # given once and holding, a background colour that is not entry 0.
+    for name, first_transparent in (("rectangles.gif", None), ("rectangles-transparent.gif", 7)):
+        frames = [(4, 3, 21, 13, first_transparent, 0, 20),
+                  (10, 8, 17, 11, 7, 2, 30),
+                  (0, 0, 9, 6, None, 0, 40),  # disposal unsaid: 2 holds
+                  (20, 14, 13, 9, 5, 3, 50),
+                  (18, 12, 16, 12, 9, 0, 60),  # 3 holds
+                  (2, 17, 30, 6, None, 1, 70),
+                  (1, 1, 33, 24, 11, 0, 80)]
+        path = os.path.join(work, name)
+        write_gif(path, 34, 26, rng.integers(0, 256, 768, dtype=np.uint8), 13, frames, rng)
+        out.append((name, path))
+    return out
+
+
+def write_gif(path, width, height, palette, background, frames, rng):
+    """A GIF89a of frames (x, y, w, h, transparent index or None, disposal,
+    delay in hundredths) with random indices, each frame's LZW data taken
+    from Pillow's encoding of it alone."""
+    from PIL import Image
+    out = bytearray(b"GIF89a" + struct.pack("<HHBBB", width, height, 0xF7, background, 0) + bytes(palette))
+    out += b"!\xff\x0bNETSCAPE2.0\x03\x01\x00\x00\x00"
+    for i, (x, y, w, h, transparent, disposal, delay) in enumerate(frames):
+        idx = rng.integers(0, 256, (h, w), dtype=np.uint8)
+        if transparent is not None:
+            idx[rng.random((h, w)) < 0.4] = transparent
+        one = io.BytesIO()
+        im = Image.fromarray(idx, "P")
+        im.putpalette(list(palette))
+        im.save(one, "GIF", interlace=i % 2 == 1, optimize=False)
+        data = one.getvalue()
+        at = 13 + (3 << ((data[10] & 7) + 1) if data[10] & 0x80 else 0)
+        while data[at] == 0x21:  # Pillow's own extensions
+            at += 2
+            while data[at]:
+                at += data[at] + 1
+            at += 1
+        assert data[at] == 0x2C
+        flags = data[at + 9]
+        body = at + 10 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
+        end = body + 1
+        while data[end]:
+            end += data[end] + 1
+        packed = disposal << 2 | (1 if transparent is not None else 0)
+        out += b"!\xf9\x04" + struct.pack("<BHB", packed, delay, transparent or 0) + b"\x00"
+        out += b"," + struct.pack("<HHHHB", x, y, w, h, flags & 0x40) + data[body:end + 1]
+    out += b";"
+    open(path, "wb").write(out)
+
+
+def check_animations(client_bin, work, rng, where):
+    """An animated GIF is a stack of its frames, composited as Pillow
+    composites them; APNG and animated WebP are answered by their first
     frame, never silently: the facts count the frames and a warning says so."""
     try:
         from PIL import Image
     except ImportError:
         return fail("Pillow is missing (python3-pil)")
+    for name, path in make_gifs(work, rng):
+        stack, delays = pillow_frames(path)
+        check_file(client_bin, where, path, stack, 0, name)
+        got = answer(client_bin, where, "--stats", "min_max", "--planes", path)
+        if got is not None:
+            equal([p.get("delay_ms", 0) for p in got["planes"]], delays, name + " each frame's delay")
+            equal(got["facts"].get("duration_ms"), sum(delays), name + " facts.duration_ms")
     frames = [Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)) for _ in range(3)]
-    for ext, kw in (("gif", {}), ("png", {}), ("webp", {"lossless": True})):
+    for ext, kw in (("png", {}), ("webp", {"lossless": True})):
         path = os.path.join(work, "animated." + ext)
         frames[0].save(path, save_all=True, append_images=frames[1:], duration=100, loop=0, **kw)
-        got = answer(client_bin, local, "--stats", "min_max", path)
+        got = answer(client_bin, where, "--stats", "min_max", path)
         if got is None:
             continue
         equal((got["facts"].get("planes"), got["facts"].get("planes_answered")), (3, 1), f"animated {ext}: facts")
+        equal(got["facts"].get("duration_ms"), 300, f"animated {ext}: facts.duration_ms")
         if not any("frame" in w for w in got["warnings"]):
             fail(f"animated {ext}: no warning that only the first frame was analyzed: {got['warnings']}")
         equal(got["channels"][0]["count"], 12 * 16, f"animated {ext}: the first frame's pixels")
@@ -317,6 +436,7 @@ def main():
     check_animations(client_bin, work, rng, local)
     server, address = start_server(server_bin, work)
     try:
+        check_animations(client_bin, work, rng, ["--server", address])
         for name, path, stack, reduced in files:
             check_file(client_bin, ["--server", address], path, stack, reduced, name + " (server)")
         # Large enough to be streamed to the server (4 MiB and more).

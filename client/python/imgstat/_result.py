@@ -239,11 +239,13 @@ class Part:
 
 class Plane:
     """One plane of a file of several (``planes=`` asked): its ``index`` in
-    the file and its channels."""
+    the file, its channels and, for an animation's frame, ``delay_ms``
+    (how long it shows; 0 otherwise)."""
 
     def __init__(self, p, float_samples):
         self.proto = p
         self.index = p.index
+        self.delay_ms = p.delay_ms
         self.channels = [Channel(c, float_samples) for c in p.channels]
 
     def __getitem__(self, name):
@@ -253,7 +255,11 @@ class Plane:
         raise KeyError(name)
 
     def to_dict(self):
-        return {"index": self.index, "channels": [c.to_dict() for c in self.channels]}
+        d = {"index": self.index}
+        if self.delay_ms:
+            d["delay_ms"] = self.delay_ms
+        d["channels"] = [c.to_dict() for c in self.channels]
+        return d
 
     def __repr__(self):
         return f"Plane({self.index}, {len(self.channels)} channels)"
@@ -352,6 +358,8 @@ class Result:
             d["planes"], d["planes_answered"] = f.planes, f.planes_answered
         if f.reduced_pages:
             d["reduced_pages"] = f.reduced_pages
+        if f.duration_ms:
+            d["duration_ms"] = f.duration_ms
         return d
 
     def to_dict(self):

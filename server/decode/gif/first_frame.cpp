@@ -1,71 +1,35 @@
 // GIF through giflib: the first frame, as ImageMagick reads FILE[0].
-#include <gif_lib.h>
-
-#include <cstring>
-#include <memory>
-
-#include "decode/decode.hpp"
+#include "decode/gif/giflib.hpp"
 
 namespace imgstat {
 
-namespace {
-
-struct GifSource {
-  const uint8_t* data;
-  size_t size;
-  size_t pos = 0;
-};
-
-int gif_read(GifFileType* gif, GifByteType* buf, int len) {
-  auto* src = static_cast<GifSource*>(gif->UserData);
-  const size_t n = std::min<size_t>(static_cast<size_t>(len), src->size - src->pos);
-  std::memcpy(buf, src->data + src->pos, n);
-  src->pos += n;
-  return static_cast<int>(n);
-}
-
-struct GifCloser {
-  void operator()(GifFileType* g) const {
-    int err;
-    DGifCloseFile(g, &err);
-  }
-};
-
-std::string gif_error(int code) {
-  const char* s = GifErrorString(code);
-  return std::string("GIF: ") + (s ? s : "could not decode");
-}
-
-}  // namespace
 
 // The first frame, as ImageMagick reads FILE[0]: the frame's own rectangle,
 // palette expanded to RGB, with an alpha channel when the frame has a
 // transparent colour.
 cv::Mat decode_gif(const uint8_t* d, size_t n, const DecodeOptions& options, std::vector<std::string>* warnings) {
-  GifSource src{d, n};
-  int err = 0;
-  std::unique_ptr<GifFileType, GifCloser> gif(DGifOpen(&src, gif_read, &err));
-  if (!gif) invalid_data(gif_error(err));
+  gif::Source src{d, n};
+  const gif::Handle gif = gif::open(src);
   int transparent = NO_TRANSPARENT_COLOR;
   cv::Mat out;
   for (;;) {
     GifRecordType type;
-    if (DGifGetRecordType(gif.get(), &type) == GIF_ERROR) invalid_data(gif_error(gif->Error));
+    if (DGifGetRecordType(gif.get(), &type) == GIF_ERROR) gif::refuse(gif->Error);
     if (type == TERMINATE_RECORD_TYPE) break;
     if (type == EXTENSION_RECORD_TYPE) {
       int code;
       GifByteType* ext = nullptr;
-      if (DGifGetExtension(gif.get(), &code, &ext) == GIF_ERROR) invalid_data(gif_error(gif->Error));
+      if (DGifGetExtension(gif.get(), &code, &ext) == GIF_ERROR) gif::refuse(gif->Error);
       if (code == GRAPHICS_EXT_FUNC_CODE && ext && out.empty()) {
         GraphicsControlBlock gcb;
         if (DGifExtensionToGCB(ext[0], ext + 1, &gcb) == GIF_OK) transparent = gcb.TransparentColor;
       }
       while (ext)
-        if (DGifGetExtensionNext(gif.get(), &ext) == GIF_ERROR) invalid_data(gif_error(gif->Error));
+        if (DGifGetExtensionNext(gif.get(), &ext) == GIF_ERROR) gif::refuse(gif->Error);
       continue;
     }
     if (type != IMAGE_DESC_RECORD_TYPE) continue;
-    if (DGifGetImageDesc(gif.get()) == GIF_ERROR) invalid_data(gif_error(gif->Error));
+    if (DGifGetImageDesc(gif.get()) == GIF_ERROR) gif::refuse(gif->Error);
     if (!out.empty()) {  // a second frame: say so, read no further
       warnings->push_back("GIF has several frames: only the first was analyzed");
       break;
@@ -85,7 +49,7 @@ cv::Mat decode_gif(const uint8_t* d, size_t n, const DecodeOptions& options, std
     const int passes = desc.Interlace ? 4 : 1;
     for (int pass = 0; pass < passes; ++pass)
       for (int y = desc.Interlace ? kStart[pass] : 0; y < h; y += desc.Interlace ? kStep[pass] : 1) {
-        if (DGifGetLine(gif.get(), &idx[static_cast<size_t>(y) * w], w) == GIF_ERROR) invalid_data(gif_error(gif->Error));
+        if (DGifGetLine(gif.get(), &idx[static_cast<size_t>(y) * w], w) == GIF_ERROR) gif::refuse(gif->Error);
         if ((y & 255) == 0 && options.cancelled && options.cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
       }
     const bool alpha = transparent != NO_TRANSPARENT_COLOR;
