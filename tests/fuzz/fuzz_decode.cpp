@@ -1,5 +1,6 @@
 // libFuzzer: any bytes through decoding: the plan (sniffing, declared sizes,
-// limits), then every decoder the plan picks (OpenCV, giflib, libwebp, the
+// limits), then every decoder the plan picks (OpenCV, giflib and its
+// animations frame by frame, libwebp, the
 // OS/2 BMP reader, the libjpeg checks), and our own decoders called directly.
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::expect_clean([&] {
     const DecodePlan plan = plan_decode(data, size, options);
     if (plan.memory_bytes > fuzz::kDecodeMemory) return;  // the budget would refuse it
+    if (plan.chosen_planes() > 1) return fuzz::decode_stack(data, size, plan, options);  // an animated GIF's frames
     decode_image(data, size, plan, options);
   });
   std::vector<std::string> warnings;

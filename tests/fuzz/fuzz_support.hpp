@@ -8,6 +8,7 @@
 #include <google/protobuf/stubs/logging.h>
 
 #include "core/analyzer.hpp"
+#include "decode/decode.hpp"
 
 namespace imgstat::fuzz {
 
@@ -43,6 +44,24 @@ void expect_clean(Fn&& fn) {
     std::fprintf(stderr, "unexpected exception: %s\n", e.what());
     std::abort();
   }
+}
+
+// A plan's chosen planes (a stack: TIFF pages, an animation's frames)
+// through the streamed decoder into a sink that keeps one band, as the
+// analyzer's stream takes them; a plan of one plane, not at all.
+inline void decode_stack(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options) {
+  if (plan.chosen_planes() < 2 || plan.band_memory_bytes > kDecodeMemory) return;
+  std::vector<uint8_t> band;
+  uint32_t rows = 0;
+  RowSink sink;
+  sink.begin = [&](uint32_t w, uint32_t h, uint32_t channels, SampleType type) {
+    rows = std::max<uint32_t>(1, std::min<uint32_t>(h, plan.band_rows ? plan.band_rows : 16));
+    band.assign(size_t{rows} * w * channels * sample_size(type), 0);
+    return RowBand{band.data(), rows};
+  };
+  sink.band = [&](const uint8_t*, uint32_t, uint32_t) { return RowBand{band.data(), rows}; };
+  sink.plane = [](uint64_t) {};
+  decode_in_bands(data, size, plan, options, sink);
 }
 
 }  // namespace imgstat::fuzz

@@ -34,21 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Every plane of a multi-page file, through the streamed decoder into a
   // sink that keeps one band: a clean answer or a clean error, whatever the
   // directories say.
-  fuzz::expect_clean([&] {
-    const DecodePlan plan = plan_decode(data, size, options);
-    if (plan.chosen_planes() < 2 || plan.band_memory_bytes > fuzz::kDecodeMemory) return;
-    std::vector<uint8_t> band;
-    uint32_t rows = 0;
-    RowSink sink;
-    sink.begin = [&](uint32_t w, uint32_t h, uint32_t channels, SampleType type) {
-      rows = std::max<uint32_t>(1, std::min<uint32_t>(h, plan.band_rows ? plan.band_rows : 16));
-      band.assign(size_t{rows} * w * channels * sample_size(type), 0);
-      return RowBand{band.data(), rows};
-    };
-    sink.band = [&](const uint8_t*, uint32_t, uint32_t) { return RowBand{band.data(), rows}; };
-    sink.plane = [](uint64_t) {};
-    decode_in_bands(data, size, plan, options, sink);
-  });
+  fuzz::expect_clean([&] { fuzz::decode_stack(data, size, plan_decode(data, size, options), options); });
   // The reference is OpenCV's reading: not asked where OpenCV itself would
   // allocate past the harness's limit (its strip buffer follows RowsPerStrip
   // as declared, whatever the image's height).

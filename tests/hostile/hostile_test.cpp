@@ -312,6 +312,34 @@ TEST_F(Hostile, TiffPageChainsThatLoopLieOrNeverEnd) {
   expect_serving();
 }
 
+TEST_F(Hostile, GifAnimationsOfManyFramesHugeScreensAndDamage) {
+  const double before = server_->rss_mib();
+  v1::AnalyzeResponse got;
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(analyze(encoded(gif_frames(20000)), &got).ok());
+  EXPECT_EQ(got.facts().planes(), 20000u);
+  EXPECT_EQ(got.facts().duration_ms(), 200000u);
+  EXPECT_EQ(got.channels(0).count(), 20000u);
+  EXPECT_EQ(got.channels(0).sum_int(), 20000 * 255);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+  expect_rss_below(server_->rss_mib() - before, 96, "MiB grown for 20,000 frames");
+  // Two 1x1 frames on a 65535x65535 screen: the canvas is over the pixel limit.
+  t0 = std::chrono::steady_clock::now();
+  expect_refused(analyze(encoded(gif_frames(2, 65535, 65535))), StatusCode::RESOURCE_EXHAUSTED, "over the limit",
+                 "a 65535x65535 screen");
+  // A frame declaring 65535x65535 with one pixel's data, clipped to a 1x1 screen.
+  expect_refused(analyze(encoded(gif_frames(3, 1, 1, true))), StatusCode::INVALID_ARGUMENT, "frame 1",
+                 "a 65535x65535 frame of one pixel");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
+  got.Clear();
+  ASSERT_TRUE(analyze(encoded(gif_frames(5, 1, 1, false, true)), &got).ok());
+  EXPECT_EQ(got.facts().planes(), 5u);
+  ASSERT_GT(got.warnings_size(), 0);
+  EXPECT_NE(got.warnings(0).find("damaged after frame 4"), std::string::npos) << got.warnings(0);
+  expect_rss_below(server_->rss_mib() - before, 96, "MiB grown for the animations");
+  expect_serving();
+}
+
 TEST_F(Hostile, HugeHeadersOfEveryFormat) {
   for (const auto& [w, h] : {std::pair<uint32_t, uint32_t>{4000000000u, 4000000000u}, {65535, 65535}, {40000, 30000}}) {
     for (const auto& [format, data] : huge_headers(w, h)) {

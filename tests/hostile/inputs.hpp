@@ -85,6 +85,30 @@ inline std::string giant_frame_gif(uint32_t w = 65535, uint32_t h = 65535) {
   return g;
 }
 
+// An animated GIF on a w x h screen: frames 1x1 frames at (0, 0), each one
+// pixel of colour 1, a graphic control block (delay 10 ms) before each;
+// giant: frame 1 declares 65535x65535 with one pixel's data; damaged: a
+// byte that starts no record follows the frames instead of the trailer.
+inline std::string gif_frames(uint32_t frames, uint32_t w = 1, uint32_t h = 1, bool giant = false, bool damaged = false) {
+  std::string g = "GIF89a";
+  put_le16(g, w);
+  put_le16(g, h);
+  g += std::string("\x80\x00\x00", 3);  // global colour table of 2
+  g += std::string("\x00\x00\x00\xff\xff\xff", 6);
+  for (uint32_t f = 0; f < frames; ++f) {
+    g += std::string("\x21\xf9\x04\x00\x01\x00\x00\x00", 8);
+    g += '\x2c';
+    put_le16(g, 0);
+    put_le16(g, 0);
+    put_le16(g, giant && f == 1 ? 65535 : 1);
+    put_le16(g, giant && f == 1 ? 65535 : 1);
+    g += '\x00';
+    g += std::string("\x02\x02\x4c\x01\x00", 5);  // LZW min size 2: clear, 1, end
+  }
+  g += damaged ? '\x99' : '\x3b';
+  return g;
+}
+
 // OS/2 1.x BMP (12-byte header), 8-bit palette, with its pixel data present
 // when with_pixels (rows padded to 4 bytes, bottom-up).
 inline std::string os2_bmp(uint32_t w, uint32_t h, bool with_pixels, std::vector<uint8_t>* indices = nullptr) {

@@ -409,6 +409,8 @@ def check_refusals(client_bin, server_bin, work, rng, local):
     server, address = start_server(server_bin, work, "--max-planes", "4", log_name="server-max-planes.log")
     try:
         refused(client_bin, ["--server", address], path, "RESOURCE_EXHAUSTED", "--max-planes", "more pages than --max-planes")
+        refused(client_bin, ["--server", address], os.path.join(work, "full-frames.gif"), "RESOURCE_EXHAUSTED",
+                "--max-planes", "more frames than --max-planes")
         got = answer(client_bin, ["--server", address], "--stats", "min_max", os.path.join(work, "rgb-stack.tif"))
         equal(got and got["facts"]["planes"], 3, "a server with --max-planes 4 serves a 3-page file")
     finally:
@@ -432,8 +434,8 @@ def main():
     local = ["--local"]
     for name, path, stack, reduced in files:
         check_file(client_bin, local, path, stack, reduced, name + " (--local)")
-    check_refusals(client_bin, server_bin, work, rng, local)
     check_animations(client_bin, work, rng, local)
+    check_refusals(client_bin, server_bin, work, rng, local)
     server, address = start_server(server_bin, work)
     try:
         check_animations(client_bin, work, rng, ["--server", address])
