@@ -155,7 +155,7 @@ void add_parts_options(CLI::App& app, CliOptions& o) {
   parts_group->add_option("--map-raw", o.map_raw_spec,
                           "the --mask or --labels file is raw: WxHxC:TYPE (TYPE as --raw, or uint32, int32)");
   app.add_option("--planes", o.planes_spec,
-                 "files of several planes (multi-page TIFF): answer each plane apart too, after the planes together; "
+                 "files of several planes (multi-page TIFF, animated GIF): answer each plane apart too, after the planes together; "
                  "with N, A-B or A- (from 0) only those planes, in both answers")
       ->expected(0, 1);
   app.add_option("--plot-part", o.plot_part, "with --plot and parts: draw this part (0 = the first answered)");
