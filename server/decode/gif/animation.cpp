@@ -19,6 +19,7 @@
 
 #include "decode/gif/gif.hpp"
 #include "decode/gif/giflib.hpp"
+#include "decode/gif/lzw.hpp"
 
 namespace imgstat {
 
@@ -153,7 +154,7 @@ void decode_gif_frames(const uint8_t* data, size_t size, const GifPlan& plan, ui
   const gif::Handle g = gif::open(src);
   const uint32_t W = plan.width, H = plan.height, C = plan.alpha ? 4 : 3;
   const size_t row_bytes = size_t{W} * C;
-  std::vector<uint8_t> canvas(row_bytes * H), saved, line;
+  std::vector<uint8_t> canvas(row_bytes * H), saved, line, codes;
   auto put = [&](uint32_t x, uint32_t y, const Colour& c) {
     uint8_t* p = &canvas[y * row_bytes + size_t{x} * C];
     p[0] = c.r, p[1] = c.g, p[2] = c.b;
@@ -208,20 +209,51 @@ void decode_gif_frames(const uint8_t* data, size_t size, const GifPlan& plan, ui
           if (!skip_data(f)) return error = f->Error, damaged = true, false;
         } else {
           line.resize(fw);
+          // The frame's palette as the canvas's samples; an index that draws
+          // nothing (a later frame's transparent colour) is marked apart.
+          uint8_t lut[256][4];
+          bool draws[256];
+          for (int i = 0; i < 256; ++i) {
+            const Colour e = entry(map, i, i == c.transparent);
+            lut[i][0] = e.r, lut[i][1] = e.g, lut[i][2] = e.b, lut[i][3] = e.a;
+            draws[i] = k == 0 || i != c.transparent;
+          }
+          const uint32_t left = static_cast<uint32_t>(std::max(0, d.Left));
           static const uint32_t kStart[] = {0, 4, 2, 1}, kStep[] = {8, 8, 4, 2};
           const int passes = d.Interlace ? 4 : 1;
+          // The frame's code stream, its sub-blocks joined (giflib read the
+          // code size; its blocks are handed over undecoded).
+          int code_size = 0;
+          GifByteType* block = nullptr;
+          codes.clear();
+          if (DGifGetCode(f, &code_size, &block) == GIF_ERROR) return error = f->Error, damaged = true, false;
+          while (block) {
+            codes.insert(codes.end(), block + 1, block + 1 + block[0]);
+            if (DGifGetCodeNext(f, &block) == GIF_ERROR) return error = f->Error, damaged = true, false;
+          }
+          if (code_size < 1 || code_size > 8)
+            invalid_data("GIF: frame " + std::to_string(k) + " has an LZW code size of " + std::to_string(code_size));
+          GifLzw lzw(codes.data(), codes.size(), code_size);
           for (int pass = 0; pass < passes; ++pass)
             for (uint32_t row = d.Interlace ? kStart[pass] : 0; row < fh; row += d.Interlace ? kStep[pass] : 1) {
-              if (DGifGetLine(f, line.data(), static_cast<int>(fw)) == GIF_ERROR)
-                return error = f->Error, damaged = true, false;
+              if (!lzw.read(line.data(), fw)) invalid_data("GIF: could not decode frame " + std::to_string(k) + " (" + lzw.error() + ")");
               if ((row & 255) == 0 && cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
               const uint64_t y = uint64_t{static_cast<uint32_t>(std::max(0, d.Top))} + row;
               if (y < r.y0 || y >= r.y1) continue;
-              for (uint32_t x = r.x0; x < r.x1; ++x) {
-                const int i = line[x - static_cast<uint32_t>(std::max(0, d.Left))];
-                if (k > 0 && i == c.transparent) continue;
-                put(x, static_cast<uint32_t>(y), entry(map, i, i == c.transparent));
-              }
+              const uint8_t* in = &line[r.x0 - left];
+              uint8_t* out = &canvas[y * row_bytes + size_t{r.x0} * C];
+              const uint32_t n = r.x1 - r.x0;
+              // Byte by byte: a 3-byte memcpy is a library call a pixel.
+              if (C == 3)
+                for (uint32_t x = 0; x < n; ++x, out += 3) {
+                  const uint8_t* e = lut[in[x]];
+                  if (draws[in[x]]) out[0] = e[0], out[1] = e[1], out[2] = e[2];
+                }
+              else
+                for (uint32_t x = 0; x < n; ++x, out += 4) {
+                  const uint8_t* e = lut[in[x]];
+                  if (draws[in[x]]) out[0] = e[0], out[1] = e[1], out[2] = e[2], out[3] = e[3];
+                }
             }
         }
         if (k >= first) {
