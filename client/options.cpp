@@ -21,22 +21,29 @@
 namespace imgstat::client {
 namespace {
 
-// "WxHxC:TYPE", e.g. 512x512x3:uint8.
+// "WxHxC:TYPE", e.g. 512x512x3:uint8, or a stack "WxHxCxD:TYPE" of D planes.
 bool parse_raw(const std::string& spec, v1::RawLayout* raw, std::string* error) {
-  static const std::regex re(R"((\d+)x(\d+)x(\d+):(\w+))");
+  static const std::regex re(R"((\d+)x(\d+)x(\d+)(?:x(\d+))?:(\w+))");
   std::smatch m;
   SampleType t;
-  if (!std::regex_match(spec, m, re)) {
-    *error = "--raw wants WxHxC:TYPE, e.g. 512x512x3:uint8; got \"" + spec + "\"";
+  if (!std::regex_match(spec, m, re) || m[1].length() > 10 || m[2].length() > 10 || m[3].length() > 10 ||
+      m[4].length() > 10) {
+    *error = "--raw wants WxHxC:TYPE or WxHxCxD:TYPE (D planes), e.g. 512x512x3:uint8; got \"" + spec + "\"";
     return false;
   }
-  if (!parse_sample_type(m[4].str().c_str(), &t)) {
-    *error = "--raw: unknown sample type \"" + m[4].str() + "\" (uint8, uint16, int8, int16, float32, float64)";
+  if (!parse_sample_type(m[5].str().c_str(), &t)) {
+    *error = "--raw: unknown sample type \"" + m[5].str() + "\" (uint8, uint16, int8, int16, float32, float64)";
     return false;
   }
+  for (int i = 1; i <= 4; ++i)
+    if (m[i].matched && std::stoull(m[i].str()) > UINT32_MAX) {
+      *error = "--raw: " + m[i].str() + " is over 2^32 - 1";
+      return false;
+    }
   raw->set_width(static_cast<uint32_t>(std::stoul(m[1].str())));
   raw->set_height(static_cast<uint32_t>(std::stoul(m[2].str())));
   raw->set_channels(static_cast<uint32_t>(std::stoul(m[3].str())));
+  if (m[4].matched) raw->set_depth(static_cast<uint32_t>(std::stoul(m[4].str())));
   raw->set_sample_type(proto_sample_type(t));
   return true;
 }
@@ -121,7 +128,8 @@ void add_output_and_input_options(CLI::App& app, CliOptions& o) {
   app.add_flag("--normalize", o.normalized,
                "values as fractions of the sample type's maximum (255, 65535, ...), as ImageMagick prints them");
   app.add_flag("--csv", o.csv, "CSV: a header, then a row per channel (one per failed input)")->excludes(json_option);
-  auto* raw_option = app.add_option("--raw", o.raw_spec, "raw pixels: WxHxC:TYPE (TYPE uint8, uint16, int8, int16, float32, float64)");
+  auto* raw_option = app.add_option("--raw", o.raw_spec, "raw pixels: WxHxC:TYPE (TYPE uint8, uint16, int8, int16, float32, float64), or WxHxCxD:TYPE for D planes "
+                                   "one after another (a volume, a stack: answered as a file of several planes)");
   app.add_option("--stride", o.stride, "with --raw: bytes from one row to the next (default packed)");
   auto* bytes_option = app.add_flag("--bytes", o.bytes, "histogram of the bytes of any file (a 1xN uint8 image)");
   app.add_flag("--stream", o.stream, "upload in chunks (automatic above the server's message limit)");

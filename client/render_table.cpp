@@ -178,6 +178,9 @@ std::string title(const Outcome& o, const Style& s) {
 // The file's own account: what it stores and what it asks a viewer to do.
 std::string facts_line(const v1::AnalyzeResponse& r, const Style& s) {
   const v1::ImageFacts& f = r.facts();
+  // Raw pixels have no file: only a stack's planes are said.
+  if (f.bit_depth() == 0)
+    return f.planes() > 1 ? std::string(s.dim) + "  " + std::to_string(f.planes()) + " planes" + s.reset + "\n" : "";
   std::string facts = "  file: " + std::to_string(f.bit_depth()) + "-bit " + f.color_type();
   if (f.palette_size()) facts += ", " + std::to_string(f.palette_size()) + "-entry palette";
   if (!f.chroma_subsampling().empty()) facts += ", " + f.chroma_subsampling();

@@ -653,6 +653,89 @@ TEST_F(Integration, RawStreamChunksOfEverySizeAndEncodingAnswerAsOneMessage) {
   EXPECT_TRUE(stub_->Analyze(&ctx, png_request, &after).ok());
 }
 
+// A raw stack (RawLayout.depth) with padded rows: unary and streamed in
+// chunks that cut rows and planes anywhere, each plane's answer equal to the
+// plane sent alone, the planes together equal to the sums of their samples.
+TEST_F(Integration, RawStacksAnswerEachPlaneUnaryAndStreamed) {
+  const uint32_t w = 37, h = 11, depth = 9, stride = 37 * 2 * 2 + 6;  // uint16 gray+alpha, 6 bytes of padding
+  std::mt19937 rng(494);
+  std::string data(size_t{stride} * h * depth - 6, '\0');  // the last row without its padding
+  for (auto& b : data) b = static_cast<char>(rng());
+  auto layout = [&](v1::RawLayout* raw, uint32_t d) {
+    raw->set_width(w);
+    raw->set_height(h);
+    raw->set_channels(2);
+    raw->set_sample_type(v1::SAMPLE_TYPE_UINT16);
+    raw->set_row_stride(stride);
+    raw->set_depth(d);
+  };
+  v1::AnalyzeRequest request;
+  request.mutable_input()->set_kind(v1::INPUT_KIND_RAW);
+  layout(request.mutable_input()->mutable_raw(), depth);
+  request.mutable_input()->set_data(data);
+  request.mutable_options()->mutable_planes()->set_each(true);
+  request.mutable_options()->add_statistics(v1::STATISTIC_MIN_MAX);
+  request.mutable_options()->add_statistics(v1::STATISTIC_SUM);
+  request.mutable_options()->add_statistics(v1::STATISTIC_POSITIONS);
+  grpc::ClientContext ctx;
+  v1::AnalyzeResponse unary;
+  ASSERT_TRUE(stub_->Analyze(&ctx, request, &unary).ok());
+  ASSERT_EQ(unary.planes_size(), static_cast<int>(depth));
+  EXPECT_EQ(unary.facts().planes(), depth);
+  EXPECT_EQ(unary.height(), h);
+  int64_t sum = 0;
+  for (uint32_t p = 0; p < depth; ++p) {
+    v1::AnalyzeRequest one = request;
+    layout(one.mutable_input()->mutable_raw(), 0);
+    one.mutable_input()->set_data(data.substr(size_t{p} * h * stride, size_t{h} * stride - (p + 1 == depth ? 6 : 0)));
+    one.mutable_options()->clear_planes();
+    grpc::ClientContext c;
+    v1::AnalyzeResponse alone;
+    ASSERT_TRUE(stub_->Analyze(&c, one, &alone).ok());
+    EXPECT_EQ(unary.planes(p).index(), p);
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_EQ(unary.planes(p).channels(k).sum_int(), alone.channels(k).sum_int()) << p;
+      EXPECT_EQ(unary.planes(p).channels(k).min(), alone.channels(k).min()) << p;
+      EXPECT_EQ(unary.planes(p).channels(k).max_position().x(), alone.channels(k).max_position().x()) << p;
+    }
+    sum += alone.channels(0).sum_int();
+  }
+  EXPECT_EQ(unary.channels(0).sum_int(), sum);
+  for (size_t piece : {size_t{1000}, size_t{stride} * h, size_t{7919}}) {
+    grpc::ClientContext sctx;
+    v1::AnalyzeResponse streamed;
+    auto writer = stub_->AnalyzeStream(&sctx, &streamed);
+    v1::AnalyzeStreamRequest m;
+    *m.mutable_header()->mutable_input() = request.input();
+    m.mutable_header()->mutable_input()->clear_data();
+    *m.mutable_header()->mutable_options() = request.options();
+    m.mutable_header()->set_total_bytes(data.size());
+    ASSERT_TRUE(writer->Write(m));
+    for (size_t off = 0; off < data.size(); off += piece) {
+      m.set_chunk(data.substr(off, piece));
+      ASSERT_TRUE(writer->Write(m));
+    }
+    writer->WritesDone();
+    ASSERT_TRUE(writer->Finish().ok()) << piece;
+    ASSERT_EQ(streamed.planes_size(), static_cast<int>(depth)) << piece;
+    for (uint32_t p = 0; p < depth; ++p)
+      EXPECT_EQ(streamed.planes(p).SerializeAsString(), unary.planes(p).SerializeAsString()) << piece << " plane " << p;
+    EXPECT_EQ(streamed.channels(1).SerializeAsString(), unary.channels(1).SerializeAsString()) << piece;
+  }
+  // Planes chosen of raw pixels, and a depth past --max-planes, are refused.
+  v1::AnalyzeRequest chosen = request;
+  chosen.mutable_options()->mutable_planes()->set_first(2);
+  grpc::ClientContext cctx;
+  v1::AnalyzeResponse refused;
+  EXPECT_EQ(stub_->Analyze(&cctx, chosen, &refused).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::AnalyzeRequest deep = request;
+  deep.mutable_input()->mutable_raw()->set_depth(1u << 30);
+  grpc::ClientContext dctx;
+  const grpc::Status s = stub_->Analyze(&dctx, deep, &refused);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("--max-planes"), std::string::npos) << s.error_message();
+}
+
 TEST_F(Integration, StubCallsAllFourRpcs) {
   grpc::ClientContext info_ctx;
   v1::ServerInfo info;

@@ -110,19 +110,30 @@ v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& requ
     // Pixels: the engine reads them where it wants them (a GPU engine into
     // its pinned slots), on several threads, and can read them again.
     const Described d = kind_of(input) == v1::INPUT_KIND_RAW
-                            ? describe_pixels("raw", raw_layout_of(input.raw()))
+                            ? describe_raw(input.raw(), limits_.max_planes)
                             : describe_pixels("bytes", Layout{region.size, 1, 1, SampleType::kUint8, 0});
     if (kind_of(input) == v1::INPUT_KIND_RAW) check_raw_size(d.layout, region.size);
+    if (d.planes > 1 && plan.with_parts())
+      fail(ErrorCode::kUnimplemented, "parts of raw pixels of several planes (depth " + std::to_string(d.planes) +
+                                          ") are not computed yet");
     const StatsRequest& stats_request = plan.stats;
+    const StatsRequest asked = with_rgb(stats_request, d.order);
     const auto t0 = Clock::now();
-    const Result result = engine_->analyze_read(d.layout, with_rgb(stats_request, d.order),
-                                                [&](uint64_t at, uint64_t n, uint8_t* out) {
-                                                  call.check("while reading the region");
-                                                  read_region(region, at, n, out);
-                                                });
+    // A plane (or the whole stack) from the region: rows [row0, row0 + layout.height).
+    auto read = [&](const Layout& layout, uint64_t row0) {
+      return engine_->analyze_read(layout, asked, [&](uint64_t at, uint64_t n, uint8_t* out) {
+        call.check("while reading the region");
+        read_region(region, row0 * d.layout.stride() + at, n, out);
+      });
+    };
+    const Result result = read(d.layout, 0);
+    std::vector<Result> planes;
+    if (plan.planes.each && d.planes > 1)
+      for (uint64_t p = 0; p < d.planes; ++p) planes.push_back(read(plane_layout(d), p * d.plane_height()));
     v1::AnalyzeResponse r;
     fill_response(r, d, result, stats_request);
-    if (plan.planes.each) fill_planes(r, d, {}, stats_request);
+    if (plan.planes.each) fill_planes(r, d, planes, stats_request);
+    if (d.planes > 1) fill_plane_facts(r, d.planes, d.planes, 0);
     set_duration(r.mutable_decode_time(), Clock::duration::zero());
     set_duration(r.mutable_compute_time(), Clock::now() - t0);
     return r;
@@ -188,8 +199,11 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
   const auto t0 = Clock::now();
   switch (kind_of(input)) {
     case v1::INPUT_KIND_RAW:
-      px.d = describe_pixels("raw", raw_layout_of(input.raw()));
+      px.d = describe_raw(input.raw(), limits_.max_planes);
       check_raw_size(px.d.layout, data.size());
+      if (px.d.planes > 1 && plan.with_parts())
+        fail(ErrorCode::kUnimplemented, "parts of raw pixels of several planes (depth " + std::to_string(px.d.planes) +
+                                            ") are not computed yet");
       px.view = ImageView{data.data, px.d.layout};
       break;
     case v1::INPUT_KIND_BYTES:
@@ -219,7 +233,16 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
   }
   const auto t2 = Clock::now();
   fill_response(r, px.d, result, plan.stats, plan.with_parts());
-  if (plan.planes.each) fill_planes(r, px.d, {}, plan.stats);
+  if (plan.planes.each) {
+    std::vector<Result> planes;  // a raw stack's, each from its rows of the view
+    for (uint64_t p = 0; px.d.planes > 1 && p < px.d.planes; ++p) {
+      const uint8_t* rows = static_cast<const uint8_t*>(px.view.data) + p * px.d.plane_height() * px.d.layout.stride();
+      planes.push_back(data.on_device ? engine_->analyze_device(DeviceImageView{rows, plane_layout(px.d)}, asked)
+                                      : engine_->analyze(ImageView{rows, plane_layout(px.d)}, asked));
+    }
+    fill_planes(r, px.d, planes, plan.stats);
+  }
+  if (kind_of(input) == v1::INPUT_KIND_RAW && px.d.planes > 1) fill_plane_facts(r, px.d.planes, px.d.planes, 0);
   if (kind_of(input) == v1::INPUT_KIND_ENCODED) {
     fill_facts(r, data.data, data.size(), px.d.layout, release);
     fill_plane_facts(r, px.planes_in_file, 1, px.reduced_pages, px.plane_delays_ms);

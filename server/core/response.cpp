@@ -137,6 +137,15 @@ Described describe_pixels(const std::string& format, const Layout& layout) {
   return d;
 }
 
+Described describe_raw(const v1::RawLayout& raw, uint64_t max_planes) {
+  if (raw_planes_of(raw) > max_planes)
+    fail(ErrorCode::kResourceExhausted, "raw.depth " + std::to_string(raw.depth()) + " is over the limit of " +
+                                            std::to_string(max_planes) + " planes (--max-planes)");
+  Described d = describe_pixels("raw", raw_layout_of(raw));
+  d.planes = raw_planes_of(raw);
+  return d;
+}
+
 // What the file says about itself; bit depth and colour type from the
 // decoded pixels where its format did not say.
 void fill_facts(v1::AnalyzeResponse& r, const uint8_t* data, size_t size, const Layout& layout,

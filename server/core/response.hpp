@@ -38,7 +38,16 @@ struct Described {
   uint64_t first_plane = 0;  // in the file, of the first of them
   uint64_t plane_height() const { return layout.height / planes; }
 };
+// One plane of a stack's layout (its height, the stack's stride).
+inline Layout plane_layout(const Described& d) {
+  Layout l = d.layout;
+  l.height = d.plane_height();
+  return l;
+}
 Described describe_pixels(const std::string& format, const Layout& layout);
+// Raw pixels, a stack of RawLayout.depth planes where it says so; a depth
+// over max_planes is refused (kResourceExhausted, naming --max-planes).
+Described describe_raw(const v1::RawLayout& raw, uint64_t max_planes);
 // The channels reported: a colour space's, in its order, or the image's.
 Described measured(const Described& d, const StatsRequest& request);
 

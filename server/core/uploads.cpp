@@ -216,9 +216,20 @@ class PixelUpload final : public Upload {
  public:
   PixelUpload(Engine& engine, MemoryBudget& budget, Described described, StatsRequest request, uint64_t total,
               bool each_plane)
-      : described_(std::move(described)), request_(request), each_plane_(each_plane), total_(total), budget_(budget) {
+      : described_(std::move(described)),
+        request_(request),
+        each_plane_(each_plane),
+        total_(total),
+        budget_(budget),
+        engine_(engine) {
     validate(described_.layout, request_);
     keeps_ = engine.stream_bytes(described_.layout, request_);
+    // A raw stack's planes, each in a stream of its own beside the whole's.
+    stacked_ = each_plane_ && described_.planes > 1;
+    if (stacked_) {
+      plane_bytes_ = described_.plane_height() * described_.layout.stride();
+      keeps_ += engine.stream_bytes(plane_layout(described_), request_);
+    }
     if (keeps_ > budget.capacity())
       fail(ErrorCode::kResourceExhausted,
            "this stream's " + std::to_string(keeps_ >> 20) + " MiB of float samples are kept for their histogram "
@@ -226,6 +237,7 @@ class PixelUpload final : public Upload {
            " MiB (--max-decode-memory): give the histogram an explicit range, or send a smaller image");
     const auto t0 = Clock::now();
     stream_ = engine.open_stream(described_.layout, request_);
+    if (stacked_) plane_stream_ = engine.open_stream(plane_layout(described_), request_);
     compute_ += Clock::now() - t0;
   }
   void add(std::string_view chunk) override {
@@ -247,6 +259,18 @@ class PixelUpload final : public Upload {
     received_ += chunk.size();
     const auto t0 = Clock::now();
     stream_->feed(chunk.data(), chunk.size());
+    // The same bytes to the planes' streams, cut where a plane ends.
+    for (std::string_view rest = chunk; stacked_ && !rest.empty();) {
+      const uint64_t n = std::min<uint64_t>(rest.size(), plane_bytes_ - plane_fed_);
+      plane_stream_->feed(rest.data(), n);
+      plane_fed_ += n;
+      rest.remove_prefix(n);
+      if (plane_fed_ == plane_bytes_ && planes_.size() + 1 < described_.planes) {
+        planes_.push_back(plane_stream_->finish());
+        plane_stream_ = engine_.open_stream(plane_layout(described_), request_);
+        plane_fed_ = 0;
+      }
+    }
     compute_ += Clock::now() - t0;
   }
   void pause() override {
@@ -260,10 +284,12 @@ class PixelUpload final : public Upload {
                                             " of the header's total_bytes " + std::to_string(total_));
     const auto t0 = Clock::now();
     const Result result = stream_->finish();
+    if (stacked_) planes_.push_back(plane_stream_->finish());
     compute_ += Clock::now() - t0;
     v1::AnalyzeResponse r;
     fill_response(r, described_, result, request_);
-    if (each_plane_) fill_planes(r, described_, {}, request_);
+    if (each_plane_) fill_planes(r, described_, planes_, request_);
+    if (described_.planes > 1) fill_plane_facts(r, described_.planes, described_.planes, 0);
     set_duration(r.mutable_decode_time(), Clock::duration::zero());
     set_duration(r.mutable_compute_time(), compute_);
     return r;
@@ -280,6 +306,11 @@ class PixelUpload final : public Upload {
   MemoryBudget::Lease lease_;   // what it keeps so far, rounded up
   std::unique_ptr<StreamAnalysis> stream_;
   Clock::duration compute_{};
+  Engine& engine_;
+  bool stacked_ = false;
+  uint64_t plane_bytes_ = 0, plane_fed_ = 0;
+  std::unique_ptr<StreamAnalysis> plane_stream_;
+  std::vector<Result> planes_;
 };
 
 // An upload whose parts' mask or label image follows its input in the
@@ -375,12 +406,12 @@ std::unique_ptr<Upload> Analyzer::begin_input_upload(const v1::StreamHeader& hea
     fail(ErrorCode::kInvalidArgument, "planes from " + std::to_string(header.options().planes().first()) +
                                           " were asked for, but raw pixels and bytes are one plane (numbered 0)");
   if (header.options().has_parts() && kind_of(input) != v1::INPUT_KIND_ENCODED) {
-    if (kind_of(input) == v1::INPUT_KIND_RAW) check_raw_size(raw_layout_of(input.raw()), total);
+    if (kind_of(input) == v1::INPUT_KIND_RAW) check_raw_size(describe_raw(input.raw(), limits_.max_planes).layout, total);
     return std::make_unique<HeldUpload>(*this, *budget_, header);  // parts need the whole image
   }
   switch (kind_of(input)) {
     case v1::INPUT_KIND_RAW: {
-      Described d = describe_pixels("raw", raw_layout_of(input.raw()));
+      Described d = describe_raw(input.raw(), limits_.max_planes);
       check_raw_size(d.layout, total);
       return std::make_unique<PixelUpload>(*engine_, *budget_, std::move(d), stats_request, total,
                                            header.options().planes().each());

@@ -135,7 +135,8 @@ Layout raw_layout_of(const v1::RawLayout& raw) {
             std::to_string(raw.height()));
   if (raw.channels() < 1 || raw.channels() > 4)
     invalid("raw.channels must be 1 to 4, got " + std::to_string(raw.channels()));
-  Layout l{raw.width(), raw.height(), raw.channels(), sample_type_of(raw.sample_type()), raw.row_stride()};
+  Layout l{raw.width(), uint64_t{raw.height()} * raw_planes_of(raw), raw.channels(), sample_type_of(raw.sample_type()),
+           raw.row_stride()};
   uint64_t row, least, full;
   if (!byte_extent(l, &row, &least, &full))
     invalid(l.row_stride ? "raw.row_stride " + std::to_string(l.row_stride) + " times raw.height " +
@@ -205,6 +206,9 @@ Parts parts_of(const v1::Options& options, const Limits& limits) {
 
 PartMapView raw_map_of(const v1::RawLayout& raw, const void* data, uint64_t bytes, const char* what) {
   const std::string w = what;
+  if (raw_planes_of(raw) > 1)
+    fail(ErrorCode::kUnimplemented, "the " + w + " has a depth of " + std::to_string(raw.depth()) +
+                                        ": masks and label images of several planes are not taken yet");
   MapType type;
   switch (raw.sample_type()) {
     case v1::SAMPLE_TYPE_UINT32: type = MapType::kUint32; break;

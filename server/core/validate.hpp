@@ -12,7 +12,11 @@
 namespace imgstat {
 
 StatsRequest stats_request_of(const v1::Options& options);
+// A raw image's layout; a raw stack's (RawLayout.depth) is its planes one
+// below the other, depth times height rows.
 Layout raw_layout_of(const v1::RawLayout& raw);
+// Its planes: 1, or RawLayout.depth.
+inline uint64_t raw_planes_of(const v1::RawLayout& raw) { return raw.depth() > 1 ? raw.depth() : 1; }
 // A raw buffer holds exactly the layout: stride * height bytes, or one row
 // of padding fewer.
 void check_raw_size(const Layout& layout, uint64_t bytes);

@@ -99,8 +99,8 @@ class Client:
         return build_options(pb, side_input, **options)
 
     # --- calls -------------------------------------------------------------
-    def analyze(self, x: ImageLike, *, name: str | None = None, raw: tuple[int, int, int, str] | None = None,
-                stride: int = 0, as_bytes: bool = False, **options: Any) -> Result:
+    def analyze(self, x: ImageLike, *, name: str | None = None, raw: tuple | None = None,
+                stride: int = 0, as_bytes: bool = False, axes: str | None = None, **options: Any) -> Result:
         """Statistics of one input: a path, encoded bytes, a numpy array (H x W
         or H x W x C; uint8, uint16, int8, int16, float32 or float64; any
         strides), a PIL image, or a GPU array (``__cuda_array_interface__``)
@@ -118,14 +118,18 @@ class Client:
         files of several planes (multi-page TIFF) are answered for all their
         planes together, and with ``planes`` (True, an int, a range or
         "A-B") for each plane apart too (``Result.planes``), of those chosen.
-        ``raw=(width, height, channels, "uint16")`` (with ``stride``) reads a
-        path or bytes as raw pixels, ``as_bytes=True`` as bytes (a 1 x N
+        A volume or stack is an array with its ``axes`` named in order: Z
+        (or T) for planes, Y, X and C (``axes="ZYX"``, ``"ZYXC"``,
+        ``"CZYX"``, ``"TYX"``; a 4-D array without names is ZYXC), answered
+        as a file of several planes.
+        ``raw=(width, height, channels, "uint16")`` (with ``stride``; a
+        depth before the type for a stack) reads a path or bytes as raw pixels, ``as_bytes=True`` as bytes (a 1 x N
         uint8 image); ``name`` names the input in results and the server's log.
 
         Returns a Result; raises imgstat.Error.
         """
         opts = self._options(options)
-        job = prepare(x, name, raw, stride, as_bytes)
+        job = prepare(x, name, raw, stride, as_bytes, axes=axes)
         return Result(self._run(job, opts), job.name, parts_asked(opts))
 
     def analyze_many(self, inputs: Iterable[ImageLike], *, jobs: int | None = None, errors: str = "raise",

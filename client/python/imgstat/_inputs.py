@@ -78,8 +78,45 @@ def buffer_chunks(view):
     return (bytes(view[i:i + STREAM_CHUNK]) for i in range(0, len(view), STREAM_CHUNK))
 
 
-def layout(a, name, labels=False):
-    """(array, RawLayout) for an H x W or H x W x C array of a type servers take."""
+def planes_first(a, axes, name):
+    """A volume or stack (Z or T, Y, X and C named in `axes`, in the array's
+    order; a 4-D array without names is ZYXC) as (planes, H, W, C), and how
+    many planes, None where the array is one image (H x W or H x W x C)."""
+    if axes is None:
+        if a.ndim != 4:
+            return a, None
+        axes = "ZYXC"
+    axes = axes.upper()
+    plane = "Z" if "Z" in axes else "T"
+    if (len(axes) != a.ndim or len(set(axes)) != len(axes) or not set(axes) <= {"Z", "T", "Y", "X", "C"}
+            or "Y" not in axes or "X" not in axes or ("Z" in axes and "T" in axes)):
+        raise bad(f"axes {axes!r} do not name the {a.ndim} axes of an array of shape {a.shape}: one letter each, "
+                  "Y and X, with C for channels and Z or T for planes", name)
+    order = [axes.index(k) for k in (plane, "Y", "X", "C") if k in axes]
+    a = a.transpose(order)
+    if plane not in axes:
+        return a, None
+    if "C" not in axes:
+        a = a[..., None]
+    return a, a.shape[0]
+
+
+def layout(a, name, labels=False, axes=None):
+    """(array, RawLayout) for an H x W or H x W x C array of a type servers
+    take; a stack (axes) as its planes one below the other, RawLayout.depth
+    of them."""
+    a, depth = planes_first(a, axes, name)
+    if depth is not None:
+        if labels:
+            raise bad("masks and label images of several planes are not taken yet", name)
+        if depth == 0:
+            raise bad(f"an array of shape {a.shape} has no plane", name)
+        if depth >= 1 << 32:
+            raise bad(f"an array of {depth} planes is past 2^32 of them", name)
+        z, h, w, c = a.shape
+        tall, one = a.reshape(z * h, w, c), layout(a[0], name)  # reshape copies only where it must
+        one[1].depth = depth
+        return (tall if c > 1 else tall[..., 0]), one[1]
     if a.dtype == np.bool_:
         a = a.view(np.uint8)
     if not a.dtype.isnative:
@@ -129,7 +166,7 @@ def map_of(options):
     return None
 
 
-def prepare(x, name=None, raw=None, stride=0, as_bytes=False, labels=False):
+def prepare(x, name=None, raw=None, stride=0, as_bytes=False, labels=False, axes=None):
     """A Job for one input of any kind analyze takes."""
     kind = 3 if as_bytes else 2 if raw is not None else 1
     if is_path(x):
@@ -156,15 +193,15 @@ def prepare(x, name=None, raw=None, stride=0, as_bytes=False, labels=False):
         except (ValueError, TypeError) as e:
             raise bad(f"not an image, a path or an array: {e}", name or "<array>") from None
         job = Job(name or "<array>", 2)
-        job.array = layout(a, job.name, labels)
+        job.array = layout(a, job.name, labels, axes)
         job.size = job.array[0].nbytes
         return job
     if raw is not None:
-        w, h, c, t = raw
+        w, h, c, *d, t = raw  # (width, height, channels[, depth], type)
         if t not in SAMPLE_TYPES:
             raise bad(f"raw: unknown sample type {t!r} ({', '.join(SAMPLE_TYPES)})", job.name)
         job.input.raw.CopyFrom(pb.RawLayout(width=w, height=h, channels=c, sample_type=SAMPLE_TYPES[t],
-                                            row_stride=stride))
+                                            row_stride=stride, depth=d[0] if d else 0))
     return job
 
 

@@ -55,3 +55,72 @@ def test_planes_past_the_last_or_of_one_plane_are_refused(client, stack):
     assert e.value.code == "INVALID_ARGUMENT"
     with pytest.raises(imgstat.Error):
         client.analyze(path, planes=range(3, 1))
+
+
+def check_volume(got, vol, what):
+    """got: an answer of a (planes, h, w, c) volume asked planes=True."""
+    assert [p.index for p in got.planes] == list(range(vol.shape[0])), what
+    for c, ch in enumerate(got.channels):
+        x = vol[..., c]
+        assert (ch.count, ch.min, ch.max) == (x.size, x.min(), x.max()), what
+        if x.dtype.kind == "f":
+            assert ch.sum == pytest.approx(float(np.sum(x, dtype=np.float64)), rel=1e-12), what
+        else:
+            assert ch.sum == int(x.sum(dtype=np.int64)), what
+        z, y, xx = np.unravel_index(x.argmin(), x.shape)
+        assert ch.min_position == (int(xx), int(y), int(z)), what
+    for p in got.planes:
+        for c, ch in enumerate(p.channels):
+            x = vol[p.index, ..., c]
+            assert (ch.count, ch.min, ch.max) == (x.size, x.min(), x.max()), f"{what} plane {p.index}"
+            if x.dtype.kind != "f":
+                assert ch.sum == int(x.sum(dtype=np.int64)), f"{what} plane {p.index}"
+
+
+@pytest.mark.parametrize("axes", ["ZYX", "ZYXC", "CZYX", "YXZ", "TYX", None])
+def test_volumes_with_their_axes_named(client, axes):
+    rng = np.random.default_rng(491)
+    vol = rng.integers(0, 65536, (5, 13, 17, 3), dtype=np.uint16)  # Z, Y, X, C
+    if axes in (None, "ZYXC"):
+        a, want = vol, vol
+    elif axes in ("ZYX", "TYX"):
+        a, want = vol[..., 0], vol[..., :1]
+    elif axes == "CZYX":
+        a, want = np.ascontiguousarray(vol.transpose(3, 0, 1, 2)), vol
+    else:  # YXZ: a view with planes last
+        a, want = vol[..., 0].transpose(1, 2, 0), vol[..., :1]
+    got = client.analyze(a, axes=axes, stats="min_max,sum,positions", planes=True)
+    assert (got.width, got.height) == (17, 13)
+    check_volume(got, want, f"axes {axes}")
+
+
+def test_a_float_volume_streamed_and_strided(client):
+    rng = np.random.default_rng(492)
+    # 8 MiB: more than one message, so streamed; every other row, so strided.
+    big = rng.standard_normal((16, 512, 128, 2)).astype(np.float32)
+    big[3, 6, 9, 1] = np.nan
+    view = big[:, ::2]
+    got = client.analyze(view, axes="ZYXC", stats="min_max,sum,positions", planes=True, range=(-8, 8))
+    finite = np.where(np.isnan(view), np.inf, view)
+    assert got.channels[1].nan_count == 1
+    assert got.channels[0].sum == pytest.approx(float(view[..., 0].astype(np.float64).sum()), rel=1e-12)
+    assert [p.index for p in got.planes] == list(range(16))
+    assert got.planes[3].channels[1].nan_count == 1 and got.planes[4].channels[1].nan_count == 0
+    assert got.channels[1].min == finite[..., 1].min()
+
+
+def test_raw_depth_and_bad_axes(client, tmp_path):
+    rng = np.random.default_rng(493)
+    vol = rng.integers(0, 256, (4, 6, 9), dtype=np.uint8)
+    path = tmp_path / "vol.raw"
+    vol.tofile(path)
+    got = client.analyze(str(path), raw=(9, 6, 1, 4, "uint8"), stats="sum", planes=True)
+    assert [p["Gray"].sum for p in got.planes] == [int(p.sum()) for p in vol]
+    assert got.facts["planes"] == 4
+    for axes in ("ZYXQ", "ZZX", "ZY", "ZTYX"):
+        with pytest.raises(imgstat.Error) as e:
+            client.analyze(vol if len(axes) == 3 else vol[..., None], axes=axes)
+        assert e.value.code == "INVALID_ARGUMENT" and "axes" in str(e.value)
+    with pytest.raises(imgstat.Error) as e:
+        client.analyze(vol, axes="ZYX", planes=2)
+    assert e.value.code == "INVALID_ARGUMENT"
