@@ -248,6 +248,10 @@ std::string render_json(const Outcome& o) {
     }
     if (f.reduced_pages()) facts["reduced_pages"] = f.reduced_pages();
     if (f.duration_ms()) facts["duration_ms"] = f.duration_ms();
+    if (f.has_stack_axes()) {
+      const v1::StackAxes& a = f.stack_axes();
+      facts["stack_axes"] = {{"source", a.source()}, {"order", a.order()}, {"z", a.z()}, {"c", a.c()}, {"t", a.t()}};
+    }
     j.raw("facts", facts.dump());
   }
   if (r.has_unique_colors()) j.u64("unique_colors", r.unique_colors());
@@ -261,6 +265,11 @@ std::string render_json(const Outcome& o) {
       Fields pj;
       pj.u64("index", p.index());
       if (p.delay_ms()) pj.u64("delay_ms", p.delay_ms());
+      if (r.facts().has_stack_axes()) {
+        pj.u64("z", p.z());
+        pj.u64("c", p.c());
+        pj.u64("t", p.t());
+      }
       std::string channels = "[";
       for (const v1::ChannelStats& c : p.channels()) {
         if (channels.size() > 1) channels += ',';

@@ -53,7 +53,13 @@ std::string part_name(const v1::PartStats& p) {
   return "roi " + roi;
 }
 
-std::string plane_name(const v1::PlaneStats& p) { return "plane " + std::to_string(p.index()); }
+// "plane 7", with its place where the file gives its stack's axes: "plane 7 (z 1, c 1, t 0)".
+std::string plane_name(const v1::PlaneStats& p, bool axes) {
+  std::string n = "plane " + std::to_string(p.index());
+  if (axes)
+    n += " (z " + std::to_string(p.z()) + ", c " + std::to_string(p.c()) + ", t " + std::to_string(p.t()) + ")";
+  return n;
+}
 
 namespace {
 
@@ -100,7 +106,7 @@ std::string parts_table(const v1::AnalyzeResponse& r, bool flt, const char* dim,
 std::string planes_table(const v1::AnalyzeResponse& r, bool flt, const char* dim, const char* reset) {
   std::string out = rows_heading("plane");
   for (const v1::PlaneStats& p : r.planes())
-    out += named_rows(plane_name(p), p.channels(), flt, r.planes_size() <= 4, dim, reset);
+    out += named_rows(plane_name(p, r.facts().has_stack_axes()), p.channels(), flt, r.planes_size() <= 4, dim, reset);
   return out;
 }
 
@@ -198,6 +204,11 @@ std::string facts_line(const v1::AnalyzeResponse& r, const Style& s) {
     }
   }
   if (f.duration_ms()) facts += ", " + std::to_string(f.duration_ms()) + " ms";
+  if (f.has_stack_axes()) {
+    const v1::StackAxes& a = f.stack_axes();
+    facts += " (" + a.source() + " " + a.order() + ": " + std::to_string(a.z()) + " z, " + std::to_string(a.c()) +
+             " c, " + std::to_string(a.t()) + " t)";
+  }
   if (f.reduced_pages())
     facts += ", " + std::to_string(f.reduced_pages()) + " reduced-resolution page" + (f.reduced_pages() == 1 ? "" : "s") +
              " left out";

@@ -245,7 +245,7 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
   if (kind_of(input) == v1::INPUT_KIND_RAW && px.d.planes > 1) fill_plane_facts(r, px.d.planes, px.d.planes, 0);
   if (kind_of(input) == v1::INPUT_KIND_ENCODED) {
     fill_facts(r, data.data, data.size(), px.d.layout, release);
-    fill_plane_facts(r, px.planes_in_file, 1, px.reduced_pages, px.plane_delays_ms);
+    fill_plane_facts(r, px.plan, 1);
   }
   r.set_decoder(px.decoded.decoder);
   set_duration(r.mutable_decode_time(), t1 - t0);
@@ -340,9 +340,7 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
   call.check("after decoding");
   px.d = Described{px.decoded.format, px.decoded.view.layout, px.decoded.channel_order, px.decoded.channel_names};
   px.d.first_plane = decode.first_plane;
-  px.planes_in_file = decode.planes;
-  px.reduced_pages = decode.reduced_pages;
-  px.plane_delays_ms = decode.plane_delays_ms;
+  px.plan = decode;
   px.view = px.decoded.view;
   for (const std::string& w : px.decoded.warnings) r.add_warnings(w);
   return true;
@@ -545,7 +543,7 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
   fill_response(r, d, result, request);
   if (each_plane) fill_planes(r, d, d.planes > 1 ? planes : std::vector<Result>{}, request);
   fill_facts(r, data, size, plane_layout, options.release);
-  fill_plane_facts(r, plan.planes, plan.chosen_planes(), plan.reduced_pages, plan.plane_delays_ms);
+  fill_plane_facts(r, plan, plan.chosen_planes());
   r.set_decoder(decoded.decoder);
   for (const std::string& w : decoded.warnings) r.add_warnings(w);
   // The computation overlaps the decode; compute_time is what follows the last row.

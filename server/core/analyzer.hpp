@@ -94,9 +94,7 @@ class Analyzer {
     ImageView view;
     DecodedImage decoded;
     MemoryBudget::Lease lease;
-    uint64_t planes_in_file = 1;
-    uint64_t reduced_pages = 0;
-    std::vector<uint32_t> plane_delays_ms;
+    DecodePlan plan;  // an encoded input's
   };
   // An encoded input decoded into px; false when r is the whole answer
   // already (decoded on the GPU, or on the CPU in bands into the engine).

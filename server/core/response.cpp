@@ -206,6 +206,23 @@ void fill_plane_facts(v1::AnalyzeResponse& r, uint64_t planes, uint64_t answered
   f->set_reduced_pages(reduced_pages);
 }
 
+void fill_plane_facts(v1::AnalyzeResponse& r, const DecodePlan& plan, uint64_t answered) {
+  fill_plane_facts(r, plan.planes, answered, plan.reduced_pages, plan.plane_delays_ms);
+  const StackAxes& a = plan.axes;
+  if (a.source.empty()) return;
+  v1::StackAxes* out = r.mutable_facts()->mutable_stack_axes();
+  out->set_source(a.source);
+  out->set_order(a.order);
+  out->set_z(a.z);
+  out->set_c(a.c);
+  out->set_t(a.t);
+  for (v1::PlaneStats& p : *r.mutable_planes()) {
+    p.set_z(static_cast<uint32_t>(a.coordinate(p.index(), 'Z')));
+    p.set_c(static_cast<uint32_t>(a.coordinate(p.index(), 'C')));
+    p.set_t(static_cast<uint32_t>(a.coordinate(p.index(), 'T')));
+  }
+}
+
 // The channels reported: a colour space's, in its order, or the image's.
 Described measured(const Described& d, const StatsRequest& request) {
   if (request.colour_space == ColourSpace::kNone) return d;

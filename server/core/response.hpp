@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "imgstat/engine.hpp"
+#include "decode/decode.hpp"
 #include "imgstat/v1/imgstat.pb.h"
 
 namespace imgstat {
@@ -65,6 +66,9 @@ void fill_planes(v1::AnalyzeResponse& r, const Described& image, const std::vect
 // With an animation's frame delays for the planes answered (r.planes, in order).
 void fill_plane_facts(v1::AnalyzeResponse& r, uint64_t planes, uint64_t answered, uint64_t reduced_pages,
                       const std::vector<uint32_t>& delays_ms = {});
+// A decoded file's: its planes, its frames' delays, its stack's axes (each
+// plane's z, c and t).
+void fill_plane_facts(v1::AnalyzeResponse& r, const DecodePlan& plan, uint64_t answered);
 // A joint histogram's counts: dense up to kDenseJointBins, else the bins
 // that are not zero, as (index, count).
 void set_joint_counts(v1::JointHistogram* out, const std::vector<uint64_t>& counts);

@@ -163,6 +163,7 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     } else if (!tiff.pages.empty()) {
       plan.plane_offsets = tiff.pages;  // its one full-resolution page
     }
+    if (tiff.pages.size() > 1) plan.axes = stack_axes_of(tiff.description, tiff.pages.size());
     if (tiff.route == TiffRoute::kDirect) {
       plan.band_memory_bytes = tiff.memory_bytes;
       plan.band_rows = tiff.band_rows;

@@ -45,6 +45,21 @@ struct DecodeOptions {
   uint64_t plane_count = 0;
 };
 
+// How a stack's planes are laid out, where the file says (an ImageJ
+// hyperstack's description, an OME-TIFF's OME-XML): the plane axes in the
+// order they vary, fastest first ("CZT": channel, then slice, then frame),
+// and their sizes; z * c * t is the number of planes. Empty source: not said.
+struct StackAxes {
+  std::string source;  // "ImageJ" or "OME"
+  std::string order;   // a permutation of "ZCT"
+  uint32_t z = 1, c = 1, t = 1;
+  // Plane `index`'s coordinate on `axis` ('Z', 'C' or 'T').
+  uint64_t coordinate(uint64_t index, char axis) const;
+};
+// From a first page's ImageDescription: StackAxes of an ImageJ hyperstack
+// or an OME-TIFF whose sizes multiply to `planes`; empty otherwise.
+StackAxes stack_axes_of(const std::string& description, uint64_t planes);
+
 // What a file declares, from its header alone, before anything is allocated.
 struct DecodePlan {
   std::string format;
@@ -72,6 +87,7 @@ struct DecodePlan {
   std::vector<uint64_t> plane_offsets;
   uint64_t reduced_pages = 0;  // TIFF pages that are reduced-resolution copies, left out
   std::vector<uint32_t> plane_delays_ms;  // an animation's chosen frames: how long each shows
+  StackAxes axes;
   std::vector<std::string> warnings;
   uint64_t chosen_planes() const { return plane_offsets.empty() ? 1 : plane_offsets.size(); }
 };

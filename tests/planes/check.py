@@ -95,6 +95,35 @@ def as_stack(a):
     return a[..., None] if a.ndim == 3 else a
 
 
+def expected_axes(path):
+    """(sizes {Z, C, T}, plane axes slowest first) of an ImageJ or OME file's
+    first series as tifffile reads it, or None for other files."""
+    with tifffile.TiffFile(path) as t:
+        if not (t.is_imagej or t.is_ome):
+            return None
+        s = t.series[0]
+        plane_axes = [(a, n) for a, n in zip(s.axes, s.shape) if a in "ZCTQI"]
+    return {a: n for a, n in plane_axes}, [a for a, _ in plane_axes]
+
+
+def check_axes(got, path, what):
+    """facts.stack_axes and each plane's z, c, t against tifffile's series."""
+    want = expected_axes(path)
+    if want is None:
+        equal("stack_axes" in got.get("facts", {}), False, what + " no stack_axes but in ImageJ and OME files")
+        return
+    sizes, slowest_first = want
+    a = got["facts"].get("stack_axes")
+    if a is None:
+        return fail(f"{what}: no stack_axes where tifffile reads axes {slowest_first}")
+    equal({k: a[k.lower()] for k in sizes}, sizes, what + " stack_axes sizes")
+    equal([k for k in a["order"] if k in sizes], slowest_first[::-1], what + " stack_axes order")
+    shape = [sizes[k] for k in slowest_first]
+    for p in got.get("planes", []):
+        coords = dict(zip(slowest_first, np.unravel_index(p["index"], shape)))
+        equal({k: p[k.lower()] for k in sizes}, {k: int(v) for k, v in coords.items()}, f"{what} plane {p['index']} z, c, t")
+
+
 def check_file(client_bin, where, path, stack, reduced, what):
     """The file's answers against its full-resolution pages `stack`."""
     stack = as_stack(stack)
@@ -114,6 +143,8 @@ def check_file(client_bin, where, path, stack, reduced, what):
     if each is None:
         return
     check_channels(each["channels"], stack, what + " --planes (together)")
+    if path.endswith(".tif"):
+        check_axes(each, path, what)
     equal([p["index"] for p in each["planes"]], list(range(planes)), what + " --planes indices")
     for p in each["planes"]:
         ch_first_plane[0] = 0

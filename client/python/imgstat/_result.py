@@ -242,10 +242,12 @@ class Plane:
     the file, its channels and, for an animation's frame, ``delay_ms``
     (how long it shows; 0 otherwise)."""
 
-    def __init__(self, p, float_samples):
+    def __init__(self, p, float_samples, axes=False):
         self.proto = p
+        self._axes = axes
         self.index = p.index
         self.delay_ms = p.delay_ms
+        self.z, self.c, self.t = p.z, p.c, p.t  # where the file gives its stack's axes (facts["stack_axes"])
         self.channels = [Channel(c, float_samples) for c in p.channels]
 
     def __getitem__(self, name):
@@ -258,6 +260,8 @@ class Plane:
         d = {"index": self.index}
         if self.delay_ms:
             d["delay_ms"] = self.delay_ms
+        if self._axes:
+            d["z"], d["c"], d["t"] = self.z, self.c, self.t
         d["channels"] = [c.to_dict() for c in self.channels]
         return d
 
@@ -343,7 +347,8 @@ class Result:
     @property
     def planes(self):
         """Each plane's own statistics, with ``planes=`` asked (else [])."""
-        return [Plane(p, self._float) for p in self.proto.planes]
+        axes = self.proto.HasField("facts") and self.proto.facts.HasField("stack_axes")
+        return [Plane(p, self._float, axes) for p in self.proto.planes]
 
     @property
     def facts(self):
@@ -360,6 +365,9 @@ class Result:
             d["reduced_pages"] = f.reduced_pages
         if f.duration_ms:
             d["duration_ms"] = f.duration_ms
+        if f.HasField("stack_axes"):
+            a = f.stack_axes
+            d["stack_axes"] = {"source": a.source, "order": a.order, "z": a.z, "c": a.c, "t": a.t}
         return d
 
     def to_dict(self):

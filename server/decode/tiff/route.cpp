@@ -1,6 +1,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "decode/tiff/internal.hpp"
 #include "decode/tiff/tiff.hpp"
@@ -308,6 +309,9 @@ TiffPlan plan_tiff(const uint8_t* data, size_t size, uint64_t max_pages, const s
     return out;
   }
   const Tags t = tags_of(h->tif);
+  const char* description = nullptr;
+  if (TIFFGetField(h->tif, TIFFTAG_IMAGEDESCRIPTION, &description) && description)
+    out.description.assign(description, strnlen(description, size_t{16} << 20));
   out.refusal = refusal_of(t);
   if (!out.refusal.empty()) {
     out.route = TiffRoute::kRefused;

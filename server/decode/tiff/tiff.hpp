@@ -71,6 +71,7 @@ struct TiffPlan {
   uint64_t reduced_pages = 0;
   // The directories ended early at one libtiff could not read: its words.
   std::string warning;
+  std::string description;  // the first page's ImageDescription (its first 16 MiB)
 };
 // Directories past max_pages are refused (kResourceExhausted) as they are
 // met; cancelled is polled on the way.
