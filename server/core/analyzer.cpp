@@ -80,8 +80,6 @@ Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsReque
   if (!call.same_host)
     fail(ErrorCode::kPermissionDenied, "regions may be named only by callers on the server's own host");
   out.region = regions_->resolve(input.region(), call.caller);
-  if (kind_of(input) == v1::INPUT_KIND_ENCODED && out.region.size > static_cast<uint64_t>(INT32_MAX))
-    fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
   if (out.region.on_device && kind_of(input) == v1::INPUT_KIND_ENCODED)
     fail(ErrorCode::kInvalidArgument, "encoded images are decoded from host memory: put the file in a memfd region, "
                                       "not GPU memory");
@@ -113,9 +111,8 @@ v1::AnalyzeResponse Analyzer::analyze_read_region(const v1::AnalyzeRequest& requ
                             ? describe_raw(input.raw(), limits_.max_planes)
                             : describe_pixels("bytes", Layout{region.size, 1, 1, SampleType::kUint8, 0});
     if (kind_of(input) == v1::INPUT_KIND_RAW) check_raw_size(d.layout, region.size);
-    if (d.planes > 1 && plan.with_parts())
-      fail(ErrorCode::kUnimplemented, "parts of raw pixels of several planes (depth " + std::to_string(d.planes) +
-                                          ") are not computed yet");
+    if (d.planes > 1 && plan.with_parts())  // a volume's parts are read whole (its map beside it)
+      fail(ErrorCode::kInternal, "parts of a raw stack are read from a region as its bytes");
     const StatsRequest& stats_request = plan.stats;
     const StatsRequest asked = with_rgb(stats_request, d.order);
     const auto t0 = Clock::now();
@@ -173,8 +170,6 @@ v1::AnalyzeResponse Analyzer::analyze_mapped(const v1::AnalyzeRequest& request, 
                                              const std::function<uint64_t(uint64_t)>& arrived) const {
   if (!request.input().data().empty() || request.input().has_region())
     fail(ErrorCode::kInvalidArgument, "a mapped input carries no data or region of its own");
-  if (kind_of(request.input()) == v1::INPUT_KIND_ENCODED && size > static_cast<size_t>(INT32_MAX))
-    fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
   InputBytes data;
   data.data = bytes;
   data.bytes = size;
@@ -201,9 +196,11 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
     case v1::INPUT_KIND_RAW:
       px.d = describe_raw(input.raw(), limits_.max_planes);
       check_raw_size(px.d.layout, data.size());
-      if (px.d.planes > 1 && plan.with_parts())
-        fail(ErrorCode::kUnimplemented, "parts of raw pixels of several planes (depth " + std::to_string(px.d.planes) +
-                                            ") are not computed yet");
+      if (px.d.planes > 1 && plan.with_parts() && plan.parts.kind != PartsKind::kMask &&
+          plan.parts.kind != PartsKind::kLabels)
+        fail(ErrorCode::kUnimplemented, "rectangles and tiles of raw pixels of several planes (depth " +
+                                            std::to_string(px.d.planes) + ") are not computed yet: give a mask or "
+                                            "label volume, or send one plane");
       px.view = ImageView{data.data, px.d.layout};
       break;
     case v1::INPUT_KIND_BYTES:
@@ -274,9 +271,37 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
   // A stack of planes goes through the engine's stream in bands, plane
   // after plane, whatever it is: never whole.
   const bool stack = decode.chosen_planes() > 1;
-  if (stack && with_parts)
-    fail(ErrorCode::kUnimplemented, "parts of a file of several planes are not computed yet (this " + decode.format +
-                                        " has " + std::to_string(decode.planes) + "): choose one plane (planes, --planes N)");
+  if (stack && with_parts) {  // a volume's parts: its planes gathered one below the other, in the budget
+    const v1::Parts& asked = request.options().parts();
+    if (!asked.has_mask() && !asked.has_labels())
+      fail(ErrorCode::kUnimplemented, "rectangles and tiles of a file of several planes are not computed yet (this " +
+                                          decode.format + " has " + std::to_string(decode.planes) +
+                                          "): choose one plane (planes, --planes N), or give a mask or label stack");
+    if (stats_request.luminance)
+      fail(ErrorCode::kUnimplemented, "the luminance is computed for one plane at a time (this " + decode.format +
+                                          " has " + std::to_string(decode.planes) + "): choose one (planes, --planes N)");
+    if (options.arrived) {
+      options.arrived(data.size());
+      options.arrived = nullptr;
+      decode = plan_decode(bytes, data.size(), options);
+    }
+    px.lease = budget_->acquire(stack_memory_bytes(decode),
+                                "this " + std::to_string(decode.width) + "x" + std::to_string(decode.height) + " " +
+                                    decode.format + " (" + std::to_string(decode.chosen_planes()) + " planes)",
+                                call, waited_until);
+    {
+      TraceRange range("cpu decode of a stack");
+      px.decoded = decode_planes(bytes, data.size(), decode, options);
+    }
+    call.check("after decoding");
+    px.d = Described{px.decoded.format, px.decoded.view.layout, px.decoded.channel_order, px.decoded.channel_names};
+    px.d.planes = decode.chosen_planes();
+    px.d.first_plane = decode.first_plane;
+    px.plan = decode;
+    px.view = px.decoded.view;
+    for (const std::string& w : px.decoded.warnings) r.add_warnings(w);
+    return true;
+  }
   if (stack && stats_request.luminance)
     fail(ErrorCode::kUnimplemented, "the luminance is computed for one plane at a time (this " + decode.format + " has " +
                                         std::to_string(decode.planes) + "): choose one (planes, --planes N)");
@@ -356,7 +381,7 @@ PartMapView Analyzer::map_of(const v1::Parts& p, const Pixels& px, const CallCon
                        d.order.at(d.layout.channels - 1), map_type_of(d.layout.type), d.layout.row_stride};
   }
   if (p.has_mask() || p.has_labels())
-    read_map(p.has_mask() ? p.mask().image() : p.labels().image(), p.has_mask() ? "mask" : "label image", d.layout,
+    read_map(p.has_mask() ? p.mask().image() : p.labels().image(), p.has_mask() ? "mask" : "label image", d, px.plan,
              call, map);
   return map.view;
 }
@@ -373,15 +398,24 @@ MemoryBudget::Lease Analyzer::working_memory(const StatsRequest& asked, const Pa
   return holding ? budget_->take_now(bytes, what) : budget_->acquire(bytes, what, call, memory_wait_until(call, t0));
 }
 
-void Analyzer::read_map(const v1::Input& input, const char* what, const Layout& image, const CallContext& call,
-                        MapInput& out) const {
+void Analyzer::read_map(const v1::Input& input, const char* what, const Described& d, const DecodePlan& image_plan,
+                        const CallContext& call, MapInput& out) const {
   const std::string w = what;
+  const Layout image = plane_layout(d);
+  // A stack's map is a stack of as many planes (a label volume), whose
+  // planes are chosen as the image's are.
+  auto same_planes = [&](uint64_t planes) {
+    if (planes != d.planes)
+      fail(ErrorCode::kInvalidArgument, "the " + w + " has " + std::to_string(planes) + (planes == 1 ? " plane" : " planes") +
+                                            " and the image " + std::to_string(d.planes) + ": they must have as many");
+  };
   StatsRequest none;
   out.bytes = bytes_of(input, none, true, call);
   if (out.bytes.on_device)
     fail(ErrorCode::kInvalidArgument, "the " + w + " is read from host memory: not GPU memory");
   switch (kind_of(input)) {
     case v1::INPUT_KIND_RAW:
+      same_planes(raw_planes_of(input.raw()));
       out.view = raw_map_of(input.raw(), out.bytes.data, out.bytes.size(), what);
       return;
     case v1::INPUT_KIND_BYTES:
@@ -392,25 +426,32 @@ void Analyzer::read_map(const v1::Input& input, const char* what, const Layout& 
   DecodeOptions options;
   options.max_pixels = limits_.max_pixels;
   options.cancelled = call.cancelled;
+  options.max_planes = limits_.max_planes;
+  options.first_plane = d.planes > 1 ? image_plan.first_plane : 0;
+  options.plane_count = d.planes > 1 ? d.planes : 1;
   DecodePlan plan;
   try {
     plan = plan_decode(out.bytes.data, out.bytes.size(), options);
   } catch (const Error& e) {
     fail(e.code(), "the " + w + ": " + e.what());
   }
-  if (plan.planes > 1)
-    fail(ErrorCode::kUnimplemented, "the " + w + " is a " + plan.format + " of " + std::to_string(plan.planes) +
-                                        " planes: masks and label images of several planes are not read yet");
+  if (plan.planes > 1 && d.planes == 1)
+    fail(ErrorCode::kInvalidArgument, "the " + w + " is a " + plan.format + " of " + std::to_string(plan.planes) +
+                                          " planes, and the image one plane: they must have as many");
+  if (d.planes > 1) same_planes(plan.chosen_planes());
   // A map of another size is refused from its header, before it is decoded.
   if (plan.width != image.width || plan.height != image.height)
     fail(ErrorCode::kInvalidArgument, "the " + w + " is " + std::to_string(plan.width) + "x" +
                                           std::to_string(plan.height) + " and the image " + std::to_string(image.width) +
                                           "x" + std::to_string(image.height) + ": they must be the same size");
-  out.lease = budget_->acquire(plan.memory_bytes, "the " + w + " (" + std::to_string(plan.width) + "x" +
-                                                      std::to_string(plan.height) + " " + plan.format + ")",
+  const bool stack = plan.chosen_planes() > 1;
+  out.lease = budget_->acquire(stack ? stack_memory_bytes(plan) : plan.memory_bytes,
+                               "the " + w + " (" + std::to_string(plan.width) + "x" + std::to_string(plan.height) + " " +
+                                   plan.format + ")",
                                call, memory_wait_until(call, Clock::now()));
   try {
-    out.decoded = decode_image(out.bytes.data, out.bytes.size(), plan, options);
+    out.decoded = stack ? decode_planes(out.bytes.data, out.bytes.size(), plan, options)
+                        : decode_image(out.bytes.data, out.bytes.size(), plan, options);
   } catch (const Error& e) {
     fail(e.code(), "the " + w + ": " + e.what());
   }

@@ -115,7 +115,8 @@ class Analyzer {
     MemoryBudget::Lease lease;
     PartMapView view;
   };
-  void read_map(const v1::Input& input, const char* what, const Layout& image, const CallContext& call,
+  void read_map(const v1::Input& input, const char* what, const Described& image, const DecodePlan& image_plan,
+                const CallContext& call,
                 MapInput& out) const;
   // The parts' map for the image: its own alpha, or a mask or label image read into map.
   PartMapView map_of(const v1::Parts& parts, const Pixels& px, const CallContext& call, MapInput& map) const;

@@ -420,8 +420,6 @@ std::unique_ptr<Upload> Analyzer::begin_input_upload(const v1::StreamHeader& hea
       return std::make_unique<PixelUpload>(*engine_, *budget_, describe_pixels("bytes", Layout{total, 1, 1, SampleType::kUint8, 0}),
                                            stats_request, total, header.options().planes().each());
     default:
-      if (total > static_cast<uint64_t>(INT32_MAX))
-        fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
       return std::make_unique<EncodedUpload>(*this, *budget_, header, call);
   }
 }

@@ -206,9 +206,6 @@ Parts parts_of(const v1::Options& options, const Limits& limits) {
 
 PartMapView raw_map_of(const v1::RawLayout& raw, const void* data, uint64_t bytes, const char* what) {
   const std::string w = what;
-  if (raw_planes_of(raw) > 1)
-    fail(ErrorCode::kUnimplemented, "the " + w + " has a depth of " + std::to_string(raw.depth()) +
-                                        ": masks and label images of several planes are not taken yet");
   MapType type;
   switch (raw.sample_type()) {
     case v1::SAMPLE_TYPE_UINT32: type = MapType::kUint32; break;

@@ -115,8 +115,10 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
                  "); send raw pixels as kind RAW, or any file as kind BYTES");
   if (!is_supported_format(p.format)) invalid_data(p.format + " images are not supported");
   if (!p.corrupt.empty()) invalid_data(p.format + ": " + p.corrupt + ": corrupt or truncated");
-  if (size > static_cast<size_t>(INT32_MAX))
-    fail(ErrorCode::kResourceExhausted, "encoded images over 2 GiB are not supported");
+  // OpenCV and giflib take sizes as int: only a TIFF that libtiff reads
+  // itself (below) may be larger.
+  if (size > static_cast<size_t>(INT32_MAX) && p.format != "TIFF")
+    fail(ErrorCode::kResourceExhausted, p.format + " files over 2 GiB are not supported (TIFF and BigTIFF are)");
   DecodePlan plan{p.format, p.width, p.height, 0};
   uint64_t extra = 0;
   if (p.format == "JPEG") {
@@ -149,6 +151,9 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   if (p.format == "TIFF" && p.has_size) {
     tiff = plan_tiff(data, size, options.max_planes, options.cancelled);
     if (tiff.route == TiffRoute::kRefused) invalid_data("TIFF: " + tiff.refusal);
+    if (tiff.route != TiffRoute::kDirect && size > static_cast<size_t>(INT32_MAX))
+      fail(ErrorCode::kResourceExhausted, "TIFF files over 2 GiB are read only where imgstat reads their pages itself; "
+                                          "this one's are left to OpenCV, which takes up to 2 GiB");
     if (!tiff.warning.empty()) plan.warnings.push_back(tiff.warning);
     plan.reduced_pages = tiff.reduced_pages;
     if (tiff.pages.size() > 1) {
@@ -381,6 +386,63 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     out.final = !tiff.libtiff_error.empty();
   }
   return out;
+}
+
+uint64_t stack_memory_bytes(const DecodePlan& plan) {
+  const Layout& l = plan.band_layout;
+  return l.width * l.height * l.pixel_bytes() * plan.chosen_planes() + plan.band_memory_bytes;
+}
+
+DecodedImage decode_planes(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options) {
+  const Layout& l = plan.band_layout;
+  if (plan.band_memory_bytes == 0 || l.channels == 0)
+    fail(ErrorCode::kInternal, plan.format + ": a stack of planes the streamed decoder does not take");
+  const uint64_t planes = plan.chosen_planes(), plane_bytes = l.height * l.row_bytes();
+  if (l.height * planes > static_cast<uint64_t>(INT32_MAX))
+    fail(ErrorCode::kResourceExhausted, plan.format + ": " + std::to_string(planes) + " planes of " +
+                                            std::to_string(l.height) + " rows are more rows than one image holds");
+  int depth = CV_8U;
+  switch (l.type) {
+    case SampleType::kUint8: depth = CV_8U; break;
+    case SampleType::kInt8: depth = CV_8S; break;
+    case SampleType::kUint16: depth = CV_16U; break;
+    case SampleType::kInt16: depth = CV_16S; break;
+    case SampleType::kFloat32: depth = CV_32F; break;
+    case SampleType::kFloat64: depth = CV_64F; break;
+  }
+  cv::Mat m(static_cast<int>(l.height * planes), static_cast<int>(l.width), CV_MAKETYPE(depth, static_cast<int>(l.channels)));
+  uint64_t plane = 0;
+  uint32_t rows = 0;
+  RowSink sink;
+  // Each band is the image's own rows: nothing is copied.
+  auto at = [&](uint64_t row) { return RowBand{m.data + plane * plane_bytes + row * l.row_bytes(), rows}; };
+  sink.begin = [&](uint32_t w, uint32_t h, uint32_t channels, SampleType type) {
+    if (w != l.width || h != l.height || channels != l.channels || type != l.type)
+      fail(ErrorCode::kInternal, plan.format + ": its planes are not as planned");
+    plane = 0;
+    rows = plan.band_rows ? std::min<uint32_t>(plan.band_rows, h) : band_rows(l.row_bytes(), h);
+    return at(0);
+  };
+  // A plane's last band hands over the next plane's first: the planes lie
+  // one after another.
+  sink.band = [&](const uint8_t*, uint32_t first, uint32_t count) {
+    const uint64_t next = uint64_t{first} + count;
+    const uint64_t left = next < l.height ? l.height - next : l.height;
+    return RowBand{m.data + plane * plane_bytes + next * l.row_bytes(), static_cast<uint32_t>(std::min<uint64_t>(rows, left))};
+  };
+  sink.plane = [&](uint64_t p) {
+    if (p >= planes) fail(ErrorCode::kInternal, plan.format + ": more planes than planned");
+    plane = p;
+  };
+  BandedDecode banded = decode_in_bands(data, size, plan, options, sink);
+  if (!banded.taken)
+    invalid_data(plan.format + ": could not decode its planes (" +
+                 (banded.refusal.empty() ? std::string("corrupt or truncated data") : banded.refusal) + ")");
+  DecodedImage out;
+  out.format = plan.format;
+  out.warnings = banded.warnings;
+  out.decoder = banded.decoder;
+  return finish_decoded(std::move(out), m, options, false);
 }
 
 DecodedImage finish_decoded(DecodedImage out, const cv::Mat& m, const DecodeOptions& options, bool bgr) {

@@ -141,6 +141,13 @@ JpegCheck check_jpeg_data(const uint8_t* data, size_t size, const DecodeOptions&
 // allowed, and for what libjpeg refused.
 void enforce_jpeg_check(const JpegCheck& check, bool allow_truncated);
 
+// A stack's chosen planes decoded into one image, one plane below the
+// other (a label volume, or a volume whose parts are asked): the streamed
+// decoder's bands gathered. Holds plan.band_layout's bytes times the planes
+// beside the decoder's own (stack_memory_bytes). Throws as decode_image does.
+DecodedImage decode_planes(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options);
+uint64_t stack_memory_bytes(const DecodePlan& plan);
+
 // plan_decode, then decode_image.
 DecodedImage decode_image(const uint8_t* data, size_t size, const DecodeOptions& options);
 
