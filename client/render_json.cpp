@@ -161,10 +161,12 @@ std::string parts_text(const v1::AnalyzeResponse& r, bool flt) {
     if (p.has_label()) j.i64("label", p.label());
     if (p.has_tile()) j.raw("tile", json_array(p.tile().column(), p.tile().row()));
     if (p.has_roi()) j.raw("roi", json_array(p.roi().x(), p.roi().y(), p.roi().width(), p.roi().height()));
+    if (p.has_box())
+      j.raw("box", json_array(p.box().x(), p.box().y(), p.box().z(), p.box().width(), p.box().height(), p.box().depth()));
     std::string channels = "[";
     for (const v1::ChannelStats& c : p.channels()) {
       if (channels.size() > 1) channels += ',';
-      channels += channel_text(c, flt, is_float_type(r.sample_type()));
+      channels += channel_text(c, flt, is_float_type(r.sample_type()), {}, r.facts().planes_answered() > 1);
     }
     j.raw("channels", channels + "]");
     if (p.has_joint()) j.raw("joint", joint_json(p.joint()).dump());

@@ -230,6 +230,7 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
   }
   const auto t2 = Clock::now();
   fill_response(r, px.d, result, plan.stats, plan.with_parts());
+  if (parts.kind == PartsKind::kLabels) fill_boxes(r, label_boxes(px.d.layout, parts, px.d.plane_height()));
   if (plan.planes.each) {
     std::vector<Result> planes;  // a raw stack's, each from its rows of the view
     for (uint64_t p = 0; px.d.planes > 1 && p < px.d.planes; ++p) {

@@ -174,6 +174,24 @@ void fill_facts(v1::AnalyzeResponse& r, const uint8_t* data, size_t size, const 
   }
 }
 
+void fill_boxes(v1::AnalyzeResponse& r, const std::vector<LabelBox>& boxes) {
+  if (static_cast<size_t>(r.parts_size()) != boxes.size())
+    fail(ErrorCode::kInternal, "label boxes: " + std::to_string(boxes.size()) + " boxes for " +
+                                   std::to_string(r.parts_size()) + " labels");
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    v1::PartStats* p = r.mutable_parts(static_cast<int>(i));
+    const LabelBox& b = boxes[i];
+    if (p->label() != b.label) fail(ErrorCode::kInternal, "label boxes: not in the parts' order");
+    v1::Box* box = p->mutable_box();
+    box->set_x(b.x);
+    box->set_y(b.y);
+    box->set_z(b.z);
+    box->set_width(b.width);
+    box->set_height(b.height);
+    box->set_depth(b.depth);
+  }
+}
+
 void fill_planes(v1::AnalyzeResponse& r, const Described& image, const std::vector<Result>& planes,
                  const StatsRequest& request) {
   if (planes.empty()) {

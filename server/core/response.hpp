@@ -57,6 +57,8 @@ Described measured(const Described& d, const StatsRequest& request);
 // warnings that say what parts do not get).
 void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result& result, const StatsRequest& request,
                    bool parts = false);
+// Each label part's box (boxes in the parts' order).
+void fill_boxes(v1::AnalyzeResponse& r, const std::vector<LabelBox>& boxes);
 // Options.planes.each: each plane's own answer (planes: Results in order,
 // of the planes of `image`, a stack); or, with no stack, the image's
 // channels once more as its one plane's.

@@ -92,11 +92,15 @@ class Client:
         """A region whose memory is gone: given back at the next call."""
         self._regions.forget(region_id)
 
-    def _options(self, options):
+    def _options(self, options, axes=None):
         unknown = set(options) - set(ANALYZE_OPTIONS)
         if unknown:
             raise TypeError(f"unknown option{'s' if len(unknown) > 1 else ''}: {', '.join(sorted(unknown))}")
-        return build_options(pb, side_input, **options)
+        if axes is None:
+            return build_options(pb, side_input, **options)
+        # A volume's mask or label volume: the same axes, without channels.
+        map_axes = axes.upper().replace("C", "")
+        return build_options(pb, lambda x, labels: side_input(x, labels, map_axes), **options)
 
     # --- calls -------------------------------------------------------------
     def analyze(self, x: ImageLike, *, name: str | None = None, raw: tuple | None = None,
@@ -114,7 +118,8 @@ class Client:
         ``joint_range``; parts: ``roi`` ((x, y, w, h) or a list of them),
         ``tiles`` ((columns, rows) or "CxR"), ``mask`` (an image as any
         input, or "alpha"), ``labels`` (an image as any input, arrays of
-        uint8, uint16, uint32 or int32), ``ignore_label``, ``max_labels``;
+        uint8, uint16, uint32 or int32; each label with its ``box``; of a
+        volume, a volume of its axes without C), ``ignore_label``, ``max_labels``;
         files of several planes (multi-page TIFF) are answered for all their
         planes together, and with ``planes`` (True, an int, a range or
         "A-B") for each plane apart too (``Result.planes``), of those chosen.
@@ -128,7 +133,7 @@ class Client:
 
         Returns a Result; raises imgstat.Error.
         """
-        opts = self._options(options)
+        opts = self._options(options, axes)
         job = prepare(x, name, raw, stride, as_bytes, axes=axes)
         return Result(self._run(job, opts), job.name, parts_asked(opts))
 

@@ -107,14 +107,12 @@ def layout(a, name, labels=False, axes=None):
     of them."""
     a, depth = planes_first(a, axes, name)
     if depth is not None:
-        if labels:
-            raise bad("masks and label images of several planes are not taken yet", name)
         if depth == 0:
             raise bad(f"an array of shape {a.shape} has no plane", name)
         if depth >= 1 << 32:
             raise bad(f"an array of {depth} planes is past 2^32 of them", name)
         z, h, w, c = a.shape
-        tall, one = a.reshape(z * h, w, c), layout(a[0], name)  # reshape copies only where it must
+        tall, one = a.reshape(z * h, w, c), layout(a[0], name, labels)  # reshape copies only where it must
         one[1].depth = depth
         return (tall if c > 1 else tall[..., 0]), one[1]
     if a.dtype == np.bool_:
@@ -205,9 +203,10 @@ def prepare(x, name=None, raw=None, stride=0, as_bytes=False, labels=False, axes
     return job
 
 
-def side_input(x, labels):
-    """A mask or label image as an Input carried in the request."""
-    job = prepare(x, labels=labels)
+def side_input(x, labels, axes=None):
+    """A mask or label image as an Input carried in the request; axes: a
+    volume's (the image's, without C)."""
+    job = prepare(x, labels=labels, axes=axes)
     if job.array is not None:
         a, shape = job.array
         job.input.raw.CopyFrom(shape)

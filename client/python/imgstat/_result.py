@@ -206,16 +206,19 @@ class Joint:
 
 
 class Part:
-    """One rectangle, label or tile: ``roi`` (x, y, width, height), ``label``,
-    ``tile`` (column, row) where they apply, and its channels."""
+    """One rectangle, label or tile: ``roi`` (x, y, width, height), ``label``
+    with its ``box`` (x, y, z, width, height, depth; z the plane of a
+    volume), ``tile`` (column, row) where they apply, and its channels."""
 
-    def __init__(self, p, float_samples):
+    def __init__(self, p, float_samples, stack=False):
         self.proto = p
         self._float = float_samples
         self.label = p.label if p.HasField("label") else None
         self.tile = (p.tile.column, p.tile.row) if p.HasField("tile") else None
         self.roi = (p.roi.x, p.roi.y, p.roi.width, p.roi.height) if p.HasField("roi") else None
-        self.channels = [Channel(c, float_samples) for c in p.channels]
+        b = p.box
+        self.box = (b.x, b.y, b.z, b.width, b.height, b.depth) if p.HasField("box") else None
+        self.channels = [Channel(c, float_samples, stack=stack) for c in p.channels]
         self.joint = Joint(p.joint) if p.HasField("joint") else None
 
     def to_dict(self):
@@ -226,6 +229,8 @@ class Part:
             d["tile"] = list(self.tile)
         if self.roi is not None:
             d["roi"] = list(self.roi)
+        if self.box is not None:
+            d["box"] = list(self.box)
         d["channels"] = [c.to_dict() for c in self.channels]
         if self.joint is not None:
             d["joint"] = _joint_dict(self.proto.joint)
@@ -338,7 +343,8 @@ class Result:
 
     @property
     def parts(self):
-        return [Part(p, self._float) for p in self.proto.parts]
+        stack = self.proto.HasField("facts") and self.proto.facts.planes_answered > 1
+        return [Part(p, self._float, stack) for p in self.proto.parts]
 
     @property
     def joint(self):

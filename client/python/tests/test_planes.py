@@ -124,3 +124,59 @@ def test_raw_depth_and_bad_axes(client, tmp_path):
     with pytest.raises(imgstat.Error) as e:
         client.analyze(vol, axes="ZYX", planes=2)
     assert e.value.code == "INVALID_ARGUMENT"
+
+
+def label_reference(vol, labels):
+    """Per label: voxel count, sum, min, max, first min position (x, y, z)
+    and bounding box (x, y, z, w, h, d), gathered with numpy."""
+    out = {}
+    for k in np.unique(labels):
+        m = labels == k
+        z, y, x = np.nonzero(m)
+        v = vol[m]
+        first = np.argmin(np.where(m, vol, np.iinfo(vol.dtype).max).ravel())
+        fz, fy, fx = np.unravel_index(first, vol.shape)
+        out[int(k)] = (int(m.sum()), int(v.sum(dtype=np.int64)), int(v.min()), int(v.max()), (int(fx), int(fy), int(fz)),
+                       (int(x.min()), int(y.min()), int(z.min()), int(x.max() - x.min() + 1),
+                        int(y.max() - y.min() + 1), int(z.max() - z.min() + 1)))
+    return out
+
+
+def test_label_volumes_per_label_with_boxes(client, tmp_path):
+    rng = np.random.default_rng(495)
+    vol = rng.integers(0, 65536, (9, 23, 31), dtype=np.uint16)
+    labels = np.zeros(vol.shape, np.uint16)
+    for k in range(1, 40):  # blobs of their own extents, some of one voxel
+        z, y, x = rng.integers(0, 9), rng.integers(0, 23), rng.integers(0, 31)
+        dz, dy, dx = rng.integers(1, 4, 3)
+        labels[z:z + dz, y:y + dy, x:x + dx] = k * 997 % 65536
+    want = label_reference(vol, labels)
+    path = tmp_path / "labels.raw"
+    labels.tofile(path)
+    with_array = client.analyze(vol, axes="ZYX", labels=labels, stats="min_max,sum,positions")
+    # A float volume's view of the same labels, as a raw file of a depth (2-D maps: depth 1, z 0).
+    assert [p.box for p in with_array.parts] == [want[k][5] for k in sorted(want)]
+    flat = client.analyze(vol[4], labels=labels[4], stats="min_max,sum")
+    assert all(p.box[2] == 0 and p.box[5] == 1 for p in flat.parts)
+    got = with_array
+    assert [p.label for p in got.parts] == sorted(want)
+    for p in got.parts:
+        count, total, lo, hi, first_min, box = want[p.label]
+        ch = p.channels[0]
+        assert (ch.count, ch.sum, ch.min, ch.max) == (count, total, lo, hi), p.label
+        assert ch.min_position == first_min, p.label
+        assert p.box == box, p.label
+
+
+def test_a_mask_volume_is_the_foreground(client):
+    rng = np.random.default_rng(496)
+    vol = rng.normal(50, 20, (7, 19, 21)).astype(np.float32)
+    mask = (rng.random(vol.shape) < 0.3).astype(np.uint8)
+    got = client.analyze(vol, axes="ZYX", mask=mask, stats="min_max,sum")
+    fg = vol[mask != 0].astype(np.float64)
+    ch = got.channels[0]
+    assert (ch.count, ch.min, ch.max) == (fg.size, fg.min(), fg.max())
+    assert ch.sum == pytest.approx(fg.sum(), rel=1e-12)
+    with pytest.raises(imgstat.Error) as e:
+        client.analyze(vol, axes="ZYX", mask=mask[:6])
+    assert e.value.code == "INVALID_ARGUMENT" and "planes" in str(e.value)

@@ -234,6 +234,18 @@ struct PartStats {
   JointHistogram joint;
 };
 
+// A label's bounding box in an image, or a volume of planes one below the
+// other (x, y within a plane; z the plane): first x, y, z and the extent.
+struct LabelBox {
+  int64_t label = 0;
+  uint64_t x = 0, y = 0, z = 0;
+  uint64_t width = 0, height = 0, depth = 0;
+};
+// The box of every label parts.kind kLabels answers, in the order it
+// answers them (ascending), over `layout` (its map's size) whose planes are
+// plane_height rows each. Every label answered has a pixel: no box is empty.
+std::vector<LabelBox> label_boxes(const Layout& layout, const Parts& parts, uint64_t plane_height);
+
 // About how many bytes `parts` answers of `channels` channels take in a
 // response: what max_answer_bytes is checked against.
 uint64_t answer_bytes(uint64_t parts, uint32_t channels, SampleType type, const StatsRequest& request);
