@@ -28,16 +28,21 @@ std::vector<LabelBox> label_boxes(const Layout& layout, const Parts& parts, uint
       index.row(row, 0, layout.width, part.data());
       const uint64_t z = row / plane_height, y = row % plane_height;
       // Boxes hold min x, y, z and, until the end, max x, y, z in width, height, depth.
-      for (uint64_t x = 0; x < layout.width; ++x) {
+      // A run of one label's pixels widens its box once.
+      for (uint64_t x = 0; x < layout.width;) {
         const uint32_t p = part[x];
-        if (p == kNoPart) continue;
-        LabelBox& b = boxes[p];
-        b.x = std::min(b.x, x);
-        b.width = std::max(b.width, x);
-        if (b.y > y) b.y = y;
-        if (b.height < y) b.height = y;
-        if (b.z > z) b.z = z;
-        if (b.depth < z) b.depth = z;
+        uint64_t end = x + 1;
+        while (end < layout.width && part[end] == p) ++end;
+        if (p != kNoPart) {
+          LabelBox& b = boxes[p];
+          b.x = std::min(b.x, x);
+          b.width = std::max(b.width, end - 1);
+          if (b.y > y) b.y = y;
+          if (b.height < y) b.height = y;
+          if (b.z > z) b.z = z;
+          if (b.depth < z) b.depth = z;
+        }
+        x = end;
       }
     }
   });

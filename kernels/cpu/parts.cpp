@@ -64,28 +64,66 @@ Result analyze_gathered(const ImageView& image, const PartIndex& index, const Pa
   const Layout& l = image.layout;
   const uint64_t pb = l.pixel_bytes();
   const uint32_t n = index.count();
+  // Blocks of rows counted, then scattered, in parallel: each block's
+  // pixels of a part go after those of the blocks before it, so each
+  // part's pixels stay in row-major order (its positions, its float sums'
+  // order). Few blocks where parts are many: a block's starts are n long.
+  const uint64_t blocks = std::max<uint64_t>(1, std::min<uint64_t>((l.height + kPartRowsPerBlock - 1) / kPartRowsPerBlock,
+                                                                    std::max<uint64_t>(1, (uint64_t{64} << 20) / 8 / (uint64_t{n} + 1))));
+  const uint64_t rows_per_block = (l.height + blocks - 1) / blocks;
+  std::vector<uint64_t> starts(blocks * (uint64_t{n} + 1), 0);  // [block][part]: counts, then where each block's go
+  tbb::parallel_for(uint64_t{0}, blocks, [&](uint64_t b) {
+    std::vector<uint32_t> part(l.width);
+    uint64_t* count = &starts[b * (uint64_t{n} + 1)];
+    for (uint64_t y = b * rows_per_block; y < std::min(l.height, (b + 1) * rows_per_block); ++y) {
+      index.row(y, 0, l.width, part.data());
+      for (uint64_t x = 0; x < l.width; ++x)
+        if (part[x] != kNoPart) ++count[part[x]];
+    }
+  });
   std::vector<uint64_t> offset(size_t{n} + 1, 0);
-  std::vector<uint32_t> part(l.width);
-  for (uint64_t y = 0; y < l.height; ++y) {
-    index.row(y, 0, l.width, part.data());
-    for (uint64_t x = 0; x < l.width; ++x)
-      if (part[x] != kNoPart) ++offset[part[x] + 1];
+  for (uint32_t p = 0; p < n; ++p) {
+    uint64_t at = offset[p];
+    for (uint64_t b = 0; b < blocks; ++b) {
+      uint64_t& c = starts[b * (uint64_t{n} + 1) + p];
+      const uint64_t k = c;
+      c = at;
+      at += k;
+    }
+    offset[p + 1] = at;
   }
-  for (uint32_t p = 0; p < n; ++p) offset[p + 1] += offset[p];
   std::vector<uint8_t> pixels(offset[n] * pb);
   std::vector<uint64_t> at(request.positions ? offset[n] : 0);
-  std::vector<uint64_t> next(offset.begin(), offset.end() - 1);
-  for (uint64_t y = 0; y < l.height; ++y) {
-    index.row(y, 0, l.width, part.data());
-    const uint8_t* row = static_cast<const uint8_t*>(image.data) + y * l.stride();
-    for (uint64_t x = 0; x < l.width; ++x) {
-      const uint32_t p = part[x];
-      if (p == kNoPart) continue;
-      const uint64_t to = next[p]++;
-      std::memcpy(&pixels[to * pb], row + x * pb, pb);
-      if (!at.empty()) at[to] = y * l.width + x;
+  tbb::parallel_for(uint64_t{0}, blocks, [&](uint64_t b) {
+    std::vector<uint32_t> part(l.width);
+    uint64_t* next = &starts[b * (uint64_t{n} + 1)];
+    for (uint64_t y = b * rows_per_block; y < std::min(l.height, (b + 1) * rows_per_block); ++y) {
+      index.row(y, 0, l.width, part.data());
+      const uint8_t* row = static_cast<const uint8_t*>(image.data) + y * l.stride();
+      auto scatter = [&](auto sample) {  // a pixel's bytes as one value where they fit one
+        using T = decltype(sample);
+        for (uint64_t x = 0; x < l.width; ++x) {
+          const uint32_t p = part[x];
+          if (p == kNoPart) continue;
+          const uint64_t to = next[p]++;
+          if constexpr (sizeof(T) == 1) {
+            std::memcpy(&pixels[to * pb], row + x * pb, pb);
+          } else {
+            T v;
+            std::memcpy(&v, row + x * sizeof(T), sizeof(T));
+            std::memcpy(&pixels[to * sizeof(T)], &v, sizeof(T));
+          }
+          if (!at.empty()) at[to] = y * l.width + x;
+        }
+      };
+      switch (pb) {
+        case 2: scatter(uint16_t{}); break;
+        case 4: scatter(uint32_t{}); break;
+        case 8: scatter(uint64_t{}); break;
+        default: scatter(uint8_t{}); break;
+      }
     }
-  }
+  });
   const bool mask = parts.kind == PartsKind::kMask;
   StatsRequest per_part = mask ? request : per_part_request(request);
   per_part.unique_colors = false;
