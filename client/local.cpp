@@ -70,7 +70,10 @@ Outcome Local::analyze(Source& source, const Request& request) {
     // (256 MiB took 2.1 s whole, 0.3 s in chunks, on 2 cores). The luminance
     // is computed on whole images only: those up to 256 MiB are read whole.
     const bool whole = stats_request_of(request.options).luminance && source.size() <= (uint64_t{256} << 20);
-    if (!pixels && source.is_file() && source.size() > 0) {
+    // Parts need the whole image at once: raw pixels with parts are read
+    // where the file's pages lie too, not copied.
+    const bool parts = request.options.has_parts();
+    if ((!pixels || parts) && source.is_file() && source.size() > 0) {
       v1::AnalyzeRequest r;
       *r.mutable_input() = request.input;
       *r.mutable_options() = options_with_map(request);

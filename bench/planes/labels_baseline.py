@@ -4,7 +4,7 @@ per-label statistics of a volume: scipy.ndimage's sum, mean,
 standard_deviation, minimum, maximum over every label, np.bincount for the
 voxel counts and find_objects for the bounding boxes, from the raw files.
 
-    labels_baseline.py VOLUME.raw LABELS.raw SIDE
+    labels_baseline.py VOLUME.raw LABELS.raw SIDE [TYPE]
 """
 import sys
 
@@ -12,7 +12,7 @@ import numpy as np
 from scipy import ndimage
 
 side = int(sys.argv[3])
-vol = np.fromfile(sys.argv[1], np.float32).reshape(side, side, side)
+vol = np.fromfile(sys.argv[1], sys.argv[4] if len(sys.argv) > 4 else "float32").reshape(side, side, side)
 labels = np.fromfile(sys.argv[2], np.uint16).reshape(side, side, side)
 index = np.arange(int(labels.max()) + 1)
 counts = np.bincount(labels.ravel())
