@@ -10,6 +10,7 @@
 #include <tiffio.h>
 
 #include <cstring>
+#include <random>
 #include <string>
 
 #include "core/analyzer.hpp"
@@ -249,6 +250,39 @@ TEST_P(Limits, WhatAnEngineAllocatesBesideThePixelsIsInTheBudget) {
   mask->set_data(std::string(size_t{3000} * 3000, '\1'));
   expect_refused(analyze(masked), "--max-decode-memory", "a float mask's gathered pixels and positions (108 MB)");
   EXPECT_EQ(analyzer_->budget().in_use(), 0u);
+}
+
+// A float image's parts with the distribution: within the budget on each
+// engine (the CUDA engine leaves float parts to the CPU's, and its estimate
+// is not counts of 2^32 float values), equal to the CPU engine's answer.
+TEST_P(Limits, FloatPartsWithTheDistributionFitTheBudget) {
+  std::mt19937 rng(497);
+  std::uniform_real_distribution<float> u(-5, 5);
+  std::string f32(size_t{61} * 37 * 4, '\0');
+  for (size_t i = 0; i < f32.size(); i += 4) {
+    const float v = u(rng);
+    std::memcpy(&f32[i], &v, 4);
+  }
+  auto masked = raw(61, 37, 1, v1::SAMPLE_TYPE_FLOAT32, f32);
+  masked.mutable_options()->add_statistics(v1::STATISTIC_DISTRIBUTION);
+  masked.mutable_options()->add_statistics(v1::STATISTIC_SUM);
+  v1::Input* mask = masked.mutable_options()->mutable_parts()->mutable_mask()->mutable_image();
+  mask->set_kind(v1::INPUT_KIND_RAW);
+  mask->mutable_raw()->set_width(61);
+  mask->mutable_raw()->set_height(37);
+  mask->mutable_raw()->set_channels(1);
+  mask->mutable_raw()->set_sample_type(v1::SAMPLE_TYPE_UINT8);
+  std::string m(size_t{61} * 37, '\0');
+  for (size_t i = 0; i < m.size(); i += 3) m[i] = 1;
+  mask->set_data(m);
+  v1::AnalyzeResponse got;
+  const Outcome o = run([&] { got = analyzer_->analyze(masked); });
+  ASSERT_TRUE(o.ok) << o.message;
+  imgstat::Limits limits;
+  const v1::AnalyzeResponse want = Analyzer(std::shared_ptr<Engine>(make_cpu_engine(1)), limits).analyze(masked);
+  EXPECT_EQ(got.channels(0).count(), (m.size() + 2) / 3);
+  EXPECT_EQ(got.channels(0).sum(), want.channels(0).sum());
+  EXPECT_EQ(got.channels(0).median(), want.channels(0).median());
 }
 
 TEST_P(Limits, MapsThatDeclareTooMuchAreRefused) {

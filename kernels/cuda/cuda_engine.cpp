@@ -249,6 +249,9 @@ class CudaEngine final : public Engine {
     // A joint histogram's counts come back: the copy, the partial, the result.
     const uint64_t joint_counts = asked.joint.axes ? 3 * (asked.joint.total_bins() + 1) * 8 : 0;
     if (!parts || parts->kind == PartsKind::kWhole || parts->kind == PartsKind::kRects) return joint_counts;
+    // Float parts are the CPU engine's (analyze_parts says UNIMPLEMENTED):
+    // its estimate is theirs, not counts of 2^32 float values.
+    if (!part_kernels_take(image, *parts)) return joint_counts;
     const Layout l = measured_layout(image, asked);
     const StatsRequest request = measured_request(asked, image);
     uint64_t count = 1;
