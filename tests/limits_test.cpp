@@ -57,6 +57,7 @@ class Limits : public ::testing::TestWithParam<std::string> {
     imgstat::Limits limits;
     limits.max_decode_memory = kBudget;
     limits.queue_timeout_seconds = 1;
+    engine_ = engine;
     analyzer_ = std::make_unique<Analyzer>(engine, limits);
   }
 
@@ -90,6 +91,7 @@ class Limits : public ::testing::TestWithParam<std::string> {
     EXPECT_LE(o.largest, kLargestAllowed) << "bytes asked of malloc at once";
   }
 
+  std::shared_ptr<Engine> engine_;
   std::unique_ptr<Analyzer> analyzer_;
 };
 
@@ -255,7 +257,7 @@ TEST_P(Limits, WhatAnEngineAllocatesBesideThePixelsIsInTheBudget) {
 // A float image's parts with the distribution: within the budget on each
 // engine (the CUDA engine leaves float parts to the CPU's, and its estimate
 // is not counts of 2^32 float values), equal to the CPU engine's answer.
-TEST_P(Limits, FloatPartsWithTheDistributionFitTheBudget) {
+TEST_P(Limits, PartsWithTheDistributionFitTheBudget) {
   std::mt19937 rng(497);
   std::uniform_real_distribution<float> u(-5, 5);
   std::string f32(size_t{61} * 37 * 4, '\0');
@@ -283,6 +285,33 @@ TEST_P(Limits, FloatPartsWithTheDistributionFitTheBudget) {
   EXPECT_EQ(got.channels(0).count(), (m.size() + 2) / 3);
   EXPECT_EQ(got.channels(0).sum(), want.channels(0).sum());
   EXPECT_EQ(got.channels(0).median(), want.channels(0).median());
+
+  // uint16 labels with the distribution: estimated from the labels a
+  // uint16 map may hold, the part counts stop where they would be refused
+  // anyway (kMaxPartCountBytes), not at 65,536 labels' value counts (64 GiB).
+  std::string u16(size_t{61} * 37 * 2, '\0'), labels(size_t{61} * 37 * 2, '\0');
+  for (size_t i = 0; i < u16.size(); i += 2) {
+    const uint16_t v = static_cast<uint16_t>(rng()), k = static_cast<uint16_t>(rng() % 7 * 1000);
+    std::memcpy(&u16[i], &v, 2);
+    std::memcpy(&labels[i], &k, 2);
+  }
+  auto labelled = raw(61, 37, 1, v1::SAMPLE_TYPE_UINT16, u16);
+  labelled.mutable_options()->add_statistics(v1::STATISTIC_DISTRIBUTION);
+  v1::Input* map = labelled.mutable_options()->mutable_parts()->mutable_labels()->mutable_image();
+  map->set_kind(v1::INPUT_KIND_RAW);
+  map->mutable_raw()->set_width(61);
+  map->mutable_raw()->set_height(37);
+  map->mutable_raw()->set_channels(1);
+  map->mutable_raw()->set_sample_type(v1::SAMPLE_TYPE_UINT16);
+  map->set_data(labels);
+  // (With a budget of 1 GiB: this suite's 24 MiB is below any labels' estimate.)
+  imgstat::Limits roomy;
+  roomy.max_decode_memory = uint64_t{1} << 30;
+  Analyzer with_room(engine_, roomy);
+  const Outcome l = run([&] { got = with_room.analyze(labelled); });
+  ASSERT_TRUE(l.ok) << l.message;
+  EXPECT_EQ(got.parts_size(), 7);
+  EXPECT_EQ(with_room.budget().in_use(), 0u);
 }
 
 TEST_P(Limits, MapsThatDeclareTooMuchAreRefused) {

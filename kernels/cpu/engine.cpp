@@ -64,8 +64,10 @@ uint64_t cpu_working_bytes(const Layout& image, const StatsRequest& asked, const
     const size_t bits = map_sample_size(parts->map.type) * 8;
     labels = std::min<uint64_t>(parts->max_parts, bits <= 16 ? uint64_t{1} << bits : l.pixels());
   }
-  const uint64_t set = part_count_bytes(static_cast<uint32_t>(std::min<uint64_t>(labels, UINT32_MAX)), l.channels, l.type,
-                                        request);
+  // A set larger than kMaxPartCountBytes is refused before it is made
+  // (check_part_count_bytes, on the labels found): the most this can hold.
+  const uint64_t set = std::min(kMaxPartCountBytes, part_count_bytes(static_cast<uint32_t>(std::min<uint64_t>(labels, UINT32_MAX)),
+                                                                     l.channels, l.type, request));
   return bytes + (set * (threads + 1) > kMaxPartCountBytes ? set : set * (threads + 1));
 }
 

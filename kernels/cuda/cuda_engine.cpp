@@ -261,7 +261,9 @@ class CudaEngine final : public Engine {
       count = std::min<uint64_t>(parts->max_parts, bits <= 16 ? uint64_t{1} << bits : l.pixels());
     }
     count = std::min<uint64_t>(count, UINT32_MAX);
-    const uint64_t set = part_count_bytes(static_cast<uint32_t>(count), l.channels, l.type, request);
+    // Sets past kMaxPartCountBytes are refused on the labels found: the
+    // estimate from the most labels the map's type holds stops there.
+    const uint64_t set = std::min(kMaxPartCountBytes, part_count_bytes(static_cast<uint32_t>(count), l.channels, l.type, request));
     const uint64_t accums = count * l.channels * sizeof(PartAccum);
     const uint64_t joint = request.joint.axes ? count * (request.joint.total_bins() + 1) * 8 : 0;
     return l.pixels() + 2 * set + accums + joint;
