@@ -243,7 +243,7 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
   if (kind_of(input) == v1::INPUT_KIND_RAW && px.d.planes > 1) fill_plane_facts(r, px.d.planes, px.d.planes, 0);
   if (kind_of(input) == v1::INPUT_KIND_ENCODED) {
     fill_facts(r, data.data, data.size(), px.d.layout, release);
-    fill_plane_facts(r, px.plan, 1);
+    fill_plane_facts(r, px.plan, px.d.planes);
   }
   r.set_decoder(px.decoded.decoder);
   set_duration(r.mutable_decode_time(), t1 - t0);

@@ -387,6 +387,45 @@ def check_animations(client_bin, work, rng, where):
         equal(got["channels"][0]["count"], 12 * 16, f"animated {ext}: the first frame's pixels")
 
 
+def check_label_stacks(client_bin, work, rng, where):
+    """A label stack (multi-page TIFF) over an image stack: each label over
+    the volume, its bounding box and first min (x, y, plane), against numpy;
+    --planes A-B takes the same planes of both."""
+    vol = rng.integers(0, 65536, (6, 19, 23), dtype=np.uint16)
+    labels = (rng.integers(0, 9, vol.shape) * 7).astype(np.uint16)
+    labels[2:4, 5:9, 3:6] = 500  # a label in two planes only
+    for name, stack in (("volume.tif", vol), ("labels.tif", labels)):
+        with tifffile.TiffWriter(os.path.join(work, name)) as t:
+            for page in stack:
+                t.write(page, compression="zlib")
+    for chosen, first in ((None, 0), ("1-4", 1)):
+        args = ["--stats", "min_max,sum,positions", "--labels", os.path.join(work, "labels.tif")]
+        if chosen:
+            args += ["--planes", chosen]
+        got = answer(client_bin, where, *args, os.path.join(work, "volume.tif"))
+        if got is None:
+            continue
+        v, lab = (vol, labels) if chosen is None else (vol[1:5], labels[1:5])
+        what = "label stack" + (f" --planes {chosen}" if chosen else "")
+        equal([p["label"] for p in got["parts"]], sorted(int(k) for k in np.unique(lab)), what + " labels")
+        for p in got["parts"]:
+            m = lab == p["label"]
+            z, y, x = np.nonzero(m)
+            ch = p["channels"][0]
+            equal((ch["count"], ch["sum"], ch["min"], ch["max"]),
+                  (int(m.sum()), int(v[m].sum(dtype=np.int64)), int(v[m].min()), int(v[m].max())), f"{what} label {p['label']}")
+            equal(p["box"], [int(x.min()), int(y.min()), int(z.min()), int(x.max() - x.min() + 1),
+                             int(y.max() - y.min() + 1), int(z.max() - z.min() + 1)], f"{what} label {p['label']} box")
+            fz, fy, fx = np.unravel_index(np.argmin(np.where(m, v, 65536)), v.shape)
+            equal(ch["min_position"], {"x": int(fx), "y": int(fy), "plane": int(fz) + first}, f"{what} label {p['label']} first min")
+    # A label stack of other planes than the image's is refused.
+    with tifffile.TiffWriter(os.path.join(work, "labels-5.tif")) as t:
+        for page in labels[:5]:
+            t.write(page)
+    refused(client_bin, where, os.path.join(work, "volume.tif"), "INVALID_ARGUMENT", "as many",
+            "a label stack of 5 planes over 6", "--labels", os.path.join(work, "labels-5.tif"))
+
+
 def check_refusals(client_bin, server_bin, work, rng, local):
     pages = rng.integers(0, 65536, (5, 16, 16), dtype=np.uint16)
     path = os.path.join(work, "five.tif")
@@ -400,7 +439,7 @@ def check_refusals(client_bin, server_bin, work, rng, local):
     one = answer(client_bin, local, "--stats", "luminance", "--planes", "1", rgb)
     if one is not None:
         equal(one["luminance"]["count"], 64, "the luminance of one chosen plane")
-    refused(client_bin, local, rgb, "UNIMPLEMENTED", "parts of a file of several planes", "tiles of a stack",
+    refused(client_bin, local, rgb, "UNIMPLEMENTED", "rectangles and tiles of a file of several planes", "tiles of a stack",
             "--tiles", "2x2")
     mixed = os.path.join(work, "mixed.tif")
     with tifffile.TiffWriter(mixed) as t:
@@ -466,10 +505,12 @@ def main():
     for name, path, stack, reduced in files:
         check_file(client_bin, local, path, stack, reduced, name + " (--local)")
     check_animations(client_bin, work, rng, local)
+    check_label_stacks(client_bin, work, rng, local)
     check_refusals(client_bin, server_bin, work, rng, local)
     server, address = start_server(server_bin, work)
     try:
         check_animations(client_bin, work, rng, ["--server", address])
+        check_label_stacks(client_bin, work, rng, ["--server", address])
         for name, path, stack, reduced in files:
             check_file(client_bin, ["--server", address], path, stack, reduced, name + " (server)")
         # Large enough to be streamed to the server (4 MiB and more).

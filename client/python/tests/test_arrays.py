@@ -90,7 +90,9 @@ def test_strided_and_non_contiguous_arrays_against_numpy(client):
 
 
 def test_shapes_and_types_servers_do_not_take_raise_invalid_argument(client):
-    for bad in (np.zeros((2, 3, 5), np.uint8), np.zeros((4,), np.uint8), np.zeros((2, 2, 2, 2), np.uint8),
+    # A 4-D array is a volume of channels (ZYXC): 1 to 4 of them, as an image's.
+    for bad in (np.zeros((2, 3, 5), np.uint8), np.zeros((4,), np.uint8), np.zeros((2, 2, 2, 5), np.uint8),
+                np.zeros((2, 2, 2, 2, 2), np.uint8),
                 np.zeros((0, 5), np.uint8), np.zeros((3, 3), np.int64), np.zeros((3, 3), np.complex64)):
         with pytest.raises(imgstat.Error) as e:
             client.analyze(bad)
