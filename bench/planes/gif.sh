@@ -29,12 +29,7 @@ frames[0].save(path, save_all=True, append_images=frames[1:], duration=40, loop=
 PY
 cat "$work/anim.gif" >/dev/null  # into the page cache
 echo "$(nproc) cores; $(du -m "$work/anim.gif" | cut -f1) MB, $frames frames of ${width}x${height}"
-measure() {  # name, command...: wall seconds and peak RSS
-  local name=$1; shift
-  /usr/bin/time -f "%e %M" -o "$work/time" "$@" >"$work/out" 2>&1
-  read -r secs kb <"$work/time"
-  printf "%-28s %8.2f s %8d MiB\n" "$name" "$secs" $((kb / 1024))
-}
+. "$here/measure.sh"
 for r in $(seq "$rounds"); do
   measure "Pillow ImageSequence+Stat" /usr/bin/python3 "$here/gif_baseline.py" "$work/anim.gif"
   [ "$r" = 1 ] && grep baseline "$work/out"

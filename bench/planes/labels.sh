@@ -28,12 +28,7 @@ labels.tofile(f"{work}/labels.raw")
 PY
 cat "$work"/*.raw >/dev/null  # into the page cache
 echo "$(nproc) cores; ${side}^3 $type volume ($(du -m "$work/vol.raw" | cut -f1) MB), uint16 labels"
-measure() {  # name, command...: wall seconds and peak RSS
-  local name=$1; shift
-  /usr/bin/time -f "%e %M" -o "$work/time" "$@" >"$work/out" 2>&1
-  read -r secs kb <"$work/time"
-  printf "%-28s %8.2f s %8d MiB\n" "$name" "$secs" $((kb / 1024))
-}
+. "$here/measure.sh"
 for r in $(seq "$rounds"); do
   measure "scipy.ndimage" /usr/bin/python3 "$here/labels_baseline.py" "$work/vol.raw" "$work/labels.raw" "$side" "$type"
   [ "$r" = 1 ] && grep baseline "$work/out"

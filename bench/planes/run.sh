@@ -22,12 +22,7 @@ tifffile.imwrite(path, stack, bigtiff=stack.nbytes > 3 << 30, rowsperstrip=64)
 PY
 cat "$work/stack.tif" >/dev/null  # into the page cache
 echo "$(nproc) cores; $(du -m "$work/stack.tif" | cut -f1) MB, $pages pages of ${size}x${size} uint16"
-measure() {  # name, command...: wall seconds and peak RSS
-  local name=$1; shift
-  /usr/bin/time -f "%e %M" -o "$work/time" "$@" >"$work/out" 2>&1
-  read -r secs kb <"$work/time"
-  printf "%-28s %8.2f s %8d MiB\n" "$name" "$secs" $((kb / 1024))
-}
+. "$here/measure.sh"
 for r in $(seq "$rounds"); do
   measure "tifffile + numpy" /usr/bin/python3 "$here/baseline.py" "$work/stack.tif"
   [ "$r" = 1 ] && grep baseline "$work/out"
