@@ -272,6 +272,17 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
   // A stack of planes goes through the engine's stream in bands, plane
   // after plane, whatever it is: never whole.
   const bool stack = decode.chosen_planes() > 1;
+  // px.decoded made the image of its chosen planes (one below the other).
+  auto taken = [&] {
+    call.check("after decoding");
+    px.d = Described{px.decoded.format, px.decoded.view.layout, px.decoded.channel_order, px.decoded.channel_names};
+    px.d.planes = decode.chosen_planes();
+    px.d.first_plane = decode.first_plane;
+    px.plan = decode;
+    px.view = px.decoded.view;
+    for (const std::string& w : px.decoded.warnings) r.add_warnings(w);
+    return true;
+  };
   if (stack && with_parts) {  // a volume's parts: its planes gathered one below the other, in the budget
     const v1::Parts& asked = request.options().parts();
     if (!asked.has_mask() && !asked.has_labels())
@@ -294,14 +305,7 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
       TraceRange range("cpu decode of a stack");
       px.decoded = decode_planes(bytes, data.size(), decode, options);
     }
-    call.check("after decoding");
-    px.d = Described{px.decoded.format, px.decoded.view.layout, px.decoded.channel_order, px.decoded.channel_names};
-    px.d.planes = decode.chosen_planes();
-    px.d.first_plane = decode.first_plane;
-    px.plan = decode;
-    px.view = px.decoded.view;
-    for (const std::string& w : px.decoded.warnings) r.add_warnings(w);
-    return true;
+    return taken();
   }
   if (stack && stats_request.luminance)
     fail(ErrorCode::kUnimplemented, "the luminance is computed for one plane at a time (this " + decode.format + " has " +
@@ -363,13 +367,7 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
     TraceRange range("cpu decode");
     px.decoded = decode_image(bytes, data.size(), decode, options);
   }
-  call.check("after decoding");
-  px.d = Described{px.decoded.format, px.decoded.view.layout, px.decoded.channel_order, px.decoded.channel_names};
-  px.d.first_plane = decode.first_plane;
-  px.plan = decode;
-  px.view = px.decoded.view;
-  for (const std::string& w : px.decoded.warnings) r.add_warnings(w);
-  return true;
+  return taken();
 }
 
 PartMapView Analyzer::map_of(const v1::Parts& p, const Pixels& px, const CallContext& call, MapInput& map) const {

@@ -101,6 +101,19 @@ void configure_decoders(uint64_t max_pixels) {
   });
 }
 
+namespace {
+// The planes options choose of a file's `planes` (none when the first is
+// past the last: plan_decode refuses that below).
+std::vector<uint64_t> chosen_planes(uint64_t planes, const DecodeOptions& options) {
+  std::vector<uint64_t> out;
+  if (options.first_plane >= planes) return out;
+  const uint64_t left = planes - options.first_plane;
+  const uint64_t n = options.plane_count ? std::min(options.plane_count, left) : left;
+  for (uint64_t i = options.first_plane; i < options.first_plane + n; ++i) out.push_back(i);
+  return out;
+}
+}  // namespace
+
 DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& options) {
   if (size == 0) invalid_data("empty input: no bytes to decode");
   // A PNG still arriving is planned from its header (IHDR); its other
@@ -158,13 +171,8 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     plan.reduced_pages = tiff.reduced_pages;
     if (tiff.pages.size() > 1) {
       plan.planes = tiff.pages.size();
-      if (options.first_plane < plan.planes) {
-        const uint64_t left = plan.planes - options.first_plane;
-        const uint64_t n = options.plane_count ? std::min(options.plane_count, left) : left;
-        plan.plane_offsets.assign(tiff.pages.begin() + static_cast<ptrdiff_t>(options.first_plane),
-                                  tiff.pages.begin() + static_cast<ptrdiff_t>(options.first_plane + n));
-        plan.first_plane = options.first_plane;
-      }
+      for (uint64_t i : chosen_planes(plan.planes, options)) plan.plane_offsets.push_back(tiff.pages[i]);
+      plan.first_plane = options.first_plane;
     } else if (!tiff.pages.empty()) {
       plan.plane_offsets = tiff.pages;  // its one full-resolution page
     }
@@ -185,15 +193,11 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
       p.least_bytes = 0;
       plan.planes = gif.frames();
       if (!gif.warning.empty()) plan.warnings.push_back(gif.warning);
-      if (options.first_plane < plan.planes) {
-        const uint64_t left = plan.planes - options.first_plane;
-        const uint64_t n = options.plane_count ? std::min(options.plane_count, left) : left;
-        for (uint64_t i = options.first_plane; i < options.first_plane + n; ++i) {
-          plan.plane_offsets.push_back(i);
-          plan.plane_delays_ms.push_back(gif.delays_ms[i]);
-        }
-        plan.first_plane = options.first_plane;
+      for (uint64_t i : chosen_planes(plan.planes, options)) {
+        plan.plane_offsets.push_back(i);
+        plan.plane_delays_ms.push_back(gif.delays_ms[i]);
       }
+      plan.first_plane = options.first_plane;
       const uint32_t channels = gif.alpha ? 4 : 3;
       plan.band_layout = Layout{plan.width, plan.height, channels, SampleType::kUint8, 0};
       plan.band_memory_bytes = gif.memory_bytes + 2 * uint64_t{band_rows(plan.width * channels, plan.height)} * plan.width * channels;
@@ -277,20 +281,8 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
   DecodedImage out;
   out.format = plan.format;
   out.warnings = plan.warnings;
-  if (plan.format == "GIF" && plan.planes > 1) {  // one frame of an animation, composited
-    const Layout& l = plan.band_layout;
-    cv::Mat m(static_cast<int>(l.height), static_cast<int>(l.width), CV_8UC(static_cast<int>(l.channels)));
-    RowSink sink;
-    sink.begin = [&](uint32_t, uint32_t h, uint32_t, SampleType) { return RowBand{m.data, h}; };
-    sink.band = [&](const uint8_t*, uint32_t, uint32_t) { return RowBand{m.data, static_cast<uint32_t>(l.height)}; };
-    GifPlan gif;
-    gif.width = static_cast<uint32_t>(l.width);
-    gif.height = static_cast<uint32_t>(l.height);
-    gif.alpha = l.channels == 4;
-    decode_gif_frames(data, size, gif, plan.plane_offsets.front(), plan.plane_offsets.back(), options.cancelled, sink);
-    out.decoder = "giflib";
-    return finish_decoded(std::move(out), m, options, false);
-  }
+  // One frame of an animation: composited by its streamed decoder, gathered.
+  if (plan.format == "GIF" && plan.planes > 1) return decode_planes(data, size, plan, options);
   std::string refusal;  // a streamed decoder's library's words, should OpenCV refuse the file too
   {
     // The streamed decoders into one image: JPEG in one libjpeg-turbo pass
@@ -401,16 +393,8 @@ DecodedImage decode_planes(const uint8_t* data, size_t size, const DecodePlan& p
   if (l.height * planes > static_cast<uint64_t>(INT32_MAX))
     fail(ErrorCode::kResourceExhausted, plan.format + ": " + std::to_string(planes) + " planes of " +
                                             std::to_string(l.height) + " rows are more rows than one image holds");
-  int depth = CV_8U;
-  switch (l.type) {
-    case SampleType::kUint8: depth = CV_8U; break;
-    case SampleType::kInt8: depth = CV_8S; break;
-    case SampleType::kUint16: depth = CV_16U; break;
-    case SampleType::kInt16: depth = CV_16S; break;
-    case SampleType::kFloat32: depth = CV_32F; break;
-    case SampleType::kFloat64: depth = CV_64F; break;
-  }
-  cv::Mat m(static_cast<int>(l.height * planes), static_cast<int>(l.width), CV_MAKETYPE(depth, static_cast<int>(l.channels)));
+  cv::Mat m(static_cast<int>(l.height * planes), static_cast<int>(l.width),
+            CV_MAKETYPE(cv_depth_of(l.type), static_cast<int>(l.channels)));
   uint64_t plane = 0;
   uint32_t rows = 0;
   RowSink sink;
