@@ -162,8 +162,11 @@ void add_parts_options(CLI::App& app, CliOptions& o) {
   parts_group->add_option("--max-labels", o.max_labels, "with --labels: refuse label images with more labels (0: the server's --max-parts)");
   parts_group->add_option("--map-raw", o.map_raw_spec,
                           "the --mask or --labels file is raw: WxHxC:TYPE (TYPE as --raw, or uint32, int32)");
+  app.add_option("--level", o.level,
+                 "a TIFF pyramid's level: 0 the full-resolution pages (the default), N each page's N-th reduced copy "
+                 "(its SubIFDs, or the reduced pages after it)");
   app.add_option("--planes", o.planes_spec,
-                 "files of several planes (multi-page TIFF, animated GIF): answer each plane apart too, after the planes together; "
+                 "files of several planes (multi-page TIFF, animated GIF, APNG, WebP): answer each plane apart too, after the planes together; "
                  "with N, A-B or A- (from 0) only those planes, in both answers")
       ->expected(0, 1);
   app.add_option("--plot-part", o.plot_part, "with --plot and parts: draw this part (0 = the first answered)");
@@ -377,6 +380,7 @@ void set_parts(const CliOptions& o, Request& request, LabelFolder& folder) {
 
 // --planes: Options.planes. Throws std::runtime_error with the usage error.
 void set_planes(const CliOptions& o, Request& request) {
+  if (o.level > 0) request.options.mutable_planes()->set_level(o.level);
   if (!o.planes) return;
   v1::Planes& planes = *request.options.mutable_planes();
   planes.set_each(true);

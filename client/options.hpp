@@ -36,6 +36,7 @@ struct CliOptions {
   // --planes [RANGE]: each plane apart too, of those chosen (N, A-B, A-; empty: all).
   bool planes = false;
   std::string planes_spec;
+  uint32_t level = 0;  // --level: a TIFF pyramid's
   std::string help;  // the usage text, for a call without files
 };
 

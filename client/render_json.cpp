@@ -249,6 +249,10 @@ std::string render_json(const Outcome& o) {
       facts["planes_answered"] = f.planes_answered();
     }
     if (f.reduced_pages()) facts["reduced_pages"] = f.reduced_pages();
+    if (f.levels() > 1) {
+      facts["levels"] = f.levels();
+      facts["level"] = f.level();
+    }
     if (f.duration_ms()) facts["duration_ms"] = f.duration_ms();
     if (f.has_stack_axes()) {
       const v1::StackAxes& a = f.stack_axes();

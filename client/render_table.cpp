@@ -209,7 +209,9 @@ std::string facts_line(const v1::AnalyzeResponse& r, const Style& s) {
     facts += " (" + a.source() + " " + a.order() + ": " + std::to_string(a.z()) + " z, " + std::to_string(a.c()) +
              " c, " + std::to_string(a.t()) + " t)";
   }
-  if (f.reduced_pages())
+  if (f.levels() > 1)
+    facts += ", pyramid level " + std::to_string(f.level()) + " of " + std::to_string(f.levels());
+  else if (f.reduced_pages())
     facts += ", " + std::to_string(f.reduced_pages()) + " reduced-resolution page" + (f.reduced_pages() == 1 ? "" : "s") +
              " left out";
   return std::string(s.dim) + facts + s.reset + "\n";

@@ -42,7 +42,8 @@ class CorpusTest : public ::testing::Test {
     // The references are of a file's first page or frame (the corpus'
     // convention, ImageMagick's FILE[0]); imgstat answers every page and
     // frame unless asked for one (tests/planes).
-    if (ref["format"] == "TIFF" || ref["format"] == "GIF") r.mutable_options()->mutable_planes()->set_count(1);
+    if (ref["format"] == "TIFF" || ref["format"] == "GIF" || ref["format"] == "PNG" || ref["format"] == "WebP")
+      r.mutable_options()->mutable_planes()->set_count(1);
     if (ref["format"] == "raw") {
       const auto& m = manifest_.at(file);
       r.mutable_input()->set_kind(v1::INPUT_KIND_RAW);

@@ -267,6 +267,7 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
   options.max_planes = limits_.max_planes;
   options.first_plane = plan.planes.first;
   options.plane_count = plan.planes.count;
+  options.level = plan.planes.level;
   DecodePlan decode = plan_decode(bytes, data.size(), options);
   const auto waited_until = memory_wait_until(call, t0);
   // A stack of planes goes through the engine's stream in bands, plane
@@ -428,6 +429,7 @@ void Analyzer::read_map(const v1::Input& input, const char* what, const Describe
   options.max_planes = limits_.max_planes;
   options.first_plane = d.planes > 1 ? image_plan.first_plane : 0;
   options.plane_count = d.planes > 1 ? d.planes : 1;
+  options.level = image_plan.level;  // a label pyramid's same level
   DecodePlan plan;
   try {
     plan = plan_decode(out.bytes.data, out.bytes.size(), options);

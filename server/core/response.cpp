@@ -162,16 +162,6 @@ void fill_facts(v1::AnalyzeResponse& r, const uint8_t* data, size_t size, const 
   out->set_icc_profile(f.icc_profile);
   out->set_exif_orientation(f.exif_orientation);
   out->set_duration_ms(f.duration_ms);
-  // An animation's frames are planes: a GIF's are read (fill_plane_facts
-  // says how many were answered); an APNG's and an animated WebP's are
-  // answered by their first frame, and the facts and a warning say so.
-  if (f.frames > 1) {
-    out->set_planes(f.frames);
-    out->set_planes_answered(1);
-    if (r.format() == "PNG")
-      r.add_warnings("APNG of " + std::to_string(f.frames) +
-                     " frames: only its default image (the IDAT image) was analyzed; animations are not read frame by frame yet");
-  }
 }
 
 void fill_boxes(v1::AnalyzeResponse& r, const std::vector<LabelBox>& boxes) {
@@ -218,7 +208,6 @@ void fill_plane_facts(v1::AnalyzeResponse& r, uint64_t planes, uint64_t answered
   for (int i = 0; i < r.planes_size() && static_cast<size_t>(i) < delays_ms.size(); ++i)
     r.mutable_planes(i)->set_delay_ms(delays_ms[static_cast<size_t>(i)]);
   v1::ImageFacts* f = r.mutable_facts();
-  if (f->planes() > planes) return;  // an animation's frames, counted by fill_facts
   f->set_planes(planes);
   f->set_planes_answered(answered);
   f->set_reduced_pages(reduced_pages);
@@ -226,6 +215,10 @@ void fill_plane_facts(v1::AnalyzeResponse& r, uint64_t planes, uint64_t answered
 
 void fill_plane_facts(v1::AnalyzeResponse& r, const DecodePlan& plan, uint64_t answered) {
   fill_plane_facts(r, plan.planes, answered, plan.reduced_pages, plan.plane_delays_ms);
+  if (plan.levels > 1) {
+    r.mutable_facts()->set_levels(plan.levels);
+    r.mutable_facts()->set_level(plan.level);
+  }
   const StackAxes& a = plan.axes;
   if (a.source.empty()) return;
   v1::StackAxes* out = r.mutable_facts()->mutable_stack_axes();

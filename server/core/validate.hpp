@@ -39,6 +39,7 @@ struct PlaneChoice {
   bool each = false;
   uint64_t first = 0;
   uint64_t count = 0;  // 0: to the last
+  uint32_t level = 0;  // a pyramid's
 };
 
 struct RequestPlan {

@@ -10,7 +10,9 @@
 #include "decode/jpeg/check.hpp"
 #include "decode/library_messages.hpp"
 #include "decode/opencv_codecs.hpp"
+#include "decode/png/apng.hpp"
 #include "decode/png/png.hpp"
+#include "decode/webp.hpp"
 #include "decode/sniff.hpp"
 #include "decode/tiff/tiff.hpp"
 
@@ -120,7 +122,9 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   // chunks are walked as the decoder meets them. Anything else, whole.
   constexpr size_t kPngHeadBytes = 33;  // signature and IHDR
   if (options.arrived) options.arrived(std::min(size, kPngHeadBytes));
-  const bool png_arriving = options.arrived && size >= kPngHeadBytes && probe(data, kPngHeadBytes).format == "PNG";
+  bool png_arriving = options.arrived && size >= kPngHeadBytes && probe(data, kPngHeadBytes).format == "PNG";
+  // An APNG says so (acTL) before its image data: its frames are read whole.
+  if (png_arriving && png_declares_animation(data, size, options.arrived)) png_arriving = false;
   if (options.arrived && !png_arriving) options.arrived(size);
   Probe p = probe(data, png_arriving ? kPngHeadBytes : size);  // memory_bytes counts no tRNS then: planned again whole if needed
   if (p.format == "unknown")
@@ -162,7 +166,9 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   }
   TiffPlan tiff;
   if (p.format == "TIFF" && p.has_size) {
-    tiff = plan_tiff(data, size, options.max_planes, options.cancelled);
+    tiff = plan_tiff(data, size, options.max_planes, options.cancelled, options.level);
+    plan.levels = tiff.levels;
+    plan.level = options.level;
     if (tiff.route == TiffRoute::kRefused) invalid_data("TIFF: " + tiff.refusal);
     if (tiff.route != TiffRoute::kDirect && size > static_cast<size_t>(INT32_MAX))
       fail(ErrorCode::kResourceExhausted, "TIFF files over 2 GiB are read only where imgstat reads their pages itself; "
@@ -177,15 +183,66 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
       plan.plane_offsets = tiff.pages;  // its one full-resolution page
     }
     if (tiff.pages.size() > 1) plan.axes = stack_axes_of(tiff.description, tiff.pages.size());
+    if (options.level > 0) {
+      if (tiff.route != TiffRoute::kDirect)
+        invalid_data("TIFF: level " + std::to_string(options.level) +
+                     " is not one imgstat reads itself (OpenCV reads a file's first page only)");
+      plan.width = tiff.width;  // a level's pages are smaller than the first
+      plan.height = tiff.height;
+    }
     if (tiff.route == TiffRoute::kDirect) {
       plan.band_memory_bytes = tiff.memory_bytes;
       plan.band_rows = tiff.band_rows;
       plan.band_layout = Layout{plan.width, plan.height, tiff.channels, tiff.type, 0};
     }
   }
+  if (p.format == "PNG" && !png_arriving) {
+    const ApngPlan apng = plan_apng(data, size, options.max_planes);
+    // One frame that is the image data is the still image; one that is not is shown instead of it.
+    if (apng.frames() > 1 || (apng.frames() == 1 && apng.default_image_hidden)) {
+      plan.animated = true;
+      plan.width = apng.width;
+      plan.height = apng.height;
+      p.bytes_per_pixel = apng.channels * sample_size(apng.type);
+      plan.planes = apng.frames();
+      if (!apng.warning.empty()) plan.warnings.push_back(apng.warning);
+      for (uint64_t i : chosen_planes(plan.planes, options)) {
+        plan.plane_offsets.push_back(i);
+        plan.plane_delays_ms.push_back(apng.delays_ms[i]);
+      }
+      plan.first_plane = options.first_plane;
+      plan.band_layout = Layout{plan.width, plan.height, apng.channels, apng.type, 0};
+      const uint64_t row = plan.width * p.bytes_per_pixel;
+      plan.band_memory_bytes = apng.memory_bytes + 2 * uint64_t{band_rows(row, plan.height)} * row;
+      plan.band_rows = 0;
+      extra = apng.memory_bytes;
+    }
+  }
+  if (p.format == "WebP") {
+    const WebpAnimation webp = plan_webp_animation(data, size, options.max_planes);
+    if (webp.frames() > 1) {
+      plan.animated = true;
+      plan.width = webp.width;
+      plan.height = webp.height;
+      p.has_size = webp.width > 0 && webp.height > 0;
+      p.bytes_per_pixel = webp.alpha ? 4 : 3;
+      p.least_bytes = 0;
+      plan.planes = webp.frames();
+      for (uint64_t i : chosen_planes(plan.planes, options)) {
+        plan.plane_offsets.push_back(i);
+        plan.plane_delays_ms.push_back(webp.delays_ms[i]);
+      }
+      plan.first_plane = options.first_plane;
+      plan.band_layout = Layout{plan.width, plan.height, webp.alpha ? 4u : 3u, SampleType::kUint8, 0};
+      const uint64_t row = plan.width * p.bytes_per_pixel;
+      plan.band_memory_bytes = webp.memory_bytes + 2 * uint64_t{band_rows(row, plan.height)} * row;
+      extra = webp.memory_bytes;
+    }
+  }
   if (p.format == "GIF") {
     const GifPlan gif = plan_gif(data, size, options.max_planes, options.cancelled);
     if (gif.frames() > 1) {  // an animation: its frames composited on its canvas, a plane each
+      plan.animated = true;
       plan.width = gif.width;
       plan.height = gif.height;
       p.has_size = gif.width > 0 && gif.height > 0;
@@ -205,6 +262,9 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     }
   }
   if (!p.has_size) invalid_data(p.format + ": the header gives no image size (corrupt or truncated header)");
+  if (options.level > 0 && p.format != "TIFF")
+    invalid_data("level " + std::to_string(options.level) + " was asked for, but levels are a TIFF pyramid's; a " +
+                 p.format + " has none");
   if (options.first_plane >= plan.planes)
     invalid_data("planes from " + std::to_string(options.first_plane) + " were asked for, but this " + p.format +
                  " has " + std::to_string(plan.planes) + (plan.planes == 1 ? " plane" : " planes") +
@@ -282,7 +342,7 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
   out.format = plan.format;
   out.warnings = plan.warnings;
   // One frame of an animation: composited by its streamed decoder, gathered.
-  if (plan.format == "GIF" && plan.planes > 1) return decode_planes(data, size, plan, options);
+  if (plan.animated) return decode_planes(data, size, plan, options);
   std::string refusal;  // a streamed decoder's library's words, should OpenCV refuse the file too
   {
     // The streamed decoders into one image: JPEG in one libjpeg-turbo pass
@@ -357,12 +417,29 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     out.taken = true;
     out.decoder = "libjpeg-turbo";
     add(check.warnings);
+  } else if (plan.format == "PNG" && plan.animated) {
+    ApngPlan apng;
+    apng.width = static_cast<uint32_t>(plan.width);
+    apng.height = static_cast<uint32_t>(plan.height);
+    apng.channels = plan.band_layout.channels;
+    apng.type = plan.band_layout.type;
+    decode_apng_frames(data, size, apng, plan.plane_offsets.front(), plan.plane_offsets.back(), options.cancelled, sink);
+    out.taken = true;
+    out.decoder = "imgstat-apng";
   } else if (plan.format == "PNG" && plan.band_memory_bytes > 0) {
     PngDecode png = decode_png(data, size, options.cancelled, sink, options.release, options.arrived);
     out.taken = png.taken;
     out.decoder = "imgstat-png";
     add(png.warnings);
-  } else if (plan.format == "GIF" && plan.planes > 1) {
+  } else if (plan.format == "WebP" && plan.animated) {
+    WebpAnimation webp;
+    webp.width = static_cast<uint32_t>(plan.width);
+    webp.height = static_cast<uint32_t>(plan.height);
+    webp.alpha = plan.band_layout.channels == 4;
+    decode_webp_animation(data, size, webp, plan.plane_offsets.front(), plan.plane_offsets.back(), options.cancelled, sink);
+    out.taken = true;
+    out.decoder = "libwebp";
+  } else if (plan.format == "GIF" && plan.animated) {
     GifPlan gif;
     gif.width = static_cast<uint32_t>(plan.width);
     gif.height = static_cast<uint32_t>(plan.height);

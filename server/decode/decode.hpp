@@ -1,9 +1,9 @@
 // Encoded image bytes to pixels, as OpenCV's imread(IMREAD_UNCHANGED) gives
 // them (the file's own sample type), with the conventions of docs/conventions.md:
 // channels reported R,G,B(,A) or Gray. A multi-page TIFF is a stack of
-// planes (DecodePlan::planes), and so is an animated GIF (its frames
-// composited), read one after another in bands; other formats are one plane
-// (an animated WebP's or APNG's first frame). Untrusted input:
+// planes (DecodePlan::planes), and so is an animation (an animated GIF,
+// APNG or WebP: its frames composited), read one after another in bands;
+// other formats are one plane. Untrusted input:
 // pixel limits are checked from the header before any decoder allocates.
 #pragma once
 
@@ -43,6 +43,8 @@ struct DecodeOptions {
   uint64_t max_planes = uint64_t{1} << 20;
   uint64_t first_plane = 0;
   uint64_t plane_count = 0;
+  // A TIFF pyramid's level (TiffPlan::levels): 0 the full-resolution pages.
+  uint32_t level = 0;
 };
 
 // How a stack's planes are laid out, where the file says (an ImageJ
@@ -86,6 +88,10 @@ struct DecodePlan {
   uint64_t first_plane = 0;
   std::vector<uint64_t> plane_offsets;
   uint64_t reduced_pages = 0;  // TIFF pages that are reduced-resolution copies, left out
+  uint32_t levels = 1, level = 0;  // a TIFF pyramid's levels, and the one read
+  // An animation (GIF, APNG, WebP of several frames): its frames are
+  // composited planes, read by its own decoder in bands, whatever their count.
+  bool animated = false;
   std::vector<uint32_t> plane_delays_ms;  // an animation's chosen frames: how long each shows
   StackAxes axes;
   std::vector<std::string> warnings;
@@ -107,7 +113,7 @@ struct DecodedImage {
   std::vector<uint32_t> channel_order;
   std::vector<std::string> channel_names;
   std::vector<std::string> warnings;
-  std::string decoder;  // "libjpeg-turbo", "imgstat-png", "libtiff", "giflib", "libwebp", "imgstat-bmp" or "opencv"
+  std::string decoder;  // "libjpeg-turbo", "imgstat-png", "imgstat-apng", "libtiff", "giflib", "libwebp", "imgstat-bmp" or "opencv"
 };
 
 // The streamed decoders: a Gray or YCbCr JPEG (libjpeg-turbo's one pass,

@@ -3,9 +3,12 @@
 // needs the whole image in memory at once.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <future>
+#include <string>
 
 #include "imgstat/engine.hpp"
 
@@ -30,6 +33,28 @@ struct RowSink {
   // of two planes. Unset: a decoder gives one plane.
   std::function<void(uint64_t plane)> plane;
 };
+
+// An animation's frame, composited whole, handed to sink in the sink's
+// bands: plane 0 through begin(), the next through plane(index). Returns
+// the band for what follows.
+inline RowBand send_plane(const RowSink& sink, RowBand band, const uint8_t* pixels, uint32_t width, uint32_t height,
+                          uint32_t channels, SampleType type, uint64_t index, const std::string& format) {
+  if (index == 0) {
+    band = sink.begin(width, height, channels, type);
+  } else {
+    if (!sink.plane) fail(ErrorCode::kInternal, format + ": the sink takes one plane");
+    sink.plane(index);
+  }
+  const uint64_t row_bytes = uint64_t{width} * channels * sample_size(type);
+  for (uint32_t y = 0; y < height;) {
+    if (band.count == 0) fail(ErrorCode::kInternal, format + ": the sink gave a band of no rows");
+    const uint32_t n = std::min(band.count, height - y);
+    std::memcpy(band.rows, pixels + y * row_bytes, n * row_bytes);
+    band = sink.band(band.rows, y, n);
+    y += n;
+  }
+  return band;
+}
 
 // Tuning: a streamed decode hands the engine this much at a time (two such
 // bands live: one in the engine while the next decodes). Small enough to stay

@@ -146,7 +146,9 @@ def main():
     files.append(os.path.join(work, "smooth.png"))
     cv2.imwrite(files[-1], cv2.cvtColor(smooth, cv2.COLOR_RGB2BGR))
     corpus = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "corpus")
-    files += sorted(glob.glob(os.path.join(corpus, "**", "*.png"), recursive=True))[:60]
+    # An APNG is answered for all its frames, cv2 reads its default image: left to tests/planes.
+    files += [f for f in sorted(glob.glob(os.path.join(corpus, "**", "*.png"), recursive=True))[:60]
+              if b"acTL" not in open(f, "rb").read(1 << 16)]
     server, address = start_server(server_bin, work)
     try:
         checked = sum(check_spaces(client_bin, address, f) for f in files)

@@ -342,6 +342,27 @@ TEST_F(Hostile, GifAnimationsOfManyFramesHugeScreensAndDamage) {
   expect_serving();
 }
 
+TEST_F(Hostile, ApngAnimationsOfManyFramesHugeCanvasesAndDamage) {
+  const double before = server_->rss_mib();
+  v1::AnalyzeResponse got;
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(analyze(encoded(apng_frames(20000)), &got).ok());
+  EXPECT_EQ(got.facts().planes(), 20000u);
+  EXPECT_EQ(got.channels(0).count(), 20000u);
+  EXPECT_EQ(got.channels(0).sum_int(), 20000 * 7);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+  expect_rss_below(server_->rss_mib() - before, 96, "MiB grown for 20,000 APNG frames");
+  t0 = std::chrono::steady_clock::now();
+  expect_refused(analyze(encoded(apng_frames(2, 65535, 65535))), StatusCode::RESOURCE_EXHAUSTED, "over the limit",
+                 "a 65535x65535 APNG canvas");
+  expect_refused(analyze(encoded(apng_frames(3, 1, 1, true))), StatusCode::INVALID_ARGUMENT,
+                 "frame 1's rectangle 65535x65535 at (0, 0) is not inside the 1x1 canvas", "a 65535x65535 frame");
+  expect_refused(analyze(encoded(apng_frames(4, 1, 1, false, true))), StatusCode::INVALID_ARGUMENT, "past the end",
+                 "an APNG cut in its last frame");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
+  expect_serving();
+}
+
 TEST_F(Hostile, HugeHeadersOfEveryFormat) {
   for (const auto& [w, h] : {std::pair<uint32_t, uint32_t>{4000000000u, 4000000000u}, {65535, 65535}, {40000, 30000}}) {
     for (const auto& [format, data] : huge_headers(w, h)) {

@@ -109,6 +109,42 @@ inline std::string gif_frames(uint32_t frames, uint32_t w = 1, uint32_t h = 1, b
   return g;
 }
 
+// An APNG of gray 8-bit frames on a w x h canvas: a default image that is
+// no frame (a 1x1 IDAT, never read), then `frames` frames of one pixel
+// (value 7) at (0, 0) with a delay of 10 ms; giant: frame 1 declares
+// 65535x65535; cut: the file ends inside the last frame's data.
+inline std::string apng_frames(uint32_t frames, uint32_t w = 1, uint32_t h = 1, bool giant = false, bool cut = false) {
+  std::string ihdr;
+  put_be32(ihdr, w);
+  put_be32(ihdr, h);
+  ihdr += std::string("\x08\x00\x00\x00\x00", 5);
+  const unsigned char row[2] = {0, 7};
+  unsigned char packed[64];
+  uLongf n = sizeof packed;
+  compress(packed, &n, row, 2);
+  const std::string pixel(reinterpret_cast<char*>(packed), n);
+  std::string actl;
+  put_be32(actl, frames);
+  put_be32(actl, 0);
+  std::string a = std::string("\x89PNG\r\n\x1a\n", 8) + png_chunk("IHDR", ihdr) + png_chunk("acTL", actl) +
+                  png_chunk("IDAT", pixel);
+  uint32_t seq = 0;
+  for (uint32_t f = 0; f < frames; ++f) {
+    std::string fctl;
+    put_be32(fctl, seq++);
+    put_be32(fctl, giant && f == 1 ? 65535 : 1);
+    put_be32(fctl, giant && f == 1 ? 65535 : 1);
+    put_be32(fctl, 0);
+    put_be32(fctl, 0);
+    fctl += std::string("\x00\x01\x00\x64\x00\x00", 6);  // 1/100 s, dispose none, blend source
+    std::string fdat;
+    put_be32(fdat, seq++);
+    a += png_chunk("fcTL", fctl) + png_chunk("fdAT", fdat + pixel);
+  }
+  if (cut) return a.substr(0, a.size() - 6);
+  return a + png_chunk("IEND", "");
+}
+
 // OS/2 1.x BMP (12-byte header), 8-bit palette, with its pixel data present
 // when with_pixels (rows padded to 4 bytes, bottom-up).
 inline std::string os2_bmp(uint32_t w, uint32_t h, bool with_pixels, std::vector<uint8_t>* indices = nullptr) {

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Files of several planes (multi-page TIFF and BigTIFF, ImageJ hyperstacks,
-OME-TIFF, pyramids, animated GIF) through imgstat-client --local and a live
+OME-TIFF, pyramids, animated GIF, APNG and WebP) through imgstat-client --local and a live
 server, against tifffile's pages (Pillow's frames) and numpy over the same
 pixels.
 
@@ -237,6 +237,40 @@ def make_files(work, rng):
     return files
 
 
+def check_levels(client_bin, where, work):
+    """--level N: each page's N-th reduced copy, as tifffile reads it (a
+    SubIFD pyramid's series levels; the reduced pages after each page of a
+    chain pyramid); a level past the last refused, naming how many."""
+    for name in ("pyramid-subifds.tif", "pyramid-chain.tif"):
+        path = os.path.join(work, name)
+        with tifffile.TiffFile(path) as t:
+            if name == "pyramid-subifds.tif":
+                # Written a page at a time: a series a page, each with its levels.
+                levels = [np.stack([s.levels[k].asarray() for s in t.series]) for k in range(len(t.series[0].levels))]
+            else:
+                full = [i for i, p in enumerate(t.pages) if not p.subfiletype & 1]
+                levels = [np.stack([t.pages[i + k].asarray() for i in full]) for k in range(3)]
+        for level, stack in enumerate(levels):
+            what = f"{name} --level {level}"
+            got = answer(client_bin, where, "--stats", "min_max,sum,stddev,histogram,positions", "--level", str(level),
+                         "--planes", path)
+            if got is None:
+                continue
+            equal((got["width"], got["height"]), (stack.shape[2], stack.shape[1]), what + " a plane's size")
+            equal((got["facts"].get("levels"), got["facts"].get("level")), (len(levels), level), what + " facts levels")
+            ch_first_plane[0] = 0
+            check_channels(got["channels"], as_stack(stack), what)
+            for p in got["planes"]:
+                ch_first_plane[0] = 0
+                check_channels(p["channels"], as_stack(stack[p["index"]:p["index"] + 1]), f"{what} plane {p['index']}")
+        refused(client_bin, where, path, "INVALID_ARGUMENT", f"this TIFF has {len(levels)} levels (0 to {len(levels) - 1})",
+                name + " a level past the last", "--level", str(len(levels)))
+    refused(client_bin, where, os.path.join(work, "u16-strips.tif"), "INVALID_ARGUMENT", "no pyramid",
+            "--level 1 of a file without a pyramid", "--level", "1")
+    refused(client_bin, where, os.path.join(work, "full-frames.gif"), "INVALID_ARGUMENT", "a GIF has none",
+            "--level 1 of a GIF", "--level", "1")
+
+
 def check_csv(client_bin, where, path, stack):
     """--csv --planes: the planes together, then a row per plane named in the part column."""
     rc, out, err = run(client_bin, where, "--csv", "--planes", "--stats", "min_max,sum", path)
@@ -251,11 +285,11 @@ def check_csv(client_bin, where, path, stack):
 
 def pillow_frames(path):
     """Pillow's frames of an animation, as RGB, or RGBA where the first frame
-    has a transparent colour (Pillow's own mode for the frames after it),
-    and each frame's delay."""
+    has a transparent colour (Pillow's own mode for the frames after it) or
+    alpha, gray as gray; and each frame's delay."""
     from PIL import Image, ImageSequence
     with Image.open(path) as im:
-        mode = "RGBA" if "transparency" in im.info else "RGB"
+        mode = "RGBA" if "transparency" in im.info or im.mode in ("RGBA", "LA") else "L" if im.mode == "L" else "RGB"
         frames, delays = [], []
         for f in ImageSequence.Iterator(im):
             frames.append(np.asarray(f.convert(mode)))
@@ -358,33 +392,191 @@ def write_gif(path, width, height, palette, background, frames, rng):
     open(path, "wb").write(out)
 
 
+def make_apngs(work, rng):
+    """APNGs as Pillow writes them (frames cut to what changed, each disposal
+    and blend, RGBA with alpha 0 or 255, RGB, palette with a transparent
+    entry, gray, a default image that is not a frame), with Pillow's frames;
+    and APNGs written here (16-bit, alpha between 0 and 255, rectangles of
+    every disposal and blend) with the specification's compositing in numpy."""
+    from PIL import Image
+    out = []
+
+    def save(name, frames, **kw):
+        path = os.path.join(work, name)
+        frames[0].save(path, save_all=True, append_images=frames[1:], loop=0, **kw)
+        stack, delays = pillow_frames(path)
+        if kw.get("default_image"):  # Pillow's frame 0 is the default image, which a viewer does not show
+            stack, delays = stack[1:], delays[1:]
+        out.append((name, path, stack, delays))
+
+    def moving(mode, h, w, n):
+        base = rng.integers(0, 256, (h, w, len(mode)), dtype=np.uint8)
+        frames = []
+        for i in range(n):
+            f = base.copy()
+            f[2 + i:9 + i, 3 + 2 * i:14 + 2 * i] = rng.integers(0, 256, (7, 11, len(mode)), dtype=np.uint8)
+            if mode == "RGBA":  # what a viewer shows: alpha 0 or 255, and no colour where it is 0
+                f[..., 3] = np.where(f[..., 3] > 90, 255, 0)
+                f[f[..., 3] == 0] = 0
+            frames.append(Image.fromarray(f[..., 0] if mode == "L" else f, mode))
+        return frames
+
+    for disposal in (0, 1, 2):
+        for blend in (0, 1):
+            save(f"rgba-dispose-{disposal}-blend-{blend}.png", moving("RGBA", 23, 37, 5), disposal=disposal,
+                 blend=blend, duration=[30, 40, 50, 60, 70])
+    save("rgb.png", moving("RGB", 19, 29, 4), disposal=1, duration=25)
+    save("gray.png", moving("L", 17, 21, 3), duration=[10, 20, 30])
+    # Pillow composites the first frame over the default image, which the
+    # specification and viewers leave out: frames of their own everywhere.
+    save("default-image.png", [Image.fromarray(rng.integers(0, 256, (15, 22, 4), dtype=np.uint8)) for _ in range(4)],
+         default_image=True, duration=40)
+    palette = rng.integers(0, 256, 768, dtype=np.uint8)
+    palette[:3] = 0  # the transparent entry's colour is black: what a viewer's transparent black is
+    palette = palette.tolist()
+    frames = []
+    for i in range(4):
+        idx = rng.integers(1, 256, (16, 22), dtype=np.uint8)
+        idx[rng.random((16, 22)) < 0.3] = 0
+        f = Image.fromarray(idx, "P")
+        f.putpalette(palette)
+        frames.append(f)
+    save("palette-transparent.png", frames, transparency=0, disposal=0, blend=1, duration=33)
+
+    # Written here: (x, y, w, h, dispose, blend, delay num, delay den) each.
+    controls = [(0, 0, 26, 19, 0, 0, 1, 10), (3, 2, 11, 7, 1, 1, 7, 100), (10, 6, 15, 12, 2, 1, 3, 0),
+                (0, 0, 26, 19, 2, 1, 120, 1000), (5, 4, 9, 9, 0, 0, 1, 50), (1, 11, 24, 8, 1, 1, 2, 25)]
+    for name, colour, dtype, hidden in (("rgba16.png", 6, np.uint16, False), ("rgba8-partial.png", 6, np.uint8, True),
+                                        ("gray-alpha16.png", 4, np.uint16, False), ("rgb16.png", 2, np.uint16, False)):
+        path = os.path.join(work, name)
+        stack, delays = write_apng(path, 26, 19, colour, dtype, controls, hidden, rng)
+        out.append((name, path, stack, delays))
+    return out
+
+
+def png_chunk(kind, data):
+    import zlib
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff)
+
+
+def write_apng(path, width, height, colour, dtype, controls, hidden, rng):
+    """An APNG of random frames (colour type 2, 4 or 6; 8 or 16 bits; alpha
+    anywhere from 0 to the most) and what a viewer shows of it: each frame
+    composited by the APNG specification's formula, in numpy."""
+    import zlib
+    channels = {2: 3, 4: 2, 6: 4}[colour]
+    most = np.iinfo(dtype).max
+    big = ">u2" if dtype == np.uint16 else "u1"
+
+    def encoded(pixels):
+        h, w = pixels.shape[:2]
+        rows = pixels.astype(big).reshape(h, -1).view(np.uint8).reshape(h, -1)
+        return zlib.compress(b"".join(b"\0" + r.tobytes() for r in rows))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 16 if dtype == np.uint16 else 8, colour, 0, 0, 0)
+    out = bytearray(b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr))
+    out += png_chunk(b"acTL", struct.pack(">II", len(controls), 0))
+    seq = 0
+    if hidden:
+        out += png_chunk(b"IDAT", encoded(rng.integers(0, most + 1, (height, width, channels), dtype=dtype)))
+    # The planes as the decoder gives them: gray+alpha as RGBA.
+    plane_channels = 4 if colour in (4, 6) else 3
+    canvas = np.zeros((height, width, plane_channels), np.int64)
+    stack, delays = [], []
+    for k, (x, y, w, h, dispose, blend, num, den) in enumerate(controls):
+        px = rng.integers(0, most + 1, (h, w, channels), dtype=dtype)
+        if channels in (2, 4):
+            a = px[..., -1]
+            a[rng.random((h, w)) < 0.25] = 0
+            a[rng.random((h, w)) < 0.25] = most
+        out += png_chunk(b"fcTL", struct.pack(">IIIIIHHBB", seq, w, h, x, y, num, den, dispose, blend))
+        seq += 1
+        data = encoded(px)
+        if k == 0 and not hidden:
+            out += png_chunk(b"IDAT", data)
+        else:
+            out += png_chunk(b"fdAT", struct.pack(">I", seq) + data)
+            seq += 1
+        src = px.astype(np.int64)
+        if colour == 4:
+            src = np.concatenate([src[..., :1]] * 3 + [src[..., 1:]], axis=-1)
+        region = canvas[y:y + h, x:x + w]
+        before = region.copy()
+        if blend == 0 or plane_channels != 4:
+            region[...] = src
+        else:
+            sa, da = src[..., 3:], region[..., 3:]
+            u, v = sa * most, (most - sa) * da
+            al = u + v
+            blended = np.concatenate([(src[..., :3] * u + region[..., :3] * v) // np.maximum(al, 1), al // most], -1)
+            take = (sa == most) | (da == 0)
+            region[...] = np.where(sa == 0, region, np.where(take, src, blended))
+        stack.append(canvas.astype(dtype))
+        delays.append(round(num * 1000 / (den or 100)))
+        if dispose == 2 and k > 0:
+            region[...] = before
+        elif dispose in (1, 2):
+            region[...] = 0
+    out += png_chunk(b"IEND", b"")
+    open(path, "wb").write(out)
+    return np.stack(stack), delays
+
+
+def make_webps(work, rng):
+    """Animated WebP as Pillow writes it (lossless and lossy, with and
+    without alpha), with Pillow's frames."""
+    from PIL import Image
+    out = []
+    for alpha in (False, True):
+        for lossless in (True, False):
+            base = rng.integers(0, 256, (21, 33, 4), dtype=np.uint8)
+            frames = []
+            for i in range(5):
+                f = base.copy()
+                f[i:i + 7, 2 * i:2 * i + 9] = rng.integers(0, 256, (7, 9, 4), dtype=np.uint8)
+                frames.append(Image.fromarray(f if alpha else f[..., :3]))
+            name = f"animated-{'alpha' if alpha else 'rgb'}-{'lossless' if lossless else 'lossy'}.webp"
+            path = os.path.join(work, name)
+            frames[0].save(path, save_all=True, append_images=frames[1:], duration=[10, 20, 30, 40, 50],
+                           lossless=lossless, loop=0)
+            stack, delays = [], []
+            from PIL import ImageSequence
+            with Image.open(path) as im:
+                for f in ImageSequence.Iterator(im):
+                    stack.append(np.asarray(f).copy())
+                    delays.append(f.info.get("duration", 0))
+            out.append((name, path, np.stack(stack), delays))
+    return out
+
+
 def check_animations(client_bin, work, rng, where):
-    """An animated GIF is a stack of its frames, composited as Pillow
-    composites them; APNG and animated WebP are answered by their first
-    frame, never silently: the facts count the frames and a warning says so."""
+    """An animation is a stack of its frames, composited as a viewer shows
+    them: GIF as Pillow composites it, APNG and WebP by their specifications
+    (against Pillow's frames where Pillow follows them, else numpy)."""
     try:
-        from PIL import Image
+        from PIL import Image  # noqa: F401
     except ImportError:
         return fail("Pillow is missing (python3-pil)")
-    for name, path in make_gifs(work, rng):
-        stack, delays = pillow_frames(path)
+    files = [(name, path) + pillow_frames(path) for name, path in make_gifs(work, rng)]
+    files += make_apngs(work, rng) + make_webps(work, rng)
+    for name, path, stack, delays in files:
         check_file(client_bin, where, path, stack, 0, name)
         got = answer(client_bin, where, "--stats", "min_max", "--planes", path)
         if got is not None:
-            equal([p.get("delay_ms", 0) for p in got["planes"]], delays, name + " each frame's delay")
-            equal(got["facts"].get("duration_ms"), sum(delays), name + " facts.duration_ms")
-    frames = [Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)) for _ in range(3)]
-    for ext, kw in (("png", {}), ("webp", {"lossless": True})):
-        path = os.path.join(work, "animated." + ext)
-        frames[0].save(path, save_all=True, append_images=frames[1:], duration=100, loop=0, **kw)
-        got = answer(client_bin, where, "--stats", "min_max", path)
-        if got is None:
-            continue
-        equal((got["facts"].get("planes"), got["facts"].get("planes_answered")), (3, 1), f"animated {ext}: facts")
-        equal(got["facts"].get("duration_ms"), 300, f"animated {ext}: facts.duration_ms")
-        if not any("frame" in w for w in got["warnings"]):
-            fail(f"animated {ext}: no warning that only the first frame was analyzed: {got['warnings']}")
-        equal(got["channels"][0]["count"], 12 * 16, f"animated {ext}: the first frame's pixels")
+            equal([p.get("delay_ms", 0) for p in got["planes"]], [round(d) for d in delays], name + " each frame's delay")
+            equal(got["facts"].get("duration_ms"), round(sum(delays)), name + " facts.duration_ms")
+            equal(got["warnings"], [], name + " no warnings")
+    # Damaged APNGs: refused naming what is wrong.
+    good = open(os.path.join(work, "rgba16.png"), "rb").read()
+    first_fctl = good.index(b"fcTL") - 4
+    outside = bytearray(good)
+    struct.pack_into(">I", outside, first_fctl + 8 + 4 + 8, 1)  # frame 0's x offset: 1, past the canvas
+    struct.pack_into(">I", outside, first_fctl + 8 + 26, __import__("zlib").crc32(bytes(outside[first_fctl + 4:first_fctl + 8 + 26])) & 0xffffffff)
+    for name, data, words in (("apng-cut.png", good[:len(good) * 2 // 3], "past the end of the file"),
+                              ("apng-outside.png", bytes(outside), "not inside the 26x19 canvas")):
+        path = os.path.join(work, name)
+        open(path, "wb").write(data)
+        refused(client_bin, where, path, "INVALID_ARGUMENT", words, name)
 
 
 def check_label_stacks(client_bin, work, rng, where):
@@ -479,8 +671,9 @@ def check_refusals(client_bin, server_bin, work, rng, local):
     server, address = start_server(server_bin, work, "--max-planes", "4", log_name="server-max-planes.log")
     try:
         refused(client_bin, ["--server", address], path, "RESOURCE_EXHAUSTED", "--max-planes", "more pages than --max-planes")
-        refused(client_bin, ["--server", address], os.path.join(work, "full-frames.gif"), "RESOURCE_EXHAUSTED",
-                "--max-planes", "more frames than --max-planes")
+        for name in ("full-frames.gif", "rgba-dispose-0-blend-0.png", "animated-rgb-lossless.webp"):
+            refused(client_bin, ["--server", address], os.path.join(work, name), "RESOURCE_EXHAUSTED",
+                    "--max-planes", f"{name}: more frames than --max-planes")
         got = answer(client_bin, ["--server", address], "--stats", "min_max", os.path.join(work, "rgb-stack.tif"))
         equal(got and got["facts"]["planes"], 3, "a server with --max-planes 4 serves a 3-page file")
     finally:
@@ -505,11 +698,13 @@ def main():
     for name, path, stack, reduced in files:
         check_file(client_bin, local, path, stack, reduced, name + " (--local)")
     check_animations(client_bin, work, rng, local)
+    check_levels(client_bin, local, work)
     check_label_stacks(client_bin, work, rng, local)
     check_refusals(client_bin, server_bin, work, rng, local)
     server, address = start_server(server_bin, work)
     try:
         check_animations(client_bin, work, rng, ["--server", address])
+        check_levels(client_bin, ["--server", address], work)
         check_label_stacks(client_bin, work, rng, ["--server", address])
         for name, path, stack, reduced in files:
             check_file(client_bin, ["--server", address], path, stack, reduced, name + " (server)")

@@ -122,7 +122,8 @@ class Client:
         volume, a volume of its axes without C), ``ignore_label``, ``max_labels``;
         files of several planes (multi-page TIFF) are answered for all their
         planes together, and with ``planes`` (True, an int, a range or
-        "A-B") for each plane apart too (``Result.planes``), of those chosen.
+        "A-B") for each plane apart too (``Result.planes``), of those chosen;
+        ``level`` chooses a TIFF pyramid's level (0: full resolution).
         A volume or stack is an array with its ``axes`` named in order: Z
         (or T) for planes, Y, X and C (``axes="ZYX"``, ``"ZYXC"``,
         ``"CZYX"``, ``"TYX"``; a 4-D array without names is ZYXC), answered

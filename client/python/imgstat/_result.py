@@ -369,6 +369,8 @@ class Result:
             d["planes"], d["planes_answered"] = f.planes, f.planes_answered
         if f.reduced_pages:
             d["reduced_pages"] = f.reduced_pages
+        if f.levels > 1:
+            d["levels"], d["level"] = f.levels, f.level
         if f.duration_ms:
             d["duration_ms"] = f.duration_ms
         if f.HasField("stack_axes"):

@@ -57,6 +57,28 @@ def test_planes_past_the_last_or_of_one_plane_are_refused(client, stack):
         client.analyze(path, planes=range(3, 1))
 
 
+def test_a_pyramids_level_is_its_pages_reduced_copies_as_the_cli(client, cli, tmp_path):
+    rng = np.random.default_rng(491)
+    full = rng.integers(0, 65536, (3, 40, 56), dtype=np.uint16)
+    path = str(tmp_path / "pyramid.tif")
+    with tifffile.TiffWriter(path) as t:
+        for page in full:
+            t.write(page, subifds=2)
+            t.write(page[::2, ::2].copy(), subfiletype=1)
+            t.write(page[::4, ::4].copy(), subfiletype=1)
+    for level, pages in enumerate((full, full[:, ::2, ::2], full[:, ::4, ::4])):
+        got = client.analyze(path, stats="min_max,sum", level=level)
+        assert (got.width, got.height) == (pages.shape[2], pages.shape[1])
+        assert (got.facts["levels"], got.facts["level"]) == (3, level)
+        assert got["Gray"].sum == int(pages.sum(dtype=np.int64)) and got["Gray"].count == pages.size
+        assert comparable(got.to_dict()) == comparable(cli("--stats", "min_max,sum", "--level", str(level), path)[0])
+    with pytest.raises(imgstat.Error) as e:
+        client.analyze(path, level=3)
+    assert e.value.code == "INVALID_ARGUMENT" and "3 levels (0 to 2)" in str(e.value)
+    with pytest.raises(imgstat.Error):
+        client.analyze(path, level=-1)
+
+
 def check_volume(got, vol, what):
     """got: an answer of a (planes, h, w, c) volume asked planes=True."""
     assert [p.index for p in got.planes] == list(range(vol.shape[0])), what

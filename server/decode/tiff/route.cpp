@@ -257,8 +257,19 @@ void plan_reading(Shape& s, uint32_t threads, uint32_t* band_rows_out, uint64_t*
 
 namespace {
 
-// Every directory's offset, the reduced-resolution ones counted apart.
-void walk_pages(tiff::Handle& h, uint64_t max_pages, const std::function<bool()>& cancelled, TiffPlan& out) {
+// A pyramid of more levels than this is no pyramid (each halves the last).
+constexpr uint32_t kMaxLevels = 64;
+
+// Each full-resolution page's reduced copies, in order: its SubIFDs, and
+// the reduced pages that follow it in the main chain.
+struct PageLevels {
+  std::vector<uint64_t> sub, chain;
+};
+
+// Every directory's offset, the reduced-resolution ones counted apart, and
+// each page's levels.
+void walk_pages(tiff::Handle& h, uint64_t max_pages, const std::function<bool()>& cancelled, TiffPlan& out,
+                std::vector<PageLevels>* levels) {
   TIFF* tif = h.tif;
   const uint64_t first = TIFFCurrentDirOffset(tif);
   uint64_t directories = 0;
@@ -269,10 +280,18 @@ void walk_pages(tiff::Handle& h, uint64_t max_pages, const std::function<bool()>
     if (cancelled && (directories & 1023) == 0 && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
     uint32_t subfile = 0;
     TIFFGetField(tif, TIFFTAG_SUBFILETYPE, &subfile);
-    if (subfile & FILETYPE_REDUCEDIMAGE)
+    if (subfile & FILETYPE_REDUCEDIMAGE) {
       ++out.reduced_pages;
-    else
+      if (!levels->empty() && levels->back().chain.size() < kMaxLevels)
+        levels->back().chain.push_back(TIFFCurrentDirOffset(tif));
+    } else {
       out.pages.push_back(TIFFCurrentDirOffset(tif));
+      levels->emplace_back();
+      uint16_t n = 0;
+      uint64_t* offsets = nullptr;
+      if (TIFFGetField(tif, TIFFTAG_SUBIFD, &n, &offsets) && offsets)
+        levels->back().sub.assign(offsets, offsets + std::min<uint32_t>(n, kMaxLevels));
+    }
     h.error.clear();
   } while (TIFFReadDirectory(tif));
   h.page = TIFFCurrentDirOffset(tif);
@@ -285,7 +304,25 @@ void walk_pages(tiff::Handle& h, uint64_t max_pages, const std::function<bool()>
   if (out.pages.empty()) {  // reduced copies only: the first is the image
     out.pages.push_back(first);
     --out.reduced_pages;
+    levels->assign(1, PageLevels{});
   }
+}
+
+// The pyramid's levels: every page's SubIFDs where every page has them,
+// else the reduced pages after each; as deep as the shallowest page's.
+// Level `level` (> 0) replaces the pages; past the last is refused.
+void choose_level(const std::vector<PageLevels>& levels, uint32_t level, TiffPlan& out) {
+  const bool sub = std::all_of(levels.begin(), levels.end(), [](const PageLevels& l) { return !l.sub.empty(); });
+  size_t depth = kMaxLevels;
+  for (const PageLevels& l : levels) depth = std::min(depth, (sub ? l.sub : l.chain).size());
+  out.levels = static_cast<uint32_t>(depth + 1);
+  if (level == 0) return;
+  if (level >= out.levels)
+    fail(ErrorCode::kInvalidArgument,
+         "level " + std::to_string(level) + " was asked for, but this TIFF has " +
+             (out.levels == 1 ? std::string("no pyramid (level 0 only)")
+                              : std::to_string(out.levels) + " levels (0 to " + std::to_string(out.levels - 1) + ")"));
+  for (size_t i = 0; i < levels.size(); ++i) out.pages[i] = (sub ? levels[i].sub : levels[i].chain)[level - 1];
 }
 
 std::string shape_words(const tiff::Shape& s) {
@@ -295,13 +332,19 @@ std::string shape_words(const tiff::Shape& s) {
 
 }  // namespace
 
-TiffPlan plan_tiff(const uint8_t* data, size_t size, uint64_t max_pages, const std::function<bool()>& cancelled) {
+TiffPlan plan_tiff(const uint8_t* data, size_t size, uint64_t max_pages, const std::function<bool()>& cancelled,
+                   uint32_t level) {
   using namespace tiff;
   TiffPlan out;
   const std::unique_ptr<Handle> h = open_handle(data, size);
-  if (!h) return out;  // OpenCV gives libtiff's verdict
+  if (!h) {  // OpenCV gives libtiff's verdict
+    if (level > 0) fail(ErrorCode::kInvalidArgument, "level " + std::to_string(level) + " was asked for, but libtiff cannot read this TIFF's directories");
+    return out;
+  }
   const uint64_t first_directory = h->page;
-  walk_pages(*h, max_pages, cancelled, out);
+  std::vector<PageLevels> levels;
+  walk_pages(*h, max_pages, cancelled, out, &levels);
+  choose_level(levels, level, out);
   const bool stack = out.pages.size() > 1;
   if (!select_page(*h, out.pages[0])) {
     out.route = TiffRoute::kRefused;
@@ -341,6 +384,8 @@ TiffPlan plan_tiff(const uint8_t* data, size_t size, uint64_t max_pages, const s
     return out;
   }
   out.route = TiffRoute::kDirect;
+  out.width = s.width;
+  out.height = s.height;
   out.channels = s.channels;
   out.type = s.type;
   const uint32_t threads = arena_threads();

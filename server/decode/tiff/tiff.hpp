@@ -69,14 +69,19 @@ struct TiffPlan {
   // here or refused: OpenCV reads one page.
   std::vector<uint64_t> pages;
   uint64_t reduced_pages = 0;
+  // A pyramid's levels (1: none); pages are those of the level chosen.
+  uint32_t levels = 1;
+  uint64_t width = 0, height = 0;  // kDirect: of each page
   // The directories ended early at one libtiff could not read: its words.
   std::string warning;
   std::string description;  // the first page's ImageDescription (its first 16 MiB)
 };
 // Directories past max_pages are refused (kResourceExhausted) as they are
 // met; cancelled is polled on the way.
+// level: a pyramid's (0: the full-resolution pages); one past the file's
+// is refused (kInvalidArgument).
 TiffPlan plan_tiff(const uint8_t* data, size_t size, uint64_t max_pages = uint64_t{1} << 20,
-                   const std::function<bool()>& cancelled = {});
+                   const std::function<bool()>& cancelled = {}, uint32_t level = 0);
 
 struct TiffDecode {
   bool taken = false;
