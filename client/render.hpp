@@ -40,7 +40,7 @@ std::string render_table(const Outcome& o, bool color);
 // A part as the table and CSV name it: "roi X,Y,W,H", "label N", "tile C,R (X,Y,W,H)".
 std::string part_name(const v1::PartStats& part);
 // "plane 3": a plane of a stack in the table and the CSV's part column; with axes, "plane 3 (z 1, c 1, t 0)".
-std::string plane_name(const v1::PlaneStats& plane, bool axes);
+std::string plane_name(const v1::PlaneStats& plane, const v1::StackAxes* axes);
 std::string render_json(const Outcome& o);  // one line, no newline
 // RFC 4180 CSV: the header, then a row per channel (one row for a failed
 // input), each line ending in a newline.

@@ -48,7 +48,7 @@ std::string render_csv(const Outcome& o) {
   for (const v1::PlaneStats& p : r.planes())
     for (const v1::ChannelStats& c : p.channels()) {
       rows.push_back(&c);
-      part_of.push_back(plane_name(p, false));
+      part_of.push_back(plane_name(p, nullptr));
     }
   for (size_t k = 0; k < rows.size(); ++k) {
     const v1::ChannelStats& c = *rows[k];

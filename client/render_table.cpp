@@ -53,12 +53,14 @@ std::string part_name(const v1::PartStats& p) {
   return "roi " + roi;
 }
 
-// "plane 7", with its place where the file gives its stack's axes: "plane 7 (z 1, c 1, t 0)".
-std::string plane_name(const v1::PlaneStats& p, bool axes) {
+// "plane 7", with its place where the file gives its stack's axes: "plane 7
+// (z 1, c 1, t 0)"; without c where C is the planes' channels.
+std::string plane_name(const v1::PlaneStats& p, const v1::StackAxes* axes) {
   std::string n = "plane " + std::to_string(p.index());
-  if (axes)
-    n += " (z " + std::to_string(p.z()) + ", c " + std::to_string(p.c()) + ", t " + std::to_string(p.t()) + ")";
-  return n;
+  if (!axes) return n;
+  const bool c = axes->order().find('C') != std::string::npos;
+  return n + " (z " + std::to_string(p.z()) + (c ? ", c " + std::to_string(p.c()) : std::string()) + ", t " +
+         std::to_string(p.t()) + ")";
 }
 
 namespace {
@@ -106,7 +108,7 @@ std::string parts_table(const v1::AnalyzeResponse& r, bool flt, const char* dim,
 std::string planes_table(const v1::AnalyzeResponse& r, bool flt, const char* dim, const char* reset) {
   std::string out = rows_heading("plane");
   for (const v1::PlaneStats& p : r.planes())
-    out += named_rows(plane_name(p, r.facts().has_stack_axes()), p.channels(), flt, r.planes_size() <= 4, dim, reset);
+    out += named_rows(plane_name(p, r.facts().has_stack_axes() ? &r.facts().stack_axes() : nullptr), p.channels(), flt, r.planes_size() <= 4, dim, reset);
   return out;
 }
 

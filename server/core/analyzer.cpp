@@ -540,6 +540,7 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
     fed();  // a decoder starting over: the last band's feed ends before its stream goes
     plane_layout = Layout{w, h, channels, type, 0};
     d = describe_pixels(plan.format, Layout{w, uint64_t{h} * plan.chosen_planes(), channels, type, 0});
+    if (!plan.channel_names.empty()) d.names = plan.channel_names;
     d.planes = plan.chosen_planes();
     d.first_plane = plan.first_plane;
     const StatsRequest asked = with_rgb(request, d.order);

@@ -215,6 +215,7 @@ void fill_plane_facts(v1::AnalyzeResponse& r, uint64_t planes, uint64_t answered
 
 void fill_plane_facts(v1::AnalyzeResponse& r, const DecodePlan& plan, uint64_t answered) {
   fill_plane_facts(r, plan.planes, answered, plan.reduced_pages, plan.plane_delays_ms);
+  if (plan.pages_per_plane > 1) r.mutable_facts()->set_color_type("channels");
   if (plan.levels > 1) {
     r.mutable_facts()->set_levels(plan.levels);
     r.mutable_facts()->set_level(plan.level);

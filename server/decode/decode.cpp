@@ -114,6 +114,33 @@ std::vector<uint64_t> chosen_planes(uint64_t planes, const DecodeOptions& option
   for (uint64_t i = options.first_plane; i < options.first_plane + n; ++i) out.push_back(i);
   return out;
 }
+
+// A stack's C axis made channels: its planes are the Z x T planes, in the
+// file's order of those, each the C pages of its z and t (C fastest).
+void channels_of_pages(const std::vector<uint64_t>& pages, const DecodeOptions& options, DecodePlan& plan) {
+  const StackAxes all = plan.axes;
+  StackAxes rest = all;
+  rest.order.erase(rest.order.find('C'), 1);
+  rest.c = 1;
+  const uint64_t planes = uint64_t{all.z} * all.t;
+  auto page_of = [&](uint64_t z, uint64_t c, uint64_t t) {
+    uint64_t index = 0, stride = 1;
+    for (char a : all.order) {
+      index += (a == 'Z' ? z : a == 'C' ? c : t) * stride;
+      stride *= a == 'Z' ? all.z : a == 'C' ? all.c : all.t;
+    }
+    return index;
+  };
+  plan.planes = planes;
+  plan.pages_per_plane = all.c;
+  plan.plane_offsets.clear();
+  for (uint64_t q : chosen_planes(planes, options))
+    for (uint32_t c = 0; c < all.c; ++c)
+      plan.plane_offsets.push_back(pages[page_of(rest.coordinate(q, 'Z'), c, rest.coordinate(q, 'T'))]);
+  plan.first_plane = options.first_plane;
+  plan.axes.order = rest.order;
+  for (uint32_t c = 0; c < all.c; ++c) plan.channel_names.push_back("C" + std::to_string(c));
+}
 }  // namespace
 
 DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& options) {
@@ -183,6 +210,17 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
       plan.plane_offsets = tiff.pages;  // its one full-resolution page
     }
     if (tiff.pages.size() > 1) plan.axes = stack_axes_of(tiff.description, tiff.pages.size());
+    const uint32_t c = plan.axes.c;
+    if (c > 1 && tiff.route == TiffRoute::kDirect && tiff.channels == 1 && options.level == 0) {
+      if (c <= 4) {
+        channels_of_pages(tiff.pages, options, plan);
+        p.bytes_per_pixel *= c;
+        extra = plan.width * plan.height * c * sample_size(tiff.type);  // the plane its pages are interleaved into
+      } else {
+        plan.warnings.push_back("the " + plan.axes.source + " stack's C axis has " + std::to_string(c) +
+                                " channels, more than the 4 a plane may have: its channels are answered as planes");
+      }
+    }
     if (options.level > 0) {
       if (tiff.route != TiffRoute::kDirect)
         invalid_data("TIFF: level " + std::to_string(options.level) +
@@ -191,9 +229,9 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
       plan.height = tiff.height;
     }
     if (tiff.route == TiffRoute::kDirect) {
-      plan.band_memory_bytes = tiff.memory_bytes;
+      plan.band_memory_bytes = tiff.memory_bytes + extra;
       plan.band_rows = tiff.band_rows;
-      plan.band_layout = Layout{plan.width, plan.height, tiff.channels, tiff.type, 0};
+      plan.band_layout = Layout{plan.width, plan.height, tiff.channels * plan.pages_per_plane, tiff.type, 0};
     }
   }
   if (p.format == "PNG" && !png_arriving) {
@@ -361,7 +399,9 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
     if (banded.taken) {
       out.warnings = std::move(banded.warnings);
       out.decoder = std::move(banded.decoder);
-      return finish_decoded(std::move(out), m, options, /*bgr=*/false);
+      out = finish_decoded(std::move(out), m, options, /*bgr=*/false);
+      if (!plan.channel_names.empty()) out.channel_names = plan.channel_names;
+      return out;
     }
     if (banded.final) invalid_data(plan.format + ": could not decode (corrupt or truncated data; " + banded.refusal + ")");
     refusal = std::move(banded.refusal);
@@ -401,6 +441,60 @@ DecodedImage decode_planned(const uint8_t* data, size_t size, const DecodePlan& 
                  (refusal.empty() ? std::string() : "; " + refusal) + ")");
   return finish_decoded(std::move(out), m, options);
 }
+}  // namespace
+
+namespace {
+// The pages of one channel that make a plane of C channels (DecodePlan::
+// pages_per_plane), C a plane in order: each page's bands are put into
+// its channel of the plane, which goes on to `out` in its bands once its
+// last channel is in.
+class PagesAsChannels {
+ public:
+  PagesAsChannels(const RowSink& out, const DecodePlan& plan) : out_(out), plan_(plan), c_(plan.pages_per_plane) {}
+  RowSink sink() {
+    RowSink s;
+    s.begin = [this](uint32_t w, uint32_t h, uint32_t channels, SampleType type) {
+      if (channels != 1) fail(ErrorCode::kInternal, "TIFF: pages made channels have one channel each");
+      w_ = w, h_ = h, type_ = type, sample_ = sample_size(type);
+      rows_ = plan_.band_rows ? std::min(plan_.band_rows, h) : band_rows(uint64_t{w} * sample_, h);
+      plane_.assign(uint64_t{w} * h * c_ * sample_, 0);
+      band_.assign(uint64_t{rows_} * w * sample_, 0);
+      page_ = 0;
+      return RowBand{band_.data(), rows_};
+    };
+    s.band = [this](const uint8_t* rows, uint32_t first, uint32_t count) {
+      interleave(rows, first, count);
+      const uint64_t next = uint64_t{first} + count;
+      if (next == h_ && page_ % c_ == c_ - 1)
+        out_band_ = send_plane(out_, out_band_, plane_.data(), w_, h_, c_, type_, page_ / c_, "TIFF");
+      const uint64_t left = next < h_ ? h_ - next : h_;
+      return RowBand{band_.data(), static_cast<uint32_t>(std::min<uint64_t>(rows_, left))};
+    };
+    s.plane = [this](uint64_t page) { page_ = page; };
+    return s;
+  }
+
+ private:
+  void interleave(const uint8_t* rows, uint32_t first, uint32_t count) {
+    const uint64_t c = page_ % c_, step = uint64_t{c_} * sample_, n = uint64_t{count} * w_;
+    uint8_t* to = plane_.data() + (uint64_t{first} * w_ * c_ + c) * sample_;
+    switch (sample_) {
+      case 1: for (uint64_t i = 0; i < n; ++i) to[i * step] = rows[i]; break;
+      case 2: for (uint64_t i = 0; i < n; ++i) std::memcpy(to + i * step, rows + i * 2, 2); break;
+      case 4: for (uint64_t i = 0; i < n; ++i) std::memcpy(to + i * step, rows + i * 4, 4); break;
+      default: for (uint64_t i = 0; i < n; ++i) std::memcpy(to + i * step, rows + i * 8, 8); break;
+    }
+  }
+  const RowSink& out_;
+  const DecodePlan& plan_;
+  const uint32_t c_;
+  uint32_t w_ = 0, h_ = 0, rows_ = 0;
+  SampleType type_ = SampleType::kUint8;
+  size_t sample_ = 1;
+  uint64_t page_ = 0;
+  std::vector<uint8_t> plane_, band_;
+  RowBand out_band_;
+};
 }  // namespace
 
 BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan& plan, const DecodeOptions& options,
@@ -448,7 +542,9 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     out.taken = true;
     out.decoder = "giflib";
   } else if (plan.format == "TIFF" && plan.band_memory_bytes > 0) {
-    TiffDecode tiff = decode_tiff(data, size, options.cancelled, sink, options.release, plan.plane_offsets);
+    PagesAsChannels channels(sink, plan);
+    TiffDecode tiff = decode_tiff(data, size, options.cancelled, plan.pages_per_plane > 1 ? channels.sink() : sink,
+                                  options.release, plan.plane_offsets);
     out.taken = tiff.taken;
     out.decoder = "libtiff";
     if (!tiff.libtiff_error.empty()) out.refusal = "libtiff: " + tiff.libtiff_error;
@@ -503,7 +599,9 @@ DecodedImage decode_planes(const uint8_t* data, size_t size, const DecodePlan& p
   out.format = plan.format;
   out.warnings = banded.warnings;
   out.decoder = banded.decoder;
-  return finish_decoded(std::move(out), m, options, false);
+  out = finish_decoded(std::move(out), m, options, false);
+  if (!plan.channel_names.empty()) out.channel_names = plan.channel_names;
+  return out;
 }
 
 DecodedImage finish_decoded(DecodedImage out, const cv::Mat& m, const DecodeOptions& options, bool bgr) {

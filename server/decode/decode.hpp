@@ -94,8 +94,13 @@ struct DecodePlan {
   bool animated = false;
   std::vector<uint32_t> plane_delays_ms;  // an animation's chosen frames: how long each shows
   StackAxes axes;
+  // An ImageJ or OME stack of one-channel pages whose C axis (2 to 4) is
+  // made channels: each plane is C pages (plane_offsets holds C a plane, C
+  // fastest), named C0, C1, ...; axes.order then leaves C out.
+  uint32_t pages_per_plane = 1;
+  std::vector<std::string> channel_names;  // empty: channel_names(n)
   std::vector<std::string> warnings;
-  uint64_t chosen_planes() const { return plane_offsets.empty() ? 1 : plane_offsets.size(); }
+  uint64_t chosen_planes() const { return plane_offsets.empty() ? 1 : plane_offsets.size() / pages_per_plane; }
 };
 
 [[noreturn]] inline void invalid_data(const std::string& message) { fail(ErrorCode::kInvalidArgument, message); }

@@ -117,6 +117,11 @@ def check_axes(got, path, what):
     if a is None:
         return fail(f"{what}: no stack_axes where tifffile reads axes {slowest_first}")
     equal({k: a[k.lower()] for k in sizes}, sizes, what + " stack_axes sizes")
+    if 1 < sizes.get("C", 1) <= 4:  # the pages' C axis made channels: the planes are the rest
+        equal(len(got["channels"]), sizes["C"], what + " C made channels")
+        equal([c["name"] for c in got["channels"]], [f"C{i}" for i in range(sizes["C"])], what + " channel names")
+        slowest_first = [k for k in slowest_first if k != "C"]
+        sizes = {k: n for k, n in sizes.items() if k != "C"}
     equal([k for k in a["order"] if k in sizes], slowest_first[::-1], what + " stack_axes order")
     shape = [sizes[k] for k in slowest_first]
     for p in got.get("planes", []):
@@ -183,14 +188,18 @@ def ifd_offsets(path):
     return out
 
 
+WRITTEN = {}  # each file's pages as written
+
+
 def make_files(work, rng):
     """(name, path, full-resolution pages, reduced pages) of each layout."""
     files = []
 
-    def add(name, stack, reduced=0, shape=None, pages=True, **kw):
+    def add(name, stack, reduced=0, shape=None, pages=True, expect=None, **kw):
         """shape: the array as written (an ImageJ hyperstack's TZCYX); pages:
         written a page at a time (tifffile would take a short first axis of
-        tiles for samples)."""
+        tiles for samples); expect: the planes answered, where the pages'
+        C axis becomes channels."""
         path = os.path.join(work, name)
         if pages:
             with tifffile.TiffWriter(path, bigtiff=kw.pop("bigtiff", False)) as t:
@@ -198,7 +207,8 @@ def make_files(work, rng):
                     t.write(page, **kw)
         else:
             tifffile.imwrite(path, stack if shape is None else stack.reshape(shape), **kw)
-        files.append((name, path, stack, reduced))
+        WRITTEN[name] = stack
+        files.append((name, path, stack if expect is None else expect, reduced))
 
     add("u16-strips.tif", rng.integers(0, 65536, (5, 37, 53), dtype=np.uint16))
     add("u16-bigtiff-tiles.tif", rng.integers(0, 65536, (4, 45, 61), dtype=np.uint16), bigtiff=True, tile=(16, 16),
@@ -211,9 +221,21 @@ def make_files(work, rng):
     a[2, 0, 0] = -1e6
     add("f32-nan.tif", a)
     add("i16.tif", rng.integers(-32768, 32768, (3, 19, 17), dtype=np.int16))
-    add("u16-imagej-tzc.tif", rng.integers(0, 4096, (12, 21, 25), dtype=np.uint16), shape=(2, 3, 2, 21, 25),
-        imagej=True, metadata={"axes": "TZCYX"}, pages=False)
+    # ImageJ and OME stacks of one-channel pages: their C axis (up to 4) is
+    # the planes' channels, each plane a z and t.
+    tzc = rng.integers(0, 4096, (12, 21, 25), dtype=np.uint16)
+    add("u16-imagej-tzc.tif", tzc, shape=(2, 3, 2, 21, 25), imagej=True, metadata={"axes": "TZCYX"}, pages=False,
+        expect=tzc.reshape(2, 3, 2, 21, 25).transpose(0, 1, 3, 4, 2).reshape(6, 21, 25, 2))
     add("u16-ome.tif", rng.integers(0, 65536, (3, 27, 29), dtype=np.uint16), ome=True, metadata={"axes": "ZYX"}, pages=False)
+    czyx = rng.integers(0, 256, (12, 19, 23), dtype=np.uint8)
+    add("u8-ome-czyx.tif", czyx, shape=(3, 4, 19, 23), ome=True, metadata={"axes": "CZYX"}, pages=False,
+        expect=czyx.reshape(3, 4, 19, 23).transpose(1, 2, 3, 0))
+    ctz = rng.normal(0, 1, (8, 11, 13)).astype(np.float32)
+    add("f32-ome-tcyx.tif", ctz, shape=(2, 4, 11, 13), ome=True, metadata={"axes": "TCYX"}, pages=False,
+        expect=ctz.reshape(2, 4, 11, 13).transpose(0, 2, 3, 1))
+    # Five channels are more than a plane's four: they stay planes.
+    add("u16-imagej-c5.tif", rng.integers(0, 65536, (10, 9, 14), dtype=np.uint16), shape=(2, 5, 9, 14), imagej=True,
+        metadata={"axes": "ZCYX"}, pages=False)
     add("constant-stack.tif", np.full((6, 9, 11), 4242, dtype=np.uint16))
     add("thousand-pages.tif", rng.integers(0, 256, (1000, 8, 8), dtype=np.uint8))
     add("one-page.tif", rng.integers(0, 65536, (1, 33, 35), dtype=np.uint16))
@@ -693,7 +715,8 @@ def main():
         with tifffile.TiffFile(path) as t:
             main_pages = [p for p in t.pages if not (p.subfiletype & 1)]
             read = np.stack([p.asarray() for p in main_pages])
-        assert read.shape == stack.shape and np.array_equal(read, stack, equal_nan=True), name
+        written = WRITTEN.get(name, stack)
+        assert read.shape == written.shape and np.array_equal(read, written, equal_nan=True), name
     local = ["--local"]
     for name, path, stack, reduced in files:
         check_file(client_bin, local, path, stack, reduced, name + " (--local)")
