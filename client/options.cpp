@@ -157,7 +157,7 @@ void add_parts_options(CLI::App& app, CliOptions& o) {
       "--labels", o.labels_spec,
       "a label image (uint8/uint16 PNG or TIFF, or --map-raw): one answer per label; a folder: each input's label "
       "file of the same name stem there");
-  auto* tiles_option = parts_group->add_option("--tiles", o.tiles_spec, "a grid of CxR tiles, one answer each");
+  auto* tiles_option = parts_group->add_option("--tiles", o.tiles_spec, "a grid of CxR tiles, one answer each; of a stack CxRxS boxes, its planes cut into S slabs (CxR: one)");
   parts_group->add_option("--ignore-label", o.ignore_label, "with --labels: leave this label's pixels out (e.g. 0)");
   parts_group->add_option("--max-labels", o.max_labels, "with --labels: refuse label images with more labels (0: the server's --max-parts)");
   parts_group->add_option("--map-raw", o.map_raw_spec,
@@ -344,12 +344,13 @@ void set_parts(const CliOptions& o, Request& request, LabelFolder& folder) {
   if (!o.rois.empty()) {
     for (const std::string& r : o.rois) add_rectangle(r, parts);
   } else if (!o.tiles_spec.empty()) {
-    static const std::regex re(R"((\d+)x(\d+))");
+    static const std::regex re(R"((\d+)x(\d+)(?:x(\d+))?)");
     std::smatch m;
-    if (!std::regex_match(o.tiles_spec, m, re) || m[1].length() > 9 || m[2].length() > 9)
-      throw std::runtime_error("--tiles wants CxR, e.g. 16x16; got \"" + o.tiles_spec + "\"");
+    if (!std::regex_match(o.tiles_spec, m, re) || m[1].length() > 9 || m[2].length() > 9 || m[3].length() > 9)
+      throw std::runtime_error("--tiles wants CxR or, for a stack, CxRxS, e.g. 16x16 or 8x8x4; got \"" + o.tiles_spec + "\"");
     parts.mutable_tiles()->set_columns(static_cast<uint32_t>(std::stoul(m[1].str())));
     parts.mutable_tiles()->set_rows(static_cast<uint32_t>(std::stoul(m[2].str())));
+    if (m[3].matched) parts.mutable_tiles()->set_slabs(static_cast<uint32_t>(std::stoul(m[3].str())));
   } else if (!o.mask_spec.empty()) {
     if (o.mask_spec == "alpha")
       parts.mutable_mask()->set_alpha(true);

@@ -153,13 +153,17 @@ nlohmann::json joint_json(const v1::JointHistogram& h) {
 }
 
 // The parts of an answer: {"roi": [x, y, w, h]}, {"label": N} or
-// {"tile": [c, r], "roi": [...]}, each with its channels.
+// {"tile": [c, r], "roi": [...]} (a stack's: {"tile": [c, r, s], "roi",
+// "box"}), each with its channels.
 std::string parts_text(const v1::AnalyzeResponse& r, bool flt) {
   std::string parts = "[";
   for (const v1::PartStats& p : r.parts()) {
     Fields j;
     if (p.has_label()) j.i64("label", p.label());
-    if (p.has_tile()) j.raw("tile", json_array(p.tile().column(), p.tile().row()));
+    if (p.has_tile() && p.has_box())
+      j.raw("tile", json_array(p.tile().column(), p.tile().row(), p.tile().slab()));
+    else if (p.has_tile())
+      j.raw("tile", json_array(p.tile().column(), p.tile().row()));
     if (p.has_roi()) j.raw("roi", json_array(p.roi().x(), p.roi().y(), p.roi().width(), p.roi().height()));
     if (p.has_box())
       j.raw("box", json_array(p.box().x(), p.box().y(), p.box().z(), p.box().width(), p.box().height(), p.box().depth()));

@@ -49,6 +49,13 @@ std::string part_name(const v1::PartStats& p) {
   const v1::Rectangle& q = p.roi();
   const std::string roi = std::to_string(q.x()) + "," + std::to_string(q.y()) + "," + std::to_string(q.width()) + "," +
                           std::to_string(q.height());
+  if (p.has_tile() && p.has_box()) {  // a stack's: its box, x,y,z,w,h,d
+    const v1::Box& b = p.box();
+    return "tile " + std::to_string(p.tile().column()) + "," + std::to_string(p.tile().row()) + "," +
+           std::to_string(p.tile().slab()) + " (" + std::to_string(b.x()) + "," + std::to_string(b.y()) + "," +
+           std::to_string(b.z()) + "," + std::to_string(b.width()) + "," + std::to_string(b.height()) + "," +
+           std::to_string(b.depth()) + ")";
+  }
   if (p.has_tile()) return "tile " + std::to_string(p.tile().column()) + "," + std::to_string(p.tile().row()) + " (" + roi + ")";
   return "roi " + roi;
 }

@@ -157,8 +157,14 @@ PartStats part_key(const Parts& parts, const PartIndex* index, const Layout& lay
     case PartsKind::kTiles:
       s.is_tile = true;
       s.column = part % parts.columns;
-      s.row = part / parts.columns;
+      s.row = part / parts.columns % parts.rows;
       s.roi = tile_rect(parts, layout, s.column, s.row);
+      if (parts.slabs) {
+        const uint64_t planes = layout.height / parts.plane_height;
+        s.slab = part / parts.columns / parts.rows;
+        s.z = tile_edge(s.slab, planes, parts.slabs);
+        s.depth = tile_edge(s.slab + 1, planes, parts.slabs) - s.z;
+      }
       break;
     case PartsKind::kLabels:
       s.has_label = true;

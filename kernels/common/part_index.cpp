@@ -131,15 +131,22 @@ PartIndex::PartIndex(const Layout& layout, const Parts& parts) : parts_(parts), 
   switch (parts.kind) {
     case PartsKind::kMask: count_ = 1; break;
     case PartsKind::kTiles: {
-      count_ = parts.columns * parts.rows;
+      count_ = static_cast<uint32_t>(parts.tile_count());
       column_of_.resize(layout.width);
       row_of_.resize(layout.height);
       for (uint32_t c = 0; c < parts.columns; ++c)
         for (uint64_t x = tile_edge(c, layout.width, parts.columns); x < tile_edge(c + 1, layout.width, parts.columns); ++x)
           column_of_[x] = c;
-      for (uint32_t r = 0; r < parts.rows; ++r)
-        for (uint64_t y = tile_edge(r, layout.height, parts.rows); y < tile_edge(r + 1, layout.height, parts.rows); ++y)
-          row_of_[y] = r;
+      // A volume's rows: each plane's cut into tile rows, the planes into
+      // slabs; row_of_ is then the slab's and the row's tile row.
+      const uint64_t height = parts.slabs ? parts.plane_height : layout.height;
+      const uint64_t planes = layout.height / height;
+      const uint32_t slabs = parts.slabs ? parts.slabs : 1;
+      for (uint32_t s = 0; s < slabs; ++s)
+        for (uint64_t z = tile_edge(s, planes, slabs); z < tile_edge(s + 1, planes, slabs); ++z)
+          for (uint32_t r = 0; r < parts.rows; ++r)
+            for (uint64_t y = tile_edge(r, height, parts.rows); y < tile_edge(r + 1, height, parts.rows); ++y)
+              row_of_[z * height + y] = s * parts.rows + r;
       break;
     }
     case PartsKind::kLabels: {

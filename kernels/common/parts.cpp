@@ -106,12 +106,21 @@ void validate(const Layout& layout, const Parts& parts) {
       if (parts.columns == 0 || parts.rows == 0)
         invalid("tiles need at least 1 column and 1 row, got " + std::to_string(parts.columns) + "x" +
                 std::to_string(parts.rows));
-      const uint64_t n = uint64_t{parts.columns} * parts.rows;
-      if (n > parts.max_parts) too_many("tiles (" + std::to_string(parts.columns) + "x" + std::to_string(parts.rows) + ")", n);
-      if (parts.columns > layout.width || parts.rows > layout.height)
-        invalid("a grid of " + std::to_string(parts.columns) + "x" + std::to_string(parts.rows) +
-                " tiles does not fit the " + std::to_string(layout.width) + "x" + std::to_string(layout.height) +
-                " image: every tile needs a pixel");
+      const std::string grid = std::to_string(parts.columns) + "x" + std::to_string(parts.rows) +
+                               (parts.slabs ? "x" + std::to_string(parts.slabs) : std::string());
+      uint64_t height = layout.height, planes = 1;
+      if (parts.slabs) {
+        if (parts.plane_height == 0 || layout.height % parts.plane_height != 0)
+          invalid("tiles of a volume need planes of equal height");
+        height = parts.plane_height;
+        planes = layout.height / parts.plane_height;
+      }
+      const uint64_t n = parts.tile_count();
+      if (n > parts.max_parts) too_many("tiles (" + grid + ")", n);
+      if (parts.columns > layout.width || parts.rows > height || parts.slabs > planes)
+        invalid("a grid of " + grid + " tiles does not fit the " + std::to_string(layout.width) + "x" +
+                std::to_string(height) + (parts.slabs ? "x" + std::to_string(planes) + " volume" : std::string(" image")) +
+                ": every tile needs a pixel");
       return;
     }
     case PartsKind::kMask:
@@ -150,11 +159,12 @@ void to_image_positions(std::vector<ChannelStats>& channels, const Rect& roi, ui
 }
 
 Rect tile_rect(const Parts& parts, const Layout& layout, uint32_t column, uint32_t row) {
+  const uint64_t height = parts.slabs ? parts.plane_height : layout.height;
   Rect r;
   r.x = tile_edge(column, layout.width, parts.columns);
   r.width = tile_edge(column + 1, layout.width, parts.columns) - r.x;
-  r.y = tile_edge(row, layout.height, parts.rows);
-  r.height = tile_edge(row + 1, layout.height, parts.rows) - r.y;
+  r.y = tile_edge(row, height, parts.rows);
+  r.height = tile_edge(row + 1, height, parts.rows) - r.y;
   return r;
 }
 

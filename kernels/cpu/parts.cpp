@@ -196,16 +196,14 @@ Result analyze_parts_on_cpu(const ImageView& image, const Parts& parts, const St
     return analyze_parts_on_cpu(ImageView{converted.data(), measured}, parts, measured_request(request, image.layout));
   }
   const Layout& l = image.layout;
-  switch (parts.kind) {
-    case PartsKind::kRects:
-    case PartsKind::kTiles:
-      check_answer_bytes(parts.kind == PartsKind::kTiles ? uint64_t{parts.columns} * parts.rows : parts.rects.size(), l,
-                   parts, request);
-      return analyze_each_rect(image, parts, request, "cpu", true, analyze_view);
-    default: break;
+  // A volume's tiles are no rectangles of its planes one below the other:
+  // they go through the part index, as labels do.
+  if (parts.kind == PartsKind::kRects || (parts.kind == PartsKind::kTiles && !parts.slabs)) {
+    check_answer_bytes(parts.kind == PartsKind::kTiles ? parts.tile_count() : parts.rects.size(), l, parts, request);
+    return analyze_each_rect(image, parts, request, "cpu", true, analyze_view);
   }
   const PartIndex index(l, parts);
-  if (parts.kind == PartsKind::kLabels) check_answer_bytes(index.count(), l, parts, request);
+  if (parts.kind != PartsKind::kMask) check_answer_bytes(index.count(), l, parts, request);
   // Joint histograms per label come with each label's pixels gathered.
   if (is_float(l.type) || (request.joint.axes && parts.kind == PartsKind::kLabels))
     return analyze_gathered(image, index, parts, measured_request(request, l));

@@ -235,7 +235,8 @@ class CudaEngine final : public Engine {
                                [this](const ImageView& v, const StatsRequest& r) { return analyze_streamed(v, r); });
     }
     if (!part_kernels_take(image.layout, parts))
-      fail(ErrorCode::kUnimplemented, "parts of float images, and of images of 2^32 pixels or more, are the CPU's");
+      fail(ErrorCode::kUnimplemented,
+           "parts of float images, tiles of volumes, and parts of images of 2^32 pixels or more are the CPU's");
     return analyze_parts_on_gpu(gpu_, image, parts, request);
   }
 
@@ -255,7 +256,7 @@ class CudaEngine final : public Engine {
     const Layout l = measured_layout(image, asked);
     const StatsRequest request = measured_request(asked, image);
     uint64_t count = 1;
-    if (parts->kind == PartsKind::kTiles) count = uint64_t{parts->columns} * parts->rows;
+    if (parts->kind == PartsKind::kTiles) count = parts->tile_count();
     if (parts->kind == PartsKind::kLabels) {
       const size_t bits = map_sample_size(parts->map.type) * 8;
       count = std::min<uint64_t>(parts->max_parts, bits <= 16 ? uint64_t{1} << bits : l.pixels());

@@ -196,8 +196,10 @@ void attach_joint(const std::vector<uint64_t>& host_joint, uint32_t count, const
 }  // namespace
 
 bool part_kernels_take(const Layout& layout, const Parts& parts) {
+  // A volume's tiles are no grid of rows and columns: the CPU's.
   return !is_float(layout.type) && layout.pixels() < (uint64_t{1} << 32) &&
-         (parts.kind == PartsKind::kMask || parts.kind == PartsKind::kLabels || parts.kind == PartsKind::kTiles);
+         (parts.kind == PartsKind::kMask || parts.kind == PartsKind::kLabels ||
+          (parts.kind == PartsKind::kTiles && !parts.slabs));
 }
 
 Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const Parts& parts,

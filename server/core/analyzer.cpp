@@ -196,11 +196,10 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
     case v1::INPUT_KIND_RAW:
       px.d = describe_raw(input.raw(), limits_.max_planes);
       check_raw_size(px.d.layout, data.size());
-      if (px.d.planes > 1 && plan.with_parts() && plan.parts.kind != PartsKind::kMask &&
-          plan.parts.kind != PartsKind::kLabels)
-        fail(ErrorCode::kUnimplemented, "rectangles and tiles of raw pixels of several planes (depth " +
-                                            std::to_string(px.d.planes) + ") are not computed yet: give a mask or "
-                                            "label volume, or send one plane");
+      if (px.d.planes > 1 && plan.parts.kind == PartsKind::kRects)
+        fail(ErrorCode::kUnimplemented, "rectangles of raw pixels of several planes (depth " +
+                                            std::to_string(px.d.planes) + ") are not computed yet: give tiles, a mask or "
+                                            "a label volume, or send one plane");
       px.view = ImageView{data.data, px.d.layout};
       break;
     case v1::INPUT_KIND_BYTES:
@@ -212,6 +211,14 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
       if (!decode_encoded(request, plan, data, release, arrived, call, t0, px, r)) return r;  // answered on the way
   }
   Parts parts = plan.parts;
+  // Tiles of a stack are boxes through its planes (one slab unless asked).
+  if (parts.kind == PartsKind::kTiles && (px.d.planes > 1 || parts.slabs > 1)) {
+    if (px.d.planes == 1)
+      fail(ErrorCode::kInvalidArgument, "tiles in " + std::to_string(parts.slabs) +
+                                            " slabs were asked for, but the image is one plane");
+    parts.slabs = std::max<uint32_t>(parts.slabs, 1);
+    parts.plane_height = px.d.plane_height();
+  }
   MapInput map;  // the mask or label image, held until the engine is done
   if (plan.with_parts()) parts.map = map_of(request.options().parts(), px, call, map);
   const StatsRequest asked = with_rgb(plan.stats, px.d.order);
@@ -285,11 +292,10 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
     return true;
   };
   if (stack && with_parts) {  // a volume's parts: its planes gathered one below the other, in the budget
-    const v1::Parts& asked = request.options().parts();
-    if (!asked.has_mask() && !asked.has_labels())
-      fail(ErrorCode::kUnimplemented, "rectangles and tiles of a file of several planes are not computed yet (this " +
+    if (request.options().parts().has_rectangles())
+      fail(ErrorCode::kUnimplemented, "rectangles of a file of several planes are not computed yet (this " +
                                           decode.format + " has " + std::to_string(decode.planes) +
-                                          "): choose one plane (planes, --planes N), or give a mask or label stack");
+                                          "): choose one plane (planes, --planes N), or give tiles, a mask or a label stack");
     if (stats_request.luminance)
       fail(ErrorCode::kUnimplemented, "the luminance is computed for one plane at a time (this " + decode.format +
                                           " has " + std::to_string(decode.planes) + "): choose one (planes, --planes N)");

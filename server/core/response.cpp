@@ -310,6 +310,16 @@ void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result&
       out->mutable_tile()->set_column(p.column);
       out->mutable_tile()->set_row(p.row);
     }
+    if (p.is_tile && p.depth) {
+      out->mutable_tile()->set_slab(p.slab);
+      v1::Box* box = out->mutable_box();
+      box->set_x(p.roi.x);
+      box->set_y(p.roi.y);
+      box->set_z(p.z);
+      box->set_width(p.roi.width);
+      box->set_height(p.roi.height);
+      box->set_depth(p.depth);
+    }
     for (size_t i = 0; i < d.order.size(); ++i) {
       v1::ChannelStats* c = out->add_channels();
       c->set_name(d.names[i]);

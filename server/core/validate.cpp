@@ -182,6 +182,7 @@ Parts parts_of(const v1::Options& options, const Limits& limits) {
       p.kind = PartsKind::kTiles;
       p.columns = in.tiles().columns();
       p.rows = in.tiles().rows();
+      p.slabs = in.tiles().slabs();
       break;
     case v1::Parts::kMask:
       p.kind = PartsKind::kMask;

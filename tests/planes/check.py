@@ -293,6 +293,55 @@ def check_levels(client_bin, where, work):
             "--level 1 of a GIF", "--level", "1")
 
 
+def check_tiles(client_bin, where, work, rng):
+    """--tiles CxRxS of a stack: boxes through its planes, each against numpy
+    over the same voxels (positions in the file: x, y and plane); CxR is one
+    slab; a grid that does not fit, and slabs of one plane, refused."""
+    vol = rng.integers(0, 65536, (7, 23, 31), dtype=np.uint16)
+    flt = rng.normal(0, 10, (5, 13, 17)).astype(np.float32)
+    flt[2, 3, 4] = np.nan
+    for name, stack in (("tiles-u16.tif", vol), ("tiles-f32.tif", flt)):
+        path = os.path.join(work, name)
+        with tifffile.TiffWriter(path) as t:
+            for page in stack:
+                t.write(page, compression="zlib")
+        for grid, planes in (("3x2x2", None), ("2x3", None), ("4x4x3", "1-5"), ("1x1x5", None)):
+            first, last = (int(v) for v in planes.split("-")) if planes else (0, stack.shape[0] - 1)
+            chosen = stack[first:last + 1]
+            what = f"{name} --tiles {grid}" + (f" --planes {planes}" if planes else "")
+            args = ["--stats", "min_max,sum,stddev,positions", "--tiles", grid] + (["--planes", planes] if planes else [])
+            got = answer(client_bin, where, *args, path)
+            if got is None:
+                continue
+            c, r, s = (int(v) for v in (grid + "x1").split("x")[:3])
+            equal(len(got["parts"]), c * r * s, what + " tiles")
+            for part in got["parts"]:
+                tc, tr, ts = part["tile"]
+                x, y, z, w, h, d = part["box"]
+                edge = lambda i, n, k: i * n // k  # noqa: E731
+                equal((x, y, z, x + w, y + h, z + d),
+                      (edge(tc, chosen.shape[2], c), edge(tr, chosen.shape[1], r), edge(ts, chosen.shape[0], s),
+                       edge(tc + 1, chosen.shape[2], c), edge(tr + 1, chosen.shape[1], r), edge(ts + 1, chosen.shape[0], s)),
+                      f"{what} tile {part['tile']} box")
+                channels = json.loads(json.dumps(part["channels"]))
+                for ch in channels:  # positions in the file, made the box's own
+                    for key in ("min_position", "max_position"):
+                        if key in ch:
+                            pos = ch[key]
+                            pos["x"] -= x
+                            pos["y"] -= y
+                            pos["plane"] -= z + first
+                            if d == 1:
+                                equal(pos.pop("plane"), 0, f"{what} tile {part['tile']} {key} plane")
+                ch_first_plane[0] = 0
+                check_channels(channels, as_stack(chosen[z:z + d, y:y + h, x:x + w]), f"{what} tile {part['tile']}")
+    path = os.path.join(work, "tiles-u16.tif")
+    refused(client_bin, where, path, "INVALID_ARGUMENT", "does not fit", "--tiles with more slabs than planes",
+            "--tiles", "2x2x8")
+    refused(client_bin, where, path, "INVALID_ARGUMENT", "one plane", "--tiles CxRxS of one plane",
+            "--tiles", "2x2x2", "--planes", "3")
+
+
 def check_csv(client_bin, where, path, stack):
     """--csv --planes: the planes together, then a row per plane named in the part column."""
     rc, out, err = run(client_bin, where, "--csv", "--planes", "--stats", "min_max,sum", path)
@@ -653,8 +702,8 @@ def check_refusals(client_bin, server_bin, work, rng, local):
     one = answer(client_bin, local, "--stats", "luminance", "--planes", "1", rgb)
     if one is not None:
         equal(one["luminance"]["count"], 64, "the luminance of one chosen plane")
-    refused(client_bin, local, rgb, "UNIMPLEMENTED", "rectangles and tiles of a file of several planes", "tiles of a stack",
-            "--tiles", "2x2")
+    refused(client_bin, local, rgb, "UNIMPLEMENTED", "rectangles of a file of several planes", "rectangles of a stack",
+            "--roi", "1,1,4,4")
     mixed = os.path.join(work, "mixed.tif")
     with tifffile.TiffWriter(mixed) as t:
         t.write(pages[0])
@@ -722,12 +771,14 @@ def main():
         check_file(client_bin, local, path, stack, reduced, name + " (--local)")
     check_animations(client_bin, work, rng, local)
     check_levels(client_bin, local, work)
+    check_tiles(client_bin, local, work, rng)
     check_label_stacks(client_bin, work, rng, local)
     check_refusals(client_bin, server_bin, work, rng, local)
     server, address = start_server(server_bin, work)
     try:
         check_animations(client_bin, work, rng, ["--server", address])
         check_levels(client_bin, ["--server", address], work)
+        check_tiles(client_bin, ["--server", address], work, rng)
         check_label_stacks(client_bin, work, rng, ["--server", address])
         for name, path, stack, reduced in files:
             check_file(client_bin, ["--server", address], path, stack, reduced, name + " (server)")

@@ -116,7 +116,7 @@ class Client:
         ``percentiles``, ``decoder`` ("auto", "cpu", "gpu"),
         ``allow_truncated``, ``colour_space``, ``joint`` ("H,S:30,32") and
         ``joint_range``; parts: ``roi`` ((x, y, w, h) or a list of them),
-        ``tiles`` ((columns, rows) or "CxR"), ``mask`` (an image as any
+        ``tiles`` ((columns, rows) or "CxR"; of a stack (columns, rows, slabs) or "CxRxS"), ``mask`` (an image as any
         input, or "alpha"), ``labels`` (an image as any input, arrays of
         uint8, uint16, uint32 or int32; each label with its ``box``; of a
         volume, a volume of its axes without C), ``ignore_label``, ``max_labels``;

@@ -103,11 +103,15 @@ def build_options(pb, make_input, stats=None, bins=256, range=None, percentiles=
             o.parts.rectangles.rectangles.add(x=x, y=y, width=w, height=h)
     elif tiles is not None:
         if isinstance(tiles, str):
-            c, sep, r = tiles.partition("x")
-            if not sep or not c.isdigit() or not r.isdigit():
-                raise _bad(f"tiles wants 'CxR' or (columns, rows), e.g. '16x16'; got {tiles!r}")
-            tiles = (int(c), int(r))
-        o.parts.tiles.columns, o.parts.tiles.rows = (int(v) for v in tiles)
+            sizes = tiles.split("x")
+            if len(sizes) not in (2, 3) or not all(v.isdigit() for v in sizes):
+                raise _bad(f"tiles wants 'CxR', 'CxRxS' or (columns, rows[, slabs]), e.g. '16x16'; got {tiles!r}")
+            tiles = tuple(int(v) for v in sizes)
+        if len(tiles) not in (2, 3):
+            raise _bad(f"tiles wants (columns, rows) or (columns, rows, slabs); got {tiles!r}")
+        o.parts.tiles.columns, o.parts.tiles.rows = int(tiles[0]), int(tiles[1])
+        if len(tiles) == 3:
+            o.parts.tiles.slabs = int(tiles[2])
     elif mask is not None:
         if isinstance(mask, str) and mask == "alpha":
             o.parts.mask.alpha = True

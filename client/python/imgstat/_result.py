@@ -208,13 +208,16 @@ class Joint:
 class Part:
     """One rectangle, label or tile: ``roi`` (x, y, width, height), ``label``
     with its ``box`` (x, y, z, width, height, depth; z the plane of a
-    volume), ``tile`` (column, row) where they apply, and its channels."""
+    volume), ``tile`` (column, row; a stack's (column, row, slab) with its
+    box) where they apply, and its channels."""
 
     def __init__(self, p, float_samples, stack=False):
         self.proto = p
         self._float = float_samples
         self.label = p.label if p.HasField("label") else None
-        self.tile = (p.tile.column, p.tile.row) if p.HasField("tile") else None
+        self.tile = None
+        if p.HasField("tile"):  # a stack's tiles: (column, row, slab), with their box
+            self.tile = (p.tile.column, p.tile.row) + ((p.tile.slab,) if p.HasField("box") else ())
         self.roi = (p.roi.x, p.roi.y, p.roi.width, p.roi.height) if p.HasField("roi") else None
         b = p.box
         self.box = (b.x, b.y, b.z, b.width, b.height, b.depth) if p.HasField("box") else None

@@ -79,6 +79,26 @@ def test_a_pyramids_level_is_its_pages_reduced_copies_as_the_cli(client, cli, tm
         client.analyze(path, level=-1)
 
 
+def test_tiles_of_a_volume_are_boxes_through_its_planes(client):
+    rng = np.random.default_rng(492)
+    vol = rng.integers(-32768, 32768, (9, 20, 26), dtype=np.int16)
+    got = client.analyze(vol, axes="ZYX", stats="min_max,sum", tiles=(3, 2, 4))
+    assert len(got.parts) == 24
+    for p in got.parts:
+        c, r, s = p.tile
+        x, y, z, w, h, d = p.box
+        assert (x, y, z) == (c * 26 // 3, r * 20 // 2, s * 9 // 4)
+        assert (x + w, y + h, z + d) == ((c + 1) * 26 // 3, (r + 1) * 20 // 2, (s + 1) * 9 // 4)
+        sub = vol[z:z + d, y:y + h, x:x + w]
+        ch = p.channels[0]
+        assert (ch.count, ch.min, ch.max, ch.sum) == (sub.size, sub.min(), sub.max(), int(sub.sum(dtype=np.int64)))
+    same = client.analyze(vol, axes="ZYX", stats="min_max,sum", tiles="3x2x4")
+    assert [p.to_dict() for p in same.parts] == [p.to_dict() for p in got.parts]
+    with pytest.raises(imgstat.Error) as e:
+        client.analyze(vol, axes="ZYX", tiles=(2, 2, 10))
+    assert e.value.code == "INVALID_ARGUMENT" and "does not fit" in str(e.value)
+
+
 def check_volume(got, vol, what):
     """got: an answer of a (planes, h, w, c) volume asked planes=True."""
     assert [p.index for p in got.planes] == list(range(vol.shape[0])), what

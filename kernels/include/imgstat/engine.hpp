@@ -210,6 +210,12 @@ struct Parts {
   std::vector<Rect> rects;
   uint32_t columns = 0;  // tiles
   uint32_t rows = 0;
+  // Tiles of a volume (planes one below the other, each plane_height rows):
+  // columns x rows x slabs boxes, the planes cut into slabs as the rows are
+  // cut into tile rows. 0: tiles of one image.
+  uint32_t slabs = 0;
+  uint64_t plane_height = 0;
+  uint64_t tile_count() const { return uint64_t{columns} * rows * (slabs ? slabs : 1); }
   PartMapView map;       // mask and labels
   bool ignore_label = false;
   int64_t ignored_label = 0;
@@ -229,6 +235,10 @@ struct PartStats {
   bool is_tile = false;
   uint32_t column = 0;
   uint32_t row = 0;
+  // A volume's tile: its slab, and the planes it holds [z, z + depth) (roi
+  // is its rectangle in each).
+  uint32_t slab = 0;
+  uint64_t z = 0, depth = 0;
   std::vector<ChannelStats> channels;
   bool has_joint = false;
   JointHistogram joint;
