@@ -442,6 +442,14 @@ void Hostile::parts_that_ask_too_much() {
   tiles.mutable_options()->mutable_parts()->mutable_tiles()->set_columns(40000);
   tiles.mutable_options()->mutable_parts()->mutable_tiles()->set_rows(25000);
   expect_refused(analyze(tiles), StatusCode::RESOURCE_EXHAUSTED, "--max-parts", "10^9 tiles");
+  // 2^96 tiles of a stack: the count saturates, refused as any other too many.
+  auto boxes = raw(64, 64, 1, v1::SAMPLE_TYPE_UINT8, 0, std::string(64 * 64 * 3, '\x05'));
+  boxes.mutable_input()->mutable_raw()->set_depth(3);
+  v1::Tiles* grid = boxes.mutable_options()->mutable_parts()->mutable_tiles();
+  grid->set_columns(UINT32_MAX);
+  grid->set_rows(UINT32_MAX);
+  grid->set_slabs(UINT32_MAX);
+  expect_refused(analyze(boxes), StatusCode::RESOURCE_EXHAUSTED, "--max-parts", "2^96 tiles of a stack");
   auto rect = image;
   v1::Rectangle* q = rect.mutable_options()->mutable_parts()->mutable_rectangles()->add_rectangles();
   q->set_x(1);

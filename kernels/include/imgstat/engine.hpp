@@ -215,7 +215,11 @@ struct Parts {
   // cut into tile rows. 0: tiles of one image.
   uint32_t slabs = 0;
   uint64_t plane_height = 0;
-  uint64_t tile_count() const { return uint64_t{columns} * rows * (slabs ? slabs : 1); }
+  // Saturates: 2^32 columns, rows and slabs are past 64 bits.
+  uint64_t tile_count() const {
+    const unsigned __int128 n = static_cast<unsigned __int128>(uint64_t{columns} * rows) * (slabs ? slabs : 1);
+    return n > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(n);
+  }
   PartMapView map;       // mask and labels
   bool ignore_label = false;
   int64_t ignored_label = 0;
