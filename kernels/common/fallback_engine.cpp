@@ -1,6 +1,9 @@
 #include "common/fallback_engine.hpp"
 
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -47,16 +50,16 @@ bool FallbackEngine::try_retain(uint64_t bytes) {
   return true;
 }
 
-std::vector<uint8_t> FallbackEngine::take_buffer() {
+KeptBuffer FallbackEngine::take_buffer() {
   std::lock_guard<std::mutex> lock(spare_mu_);
   if (spare_.empty()) return {};
-  std::vector<uint8_t> b = std::move(spare_.back());
+  KeptBuffer b = std::move(spare_.back());
   spare_.pop_back();
   spare_held_ -= b.capacity();
   return b;
 }
 
-void FallbackEngine::give_buffer(std::vector<uint8_t> buffer) {
+void FallbackEngine::give_buffer(KeptBuffer buffer) {
   buffer.clear();
   std::lock_guard<std::mutex> lock(spare_mu_);
   if (buffer.capacity() == 0 || spare_held_ + buffer.capacity() > tuning_.spare_bytes) return;  // freed here
@@ -132,8 +135,16 @@ class FallbackStream final : public StreamAnalysis {
   void feed(const void* data, size_t bytes) override {
     if (destrider_.consumed() + bytes > layout_.stride() * layout_.height)
       fail(ErrorCode::kInvalidArgument, "more data than the layout holds");
-    destrider_.feed(static_cast<const uint8_t*>(data), bytes,
-                    [&](const uint8_t* p, uint64_t pixels, bool) { take(p, pixels); });
+    // In pieces of at most kKeptSlack: what is kept passes checkpoint_bytes
+    // by no more than that whatever a feed's size.
+    const uint64_t most = std::max<uint64_t>(1, kKeptSlack / pixel_bytes_);
+    destrider_.feed(static_cast<const uint8_t*>(data), bytes, [&](const uint8_t* p, uint64_t pixels, bool) {
+      for (uint64_t done = 0; done < pixels;) {
+        const uint64_t n = std::min(most, pixels - done);
+        take(p + done * pixel_bytes_, n);
+        done += n;
+      }
+    });
   }
 
   // What the GPU counted comes to the host as it pauses: a checkpoint then
@@ -211,7 +222,17 @@ class FallbackStream final : public StreamAnalysis {
       }
       charged_ += bytes;
     }
-    kept_.insert(kept_.end(), p, p + bytes);
+    // On every core: one thread copies a few GB/s, the GPU takes tens.
+    const size_t at = kept_.size();
+    kept_.resize(at + bytes);
+    constexpr uint64_t kPiece = uint64_t{1} << 20;
+    if (bytes < 2 * kPiece) {
+      std::memcpy(kept_.data() + at, p, bytes);
+    } else {
+      tbb::parallel_for(uint64_t{0}, (bytes + kPiece - 1) / kPiece, [&](uint64_t i) {
+        std::memcpy(kept_.data() + at + i * kPiece, p + i * kPiece, std::min(kPiece, bytes - i * kPiece));
+      });
+    }
   }
 
   void drop_retained() {
@@ -274,7 +295,7 @@ class FallbackStream final : public StreamAnalysis {
   uint64_t fed_ = 0;                // pixels the primary has taken
   bool can_checkpoint_ = true;
   bool keeping_ = true;
-  std::vector<uint8_t> kept_;  // pixels since the checkpoint
+  KeptBuffer kept_;  // pixels since the checkpoint
   uint64_t charged_ = 0;       // of kept_, counted against retain_limit
 };
 

@@ -30,6 +30,20 @@
 
 namespace imgstat {
 
+// Kept pixels: grown without zeroing what is about to be copied over.
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    if constexpr (sizeof...(Args) > 0) ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using KeptBuffer = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
+
 struct FallbackTuning {
   uint64_t checkpoint_bytes = uint64_t{32} << 20;
   uint64_t retain_limit = uint64_t{1} << 30;
@@ -78,8 +92,8 @@ class FallbackEngine final : public Engine {
   bool try_retain(uint64_t bytes);
   void unretain(uint64_t bytes) { retained_ -= bytes; }
   // A buffer for a stream's kept pixels: one a stream gave back, or empty.
-  std::vector<uint8_t> take_buffer();
-  void give_buffer(std::vector<uint8_t> buffer);
+  KeptBuffer take_buffer();
+  void give_buffer(KeptBuffer buffer);
 
  private:
   // fn(primary), or after its fault fn(backup); not after bad input, nor
@@ -95,7 +109,7 @@ class FallbackEngine final : public Engine {
   std::atomic<uint64_t> retained_{0};
   std::atomic<uint64_t> fallbacks_{0};
   std::mutex spare_mu_;
-  std::vector<std::vector<uint8_t>> spare_;
+  std::vector<KeptBuffer> spare_;
   uint64_t spare_held_ = 0;  // their capacities
 };
 

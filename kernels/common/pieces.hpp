@@ -2,6 +2,7 @@
 // a byte stream of a strided image back into runs of whole pixels.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -69,6 +70,22 @@ template <class Sink>
 void Destrider::feed(const uint8_t* p, size_t n, Sink&& sink) {
   consumed_ += n;
   while (n > 0 && row_ < layout_.height) {
+    // Packed rows are one run: the sink gets whole feeds, not a call a row
+    // (a row of a 4096-wide uint16 image is 8 KiB: too little to copy on
+    // several threads or to be worth a call).
+    if (stride_ == row_bytes_ && carry_len_ == 0) {
+      const uint64_t left = (layout_.height - row_) * row_bytes_ - offset_;
+      const uint64_t pixels = std::min<uint64_t>(n, left) / pixel_bytes_;
+      if (pixels > 0) {
+        sink(p, pixels, false);
+        const uint64_t used = pixels * pixel_bytes_, at = offset_ + used;
+        p += used;
+        n -= used;
+        row_ += at / row_bytes_;
+        offset_ = at % row_bytes_;
+        continue;
+      }
+    }
     if (offset_ >= row_bytes_) {  // in the padding
       const uint64_t skip = std::min<uint64_t>(n, stride_ - offset_);
       p += skip;

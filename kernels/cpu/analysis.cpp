@@ -327,8 +327,8 @@ std::unique_ptr<Analysis> make_analysis(const Layout& layout, const StatsRequest
   return a;
 }
 
-std::vector<Piece> pieces_of(const ImageView& image, uint64_t first) {
-  const Pieces pieces(image, kPieceBytes);
+std::vector<Piece> pieces_of(const ImageView& image, uint64_t first, uint64_t target_bytes) {
+  const Pieces pieces(image, target_bytes);
   std::vector<Piece> out;
   out.reserve(pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) {

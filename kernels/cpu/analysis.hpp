@@ -89,6 +89,6 @@ std::unique_ptr<Analysis> make_analysis(const Layout& layout, const StatsRequest
 // histogram alone): the pixels are only counted.
 bool counts_only(SampleType type, const StatsRequest& request);
 // first: the image's pixel index of the view's first pixel.
-std::vector<Piece> pieces_of(const ImageView& image, uint64_t first = 0);
+std::vector<Piece> pieces_of(const ImageView& image, uint64_t first = 0, uint64_t target_bytes = kPieceBytes);
 
 }  // namespace imgstat::cpu

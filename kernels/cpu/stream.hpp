@@ -97,6 +97,10 @@ class CpuStream final : public CheckpointStream {
   void take(const void* data, size_t bytes) {
     const bool keep = analysis_->wants_second_pass() && !reread_;
     const uint64_t pixel_bytes = layout_.pixel_bytes();
+    // A feed (a decoder's band: a few MiB) is one run: cut small enough that
+    // every thread of the arena gets several pieces.
+    const uint64_t piece_bytes = std::clamp<uint64_t>(
+        bytes / (4 * static_cast<uint64_t>(std::max(1, arena_.max_concurrency()))), uint64_t{64} << 10, kPieceBytes);
     std::vector<Piece> runs;
     destrider_.feed(static_cast<const uint8_t*>(data), bytes, [&](const uint8_t* p, uint64_t pixels, bool transient) {
       if (keep) this->keep(p, pixels * pixel_bytes);
@@ -107,7 +111,7 @@ class CpuStream final : public CheckpointStream {
         return;
       }
       const ImageView run{p, Layout{pixels, 1, layout_.channels, layout_.type, 0}};
-      for (const Piece& pc : pieces_of(run, first)) runs.push_back(pc);
+      for (const Piece& pc : pieces_of(run, first, piece_bytes)) runs.push_back(pc);
     });
     if (!runs.empty()) arena_.execute([&] { analysis_->add_all(runs); });
   }
