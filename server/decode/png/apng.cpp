@@ -137,7 +137,7 @@ class Compositor {
         canvas_(uint64_t{plan.width} * plan.height * pixel_, 0) {}
 
   void header(const Chunk& c) {
-    if (c.is("IHDR")) ihdr_.assign(c.data, c.data + 13);
+    if (c.is("IHDR") && c.length == 13) ihdr_.assign(c.data, c.data + 13);
     if (c.is("PLTE")) plte_.assign(c.data, c.data + c.length);
     if (c.is("tRNS")) trns_.assign(c.data, c.data + c.length);
   }
@@ -177,6 +177,7 @@ class Compositor {
  private:
   // The frame's data as a PNG of its own size, decoded into frame_.
   void decode_frame(uint64_t k, const FrameControl& f, const std::vector<Piece>& pieces) {
+    if (ihdr_.size() != 13) damaged("its IHDR chunk is not 13 bytes");
     std::vector<uint8_t> file = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     uint8_t ihdr[13];
     std::memcpy(ihdr, ihdr_.data(), 13);
