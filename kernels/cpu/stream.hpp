@@ -87,7 +87,9 @@ class CpuStream final : public CheckpointStream {
           std::memcpy(split.back().data(), p, pixel_bytes);
           p = split.back().data();
         }
-        runs.push_back(Piece{p, 1, 0, pixels, 0, pixels});
+        // A packed chunk is one run: in pieces, for every thread.
+        for (const Piece& pc : pieces_of(ImageView{p, Layout{pixels, 1, layout_.channels, layout_.type, 0}}))
+          runs.push_back(pc);
       });
       arena_.execute([&] { analysis_->add_second_pass(runs); });
     }
