@@ -52,7 +52,9 @@ bool Aggregation::add_or_throw(const v1::AnalyzeResponse& r) {
     return out;
   };
   if (r.parts_size() == 0) {
-    g.merger.add(states(r.channels()));
+    std::vector<ChannelStats> merged = states(r.channels());
+    if (r.has_joint()) check_joint(g, r.joint());  // before anything of this answer is added
+    g.merger.add(merged);
     if (r.has_joint()) add_joint(g, r.joint());
     return true;
   }
@@ -64,10 +66,32 @@ bool Aggregation::add_or_throw(const v1::AnalyzeResponse& r) {
   return true;
 }
 
+// A server's answer is untrusted: a joint histogram's shape is checked as a
+// request's is, and against the group's, before anything is sized by it.
+uint64_t Aggregation::check_joint(const Group& g, const v1::JointHistogram& h) {
+  if (h.bins_size() < 2 || h.bins_size() > static_cast<int>(kMaxJointAxes))
+    fail(ErrorCode::kInvalidArgument, "a joint histogram of " + std::to_string(h.bins_size()) + " axes");
+  uint64_t bins = 1;
+  for (uint32_t b : h.bins()) {
+    if (b == 0 || bins * b > kMaxJointBins)
+      fail(ErrorCode::kInvalidArgument, "a joint histogram with an axis of no bins or more than 2^24 bins");
+    bins *= b;
+  }
+  if (static_cast<uint64_t>(h.counts_size()) > bins || h.nonzero_index_size() != h.nonzero_count_size())
+    fail(ErrorCode::kInvalidArgument, "a joint histogram's counts do not fit its bins");
+  for (uint64_t i : h.nonzero_index())
+    if (i >= bins) fail(ErrorCode::kInvalidArgument, "a joint histogram bin past its bins");
+  if (g.joint) {
+    bool same = g.joint->bins_size() == h.bins_size();
+    for (int a = 0; same && a < h.bins_size(); ++a) same = g.joint->bins(a) == h.bins(a);
+    if (!same) fail(ErrorCode::kInvalidArgument, "joint histograms of different shapes cannot be merged");
+  }
+  return bins;
+}
+
 // Joint histograms add bin by bin; every file's has the same shape and ranges.
 void Aggregation::add_joint(Group& g, const v1::JointHistogram& h) {
-  uint64_t bins = 1;
-  for (uint32_t b : h.bins()) bins *= b;
+  const uint64_t bins = check_joint(g, h);
   if (!g.joint) {
     g.joint = h;
     g.joint->clear_counts();
@@ -75,14 +99,9 @@ void Aggregation::add_joint(Group& g, const v1::JointHistogram& h) {
     g.joint->clear_nonzero_count();
     g.joint->set_outside(0);
     g.joint_counts.assign(bins, 0);
-  } else if (g.joint->bins_size() != h.bins_size() || g.joint_counts.size() != bins) {
-    fail(ErrorCode::kInvalidArgument, "joint histograms of different shapes cannot be merged");
   }
   for (int i = 0; i < h.counts_size(); ++i) g.joint_counts[i] += h.counts(i);
-  for (int i = 0; i < h.nonzero_index_size(); ++i) {
-    if (h.nonzero_index(i) >= bins) fail(ErrorCode::kInvalidArgument, "a joint histogram bin past its bins");
-    g.joint_counts[h.nonzero_index(i)] += h.nonzero_count(i);
-  }
+  for (int i = 0; i < h.nonzero_index_size(); ++i) g.joint_counts[h.nonzero_index(i)] += h.nonzero_count(i);
   g.joint->set_outside(g.joint->outside() + h.outside());
 }
 

@@ -46,6 +46,7 @@ class Aggregation {
     std::optional<v1::JointHistogram> joint;
     std::vector<uint64_t> joint_counts;
   };
+  static uint64_t check_joint(const Group& g, const v1::JointHistogram& h);
   void add_joint(Group& g, const v1::JointHistogram& h);
   StatsRequest request_;
   v1::Options part_options_;
