@@ -158,9 +158,14 @@ class Run {
     // JSON and CSV are made where each answer comes in; the loop prints.
     if ((o_.json || o_.csv) && o_.plot.empty() && !aggregation_)
       p.prepare = [this](client::Outcome& out) {
-        if (o_.normalized) client::normalize(out);
-        out.parts = parts_asked();
-        out.rendered = o_.json ? client::render_json(out) + "\n" : client::render_csv(out);
+        std::string rendered;
+        for (client::Outcome& one : client::each_series(out)) {
+          if (o_.normalized) client::normalize(one);
+          one.parts = parts_asked();
+          rendered += o_.json ? client::render_json(one) + "\n" : client::render_csv(one);
+        }
+        out.response.clear_other_series();
+        out.rendered = std::move(rendered);
       };
     // Readers start calls and carry large uploads: eight uploads at once at most.
     p.readers = std::min(p.jobs, 8u);
@@ -174,14 +179,16 @@ class Run {
     err_ << "imgstat-client: " << o.file << ": " << o.code << ": " << o.error << "\n";
   }
 
-  void merge(client::Outcome o) {
-    std::string why;
-    if (o.ok && !aggregation_->add(o.response, &why)) {
-      o.ok = false;
-      o.code = "INTERNAL";
-      o.error = "its answer cannot be merged: " + why;
+  void merge(client::Outcome whole) {
+    for (client::Outcome& o : client::each_series(std::move(whole))) {  // each series joins its kind
+      std::string why;
+      if (o.ok && !aggregation_->add(o.response, &why)) {
+        o.ok = false;
+        o.code = "INTERNAL";
+        o.error = "its answer cannot be merged: " + why;
+      }
+      if (!o.ok) fail(o);
     }
-    if (!o.ok) fail(o);
   }
 
   void bar(size_t done, bool clear) {
@@ -223,8 +230,15 @@ class Run {
     }
   }
 
-  // One answer as asked: a plot, JSON, CSV or the table; `count` answers in all.
-  void show(client::Outcome o, size_t i, size_t count) {
+  // One answer as asked: a plot, JSON, CSV or the table; `count` answers in
+  // all. A file's series are shown one after another.
+  void show(client::Outcome whole, size_t i, size_t count) {
+    if (!whole.rendered.empty()) return show_one(std::move(whole), i, count);  // its series rendered already
+    std::vector<client::Outcome> each = client::each_series(std::move(whole));
+    for (client::Outcome& o : each) show_one(std::move(o), i, count + each.size() - 1);
+  }
+
+  void show_one(client::Outcome o, size_t i, size_t count) {
     if (!o_.plot.empty() && o.ok) draw(o, i, count);
     if (o_.normalized && !o.normalized) client::normalize(o);
     o.parts = parts_asked();

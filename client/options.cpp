@@ -165,6 +165,9 @@ void add_parts_options(CLI::App& app, CliOptions& o) {
   app.add_option("--level", o.level,
                  "a TIFF pyramid's level: 0 the full-resolution pages (the default), N each page's N-th reduced copy "
                  "(its SubIFDs, or the reduced pages after it)");
+  app.add_option("--series", o.series,
+                 "files of several series (a TIFF's pages of different sizes or samples, an OME-TIFF's images): answer "
+                 "series N alone (from 0); by default each series is answered apart, as FILE [series N]");
   app.add_option("--planes", o.planes_spec,
                  "files of several planes (multi-page TIFF, animated GIF, APNG, WebP): answer each plane apart too, after the planes together; "
                  "with N, A-B or A- (from 0) only those planes, in both answers")
@@ -382,6 +385,7 @@ void set_parts(const CliOptions& o, Request& request, LabelFolder& folder) {
 // --planes: Options.planes. Throws std::runtime_error with the usage error.
 void set_planes(const CliOptions& o, Request& request) {
   if (o.level > 0) request.options.mutable_planes()->set_level(o.level);
+  if (o.series) request.options.mutable_planes()->set_series(*o.series);
   if (!o.planes) return;
   v1::Planes& planes = *request.options.mutable_planes();
   planes.set_each(true);

@@ -37,6 +37,7 @@ struct CliOptions {
   bool planes = false;
   std::string planes_spec;
   uint32_t level = 0;  // --level: a TIFF pyramid's
+  std::optional<uint32_t> series;  // --series: one series of a file of several
   std::string help;  // the usage text, for a call without files
 };
 

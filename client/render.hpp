@@ -36,6 +36,11 @@ struct Outcome {
 // floats, already on their own scale, are left as they are.
 void normalize(Outcome& o);
 
+// A file of several series (AnalyzeResponse.other_series): one outcome a
+// series answered, "FILE [series N]", each shown and merged as a file of
+// its own; any other outcome as it is.
+std::vector<Outcome> each_series(Outcome o);
+
 std::string render_table(const Outcome& o, bool color);
 // A part as the table and CSV name it: "roi X,Y,W,H", "label N", "tile C,R (X,Y,W,H)".
 std::string part_name(const v1::PartStats& part);

@@ -253,6 +253,10 @@ std::string render_json(const Outcome& o) {
       facts["planes_answered"] = f.planes_answered();
     }
     if (f.reduced_pages()) facts["reduced_pages"] = f.reduced_pages();
+    if (f.series_count() > 1) {
+      facts["series_count"] = f.series_count();
+      facts["series"] = f.series();
+    }
     if (f.levels() > 1) {
       facts["levels"] = f.levels();
       facts["level"] = f.level();

@@ -220,6 +220,8 @@ std::string facts_line(const v1::AnalyzeResponse& r, const Style& s) {
   }
   if (f.levels() > 1)
     facts += ", pyramid level " + std::to_string(f.level()) + " of " + std::to_string(f.levels());
+  if (f.series_count() > 1)
+    facts += ", series " + std::to_string(f.series()) + " of " + std::to_string(f.series_count());
   else if (f.reduced_pages())
     facts += ", " + std::to_string(f.reduced_pages()) + " reduced-resolution page" + (f.reduced_pages() == 1 ? "" : "s") +
              " left out";

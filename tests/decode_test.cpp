@@ -142,6 +142,42 @@ std::string encode_jpeg(bool progressive, int w = 256, int h = 192) {
 // libjpeg-turbo writes at odd sizes and restart intervals, progressive files,
 // and files cut short and analyzed anyway (OpenCV then sees FF D9 appended,
 // as libjpeg's file reader supplies it).
+// An OME-XML's images are a file's series: each one's axes and pages as
+// its Pixels and TiffData say; text that lies or is cut is no OME layout
+// (the file is then read as its pages' kinds say), never a read past it.
+TEST(Plan, OmeImagesAreSeriesAndLyingXmlIsNone) {
+  const std::string two =
+      R"(<OME xmlns="x"><Image ID="Image:0"><Pixels DimensionOrder="XYCZT" SizeX="30" SizeY="20" SizeC="3" SizeZ="2" )"
+      R"(SizeT="1"><Channel ID="c0" SamplesPerPixel="1"/><Channel ID="c1"/><Channel ID="c2"/><TiffData IFD="0" )"
+      R"(PlaneCount="6"/></Pixels></Image><Image ID="Image:1"><Pixels DimensionOrder="XYZTC" SizeC="3" SizeZ="1" )"
+      R"(SizeT="4"><Channel ID="c" SamplesPerPixel="3"/><TiffData IFD="6"/></Pixels></Image></OME>)";
+  const std::vector<OmeImage> images = ome_images(two);
+  ASSERT_EQ(images.size(), 2u);
+  EXPECT_EQ(images[0].axes.order, "CZT");
+  EXPECT_EQ((std::vector<uint64_t>{images[0].first_page, images[0].planes, images[0].axes.c}),
+            (std::vector<uint64_t>{0, 6, 3}));
+  // An RGB channel: three samples of one page, so one plane a (z, t).
+  EXPECT_EQ((std::vector<uint64_t>{images[1].first_page, images[1].planes, images[1].axes.c, images[1].axes.t}),
+            (std::vector<uint64_t>{6, 4, 1, 4}));
+  EXPECT_EQ(stack_axes_of(two, 4, 1).t, 4u);
+  EXPECT_EQ(stack_axes_of(two, 6, 0).z, 2u);
+  EXPECT_EQ(stack_axes_of(two, 7, 0).source, "");  // sizes that do not multiply to the pages
+  EXPECT_EQ(stack_axes_of(two, 4, 2).source, "");  // no third image
+  // Every prefix of it, and of it with each number made huge: no OME layout or a bounded one.
+  for (size_t n = 0; n <= two.size(); ++n) {
+    for (const std::string& text : {two.substr(0, n), two.substr(0, n) + R"(" SizeZ="99999999999999999999">)"}) {
+      for (const OmeImage& i : ome_images(text)) {
+        EXPECT_LT(i.planes, uint64_t{1} << 62);
+        EXPECT_LT(i.first_page, uint64_t{1} << 32);
+      }
+    }
+  }
+  EXPECT_TRUE(ome_images(R"(<OME><Pixels DimensionOrder="XYZCT" SizeZ="2000000000" SizeC="2000000000" SizeT="2000000000">)").empty());
+  EXPECT_TRUE(ome_images(R"(<OME><Pixels DimensionOrder="XYQCT" SizeZ="2">)").empty());
+  EXPECT_TRUE(ome_images(R"(<OME><Pixels DimensionOrder="XYZCT" SizeZ="0">)").empty());
+  EXPECT_TRUE(ome_images(R"(<Pixels DimensionOrder="XYZCT" SizeZ="2">)").empty());  // not OME
+}
+
 TEST(Decode, JpegInOnePassEqualsOpenCvsDecode) {
   std::vector<std::pair<std::string, std::string>> files;
   if (have_corpus())

@@ -181,6 +181,35 @@ v1::AnalyzeResponse Analyzer::analyze_input(const v1::AnalyzeRequest& request, c
                                             const std::function<void(uint64_t, uint64_t)>& release,
                                             const std::function<uint64_t(uint64_t)>& arrived,
                                             const CallContext& call) const {
+  v1::AnalyzeResponse r = analyze_series(request, plan, data, release, arrived, call);
+  const uint32_t series = r.facts().series_count();
+  if (series <= 1 || plan.planes.series) return r;
+  if (plan.with_parts()) {  // a map is of one series
+    r.add_warnings("this file has " + std::to_string(series) +
+                   " series (pages of different sizes or samples, or OME images): parts are answered for series 0 "
+                   "alone; choose another with Planes.series (--series N)");
+    return r;
+  }
+  // Every other series, one after another, from the same bytes (all have
+  // arrived; a file's pages given back are read again).
+  for (uint32_t k = 1; k < series; ++k) {
+    call.check("between series");
+    RequestPlan one = plan;
+    one.planes.series = k;
+    try {
+      *r.add_other_series() = analyze_series(request, one, data, release, {}, call);
+    } catch (const Error& e) {  // the call's answer is every series': it names the one that failed
+      throw Error(e.code(), "series " + std::to_string(k) + " of " + std::to_string(series) + ": " + e.what());
+    }
+  }
+  return r;
+}
+
+v1::AnalyzeResponse Analyzer::analyze_series(const v1::AnalyzeRequest& request, const RequestPlan& plan,
+                                             const InputBytes& data,
+                                             const std::function<void(uint64_t, uint64_t)>& release,
+                                             const std::function<uint64_t(uint64_t)>& arrived,
+                                             const CallContext& call) const {
   const v1::Input& input = request.input();
   if (plan.with_parts() && data.on_device)
     fail(ErrorCode::kFailedPrecondition,
@@ -275,6 +304,7 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
   options.first_plane = plan.planes.first;
   options.plane_count = plan.planes.count;
   options.level = plan.planes.level;
+  options.series = plan.planes.series.value_or(0);
   DecodePlan decode = plan_decode(bytes, data.size(), options);
   const auto waited_until = memory_wait_until(call, t0);
   // A stack of planes goes through the engine's stream in bands, plane
@@ -439,6 +469,10 @@ void Analyzer::read_map(const v1::Input& input, const char* what, const Describe
   DecodePlan plan;
   try {
     plan = plan_decode(out.bytes.data, out.bytes.size(), options);
+    if (plan.series_count > 1 && image_plan.series > 0) {  // a map of as many series: the image's
+      options.series = image_plan.series;
+      plan = plan_decode(out.bytes.data, out.bytes.size(), options);
+    }
   } catch (const Error& e) {
     fail(e.code(), "the " + w + ": " + e.what());
   }

@@ -84,9 +84,14 @@ class Analyzer {
     size_t size() const { return bytes; }
     bool empty() const { return bytes == 0; }
   };
+  // Every series of a file unless one is chosen (AnalyzeResponse.other_series).
   v1::AnalyzeResponse analyze_input(const v1::AnalyzeRequest& request, const RequestPlan& plan, const InputBytes& data,
                                     const std::function<void(uint64_t, uint64_t)>& release,
                                     const std::function<uint64_t(uint64_t)>& arrived, const CallContext& call) const;
+  // One series (plan.planes.series, else series 0).
+  v1::AnalyzeResponse analyze_series(const v1::AnalyzeRequest& request, const RequestPlan& plan, const InputBytes& data,
+                                     const std::function<void(uint64_t, uint64_t)>& release,
+                                     const std::function<uint64_t(uint64_t)>& arrived, const CallContext& call) const;
   // An input's pixels for the engine: raw ones where they lie, or an
   // encoded one's decoded (in the budget, until the engine has read them).
   struct Pixels {

@@ -220,6 +220,10 @@ void fill_plane_facts(v1::AnalyzeResponse& r, const DecodePlan& plan, uint64_t a
     r.mutable_facts()->set_levels(plan.levels);
     r.mutable_facts()->set_level(plan.level);
   }
+  if (plan.series_count > 1) {
+    r.mutable_facts()->set_series_count(plan.series_count);
+    r.mutable_facts()->set_series(plan.series);
+  }
   const StackAxes& a = plan.axes;
   if (a.source.empty()) return;
   v1::StackAxes* out = r.mutable_facts()->mutable_stack_axes();

@@ -232,8 +232,9 @@ PartMapView raw_map_of(const v1::RawLayout& raw, const void* data, uint64_t byte
 
 RequestPlan plan_request(const v1::Options& options, const Limits& limits) {
   const v1::Planes& planes = options.planes();
-  return RequestPlan{stats_request_of(options), parts_of(options, limits),
-                     PlaneChoice{planes.each(), planes.first(), planes.count(), planes.level()}};
+  PlaneChoice choice{planes.each(), planes.first(), planes.count(), planes.level(), std::nullopt};
+  if (planes.has_series()) choice.series = planes.series();
+  return RequestPlan{stats_request_of(options), parts_of(options, limits), choice};
 }
 
 StatsRequest with_rgb(StatsRequest request, const std::vector<uint32_t>& order) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "imgstat/engine.hpp"
@@ -40,6 +41,8 @@ struct PlaneChoice {
   uint64_t first = 0;
   uint64_t count = 0;  // 0: to the last
   uint32_t level = 0;  // a pyramid's
+  // A file of several series: the one answered; none: every series.
+  std::optional<uint32_t> series;
 };
 
 struct RequestPlan {

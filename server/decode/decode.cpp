@@ -193,9 +193,11 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   }
   TiffPlan tiff;
   if (p.format == "TIFF" && p.has_size) {
-    tiff = plan_tiff(data, size, options.max_planes, options.cancelled, options.level);
+    tiff = plan_tiff(data, size, options.max_planes, options.cancelled, options.level, options.series);
     plan.levels = tiff.levels;
     plan.level = options.level;
+    plan.series_count = tiff.series_count;
+    plan.series = tiff.series;
     if (tiff.route == TiffRoute::kRefused) invalid_data("TIFF: " + tiff.refusal);
     if (tiff.route != TiffRoute::kDirect && size > static_cast<size_t>(INT32_MAX))
       fail(ErrorCode::kResourceExhausted, "TIFF files over 2 GiB are read only where imgstat reads their pages itself; "
@@ -209,7 +211,12 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     } else if (!tiff.pages.empty()) {
       plan.plane_offsets = tiff.pages;  // its one full-resolution page
     }
-    if (tiff.pages.size() > 1) plan.axes = stack_axes_of(tiff.description, tiff.pages.size());
+    if (tiff.pages.size() > 1) plan.axes = stack_axes_of(tiff.description, tiff.pages.size(), tiff.series);
+    if (tiff.series > 0) {  // another series' pages have their own size
+      plan.width = tiff.width;
+      plan.height = tiff.height;
+      p.bytes_per_pixel = tiff.channels * sample_size(tiff.type);
+    }
     const uint32_t c = plan.axes.c;
     if (c > 1 && tiff.route == TiffRoute::kDirect && tiff.channels == 1 && options.level == 0) {
       if (c <= 4) {
@@ -303,6 +310,9 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   if (options.level > 0 && p.format != "TIFF")
     invalid_data("level " + std::to_string(options.level) + " was asked for, but levels are a TIFF pyramid's; a " +
                  p.format + " has none");
+  if (options.series >= plan.series_count)
+    invalid_data("series " + std::to_string(options.series) + " was asked for, but this " + p.format +
+                 " is one series (series 0)");
   if (options.first_plane >= plan.planes)
     invalid_data("planes from " + std::to_string(options.first_plane) + " were asked for, but this " + p.format +
                  " has " + std::to_string(plan.planes) + (plan.planes == 1 ? " plane" : " planes") +

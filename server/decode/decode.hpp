@@ -45,6 +45,8 @@ struct DecodeOptions {
   uint64_t plane_count = 0;
   // A TIFF pyramid's level (TiffPlan::levels): 0 the full-resolution pages.
   uint32_t level = 0;
+  // A file of several series (TiffPlan::series_count): which one is read.
+  uint32_t series = 0;
 };
 
 // How a stack's planes are laid out, where the file says (an ImageJ
@@ -59,8 +61,20 @@ struct StackAxes {
   uint64_t coordinate(uint64_t index, char axis) const;
 };
 // From a first page's ImageDescription: StackAxes of an ImageJ hyperstack
-// or an OME-TIFF whose sizes multiply to `planes`; empty otherwise.
-StackAxes stack_axes_of(const std::string& description, uint64_t planes);
+// or an OME-TIFF's image `series` whose sizes multiply to `planes`; empty
+// otherwise.
+StackAxes stack_axes_of(const std::string& description, uint64_t planes, uint32_t series = 0);
+// An OME-TIFF's images (its series): each one's axes, and its planes'
+// pages: `planes` from page `first_page` of the main chain (TiffData's IFD,
+// else after the image before). Not OME, or OME-XML this does not follow:
+// empty. Text from the file: at most kMaxOmeImages, numbers bounded.
+struct OmeImage {
+  StackAxes axes;
+  uint64_t first_page = 0;
+  uint64_t planes = 0;
+};
+constexpr size_t kMaxOmeImages = 4096;
+std::vector<OmeImage> ome_images(const std::string& description);
 
 // What a file declares, from its header alone, before anything is allocated.
 struct DecodePlan {
@@ -89,6 +103,7 @@ struct DecodePlan {
   std::vector<uint64_t> plane_offsets;
   uint64_t reduced_pages = 0;  // TIFF pages that are reduced-resolution copies, left out
   uint32_t levels = 1, level = 0;  // a TIFF pyramid's levels, and the one read
+  uint32_t series_count = 1, series = 0;  // a file's series (pages of one kind, OME images), and the one read
   // An animation (GIF, APNG, WebP of several frames): its frames are
   // composited planes, read by its own decoder in bands, whatever their count.
   bool animated = false;

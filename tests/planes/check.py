@@ -342,6 +342,107 @@ def check_tiles(client_bin, where, work, rng):
             "--tiles", "2x2x2", "--planes", "3")
 
 
+def answers(client_bin, where, *args):
+    """Every JSON line of one call (a file of several series gives one a series)."""
+    rc, out, err = run(client_bin, where, "--json", *args)
+    if rc != 0:
+        fail(f"imgstat-client {' '.join(args)} exited {rc}: {err[-1000:]}")
+        return []
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def make_series(work, rng):
+    """Files of several series, each with tifffile's series of it: pages of
+    different kinds in one chain (tifffile's generic series: each kind's
+    pages, wherever they are, in the order first met), and an OME-TIFF of
+    three images, two of the same page kind (its images are its series)."""
+    out = []
+    generic = os.path.join(work, "series-generic.tif")
+    kinds = [rng.integers(0, 65536, (16, 16), dtype=np.uint16), rng.integers(0, 256, (8, 12, 3), dtype=np.uint8),
+             rng.integers(0, 65536, (16, 16), dtype=np.uint16), rng.integers(0, 65536, (9, 5), dtype=np.uint16),
+             rng.integers(0, 256, (8, 12, 3), dtype=np.uint8), rng.integers(0, 65536, (16, 16), dtype=np.uint16)]
+    with tifffile.TiffWriter(generic) as t:
+        for page in kinds:
+            t.write(page, photometric="rgb" if page.ndim == 3 else "minisblack", metadata=None)
+    out.append((generic, [np.stack([kinds[0], kinds[2], kinds[5]]), np.stack([kinds[1], kinds[4]]), kinds[3][None]]))
+    ome = os.path.join(work, "series-ome.ome.tif")
+    zcyx = rng.integers(0, 65536, (2, 3, 20, 30), dtype=np.uint16)
+    tyxs = rng.integers(0, 256, (4, 10, 12, 3), dtype=np.uint8)
+    zyx = rng.integers(0, 65536, (3, 20, 30), dtype=np.uint16)
+    with tifffile.TiffWriter(ome, ome=True) as t:
+        t.write(zcyx, metadata={"axes": "ZCYX"})
+        t.write(tyxs, photometric="rgb", metadata={"axes": "TYXS"})
+        t.write(zyx, metadata={"axes": "ZYX"})
+    out.append((ome, [zcyx.transpose(0, 2, 3, 1), tyxs, zyx]))
+    for path, want in out:  # what tifffile reads is what the files hold
+        with tifffile.TiffFile(path) as t:
+            got = [s.asarray() for s in t.series]
+        assert len(got) == len(want), path
+        for g, w in zip(got, want):
+            g = g.transpose(0, 2, 3, 1) if g.ndim == 4 and g.shape[1] == 3 and w.shape[-1] == 3 and g.dtype == np.uint16 else g
+            assert np.array_equal(g.reshape(w.shape), w), path
+    return out
+
+
+def check_series(client_bin, where, work, series_files):
+    """Each series answered apart, never mixed, named FILE [series N];
+    --series N alone; --aggregate merges each series with its kind."""
+    stats = ["--stats", "min_max,sum,stddev,histogram,positions"]
+    for path, series in series_files:
+        name = os.path.basename(path)
+        got = answers(client_bin, where, *stats, path)
+        equal(len(got), len(series), f"{name}: an answer a series")
+        for k, (one, stack) in enumerate(zip(got, series)):
+            what = f"{name} series {k} ({' '.join(where)})"
+            equal(one["file"], f"{path} [series {k}]", what + " named")
+            equal((one["facts"].get("series_count"), one["facts"].get("series")), (len(series), k), what + " facts")
+            ch_first_plane[0] = 0
+            check_channels(one["channels"], as_stack(stack), what)
+        last = len(series) - 1
+        alone = answers(client_bin, where, *stats, "--series", str(last), "--planes", path)
+        if len(alone) == 1:
+            what = f"{name} --series {last}"
+            equal(alone[0]["file"], f"{path} [series {last}]", what + " named by its series")
+            check_channels(alone[0]["channels"], as_stack(series[last]), what)
+            for p in alone[0]["planes"]:
+                ch_first_plane[0] = 0
+                check_channels(p["channels"], as_stack(series[last])[p["index"]:p["index"] + 1], f"{what} plane {p['index']}")
+        else:
+            fail(f"{name} --series {last}: {len(alone)} answers")
+        refused(client_bin, where, path, "INVALID_ARGUMENT", f"has {len(series)} (0 to {last})",
+                f"{name}: a series past the last", "--series", str(len(series)))
+    # The OME file's first image: C as channels, with its axes.
+    path, series = series_files[1]
+    got = answers(client_bin, where, *stats, "--series", "0", path)
+    if got:
+        equal([c["name"] for c in got[0]["channels"]], ["C0", "C1", "C2"], "OME series 0: C as channels")
+        equal(got[0]["facts"].get("stack_axes", {}).get("z"), 2, "OME series 0: its own Z")
+    got = answers(client_bin, where, "--stats", "min_max", "--series", "2", path)
+    if got:
+        equal(got[0]["facts"].get("stack_axes", {}).get("z"), 3, "OME series 2: its own Z")
+    # --aggregate: the generic file's uint16 series (16x16 and 9x5) join the
+    # five-page uint16 file's kind (one sample type and channel count); its
+    # RGB series is a kind of its own.
+    generic, series = series_files[0]
+    five = os.path.join(work, "five.tif")
+    with tifffile.TiffFile(five) as t:
+        five_pages = t.asarray()
+    merged = answers(client_bin, where, "--aggregate", "--stats", "min_max,sum", generic, five)
+    kinds = {(m["sample_type"], m["channel_count"]): m for m in merged}
+    u16 = kinds.get(("uint16", 1))
+    if u16:
+        equal(u16["images"], 3, "--aggregate: uint16 series (16x16 and 9x5) and the file")
+        equal(u16["channels"][0]["sum"],
+              int(series[0].astype(np.int64).sum() + series[2].astype(np.int64).sum() + five_pages.astype(np.int64).sum()),
+              "--aggregate: uint16 sum")
+    else:
+        fail(f"--aggregate of series: no uint16 answer in {merged}")
+    rgb = kinds.get(("uint8", 3))
+    equal(rgb and rgb["channels"][1]["sum"], int(series[1][..., 1].astype(np.int64).sum()), "--aggregate: the RGB series")
+    rc, out, err = run(client_bin, where, "--csv", "--stats", "min_max", generic)
+    equal(rc == 0 and f"{generic} [series 2]" in out, True, "CSV rows name each series")
+
+
 def check_csv(client_bin, where, path, stack):
     """--csv --planes: the planes together, then a row per plane named in the part column."""
     rc, out, err = run(client_bin, where, "--csv", "--planes", "--stats", "min_max,sum", path)
@@ -704,11 +805,8 @@ def check_refusals(client_bin, server_bin, work, rng, local):
         equal(one["luminance"]["count"], 64, "the luminance of one chosen plane")
     refused(client_bin, local, rgb, "UNIMPLEMENTED", "rectangles of a file of several planes", "rectangles of a stack",
             "--roi", "1,1,4,4")
-    mixed = os.path.join(work, "mixed.tif")
-    with tifffile.TiffWriter(mixed) as t:
-        t.write(pages[0])
-        t.write(pages[1][:8])
-    refused(client_bin, local, mixed, "INVALID_ARGUMENT", "differ in size or samples", "pages of different sizes")
+    refused(client_bin, local, path, "INVALID_ARGUMENT", "is one series (series 0)", "--series 1 of one series",
+            "--series", "1")
 
     # A page whose compressed strip is damaged: refused with libtiff's words.
     cut = os.path.join(work, "cut.tif")
@@ -774,12 +872,15 @@ def main():
     check_tiles(client_bin, local, work, rng)
     check_label_stacks(client_bin, work, rng, local)
     check_refusals(client_bin, server_bin, work, rng, local)
+    series_files = make_series(work, rng)
+    check_series(client_bin, local, work, series_files)
     server, address = start_server(server_bin, work)
     try:
         check_animations(client_bin, work, rng, ["--server", address])
         check_levels(client_bin, ["--server", address], work)
         check_tiles(client_bin, ["--server", address], work, rng)
         check_label_stacks(client_bin, work, rng, ["--server", address])
+        check_series(client_bin, ["--server", address], work, series_files)
         for name, path, stack, reduced in files:
             check_file(client_bin, ["--server", address], path, stack, reduced, name + " (server)")
         # Large enough to be streamed to the server (4 MiB and more).

@@ -124,6 +124,10 @@ class Client:
         planes together, and with ``planes`` (True, an int, a range or
         "A-B") for each plane apart too (``Result.planes``), of those chosen;
         ``level`` chooses a TIFF pyramid's level (0: full resolution).
+        A file of several series (a TIFF's pages of different sizes or
+        samples, an OME-TIFF's images) is answered series by series, never
+        mixed: the Result is series 0's and ``Result.other_series`` holds
+        the rest; ``series=N`` answers series N alone.
         A volume or stack is an array with its ``axes`` named in order: Z
         (or T) for planes, Y, X and C (``axes="ZYX"``, ``"ZYXC"``,
         ``"CZYX"``, ``"TYX"``; a 4-D array without names is ZYXC), answered
@@ -178,7 +182,8 @@ class Client:
         for r in self._pump.many(with_labels(), jobs, "return" if skip else errors):
             if isinstance(r, Error):
                 continue
-            aggregation.add(r.proto)
+            for one in [r] + r.other_series:  # each series joins its kind
+                aggregation.add(one.proto)
         return aggregation.results()
 
     # --- each input's way ----------------------------------------------------

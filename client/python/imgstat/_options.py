@@ -15,7 +15,8 @@ COLOUR_SPACES = {"hsv": 1, "hsv-full": 2, "hls": 3, "lab": 4, "ycrcb": 5, "gray"
 COLOUR_CHANNELS = {"hsv": "HSV", "hsv-full": "HSV", "hls": "HLS", "lab": "Lab", "ycrcb": "YCrCb", "gray": "Y"}
 SAMPLE_TYPES = {"uint8": 1, "uint16": 2, "int8": 3, "int16": 4, "float32": 5, "float64": 6, "uint32": 7, "int32": 8}
 ANALYZE_OPTIONS = ("stats", "bins", "range", "percentiles", "decoder", "allow_truncated", "colour_space", "joint",
-                   "joint_range", "roi", "tiles", "mask", "labels", "ignore_label", "max_labels", "planes", "level")
+                   "joint_range", "roi", "tiles", "mask", "labels", "ignore_label", "max_labels", "planes", "level",
+                   "series")
 
 
 def _bad(message):
@@ -67,7 +68,8 @@ def _joint(pb, spec, ranges, colour_space, out):
 
 def build_options(pb, make_input, stats=None, bins=256, range=None, percentiles=None, decoder="auto",
                   allow_truncated=False, colour_space=None, joint=None, joint_range=None, roi=None, tiles=None,
-                  mask=None, labels=None, ignore_label=None, max_labels=0, planes=None, level=0):
+                  mask=None, labels=None, ignore_label=None, max_labels=0, planes=None, level=0,
+                  series=None):
     """pb: the imgstat_pb2 module; make_input(x, labels) turns a mask or label
     image (a path, bytes, an array) into an Input."""
     o = pb.Options()
@@ -128,6 +130,10 @@ def build_options(pb, make_input, stats=None, bins=256, range=None, percentiles=
         if not isinstance(level, (int, np.integer)) or isinstance(level, bool) or not 0 <= level < 1 << 32:
             raise _bad(f"level wants a pyramid level, 0 to 2^32 - 1; got {level!r}")
         o.planes.level = int(level)
+    if series is not None:
+        if not isinstance(series, (int, np.integer)) or isinstance(series, bool) or not 0 <= series < 1 << 32:
+            raise _bad(f"series wants a series of the file, 0 to 2^32 - 1; got {series!r}")
+        o.planes.series = int(series)
     return o
 
 

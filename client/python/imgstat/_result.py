@@ -360,6 +360,12 @@ class Result:
         return [Plane(p, self._float, axes) for p in self.proto.planes]
 
     @property
+    def other_series(self):
+        """A file of several series answered whole: series 1 onwards, each a
+        Result of its own (this one is series 0's); else []."""
+        return [Result(r, self.file, self._parts_asked) for r in self.proto.other_series]
+
+    @property
     def facts(self):
         """What an encoded file says about itself (None for raw and bytes input)."""
         if not self.proto.HasField("facts"):
@@ -372,6 +378,8 @@ class Result:
             d["planes"], d["planes_answered"] = f.planes, f.planes_answered
         if f.reduced_pages:
             d["reduced_pages"] = f.reduced_pages
+        if f.series_count > 1:
+            d["series_count"], d["series"] = f.series_count, f.series
         if f.levels > 1:
             d["levels"], d["level"] = f.levels, f.level
         if f.duration_ms:
@@ -387,7 +395,10 @@ class Result:
         r = self.proto
         if self.images:
             return self._aggregate_dict()
-        d = {"file": self.file, "ok": True, "format": r.format, "width": r.width, "height": r.height,
+        file = self.file
+        if r.facts.series_count > 1:  # named as the CLI names each series
+            file = f"{file} [series {r.facts.series}]"
+        d = {"file": file, "ok": True, "format": r.format, "width": r.width, "height": r.height,
              "channel_count": r.channel_count, "sample_type": self.sample_type, "engine": r.engine,
              "decoder": r.decoder, "decode_ms": _num(self.decode_ms), "compute_ms": _num(self.compute_ms),
              "warnings": list(r.warnings), "channels": [c.to_dict() for c in self.channels]}

@@ -79,6 +79,37 @@ def test_a_pyramids_level_is_its_pages_reduced_copies_as_the_cli(client, cli, tm
         client.analyze(path, level=-1)
 
 
+def test_series_are_answered_apart_as_the_cli(client, cli, tmp_path):
+    """Pages of different kinds are series (tifffile's generic series), each
+    its own Result, never mixed; series=N alone; aggregate groups them by kind."""
+    rng = np.random.default_rng(492)
+    pages = [rng.integers(0, 65536, (12, 20), dtype=np.uint16), rng.integers(0, 256, (7, 9, 3), dtype=np.uint8),
+             rng.integers(0, 65536, (12, 20), dtype=np.uint16)]
+    path = str(tmp_path / "series.tif")
+    with tifffile.TiffWriter(path) as t:
+        for page in pages:
+            t.write(page, photometric="rgb" if page.ndim == 3 else "minisblack", metadata=None)
+    with tifffile.TiffFile(path) as t:
+        series = [s.asarray() for s in t.series]
+    assert len(series) == 2
+    got = client.analyze(path, stats="min_max,sum")
+    assert (got.facts["series_count"], got.facts["series"]) == (2, 0) and len(got.other_series) == 1
+    assert got["Gray"].sum == int(series[0].sum(dtype=np.int64)) and got["Gray"].count == series[0].size
+    rgb = got.other_series[0]
+    assert (rgb.width, rgb.height, rgb.facts["series"]) == (9, 7, 1)
+    assert [rgb[c].sum for c in "RGB"] == [int(series[1][..., k].sum(dtype=np.int64)) for k in range(3)]
+    want = cli("--stats", "min_max,sum", path)
+    assert [comparable(r.to_dict()) for r in [got] + got.other_series] == [comparable(w) for w in want]
+    alone = client.analyze(path, stats="min_max,sum", series=1)
+    assert alone.other_series == [] and alone.to_dict()["file"] == path + " [series 1]"
+    assert comparable(alone.to_dict()) == comparable(cli("--stats", "min_max,sum", "--series", "1", path)[0])
+    merged = client.aggregate([path, path], stats="min_max,sum")
+    assert sorted((r.sample_type, r.images) for r in merged) == [("uint16", 2), ("uint8", 2)]
+    with pytest.raises(imgstat.Error) as e:
+        client.analyze(path, series=2)
+    assert e.value.code == "INVALID_ARGUMENT" and "has 2 (0 to 1)" in str(e.value)
+
+
 def test_tiles_of_a_volume_are_boxes_through_its_planes(client):
     rng = np.random.default_rng(492)
     vol = rng.integers(-32768, 32768, (9, 20, 26), dtype=np.int16)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "decode/decode.hpp"
 #include "decode/tiff/internal.hpp"
 #include "decode/tiff/tiff.hpp"
 #include "imgstat/error.hpp"
@@ -325,15 +326,83 @@ void choose_level(const std::vector<PageLevels>& levels, uint32_t level, TiffPla
   for (size_t i = 0; i < levels.size(); ++i) out.pages[i] = (sub ? levels[i].sub : levels[i].chain)[level - 1];
 }
 
-std::string shape_words(const tiff::Shape& s) {
-  return std::to_string(s.width) + "x" + std::to_string(s.height) + " " + std::to_string(s.channels) + "-channel " +
-         to_string(s.type);
+// What makes pages one series: their size and the samples they give.
+struct PageKind {
+  uint64_t width = 0, height = 0;
+  uint32_t channels = 0;
+  SampleType type = SampleType::kUint8;
+  uint64_t memory = 0;  // the most one of its pages needs to be read
+  uint32_t band_rows = 0;  // its first page's
+  bool same(const PageKind& o) const {
+    return width == o.width && height == o.height && channels == o.channels && type == o.type;
+  }
+  std::string words() const {
+    return std::to_string(width) + "x" + std::to_string(height) + " " + std::to_string(channels) + "-channel " +
+           to_string(type);
+  }
+};
+
+// A file of more series than this is refused (each is an answer of its own).
+constexpr size_t kMaxSeries = 4096;
+
+// The series: an OME-TIFF's images where its OME-XML gives each one's pages
+// and they are of one kind; else each kind's pages, in the order the kinds
+// are first met. Series `series` becomes the plan's pages.
+void choose_series(TiffPlan& out, const std::vector<PageKind>& kinds, const std::vector<uint32_t>& kind_of_page,
+                   uint32_t series) {
+  std::vector<std::vector<uint64_t>> members;  // page indices, each series'
+  const std::vector<OmeImage> images = out.pages.size() > 1 ? ome_images(out.description) : std::vector<OmeImage>{};
+  bool ome = images.size() > 1;
+  for (const OmeImage& image : images) {
+    if (!ome) break;
+    if (image.first_page > out.pages.size() || image.planes > out.pages.size() - image.first_page) {
+      ome = false;
+      break;
+    }
+    std::vector<uint64_t>& m = members.emplace_back();
+    for (uint64_t i = image.first_page; i < image.first_page + image.planes; ++i) m.push_back(i);
+  }
+  if (!ome) {
+    members.assign(kinds.size(), {});
+    for (size_t i = 0; i < kind_of_page.size(); ++i) members[kind_of_page[i]].push_back(i);
+  }
+  out.series_count = static_cast<uint32_t>(members.size());
+  if (series >= members.size())
+    fail(ErrorCode::kInvalidArgument,
+         "series " + std::to_string(series) + " was asked for, but this TIFF " +
+             (members.size() == 1 ? std::string("is one series (series 0)")
+                                  : "has " + std::to_string(members.size()) + " (0 to " + std::to_string(members.size() - 1) + ")"));
+  const std::vector<uint64_t>& chosen = members[series];
+  const PageKind& kind = kinds[kind_of_page[chosen[0]]];
+  uint64_t memory = 0;
+  std::vector<uint64_t> pages;
+  pages.reserve(chosen.size());
+  for (uint64_t i : chosen) {
+    const PageKind& k = kinds[kind_of_page[i]];
+    if (!k.same(kind)) {
+      out.route = TiffRoute::kRefused;
+      out.refusal = "page " + std::to_string(i) + " of OME image " + std::to_string(series) + " is " + k.words() +
+                    " where its first is " + kind.words();
+      return;
+    }
+    memory = std::max(memory, k.memory);
+    pages.push_back(out.pages[i]);
+  }
+  out.pages = std::move(pages);
+  out.series = series;
+  out.width = kind.width;
+  out.height = kind.height;
+  out.channels = kind.channels;
+  out.type = kind.type;
+  out.memory_bytes = memory;
+  out.band_rows = kind.band_rows;
 }
+
 
 }  // namespace
 
 TiffPlan plan_tiff(const uint8_t* data, size_t size, uint64_t max_pages, const std::function<bool()>& cancelled,
-                   uint32_t level) {
+                   uint32_t level, uint32_t series) {
   using namespace tiff;
   TiffPlan out;
   const std::unique_ptr<Handle> h = open_handle(data, size);
@@ -384,14 +453,13 @@ TiffPlan plan_tiff(const uint8_t* data, size_t size, uint64_t max_pages, const s
     return out;
   }
   out.route = TiffRoute::kDirect;
-  out.width = s.width;
-  out.height = s.height;
-  out.channels = s.channels;
-  out.type = s.type;
   const uint32_t threads = arena_threads();
-  plan_reading(s, threads, &out.band_rows, &out.memory_bytes);
-  // Every plane as the first: the same pixels, read as the direct path
-  // reads; the memory of the one that needs the most.
+  // Every page is read as the direct path reads the first, and is of a
+  // kind (size and samples); each kind's pages are a series, as tifffile's
+  // generic series, unless an OME-XML says which pages each image has.
+  std::vector<PageKind> kinds{PageKind{s.width, s.height, s.channels, s.type, 0, 0}};
+  std::vector<uint32_t> kind_of_page(out.pages.size(), 0);
+  plan_reading(s, threads, &kinds[0].band_rows, &kinds[0].memory);
   for (size_t i = 1; i < out.pages.size(); ++i) {
     if (cancelled && (i & 1023) == 0 && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
     Shape p;
@@ -402,9 +470,6 @@ TiffPlan plan_tiff(const uint8_t* data, size_t size, uint64_t max_pages, const s
       const Tags pt = tags_of(h->tif);
       why = refusal_of(pt);
       if (why.empty() && !shape_of(h->tif, pt, &p)) why = "is not one the direct reader takes";
-      if (why.empty() && (p.width != s.width || p.height != s.height || p.channels != s.channels || p.type != s.type))
-        why = "is " + shape_words(p) + " where the first is " + shape_words(s) +
-              "; files whose planes differ in size or samples are not read yet";
     }
     if (!why.empty()) {
       out.route = TiffRoute::kRefused;
@@ -414,8 +479,19 @@ TiffPlan plan_tiff(const uint8_t* data, size_t size, uint64_t max_pages, const s
     uint32_t rows;
     uint64_t memory;
     plan_reading(p, threads, &rows, &memory);
-    out.memory_bytes = std::max(out.memory_bytes, memory);
+    const PageKind k{p.width, p.height, p.channels, p.type, 0, rows};
+    size_t at = 0;
+    while (at < kinds.size() && !kinds[at].same(k)) ++at;
+    if (at == kinds.size()) {
+      if (kinds.size() == kMaxSeries)
+        fail(ErrorCode::kResourceExhausted, "this TIFF has pages of more than " + std::to_string(kMaxSeries) +
+                                                " sizes and sample kinds (series), more than a file may have");
+      kinds.push_back(k);
+    }
+    kinds[at].memory = std::max(kinds[at].memory, memory);
+    kind_of_page[i] = static_cast<uint32_t>(at);
   }
+  choose_series(out, kinds, kind_of_page, series);
   return out;
 }
 

@@ -71,6 +71,9 @@ struct TiffPlan {
   uint64_t reduced_pages = 0;
   // A pyramid's levels (1: none); pages are those of the level chosen.
   uint32_t levels = 1;
+  // Pages of different sizes or samples, or an OME-TIFF's images, are
+  // series (1: one); pages are those of the series chosen.
+  uint32_t series_count = 1, series = 0;
   uint64_t width = 0, height = 0;  // kDirect: of each page
   // The directories ended early at one libtiff could not read: its words.
   std::string warning;
@@ -78,10 +81,10 @@ struct TiffPlan {
 };
 // Directories past max_pages are refused (kResourceExhausted) as they are
 // met; cancelled is polled on the way.
-// level: a pyramid's (0: the full-resolution pages); one past the file's
-// is refused (kInvalidArgument).
+// level: a pyramid's (0: the full-resolution pages); series: which of a
+// file's series; one past the file's is refused (kInvalidArgument).
 TiffPlan plan_tiff(const uint8_t* data, size_t size, uint64_t max_pages = uint64_t{1} << 20,
-                   const std::function<bool()>& cancelled = {}, uint32_t level = 0);
+                   const std::function<bool()>& cancelled = {}, uint32_t level = 0, uint32_t series = 0);
 
 struct TiffDecode {
   bool taken = false;
