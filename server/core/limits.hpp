@@ -27,8 +27,11 @@ struct Limits {
   uint64_t max_message_bytes = uint64_t{64} << 20;
   // --max-pixels: largest decoded image, checked against the file's header.
   uint64_t max_pixels = uint64_t{1} << 30;
-  // --max-input-bytes: largest AnalyzeStream upload.
-  uint64_t max_input_bytes = uint64_t{16} << 30;
+  // --max-input-bytes: largest AnalyzeStream upload (or file region). What
+  // an upload holds is bounded apart: raw pixels stream through the engine,
+  // encoded files go to the spool (--max-spool-bytes) or the decode memory;
+  // so this only stops what no file is (a 20 GB BigTIFF passes).
+  uint64_t max_input_bytes = uint64_t{1} << 40;
   // --max-decode-memory: bytes all decodes in progress may hold together; a
   // decode waits for room (see queue_timeout) or is refused when it alone is
   // larger. 0: half of the machine's (or the container's) memory.

@@ -521,13 +521,9 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     out.taken = true;
     out.decoder = "libjpeg-turbo";
     add(check.warnings);
-  } else if (plan.format == "PNG" && plan.animated) {
-    ApngPlan apng;
-    apng.width = static_cast<uint32_t>(plan.width);
-    apng.height = static_cast<uint32_t>(plan.height);
-    apng.channels = plan.band_layout.channels;
-    apng.type = plan.band_layout.type;
-    decode_apng_frames(data, size, apng, plan.plane_offsets.front(), plan.plane_offsets.back(), options.cancelled, sink);
+  } else if (plan.format == "PNG" && plan.animated) {  // an animation's canvas is its band layout
+    decode_apng_frames(data, size, plan.band_layout, plan.plane_offsets.front(), plan.plane_offsets.back(),
+                       options.cancelled, sink);
     out.taken = true;
     out.decoder = "imgstat-apng";
   } else if (plan.format == "PNG" && plan.band_memory_bytes > 0) {
@@ -536,19 +532,13 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     out.decoder = "imgstat-png";
     add(png.warnings);
   } else if (plan.format == "WebP" && plan.animated) {
-    WebpAnimation webp;
-    webp.width = static_cast<uint32_t>(plan.width);
-    webp.height = static_cast<uint32_t>(plan.height);
-    webp.alpha = plan.band_layout.channels == 4;
-    decode_webp_animation(data, size, webp, plan.plane_offsets.front(), plan.plane_offsets.back(), options.cancelled, sink);
+    decode_webp_animation(data, size, plan.band_layout, plan.plane_offsets.front(), plan.plane_offsets.back(),
+                          options.cancelled, sink);
     out.taken = true;
     out.decoder = "libwebp";
   } else if (plan.format == "GIF" && plan.animated) {
-    GifPlan gif;
-    gif.width = static_cast<uint32_t>(plan.width);
-    gif.height = static_cast<uint32_t>(plan.height);
-    gif.alpha = plan.band_layout.channels == 4;
-    decode_gif_frames(data, size, gif, plan.plane_offsets.front(), plan.plane_offsets.back(), options.cancelled, sink);
+    decode_gif_frames(data, size, plan.band_layout, plan.plane_offsets.front(), plan.plane_offsets.back(),
+                      options.cancelled, sink);
     out.taken = true;
     out.decoder = "giflib";
   } else if (plan.format == "TIFF" && plan.band_memory_bytes > 0) {

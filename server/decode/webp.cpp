@@ -51,15 +51,15 @@ WebpAnimation plan_webp_animation(const uint8_t* d, size_t n, uint64_t max_frame
   return plan;
 }
 
-void decode_webp_animation(const uint8_t* d, size_t n, const WebpAnimation& plan, uint64_t first, uint64_t last,
+void decode_webp_animation(const uint8_t* d, size_t n, const Layout& shape, uint64_t first, uint64_t last,
                            const std::function<bool()>& cancelled, const RowSink& sink) {
   AnimDecoder dec = open_animation(d, n, MODE_RGBA);
   if (!dec) invalid_data("WebP: libwebp's animation decoder refused the file (corrupt or truncated data)");
   WebPAnimInfo info;
-  if (!WebPAnimDecoderGetInfo(dec.get(), &info) || info.canvas_width != plan.width || info.canvas_height != plan.height)
+  if (!WebPAnimDecoderGetInfo(dec.get(), &info) || info.canvas_width != shape.width || info.canvas_height != shape.height)
     invalid_data("WebP: the animation is not as planned");
-  const uint64_t pixels = uint64_t{plan.width} * plan.height;
-  std::vector<uint8_t> rgb(plan.alpha ? 0 : pixels * 3);
+  const uint64_t pixels = uint64_t{shape.width} * shape.height;
+  std::vector<uint8_t> rgb((shape.channels == 4) ? 0 : pixels * 3);
   RowBand band;
   for (uint64_t k = 0; k <= last; ++k) {
     if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
@@ -69,11 +69,11 @@ void decode_webp_animation(const uint8_t* d, size_t n, const WebpAnimation& plan
       invalid_data("WebP: could not decode frame " + std::to_string(k) + " (corrupt or truncated data)");
     if (k < first) continue;
     const uint8_t* plane = frame;
-    if (!plan.alpha) {
+    if (!(shape.channels == 4)) {
       for (uint64_t i = 0; i < pixels; ++i) rgb[i * 3] = frame[i * 4], rgb[i * 3 + 1] = frame[i * 4 + 1], rgb[i * 3 + 2] = frame[i * 4 + 2];
       plane = rgb.data();
     }
-    band = send_plane(sink, band, plane, plan.width, plan.height, plan.alpha ? 4 : 3, SampleType::kUint8, k - first, "WebP");
+    band = send_plane(sink, band, plane, shape.width, shape.height, (shape.channels == 4) ? 4 : 3, SampleType::kUint8, k - first, "WebP");
   }
 }
 

@@ -25,10 +25,11 @@ struct WebpAnimation {
 // kInvalidArgument where libwebp's demuxer refuses an animation.
 WebpAnimation plan_webp_animation(const uint8_t* data, size_t size, uint64_t max_frames);
 
-// Composites frames 0..last and hands frames [first, last] to sink, one
+// Composites frames 0..last on the planned canvas (shape: its size, and
+// the planes' channels and type, as the plan's band layout gives them) and hands frames [first, last] to sink, one
 // plane each (R,G,B(,A) uint8). Throws kInvalidArgument for damaged data,
 // kCancelled.
-void decode_webp_animation(const uint8_t* data, size_t size, const WebpAnimation& plan, uint64_t first, uint64_t last,
+void decode_webp_animation(const uint8_t* data, size_t size, const Layout& shape, uint64_t first, uint64_t last,
                            const std::function<bool()>& cancelled, const RowSink& sink);
 
 }  // namespace imgstat

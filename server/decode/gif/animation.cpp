@@ -148,11 +148,11 @@ GifPlan plan_gif(const uint8_t* data, size_t size, uint64_t max_frames, const st
   return plan;
 }
 
-void decode_gif_frames(const uint8_t* data, size_t size, const GifPlan& plan, uint64_t first, uint64_t last,
+void decode_gif_frames(const uint8_t* data, size_t size, const Layout& shape, uint64_t first, uint64_t last,
                        const std::function<bool()>& cancelled, const RowSink& sink) {
   gif::Source src{data, size};
   const gif::Handle g = gif::open(src);
-  const uint32_t W = plan.width, H = plan.height, C = plan.alpha ? 4 : 3;
+  const uint32_t W = static_cast<uint32_t>(shape.width), H = static_cast<uint32_t>(shape.height), C = shape.channels;
   const size_t row_bytes = size_t{W} * C;
   std::vector<uint8_t> canvas(row_bytes * H), saved, line, codes;
   auto put = [&](uint32_t x, uint32_t y, const Colour& c) {

@@ -27,10 +27,11 @@ struct GifPlan {
 // kInvalidArgument where the structure is damaged before the first frame.
 GifPlan plan_gif(const uint8_t* data, size_t size, uint64_t max_frames, const std::function<bool()>& cancelled);
 
-// Composites frames 0..last and hands frames [first, last] to sink, one
+// Composites frames 0..last on the planned canvas (shape: its size, and
+// the planes' channels and type, as the plan's band layout gives them) and hands frames [first, last] to sink, one
 // plane each (R,G,B(,A) uint8, the screen's size). Throws kInvalidArgument
 // for damaged data, kCancelled.
-void decode_gif_frames(const uint8_t* data, size_t size, const GifPlan& plan, uint64_t first, uint64_t last,
+void decode_gif_frames(const uint8_t* data, size_t size, const Layout& shape, uint64_t first, uint64_t last,
                        const std::function<bool()>& cancelled, const RowSink& sink);
 
 }  // namespace imgstat

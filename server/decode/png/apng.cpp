@@ -131,10 +131,10 @@ void blend_over(T* dst, const T* src) {
 
 class Compositor {
  public:
-  Compositor(const uint8_t* data, size_t size, const ApngPlan& plan, const std::function<bool()>& cancelled)
-      : data_(data), size_(size), plan_(plan), cancelled_(cancelled),
-        pixel_(uint64_t{plan.channels} * sample_size(plan.type)),
-        canvas_(uint64_t{plan.width} * plan.height * pixel_, 0) {}
+  Compositor(const uint8_t* data, size_t size, const Layout& shape, const std::function<bool()>& cancelled)
+      : data_(data), size_(size), shape_(shape), cancelled_(cancelled),
+        pixel_(uint64_t{shape.channels} * sample_size(shape.type)),
+        canvas_(shape.width * shape.height * pixel_, 0) {}
 
   void header(const Chunk& c) {
     if (c.is("IHDR") && c.length == 13) ihdr_.assign(c.data, c.data + 13);
@@ -146,7 +146,7 @@ class Compositor {
              const RowSink& sink) {
     if (cancelled_ && cancelled_()) fail(ErrorCode::kCancelled, "cancelled while decoding");
     decode_frame(k, f, pieces);
-    const uint64_t row = uint64_t{plan_.width} * pixel_, frame_row = uint64_t{f.width} * pixel_;
+    const uint64_t row = uint64_t{shape_.width} * pixel_, frame_row = uint64_t{f.width} * pixel_;
     uint8_t dispose = f.dispose;
     if (k == 0 && dispose == kDisposePrevious) dispose = kDisposeBackground;
     if (dispose == kDisposePrevious) {  // what the rectangle held before
@@ -157,16 +157,16 @@ class Compositor {
     for (uint32_t y = 0; y < f.height; ++y) {
       uint8_t* out = &canvas_[(f.y + uint64_t{y}) * row + f.x * pixel_];
       const uint8_t* in = &frame_[y * frame_row];
-      if (f.blend == kBlendSource || plan_.channels != 4) {
+      if (f.blend == kBlendSource || shape_.channels != 4) {
         std::memcpy(out, in, frame_row);
-      } else if (plan_.type == SampleType::kUint8) {
+      } else if (shape_.type == SampleType::kUint8) {
         for (uint32_t x = 0; x < f.width; ++x) blend_over(out + x * 4, in + x * 4);
       } else {
         for (uint32_t x = 0; x < f.width; ++x)
           blend_over(reinterpret_cast<uint16_t*>(out) + x * 4, reinterpret_cast<const uint16_t*>(in) + x * 4);
       }
     }
-    if (send) band_ = send_plane(sink, band_, canvas_.data(), plan_.width, plan_.height, plan_.channels, plan_.type, index, "APNG");
+    if (send) band_ = send_plane(sink, band_, canvas_.data(), shape_.width, shape_.height, shape_.channels, shape_.type, index, "APNG");
     if (dispose == kDisposeBackground)
       for (uint32_t y = 0; y < f.height; ++y) std::memset(&canvas_[(f.y + uint64_t{y}) * row + f.x * pixel_], 0, frame_row);
     if (dispose == kDisposePrevious)
@@ -190,7 +190,7 @@ class Compositor {
     const std::string what = "frame " + std::to_string(k);
     frame_.assign(uint64_t{f.width} * f.height * pixel_, 0);
     auto check = [&](uint32_t w, uint32_t h, uint32_t channels, SampleType type) {
-      if (w != f.width || h != f.height || channels != plan_.channels || type != plan_.type)
+      if (w != f.width || h != f.height || channels != shape_.channels || type != shape_.type)
         damaged(what + " decodes to " + std::to_string(channels) + " channels of " + to_string(type) + ", not as the file's header says");
     };
     RowSink sink;
@@ -216,7 +216,7 @@ class Compositor {
       const uint8_t* in = m.ptr<uint8_t>(static_cast<int>(y));
       uint8_t* out = &frame_[y * row];
       std::memcpy(out, in, row);
-      if (plan_.channels >= 3)  // OpenCV's BGR(A) to R,G,B(,A)
+      if (shape_.channels >= 3)  // OpenCV's BGR(A) to R,G,B(,A)
         for (uint32_t x = 0; x < f.width; ++x) {
           uint8_t* px = out + x * pixel_;
           for (size_t b = 0; b < s; ++b) std::swap(px[b], px[2 * s + b]);
@@ -226,7 +226,7 @@ class Compositor {
 
   const uint8_t* data_;
   size_t size_;
-  const ApngPlan& plan_;
+  const Layout shape_;  // the canvas
   const std::function<bool()>& cancelled_;
   const uint64_t pixel_;
   std::vector<uint8_t> canvas_, saved_, frame_;
@@ -331,14 +331,14 @@ ApngPlan plan_apng(const uint8_t* data, size_t size, uint64_t max_frames) {
   return plan;
 }
 
-void decode_apng_frames(const uint8_t* data, size_t size, const ApngPlan& plan, uint64_t first, uint64_t last,
+void decode_apng_frames(const uint8_t* data, size_t size, const Layout& shape, uint64_t first, uint64_t last,
                         const std::function<bool()>& cancelled, const RowSink& sink) {
-  Compositor canvas(data, size, plan, cancelled);
+  Compositor canvas(data, size, shape, cancelled);
   bool hidden = false;
   uint32_t declared = 0;
   uint64_t done = 0;
   walk_frames(
-      data, size, plan.width, plan.height, [&](const Chunk& c) { canvas.header(c); },
+      data, size, static_cast<uint32_t>(shape.width), static_cast<uint32_t>(shape.height), [&](const Chunk& c) { canvas.header(c); },
       [&](uint64_t k, const FrameControl& f, const std::vector<Piece>& pieces) {
         canvas.frame(k, f, pieces, k >= first, k - first, sink);
         done = k + 1;

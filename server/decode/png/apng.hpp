@@ -48,9 +48,10 @@ ApngPlan plan_apng(const uint8_t* data, size_t size, uint64_t max_frames);
 // arrived says the bytes have come (it waits for them).
 bool png_declares_animation(const uint8_t* data, size_t size, const std::function<uint64_t(uint64_t)>& arrived);
 
-// Composites frames 0..last and hands frames [first, last] to sink, one
+// Composites frames 0..last on the planned canvas (shape: its size, and
+// the planes' channels and type, as the plan's band layout gives them) and hands frames [first, last] to sink, one
 // plane each. Throws kInvalidArgument for damaged data, kCancelled.
-void decode_apng_frames(const uint8_t* data, size_t size, const ApngPlan& plan, uint64_t first, uint64_t last,
+void decode_apng_frames(const uint8_t* data, size_t size, const Layout& shape, uint64_t first, uint64_t last,
                         const std::function<bool()>& cancelled, const RowSink& sink);
 
 }  // namespace imgstat
