@@ -339,6 +339,52 @@ TEST_F(Regions, LargePngsInAFileThatIsReadAnswerAsInTheMessage) {
   }
 }
 
+// An encoded file in a region that is read is decoded where it lies,
+// mapped: cut short while a call decodes it, that call gets
+// FAILED_PRECONDITION (or its whole answer, had it finished first), never a
+// server killed by SIGBUS; the server serves on, and the file restored is
+// answered as in the message.
+TEST_F(Regions, AnEncodedFileCutShortWhileItIsDecodedFailsTheCallNotTheServer) {
+  RegionSocketClient socket(socket_path_);
+  std::mt19937 rng(37);
+  const std::string png = testing::write_png(testing::random_png(3000, 2000, 8, 2, rng), rng);
+  const std::string path = temp_path("region-cut-png");
+  std::ofstream(path, std::ios::binary).write(png.data(), static_cast<std::streamsize>(png.size()));
+  const int file = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  std::filesystem::remove(path);
+  v1::Region read;
+  ASSERT_TRUE(me_->register_region(socket.pass(file), &read).ok());
+  const v1::AnalyzeRequest all = in_region(read.region_id(), 0, 0, v1::INPUT_KIND_ENCODED);
+  v1::AnalyzeResponse want, got;
+  ASSERT_TRUE(me_->analyze(with_data(all, std::vector<uint8_t>(png.begin(), png.end())), &want).ok());
+  int failed = 0;
+  for (int delay_ms : {0, 5, 20, 60}) {
+    SCOPED_TRACE(delay_ms);
+    ASSERT_EQ(pwrite(file, png.data(), png.size(), 0), static_cast<ssize_t>(png.size()));
+    auto call = std::async(std::launch::async, [&] {
+      v1::AnalyzeResponse r;
+      const grpc::Status s = me_->analyze(all, &r);
+      return std::make_pair(s, r);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    ASSERT_EQ(ftruncate(file, static_cast<off_t>(png.size() / 3)), 0);
+    const auto [s, r] = call.get();
+    if (s.ok()) {
+      EXPECT_EQ(answer_of(r), answer_of(want));
+    } else {
+      ++failed;
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+      EXPECT_NE(s.error_message().find("cut short"), std::string::npos) << s.error_message();
+    }
+  }
+  EXPECT_GT(failed, 0);  // the file cut before the call began fails it at least
+  ASSERT_EQ(pwrite(file, png.data(), png.size(), 0), static_cast<ssize_t>(png.size()));
+  ASSERT_TRUE(me_->analyze(all, &got).ok());
+  EXPECT_EQ(answer_of(got), answer_of(want));
+  close(file);
+  EXPECT_TRUE(me_->unregister(read.region_id()).ok());
+}
+
 // Parts with the image and its label image both in a region (one memfd,
 // two ranges): the answer is the one with their bytes in the message.
 TEST_F(Regions, AnImageAndItsLabelImageInARegionAnswerAsInTheMessage) {

@@ -7,12 +7,17 @@
 
 #include <opencv2/imgcodecs.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <fstream>
 #include <filesystem>
 #include <random>
 #include <thread>
 
 #include "core/analyzer.hpp"
+#include "core/guarded_map.hpp"
 #include "core/spool.hpp"
 #include "error_code.hpp"
 #include "png_samples.hpp"
@@ -310,6 +315,51 @@ TEST(SpooledUpload, EndsShortFullOrAbandonedLeaveNothingBehind) {
     EXPECT_NE(words.find("--max-spool-bytes"), std::string::npos) << words;
   }
   EXPECT_TRUE(fs::is_empty(dir.path));
+}
+
+}  // namespace
+}  // namespace imgstat::testing
+
+namespace imgstat::testing {
+namespace {
+
+// A caller's file mapped where it lies (core/guarded_map.hpp), at an
+// unaligned offset: its bytes as the file holds them; cut short under the
+// mapping, what lies past the new end reads as zeros in every thread that
+// touches it, the mapping says it was cut, and the process lives on.
+TEST(GuardedMap, ReadsTheFileAndSurvivesItBeingCutShort) {
+  const std::string path = (std::filesystem::temp_directory_path() / "imgstat-guarded-map").string();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::string bytes(page * 40 + 123, '\0');
+  std::mt19937 rng(5);
+  for (char& b : bytes) b = static_cast<char>(rng() % 255 + 1);  // no zeros: a zero read is a page replaced
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  std::filesystem::remove(path);
+  const uint64_t offset = 1001, size = bytes.size() - offset;
+  {
+    auto map = GuardedMap::map(fd, offset, size);
+    ASSERT_TRUE(map);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(map->data()), size), bytes.substr(offset));
+    map->release(0, size);  // read again from the file when touched
+    EXPECT_EQ(map->data()[size - 1], static_cast<uint8_t>(bytes.back()));
+    EXPECT_FALSE(map->cut());
+  }
+  auto map = GuardedMap::map(fd, offset, size);
+  ASSERT_TRUE(map);
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(page * 10)), 0);
+  std::atomic<uint64_t> zeros{0}, equal{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t)
+    readers.emplace_back([&, t] {
+      for (uint64_t i = t; i < size; i += 4) (map->data()[i] == 0 ? zeros : equal)++;
+    });
+  for (std::thread& r : readers) r.join();
+  EXPECT_TRUE(map->cut());
+  EXPECT_EQ(equal.load(), page * 10 - offset);  // the bytes the file still holds
+  EXPECT_EQ(zeros.load(), size - (page * 10 - offset));
+  close(fd);
 }
 
 }  // namespace

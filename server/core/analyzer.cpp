@@ -86,6 +86,13 @@ Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsReque
   out.data = out.region.data;
   out.bytes = static_cast<size_t>(out.region.size);
   out.on_device = out.region.on_device;
+  // An encoded file is decoded where it lies (guarded against being cut
+  // short): no copy into the spool or memory.
+  if (out.region.fd >= 0 && kind_of(input) == v1::INPUT_KIND_ENCODED &&
+      (out.mapped = GuardedMap::map(out.region.fd, out.region.offset, out.region.size))) {
+    out.data = out.mapped->data();
+    return out;
+  }
   out.spooled = spools_from_region(input, out.region, *spool_);
   if (out.region.fd >= 0 && !out.spooled && !streams_from_region(input, stats, parts)) {  // a file read, not mapped: whole, for the decoder or the luminance
     out.lease = budget_->acquire(out.region.size, "this region's " + std::to_string(out.region.size >> 20) + " MiB",
@@ -159,6 +166,22 @@ v1::AnalyzeResponse Analyzer::analyze(const v1::AnalyzeRequest& request, const C
   const RequestPlan plan = plan_request(request.options(), limits_);
   const InputBytes data = bytes_of(input, plan.stats, plan.with_parts(), call);  // holds a region mapped until the engine is done
   if (input_bytes) *input_bytes = data.size();
+  if (data.mapped) {  // pages done with leave the process as they do from the spool
+    const GuardedMap& map = *data.mapped;
+    auto cut_short = [&map] {
+      fail(ErrorCode::kFailedPrecondition, "the region's file was cut short while it was read: it no longer holds "
+                                           "the region's " + std::to_string(map.size()) + " bytes");
+    };
+    v1::AnalyzeResponse r;
+    try {
+      r = analyze_input(request, plan, data, [&map](uint64_t begin, uint64_t end) { map.release(begin, end); }, {}, call);
+    } catch (const Error&) {
+      if (map.cut()) cut_short();  // the zeros read in its place were the decoder's trouble
+      throw;
+    }
+    if (map.cut()) cut_short();
+    return r;
+  }
   if (data.region.fd >= 0 && (data.spooled || streams_from_region(input, plan.stats, plan.with_parts())))
     return analyze_read_region(request, plan, data.region, call);
   return analyze_input(request, plan, data, {}, {}, call);

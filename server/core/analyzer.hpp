@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/budget.hpp"
+#include "core/guarded_map.hpp"
 #include "core/call_context.hpp"
 #include "core/limits.hpp"
 #include "core/regions.hpp"
@@ -75,10 +76,12 @@ class Analyzer {
     const uint8_t* data = nullptr;
     size_t bytes = 0;
     bool on_device = false;  // in a GPU region: data is a device address
-    bool spooled = false;    // a PNG or TIFF in a region that is read: read into the spool, as an upload
+    bool spooled = false;    // a PNG or TIFF in a region that cannot be mapped: read into the spool, as an upload
     RegionBytes region;
-    // An encoded file (or pixels for the luminance) in a region that is
-    // read: its bytes, in the budget.
+    // An encoded file in a region that is read: mapped where it lies (a
+    // decoder reads it there; cut short meanwhile, the call fails)...
+    std::unique_ptr<GuardedMap> mapped;
+    // ... or (pixels for the luminance, a mapping refused) its bytes, in the budget.
     std::string owned;
     MemoryBudget::Lease lease;
     size_t size() const { return bytes; }
