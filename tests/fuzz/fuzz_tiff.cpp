@@ -2,7 +2,8 @@
 // (the direct path, or OpenCV where it leaves the file) and by OpenCV's
 // imdecode, must answer as tiff_reference.hpp says: OpenCV's pixels,
 // libtiff's own beyond OpenCV, or a refusal naming what is not supported.
-// Never an OK with other pixels.
+// Never an OK with other pixels. Seeded also with tests/fuzz/seeds (OME
+// and ImageJ stacks, files of several series).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -27,18 +28,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   DecodeOptions options;
   options.max_pixels = fuzz::kMaxPixels;
   // What the budget would refuse is not decoded, by imgstat or by OpenCV.
+  bool pages_as_channels = false;
   try {
-    if (plan_decode(data, size, options).memory_bytes > fuzz::kDecodeMemory) return 0;
+    const DecodePlan plan = plan_decode(data, size, options);
+    if (plan.memory_bytes > fuzz::kDecodeMemory) return 0;
+    pages_as_channels = plan.pages_per_plane > 1;
   } catch (const Error&) {
   }
   // Every plane of a multi-page file, through the streamed decoder into a
   // sink that keeps one band: a clean answer or a clean error, whatever the
   // directories say.
-  fuzz::expect_clean([&] { fuzz::decode_stack(data, size, plan_decode(data, size, options), options); });
+  fuzz::expect_clean([&] {
+    const DecodePlan plan = plan_decode(data, size, options);
+    fuzz::decode_stack(data, size, plan, options);
+    // A file of several series (pages of other kinds, OME images): its last too.
+    if (plan.series_count > 1) {
+      DecodeOptions last = options;
+      last.series = plan.series_count - 1;
+      const DecodePlan other = plan_decode(data, size, last);
+      if (other.memory_bytes <= fuzz::kDecodeMemory) fuzz::decode_stack(data, size, other, last);
+    }
+  });
   // The reference is OpenCV's reading: not asked where OpenCV itself would
   // allocate past the harness's limit (its strip buffer follows RowsPerStrip
   // as declared, whatever the image's height).
   if (testing::opencv_reader_bytes(f) > fuzz::kDecodeMemory) return 0;
+  // A plane made of C one-channel pages (ImageJ, OME) is not OpenCV's first page.
+  if (pages_as_channels) return 0;
   const testing::DecoderAnswer ours = testing::imgstat_answer(f, options), opencv = testing::opencv_answer(f);
   const std::string fault = testing::tiff_answer_fault(f, ours, opencv);
   if (!fault.empty()) {
