@@ -19,6 +19,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "corpus.hpp"
@@ -58,6 +59,8 @@ struct Spec {
   int extra = -1;                            // the extra sample's kind, if any
   uint16_t orientation = ORIENTATION_TOPLEFT;
   bool taken = true;  // by decode_tiff
+  const char* mode = "w";   // libtiff's: "wb" big-endian
+  uint16_t fill_order = 0;  // FillOrder, when set
 };
 
 std::string slurp(const std::string& path) {
@@ -94,8 +97,9 @@ std::string write_tiff(const Spec& s, std::mt19937& rng) {
   const int fd = mkstemp(path);
   if (fd < 0) return {};
   close(fd);
-  TIFF* t = TIFFOpen(path, "w");
+  TIFF* t = TIFFOpen(path, s.mode);
   if (!t) return {};
+  if (s.fill_order) TIFFSetField(t, TIFFTAG_FILLORDER, s.fill_order);
   TIFFSetField(t, TIFFTAG_IMAGEWIDTH, s.width);
   TIFFSetField(t, TIFFTAG_IMAGELENGTH, s.height);
   TIFFSetField(t, TIFFTAG_BITSPERSAMPLE, s.bits);
@@ -313,6 +317,53 @@ TEST(Tiff, BandsAndCoresGiveTheSameRows) {
       ASSERT_EQ(joined.size(), whole.pixels.total() * whole.pixels.elemSize());
       EXPECT_EQ(std::memcmp(joined.data(), whole.pixels.data, joined.size()), 0);
     }
+  }
+}
+
+// A sink that takes rows in place (the analyzer's) is handed an
+// uncompressed page's rows where they lie in the file, the whole page at
+// once, when they are the pixels; otherwise (another byte or bit order, a
+// compressed file) decoded rows in its bands. The rows are the same.
+TEST(Tiff, RowsThatAreThePixelsAreHandedWhereTheyLie) {
+  std::mt19937 rng(14);
+  for (const auto& [name, spec, in_place] : std::vector<std::tuple<const char*, Spec, bool>>{
+           {"gray16 strips of 5", [] { Spec s; s.width = 301, s.height = 203, s.bits = 16, s.rows_per_strip = 5; return s; }(), true},
+           {"RGB8 one strip", [] { Spec s; s.width = 97, s.height = 61, s.samples = 3, s.photometric = PHOTOMETRIC_RGB, s.rows_per_strip = 61; return s; }(), true},
+           {"float32 strips of 7", [] { Spec s; s.width = 128, s.height = 99, s.bits = 32, s.format = SAMPLEFORMAT_IEEEFP; return s; }(), true},
+           {"gray16 big-endian", [] { Spec s; s.width = 301, s.height = 203, s.bits = 16, s.rows_per_strip = 5, s.mode = "wb"; return s; }(), false},
+           {"gray8 bits reversed", [] { Spec s; s.width = 64, s.height = 40, s.fill_order = FILLORDER_LSB2MSB; return s; }(), false},
+           {"gray16 deflate", [] { Spec s; s.width = 301, s.height = 203, s.bits = 16, s.compression = COMPRESSION_ADOBE_DEFLATE; return s; }(), false}}) {
+    SCOPED_TRACE(name);
+    const std::string f = write_tiff(spec, rng);
+    const DecodedImage whole = decode_image(bytes(f), f.size(), DecodeOptions{});
+    const size_t row_bytes = whole.pixels.cols * whole.pixels.elemSize();
+    std::vector<uint8_t> band, joined;
+    uint32_t rows = 0, next_row = 0, calls = 0, elsewhere = 0;
+    RowSink sink;
+    sink.takes_rows_in_place = true;
+    sink.begin = [&](uint32_t, uint32_t, uint32_t, SampleType) {
+      rows = 16;
+      band.resize(size_t{rows} * row_bytes);
+      return RowBand{band.data(), rows};
+    };
+    sink.band = [&](const uint8_t* r, uint32_t first, uint32_t count) {
+      EXPECT_EQ(first, next_row);
+      next_row += count;
+      ++calls;
+      if (r < band.data() || r >= band.data() + band.size()) {
+        ++elsewhere;
+        EXPECT_TRUE(r >= bytes(f) && r + size_t{count} * row_bytes <= bytes(f) + f.size());
+      }
+      joined.insert(joined.end(), r, r + size_t{count} * row_bytes);
+      return RowBand{band.data(), rows};
+    };
+    const TiffDecode d = decode_tiff(bytes(f), f.size(), {}, sink);
+    ASSERT_TRUE(d.taken) << d.libtiff_error;
+    EXPECT_EQ(next_row, spec.height);
+    EXPECT_EQ(calls == 1 && elsewhere == 1, in_place);
+    EXPECT_EQ(elsewhere > 0, in_place);
+    ASSERT_EQ(joined.size(), whole.pixels.total() * whole.pixels.elemSize());
+    EXPECT_EQ(std::memcmp(joined.data(), whole.pixels.data, joined.size()), 0);
   }
 }
 

@@ -627,6 +627,7 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
     next ^= 1;
     return RowBand{buffers[next].data(), rows_per_band};
   };
+  sink.takes_rows_in_place = true;  // the engine reads a file's rows where they lie when they are its pixels
   sink.plane = [&](uint64_t) {
     if (!each_plane) return;
     fed();

@@ -32,6 +32,11 @@ struct RowSink {
   // its rows follow, from row 0, in the band given last. No band holds rows
   // of two planes. Unset: a decoder gives one plane.
   std::function<void(uint64_t plane)> plane;
+  // band() may be handed rows that lie elsewhere than the band it gave (the
+  // input's own bytes, where they are already the pixels), and as many as
+  // a plane has left: it must not expect them in its buffer. Such rows stay
+  // readable until the decode ends.
+  bool takes_rows_in_place = false;
 };
 
 // An animation's frame, composited whole, handed to sink in the sink's

@@ -106,6 +106,29 @@ bool decode_unit(Handle& h, const Shape& s, uint32_t unit_row, uint32_t column, 
   return true;
 }
 
+// Where the page's rows [y0, y0 + n) already lie in the file as the pixels
+// (uncompressed, in the host's byte order and bit order, strips one after
+// another, every one of them whole and aligned with the rows asked): their
+// first byte; else null, and they are decoded.
+const uint8_t* rows_in_place(TIFF* tif, const Shape& s, const uint8_t* data, size_t size, uint32_t y0, uint32_t n) {
+  if (s.read != Read::kRaw || s.tiled || s.planar || s.logl || s.line_by_line || TIFFIsByteSwapped(tif)) return nullptr;
+  uint16_t compression = COMPRESSION_NONE, fill = FILLORDER_MSB2LSB;
+  TIFFGetFieldDefaulted(tif, TIFFTAG_COMPRESSION, &compression);
+  TIFFGetFieldDefaulted(tif, TIFFTAG_FILLORDER, &fill);
+  if (compression != COMPRESSION_NONE || fill != FILLORDER_MSB2LSB) return nullptr;
+  const uint32_t unit = s.unit_height;
+  if (unit == 0 || y0 % unit != 0 || (n % unit != 0 && y0 + n != s.height)) return nullptr;
+  const uint64_t row_bytes = s.row_bytes();
+  const uint64_t start = TIFFGetStrileOffset(tif, y0 / unit);
+  uint64_t at = start;
+  for (uint32_t u = y0 / unit; u <= (y0 + n - 1) / unit; ++u) {
+    const uint64_t rows = std::min<uint64_t>(unit, s.height - uint64_t{u} * unit);
+    if (TIFFGetStrileOffset(tif, u) != at || TIFFGetStrileByteCount(tif, u) < rows * row_bytes) return nullptr;
+    at += rows * row_bytes;
+  }
+  return at <= size ? data + start : nullptr;
+}
+
 }  // namespace
 
 TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<bool()>& cancelled, const RowSink& sink,
@@ -176,9 +199,18 @@ TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<boo
     }
 
     const uint64_t row_bytes = s.row_bytes();
+    uint64_t held = UINT64_MAX;  // the rows handed in place last are being read: not released
     for (uint32_t y0 = 0; y0 < s.height;) {
       if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
       if (band.count == 0 || !band.rows) fail(ErrorCode::kInternal, "TIFF: the sink gave no room for rows");
+      // Rows that are already the pixels go as they lie, the rest of the page at once.
+      if (const uint8_t* rows = sink.takes_rows_in_place ? rows_in_place(first->tif, s, data, size, y0, s.height - y0)
+                                                         : nullptr) {
+        held = static_cast<uint64_t>(rows - data);
+        band = sink.band(rows, y0, s.height - y0);
+        y0 = s.height;
+        continue;
+      }
       const uint32_t n = std::min(band.count, s.height - y0);
       if (s.line_by_line) {
         for (uint32_t y = y0; y < y0 + n && !failed; ++y)
@@ -217,8 +249,8 @@ TiffDecode decode_tiff(const uint8_t* data, size_t size, const std::function<boo
     }
     // A page done: its bytes too (the next page's, written after it as a
     // rule, are read again should they lie before).
-    if (planes > 1 && std::min<uint64_t>(page_end, size) > released) {
-      const uint64_t next = std::min<uint64_t>(page_end, size);
+    if (planes > 1 && std::min<uint64_t>({page_end, size, held}) > released) {
+      const uint64_t next = std::min<uint64_t>({page_end, size, held});
       release(released, next);
       released = next;
     }
