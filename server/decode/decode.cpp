@@ -115,6 +115,27 @@ std::vector<uint64_t> chosen_planes(uint64_t planes, const DecodeOptions& option
   return out;
 }
 
+// An animation's frames as the plan's planes: composited on `canvas` (the
+// planes' layout), the chosen ones with their delays, read by a decoder that
+// holds decoder_bytes beside two bands.
+void plan_animation(DecodePlan& plan, const Layout& canvas, const std::vector<uint32_t>& delays_ms,
+                    uint64_t decoder_bytes, const std::string& warning, const DecodeOptions& options) {
+  plan.animated = true;
+  plan.width = canvas.width;
+  plan.height = canvas.height;
+  plan.planes = delays_ms.size();
+  if (!warning.empty()) plan.warnings.push_back(warning);
+  for (uint64_t i : chosen_planes(plan.planes, options)) {
+    plan.plane_offsets.push_back(i);
+    plan.plane_delays_ms.push_back(delays_ms[i]);
+  }
+  plan.first_plane = options.first_plane;
+  plan.band_layout = canvas;
+  const uint64_t row = canvas.row_bytes();
+  plan.band_memory_bytes = decoder_bytes + 2 * uint64_t{band_rows(row, canvas.height)} * row;
+  plan.band_rows = 0;
+}
+
 // A stack's C axis made channels: its planes are the Z x T planes, in the
 // file's order of those, each the C pages of its z and t (C fastest).
 void channels_of_pages(const std::vector<uint64_t>& pages, const DecodeOptions& options, DecodePlan& plan) {
@@ -245,64 +266,31 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     const ApngPlan apng = plan_apng(data, size, options.max_planes);
     // One frame that is the image data is the still image; one that is not is shown instead of it.
     if (apng.frames() > 1 || (apng.frames() == 1 && apng.default_image_hidden)) {
-      plan.animated = true;
-      plan.width = apng.width;
-      plan.height = apng.height;
+      plan_animation(plan, Layout{apng.width, apng.height, apng.channels, apng.type, 0}, apng.delays_ms,
+                     apng.memory_bytes, apng.warning, options);
       p.bytes_per_pixel = apng.channels * sample_size(apng.type);
-      plan.planes = apng.frames();
-      if (!apng.warning.empty()) plan.warnings.push_back(apng.warning);
-      for (uint64_t i : chosen_planes(plan.planes, options)) {
-        plan.plane_offsets.push_back(i);
-        plan.plane_delays_ms.push_back(apng.delays_ms[i]);
-      }
-      plan.first_plane = options.first_plane;
-      plan.band_layout = Layout{plan.width, plan.height, apng.channels, apng.type, 0};
-      const uint64_t row = plan.width * p.bytes_per_pixel;
-      plan.band_memory_bytes = apng.memory_bytes + 2 * uint64_t{band_rows(row, plan.height)} * row;
-      plan.band_rows = 0;
       extra = apng.memory_bytes;
     }
   }
   if (p.format == "WebP") {
     const WebpAnimation webp = plan_webp_animation(data, size, options.max_planes);
     if (webp.frames() > 1) {
-      plan.animated = true;
-      plan.width = webp.width;
-      plan.height = webp.height;
+      plan_animation(plan, Layout{webp.width, webp.height, webp.alpha ? 4u : 3u, SampleType::kUint8, 0}, webp.delays_ms,
+                     webp.memory_bytes, "", options);
       p.has_size = webp.width > 0 && webp.height > 0;
       p.bytes_per_pixel = webp.alpha ? 4 : 3;
       p.least_bytes = 0;
-      plan.planes = webp.frames();
-      for (uint64_t i : chosen_planes(plan.planes, options)) {
-        plan.plane_offsets.push_back(i);
-        plan.plane_delays_ms.push_back(webp.delays_ms[i]);
-      }
-      plan.first_plane = options.first_plane;
-      plan.band_layout = Layout{plan.width, plan.height, webp.alpha ? 4u : 3u, SampleType::kUint8, 0};
-      const uint64_t row = plan.width * p.bytes_per_pixel;
-      plan.band_memory_bytes = webp.memory_bytes + 2 * uint64_t{band_rows(row, plan.height)} * row;
       extra = webp.memory_bytes;
     }
   }
   if (p.format == "GIF") {
     const GifPlan gif = plan_gif(data, size, options.max_planes, options.cancelled);
     if (gif.frames() > 1) {  // an animation: its frames composited on its canvas, a plane each
-      plan.animated = true;
-      plan.width = gif.width;
-      plan.height = gif.height;
+      plan_animation(plan, Layout{gif.width, gif.height, gif.alpha ? 4u : 3u, SampleType::kUint8, 0}, gif.delays_ms,
+                     gif.memory_bytes, gif.warning, options);
       p.has_size = gif.width > 0 && gif.height > 0;
       p.bytes_per_pixel = gif.alpha ? 4 : 3;
       p.least_bytes = 0;
-      plan.planes = gif.frames();
-      if (!gif.warning.empty()) plan.warnings.push_back(gif.warning);
-      for (uint64_t i : chosen_planes(plan.planes, options)) {
-        plan.plane_offsets.push_back(i);
-        plan.plane_delays_ms.push_back(gif.delays_ms[i]);
-      }
-      plan.first_plane = options.first_plane;
-      const uint32_t channels = gif.alpha ? 4 : 3;
-      plan.band_layout = Layout{plan.width, plan.height, channels, SampleType::kUint8, 0};
-      plan.band_memory_bytes = gif.memory_bytes + 2 * uint64_t{band_rows(plan.width * channels, plan.height)} * plan.width * channels;
       extra = gif.memory_bytes;
     }
   }
