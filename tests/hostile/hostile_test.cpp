@@ -488,7 +488,10 @@ TEST_F(Hostile, PartsThatAskTooMuchAreRefusedWithMemoryBounded) {
   const double second = server_->rss_mib();
   // The CUDA engine's parts copy from pageable memory: the driver's staging buffers come on top.
   expect_rss_below(first - before, test_engine() == "cuda" ? 288 : 224, "MiB grown over refused and answered parts");
-  expect_rss_below(second - first, 24, "MiB grown when the same parts came again");
+  // Each gRPC and engine thread may keep an arena of its own (up to 2 x
+  // threads + 4): on a 16-core CUDA host the second round has found up to
+  // 27 MiB more of them; a leak would grow by the first round's ~130 MiB.
+  expect_rss_below(second - first, test_engine() == "cuda" ? 40 : 24, "MiB grown when the same parts came again");
 }
 
 // ---- options and stream protocol ---------------------------------------------------------------
