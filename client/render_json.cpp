@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <string_view>
 #include <vector>
 
@@ -262,6 +263,11 @@ std::string render_json(const Outcome& o) {
       facts["level"] = f.level();
     }
     if (f.duration_ms()) facts["duration_ms"] = f.duration_ms();
+    if (!f.keywords().empty()) {
+      // In the order of the header's words, not the map's: sorted for a stable output.
+      std::map<std::string, std::string> sorted(f.keywords().begin(), f.keywords().end());
+      facts["keywords"] = sorted;
+    }
     if (f.has_stack_axes()) {
       const v1::StackAxes& a = f.stack_axes();
       facts["stack_axes"] = {{"source", a.source()}, {"order", a.order()}, {"z", a.z()}, {"c", a.c()}, {"t", a.t()}};

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "render.hpp"
 #include "render_text.hpp"
@@ -225,7 +226,14 @@ std::string facts_line(const v1::AnalyzeResponse& r, const Style& s) {
   else if (f.reduced_pages())
     facts += ", " + std::to_string(f.reduced_pages()) + " reduced-resolution page" + (f.reduced_pages() == 1 ? "" : "s") +
              " left out";
-  return std::string(s.dim) + facts + s.reset + "\n";
+  std::string keywords;
+  if (!f.keywords().empty()) {
+    // A science header's facts, on their own line: OBJECT, TELESCOP, EXPTIME...
+    std::map<std::string, std::string> sorted(f.keywords().begin(), f.keywords().end());
+    for (const auto& [key, value] : sorted) keywords += (keywords.empty() ? "  header: " : ", ") + key + "=" + value;
+    keywords = std::string(s.dim) + keywords + s.reset + "\n";
+  }
+  return std::string(s.dim) + facts + s.reset + "\n" + keywords;
 }
 
 // A row per channel, then the luminance's and the summary's, which are

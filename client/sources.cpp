@@ -97,9 +97,14 @@ namespace {
 bool image_extension(const std::filesystem::path& p) {
   static const char* kExtensions[] = {".png", ".jpg", ".jpeg", ".jpe", ".jfif", ".tif", ".tiff", ".bmp", ".dib",
                                       ".webp", ".gif", ".exr", ".hdr", ".pic", ".pnm", ".pbm", ".pgm", ".ppm",
-                                      ".pam", ".pfm", ".jp2", ".j2k", ".ras", ".sr"};
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+                                      ".pam", ".pfm", ".jp2", ".j2k", ".ras", ".sr", ".fits", ".fit", ".fts", ".fz"};
+  auto lower = [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s;
+  };
+  std::string ext = lower(p.extension().string());
+  // Gzip-compressed FITS as astronomers name them: .fits.gz, .fit.gz, .fts.gz.
+  if (ext == ".gz") ext = lower(p.stem().extension().string());
   return std::find(std::begin(kExtensions), std::end(kExtensions), ext) != std::end(kExtensions);
 }
 

@@ -56,7 +56,7 @@ bool spools_from_region(const v1::Input& input, const RegionBytes& region, const
   uint8_t head[64];
   read_region(region, 0, sizeof head, head);
   const std::string format = probe(head, sizeof head).format;
-  return format == "PNG" || format == "TIFF";
+  return format == "PNG" || format == "TIFF" || format == "FITS";
 }
 }  // namespace
 
@@ -324,6 +324,7 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
   options.release = release;
   options.arrived = arrived;
   options.max_planes = limits_.max_planes;
+  options.max_expanded_bytes = limits_.max_decode_memory;
   options.first_plane = plan.planes.first;
   options.plane_count = plan.planes.count;
   options.level = plan.planes.level;
@@ -486,6 +487,7 @@ void Analyzer::read_map(const v1::Input& input, const char* what, const Describe
   options.max_pixels = limits_.max_pixels;
   options.cancelled = call.cancelled;
   options.max_planes = limits_.max_planes;
+  options.max_expanded_bytes = limits_.max_decode_memory;
   options.first_plane = d.planes > 1 ? image_plan.first_plane : 0;
   options.plane_count = d.planes > 1 ? d.planes : 1;
   options.level = image_plan.level;  // a label pyramid's same level

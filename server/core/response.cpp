@@ -215,6 +215,8 @@ void fill_plane_facts(v1::AnalyzeResponse& r, uint64_t planes, uint64_t answered
 
 void fill_plane_facts(v1::AnalyzeResponse& r, const DecodePlan& plan, uint64_t answered) {
   fill_plane_facts(r, plan.planes, answered, plan.reduced_pages, plan.plane_delays_ms);
+  if (plan.stored_bits) r.mutable_facts()->set_bit_depth(plan.stored_bits);
+  for (const auto& [key, value] : plan.keywords) (*r.mutable_facts()->mutable_keywords())[key] = value;
   if (plan.pages_per_plane > 1) r.mutable_facts()->set_color_type("channels");
   if (plan.levels > 1) {
     r.mutable_facts()->set_levels(plan.levels);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "decode/fits/fits.hpp"
 #include "decode/jpeg/check.hpp"
 #include "decode/library_messages.hpp"
 #include "decode/opencv_codecs.hpp"
@@ -182,8 +183,8 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   if (!p.corrupt.empty()) invalid_data(p.format + ": " + p.corrupt + ": corrupt or truncated");
   // OpenCV and giflib take sizes as int: only a TIFF that libtiff reads
   // itself (below) may be larger.
-  if (size > static_cast<size_t>(INT32_MAX) && p.format != "TIFF")
-    fail(ErrorCode::kResourceExhausted, p.format + " files over 2 GiB are not supported (TIFF and BigTIFF are)");
+  if (size > static_cast<size_t>(INT32_MAX) && p.format != "TIFF" && p.format != "FITS")
+    fail(ErrorCode::kResourceExhausted, p.format + " files over 2 GiB are not supported (TIFF, BigTIFF and FITS are)");
   DecodePlan plan{p.format, p.width, p.height, 0};
   uint64_t extra = 0;
   if (p.format == "JPEG") {
@@ -261,6 +262,41 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
       plan.band_rows = tiff.band_rows;
       plan.band_layout = Layout{plan.width, plan.height, tiff.channels * plan.pages_per_plane, tiff.type, 0};
     }
+  }
+  if (p.format == "FITS") {
+    const uint8_t* bytes = data;
+    size_t bytes_size = size;
+    if (is_gzip(data, size)) {
+      plan.expanded = std::make_shared<const std::vector<uint8_t>>(
+          inflate_gzip(data, size, options.max_expanded_bytes, "FITS (gzip-compressed)"));
+      bytes = plan.expanded->data();
+      bytes_size = plan.expanded->size();
+    }
+    const FitsPlan fits = plan_fits(bytes, bytes_size, options.max_planes, options.max_planes, options.cancelled);
+    if (!fits.warning.empty()) plan.warnings.push_back(fits.warning);
+    plan.series_count = static_cast<uint32_t>(fits.images.size());
+    plan.series = options.series;
+    const FitsImage& image = fits.images[std::min<size_t>(options.series, fits.images.size() - 1)];
+    if (!image.warning.empty()) plan.warnings.push_back(image.warning);
+    plan.width = image.width();
+    plan.height = image.height();
+    check_pixels(plan.width, plan.height, options.max_pixels);
+    if (image.data_end > bytes_size)
+      invalid_data("FITS HDU " + std::to_string(image.hdu) + ": its header declares data up to byte " +
+                   std::to_string(image.data_end) + ", but the file holds " + std::to_string(bytes_size) +
+                   " bytes: truncated or corrupt");
+    p.has_size = true;
+    p.bytes_per_pixel = sample_size(image.type);
+    plan.planes = image.planes();
+    for (uint64_t i : chosen_planes(plan.planes, options)) plan.plane_offsets.push_back(i);
+    plan.first_plane = options.first_plane;
+    plan.stored_bits = static_cast<uint32_t>(std::abs(image.bitpix));
+    plan.keywords = image.keywords;
+    plan.fits = std::make_shared<const FitsImage>(image);
+    extra = fits.decoder_bytes + (plan.expanded ? plan.expanded->size() : 0);
+    const uint64_t row_bytes = plan.width * p.bytes_per_pixel;
+    plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, plan.height) + extra;
+    plan.band_layout = Layout{plan.width, plan.height, 1, image.type, 0};
   }
   if (p.format == "PNG" && !png_arriving) {
     const ApngPlan apng = plan_apng(data, size, options.max_planes);
@@ -537,6 +573,12 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     out.decoder = "libtiff";
     if (!tiff.libtiff_error.empty()) out.refusal = "libtiff: " + tiff.libtiff_error;
     out.final = !tiff.libtiff_error.empty();
+  } else if (plan.format == "FITS" && plan.fits) {
+    const uint8_t* bytes = plan.expanded ? plan.expanded->data() : data;
+    const size_t bytes_size = plan.expanded ? plan.expanded->size() : size;
+    decode_fits(bytes, bytes_size, *plan.fits, plan.plane_offsets, options.cancelled, sink);
+    out.taken = true;
+    out.decoder = "cfitsio";
   }
   return out;
 }

@@ -11,7 +11,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "decode/jpeg/check.hpp"
@@ -47,7 +49,12 @@ struct DecodeOptions {
   uint32_t level = 0;
   // A file of several series (TiffPlan::series_count): which one is read.
   uint32_t series = 0;
+  // A compressed file (a gzip-compressed FITS) is inflated into memory when
+  // planned: at most this many bytes (the analyzer's decode memory limit).
+  uint64_t max_expanded_bytes = uint64_t{1} << 30;
 };
+
+struct FitsImage;
 
 // How a stack's planes are laid out, where the file says (an ImageJ
 // hyperstack's description, an OME-TIFF's OME-XML): the plane axes in the
@@ -115,6 +122,14 @@ struct DecodePlan {
   uint32_t pages_per_plane = 1;
   std::vector<std::string> channel_names;  // empty: channel_names(n)
   std::vector<std::string> warnings;
+  // Bits a sample is stored in where the values' type differs (a FITS
+  // file's BITPIX); 0: the type's.
+  uint32_t stored_bits = 0;
+  // What a scientific format's header says of the image (FITS keywords).
+  std::vector<std::pair<std::string, std::string>> keywords;
+  // A gzip-compressed file, inflated when planned: what is decoded.
+  std::shared_ptr<const std::vector<uint8_t>> expanded;
+  std::shared_ptr<const FitsImage> fits;  // the FITS image HDU read
   uint64_t chosen_planes() const { return plane_offsets.empty() ? 1 : plane_offsets.size() / pages_per_plane; }
 };
 

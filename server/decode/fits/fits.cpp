@@ -1,0 +1,397 @@
+#include "decode/fits/fits.hpp"
+#include "decode/decode.hpp"
+
+#include <fitsio.h>
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+
+namespace imgstat {
+namespace {
+
+// cfitsio's words for a status, and the first message it stacked (which
+// names the keyword or HDU); the stack is cleared.
+std::string cfitsio_words(int status) {
+  char text[FLEN_STATUS] = {0};
+  fits_get_errstatus(status, text);
+  std::string out = text;
+  char message[FLEN_ERRMSG] = {0};
+  if (fits_read_errmsg(message) && message[0] && out.find(message) == std::string::npos) out += ": " + std::string(message);
+  fits_clear_errmsg();
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+  return out;
+}
+
+// A cfitsio file over bytes in memory, read only (the bytes are never written).
+struct Fits {
+  fitsfile* f = nullptr;
+  void* memory = nullptr;
+  size_t size = 0;
+  Fits(const uint8_t* data, size_t bytes, int* status) : memory(const_cast<uint8_t*>(data)), size(bytes) {
+    fits_open_memfile(&f, "imgstat.fits", READONLY, &memory, &size, 0, nullptr, status);
+  }
+  ~Fits() {
+    int status = 0;
+    if (f) fits_close_file(f, &status);
+  }
+  Fits(const Fits&) = delete;
+  Fits& operator=(const Fits&) = delete;
+};
+
+bool read_double(fitsfile* f, const char* key, double* out) {
+  int status = 0;
+  fits_read_key(f, TDOUBLE, key, out, nullptr, &status);
+  if (status) fits_clear_errmsg();
+  return status == 0;
+}
+
+bool read_longlong(fitsfile* f, const char* key, long long* out) {
+  int status = 0;
+  fits_read_key(f, TLONGLONG, key, out, nullptr, &status);
+  if (status) fits_clear_errmsg();
+  return status == 0;
+}
+
+// A keyword's value as written, unquoted; printable ASCII only (the answer
+// is UTF-8 text, the header any bytes).
+bool read_text(fitsfile* f, const char* key, std::string* out) {
+  char value[FLEN_VALUE] = {0};
+  int status = 0;
+  fits_read_keyword(f, key, value, nullptr, &status);
+  if (status) {
+    fits_clear_errmsg();
+    return false;
+  }
+  std::string v = value;
+  if (!v.empty() && v.front() == '\'') {
+    std::string s;
+    for (size_t i = 1; i < v.size(); ++i) {
+      if (v[i] == '\'') {
+        if (i + 1 < v.size() && v[i + 1] == '\'') s += '\'', ++i;
+        else break;
+      } else {
+        s += v[i];
+      }
+    }
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    v = s;
+  }
+  for (char& c : v)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+  *out = v;
+  return true;
+}
+
+// The values' type (fits.hpp says which and why).
+SampleType values_type(int bitpix, double bzero, double bscale, bool blank) {
+  if (bitpix < 0) return bitpix == -32 && bzero == 0 && bscale == 1 ? SampleType::kFloat32 : SampleType::kFloat64;
+  const bool unscaled = bscale == 1 && bzero == 0;
+  const bool offset = bscale == 1 && ((bitpix == 8 && bzero == -128) || (bitpix == 16 && bzero == 32768));
+  if (blank) return bitpix <= 16 && (unscaled || offset) ? SampleType::kFloat32 : SampleType::kFloat64;
+  if (bitpix == 8 && unscaled) return SampleType::kUint8;
+  if (bitpix == 8 && offset) return SampleType::kInt8;
+  if (bitpix == 16 && unscaled) return SampleType::kInt16;
+  if (bitpix == 16 && offset) return SampleType::kUint16;
+  return SampleType::kFloat64;
+}
+
+int cfitsio_type(SampleType t) {
+  switch (t) {
+    case SampleType::kUint8: return TBYTE;
+    case SampleType::kInt8: return TSBYTE;
+    case SampleType::kUint16: return TUSHORT;
+    case SampleType::kInt16: return TSHORT;
+    case SampleType::kFloat32: return TFLOAT;
+    case SampleType::kFloat64: return TDOUBLE;
+  }
+  return TDOUBLE;
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// Checked product; false past 64 bits.
+bool multiply(uint64_t a, uint64_t b, uint64_t* out) {
+  if (a != 0 && b > UINT64_MAX / a) return false;
+  *out = a * b;
+  return true;
+}
+
+// One image HDU (the current one), or an empty optional reason why not.
+bool describe(fitsfile* f, int hdu, uint64_t max_planes, FitsImage* out, std::string* skipped) {
+  int status = 0, bitpix = 0, naxis = 0;
+  long long naxes[kMaxFitsAxes] = {0};
+  fits_get_img_dim(f, &naxis, &status);
+  if (status) return *skipped = cfitsio_words(status), false;
+  if (naxis == 0) return false;  // no data: a primary HDU before extensions
+  if (naxis < 0 || naxis > static_cast<int>(kMaxFitsAxes)) {
+    *skipped = "NAXIS " + std::to_string(naxis) + ", more axes than the " + std::to_string(kMaxFitsAxes) + " read";
+    return false;
+  }
+  fits_get_img_paramll(f, naxis, &bitpix, &naxis, naxes, &status);
+  if (status) return *skipped = cfitsio_words(status), false;
+  FitsImage& im = *out;
+  im = FitsImage{};
+  im.hdu = hdu;
+  im.bitpix = bitpix;
+  for (int i = 0; i < naxis; ++i) {
+    if (naxes[i] <= 0) return false;  // no data
+    im.axes.push_back(static_cast<uint64_t>(naxes[i]));
+  }
+  uint64_t planes = 1;
+  for (size_t i = 2; i < im.axes.size(); ++i)
+    if (!multiply(planes, im.axes[i], &planes) || planes > max_planes)
+      fail(ErrorCode::kResourceExhausted, "FITS HDU " + std::to_string(hdu) + ": NAXIS3 and higher declare " +
+                                              (planes > max_planes ? "more than " + std::to_string(max_planes)
+                                                                   : std::string("more than 2^64")) +
+                                              " planes, past the limit of " + std::to_string(max_planes) +
+                                              " (--max-planes)");
+  uint64_t samples = 0, bytes = 0;
+  const uint64_t sample_bytes = static_cast<uint64_t>(std::abs(bitpix) / 8);
+  if (!multiply(im.width(), im.height(), &samples) || !multiply(samples, planes, &samples) ||
+      !multiply(samples, sample_bytes, &bytes))
+    fail(ErrorCode::kResourceExhausted, "FITS HDU " + std::to_string(hdu) + ": its axes declare more than 2^64 bytes");
+  im.compressed = fits_is_compressed_image(f, &status) != 0;
+  status = 0;
+  if (!im.compressed) {
+    // The data must be in the file (checked once the pixel limit has been):
+    // cfitsio would meet its end mid-read.
+    long long head = 0, start = 0, end = 0;
+    fits_get_hduaddrll(f, &head, &start, &end, &status);
+    if (status) return *skipped = cfitsio_words(status), false;
+    if (start < 0 || bytes > UINT64_MAX - static_cast<uint64_t>(start))
+      invalid_data("FITS HDU " + std::to_string(hdu) + ": its data would end past 2^64 bytes");
+    im.data_end = static_cast<uint64_t>(start) + bytes;
+  } else {
+    // cfitsio decodes a tile whole: ZTILEn, else rows (its default).
+    uint64_t tile = 8;  // it decodes into doubles or 64-bit integers at most
+    for (size_t i = 0; i < im.axes.size(); ++i) {
+      long long z = 0;
+      const std::string key = "ZTILE" + std::to_string(i + 1);
+      if (!read_longlong(f, key.c_str(), &z)) z = i == 0 ? static_cast<long long>(im.axes[0]) : 1;
+      if (z <= 0 || !multiply(tile, static_cast<uint64_t>(z), &tile) || tile > kMaxFitsTileBytes)
+        fail(ErrorCode::kResourceExhausted, "FITS HDU " + std::to_string(hdu) + ": its compressed tiles (ZTILEn) " +
+                                                "hold more than " + std::to_string(kMaxFitsTileBytes >> 20) +
+                                                " MiB each, decoded");
+    }
+  }
+  read_double(f, "BZERO", &im.bzero);
+  read_double(f, "BSCALE", &im.bscale);
+  if (!std::isfinite(im.bzero) || !std::isfinite(im.bscale) || im.bscale == 0) {
+    *skipped = "BZERO " + number(im.bzero) + ", BSCALE " + number(im.bscale) + ": not a scaling";
+    return false;
+  }
+  if (bitpix > 0) {
+    im.has_blank = read_longlong(f, "BLANK", &im.blank) || (im.compressed && read_longlong(f, "ZBLANK", &im.blank));
+  }
+  im.type = values_type(bitpix, im.bzero, im.bscale, im.has_blank);
+  if (bitpix == 64)
+    im.warning = "FITS HDU " + std::to_string(hdu) + ": 64-bit integers are answered as float64, exact to 2^53";
+  auto keep = [&](const char* key, std::string value) { im.keywords.emplace_back(key, std::move(value)); };
+  keep("BITPIX", std::to_string(bitpix));
+  if (im.bzero != 0) keep("BZERO", number(im.bzero));
+  if (im.bscale != 1) keep("BSCALE", number(im.bscale));
+  if (im.has_blank) keep("BLANK", std::to_string(im.blank));
+  for (const char* key : {"EXTNAME", "OBJECT", "TELESCOP", "INSTRUME", "FILTER", "EXPTIME", "DATE-OBS", "BUNIT"}) {
+    std::string v;
+    if (read_text(f, key, &v)) keep(key, v);
+  }
+  return true;
+}
+
+}  // namespace
+
+uint64_t FitsImage::planes() const {
+  uint64_t n = 1;
+  for (size_t i = 2; i < axes.size(); ++i) n *= axes[i];
+  return n;
+}
+
+bool is_fits(const uint8_t* data, size_t size) { return size >= 9 && std::memcmp(data, "SIMPLE  =", 9) == 0; }
+
+bool is_gzip(const uint8_t* data, size_t size) { return size >= 18 && data[0] == 0x1f && data[1] == 0x8b && data[2] == 8; }
+
+std::vector<uint8_t> inflate_gzip(const uint8_t* data, size_t size, uint64_t max_bytes, const std::string& what) {
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 16) != Z_OK) fail(ErrorCode::kResourceExhausted, what + ": zlib could not start");
+  std::unique_ptr<z_stream, int (*)(z_stream*)> end(&z, inflateEnd);
+  // ISIZE (the size mod 2^32) says how much to reserve; what comes is checked as it comes.
+  const uint64_t said = uint64_t{data[size - 4]} | uint64_t{data[size - 3]} << 8 | uint64_t{data[size - 2]} << 16 |
+                        uint64_t{data[size - 1]} << 24;
+  std::vector<uint8_t> out;
+  out.reserve(std::min<uint64_t>(said, max_bytes));
+  constexpr size_t kStep = size_t{1} << 20;
+  const uint8_t* in = data;
+  size_t left = size;
+  for (;;) {
+    if (out.size() >= max_bytes)
+      fail(ErrorCode::kResourceExhausted, what + ": inflates to more than " + std::to_string(max_bytes >> 20) +
+                                              " MiB, the decode memory limit (--max-decode-memory)");
+    const size_t at = out.size();
+    const size_t grow = static_cast<size_t>(std::min<uint64_t>(kStep, max_bytes - at));
+    out.resize(at + grow);
+    const size_t feed = std::min<size_t>(left, size_t{1} << 30);
+    z.next_in = const_cast<Bytef*>(in);
+    z.avail_in = static_cast<uInt>(feed);
+    z.next_out = out.data() + at;
+    z.avail_out = static_cast<uInt>(grow);
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    const size_t used = feed - z.avail_in;
+    in += used;
+    left -= used;
+    out.resize(at + grow - z.avail_out);
+    if (rc == Z_STREAM_END) break;  // a second member (concatenated gzip) is not read
+    if (rc != Z_OK && rc != Z_BUF_ERROR)
+      invalid_data(what + ": its gzip data is damaged (" + (z.msg ? z.msg : "zlib error " + std::to_string(rc)) + ")");
+    if (rc == Z_BUF_ERROR && left == 0) invalid_data(what + ": its gzip data ends early (truncated)");
+  }
+  return out;
+}
+
+FitsPlan plan_fits(const uint8_t* data, size_t size, uint64_t max_images, uint64_t max_planes,
+                   const std::function<bool()>& cancelled) {
+  FitsPlan plan;
+  int status = 0;
+  Fits file(data, size, &status);
+  if (status) invalid_data("FITS: cfitsio cannot read its primary header (" + cfitsio_words(status) + ")");
+  std::vector<std::string> skipped;
+  for (int hdu = 1;; ++hdu) {
+    if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while reading FITS headers");
+    int type = 0;
+    status = 0;
+    if (hdu > 1) fits_movabs_hdu(file.f, hdu, &type, &status);
+    else fits_get_hdu_type(file.f, &type, &status);
+    if (status == END_OF_FILE) {
+      fits_clear_errmsg();
+      break;
+    }
+    if (status) {
+      plan.warning = "FITS: HDUs end at HDU " + std::to_string(hdu) + ", which cfitsio cannot read (" +
+                     cfitsio_words(status) + ")";
+      break;
+    }
+    if (type != IMAGE_HDU) continue;  // tables; a compressed image is an image to cfitsio
+    FitsImage image;
+    std::string why;
+    if (describe(file.f, hdu, max_planes, &image, &why)) {
+      if (plan.images.size() >= max_images)
+        fail(ErrorCode::kResourceExhausted, "FITS: more than " + std::to_string(max_images) +
+                                                " image HDUs, past the limit (--max-planes)");
+      plan.images.push_back(std::move(image));
+    } else if (!why.empty()) {
+      skipped.push_back("HDU " + std::to_string(hdu) + " (" + why + ")");
+    }
+  }
+  if (plan.images.empty())
+    invalid_data("FITS: no image HDU with data" +
+                 (skipped.empty() ? std::string() : "; not read: " + skipped.front()) +
+                 (plan.warning.empty() ? std::string() : "; " + plan.warning));
+  if (!skipped.empty()) {
+    std::string w = "FITS: image HDUs not read: " + skipped.front();
+    for (size_t i = 1; i < std::min<size_t>(skipped.size(), 4); ++i) w += ", " + skipped[i];
+    if (plan.warning.empty()) plan.warning = w;
+    else plan.warning += "; " + w;
+  }
+  // cfitsio's buffers (NIOBUF of IOBUFLEN) a handle, and a compressed tile each.
+  plan.decoder_bytes = static_cast<uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency())) * (uint64_t{NIOBUF} * IOBUFLEN + (1 << 20));
+  return plan;
+}
+
+void decode_fits(const uint8_t* data, size_t size, const FitsImage& image, const std::vector<uint64_t>& planes,
+                 const std::function<bool()>& cancelled, const RowSink& sink) {
+  const uint64_t width = image.width(), height = image.height();
+  const int datatype = cfitsio_type(image.type);
+  const size_t sample = sample_size(image.type);
+  const uint64_t row_bytes = width * sample;
+  // Missing integer pixels (BLANK) become NaN; float data keeps its NaN as they are.
+  double nan64 = std::numeric_limits<double>::quiet_NaN();
+  float nan32 = std::numeric_limits<float>::quiet_NaN();
+  void* null_value = image.has_blank ? (image.type == SampleType::kFloat32 ? static_cast<void*>(&nan32)
+                                                                          : static_cast<void*>(&nan64))
+                                     : nullptr;
+  auto open = [&]() {
+    int status = 0;
+    auto h = std::make_unique<Fits>(data, size, &status);
+    int type = 0;
+    if (!status) fits_movabs_hdu(h->f, image.hdu, &type, &status);
+    if (status) invalid_data("FITS HDU " + std::to_string(image.hdu) + ": cfitsio cannot open it (" + cfitsio_words(status) + ")");
+    return h;
+  };
+  std::unique_ptr<Fits> first = open();
+  tbb::enumerable_thread_specific<std::unique_ptr<Fits>> handles;
+  const uint32_t threads = static_cast<uint32_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
+  std::mutex error_mutex;
+  std::string error;
+  std::atomic<bool> failed{false};
+
+  // Rows [y, y + n) of `plane` into `to`, through `h`.
+  auto read_rows = [&](Fits& h, uint64_t plane, uint64_t y, uint64_t n, uint8_t* to) {
+    long long first_pixel[kMaxFitsAxes];
+    first_pixel[0] = 1;
+    if (image.axes.size() > 1) first_pixel[1] = static_cast<long long>(y + 1);
+    uint64_t rest = plane;
+    for (size_t i = 2; i < image.axes.size(); ++i) {
+      first_pixel[i] = static_cast<long long>(rest % image.axes[i] + 1);
+      rest /= image.axes[i];
+    }
+    int status = 0, any_null = 0;
+    fits_read_pixll(h.f, datatype, first_pixel, static_cast<long long>(n * width), null_value, to, &any_null, &status);
+    if (status) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!failed.exchange(true))
+        error = "FITS HDU " + std::to_string(image.hdu) + ": cfitsio cannot read rows " + std::to_string(y) + " to " +
+                std::to_string(y + n - 1) + " of plane " + std::to_string(plane) + " (" + cfitsio_words(status) + ")";
+    }
+  };
+
+  RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), 1, image.type);
+  for (size_t k = 0; k < planes.size(); ++k) {
+    if (k > 0) sink.plane(k);
+    for (uint64_t y = 0; y < height;) {
+      if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+      if (band.count == 0) fail(ErrorCode::kInternal, "FITS: the sink gave a band of no rows");
+      const uint64_t n = std::min<uint64_t>(band.count, height - y);
+      // Each core reads a run of the band's rows through its own handle.
+      const uint64_t runs = threads > 1 && n * row_bytes >= (uint64_t{1} << 20) ? std::min<uint64_t>(n, threads) : 1;
+      if (runs == 1) {
+        read_rows(*first, planes[k], y, n, band.rows);
+      } else {
+        auto run = [&](size_t i) {
+          if (failed) return;
+          const uint64_t r0 = n * i / runs, r1 = n * (i + 1) / runs;
+          if (r1 == r0) return;
+          std::unique_ptr<Fits>& h = handles.local();
+          if (!h) {
+            try {
+              h = open();
+            } catch (const Error& e) {
+              std::lock_guard<std::mutex> lock(error_mutex);
+              if (!failed.exchange(true)) error = e.what();
+              return;
+            }
+          }
+          read_rows(*h, planes[k], y + r0, r1 - r0, band.rows + r0 * row_bytes);
+        };
+        tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t{0}, static_cast<size_t>(runs), run); });
+      }
+      if (failed) invalid_data(error);
+      band = sink.band(band.rows, static_cast<uint32_t>(y), static_cast<uint32_t>(n));
+      y += n;
+    }
+  }
+}
+
+}  // namespace imgstat
