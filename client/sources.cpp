@@ -97,13 +97,13 @@ namespace {
 bool image_extension(const std::filesystem::path& p) {
   static const char* kExtensions[] = {".png", ".jpg", ".jpeg", ".jpe", ".jfif", ".tif", ".tiff", ".bmp", ".dib",
                                       ".webp", ".gif", ".exr", ".hdr", ".pic", ".pnm", ".pbm", ".pgm", ".ppm",
-                                      ".pam", ".pfm", ".jp2", ".j2k", ".ras", ".sr", ".fits", ".fit", ".fts", ".fz"};
+                                      ".pam", ".pfm", ".jp2", ".j2k", ".ras", ".sr", ".fits", ".fit", ".fts", ".fz", ".nii"};
   auto lower = [](std::string s) {
     std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
     return s;
   };
   std::string ext = lower(p.extension().string());
-  // Gzip-compressed FITS as astronomers name them: .fits.gz, .fit.gz, .fts.gz.
+  // Gzip-compressed FITS and NIfTI as they are named: .fits.gz, .nii.gz...
   if (ext == ".gz") ext = lower(p.stem().extension().string());
   return std::find(std::begin(kExtensions), std::end(kExtensions), ext) != std::end(kExtensions);
 }

@@ -8,6 +8,8 @@
 #include <mutex>
 
 #include "decode/fits/fits.hpp"
+#include "decode/inflate/gzip.hpp"
+#include "decode/nifti/nifti.hpp"
 #include "decode/jpeg/check.hpp"
 #include "decode/library_messages.hpp"
 #include "decode/opencv_codecs.hpp"
@@ -183,8 +185,9 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   if (!p.corrupt.empty()) invalid_data(p.format + ": " + p.corrupt + ": corrupt or truncated");
   // OpenCV and giflib take sizes as int: only a TIFF that libtiff reads
   // itself (below) may be larger.
-  if (size > static_cast<size_t>(INT32_MAX) && p.format != "TIFF" && p.format != "FITS")
-    fail(ErrorCode::kResourceExhausted, p.format + " files over 2 GiB are not supported (TIFF, BigTIFF and FITS are)");
+  if (size > static_cast<size_t>(INT32_MAX) && p.format != "TIFF" && p.format != "FITS" &&
+      p.format != "NIfTI")
+    fail(ErrorCode::kResourceExhausted, p.format + " files over 2 GiB are not supported (TIFF, BigTIFF, FITS and NIfTI are)");
   DecodePlan plan{p.format, p.width, p.height, 0};
   uint64_t extra = 0;
   if (p.format == "JPEG") {
@@ -297,6 +300,37 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     const uint64_t row_bytes = plan.width * p.bytes_per_pixel;
     plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, plan.height) + extra;
     plan.band_layout = Layout{plan.width, plan.height, 1, image.type, 0};
+  }
+  if (p.format == "NIfTI") {
+    const uint8_t* bytes = data;
+    size_t bytes_size = size;
+    if (is_gzip(data, size)) {
+      plan.expanded = std::make_shared<const std::vector<uint8_t>>(
+          inflate_gzip(data, size, options.max_expanded_bytes, "NIfTI (gzip-compressed)"));
+      bytes = plan.expanded->data();
+      bytes_size = plan.expanded->size();
+    }
+    const NiftiVolume volume = plan_nifti(bytes, bytes_size, options.max_planes);
+    plan.width = volume.width();
+    plan.height = volume.height();
+    p.has_size = true;
+    p.bytes_per_pixel = volume.channels * sample_size(volume.type);
+    plan.planes = volume.planes();
+    for (uint64_t i : chosen_planes(plan.planes, options)) plan.plane_offsets.push_back(i);
+    plan.first_plane = options.first_plane;
+    if (plan.planes > 1) {
+      plan.axes.source = "NIfTI";
+      plan.axes.order = "ZT";
+      plan.axes.z = static_cast<uint32_t>(volume.dims[3]);
+      plan.axes.t = static_cast<uint32_t>(plan.planes / volume.dims[3]);
+    }
+    plan.stored_bits = volume.stored_bytes * 8 / volume.channels;
+    plan.keywords = volume.keywords;
+    plan.nifti = std::make_shared<const NiftiVolume>(volume);
+    extra = plan.expanded ? plan.expanded->size() : 0;
+    const uint64_t row_bytes = plan.width * p.bytes_per_pixel;
+    plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, plan.height) + extra;
+    plan.band_layout = Layout{plan.width, plan.height, volume.channels, volume.type, 0};
   }
   if (p.format == "PNG" && !png_arriving) {
     const ApngPlan apng = plan_apng(data, size, options.max_planes);
@@ -579,6 +613,12 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     decode_fits(bytes, bytes_size, *plan.fits, plan.plane_offsets, options.cancelled, sink);
     out.taken = true;
     out.decoder = "cfitsio";
+  } else if (plan.format == "NIfTI" && plan.nifti) {
+    const uint8_t* bytes = plan.expanded ? plan.expanded->data() : data;
+    const size_t bytes_size = plan.expanded ? plan.expanded->size() : size;
+    decode_nifti(bytes, bytes_size, *plan.nifti, plan.plane_offsets, options.cancelled, sink);
+    out.taken = true;
+    out.decoder = "libnifti";
   }
   return out;
 }

@@ -55,6 +55,7 @@ struct DecodeOptions {
 };
 
 struct FitsImage;
+struct NiftiVolume;
 
 // How a stack's planes are laid out, where the file says (an ImageJ
 // hyperstack's description, an OME-TIFF's OME-XML): the plane axes in the
@@ -130,6 +131,7 @@ struct DecodePlan {
   // A gzip-compressed file, inflated when planned: what is decoded.
   std::shared_ptr<const std::vector<uint8_t>> expanded;
   std::shared_ptr<const FitsImage> fits;  // the FITS image HDU read
+  std::shared_ptr<const NiftiVolume> nifti;
   uint64_t chosen_planes() const { return plane_offsets.empty() ? 1 : plane_offsets.size() / pages_per_plane; }
 };
 

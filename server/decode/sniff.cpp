@@ -1,6 +1,6 @@
 #include "decode/sniff.hpp"
-
-#include <zlib.h>
+#include "decode/inflate/gzip.hpp"
+#include "decode/nifti/nifti.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -217,18 +217,14 @@ void probe_jpeg2000(Probe& p, const uint8_t* d, size_t n) {
 
 // A gzip file whose first inflated bytes are a FITS primary header's.
 bool gzip_of_fits(const uint8_t* d, size_t n) {
-  if (n < 18 || d[0] != 0x1f || d[1] != 0x8b || d[2] != 8) return false;
-  z_stream z{};
-  if (inflateInit2(&z, 15 + 16) != Z_OK) return false;
-  uint8_t head[9];
-  z.next_in = const_cast<Bytef*>(d);
-  z.avail_in = static_cast<uInt>(std::min<size_t>(n, 1 << 20));
-  z.next_out = head;
-  z.avail_out = sizeof head;
-  inflate(&z, Z_SYNC_FLUSH);
-  const bool fits = z.avail_out == 0 && std::memcmp(head, "SIMPLE  =", 9) == 0;
-  inflateEnd(&z);
-  return fits;
+  const std::vector<uint8_t> head = gzip_head(d, n, 9);
+  return head.size() == 9 && std::memcmp(head.data(), "SIMPLE  =", 9) == 0;
+}
+
+bool is_nifti_gzip(const uint8_t* d, size_t n) {
+  if (n < 18 || d[0] != 0x1f || d[1] != 0x8b) return false;
+  const std::vector<uint8_t> head = gzip_head(d, n, 540);
+  return is_nifti(head.data(), head.size());
 }
 
 }  // namespace
@@ -250,6 +246,9 @@ Probe probe(const uint8_t* d, size_t n) {
         if (p.height <= (uint64_t{1} << 40) / std::max<uint64_t>(row, 1)) p.least_bytes = p.height * row / 1032;
       }
     }
+  } else if (is_nifti(d, n) || is_nifti_gzip(d, n)) {
+    p.format = "NIfTI";  // libnifti reads its header (nifti/)
+    p.bytes_per_pixel = 8;
   } else if (starts_with(d, n, "SIMPLE  =", 9) || gzip_of_fits(d, n)) {
     p.format = "FITS";  // its image HDUs and sizes are cfitsio's to read (fits/)
     p.bytes_per_pixel = 8;
@@ -315,7 +314,7 @@ Probe probe(const uint8_t* d, size_t n) {
 
 const std::vector<std::string>& supported_formats() {
   static const std::vector<std::string> formats = {"PNG", "JPEG", "TIFF", "BMP", "WebP", "GIF", "EXR",
-                                                   "HDR", "PNM", "PAM", "PFM", "JPEG2000", "SunRaster", "FITS"};
+                                                   "HDR", "PNM", "PAM", "PFM", "JPEG2000", "SunRaster", "FITS", "NIfTI"};
   return formats;
 }
 

@@ -18,9 +18,7 @@ refusals: a truncated file, a damaged header, a cube over --max-planes, an
 image over the pixel limit, a gzip bomb.
 """
 import gzip
-import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
@@ -33,24 +31,7 @@ try:
 except ImportError as e:  # scripts/install-deps installs python3-numpy and python3-astropy
     print("skipped:", e)
     sys.exit(77)
-
-TYPES = {"uint8": np.uint8, "int8": np.int8, "uint16": np.uint16, "int16": np.int16,
-         "float32": np.float32, "float64": np.float64}
-
-
-def answers(client_bin, where, *args):
-    out = subprocess.run([client_bin, *where, "--json", *args], capture_output=True, text=True, timeout=600)
-    if out.returncode != 0:
-        fail(f"imgstat-client {' '.join(args)} exited {out.returncode}: {out.stderr[-1000:]}")
-        return []
-    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
-
-
-def refused(client_bin, where, path, code, what, *args):
-    out = subprocess.run([client_bin, *where, *args, path], capture_output=True, text=True, timeout=600)
-    if out.returncode == 0 or code not in out.stderr + out.stdout:
-        fail(f"{what}: expected {code}, got exit {out.returncode}: {(out.stderr + out.stdout)[-600:]}")
-
+from science import answers, check_stats, refused  # noqa: E402
 
 def values_of(hdu_raw, hdu_scaled):
     """(float64 values with BLANK pixels NaN, the type imgstat should answer in)."""
@@ -82,35 +63,6 @@ def values_of(hdu_raw, hdu_scaled):
         if not np.array_equal(np.isnan(s), np.isnan(v)) or (ok.any() and not np.allclose(s[ok], v[ok], rtol=1e-6)):
             fail(f"the test's values disagree with astropy's scaled data (HDU of BITPIX {bitpix})")
     return v, typ
-
-
-def check_stats(ch, v, typ, what):
-    x = v.ravel()
-    finite = x[np.isfinite(x)]
-    equal(ch["count"], int(finite.size), what + " count")
-    if typ.startswith("float"):
-        equal(ch.get("nan_count", 0), int(np.isnan(x).sum()), what + " NaN count")
-        equal(ch.get("posinf_count", 0), int(np.isposinf(x).sum()), what + " +inf count")
-        equal(ch.get("neginf_count", 0), int(np.isneginf(x).sum()), what + " -inf count")
-    if finite.size == 0:
-        return
-    equal(ch["min"], finite.min().item(), what + " min")
-    equal(ch["max"], finite.max().item(), what + " max")
-    if typ.startswith("float"):
-        exact = sum(sorted(finite.tolist(), key=abs))
-        close(ch["sum"], exact, 1e-12, what + " sum")
-    else:
-        exact = int(finite.astype(np.int64).sum())
-        equal(ch["sum"], exact, what + " sum")
-    mean = exact / finite.size
-    close(ch["mean"], mean, 1e-12, what + " mean")
-    d = finite - mean
-    close(ch["stddev"], float(np.sqrt((d * d).sum() / finite.size)), 1e-12 if d.any() else 0, what + " stddev")
-    if not typ.startswith("float") and ch.get("histogram") is not None:
-        info = np.iinfo(TYPES[typ])
-        shift = 0 if info.bits == 8 else 8
-        idx = (finite.astype(np.int64) - info.min) >> shift
-        equal(ch["histogram"]["counts"], np.bincount(idx, minlength=256).tolist(), what + " histogram")
 
 
 def make_files(work, rng):

@@ -2,8 +2,10 @@
 // limits, and the rule that only imgstat::Error may come out.
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include <google/protobuf/stubs/logging.h>
 
@@ -62,6 +64,32 @@ inline void decode_stack(const uint8_t* data, size_t size, const DecodePlan& pla
   sink.band = [&](const uint8_t*, uint32_t, uint32_t) { return RowBand{band.data(), rows}; };
   sink.plane = [](uint64_t) {};
   decode_in_bands(data, size, plan, options, sink);
+}
+
+// Every series of a file (up to 4) and every chosen plane through the
+// streamed decoder into a sink that keeps one band; what the budget would
+// refuse is not decoded. Only imgstat::Error may come out.
+inline void decode_every_series(const uint8_t* data, size_t size, const DecodeOptions& options) {
+  expect_clean([&] {
+    const DecodePlan first = plan_decode(data, size, options);
+    for (uint32_t s = 0; s < std::min<uint32_t>(first.series_count, 4); ++s) {
+      DecodeOptions o = options;
+      o.series = s;
+      const DecodePlan plan = plan_decode(data, size, o);
+      if (plan.band_memory_bytes > kDecodeMemory || plan.memory_bytes > kDecodeMemory) continue;
+      std::vector<uint8_t> band;
+      uint32_t rows = 0;
+      RowSink sink;
+      sink.begin = [&](uint32_t w, uint32_t h, uint32_t channels, SampleType type) {
+        rows = std::max<uint32_t>(1, std::min<uint32_t>(h, 16));
+        band.assign(size_t{rows} * w * channels * sample_size(type), 0);
+        return RowBand{band.data(), rows};
+      };
+      sink.band = [&](const uint8_t*, uint32_t, uint32_t) { return RowBand{band.data(), rows}; };
+      sink.plane = [](uint64_t) {};
+      decode_in_bands(data, size, plan, o, sink);
+    }
+  });
 }
 
 }  // namespace imgstat::fuzz

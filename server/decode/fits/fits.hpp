@@ -70,10 +70,6 @@ constexpr uint32_t kMaxFitsAxes = 9;
 constexpr uint64_t kMaxFitsTileBytes = uint64_t{256} << 20;
 
 bool is_fits(const uint8_t* data, size_t size);  // "SIMPLE  =" at the start
-bool is_gzip(const uint8_t* data, size_t size);
-// A gzip file's bytes inflated; more than max_bytes are refused
-// (kResourceExhausted), as are damaged data (kInvalidArgument).
-std::vector<uint8_t> inflate_gzip(const uint8_t* data, size_t size, uint64_t max_bytes, const std::string& what);
 
 // The file's image HDUs; a file of none, or whose first HDU cfitsio cannot
 // read, is refused (kInvalidArgument). Images past max_images, and one of

@@ -1,0 +1,67 @@
+#include "decode/inflate/gzip.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "imgstat/error.hpp"
+
+namespace imgstat {
+
+bool is_gzip(const uint8_t* data, size_t size) { return size >= 18 && data[0] == 0x1f && data[1] == 0x8b && data[2] == 8; }
+
+std::vector<uint8_t> inflate_gzip(const uint8_t* data, size_t size, uint64_t max_bytes, const std::string& what) {
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 16) != Z_OK) fail(ErrorCode::kResourceExhausted, what + ": zlib could not start");
+  std::unique_ptr<z_stream, int (*)(z_stream*)> end(&z, inflateEnd);
+  // ISIZE (the size mod 2^32) says how much to reserve; what comes is checked as it comes.
+  const uint64_t said = uint64_t{data[size - 4]} | uint64_t{data[size - 3]} << 8 | uint64_t{data[size - 2]} << 16 |
+                        uint64_t{data[size - 1]} << 24;
+  std::vector<uint8_t> out;
+  out.reserve(std::min<uint64_t>(said, max_bytes));
+  constexpr size_t kStep = size_t{1} << 20;
+  const uint8_t* in = data;
+  size_t left = size;
+  for (;;) {
+    if (out.size() >= max_bytes)
+      fail(ErrorCode::kResourceExhausted, what + ": inflates to more than " + std::to_string(max_bytes >> 20) +
+                                              " MiB, the decode memory limit (--max-decode-memory)");
+    const size_t at = out.size();
+    const size_t grow = static_cast<size_t>(std::min<uint64_t>(kStep, max_bytes - at));
+    out.resize(at + grow);
+    const size_t feed = std::min<size_t>(left, size_t{1} << 30);
+    z.next_in = const_cast<Bytef*>(in);
+    z.avail_in = static_cast<uInt>(feed);
+    z.next_out = out.data() + at;
+    z.avail_out = static_cast<uInt>(grow);
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    const size_t used = feed - z.avail_in;
+    in += used;
+    left -= used;
+    out.resize(at + grow - z.avail_out);
+    if (rc == Z_STREAM_END) break;  // a second member (concatenated gzip) is not read
+    if (rc != Z_OK && rc != Z_BUF_ERROR)
+      fail(ErrorCode::kInvalidArgument, what + ": its gzip data is damaged (" + (z.msg ? z.msg : "zlib error " + std::to_string(rc)) + ")");
+    if (rc == Z_BUF_ERROR && left == 0) fail(ErrorCode::kInvalidArgument, what + ": its gzip data ends early (truncated)");
+  }
+  return out;
+}
+
+std::vector<uint8_t> gzip_head(const uint8_t* data, size_t size, size_t want) {
+  std::vector<uint8_t> out;
+  if (!is_gzip(data, size)) return out;
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 16) != Z_OK) return out;
+  out.resize(want);
+  z.next_in = const_cast<Bytef*>(data);
+  z.avail_in = static_cast<uInt>(std::min<size_t>(size, 1 << 20));
+  z.next_out = out.data();
+  z.avail_out = static_cast<uInt>(want);
+  inflate(&z, Z_SYNC_FLUSH);
+  out.resize(want - z.avail_out);
+  inflateEnd(&z);
+  return out;
+}
+
+}  // namespace imgstat

@@ -1,0 +1,259 @@
+#include "decode/nifti/nifti.hpp"
+
+#include <nifti2_io.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "decode/decode.hpp"
+
+namespace imgstat {
+namespace {
+
+uint32_t swap32(uint32_t v) { return __builtin_bswap32(v); }
+
+int32_t header_size(const uint8_t* data, size_t size, bool* swapped) {
+  if (size < 4) return 0;
+  uint32_t v;
+  std::memcpy(&v, data, 4);
+  *swapped = false;
+  if (v == 348 || v == 540) return static_cast<int32_t>(v);
+  *swapped = true;
+  v = swap32(v);
+  return v == 348 || v == 540 ? static_cast<int32_t>(v) : 0;
+}
+
+std::string printable(const char* text, size_t n) {
+  std::string s(text, strnlen(text, n));
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+struct ImageFree {
+  void operator()(nifti_image* n) const { nifti_image_free(n); }
+};
+
+// Values of one voxel sample: the file's type S (swapped if need be) to the
+// answer's D, scaled or not.
+template <class S, class D>
+void convert(const uint8_t* from, uint8_t* to, uint64_t samples, bool swap, bool scaled, double slope, double inter) {
+  for (uint64_t i = 0; i < samples; ++i) {
+    S s;
+    std::memcpy(&s, from + i * sizeof(S), sizeof(S));
+    if (swap) {
+      if constexpr (sizeof(S) == 2) {
+        uint16_t u;
+        std::memcpy(&u, &s, 2);
+        u = __builtin_bswap16(u);
+        std::memcpy(&s, &u, 2);
+      } else if constexpr (sizeof(S) == 4) {
+        uint32_t u;
+        std::memcpy(&u, &s, 4);
+        u = __builtin_bswap32(u);
+        std::memcpy(&s, &u, 4);
+      } else if constexpr (sizeof(S) == 8) {
+        uint64_t u;
+        std::memcpy(&u, &s, 8);
+        u = __builtin_bswap64(u);
+        std::memcpy(&s, &u, 8);
+      }
+    }
+    D d;
+    if (scaled) {
+      // nibabel's order: the product, then the sum, each rounded (the
+      // barrier keeps the compiler from fusing them into one FMA).
+      double product = static_cast<double>(s) * slope;
+      asm("" : "+x"(product));
+      d = static_cast<D>(product + inter);
+    } else {
+      d = static_cast<D>(s);
+    }
+    std::memcpy(to + i * sizeof(D), &d, sizeof(D));
+  }
+}
+
+template <class S>
+void convert_to(const NiftiVolume& v, const uint8_t* from, uint8_t* to, uint64_t samples) {
+  switch (v.type) {
+    case SampleType::kUint8: return convert<S, uint8_t>(from, to, samples, false, false, 1, 0);
+    case SampleType::kInt8: return convert<S, int8_t>(from, to, samples, false, false, 1, 0);
+    case SampleType::kUint16: return convert<S, uint16_t>(from, to, samples, v.swap, false, 1, 0);
+    case SampleType::kInt16: return convert<S, int16_t>(from, to, samples, v.swap, false, 1, 0);
+    case SampleType::kFloat32: return convert<S, float>(from, to, samples, v.swap, false, 1, 0);
+    case SampleType::kFloat64: return convert<S, double>(from, to, samples, v.swap, v.scaled, v.slope, v.inter);
+  }
+}
+
+void convert_samples(const NiftiVolume& v, const uint8_t* from, uint8_t* to, uint64_t samples) {
+  switch (v.datatype) {
+    case NIFTI_TYPE_UINT8:
+    case NIFTI_TYPE_RGB24:
+    case NIFTI_TYPE_RGBA32: return convert_to<uint8_t>(v, from, to, samples);
+    case NIFTI_TYPE_INT8: return convert_to<int8_t>(v, from, to, samples);
+    case NIFTI_TYPE_UINT16: return convert_to<uint16_t>(v, from, to, samples);
+    case NIFTI_TYPE_INT16: return convert_to<int16_t>(v, from, to, samples);
+    case NIFTI_TYPE_INT32: return convert_to<int32_t>(v, from, to, samples);
+    case NIFTI_TYPE_UINT32: return convert_to<uint32_t>(v, from, to, samples);
+    case NIFTI_TYPE_INT64: return convert_to<int64_t>(v, from, to, samples);
+    case NIFTI_TYPE_UINT64: return convert_to<uint64_t>(v, from, to, samples);
+    case NIFTI_TYPE_FLOAT32: return convert_to<float>(v, from, to, samples);
+    case NIFTI_TYPE_FLOAT64: return convert_to<double>(v, from, to, samples);
+  }
+  fail(ErrorCode::kInternal, "NIfTI: a datatype planned but not converted");
+}
+
+}  // namespace
+
+uint64_t NiftiVolume::planes() const {
+  uint64_t n = 1;
+  for (int i = 3; i < 8; ++i) n *= dims[i];
+  return n;
+}
+
+bool is_nifti(const uint8_t* data, size_t size) {
+  bool swapped = false;
+  const int32_t n = header_size(data, size, &swapped);
+  if (n == 348) return size >= 348 && (std::memcmp(data + 344, "n+1", 4) == 0 || std::memcmp(data + 344, "ni1", 4) == 0);
+  if (n == 540) return size >= 540 && (std::memcmp(data + 4, "n+2", 3) == 0 || std::memcmp(data + 4, "ni2", 3) == 0);
+  return false;
+}
+
+NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes) {
+  static std::once_flag quiet;
+  std::call_once(quiet, [] { nifti_set_debug_level(0); });  // its words go to stderr: ours say why
+  bool swapped = false;
+  const int32_t n = header_size(data, size, &swapped);
+  if (n == 0 || size < static_cast<size_t>(n)) invalid_data("NIfTI: the header is cut short");
+  std::unique_ptr<nifti_image, ImageFree> nim;
+  NiftiVolume v;
+  if (n == 348) {
+    nifti_1_header h;
+    std::memcpy(&h, data, sizeof h);
+    nim.reset(nifti_convert_n1hdr2nim(h, "imgstat.nii"));
+  } else {
+    nifti_2_header h;
+    std::memcpy(&h, data, sizeof h);
+    nim.reset(nifti_convert_n2hdr2nim(h, "imgstat.nii"));
+    v.version = 2;
+  }
+  if (!nim) invalid_data("NIfTI: libnifti cannot read the header (its dimensions or datatype are not valid)");
+  // The magic says which (libnifti goes by the file name's extension).
+  const bool pair = n == 348 ? std::memcmp(data + 344, "ni1", 4) == 0 : std::memcmp(data + 4, "ni2", 3) == 0;
+  if (pair)
+    invalid_data("NIfTI: this is the header of a .hdr/.img pair, which holds no voxels; send a .nii "
+                 "(nifti_tool -copy_im, or nibabel's save as .nii)");
+  const int64_t rank = nim->dim[0];
+  if (rank < 1 || rank > 7) invalid_data("NIfTI: dim[0] is " + std::to_string(rank) + ", not 1 to 7");
+  for (int i = 1; i < 8; ++i) {
+    const int64_t d = i <= rank ? nim->dim[i] : 1;
+    if (d < 1) invalid_data("NIfTI: dim[" + std::to_string(i) + "] is " + std::to_string(d) + ": no voxels");
+    v.dims[i] = static_cast<uint64_t>(d);
+  }
+  v.dims[0] = static_cast<uint64_t>(rank);
+  uint64_t planes = 1;
+  for (int i = 3; i < 8; ++i) {
+    if (v.dims[i] > max_planes || planes > max_planes / v.dims[i])
+      fail(ErrorCode::kResourceExhausted, "NIfTI: dim[3] to dim[7] declare more than " + std::to_string(max_planes) +
+                                              " planes, past the limit (--max-planes)");
+    planes *= v.dims[i];
+  }
+  v.datatype = nim->datatype;
+  v.swap = nim->byteorder != nifti_short_order();
+  v.offset = nim->iname_offset < 0 ? 0 : static_cast<uint64_t>(nim->iname_offset);
+  const std::string dt = nifti_datatype_string(nim->datatype);
+  switch (nim->datatype) {
+    case NIFTI_TYPE_UINT8: v.type = SampleType::kUint8; break;
+    case NIFTI_TYPE_INT8: v.type = SampleType::kInt8; break;
+    case NIFTI_TYPE_UINT16: v.type = SampleType::kUint16; break;
+    case NIFTI_TYPE_INT16: v.type = SampleType::kInt16; break;
+    case NIFTI_TYPE_FLOAT32: v.type = SampleType::kFloat32; break;
+    case NIFTI_TYPE_FLOAT64:
+    case NIFTI_TYPE_INT32:
+    case NIFTI_TYPE_UINT32:
+    case NIFTI_TYPE_INT64:
+    case NIFTI_TYPE_UINT64: v.type = SampleType::kFloat64; break;
+    case NIFTI_TYPE_RGB24: v.type = SampleType::kUint8, v.channels = 3; break;
+    case NIFTI_TYPE_RGBA32: v.type = SampleType::kUint8, v.channels = 4; break;
+    default: invalid_data("NIfTI: datatype " + dt + " (" + std::to_string(nim->datatype) + ") is not supported");
+  }
+  const bool rgb = v.channels > 1;
+  v.stored_bytes = rgb ? v.channels : static_cast<uint32_t>(nim->nbyper);
+  // nibabel's rule: a slope of 0 or not finite is no scaling; with one, an
+  // intercept that is not finite is an error.
+  const double slope = nim->scl_slope, inter = nim->scl_inter;
+  if (!rgb && slope != 0 && std::isfinite(slope)) {
+    if (!std::isfinite(inter)) invalid_data("NIfTI: scl_slope " + number(slope) + " with scl_inter " + number(inter));
+    if (slope != 1 || inter != 0) {
+      v.scaled = true, v.slope = slope, v.inter = inter;
+      v.type = SampleType::kFloat64;
+    }
+  }
+  // The voxels must lie in the file.
+  uint64_t bytes = v.width() * v.stored_bytes;  // below 2^63 * 8: checked next
+  if (v.width() > (uint64_t{1} << 40) || v.height() > (uint64_t{1} << 40) ||
+      (v.height() && bytes > UINT64_MAX / v.height()) || (bytes *= v.height(), planes && bytes > UINT64_MAX / planes) ||
+      (bytes *= planes, v.offset > UINT64_MAX - bytes) || v.offset + bytes > size)
+    invalid_data("NIfTI: its header declares " + std::to_string(v.width()) + "x" + std::to_string(v.height()) + "x" +
+                 std::to_string(planes) + " voxels of " + dt + " from byte " + std::to_string(v.offset) +
+                 ", more than the file's " + std::to_string(size) + " bytes hold: truncated or corrupt");
+  auto keep = [&](const char* key, std::string value) { v.keywords.emplace_back(key, std::move(value)); };
+  keep("datatype", dt);
+  keep("version", "NIfTI-" + std::to_string(v.version));
+  std::string pixdim;
+  for (int64_t i = 1; i <= rank; ++i) pixdim += (i > 1 ? " " : "") + number(nim->pixdim[i]);
+  keep("pixdim", pixdim);
+  if (nim->xyz_units) keep("xyz_units", nifti_units_string(nim->xyz_units));
+  if (nim->time_units) keep("time_units", nifti_units_string(nim->time_units));
+  if (v.scaled) keep("scl_slope", number(slope)), keep("scl_inter", number(inter));
+  const std::string descrip = printable(nim->descrip, sizeof nim->descrip);
+  if (!descrip.empty()) keep("descrip", descrip);
+  if (nim->intent_code) keep("intent", nifti_intent_string(nim->intent_code));
+  return v;
+}
+
+void decode_nifti(const uint8_t* data, size_t size, const NiftiVolume& v, const std::vector<uint64_t>& planes,
+                  const std::function<bool()>& cancelled, const RowSink& sink) {
+  const uint64_t width = v.width(), height = v.height();
+  const uint64_t in_row = width * v.stored_bytes, out_row = width * v.channels * sample_size(v.type);
+  const uint64_t plane_bytes = in_row * height;
+  if (v.offset + plane_bytes * v.planes() > size) invalid_data("NIfTI: the voxels end early");
+  const int threads = std::max(1, tbb::this_task_arena::max_concurrency());
+  RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), v.channels, v.type);
+  for (size_t k = 0; k < planes.size(); ++k) {
+    if (k > 0) sink.plane(k);
+    const uint8_t* plane = data + v.offset + planes[k] * plane_bytes;
+    for (uint64_t y = 0; y < height;) {
+      if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+      if (band.count == 0) fail(ErrorCode::kInternal, "NIfTI: the sink gave a band of no rows");
+      const uint64_t n = std::min<uint64_t>(band.count, height - y);
+      const uint64_t samples_per_row = width * v.channels;
+      auto rows = [&](uint64_t r0, uint64_t r1) {
+        convert_samples(v, plane + (y + r0) * in_row, band.rows + r0 * out_row, (r1 - r0) * samples_per_row);
+      };
+      const uint64_t runs = threads > 1 && n * out_row >= (uint64_t{1} << 20) ? std::min<uint64_t>(n, threads) : 1;
+      if (runs == 1) {
+        rows(0, n);
+      } else {
+        tbb::this_task_arena::isolate([&] {
+          tbb::parallel_for(uint64_t{0}, runs, [&](uint64_t i) { rows(n * i / runs, n * (i + 1) / runs); });
+        });
+      }
+      band = sink.band(band.rows, static_cast<uint32_t>(y), static_cast<uint32_t>(n));
+      y += n;
+    }
+  }
+}
+
+}  // namespace imgstat
