@@ -202,6 +202,9 @@ void add_measure_options(CLI::App& app, CliOptions& o) {
   app.add_option("--percentiles", o.percentiles, "percentiles to report with the distribution, 0 to 100")
       ->delimiter(',')->allow_extra_args(false)->check(CLI::Range(0.0, 100.0))->capture_default_str();
   app.add_flag("--allow-truncated", o.allow_truncated, "analyze truncated JPEGs (libjpeg fills the rest with gray)");
+  app.add_flag("--stored-values", o.stored_values,
+               "DICOM: the stored values, not the modality values (RescaleSlope/Intercept applied, MONOCHROME1 "
+               "inverted, padding left out)");
   app.add_option("--decoder", o.decoder,
                  "where JPEG decodes, the answer being the same: auto: the server's GPU when it has one; cpu: libjpeg-turbo; gpu: the GPU or an error")
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}))->capture_default_str();
@@ -274,6 +277,7 @@ std::string set_input_and_measure(const CliOptions& o, Request& request) {
   }
   request.options.set_bins(o.bins);
   request.options.set_allow_truncated(o.allow_truncated);
+  request.options.set_stored_values(o.stored_values);
   request.options.set_decoder(o.decoder == "cpu"   ? v1::DECODER_CHOICE_CPU
                               : o.decoder == "gpu" ? v1::DECODER_CHOICE_GPU
                                                  : v1::DECODER_CHOICE_AUTO);

@@ -97,7 +97,7 @@ namespace {
 bool image_extension(const std::filesystem::path& p) {
   static const char* kExtensions[] = {".png", ".jpg", ".jpeg", ".jpe", ".jfif", ".tif", ".tiff", ".bmp", ".dib",
                                       ".webp", ".gif", ".exr", ".hdr", ".pic", ".pnm", ".pbm", ".pgm", ".ppm",
-                                      ".pam", ".pfm", ".jp2", ".j2k", ".ras", ".sr", ".fits", ".fit", ".fts", ".fz", ".nii"};
+                                      ".pam", ".pfm", ".jp2", ".j2k", ".ras", ".sr", ".fits", ".fit", ".fts", ".fz", ".nii", ".dcm", ".dicom"};
   auto lower = [](std::string s) {
     std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
     return s;

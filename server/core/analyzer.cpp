@@ -320,6 +320,7 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
   DecodeOptions options;
   options.max_pixels = limits_.max_pixels;
   options.allow_truncated = request.options().allow_truncated();
+  options.stored_values = request.options().stored_values();
   options.cancelled = call.cancelled;
   options.release = release;
   options.arrived = arrived;

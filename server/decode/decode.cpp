@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "decode/dicom/dicom.hpp"
 #include "decode/fits/fits.hpp"
 #include "decode/inflate/gzip.hpp"
 #include "decode/nifti/nifti.hpp"
@@ -186,8 +187,8 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   // OpenCV and giflib take sizes as int: only a TIFF that libtiff reads
   // itself (below) may be larger.
   if (size > static_cast<size_t>(INT32_MAX) && p.format != "TIFF" && p.format != "FITS" &&
-      p.format != "NIfTI")
-    fail(ErrorCode::kResourceExhausted, p.format + " files over 2 GiB are not supported (TIFF, BigTIFF, FITS and NIfTI are)");
+      p.format != "NIfTI" && p.format != "DICOM")
+    fail(ErrorCode::kResourceExhausted, p.format + " files over 2 GiB are not supported (TIFF, BigTIFF, FITS, NIfTI and DICOM are)");
   DecodePlan plan{p.format, p.width, p.height, 0};
   uint64_t extra = 0;
   if (p.format == "JPEG") {
@@ -331,6 +332,25 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     const uint64_t row_bytes = plan.width * p.bytes_per_pixel;
     plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, plan.height) + extra;
     plan.band_layout = Layout{plan.width, plan.height, volume.channels, volume.type, 0};
+  }
+  if (p.format == "DICOM") {
+    const DicomImage image = plan_dicom(data, size, options.stored_values, options.max_planes, options.max_pixels);
+    plan.width = image.width;
+    plan.height = image.height;
+    p.has_size = true;
+    p.bytes_per_pixel = image.channels * sample_size(image.type);
+    plan.planes = image.frames;
+    for (uint64_t i : chosen_planes(plan.planes, options)) plan.plane_offsets.push_back(i);
+    plan.first_plane = options.first_plane;
+    plan.stored_bits = image.bits_stored;
+    plan.keywords = image.keywords;
+    plan.channel_names = image.channel_names;
+    plan.dicom = std::make_shared<const DicomImage>(image);
+    // GDCM holds the file's attributes and every frame decoded.
+    extra = image.decoded_bytes + size;
+    const uint64_t row_bytes = plan.width * p.bytes_per_pixel;
+    plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, plan.height) + extra;
+    plan.band_layout = Layout{plan.width, plan.height, image.channels, image.type, 0};
   }
   if (p.format == "PNG" && !png_arriving) {
     const ApngPlan apng = plan_apng(data, size, options.max_planes);
@@ -619,6 +639,10 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     decode_nifti(bytes, bytes_size, *plan.nifti, plan.plane_offsets, options.cancelled, sink);
     out.taken = true;
     out.decoder = "libnifti";
+  } else if (plan.format == "DICOM" && plan.dicom) {
+    decode_dicom(data, size, *plan.dicom, options.stored_values, plan.plane_offsets, options.cancelled, sink);
+    out.taken = true;
+    out.decoder = "gdcm";
   }
   return out;
 }

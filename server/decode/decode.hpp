@@ -52,10 +52,14 @@ struct DecodeOptions {
   // A compressed file (a gzip-compressed FITS) is inflated into memory when
   // planned: at most this many bytes (the analyzer's decode memory limit).
   uint64_t max_expanded_bytes = uint64_t{1} << 30;
+  // DICOM: the stored values, without the modality LUT, MONOCHROME1's
+  // inversion or padding left out (Options.stored_values).
+  bool stored_values = false;
 };
 
 struct FitsImage;
 struct NiftiVolume;
+struct DicomImage;
 
 // How a stack's planes are laid out, where the file says (an ImageJ
 // hyperstack's description, an OME-TIFF's OME-XML): the plane axes in the
@@ -132,6 +136,7 @@ struct DecodePlan {
   std::shared_ptr<const std::vector<uint8_t>> expanded;
   std::shared_ptr<const FitsImage> fits;  // the FITS image HDU read
   std::shared_ptr<const NiftiVolume> nifti;
+  std::shared_ptr<const DicomImage> dicom;
   uint64_t chosen_planes() const { return plane_offsets.empty() ? 1 : plane_offsets.size() / pages_per_plane; }
 };
 

@@ -1,4 +1,5 @@
 #include "decode/sniff.hpp"
+#include "decode/dicom/dicom.hpp"
 #include "decode/inflate/gzip.hpp"
 #include "decode/nifti/nifti.hpp"
 
@@ -246,6 +247,9 @@ Probe probe(const uint8_t* d, size_t n) {
         if (p.height <= (uint64_t{1} << 40) / std::max<uint64_t>(row, 1)) p.least_bytes = p.height * row / 1032;
       }
     }
+  } else if (is_dicom(d, n)) {
+    p.format = "DICOM";  // GDCM reads its attributes (dicom/)
+    p.bytes_per_pixel = 8;
   } else if (is_nifti(d, n) || is_nifti_gzip(d, n)) {
     p.format = "NIfTI";  // libnifti reads its header (nifti/)
     p.bytes_per_pixel = 8;
@@ -314,7 +318,7 @@ Probe probe(const uint8_t* d, size_t n) {
 
 const std::vector<std::string>& supported_formats() {
   static const std::vector<std::string> formats = {"PNG", "JPEG", "TIFF", "BMP", "WebP", "GIF", "EXR",
-                                                   "HDR", "PNM", "PAM", "PFM", "JPEG2000", "SunRaster", "FITS", "NIfTI"};
+                                                   "HDR", "PNM", "PAM", "PFM", "JPEG2000", "SunRaster", "FITS", "NIfTI", "DICOM"};
   return formats;
 }
 

@@ -1,0 +1,347 @@
+#include "decode/dicom/dicom.hpp"
+
+#include <gdcmExplicitDataElement.h>
+#include <gdcmFileMetaInformation.h>
+#include <gdcmImage.h>
+#include <gdcmImplicitDataElement.h>
+#include <gdcmSequenceOfFragments.h>
+#include <gdcmImageReader.h>
+#include <gdcmStringFilter.h>
+#include <gdcmTrace.h>
+#include <gdcmTransferSyntax.h>
+
+#include <cmath>
+#include <cstring>
+#include <istream>
+#include <limits>
+#include <mutex>
+#include <streambuf>
+
+#include "decode/decode.hpp"
+
+namespace imgstat {
+namespace {
+
+// A read-only stream over the file's bytes, which GDCM seeks in.
+class MemoryBuffer : public std::streambuf {
+ public:
+  MemoryBuffer(const uint8_t* data, size_t size) {
+    char* p = reinterpret_cast<char*>(const_cast<uint8_t*>(data));
+    setg(p, p, p + size);
+  }
+
+ protected:
+  pos_type seekoff(off_type off, std::ios_base::seekdir dir, std::ios_base::openmode) override {
+    const off_type base = dir == std::ios_base::beg ? 0 : dir == std::ios_base::cur ? gptr() - eback() : egptr() - eback();
+    return seekpos(pos_type(base + off), std::ios_base::in);
+  }
+  pos_type seekpos(pos_type pos, std::ios_base::openmode) override {
+    const off_type at = off_type(pos);
+    if (at < 0 || at > egptr() - eback()) return pos_type(off_type(-1));
+    setg(eback(), eback() + at, egptr());
+    return pos;
+  }
+};
+
+void quiet_gdcm() {
+  static std::once_flag once;
+  // GDCM's warnings print attribute values: nothing of a file goes to a log.
+  std::call_once(once, [] {
+    gdcm::Trace::SetDebug(false);
+    gdcm::Trace::SetWarning(false);
+    gdcm::Trace::SetError(false);
+  });
+}
+
+std::string printable(std::string s) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\0')) s.pop_back();
+  return s;
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+bool integral(double v) { return std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9.0e15; }
+
+// What plan and decode both derive from a file's image.
+struct Reading {
+  MemoryBuffer buffer;
+  std::istream stream;
+  gdcm::ImageReader reader;
+  size_t size;
+  Reading(const uint8_t* data, size_t bytes) : buffer(data, bytes), stream(&buffer), size(bytes) {
+    quiet_gdcm();
+    reader.SetStream(stream);
+  }
+};
+
+struct Values {
+  SampleType stored = SampleType::kUint16;
+  bool stored_wide = false;  // 32-bit integers or floats: float64 (or their float type)
+  double slope = 1, intercept = 0;
+  double lo = 0, hi = 0;     // the values the stored bits can give, after the modality LUT
+  bool padding = false;
+  double pad_lo = 0, pad_hi = 0;  // stored values that are padding
+  bool invert = false;
+  bool colour = false;
+  uint32_t bytes = 2;        // stored bytes a sample
+  bool is_signed = false, is_float = false;
+};
+
+SampleType narrowest(double lo, double hi) {
+  if (lo >= 0 && hi <= 255) return SampleType::kUint8;
+  if (lo >= -128 && hi <= 127) return SampleType::kInt8;
+  if (lo >= 0 && hi <= 65535) return SampleType::kUint16;
+  if (lo >= -32768 && hi <= 32767) return SampleType::kInt16;
+  return SampleType::kFloat64;
+}
+
+}  // namespace
+
+bool is_dicom(const uint8_t* data, size_t size) { return size >= 132 && std::memcmp(data + 128, "DICM", 4) == 0; }
+
+namespace {
+
+// The image's layout and values, from its attributes alone (no pixel decoded).
+DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_t max_pixels, Values* v) {
+  if (!r.reader.Read())
+    invalid_data("DICOM: GDCM cannot read it as an image (no pixel data, or damaged attributes)");
+  const gdcm::Image& im = r.reader.GetImage();
+  const gdcm::PixelFormat pf = im.GetPixelFormat();
+  DicomImage out;
+  out.width = im.GetDimension(0);
+  out.height = im.GetDimension(1);
+  out.frames = im.GetNumberOfDimensions() > 2 ? im.GetDimension(2) : 1;
+  if (out.width == 0 || out.height == 0 || out.frames == 0) invalid_data("DICOM: the image has no pixels (Rows, Columns or frames 0)");
+  if (out.frames > max_planes)
+    fail(ErrorCode::kResourceExhausted, "DICOM: " + std::to_string(out.frames) + " frames, past the limit of " +
+                                            std::to_string(max_planes) + " (--max-planes)");
+  if (out.height > max_pixels / out.width)
+    fail(ErrorCode::kResourceExhausted, "DICOM: frames of " + std::to_string(out.width) + "x" +
+                                            std::to_string(out.height) + " pixels, over the limit of " +
+                                            std::to_string(max_pixels));
+  const unsigned spp = pf.GetSamplesPerPixel();
+  if (spp != 1 && spp != 3) invalid_data("DICOM: " + std::to_string(spp) + " samples a pixel (1 or 3 are read)");
+  out.channels = spp;
+  const gdcm::PhotometricInterpretation pi = im.GetPhotometricInterpretation();
+  const std::string pi_name = printable(gdcm::PhotometricInterpretation::GetPIString(pi));
+  if (pi == gdcm::PhotometricInterpretation::PALETTE_COLOR)
+    invalid_data("DICOM: PALETTE COLOR images are not read yet (their lookup table is not applied)");
+  v->bytes = pf.GetBitsAllocated() <= 8 ? 1 : pf.GetBitsAllocated() <= 16 ? 2 : pf.GetBitsAllocated() <= 32 ? 4 : 8;
+  if (pf.GetBitsAllocated() == 1) invalid_data("DICOM: 1-bit pixel data (a binary segmentation) is not read yet");
+  out.bits_stored = pf.GetBitsStored();
+  v->is_signed = pf.GetPixelRepresentation() == 1;
+  const gdcm::PixelFormat::ScalarType st = pf.GetScalarType();
+  v->is_float = st == gdcm::PixelFormat::FLOAT32 || st == gdcm::PixelFormat::FLOAT64 || st == gdcm::PixelFormat::FLOAT16;
+  if (st == gdcm::PixelFormat::FLOAT16) invalid_data("DICOM: 16-bit float pixel data is not read");
+  switch (v->bytes) {
+    case 1: v->stored = v->is_signed ? SampleType::kInt8 : SampleType::kUint8; break;
+    case 2: v->stored = v->is_signed ? SampleType::kInt16 : SampleType::kUint16; break;
+    case 4: v->stored = v->is_float ? SampleType::kFloat32 : SampleType::kFloat64, v->stored_wide = !v->is_float; break;
+    default: v->stored = SampleType::kFloat64, v->stored_wide = !v->is_float; break;
+  }
+  v->colour = spp == 3;
+  const gdcm::TransferSyntax& ts = im.GetTransferSyntax();
+  const bool jpeg_lossy = ts == gdcm::TransferSyntax::JPEGBaselineProcess1 || ts == gdcm::TransferSyntax::JPEGExtendedProcess2_4;
+  if (v->colour) {
+    const bool ybr = pi_name.rfind("YBR", 0) == 0 && !jpeg_lossy;
+    out.channel_names = ybr ? std::vector<std::string>{"Y", "Cb", "Cr"} : std::vector<std::string>{"R", "G", "B"};
+  }
+  // The modality LUT, padding and MONOCHROME1: gray images' values.
+  const unsigned b = std::max<unsigned>(1, std::min<unsigned>(out.bits_stored ? out.bits_stored : pf.GetBitsAllocated(), 32));
+  const double smin = v->is_signed ? -std::ldexp(1.0, b - 1) : 0;
+  const double smax = v->is_signed ? std::ldexp(1.0, b - 1) - 1 : std::ldexp(1.0, b) - 1;
+  gdcm::StringFilter sf;
+  sf.SetFile(r.reader.GetFile());
+  auto attribute = [&](uint16_t group, uint16_t element) {
+    const gdcm::Tag tag(group, element);
+    if (!r.reader.GetFile().GetDataSet().FindDataElement(tag)) return std::string();
+    return printable(sf.ToString(tag));
+  };
+  SampleType type = v->stored;
+  if (!stored_values && !v->colour) {
+    v->slope = im.GetSlope();
+    v->intercept = im.GetIntercept();
+    if (!std::isfinite(v->slope) || !std::isfinite(v->intercept) || v->slope == 0) v->slope = 1, v->intercept = 0;
+    const double a = v->slope * smin + v->intercept, c = v->slope * smax + v->intercept;
+    v->lo = std::min(a, c), v->hi = std::max(a, c);
+    const bool identity = v->slope == 1 && v->intercept == 0;
+    if (v->is_float) type = identity ? v->stored : SampleType::kFloat64;
+    else if (integral(v->slope) && integral(v->intercept)) type = identity && !v->stored_wide ? v->stored : narrowest(v->lo, v->hi);
+    else type = SampleType::kFloat64;
+    const std::string pad = attribute(0x0028, 0x0120), limit = attribute(0x0028, 0x0121);
+    if (!pad.empty() && !v->is_float) {
+      v->padding = true;
+      v->pad_lo = std::strtod(pad.c_str(), nullptr);
+      v->pad_hi = limit.empty() ? v->pad_lo : std::strtod(limit.c_str(), nullptr);
+      if (v->pad_hi < v->pad_lo) std::swap(v->pad_lo, v->pad_hi);
+      // Missing pixels are NaN: float32 where it holds every value exactly.
+      type = type != SampleType::kFloat64 && std::fabs(v->lo) < (1 << 24) && std::fabs(v->hi) < (1 << 24)
+                 ? SampleType::kFloat32 : SampleType::kFloat64;
+    }
+    v->invert = pi == gdcm::PhotometricInterpretation::MONOCHROME1;
+  }
+  out.type = type;
+  out.decoded_bytes = out.width * out.height * out.frames * spp * v->bytes;
+  // GDCM reads a file cut short as if its last element were whole (zeros
+  // for what is missing), and decodes fewer frames than declared as zeros
+  // too: the attributes' lengths must lie in the file, and the pixel data
+  // must hold every frame declared.
+  const gdcm::File& file = r.reader.GetFile();
+  const gdcm::DataSet& ds = file.GetDataSet();
+  const uint64_t declared = uint64_t{file.GetHeader().GetFullLength()} +
+                            (file.GetHeader().GetDataSetTransferSyntax().IsImplicit()
+                                 ? uint64_t{ds.GetLength<gdcm::ImplicitDataElement>()}
+                                 : uint64_t{ds.GetLength<gdcm::ExplicitDataElement>()});
+  if (declared > r.size)
+    invalid_data("DICOM: its attributes declare " + std::to_string(declared) + " bytes, but the file holds " +
+                 std::to_string(r.size) + ": truncated");
+  const gdcm::DataElement& pixel_data = ds.GetDataElement(gdcm::Tag(0x7fe0, 0x0010));
+  if (const gdcm::ByteValue* bv = pixel_data.GetByteValue()) {
+    if (uint64_t{bv->GetLength()} < out.decoded_bytes)
+      invalid_data("DICOM: its pixel data holds " + std::to_string(bv->GetLength()) + " bytes, but " +
+                   std::to_string(out.frames) + " frames of " + std::to_string(out.width) + "x" +
+                   std::to_string(out.height) + " need " + std::to_string(out.decoded_bytes));
+  } else if (const gdcm::SequenceOfFragments* fragments = pixel_data.GetSequenceOfFragments()) {
+    if (fragments->GetNumberOfFragments() < out.frames)
+      invalid_data("DICOM: " + std::to_string(out.frames) + " frames declared, but its compressed pixel data has " +
+                   std::to_string(fragments->GetNumberOfFragments()) + " fragments");
+  } else {
+    invalid_data("DICOM: no pixel data");
+  }
+  auto keep = [&](const char* key, std::string value) {
+    if (!value.empty()) out.keywords.emplace_back(key, std::move(value));
+  };
+  // The allowlist: nothing that names or dates a patient.
+  keep("Modality", attribute(0x0008, 0x0060));
+  keep("BodyPartExamined", attribute(0x0018, 0x0015));
+  keep("SeriesDescription", attribute(0x0008, 0x103e));
+  keep("PixelSpacing", attribute(0x0028, 0x0030));
+  keep("SliceThickness", attribute(0x0018, 0x0050));
+  keep("PhotometricInterpretation", pi_name);
+  keep("TransferSyntaxUID", printable(ts.GetString() ? ts.GetString() : ""));
+  keep("TransferSyntax", printable(gdcm::TransferSyntax::GetTSString(ts) ? gdcm::TransferSyntax::GetTSString(ts) : ""));
+  keep("BitsStored", std::to_string(out.bits_stored));
+  if (!stored_values && !v->colour) {
+    if (v->slope != 1 || v->intercept != 0) keep("RescaleSlope", number(v->slope)), keep("RescaleIntercept", number(v->intercept));
+    keep("values", std::string(v->slope != 1 || v->intercept != 0 ? "modality (rescaled)" : "modality (as stored)") +
+                       (v->invert ? ", MONOCHROME1 inverted (lo + hi - value)" : "") +
+                       (v->padding ? ", padding missing" : ""));
+  } else if (stored_values) {
+    keep("values", "stored");
+  }
+  return out;
+}
+
+template <class S>
+void convert_gray(const uint8_t* from, uint64_t n, const Values& v, SampleType to_type, uint8_t* to) {
+  const bool identity = v.slope == 1 && v.intercept == 0 && !v.invert && !v.padding;
+  for (uint64_t i = 0; i < n; ++i) {
+    S s;
+    std::memcpy(&s, from + i * sizeof(S), sizeof(S));
+    double x = static_cast<double>(s);
+    const bool missing = v.padding && x >= v.pad_lo && x <= v.pad_hi;
+    if (!identity) {
+      double product = x * v.slope;
+      asm("" : "+x"(product));  // pydicom's order: the product, then the sum, each rounded
+      x = product + v.intercept;
+      if (v.invert) x = v.lo + v.hi - x;
+    }
+    switch (to_type) {
+      case SampleType::kUint8: to[i] = static_cast<uint8_t>(x); break;
+      case SampleType::kInt8: { const int8_t t = static_cast<int8_t>(x); std::memcpy(to + i, &t, 1); break; }
+      case SampleType::kUint16: { const uint16_t t = static_cast<uint16_t>(x); std::memcpy(to + 2 * i, &t, 2); break; }
+      case SampleType::kInt16: { const int16_t t = static_cast<int16_t>(x); std::memcpy(to + 2 * i, &t, 2); break; }
+      case SampleType::kFloat32: {
+        const float t = missing ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(x);
+        std::memcpy(to + 4 * i, &t, 4);
+        break;
+      }
+      case SampleType::kFloat64: {
+        const double t = missing ? std::numeric_limits<double>::quiet_NaN() : x;
+        std::memcpy(to + 8 * i, &t, 8);
+        break;
+      }
+    }
+  }
+}
+
+void convert(const uint8_t* from, uint64_t n, const Values& v, SampleType to_type, uint8_t* to) {
+  if (!v.is_float && !v.stored_wide && v.stored == to_type && v.slope == 1 && v.intercept == 0 && !v.invert && !v.padding) {
+    std::memcpy(to, from, n * v.bytes);
+    return;
+  }
+  if (v.is_float) {
+    if (v.bytes == 4) return convert_gray<float>(from, n, v, to_type, to);
+    return convert_gray<double>(from, n, v, to_type, to);
+  }
+  switch (v.bytes) {
+    case 1: return v.is_signed ? convert_gray<int8_t>(from, n, v, to_type, to) : convert_gray<uint8_t>(from, n, v, to_type, to);
+    case 2: return v.is_signed ? convert_gray<int16_t>(from, n, v, to_type, to) : convert_gray<uint16_t>(from, n, v, to_type, to);
+    case 4: return v.is_signed ? convert_gray<int32_t>(from, n, v, to_type, to) : convert_gray<uint32_t>(from, n, v, to_type, to);
+    default: return v.is_signed ? convert_gray<int64_t>(from, n, v, to_type, to) : convert_gray<uint64_t>(from, n, v, to_type, to);
+  }
+}
+
+}  // namespace
+
+DicomImage plan_dicom(const uint8_t* data, size_t size, bool stored_values, uint64_t max_planes, uint64_t max_pixels) {
+  Reading r(data, size);
+  Values v;
+  return describe(r, stored_values, max_planes, max_pixels, &v);
+}
+
+void decode_dicom(const uint8_t* data, size_t size, const DicomImage& planned, bool stored_values,
+                  const std::vector<uint64_t>& frames, const std::function<bool()>& cancelled, const RowSink& sink) {
+  Reading r(data, size);
+  Values v;
+  const DicomImage image = describe(r, stored_values, uint64_t{1} << 40, uint64_t{1} << 62, &v);
+  if (image.width != planned.width || image.height != planned.height || image.type != planned.type)
+    fail(ErrorCode::kInternal, "DICOM: read otherwise than planned");
+  const gdcm::Image& im = r.reader.GetImage();
+  if (im.GetBufferLength() != image.decoded_bytes)
+    invalid_data("DICOM: GDCM gives " + std::to_string(im.GetBufferLength()) + " bytes of pixels where " +
+                 std::to_string(image.decoded_bytes) + " were declared");
+  std::vector<uint8_t> pixels(image.decoded_bytes);
+  if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+  if (!im.GetBuffer(reinterpret_cast<char*>(pixels.data())))
+    invalid_data("DICOM: GDCM cannot decode its pixel data (" +
+                 printable(gdcm::TransferSyntax::GetTSString(im.GetTransferSyntax()) ? gdcm::TransferSyntax::GetTSString(im.GetTransferSyntax()) : "unknown transfer syntax") +
+                 ": damaged, or a codec it lacks)");
+  const uint64_t samples_per_row = image.width * image.channels, frame_samples = samples_per_row * image.height;
+  const uint64_t out_row = samples_per_row * sample_size(image.type);
+  const bool planar = image.channels > 1 && im.GetPlanarConfiguration() == 1;
+  RowBand band = sink.begin(static_cast<uint32_t>(image.width), static_cast<uint32_t>(image.height), image.channels, image.type);
+  std::vector<uint8_t> row;
+  for (size_t k = 0; k < frames.size(); ++k) {
+    if (k > 0) sink.plane(k);
+    const uint8_t* frame = pixels.data() + frames[k] * frame_samples * v.bytes;
+    for (uint64_t y = 0; y < image.height;) {
+      if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+      if (band.count == 0) fail(ErrorCode::kInternal, "DICOM: the sink gave a band of no rows");
+      const uint64_t n = std::min<uint64_t>(band.count, image.height - y);
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint8_t* from = frame + (y + i) * samples_per_row * v.bytes;
+        if (planar) {  // RRR GGG BBB: a row of each plane, interleaved
+          row.resize(samples_per_row * v.bytes);
+          const uint64_t plane = image.width * image.height * v.bytes;
+          for (uint64_t x = 0; x < image.width; ++x)
+            for (uint32_t c = 0; c < image.channels; ++c)
+              std::memcpy(row.data() + (x * image.channels + c) * v.bytes,
+                          frame + c * plane + ((y + i) * image.width + x) * v.bytes, v.bytes);
+          from = row.data();
+        }
+        convert(from, samples_per_row, v, image.type, band.rows + i * out_row);
+      }
+      band = sink.band(band.rows, static_cast<uint32_t>(y), static_cast<uint32_t>(n));
+      y += n;
+    }
+  }
+}
+
+}  // namespace imgstat

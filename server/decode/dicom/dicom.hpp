@@ -1,0 +1,55 @@
+// DICOM images through GDCM (Debian's libgdcm: uncompressed little and big
+// endian, JPEG baseline, extended and lossless, JPEG-LS, JPEG 2000, RLE),
+// their values as pydicom's apply_modality_lut gives them:
+// - modality values by default: RescaleSlope * stored + RescaleIntercept
+//   (Hounsfield units for CT). Where slope and intercept are integers the
+//   values are integers, in the narrowest of uint8, int8, uint16 and int16
+//   that holds every value the stored bits can give (float64 past them);
+//   other scalings are float64;
+// - Pixel Padding Value (and its range limit): those pixels are missing,
+//   NaN (float32 where that holds every value exactly, else float64), left
+//   out of every statistic and counted apart;
+// - MONOCHROME1 is inverted as viewers show it, within the values' range
+//   (lo + hi - v), and a fact says so;
+// - stored values on request (DecodeOptions::stored_values): the samples as
+//   the file holds them, nothing applied;
+// - frames are planes; colour (RGB, YBR) is channels, planar or not; JPEG's
+//   YCbCr comes as libjpeg converts it (RGB).
+// Personal data stays out: of the attributes, only the allowlisted facts
+// (modality, body part, series description, pixel spacing, slice
+// thickness, transfer syntax, photometric interpretation, rescale) are
+// read into answers, and GDCM's own messages are silenced.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "decode/rows.hpp"
+#include "imgstat/engine.hpp"
+
+namespace imgstat {
+
+struct DicomImage {
+  uint64_t width = 0, height = 0, frames = 1;
+  uint32_t channels = 1;
+  SampleType type = SampleType::kUint16;  // the values' (as above)
+  uint32_t bits_stored = 0;
+  uint64_t decoded_bytes = 0;  // GDCM's buffer of every frame
+  std::vector<std::string> channel_names;
+  std::vector<std::pair<std::string, std::string>> keywords;
+  std::vector<std::string> warnings;
+};
+
+bool is_dicom(const uint8_t* data, size_t size);  // "DICM" at 128
+// Throws kInvalidArgument naming what is not read; kResourceExhausted for
+// frames past max_planes or frames past max_pixels.
+DicomImage plan_dicom(const uint8_t* data, size_t size, bool stored_values, uint64_t max_planes, uint64_t max_pixels);
+// The chosen frames, one after another, in the sink's bands.
+void decode_dicom(const uint8_t* data, size_t size, const DicomImage& image, bool stored_values,
+                  const std::vector<uint64_t>& frames, const std::function<bool()>& cancelled, const RowSink& sink);
+
+}  // namespace imgstat

@@ -1,0 +1,250 @@
+#!/usr/bin/python3
+"""DICOM files through imgstat-client --local and a live server, against
+pydicom and numpy over the same values.
+
+    check.py SERVER_BIN CLIENT_BIN WORK
+
+Each file is written here by pydicom: CT with RescaleIntercept -1024
+(Hounsfield units, int16), MR unscaled, a non-integral slope (float64),
+MONOCHROME1 (inverted), Pixel Padding Value and its range (missing),
+multi-frame (planes), RGB chunky and planar, YBR_FULL, signed 8-bit, each
+uncompressed transfer syntax (explicit and implicit little endian, explicit
+big endian) and RLE Lossless (pydicom's encoder). The values are pydicom's
+pixel_array through apply_modality_lut, then the inversion and padding as
+imgstat documents them; --stored-values gives pixel_array itself. Count,
+NaN counts, min, max and the integer histogram equal, sum, mean and stddev
+within 1e-12 relative; each frame; the facts. Personal data stays out: the
+patient's name, ID and birth date written into every file are searched for
+in every answer (JSON and table), the server's log and its metrics, and
+found nowhere. Then the refusals: a truncated file, one declaring 10^6
+frames, a file without pixel data.
+"""
+import os
+import subprocess
+import sys
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from live_server import start_server  # noqa: E402
+from verdicts import equal, fail, finish  # noqa: E402
+
+try:
+    import numpy as np
+    import pydicom
+    from pydicom.dataset import Dataset, FileDataset, FileMetaDataset
+    from pydicom.pixel_data_handlers.util import apply_modality_lut
+    from pydicom.uid import (ExplicitVRBigEndian, ExplicitVRLittleEndian, ImplicitVRLittleEndian, RLELossless,
+                             generate_uid)
+except ImportError as e:  # scripts/install-deps installs python3-numpy and python3-pydicom
+    print("skipped:", e)
+    sys.exit(77)
+from science import answers, check_stats, refused  # noqa: E402
+
+SECRETS = ["Doe^Jane", "PID-31337", "19700101", "Saint Elsewhere"]
+
+
+def dataset(pixels, syntax=ExplicitVRLittleEndian, photometric="MONOCHROME2", signed=False, bits_stored=None,
+            planar=0, **attributes):
+    """A FileDataset of pixels ((frames,) rows, cols(, 3)) with the patient's data written in."""
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.2"
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = syntax
+    ds = FileDataset(None, Dataset(), file_meta=meta, preamble=b"\0" * 128)
+    ds.PatientName, ds.PatientID, ds.PatientBirthDate, ds.InstitutionName = SECRETS
+    ds.SOPClassUID = meta.MediaStorageSOPClassUID
+    ds.SOPInstanceUID = meta.MediaStorageSOPInstanceUID
+    ds.SeriesInstanceUID = generate_uid()
+    ds.Modality = attributes.pop("Modality", "OT")
+    colour = pixels.ndim == (4 if "NumberOfFrames" in attributes else 3) and pixels.shape[-1] == 3
+    ds.SamplesPerPixel = 3 if colour else 1
+    ds.PhotometricInterpretation = photometric
+    if colour:
+        ds.PlanarConfiguration = planar
+    frames = attributes.pop("NumberOfFrames", None)
+    if frames:
+        ds.NumberOfFrames = frames
+    shape = pixels.shape[1:] if frames else pixels.shape
+    ds.Rows, ds.Columns = shape[0], shape[1]
+    ds.BitsAllocated = pixels.dtype.itemsize * 8
+    ds.BitsStored = bits_stored or ds.BitsAllocated
+    ds.HighBit = ds.BitsStored - 1
+    ds.PixelRepresentation = 1 if signed else 0
+    for k, v in attributes.items():
+        setattr(ds, k, v)
+    ds.is_little_endian = syntax != ExplicitVRBigEndian
+    ds.is_implicit_VR = syntax == ImplicitVRLittleEndian
+    data = pixels
+    if colour and planar:
+        data = np.moveaxis(pixels, -1, -3)  # RRR GGG BBB
+    data = np.ascontiguousarray(data)
+    if syntax == ExplicitVRBigEndian:
+        data = data.byteswap()
+    ds.PixelData = data.tobytes()
+    return ds
+
+
+def make_files(work, rng):
+    """[(name, path, pixel values as imgstat should see them (frames, rows, cols, channels), type)]."""
+    files = []
+
+    def put(name, ds, values, typ):
+        path = os.path.join(work, name)
+        ds.save_as(path, write_like_original=False)
+        files.append((name, path, values, typ))
+
+    stored = rng.integers(0, 4096, (37, 41), dtype=np.uint16)  # 12 bits stored
+    ct = dataset(stored, Modality="CT", bits_stored=12, RescaleSlope=1, RescaleIntercept=-1024,
+                 BodyPartExamined="CHEST", SeriesDescription="AXIAL 1mm", PixelSpacing=[0.5, 0.5], SliceThickness=1.0)
+    put("ct-hu.dcm", ct, stored.astype(np.int64) - 1024, "int16")
+    mr = rng.integers(0, 65536, (23, 29), dtype=np.uint16)
+    put("mr-implicit.dcm", dataset(mr, ImplicitVRLittleEndian, Modality="MR"), mr, "uint16")
+    put("mr-big-endian.dcm", dataset(mr, ExplicitVRBigEndian, Modality="MR"), mr, "uint16")
+    s16 = rng.integers(-2000, 2000, (19, 17), dtype=np.int16)
+    put("pt-slope.dcm", dataset(s16, signed=True, Modality="PT", RescaleSlope="0.25", RescaleIntercept="3.5"),
+        s16 * 0.25 + 3.5, "float64")
+    cr = rng.integers(0, 1024, (31, 33), dtype=np.uint16)
+    put("cr-monochrome1.dcm", dataset(cr, photometric="MONOCHROME1", bits_stored=10, Modality="CR"), 1023 - cr.astype(np.int64),
+        "uint16")
+    pad = rng.integers(0, 3000, (29, 31), dtype=np.uint16)
+    pad[0, :] = 0
+    pad[1, :5] = 5  # within the padding range 0..7
+    ds = dataset(pad, Modality="CT", bits_stored=12, RescaleSlope=1, RescaleIntercept=-1024)
+    ds.add_new(0x00280120, "US", 0)
+    ds.add_new(0x00280121, "US", 7)
+    v = pad.astype(np.float64) - 1024
+    v[pad <= 7] = np.nan
+    put("ct-padding.dcm", ds, v, "float32")
+    frames = rng.integers(0, 256, (4, 13, 15), dtype=np.uint8)
+    put("multiframe.dcm", dataset(frames, NumberOfFrames=4, Modality="XA"), frames, "uint8")
+    rgb = rng.integers(0, 256, (11, 9, 3), dtype=np.uint8)
+    put("rgb.dcm", dataset(rgb, photometric="RGB", Modality="XC"), rgb, "uint8")
+    put("rgb-planar.dcm", dataset(rgb, photometric="RGB", planar=1, Modality="XC"), rgb, "uint8")
+    put("ybr-full.dcm", dataset(rgb, photometric="YBR_FULL", Modality="XC"), rgb, "uint8")
+    s8 = rng.integers(-128, 128, (7, 9), dtype=np.int8)
+    put("int8.dcm", dataset(s8, signed=True), s8, "int8")
+    rle = dataset(stored.astype(np.uint16), Modality="CT", bits_stored=12, RescaleSlope=1, RescaleIntercept=-1024)
+    rle.compress(RLELossless, stored.astype(np.uint16))
+    put("ct-rle.dcm", rle, stored.astype(np.int64) - 1024, "int16")
+    return files
+
+
+def as_frames(values, multi):
+    v = np.asarray(values)
+    if not multi:
+        v = v[None]
+    if v.ndim == 3:
+        v = v[..., None]
+    return v
+
+
+def reference(path):
+    """pydicom's modality values of a file, and its stored values."""
+    ds = pydicom.dcmread(path)
+    arr = ds.pixel_array
+    return apply_modality_lut(arr, ds), arr, ds
+
+
+def check_file(client_bin, where, name, path, values, typ, how, texts):
+    what = f"{name} ({how})"
+    modality, stored, ds = reference(path)
+    multi = int(getattr(ds, "NumberOfFrames", 1) or 1) > 1
+    v = as_frames(values, multi)
+    # The test's values against pydicom's (before imgstat's inversion and padding).
+    pyd = as_frames(modality, multi).astype(np.float64)
+    ok = np.isfinite(v.astype(np.float64))
+    if ds.PhotometricInterpretation != "MONOCHROME1" and not np.array_equal(pyd[ok], v.astype(np.float64)[ok]):
+        fail(f"{what}: the test's values are not pydicom's")
+    got = answers(client_bin, where, "--stats", "min_max,sum,stddev,histogram", "--planes", path)
+    texts.append(str(got))
+    if len(got) != 1:
+        return fail(f"{what}: {len(got)} answers")
+    a = got[0]
+    equal(a.get("format"), "DICOM", what + " format")
+    equal(a.get("sample_type"), typ, what + " sample type")
+    equal((a.get("width"), a.get("height")), (v.shape[2], v.shape[1]), what + " size")
+    chans = a.get("channels", [])
+    equal(len(chans), v.shape[3], what + " channels")
+    for c, ch in enumerate(chans[: v.shape[3]]):
+        x = v[..., c]
+        check_stats(ch, x.astype(np.float64) if typ.startswith("float") else x, typ, f"{what} {ch['name']}")
+    if v.shape[0] > 1:
+        for p in a.get("planes", []):
+            x = v[p["index"], ..., 0]
+            check_stats(p["channels"][0], x, typ, f"{what} frame {p['index']}")
+    kw = a["facts"].get("keywords", {})
+    equal(kw.get("Modality"), ds.Modality, what + " Modality fact")
+    equal(kw.get("TransferSyntaxUID"), str(ds.file_meta.TransferSyntaxUID), what + " transfer syntax fact")
+    if "BodyPartExamined" in ds:
+        equal(kw.get("BodyPartExamined"), ds.BodyPartExamined, what + " BodyPartExamined fact")
+    if v.shape[3] == 1 and ds.PhotometricInterpretation.startswith("MONO"):
+        # --stored-values: pixel_array as pydicom gives it.
+        raw = answers(client_bin, where, "--stored-values", "--stats", "min_max,sum,stddev", path)
+        texts.append(str(raw))
+        if raw:
+            st = as_frames(stored, multi)[..., 0]
+            st = st.astype(st.dtype.newbyteorder("="))
+            styp = {np.dtype(np.uint8): "uint8", np.dtype(np.int8): "int8", np.dtype(np.uint16): "uint16",
+                    np.dtype(np.int16): "int16"}[st.dtype]
+            equal(raw[0].get("sample_type"), styp, what + " stored values' type")
+            check_stats(raw[0]["channels"][0], st, styp, what + " stored values")
+    table = subprocess.run([client_bin, *where, path], capture_output=True, text=True, timeout=600)
+    texts.append(table.stdout + table.stderr)
+
+
+def check_refusals(client_bin, where, work, how):
+    ok = dataset(np.ones((64, 64), dtype=np.uint16))
+    path = os.path.join(work, "whole.dcm")
+    ok.save_as(path, write_like_original=False)
+    raw = open(path, "rb").read()
+    with open(os.path.join(work, "truncated.dcm"), "wb") as f:
+        f.write(raw[: len(raw) - 4000])
+    refused(client_bin, where, os.path.join(work, "truncated.dcm"), "INVALID_ARGUMENT", f"truncated ({how})")
+    many = dataset(np.ones((2, 4, 4), dtype=np.uint8), NumberOfFrames=2)
+    many.NumberOfFrames = 1000000
+    many.save_as(os.path.join(work, "many-frames.dcm"), write_like_original=False)
+    refused(client_bin, where, os.path.join(work, "many-frames.dcm"), "INVALID_ARGUMENT", f"10^6 frames declared ({how})")
+
+    nopix = dataset(np.ones((4, 4), dtype=np.uint8))
+    del nopix.PixelData
+    nopix.save_as(os.path.join(work, "no-pixels.dcm"), write_like_original=False)
+    refused(client_bin, where, os.path.join(work, "no-pixels.dcm"), "INVALID_ARGUMENT", f"no pixel data ({how})")
+
+
+def main():
+    if len(sys.argv) != 4:
+        raise SystemExit(__doc__)
+    server_bin, client_bin, work = sys.argv[1:4]
+    os.makedirs(work, exist_ok=True)
+    rng = np.random.default_rng(52)
+    files = make_files(work, rng)
+    texts = []
+    for name, path, values, typ in files:
+        check_file(client_bin, ["--local"], name, path, values, typ, "local", texts)
+    check_refusals(client_bin, ["--local"], work, "local")
+    server, address = start_server(server_bin, work, "--metrics-listen", "127.0.0.1:0", "--log-level", "debug")
+    try:
+        for name, path, values, typ in files:
+            check_file(client_bin, ["--server", address], name, path, values, typ, "server", texts)
+        check_refusals(client_bin, ["--server", address], work, "server")
+        log = open(os.path.join(work, "server.log")).read()
+        texts.append(log)
+        import re
+        m = re.search(r"metrics on http://[^:]+:(\d+)/metrics", log)
+        if m:
+            texts.append(urllib.request.urlopen(f"http://127.0.0.1:{m.group(1)}/metrics", timeout=10).read().decode())
+        else:
+            fail("the server's log names no metrics port")
+    finally:
+        server.terminate()
+        server.wait()
+    joined = "\n".join(texts)
+    for secret in SECRETS:
+        if secret in joined:
+            fail(f"personal data {secret!r} appears in an answer, a log line or a metric")
+    equal(len(joined) > 1000, True, "answers, logs and metrics were searched")
+    finish(f"DICOM: {len(files)} files against pydicom and numpy, --local and a live server; no personal data out")
+
+
+if __name__ == "__main__":
+    main()
