@@ -127,7 +127,9 @@ class Client:
         A file of several series (a TIFF's pages of different sizes or
         samples, an OME-TIFF's images) is answered series by series, never
         mixed: the Result is series 0's and ``Result.other_series`` holds
-        the rest; ``series=N`` answers series N alone.
+        the rest; ``series=N`` answers series N alone (a FITS file's image
+        HDUs are its series). DICOM files answer modality values (Hounsfield
+        units for CT); ``stored_values=True`` the values as stored.
         A volume or stack is an array with its ``axes`` named in order: Z
         (or T) for planes, Y, X and C (``axes="ZYX"``, ``"ZYXC"``,
         ``"CZYX"``, ``"TYX"``; a 4-D array without names is ZYXC), answered

@@ -16,7 +16,7 @@ COLOUR_CHANNELS = {"hsv": "HSV", "hsv-full": "HSV", "hls": "HLS", "lab": "Lab", 
 SAMPLE_TYPES = {"uint8": 1, "uint16": 2, "int8": 3, "int16": 4, "float32": 5, "float64": 6, "uint32": 7, "int32": 8}
 ANALYZE_OPTIONS = ("stats", "bins", "range", "percentiles", "decoder", "allow_truncated", "colour_space", "joint",
                    "joint_range", "roi", "tiles", "mask", "labels", "ignore_label", "max_labels", "planes", "level",
-                   "series")
+                   "series", "stored_values")
 
 
 def _bad(message):
@@ -69,7 +69,7 @@ def _joint(pb, spec, ranges, colour_space, out):
 def build_options(pb, make_input, stats=None, bins=256, range=None, percentiles=None, decoder="auto",
                   allow_truncated=False, colour_space=None, joint=None, joint_range=None, roi=None, tiles=None,
                   mask=None, labels=None, ignore_label=None, max_labels=0, planes=None, level=0,
-                  series=None):
+                  series=None, stored_values=False):
     """pb: the imgstat_pb2 module; make_input(x, labels) turns a mask or label
     image (a path, bytes, an array) into an Input."""
     o = pb.Options()
@@ -83,6 +83,7 @@ def build_options(pb, make_input, stats=None, bins=256, range=None, percentiles=
         raise _bad(f"decoder must be auto, cpu or gpu; got {decoder!r}")
     o.decoder = DECODERS[decoder]
     o.allow_truncated = bool(allow_truncated)
+    o.stored_values = bool(stored_values)
     if colour_space:
         if colour_space not in COLOUR_SPACES:
             raise _bad(f"colour_space must be one of {', '.join(COLOUR_SPACES)}; got {colour_space!r}")

@@ -384,6 +384,8 @@ class Result:
             d["levels"], d["level"] = f.levels, f.level
         if f.duration_ms:
             d["duration_ms"] = f.duration_ms
+        if f.keywords:  # a FITS, NIfTI or DICOM header's facts
+            d["keywords"] = dict(sorted(f.keywords.items()))
         if f.HasField("stack_axes"):
             a = f.stack_axes
             d["stack_axes"] = {"source": a.source, "order": a.order, "z": a.z, "c": a.c, "t": a.t}

@@ -1,0 +1,74 @@
+"""The formats science keeps its images in, through the package: a FITS
+file's image HDUs as series with their header facts, a NIfTI volume's
+planes, DICOM's modality and stored values; each as the CLI answers it."""
+import numpy as np
+import pytest
+
+import imgstat
+from conftest import comparable
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with imgstat.Client(server.address) as c:
+        yield c
+
+
+def test_fits_series_facts_and_blank_as_the_cli(client, cli, tmp_path):
+    fits = pytest.importorskip("astropy.io.fits")
+    rng = np.random.default_rng(500)
+    sci = rng.normal(100, 5, (21, 34)).astype(np.float32)
+    sci[3, 4] = np.nan
+    dq = rng.integers(-50, 50, (2, 9, 8), dtype=np.int16)
+    dq[0, 0, :] = -32768
+    hdu = fits.ImageHDU(dq, name="DQ")
+    hdu.header["BLANK"] = -32768
+    path = str(tmp_path / "mef.fits")
+    fits.HDUList([fits.PrimaryHDU(), fits.ImageHDU(sci, name="SCI"), hdu]).writeto(path)
+    got = client.analyze(path, stats="min_max,sum,stddev")
+    assert got.facts["series_count"] == 2 and got.facts["keywords"]["EXTNAME"] == "SCI"
+    assert got["Gray"].nan_count == 1 and got["Gray"].count == sci.size - 1
+    assert got["Gray"].sum == pytest.approx(float(np.nansum(sci.astype(np.float64))), rel=1e-12)
+    (other,) = got.other_series
+    assert other.sample_type == "float32" and other["Gray"].nan_count == 8  # BLANK pixels are missing
+    assert other["Gray"].sum == float(dq[dq != -32768].astype(np.int64).sum())
+    assert comparable(client.analyze(path, stats="min_max,sum,stddev", series=1).to_dict()) == \
+        comparable(cli("--json", "--stats", "min_max,sum,stddev", "--series", "1", path)[0])
+
+
+def test_nifti_volume_planes(client, tmp_path):
+    nib = pytest.importorskip("nibabel")
+    rng = np.random.default_rng(501)
+    vol = rng.integers(-1000, 1000, (17, 13, 5), dtype=np.int16)
+    path = str(tmp_path / "vol.nii.gz")
+    nib.save(nib.Nifti1Image(vol, np.eye(4)), path)
+    got = client.analyze(path, stats="min_max,sum", planes=True)
+    assert got.facts["planes"] == 5 and [p.z for p in got.planes] == list(range(5))
+    assert got["Gray"].sum == int(vol.astype(np.int64).sum())
+    assert [p["Gray"].sum for p in got.planes] == [int(vol[..., z].astype(np.int64).sum()) for z in range(5)]
+
+
+def test_dicom_modality_and_stored_values(client, tmp_path):
+    pydicom = pytest.importorskip("pydicom")
+    from pydicom.dataset import Dataset, FileDataset, FileMetaDataset
+    from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+    rng = np.random.default_rng(502)
+    stored = rng.integers(0, 4096, (19, 23), dtype=np.uint16)
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.2"
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = FileDataset(None, Dataset(), file_meta=meta, preamble=b"\0" * 128)
+    ds.Modality, ds.SamplesPerPixel, ds.PhotometricInterpretation = "CT", 1, "MONOCHROME2"
+    ds.Rows, ds.Columns, ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 19, 23, 16, 12, 11, 0
+    ds.RescaleSlope, ds.RescaleIntercept = 1, -1024
+    ds.is_little_endian, ds.is_implicit_VR = True, False
+    ds.PixelData = stored.tobytes()
+    path = str(tmp_path / "ct.dcm")
+    ds.save_as(path, write_like_original=False)
+    hu = client.analyze(path, stats="min_max,sum")
+    assert hu.sample_type == "int16" and hu.facts["keywords"]["Modality"] == "CT"
+    assert (hu["Gray"].min, hu["Gray"].sum) == (int(stored.min()) - 1024, int(stored.astype(np.int64).sum()) - 1024 * stored.size)
+    raw = client.analyze(path, stats="min_max,sum", stored_values=True)
+    assert raw.sample_type == "uint16" and raw["Gray"].sum == int(stored.astype(np.int64).sum())
+    assert pydicom.dcmread(path).pixel_array.sum() == raw["Gray"].sum
