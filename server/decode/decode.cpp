@@ -303,15 +303,12 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     plan.band_layout = Layout{plan.width, plan.height, 1, image.type, 0};
   }
   if (p.format == "NIfTI") {
-    const uint8_t* bytes = data;
-    size_t bytes_size = size;
-    if (is_gzip(data, size)) {
-      plan.expanded = std::make_shared<const std::vector<uint8_t>>(
-          inflate_gzip(data, size, options.max_expanded_bytes, "NIfTI (gzip-compressed)"));
-      bytes = plan.expanded->data();
-      bytes_size = plan.expanded->size();
-    }
-    const NiftiVolume volume = plan_nifti(bytes, bytes_size, options.max_planes);
+    // A .nii.gz is planned from its inflated header and inflated band by band as it is decoded.
+    const bool gz = is_gzip(data, size);
+    const std::vector<uint8_t> head = gz ? gzip_head(data, size, 540) : std::vector<uint8_t>();
+    const uint8_t* bytes = gz ? head.data() : data;
+    const size_t bytes_size = gz ? head.size() : size;
+    const NiftiVolume volume = plan_nifti(bytes, bytes_size, options.max_planes, gz);
     plan.width = volume.width();
     plan.height = volume.height();
     p.has_size = true;
@@ -328,7 +325,7 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     plan.stored_bits = volume.stored_bytes * 8 / volume.channels;
     plan.keywords = volume.keywords;
     plan.nifti = std::make_shared<const NiftiVolume>(volume);
-    extra = plan.expanded ? plan.expanded->size() : 0;
+    extra = gz ? volume.width() * volume.stored_bytes * band_rows(volume.width() * p.bytes_per_pixel, plan.height) : 0;
     const uint64_t row_bytes = plan.width * p.bytes_per_pixel;
     plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, plan.height) + extra;
     plan.band_layout = Layout{plan.width, plan.height, volume.channels, volume.type, 0};
@@ -634,9 +631,7 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     out.taken = true;
     out.decoder = "cfitsio";
   } else if (plan.format == "NIfTI" && plan.nifti) {
-    const uint8_t* bytes = plan.expanded ? plan.expanded->data() : data;
-    const size_t bytes_size = plan.expanded ? plan.expanded->size() : size;
-    decode_nifti(bytes, bytes_size, *plan.nifti, plan.plane_offsets, options.cancelled, sink);
+    decode_nifti(data, size, *plan.nifti, plan.plane_offsets, options.cancelled, sink);
     out.taken = true;
     out.decoder = "libnifti";
   } else if (plan.format == "DICOM" && plan.dicom) {

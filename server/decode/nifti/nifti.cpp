@@ -3,6 +3,7 @@
 #include <nifti2_io.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
+#include <zlib.h>
 
 #include <cmath>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <mutex>
 
 #include "decode/decode.hpp"
+#include "decode/inflate/gzip.hpp"
 
 namespace imgstat {
 namespace {
@@ -130,7 +132,7 @@ bool is_nifti(const uint8_t* data, size_t size) {
   return false;
 }
 
-NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes) {
+NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes, bool header_only) {
   static std::once_flag quiet;
   std::call_once(quiet, [] { nifti_set_debug_level(0); });  // its words go to stderr: ours say why
   bool swapped = false;
@@ -204,7 +206,7 @@ NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes) {
   uint64_t bytes = v.width() * v.stored_bytes;  // below 2^63 * 8: checked next
   if (v.width() > (uint64_t{1} << 40) || v.height() > (uint64_t{1} << 40) ||
       (v.height() && bytes > UINT64_MAX / v.height()) || (bytes *= v.height(), planes && bytes > UINT64_MAX / planes) ||
-      (bytes *= planes, v.offset > UINT64_MAX - bytes) || v.offset + bytes > size)
+      (bytes *= planes, v.offset > UINT64_MAX - bytes) || (!header_only && v.offset + bytes > size))
     invalid_data("NIfTI: its header declares " + std::to_string(v.width()) + "x" + std::to_string(v.height()) + "x" +
                  std::to_string(planes) + " voxels of " + dt + " from byte " + std::to_string(v.offset) +
                  ", more than the file's " + std::to_string(size) + " bytes hold: truncated or corrupt");
@@ -223,11 +225,90 @@ NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes) {
   return v;
 }
 
+namespace {
+// A .nii.gz's bytes, inflated in order as they are asked for.
+class GzipReader {
+ public:
+  GzipReader(const uint8_t* data, size_t size) {
+    if (inflateInit2(&z_, 15 + 16) != Z_OK) fail(ErrorCode::kResourceExhausted, "NIfTI: zlib could not start");
+    z_.next_in = const_cast<Bytef*>(data);
+    left_ = size;
+  }
+  ~GzipReader() { inflateEnd(&z_); }
+  // The next n bytes into `to` (null: skipped).
+  void read(uint8_t* to, uint64_t n) {
+    std::vector<uint8_t> skip;
+    while (n > 0) {
+      uint8_t* out = to;
+      uint64_t want = n;
+      if (!to) {
+        skip.resize(static_cast<size_t>(std::min<uint64_t>(n, 1 << 20)));
+        out = skip.data();
+        want = skip.size();
+      }
+      want = std::min<uint64_t>(want, uint64_t{1} << 30);
+      z_.next_out = out;
+      z_.avail_out = static_cast<uInt>(want);
+      while (z_.avail_out > 0) {
+        if (z_.avail_in == 0) {
+          const size_t feed = std::min<size_t>(left_, size_t{1} << 30);
+          z_.avail_in = static_cast<uInt>(feed);
+          left_ -= feed;
+        }
+        const int rc = ::inflate(&z_, Z_NO_FLUSH);
+        if (rc == Z_STREAM_END && z_.avail_out > 0) invalid_data("NIfTI: the voxels end early (truncated .nii.gz)");
+        if (rc == Z_BUF_ERROR && z_.avail_in == 0 && left_ == 0) invalid_data("NIfTI: the .nii.gz ends early (truncated)");
+        if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR)
+          invalid_data(std::string("NIfTI: its gzip data is damaged (") + (z_.msg ? z_.msg : "zlib") + ")");
+      }
+      const uint64_t got = want;
+      if (to) to += got;
+      n -= got;
+    }
+  }
+
+ private:
+  z_stream z_{};
+  size_t left_ = 0;
+};
+}  // namespace
+
 void decode_nifti(const uint8_t* data, size_t size, const NiftiVolume& v, const std::vector<uint64_t>& planes,
                   const std::function<bool()>& cancelled, const RowSink& sink) {
   const uint64_t width = v.width(), height = v.height();
   const uint64_t in_row = width * v.stored_bytes, out_row = width * v.channels * sample_size(v.type);
   const uint64_t plane_bytes = in_row * height;
+  if (is_gzip(data, size)) {
+    GzipReader gz(data, size);
+    gz.read(nullptr, v.offset);
+    uint64_t at = 0;  // the next plane the stream holds
+    std::vector<uint8_t> staging;
+    RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), v.channels, v.type);
+    for (size_t k = 0; k < planes.size(); ++k) {
+      if (planes[k] < at) fail(ErrorCode::kInternal, "NIfTI: planes not in order");
+      for (; at < planes[k]; ++at) gz.read(nullptr, plane_bytes);
+      if (k > 0) sink.plane(k);
+      for (uint64_t y = 0; y < height;) {
+        if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+        if (band.count == 0) fail(ErrorCode::kInternal, "NIfTI: the sink gave a band of no rows");
+        const uint64_t n = std::min<uint64_t>(band.count, height - y);
+        const bool direct = !v.swap && !v.scaled && v.stored_bytes == v.channels * sample_size(v.type) &&
+                            v.datatype != NIFTI_TYPE_INT32 && v.datatype != NIFTI_TYPE_UINT32 &&
+                            v.datatype != NIFTI_TYPE_INT64 && v.datatype != NIFTI_TYPE_UINT64;
+        if (direct) {
+          gz.read(band.rows, n * in_row);  // the file's samples are the values
+        } else {
+          staging.resize(n * in_row);
+          gz.read(staging.data(), n * in_row);
+          convert_samples(v, staging.data(), band.rows, n * width * v.channels);
+        }
+        band = sink.band(band.rows, static_cast<uint32_t>(y), static_cast<uint32_t>(n));
+        y += n;
+      }
+      ++at;
+    }
+    return;
+  }
   if (v.offset + plane_bytes * v.planes() > size) invalid_data("NIfTI: the voxels end early");
   const int threads = std::max(1, tbb::this_task_arena::max_concurrency());
   RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), v.channels, v.type);

@@ -47,10 +47,14 @@ struct NiftiVolume {
 
 bool is_nifti(const uint8_t* data, size_t size);  // NIfTI-1 or -2, either byte order
 // Throws kInvalidArgument for what is not a volume this reads, naming why;
-// kResourceExhausted for planes past max_planes.
-NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes);
-// The chosen planes (indices over dim[3] and higher), one after another in
-// the sink's bands, converted on every core.
+// kResourceExhausted for planes past max_planes. header_only: `data` is
+// the start of an inflated .nii.gz, its voxels still to come (checked as
+// they are inflated).
+NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes, bool header_only = false);
+// The chosen planes (indices over dim[3] and higher, ascending), one after
+// another in the sink's bands, converted on every core. A .nii.gz (gzip)
+// is inflated as it goes, band by band, never whole: the sink computes one
+// band while zlib inflates the next.
 void decode_nifti(const uint8_t* data, size_t size, const NiftiVolume& volume, const std::vector<uint64_t>& planes,
                   const std::function<bool()>& cancelled, const RowSink& sink);
 
