@@ -8,8 +8,11 @@
 // the largest single allocation, failed or not.
 #include <gtest/gtest.h>
 #include <tiffio.h>
+#include <zlib.h>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 
@@ -322,6 +325,76 @@ TEST_P(Limits, MapsThatDeclareTooMuchAreRefused) {
   EXPECT_FALSE(o.ok);
   EXPECT_NE(o.message.find("mask"), std::string::npos) << o.message;
   EXPECT_LE(o.largest, kLargestAllowed);
+}
+
+// The science formats' headers, each declaring what no file holds: refused
+// before anything near it is allocated. A FITS tile whose descriptor
+// declares 1.8 GB of compressed bytes (cfitsio allocates what it says: found
+// by fuzz_fits), FITS axes of 10^12 pixels, a gzip-compressed FITS that
+// inflates past the decode memory, a NIfTI of 30000^3 voxels (DICOM's
+// declared frames: tests/dicom).
+TEST_P(Limits, ScienceHeadersThatDeclareTooMuchAreRefused) {
+  auto with_series = [](v1::AnalyzeRequest r, uint32_t series) {
+    r.mutable_options()->mutable_planes()->set_series(series);
+    return r;
+  };
+  {
+    std::ifstream in(std::string(IMGSTAT_FUZZ_CRASHES) + "/fits-tile-descriptor-declaring-1.8-gb", std::ios::binary);
+    const std::string fits((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(fits.empty());
+    const Outcome first = analyze(encoded(fits));
+    EXPECT_TRUE(first.ok) << "its first image is whole: " << first.message;
+    const Outcome o = analyze(with_series(encoded(fits), 1));
+    expect_refused(o, "series 1", "a FITS tile declaring 1.8 GB (its series 1 is not read)");
+  }
+  auto card = [](const std::string& text) { return text + std::string(80 - text.size(), ' '); };
+  auto fits_header = [&](std::vector<std::string> cards) {
+    std::string h;
+    cards.push_back("END");
+    for (const std::string& c : cards) h += card(c);
+    return h + std::string((2880 - h.size() % 2880) % 2880, ' ');
+  };
+  expect_refused(analyze(encoded(fits_header({"SIMPLE  =                    T", "BITPIX  =                  -64",
+                                              "NAXIS   =                    2", "NAXIS1  =              1000000",
+                                              "NAXIS2  =              1000000"}))),
+                 "pixels", "FITS axes of 10^12 pixels");
+  {
+    // 200 MiB of a FITS (header, then zeros) as gzip: past the 24 MiB budget.
+    std::string raw = fits_header({"SIMPLE  =                    T", "BITPIX  =                    8",
+                                   "NAXIS   =                    2", "NAXIS1  =                10240",
+                                   "NAXIS2  =                20480"});
+    raw.resize(raw.size() + (uint64_t{200} << 20), '\0');
+    uLongf packed_size = compressBound(raw.size());
+    std::string packed(packed_size, '\0');
+    z_stream z{};
+    ASSERT_EQ(deflateInit2(&z, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY), Z_OK);
+    z.next_in = reinterpret_cast<Bytef*>(raw.data());
+    z.avail_in = static_cast<uInt>(raw.size());
+    z.next_out = reinterpret_cast<Bytef*>(packed.data());
+    z.avail_out = static_cast<uInt>(packed.size());
+    ASSERT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+    packed.resize(z.total_out);
+    deflateEnd(&z);
+    raw.clear();
+    raw.shrink_to_fit();
+    expect_refused(analyze(encoded(packed)), "--max-decode-memory", "a gzip FITS inflating to 200 MiB");
+  }
+  {
+    std::string nii(352, '\0');
+    const uint32_t sizeof_hdr = 348;
+    std::memcpy(nii.data(), &sizeof_hdr, 4);
+    const int16_t dims[8] = {3, 30000, 30000, 30000, 1, 1, 1, 1};
+    std::memcpy(nii.data() + 40, dims, sizeof dims);
+    const int16_t datatype = 16, bitpix = 32;  // FLOAT32
+    std::memcpy(nii.data() + 70, &datatype, 2);
+    std::memcpy(nii.data() + 72, &bitpix, 2);
+    const float offset = 352, slope = 1;
+    std::memcpy(nii.data() + 108, &offset, 4);
+    std::memcpy(nii.data() + 112, &slope, 4);
+    std::memcpy(nii.data() + 344, "n+1", 4);
+    const Outcome o = analyze(encoded(nii));
+    expect_refused(o, "NIfTI", "a NIfTI of 30000^3 voxels");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, Limits, ::testing::Values("cpu", "cuda"),

@@ -10,7 +10,11 @@
 #include <gdcmTrace.h>
 #include <gdcmTransferSyntax.h>
 
+#include <setjmp.h>
+
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <istream>
 #include <limits>
@@ -19,8 +23,52 @@
 
 #include "decode/decode.hpp"
 
+namespace {
+// Debian builds GDCM with its assertions on, and some of them check the
+// file rather than GDCM (fuzz_dicom: a damaged file meta group aborts the
+// process in FileMetaInformation::ReadCompat). A server must not die of a
+// file, so the C library's assertion handler is taken over: inside a GDCM
+// call (guarded below) a failed assertion ends that call with an error,
+// jumping back past GDCM's frames (what they allocated is lost: a few
+// allocations, at most the file's size); anywhere else it is what glibc's
+// is, a message and abort().
+thread_local sigjmp_buf* t_gdcm_guard = nullptr;
+thread_local char t_gdcm_assertion[256];
+}  // namespace
+
+extern "C" [[noreturn]] void __assert_fail(const char* expression, const char* file, unsigned int line,
+                                           const char* function) {
+  if (t_gdcm_guard) {
+    std::snprintf(t_gdcm_assertion, sizeof t_gdcm_assertion, "%s", expression);
+    sigjmp_buf* to = t_gdcm_guard;
+    t_gdcm_guard = nullptr;
+    siglongjmp(*to, 1);
+  }
+  std::fprintf(stderr, "%s:%u: %s: Assertion `%s' failed.\n", file, line, function, expression);
+  std::abort();
+}
+
 namespace imgstat {
 namespace {
+
+// Runs fn, whose GDCM calls may fail an assertion: that is kInvalidArgument.
+template <class Fn>
+void gdcm_guarded(Fn&& fn) {
+  sigjmp_buf env;
+  sigjmp_buf* const outer = t_gdcm_guard;
+  if (sigsetjmp(env, 0) != 0) {
+    t_gdcm_guard = outer;
+    invalid_data(std::string("DICOM: GDCM cannot read it (its check \"") + t_gdcm_assertion + "\" failed)");
+  }
+  t_gdcm_guard = &env;
+  try {
+    fn();
+  } catch (...) {
+    t_gdcm_guard = outer;
+    throw;
+  }
+  t_gdcm_guard = outer;
+}
 
 // A read-only stream over the file's bytes, which GDCM seeks in.
 class MemoryBuffer : public std::streambuf {
@@ -293,14 +341,17 @@ void convert(const uint8_t* from, uint64_t n, const Values& v, SampleType to_typ
 DicomImage plan_dicom(const uint8_t* data, size_t size, bool stored_values, uint64_t max_planes, uint64_t max_pixels) {
   Reading r(data, size);
   Values v;
-  return describe(r, stored_values, max_planes, max_pixels, &v);
+  DicomImage out;
+  gdcm_guarded([&] { out = describe(r, stored_values, max_planes, max_pixels, &v); });
+  return out;
 }
 
 void decode_dicom(const uint8_t* data, size_t size, const DicomImage& planned, bool stored_values,
                   const std::vector<uint64_t>& frames, const std::function<bool()>& cancelled, const RowSink& sink) {
   Reading r(data, size);
   Values v;
-  const DicomImage image = describe(r, stored_values, uint64_t{1} << 40, uint64_t{1} << 62, &v);
+  DicomImage image;
+  gdcm_guarded([&] { image = describe(r, stored_values, uint64_t{1} << 40, uint64_t{1} << 62, &v); });
   if (image.width != planned.width || image.height != planned.height || image.type != planned.type)
     fail(ErrorCode::kInternal, "DICOM: read otherwise than planned");
   const gdcm::Image& im = r.reader.GetImage();
@@ -309,7 +360,9 @@ void decode_dicom(const uint8_t* data, size_t size, const DicomImage& planned, b
                  std::to_string(image.decoded_bytes) + " were declared");
   std::vector<uint8_t> pixels(image.decoded_bytes);
   if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
-  if (!im.GetBuffer(reinterpret_cast<char*>(pixels.data())))
+  bool decoded = false;
+  gdcm_guarded([&] { decoded = im.GetBuffer(reinterpret_cast<char*>(pixels.data())); });
+  if (!decoded)
     invalid_data("DICOM: GDCM cannot decode its pixel data (" +
                  printable(gdcm::TransferSyntax::GetTSString(im.GetTransferSyntax()) ? gdcm::TransferSyntax::GetTSString(im.GetTransferSyntax()) : "unknown transfer syntax") +
                  ": damaged, or a codec it lacks)");

@@ -131,7 +131,46 @@ bool multiply(uint64_t a, uint64_t b, uint64_t* out) {
 }
 
 // One image HDU (the current one), or an empty optional reason why not.
-bool describe(fitsfile* f, int hdu, uint64_t max_planes, FitsImage* out, std::string* skipped) {
+// A tile-compressed image's table: what is wrong with its tiles'
+// descriptors (empty: nothing).
+std::string compressed_tiles_fault(fitsfile* f, uint64_t file_size) {
+  int status = 0;
+  long long head = 0, start = 0, end = 0, heap = 0, rows = 0;
+  int columns = 0;
+  fits_get_hduaddrll(f, &head, &start, &end, &status);
+  if (status || end < start || static_cast<uint64_t>(end) > file_size)
+    return "its compressed table ends past the file's end (truncated or corrupt)";
+  if (!read_longlong(f, "PCOUNT", &heap) || heap < 0) return "its compressed table has no heap (PCOUNT)";
+  fits_get_num_rowsll(f, &rows, &status);
+  fits_get_num_cols(f, &columns, &status);
+  if (status) return cfitsio_words(status);
+  for (int c = 1; c <= columns; ++c) {
+    int code = 0;
+    long long repeat = 0, width = 0;
+    fits_get_coltypell(f, c, &code, &repeat, &width, &status);
+    if (status) return cfitsio_words(status);
+    if (code >= 0) continue;  // fixed-size: in the table, which lies in the file
+    const int type = -code;
+    const uint64_t element = type == TBIT || type == TBYTE || type == TSBYTE || type == TLOGICAL ? 1
+                             : type == TSHORT                                                  ? 2
+                             : type == TINT32BIT || type == TFLOAT                             ? 4
+                                                                                               : 8;
+    for (long long r = 1; r <= rows; ++r) {
+      long long length = 0, offset = 0;
+      fits_read_descriptll(f, c, r, &length, &offset, &status);
+      if (status) return cfitsio_words(status);
+      uint64_t bytes = 0;
+      if (length < 0 || offset < 0 || !multiply(static_cast<uint64_t>(length), element, &bytes) ||
+          static_cast<uint64_t>(offset) > static_cast<uint64_t>(heap) ||
+          bytes > static_cast<uint64_t>(heap) - static_cast<uint64_t>(offset))
+        return "tile " + std::to_string(r) + " declares " + std::to_string(length) +
+               " compressed elements past its table's heap (corrupt)";
+    }
+  }
+  return "";
+}
+
+bool describe(fitsfile* f, int hdu, uint64_t file_size, uint64_t max_planes, FitsImage* out, std::string* skipped) {
   int status = 0, bitpix = 0, naxis = 0;
   long long naxes[kMaxFitsAxes] = {0};
   fits_get_img_dim(f, &naxis, &status);
@@ -187,6 +226,11 @@ bool describe(fitsfile* f, int hdu, uint64_t max_planes, FitsImage* out, std::st
                                                 "hold more than " + std::to_string(kMaxFitsTileBytes >> 20) +
                                                 " MiB each, decoded");
     }
+    // And each tile's compressed bytes: cfitsio allocates what a row's
+    // descriptor says before reading it. Every descriptor must lie in the
+    // table's heap, and the table in the file.
+    const std::string why = compressed_tiles_fault(f, file_size);
+    if (!why.empty()) return *skipped = why, false;
   }
   read_double(f, "BZERO", &im.bzero);
   read_double(f, "BSCALE", &im.bscale);
@@ -247,7 +291,7 @@ FitsPlan plan_fits(const uint8_t* data, size_t size, uint64_t max_images, uint64
     if (type != IMAGE_HDU) continue;  // tables; a compressed image is an image to cfitsio
     FitsImage image;
     std::string why;
-    if (describe(file.f, hdu, max_planes, &image, &why)) {
+    if (describe(file.f, hdu, size, max_planes, &image, &why)) {
       if (plan.images.size() >= max_images)
         fail(ErrorCode::kResourceExhausted, "FITS: more than " + std::to_string(max_images) +
                                                 " image HDUs, past the limit (--max-planes)");

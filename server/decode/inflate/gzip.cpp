@@ -29,6 +29,9 @@ std::vector<uint8_t> inflate_gzip(const uint8_t* data, size_t size, uint64_t max
                                               " MiB, the decode memory limit (--max-decode-memory)");
     const size_t at = out.size();
     const size_t grow = static_cast<size_t>(std::min<uint64_t>(kStep, max_bytes - at));
+    // Grown by doubling, never past the bound (ISIZE may lie).
+    if (at + grow > out.capacity())
+      out.reserve(static_cast<size_t>(std::min<uint64_t>(std::max<uint64_t>(2 * out.capacity(), at + grow), max_bytes)));
     out.resize(at + grow);
     const size_t feed = std::min<size_t>(left, size_t{1} << 30);
     z.next_in = const_cast<Bytef*>(in);

@@ -43,10 +43,6 @@ std::string number(double v) {
   return buf;
 }
 
-struct ImageFree {
-  void operator()(nifti_image* n) const { nifti_image_free(n); }
-};
-
 // Values of one voxel sample: the file's type S (swapped if need be) to the
 // answer's D, scaled or not.
 template <class S, class D>
@@ -132,34 +128,76 @@ bool is_nifti(const uint8_t* data, size_t size) {
   return false;
 }
 
+namespace {
+// A header's fields, from either version and byte order. Read here from
+// nifti1.h's and nifti2.h's structs, field by field: libnifti's own
+// converter trusts the numbers it is given (fuzz_nifti overflowed its stack).
+struct Header {
+  int version = 1;
+  bool swap = false;
+  int64_t dim[8] = {0};
+  int datatype = 0;
+  double pixdim[8] = {0};
+  double vox_offset = 0, slope = 0, inter = 0;
+  int xyzt_units = 0, intent_code = 0;
+  char descrip[80] = {0};
+};
+
+template <class T>
+T field(const T& v, bool swap) {
+  if (!swap || sizeof(T) == 1) return v;
+  T out;
+  const auto* in = reinterpret_cast<const uint8_t*>(&v);
+  auto* o = reinterpret_cast<uint8_t*>(&out);
+  for (size_t i = 0; i < sizeof(T); ++i) o[i] = in[sizeof(T) - 1 - i];
+  return out;
+}
+
+Header read_header(const uint8_t* data, int32_t n, bool swap) {
+  Header h;
+  h.swap = swap;
+  if (n == 348) {
+    nifti_1_header f;
+    std::memcpy(&f, data, sizeof f);
+    for (int i = 0; i < 8; ++i) h.dim[i] = field(f.dim[i], swap), h.pixdim[i] = field(f.pixdim[i], swap);
+    h.datatype = field(f.datatype, swap);
+    h.vox_offset = field(f.vox_offset, swap);
+    h.slope = field(f.scl_slope, swap), h.inter = field(f.scl_inter, swap);
+    h.xyzt_units = static_cast<unsigned char>(f.xyzt_units);
+    h.intent_code = field(f.intent_code, swap);
+    std::memcpy(h.descrip, f.descrip, sizeof h.descrip);
+  } else {
+    nifti_2_header f;
+    std::memcpy(&f, data, sizeof f);
+    h.version = 2;
+    for (int i = 0; i < 8; ++i) h.dim[i] = field(f.dim[i], swap), h.pixdim[i] = field(f.pixdim[i], swap);
+    h.datatype = field(f.datatype, swap);
+    h.vox_offset = static_cast<double>(field(f.vox_offset, swap));
+    h.slope = field(f.scl_slope, swap), h.inter = field(f.scl_inter, swap);
+    h.xyzt_units = field(f.xyzt_units, swap);
+    h.intent_code = field(f.intent_code, swap);
+    std::memcpy(h.descrip, f.descrip, sizeof h.descrip);
+  }
+  return h;
+}
+}  // namespace
+
 NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes, bool header_only) {
-  static std::once_flag quiet;
-  std::call_once(quiet, [] { nifti_set_debug_level(0); });  // its words go to stderr: ours say why
   bool swapped = false;
   const int32_t n = header_size(data, size, &swapped);
   if (n == 0 || size < static_cast<size_t>(n)) invalid_data("NIfTI: the header is cut short");
-  std::unique_ptr<nifti_image, ImageFree> nim;
-  NiftiVolume v;
-  if (n == 348) {
-    nifti_1_header h;
-    std::memcpy(&h, data, sizeof h);
-    nim.reset(nifti_convert_n1hdr2nim(h, "imgstat.nii"));
-  } else {
-    nifti_2_header h;
-    std::memcpy(&h, data, sizeof h);
-    nim.reset(nifti_convert_n2hdr2nim(h, "imgstat.nii"));
-    v.version = 2;
-  }
-  if (!nim) invalid_data("NIfTI: libnifti cannot read the header (its dimensions or datatype are not valid)");
-  // The magic says which (libnifti goes by the file name's extension).
+  // The magic says which kind of file (a pair's header has no voxels).
   const bool pair = n == 348 ? std::memcmp(data + 344, "ni1", 4) == 0 : std::memcmp(data + 4, "ni2", 3) == 0;
   if (pair)
     invalid_data("NIfTI: this is the header of a .hdr/.img pair, which holds no voxels; send a .nii "
                  "(nifti_tool -copy_im, or nibabel's save as .nii)");
-  const int64_t rank = nim->dim[0];
+  const Header h = read_header(data, n, swapped);
+  NiftiVolume v;
+  v.version = h.version;
+  const int64_t rank = h.dim[0];
   if (rank < 1 || rank > 7) invalid_data("NIfTI: dim[0] is " + std::to_string(rank) + ", not 1 to 7");
   for (int i = 1; i < 8; ++i) {
-    const int64_t d = i <= rank ? nim->dim[i] : 1;
+    const int64_t d = i <= rank ? h.dim[i] : 1;
     if (d < 1) invalid_data("NIfTI: dim[" + std::to_string(i) + "] is " + std::to_string(d) + ": no voxels");
     v.dims[i] = static_cast<uint64_t>(d);
   }
@@ -171,11 +209,14 @@ NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes, bo
                                               " planes, past the limit (--max-planes)");
     planes *= v.dims[i];
   }
-  v.datatype = nim->datatype;
-  v.swap = nim->byteorder != nifti_short_order();
-  v.offset = nim->iname_offset < 0 ? 0 : static_cast<uint64_t>(nim->iname_offset);
-  const std::string dt = nifti_datatype_string(nim->datatype);
-  switch (nim->datatype) {
+  if (!(h.vox_offset >= 0 && h.vox_offset < 9.0e18)) invalid_data("NIfTI: vox_offset is not a byte offset");
+  int nbyper = 0, swapsize = 0;
+  nifti_datatype_sizes(h.datatype, &nbyper, &swapsize);
+  v.datatype = h.datatype;
+  v.swap = h.swap;
+  v.offset = static_cast<uint64_t>(h.vox_offset);
+  const std::string dt = nifti_datatype_string(h.datatype);
+  switch (h.datatype) {
     case NIFTI_TYPE_UINT8: v.type = SampleType::kUint8; break;
     case NIFTI_TYPE_INT8: v.type = SampleType::kInt8; break;
     case NIFTI_TYPE_UINT16: v.type = SampleType::kUint16; break;
@@ -188,13 +229,13 @@ NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes, bo
     case NIFTI_TYPE_UINT64: v.type = SampleType::kFloat64; break;
     case NIFTI_TYPE_RGB24: v.type = SampleType::kUint8, v.channels = 3; break;
     case NIFTI_TYPE_RGBA32: v.type = SampleType::kUint8, v.channels = 4; break;
-    default: invalid_data("NIfTI: datatype " + dt + " (" + std::to_string(nim->datatype) + ") is not supported");
+    default: invalid_data("NIfTI: datatype " + dt + " (" + std::to_string(h.datatype) + ") is not supported");
   }
   const bool rgb = v.channels > 1;
-  v.stored_bytes = rgb ? v.channels : static_cast<uint32_t>(nim->nbyper);
+  v.stored_bytes = rgb ? v.channels : static_cast<uint32_t>(nbyper);
   // nibabel's rule: a slope of 0 or not finite is no scaling; with one, an
   // intercept that is not finite is an error.
-  const double slope = nim->scl_slope, inter = nim->scl_inter;
+  const double slope = h.slope, inter = h.inter;
   if (!rgb && slope != 0 && std::isfinite(slope)) {
     if (!std::isfinite(inter)) invalid_data("NIfTI: scl_slope " + number(slope) + " with scl_inter " + number(inter));
     if (slope != 1 || inter != 0) {
@@ -214,14 +255,14 @@ NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes, bo
   keep("datatype", dt);
   keep("version", "NIfTI-" + std::to_string(v.version));
   std::string pixdim;
-  for (int64_t i = 1; i <= rank; ++i) pixdim += (i > 1 ? " " : "") + number(nim->pixdim[i]);
+  for (int64_t i = 1; i <= rank; ++i) pixdim += (i > 1 ? " " : "") + number(h.pixdim[i]);
   keep("pixdim", pixdim);
-  if (nim->xyz_units) keep("xyz_units", nifti_units_string(nim->xyz_units));
-  if (nim->time_units) keep("time_units", nifti_units_string(nim->time_units));
+  if (h.xyzt_units & 0x07) keep("xyz_units", nifti_units_string(h.xyzt_units & 0x07));
+  if (h.xyzt_units & 0x38) keep("time_units", nifti_units_string(h.xyzt_units & 0x38));
   if (v.scaled) keep("scl_slope", number(slope)), keep("scl_inter", number(inter));
-  const std::string descrip = printable(nim->descrip, sizeof nim->descrip);
+  const std::string descrip = printable(h.descrip, sizeof h.descrip);
   if (!descrip.empty()) keep("descrip", descrip);
-  if (nim->intent_code) keep("intent", nifti_intent_string(nim->intent_code));
+  if (h.intent_code) keep("intent", nifti_intent_string(h.intent_code));
   return v;
 }
 

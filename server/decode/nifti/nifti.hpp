@@ -1,6 +1,7 @@
-// NIfTI-1 and NIfTI-2 volumes (.nii, .nii.gz), their headers read by
-// libnifti (nifti2_io: byte order, dimensions, datatype), their voxels here,
-// as nibabel gives them:
+// NIfTI-1 and NIfTI-2 volumes (.nii, .nii.gz): their headers as libnifti's
+// structs and codes define them (nifti1.h, nifti2.h; field by field, either
+// byte order, every number checked here), their voxels, as nibabel gives
+// them:
 // - dim[1] x dim[2] is a plane, dim[3] (z) and dim[4..7] (t, ...) are the
 //   planes, z fastest; a 4-D file's volumes are its t points (a stack's
 //   z and t axes, StackAxes "NIfTI");
