@@ -331,8 +331,8 @@ TEST_P(Limits, MapsThatDeclareTooMuchAreRefused) {
 // before anything near it is allocated. A FITS tile whose descriptor
 // declares 1.8 GB of compressed bytes (cfitsio allocates what it says: found
 // by fuzz_fits), FITS axes of 10^12 pixels, a gzip-compressed FITS that
-// inflates past the decode memory, a NIfTI of 30000^3 voxels (DICOM's
-// declared frames: tests/dicom).
+// inflates past the decode memory, a NIfTI of 30000^3 voxels, a DICOM
+// element of 1.3 GB (declared frames: tests/dicom).
 TEST_P(Limits, ScienceHeadersThatDeclareTooMuchAreRefused) {
   auto with_series = [](v1::AnalyzeRequest r, uint32_t series) {
     r.mutable_options()->mutable_planes()->set_series(series);
@@ -394,6 +394,14 @@ TEST_P(Limits, ScienceHeadersThatDeclareTooMuchAreRefused) {
     std::memcpy(nii.data() + 344, "n+1", 4);
     const Outcome o = analyze(encoded(nii));
     expect_refused(o, "NIfTI", "a NIfTI of 30000^3 voxels");
+  }
+  {
+    // GDCM allocates what an element declares before reading it: 1.3 GB
+    // here, in a 2 KB file (found by fuzz_nifti, whose input became a DICOM).
+    std::ifstream in(std::string(IMGSTAT_FUZZ_CRASHES) + "/dicom-element-declaring-1.3-gb", std::ios::binary);
+    const std::string dicom((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(dicom.empty());
+    expect_refused(analyze(encoded(dicom)), "declares", "a DICOM element declaring 1.3 GB");
   }
 }
 

@@ -14,6 +14,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 
 namespace imgstat {
 namespace {
@@ -213,6 +214,7 @@ bool describe(fitsfile* f, int hdu, uint64_t file_size, uint64_t max_planes, Fit
     if (status) return *skipped = cfitsio_words(status), false;
     if (start < 0 || bytes > UINT64_MAX - static_cast<uint64_t>(start))
       invalid_data("FITS HDU " + std::to_string(hdu) + ": its data would end past 2^64 bytes");
+    im.data_start = static_cast<uint64_t>(start);
     im.data_end = static_cast<uint64_t>(start) + bytes;
   } else {
     // cfitsio decodes a tile whole: ZTILEn, else rows (its default).
@@ -254,6 +256,78 @@ bool describe(fitsfile* f, int hdu, uint64_t file_size, uint64_t max_planes, Fit
     if (read_text(f, key, &v)) keep(key, v);
   }
   return true;
+}
+
+// Big-endian stored samples S to the values' type, as cfitsio converts
+// them: BLANK to NaN, then value = stored * BSCALE + BZERO in double (the
+// product rounded, then the sum), or the signedness offset as a bit flip.
+template <class S>
+S load_be(const uint8_t* p) {
+  uint8_t b[sizeof(S)];
+  for (size_t i = 0; i < sizeof(S); ++i) b[i] = p[sizeof(S) - 1 - i];
+  S v;
+  std::memcpy(&v, b, sizeof(S));
+  return v;
+}
+
+template <class S>
+void convert_stored(const FitsImage& im, const uint8_t* from, uint8_t* to, uint64_t n) {
+  const bool unit = im.bscale == 1;
+  switch (im.type) {
+    case SampleType::kUint8:
+      std::memcpy(to, from, n);
+      return;
+    case SampleType::kInt8:
+      for (uint64_t i = 0; i < n; ++i) to[i] = from[i] ^ 0x80;
+      return;
+    case SampleType::kInt16:
+    case SampleType::kUint16: {
+      const uint16_t flip = im.type == SampleType::kUint16 ? 0x8000 : 0;
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint16_t v = static_cast<uint16_t>((from[2 * i] << 8 | from[2 * i + 1]) ^ flip);
+        std::memcpy(to + 2 * i, &v, 2);
+      }
+      return;
+    }
+    case SampleType::kFloat32:
+      for (uint64_t i = 0; i < n; ++i) {
+        const S s = load_be<S>(from + i * sizeof(S));
+        float v;
+        if constexpr (std::is_floating_point_v<S>) v = static_cast<float>(s);
+        else v = im.has_blank && static_cast<long long>(s) == im.blank ? std::numeric_limits<float>::quiet_NaN()
+                                                                       : static_cast<float>(static_cast<double>(s) + im.bzero);
+        std::memcpy(to + 4 * i, &v, 4);
+      }
+      return;
+    case SampleType::kFloat64:
+      for (uint64_t i = 0; i < n; ++i) {
+        const S s = load_be<S>(from + i * sizeof(S));
+        double v;
+        if (!std::is_floating_point_v<S> && im.has_blank && static_cast<long long>(s) == im.blank) {
+          v = std::numeric_limits<double>::quiet_NaN();
+        } else if (unit) {
+          v = static_cast<double>(s) + im.bzero;
+        } else {
+          double product = static_cast<double>(s) * im.bscale;
+          asm("" : "+x"(product));  // no FMA: cfitsio rounds the product, then the sum
+          v = product + im.bzero;
+        }
+        std::memcpy(to + 8 * i, &v, 8);
+      }
+      return;
+  }
+}
+
+void convert_rows(const FitsImage& im, const uint8_t* from, uint8_t* to, uint64_t n) {
+  switch (im.bitpix) {
+    case 8: return convert_stored<uint8_t>(im, from, to, n);
+    case 16: return convert_stored<int16_t>(im, from, to, n);
+    case 32: return convert_stored<int32_t>(im, from, to, n);
+    case 64: return convert_stored<int64_t>(im, from, to, n);
+    case -32: return convert_stored<float>(im, from, to, n);
+    case -64: return convert_stored<double>(im, from, to, n);
+  }
+  fail(ErrorCode::kInternal, "FITS: BITPIX " + std::to_string(im.bitpix) + " planned but not converted");
 }
 
 }  // namespace
@@ -362,6 +436,32 @@ void decode_fits(const uint8_t* data, size_t size, const FitsImage& image, const
     }
   };
 
+  if (!image.compressed) {
+    // Straight from the file's bytes: the data lies there whole (planned).
+    const uint64_t stored = static_cast<uint64_t>(std::abs(image.bitpix) / 8), in_row = width * stored;
+    if (image.data_end > size || image.data_start + in_row * height * image.planes() > size)
+      invalid_data("FITS HDU " + std::to_string(image.hdu) + ": its data ends early");
+    RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), 1, image.type);
+    for (size_t k = 0; k < planes.size(); ++k) {
+      if (k > 0) sink.plane(k);
+      const uint8_t* plane = data + image.data_start + planes[k] * in_row * height;
+      for (uint64_t y = 0; y < height;) {
+        if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+        if (band.count == 0) fail(ErrorCode::kInternal, "FITS: the sink gave a band of no rows");
+        const uint64_t n = std::min<uint64_t>(band.count, height - y);
+        const uint64_t runs = threads > 1 && n * row_bytes >= (uint64_t{1} << 20) ? std::min<uint64_t>(n, threads * 4) : 1;
+        auto run = [&](size_t i) {
+          const uint64_t r0 = n * i / runs, r1 = n * (i + 1) / runs;
+          convert_rows(image, plane + (y + r0) * in_row, band.rows + r0 * row_bytes, (r1 - r0) * width);
+        };
+        if (runs == 1) run(0);
+        else tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t{0}, static_cast<size_t>(runs), run); });
+        band = sink.band(band.rows, static_cast<uint32_t>(y), static_cast<uint32_t>(n));
+        y += n;
+      }
+    }
+    return;
+  }
   RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), 1, image.type);
   for (size_t k = 0; k < planes.size(); ++k) {
     if (k > 0) sink.plane(k);
