@@ -307,6 +307,8 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     const uint64_t row_bytes = plan.width * p.bytes_per_pixel;
     plan.band_rows = static_cast<uint32_t>(std::min<uint64_t>(
         plan.height, std::max<uint64_t>(band_rows(row_bytes, plan.height), kFitsBandBytes / row_bytes)));
+    // A compressed image's chosen planes are decoded whole by the tile decoder's process.
+    if (image.compressed) extra += row_bytes * plan.height * plan.chosen_planes();
     plan.band_memory_bytes = 2 * row_bytes * plan.band_rows + extra;
     plan.band_layout = Layout{plan.width, plan.height, 1, image.type, 0};
   }

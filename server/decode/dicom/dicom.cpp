@@ -12,6 +12,8 @@
 
 #include <setjmp.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -181,6 +183,9 @@ class Framing {
       return "its data set is deflated (Deflated Explicit VR Little Endian), which is not read";
     explicit_ = syntax != "1.2.840.10008.1.2";
     little_ = syntax != "1.2.840.10008.1.2.2";
+    // Nor one that says implicit VR but reads as explicit: GDCM would switch.
+    if (!explicit_ && n_ - at >= 8 && std::isupper(d_[at + 4]) && std::isupper(d_[at + 5]))
+      return "its transfer syntax says implicit VR, but its elements read as explicit";
     while (at < n_)
       if (!element(at, n_, 0)) return why_;
     return "";
@@ -214,6 +219,13 @@ class Framing {
     uint32_t value = 0;
     if (explicit_ || meta) {
       vr.assign(reinterpret_cast<const char*>(d_ + at + 4), 2);
+      // GDCM reads an element whose VR is not one as implicit (a 4-byte
+      // length) and allocates that: such a file is refused here.
+      static const char* const kVrs[] = {"AE", "AS", "AT", "CS", "DA", "DS", "DT", "FD", "FL", "IS", "LO", "LT",
+                                         "OB", "OD", "OF", "OL", "OV", "OW", "PN", "SH", "SL", "SQ", "SS", "ST",
+                                         "SV", "TM", "UC", "UI", "UL", "UN", "UR", "US", "UT", "UV"};
+      if (std::find(std::begin(kVrs), std::end(kVrs), vr) == std::end(kVrs))
+        return bad("element (" + hex(group) + "," + hex(elem) + ") has no valid VR");
       const bool long_form = vr == "OB" || vr == "OD" || vr == "OF" || vr == "OL" || vr == "OV" || vr == "OW" ||
                              vr == "SQ" || vr == "SV" || vr == "UC" || vr == "UN" || vr == "UR" || vr == "UT" ||
                              vr == "UV";

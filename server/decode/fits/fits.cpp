@@ -3,7 +3,10 @@
 #include "decode/inflate/gzip.hpp"
 
 #include <fitsio.h>
-#include <tbb/enumerable_thread_specific.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
@@ -14,10 +17,16 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <type_traits>
 
 namespace imgstat {
 namespace {
+
+// Every use of cfitsio holds this shared; starting the tile decoder's
+// process takes it whole, so that no thread is inside cfitsio (holding its
+// own locks) as the child is made.
+std::shared_mutex g_cfitsio;
 
 // cfitsio's words for a status, and the first message it stacked (which
 // names the keyword or HDU); the stack is cleared.
@@ -342,6 +351,7 @@ bool is_fits(const uint8_t* data, size_t size) { return size >= 9 && std::memcmp
 
 FitsPlan plan_fits(const uint8_t* data, size_t size, uint64_t max_images, uint64_t max_planes,
                    const std::function<bool()>& cancelled) {
+  std::shared_lock<std::shared_mutex> lock(g_cfitsio);
   FitsPlan plan;
   int status = 0;
   Fits file(data, size, &status);
@@ -401,40 +411,7 @@ void decode_fits(const uint8_t* data, size_t size, const FitsImage& image, const
   void* null_value = image.has_blank ? (image.type == SampleType::kFloat32 ? static_cast<void*>(&nan32)
                                                                           : static_cast<void*>(&nan64))
                                      : nullptr;
-  auto open = [&]() {
-    int status = 0;
-    auto h = std::make_unique<Fits>(data, size, &status);
-    int type = 0;
-    if (!status) fits_movabs_hdu(h->f, image.hdu, &type, &status);
-    if (status) invalid_data("FITS HDU " + std::to_string(image.hdu) + ": cfitsio cannot open it (" + cfitsio_words(status) + ")");
-    return h;
-  };
-  std::unique_ptr<Fits> first = open();
-  tbb::enumerable_thread_specific<std::unique_ptr<Fits>> handles;
   const uint32_t threads = static_cast<uint32_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
-  std::mutex error_mutex;
-  std::string error;
-  std::atomic<bool> failed{false};
-
-  // Rows [y, y + n) of `plane` into `to`, through `h`.
-  auto read_rows = [&](Fits& h, uint64_t plane, uint64_t y, uint64_t n, uint8_t* to) {
-    long long first_pixel[kMaxFitsAxes];
-    first_pixel[0] = 1;
-    if (image.axes.size() > 1) first_pixel[1] = static_cast<long long>(y + 1);
-    uint64_t rest = plane;
-    for (size_t i = 2; i < image.axes.size(); ++i) {
-      first_pixel[i] = static_cast<long long>(rest % image.axes[i] + 1);
-      rest /= image.axes[i];
-    }
-    int status = 0, any_null = 0;
-    fits_read_pixll(h.f, datatype, first_pixel, static_cast<long long>(n * width), null_value, to, &any_null, &status);
-    if (status) {
-      std::lock_guard<std::mutex> lock(error_mutex);
-      if (!failed.exchange(true))
-        error = "FITS HDU " + std::to_string(image.hdu) + ": cfitsio cannot read rows " + std::to_string(y) + " to " +
-                std::to_string(y + n - 1) + " of plane " + std::to_string(plane) + " (" + cfitsio_words(status) + ")";
-    }
-  };
 
   if (!image.compressed) {
     // Straight from the file's bytes: the data lies there whole (planned).
@@ -462,6 +439,68 @@ void decode_fits(const uint8_t* data, size_t size, const FitsImage& image, const
     }
     return;
   }
+  // Tile-compressed: cfitsio's decoders trust the compressed bytes (fuzz_fits:
+  // its Rice decoder reads past a damaged tile until it faults), so the
+  // tiles are decoded in a process of their own, into memory it shares:
+  // a fault is this file's error, never the server's end.
+  const uint64_t plane_bytes = row_bytes * height, total = plane_bytes * planes.size();
+  constexpr size_t kHead = 4096;  // the child's verdict in words
+  void* map = mmap(nullptr, kHead + total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) fail(ErrorCode::kResourceExhausted, "FITS: no memory for the decoded tiles");
+  struct Unmap {
+    void* p;
+    size_t n;
+    ~Unmap() { munmap(p, n); }
+  } unmap{map, kHead + total};
+  char* words = static_cast<char*>(map);
+  uint8_t* pixels = static_cast<uint8_t*>(map) + kHead;
+  pid_t pid;
+  {
+    // No thread is inside cfitsio (holding its locks) when the child starts.
+    std::unique_lock<std::shared_mutex> lock(g_cfitsio);
+    pid = fork();
+  }
+  if (pid < 0) fail(ErrorCode::kResourceExhausted, "FITS: cannot start the tile decoder (fork failed)");
+  if (pid == 0) {
+    int status = 0, type = 0, any = 0;
+    void* memory = const_cast<uint8_t*>(data);
+    size_t memory_size = size;
+    fitsfile* f = nullptr;
+    fits_open_memfile(&f, "imgstat.fits", READONLY, &memory, &memory_size, 0, nullptr, &status);
+    if (!status) fits_movabs_hdu(f, image.hdu, &type, &status);
+    for (size_t k = 0; k < planes.size() && !status; ++k) {
+      long long first_pixel[kMaxFitsAxes];
+      first_pixel[0] = first_pixel[1] = 1;
+      uint64_t rest = planes[k];
+      for (size_t i = 2; i < image.axes.size(); ++i) {
+        first_pixel[i] = static_cast<long long>(rest % image.axes[i] + 1);
+        rest /= image.axes[i];
+      }
+      fits_read_pixll(f, datatype, first_pixel, static_cast<long long>(width * height), null_value,
+                      pixels + k * plane_bytes, &any, &status);
+    }
+    if (status) std::snprintf(words, kHead, "%s", cfitsio_words(status).c_str());
+    _exit(status ? 1 : 0);
+  }
+  int verdict = 0;
+  for (;;) {
+    const pid_t done = waitpid(pid, &verdict, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) fail(ErrorCode::kInternal, "FITS: lost the tile decoder");
+    if (cancelled && cancelled()) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &verdict, 0);
+      fail(ErrorCode::kCancelled, "cancelled while decoding");
+    }
+    usleep(200);
+  }
+  const std::string which = "FITS HDU " + std::to_string(image.hdu) + ": ";
+  if (WIFSIGNALED(verdict))
+    invalid_data(which + "cfitsio failed on its compressed tiles (signal " + std::to_string(WTERMSIG(verdict)) +
+                 " in the decoder's own process): corrupt data");
+  if (!WIFEXITED(verdict) || WEXITSTATUS(verdict) != 0)
+    invalid_data(which + "cfitsio cannot decode its compressed tiles (" +
+                 (words[0] ? std::string(words, strnlen(words, kHead)) : std::string("its decoder gave up")) + ")");
   RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), 1, image.type);
   for (size_t k = 0; k < planes.size(); ++k) {
     if (k > 0) sink.plane(k);
@@ -469,30 +508,7 @@ void decode_fits(const uint8_t* data, size_t size, const FitsImage& image, const
       if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
       if (band.count == 0) fail(ErrorCode::kInternal, "FITS: the sink gave a band of no rows");
       const uint64_t n = std::min<uint64_t>(band.count, height - y);
-      // Each core reads a run of the band's rows through its own handle.
-      const uint64_t runs = threads > 1 && n * row_bytes >= (uint64_t{1} << 20) ? std::min<uint64_t>(n, threads) : 1;
-      if (runs == 1) {
-        read_rows(*first, planes[k], y, n, band.rows);
-      } else {
-        auto run = [&](size_t i) {
-          if (failed) return;
-          const uint64_t r0 = n * i / runs, r1 = n * (i + 1) / runs;
-          if (r1 == r0) return;
-          std::unique_ptr<Fits>& h = handles.local();
-          if (!h) {
-            try {
-              h = open();
-            } catch (const Error& e) {
-              std::lock_guard<std::mutex> lock(error_mutex);
-              if (!failed.exchange(true)) error = e.what();
-              return;
-            }
-          }
-          read_rows(*h, planes[k], y + r0, r1 - r0, band.rows + r0 * row_bytes);
-        };
-        tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t{0}, static_cast<size_t>(runs), run); });
-      }
-      if (failed) invalid_data(error);
+      std::memcpy(band.rows, pixels + k * plane_bytes + y * row_bytes, n * row_bytes);
       band = sink.band(band.rows, static_cast<uint32_t>(y), static_cast<uint32_t>(n));
       y += n;
     }

@@ -59,8 +59,8 @@ struct FitsImage {
 struct FitsPlan {
   std::vector<FitsImage> images;
   std::string warning;  // the HDUs ended early: cfitsio's words
-  // What decode_fits holds beside the sink's bands: cfitsio's buffers, a
-  // compressed image's tile.
+  // What decode_fits holds beside the sink's bands (cfitsio's buffers); a
+  // compressed image also holds its chosen planes decoded (the plan adds them).
   uint64_t decoder_bytes = 0;
 };
 
@@ -87,7 +87,8 @@ FitsPlan plan_fits(const uint8_t* data, size_t size, uint64_t max_images, uint64
 // as each after the first begins), each band's rows read on every core: an
 // uncompressed image straight from the file's bytes (big-endian samples
 // swapped, scaled and BLANK-checked as cfitsio does it, exact to the bit),
-// a compressed one through one cfitsio handle a core.
+// a compressed one by cfitsio in a process of its own (its decoders trust
+// the compressed bytes), into memory shared with it: every chosen plane.
 // Throws kInvalidArgument with cfitsio's words for data it cannot read,
 // kCancelled.
 void decode_fits(const uint8_t* data, size_t size, const FitsImage& image, const std::vector<uint64_t>& planes,
