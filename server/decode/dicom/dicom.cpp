@@ -179,6 +179,9 @@ class Framing {
       }
     }
     while (!syntax.empty() && (syntax.back() == '\0' || syntax.back() == ' ')) syntax.pop_back();
+    // Without one GDCM guesses the byte order and VR from the bytes, and
+    // reads lengths this walk would not.
+    if (syntax.empty()) return "its file meta information names no transfer syntax (0002,0010)";
     if (syntax == "1.2.840.10008.1.2.1.99")
       return "its data set is deflated (Deflated Explicit VR Little Endian), which is not read";
     explicit_ = syntax != "1.2.840.10008.1.2";

@@ -16,7 +16,9 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <map>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <type_traits>
 
@@ -339,6 +341,131 @@ void convert_rows(const FitsImage& im, const uint8_t* from, uint8_t* to, uint64_
   fail(ErrorCode::kInternal, "FITS: BITPIX " + std::to_string(im.bitpix) + " planned but not converted");
 }
 
+// The HDUs' framing, walked before cfitsio sees them: cfitsio allocates
+// from header values before it checks them against the file (fuzz_fits: a
+// table of 2^55 rows, a calloc of 22 PB). Each HDU's mandatory keywords
+// must be integers in range, its data must lie in the file, and a
+// compressed image's tiles must be its table's rows. Returns how many HDUs
+// from the first pass, and why the next does not.
+struct Framing {
+  int hdus = 0;
+  std::string stop;
+};
+
+bool card_integer(const char* card, long long* out) {
+  // The value: after "= ", to a comment's "/"; one integer, nothing else.
+  const char* p = card + 10;
+  const char* end = card + 80;
+  while (p < end && *p == ' ') ++p;
+  const char* q = p;
+  if (q < end && (*q == '+' || *q == '-')) ++q;
+  const char* digits = q;
+  while (q < end && *q >= '0' && *q <= '9') ++q;
+  if (q == digits || q - digits > 18) return false;
+  const char* r = q;
+  while (r < end && *r == ' ') ++r;
+  if (r < end && *r != '/') return false;
+  *out = std::strtoll(p, nullptr, 10);
+  return true;
+}
+
+Framing fits_framing(const uint8_t* data, size_t size) {
+  Framing out;
+  uint64_t at = 0;
+  constexpr uint64_t kRecord = kFitsRecordBytes;
+  while (at < size) {
+    std::map<std::string, long long> keys;
+    std::set<std::string> flags;  // logical keywords that are T
+    bool ended = false;
+    uint64_t h = at;
+    for (; h + 80 <= size && !ended; h += 80) {
+      const char* card = reinterpret_cast<const char*>(data + h);
+      std::string key(card, 8);
+      while (!key.empty() && key.back() == ' ') key.pop_back();
+      if (key == "END") ended = true;
+      else if (card[8] == '=' && card[9] == ' ') {
+        long long v = 0;
+        if (card_integer(card, &v)) keys[key] = v;
+        else if (std::string(card + 10, 70).find_first_not_of(' ') != std::string::npos &&
+                 card[10 + std::string(card + 10, 70).find_first_not_of(' ')] == 'T')
+          flags.insert(key);
+      }
+    }
+    const std::string which = "HDU " + std::to_string(out.hdus + 1);
+    if (!ended) return out.stop = which + " has no END card", out;
+    const uint64_t header = (h - at + kRecord - 1) / kRecord * kRecord;
+    auto need = [&](const std::string& key, long long lo, long long hi, long long* v) {
+      auto it = keys.find(key);
+      if (it == keys.end() || it->second < lo || it->second > hi) return false;
+      *v = it->second;
+      return true;
+    };
+    long long bitpix = 0, naxis = 0;
+    if (!need("BITPIX", -64, 64, &bitpix) ||
+        (bitpix != 8 && bitpix != 16 && bitpix != 32 && bitpix != 64 && bitpix != -32 && bitpix != -64))
+      return out.stop = which + ": BITPIX is not 8, 16, 32, 64, -32 or -64", out;
+    if (!need("NAXIS", 0, 999, &naxis)) return out.stop = which + ": NAXIS is not 0 to 999", out;
+    uint64_t elements = naxis > 0 ? 1 : 0;
+    std::vector<long long> axes;
+    for (long long i = 1; i <= naxis; ++i) {
+      long long n = 0;
+      if (!need("NAXIS" + std::to_string(i), 0, INT64_MAX, &n))
+        return out.stop = which + ": NAXIS" + std::to_string(i) + " is not a size", out;
+      axes.push_back(n);
+      if (!multiply(elements, static_cast<uint64_t>(n), &elements) || elements > (uint64_t{1} << 62))
+        return out.stop = which + ": its axes declare more than 2^62 samples", out;
+    }
+    long long pcount = 0, gcount = 1;
+    if (at > 0) {
+      if (!need("PCOUNT", 0, INT64_MAX, &pcount) || !need("GCOUNT", 0, INT64_MAX, &gcount))
+        return out.stop = which + ": PCOUNT or GCOUNT is not a count", out;
+    }
+    uint64_t bytes = 0;
+    if (!multiply(static_cast<uint64_t>(std::abs(bitpix) / 8), static_cast<uint64_t>(gcount), &bytes) ||
+        static_cast<uint64_t>(pcount) > UINT64_MAX - elements ||
+        !multiply(bytes, elements + static_cast<uint64_t>(pcount), &bytes))
+      return out.stop = which + ": its data would be more than 2^64 bytes", out;
+    if (header > size - at || bytes > size - at - header) {
+      // An image's header cfitsio reads without allocating by its axes: it
+      // is read (and its data found short, or its size past the limits,
+      // said when it is planned); nothing after it is.
+      const bool image = at == 0 || !keys.count("TFIELDS");
+      if (image && !flags.count("ZIMAGE")) ++out.hdus;
+      out.stop = "HDU " + std::to_string(out.hdus + (image ? 0 : 1)) + ": its data runs past the file's end";
+      return out;
+    }
+    long long tfields = 0;
+    if (keys.count("TFIELDS") && !need("TFIELDS", 0, 999, &tfields))
+      return out.stop = which + ": TFIELDS is not 0 to 999", out;
+    if (flags.count("ZIMAGE")) {  // a tile-compressed image: its tiles are the table's rows
+      long long znaxis = 0;
+      if (!need("ZNAXIS", 1, 999, &znaxis) || naxis != 2)
+        return out.stop = which + ": a compressed image whose ZNAXIS or table is not one", out;
+      uint64_t tiles = 1;
+      for (long long i = 1; i <= znaxis; ++i) {
+        long long n = 0, t = 0;
+        if (!need("ZNAXIS" + std::to_string(i), 1, INT64_MAX, &n))
+          return out.stop = which + ": ZNAXIS" + std::to_string(i) + " is not a size", out;
+        const std::string tile = "ZTILE" + std::to_string(i);
+        if (keys.count(tile)) {
+          if (!need(tile, 1, INT64_MAX, &t)) return out.stop = which + ": " + tile + " is not a size", out;
+        } else {
+          t = i == 1 ? n : 1;
+        }
+        if (!multiply(tiles, static_cast<uint64_t>((n + t - 1) / t), &tiles) || tiles > size)
+          return out.stop = which + ": more compressed tiles than the file could hold", out;
+      }
+      if (tiles != static_cast<uint64_t>(axes[1]))
+        return out.stop = which + ": " + std::to_string(tiles) + " compressed tiles in a table of " +
+                          std::to_string(axes[1]) + " rows",
+               out;
+    }
+    ++out.hdus;
+    at += header + (bytes + kRecord - 1) / kRecord * kRecord;
+  }
+  return out;
+}
+
 }  // namespace
 
 uint64_t FitsImage::planes() const {
@@ -351,6 +478,8 @@ bool is_fits(const uint8_t* data, size_t size) { return size >= 9 && std::memcmp
 
 FitsPlan plan_fits(const uint8_t* data, size_t size, uint64_t max_images, uint64_t max_planes,
                    const std::function<bool()>& cancelled) {
+  const Framing framing = fits_framing(data, size);
+  if (framing.hdus == 0) invalid_data("FITS: " + framing.stop);
   std::shared_lock<std::shared_mutex> lock(g_cfitsio);
   FitsPlan plan;
   int status = 0;
@@ -359,6 +488,10 @@ FitsPlan plan_fits(const uint8_t* data, size_t size, uint64_t max_images, uint64
   std::vector<std::string> skipped;
   for (int hdu = 1;; ++hdu) {
     if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while reading FITS headers");
+    if (hdu > framing.hdus) {
+      if (!framing.stop.empty()) plan.warning = "FITS: HDUs end at " + framing.stop;
+      break;
+    }
     int type = 0;
     status = 0;
     if (hdu > 1) fits_movabs_hdu(file.f, hdu, &type, &status);
