@@ -19,7 +19,8 @@ std::vector<uint8_t> inflate_gzip(const uint8_t* data, size_t size, uint64_t max
   const uint64_t said = uint64_t{data[size - 4]} | uint64_t{data[size - 3]} << 8 | uint64_t{data[size - 2]} << 16 |
                         uint64_t{data[size - 1]} << 24;
   std::vector<uint8_t> out;
-  out.reserve(std::min<uint64_t>(said, max_bytes));
+  // Deflate expands at most 1032:1: ISIZE past that is a lie, not reserved.
+  out.reserve(std::min<uint64_t>({said, max_bytes, uint64_t{size} * 1032}));
   constexpr size_t kStep = size_t{1} << 20;
   const uint8_t* in = data;
   size_t left = size;
