@@ -3,6 +3,7 @@
 #include <gdcmExplicitDataElement.h>
 #include <gdcmFileMetaInformation.h>
 #include <gdcmImage.h>
+#include <gdcmImageHelper.h>
 #include <gdcmImplicitDataElement.h>
 #include <gdcmSequenceOfFragments.h>
 #include <gdcmImageReader.h>
@@ -21,9 +22,11 @@
 #include <istream>
 #include <limits>
 #include <mutex>
+#include <shared_mutex>
 #include <streambuf>
 
 #include "decode/decode.hpp"
+#include "decode/isolated.hpp"
 
 namespace {
 // Debian builds GDCM with its assertions on, and some of them check the
@@ -40,7 +43,7 @@ thread_local char t_gdcm_assertion[256];
 
 extern "C" [[noreturn]] void __assert_fail(const char* expression, const char* file, unsigned int line,
                                            const char* function) {
-  if (t_gdcm_guard) {
+  if (t_gdcm_guard && !imgstat::in_isolated_child()) {
     std::snprintf(t_gdcm_assertion, sizeof t_gdcm_assertion, "%s", expression);
     sigjmp_buf* to = t_gdcm_guard;
     t_gdcm_guard = nullptr;
@@ -119,10 +122,17 @@ std::string number(double v) {
 bool integral(double v) { return std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9.0e15; }
 
 // What plan and decode both derive from a file's image.
+// Every use of GDCM holds this shared; a decoder's process is made with it
+// held whole (decode/isolated).
+std::shared_mutex g_gdcm;
+
+// The attributes only: gdcm::Reader, not ImageReader, whose Read() decodes
+// pixel data already (its lossy flag: fuzz_dicom faulted GDCM's RLE decoder
+// there). Pixels are decoded in a process of their own (decode_dicom).
 struct Reading {
   MemoryBuffer buffer;
   std::istream stream;
-  gdcm::ImageReader reader;
+  gdcm::Reader reader;
   size_t size;
   Reading(const uint8_t* data, size_t bytes) : buffer(data, bytes), stream(&buffer), size(bytes) {
     quiet_gdcm();
@@ -141,6 +151,7 @@ struct Values {
   bool colour = false;
   uint32_t bytes = 2;        // stored bytes a sample
   bool is_signed = false, is_float = false;
+  bool planar = false;  // colour samples RRR GGG BBB
 };
 
 SampleType narrowest(double lo, double hi) {
@@ -301,14 +312,15 @@ class Framing {
 
 // The image's layout and values, from its attributes alone (no pixel decoded).
 DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_t max_pixels, Values* v) {
-  if (!r.reader.Read())
-    invalid_data("DICOM: GDCM cannot read it as an image (no pixel data, or damaged attributes)");
-  const gdcm::Image& im = r.reader.GetImage();
-  const gdcm::PixelFormat pf = im.GetPixelFormat();
+  if (!r.reader.Read()) invalid_data("DICOM: GDCM cannot read its attributes (damaged)");
+  const gdcm::File& file0 = r.reader.GetFile();
+  if (!file0.GetDataSet().FindDataElement(gdcm::Tag(0x7fe0, 0x0010))) invalid_data("DICOM: no pixel data");
+  const std::vector<unsigned int> dims = gdcm::ImageHelper::GetDimensionsValue(file0);
+  const gdcm::PixelFormat pf = gdcm::ImageHelper::GetPixelFormatValue(file0);
   DicomImage out;
-  out.width = im.GetDimension(0);
-  out.height = im.GetDimension(1);
-  out.frames = im.GetNumberOfDimensions() > 2 ? im.GetDimension(2) : 1;
+  out.width = dims.size() > 0 ? dims[0] : 0;
+  out.height = dims.size() > 1 ? dims[1] : 0;
+  out.frames = dims.size() > 2 && dims[2] > 0 ? dims[2] : 1;
   if (out.width == 0 || out.height == 0 || out.frames == 0) invalid_data("DICOM: the image has no pixels (Rows, Columns or frames 0)");
   if (out.frames > max_planes)
     fail(ErrorCode::kResourceExhausted, "DICOM: " + std::to_string(out.frames) + " frames, past the limit of " +
@@ -320,7 +332,8 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
   const unsigned spp = pf.GetSamplesPerPixel();
   if (spp != 1 && spp != 3) invalid_data("DICOM: " + std::to_string(spp) + " samples a pixel (1 or 3 are read)");
   out.channels = spp;
-  const gdcm::PhotometricInterpretation pi = im.GetPhotometricInterpretation();
+  const gdcm::PhotometricInterpretation pi = gdcm::ImageHelper::GetPhotometricInterpretationValue(file0);
+  v->planar = spp > 1 && gdcm::ImageHelper::GetPlanarConfigurationValue(file0) == 1;
   const std::string pi_name = printable(gdcm::PhotometricInterpretation::GetPIString(pi));
   if (pi == gdcm::PhotometricInterpretation::PALETTE_COLOR)
     invalid_data("DICOM: PALETTE COLOR images are not read yet (their lookup table is not applied)");
@@ -338,7 +351,7 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
     default: v->stored = SampleType::kFloat64, v->stored_wide = !v->is_float; break;
   }
   v->colour = spp == 3;
-  const gdcm::TransferSyntax& ts = im.GetTransferSyntax();
+  const gdcm::TransferSyntax ts = file0.GetHeader().GetDataSetTransferSyntax();
   const bool jpeg_lossy = ts == gdcm::TransferSyntax::JPEGBaselineProcess1 || ts == gdcm::TransferSyntax::JPEGExtendedProcess2_4;
   if (v->colour) {
     const bool ybr = pi_name.rfind("YBR", 0) == 0 && !jpeg_lossy;
@@ -357,8 +370,9 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
   };
   SampleType type = v->stored;
   if (!stored_values && !v->colour) {
-    v->slope = im.GetSlope();
-    v->intercept = im.GetIntercept();
+    const std::vector<double> rescale = gdcm::ImageHelper::GetRescaleInterceptSlopeValue(file0);
+    v->intercept = rescale.size() > 0 ? rescale[0] : 0;
+    v->slope = rescale.size() > 1 ? rescale[1] : 1;
     if (!std::isfinite(v->slope) || !std::isfinite(v->intercept) || v->slope == 0) v->slope = 1, v->intercept = 0;
     const double a = v->slope * smin + v->intercept, c = v->slope * smax + v->intercept;
     v->lo = std::min(a, c), v->hi = std::max(a, c);
@@ -485,6 +499,7 @@ void convert(const uint8_t* from, uint64_t n, const Values& v, SampleType to_typ
 DicomImage plan_dicom(const uint8_t* data, size_t size, bool stored_values, uint64_t max_planes, uint64_t max_pixels) {
   const std::string framing = Framing(data, size).check();
   if (!framing.empty()) invalid_data("DICOM: " + framing + " (truncated or corrupt)");
+  std::shared_lock<std::shared_mutex> lock(g_gdcm);
   Reading r(data, size);
   Values v;
   DicomImage out;
@@ -494,32 +509,46 @@ DicomImage plan_dicom(const uint8_t* data, size_t size, bool stored_values, uint
 
 void decode_dicom(const uint8_t* data, size_t size, const DicomImage& planned, bool stored_values,
                   const std::vector<uint64_t>& frames, const std::function<bool()>& cancelled, const RowSink& sink) {
-  Reading r(data, size);
   Values v;
   DicomImage image;
-  gdcm_guarded([&] { image = describe(r, stored_values, uint64_t{1} << 40, uint64_t{1} << 62, &v); });
+  {
+    std::shared_lock<std::shared_mutex> lock(g_gdcm);
+    Reading r(data, size);
+    gdcm_guarded([&] { image = describe(r, stored_values, uint64_t{1} << 40, uint64_t{1} << 62, &v); });
+  }
   if (image.width != planned.width || image.height != planned.height || image.type != planned.type)
     fail(ErrorCode::kInternal, "DICOM: read otherwise than planned");
-  const gdcm::Image& im = r.reader.GetImage();
-  if (im.GetBufferLength() != image.decoded_bytes)
-    invalid_data("DICOM: GDCM gives " + std::to_string(im.GetBufferLength()) + " bytes of pixels where " +
-                 std::to_string(image.decoded_bytes) + " were declared");
-  std::vector<uint8_t> pixels(image.decoded_bytes);
-  if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
-  bool decoded = false;
-  gdcm_guarded([&] { decoded = im.GetBuffer(reinterpret_cast<char*>(pixels.data())); });
-  if (!decoded)
-    invalid_data("DICOM: GDCM cannot decode its pixel data (" +
-                 printable(gdcm::TransferSyntax::GetTSString(im.GetTransferSyntax()) ? gdcm::TransferSyntax::GetTSString(im.GetTransferSyntax()) : "unknown transfer syntax") +
-                 ": damaged, or a codec it lacks)");
+  // GDCM's codecs trust the compressed bytes: they run in a process of their own.
+  const uint64_t expected = image.decoded_bytes;
+  const IsolatedOutput decoded = run_isolated(
+      expected, g_gdcm,
+      [&](uint8_t* out) -> std::string {
+        MemoryBuffer buffer(data, size);
+        std::istream stream(&buffer);
+        gdcm::ImageReader reader;
+        reader.SetStream(stream);
+        if (!reader.Read()) return "GDCM cannot read it as an image";
+        const gdcm::Image& im = reader.GetImage();
+        if (im.GetBufferLength() != expected)
+          return "GDCM gives " + std::to_string(im.GetBufferLength()) + " bytes of pixels where " +
+                 std::to_string(expected) + " were declared";
+        if (!im.GetBuffer(reinterpret_cast<char*>(out))) {
+          const char* name = gdcm::TransferSyntax::GetTSString(im.GetTransferSyntax());
+          return "GDCM cannot decode its pixel data (" + printable(name ? name : "unknown transfer syntax") +
+                 ": damaged, or a codec it lacks)";
+        }
+        return "";
+      },
+      cancelled, "DICOM");
+  const uint8_t* pixels = decoded.data();
   const uint64_t samples_per_row = image.width * image.channels, frame_samples = samples_per_row * image.height;
   const uint64_t out_row = samples_per_row * sample_size(image.type);
-  const bool planar = image.channels > 1 && im.GetPlanarConfiguration() == 1;
+  const bool planar = v.planar;
   RowBand band = sink.begin(static_cast<uint32_t>(image.width), static_cast<uint32_t>(image.height), image.channels, image.type);
   std::vector<uint8_t> row;
   for (size_t k = 0; k < frames.size(); ++k) {
     if (k > 0) sink.plane(k);
-    const uint8_t* frame = pixels.data() + frames[k] * frame_samples * v.bytes;
+    const uint8_t* frame = pixels + frames[k] * frame_samples * v.bytes;
     for (uint64_t y = 0; y < image.height;) {
       if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
       if (band.count == 0) fail(ErrorCode::kInternal, "DICOM: the sink gave a band of no rows");

@@ -1,13 +1,9 @@
 #include "decode/fits/fits.hpp"
 #include "decode/decode.hpp"
 #include "decode/inflate/gzip.hpp"
+#include "decode/isolated.hpp"
 
 #include <fitsio.h>
-#include <signal.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
@@ -370,6 +366,27 @@ bool card_integer(const char* card, long long* out) {
   return true;
 }
 
+bool card_string(const char* card, std::string* out) {
+  const char* p = card + 10;
+  const char* end = card + 80;
+  while (p < end && *p == ' ') ++p;
+  if (p == end || *p != '\'') return false;
+  out->clear();
+  for (++p; p < end; ++p) {
+    if (*p == '\'') {
+      if (p + 1 < end && p[1] == '\'') {
+        *out += '\'';
+        ++p;
+        continue;
+      }
+      while (!out->empty() && out->back() == ' ') out->pop_back();
+      return true;
+    }
+    *out += *p;
+  }
+  return false;
+}
+
 Framing fits_framing(const uint8_t* data, size_t size) {
   Framing out;
   uint64_t at = 0;
@@ -377,6 +394,8 @@ Framing fits_framing(const uint8_t* data, size_t size) {
   while (at < size) {
     std::map<std::string, long long> keys;
     std::set<std::string> flags;  // logical keywords that are T
+    std::map<std::string, std::string> strings;  // quoted values, trailing blanks dropped
+    std::string text;
     bool ended = false;
     uint64_t h = at;
     for (; h + 80 <= size && !ended; h += 80) {
@@ -387,6 +406,7 @@ Framing fits_framing(const uint8_t* data, size_t size) {
       else if (card[8] == '=' && card[9] == ' ') {
         long long v = 0;
         if (card_integer(card, &v)) keys[key] = v;
+        else if (card_string(card, &text)) strings[key] = text;
         else if (std::string(card + 10, 70).find_first_not_of(' ') != std::string::npos &&
                  card[10 + std::string(card + 10, 70).find_first_not_of(' ')] == 'T')
           flags.insert(key);
@@ -455,6 +475,16 @@ Framing fits_framing(const uint8_t* data, size_t size) {
         }
         if (!multiply(tiles, static_cast<uint64_t>((n + t - 1) / t), &tiles) || tiles > size)
           return out.stop = which + ": more compressed tiles than the file could hold", out;
+      }
+      // Compression parameters cfitsio divides by or sizes with as they come.
+      for (int i = 1; i <= 999; ++i) {
+        const std::string name = "ZNAME" + std::to_string(i), value = "ZVAL" + std::to_string(i);
+        if (!strings.count(name)) break;
+        long long v = 0;
+        const std::string& n = strings[name];
+        if ((n == "BLOCKSIZE" && (!need(value, 1, 1 << 20, &v))) ||
+            (n == "BYTEPIX" && (!need(value, 1, 8, &v) || (v != 1 && v != 2 && v != 4 && v != 8))))
+          return out.stop = which + ": " + n + " " + value + " is not one cfitsio takes", out;
       }
       if (tiles != static_cast<uint64_t>(axes[1]))
         return out.stop = which + ": " + std::to_string(tiles) + " compressed tiles in a table of " +
@@ -575,70 +605,32 @@ void decode_fits(const uint8_t* data, size_t size, const FitsImage& image, const
   }
   // Tile-compressed: cfitsio's decoders trust the compressed bytes (fuzz_fits:
   // its Rice decoder reads past a damaged tile until it faults), so the
-  // tiles are decoded in a process of their own, into memory it shares:
-  // a fault is this file's error, never the server's end.
+  // tiles are decoded in a process of their own (decode/isolated).
   const uint64_t plane_bytes = row_bytes * height, total = plane_bytes * planes.size();
-  constexpr size_t kHead = 4096;  // the child's verdict in words
-  void* map = mmap(nullptr, kHead + total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (map == MAP_FAILED) fail(ErrorCode::kResourceExhausted, "FITS: no memory for the decoded tiles");
-  struct Unmap {
-    void* p;
-    size_t n;
-    ~Unmap() { munmap(p, n); }
-  } unmap{map, kHead + total};
-  char* words = static_cast<char*>(map);
-  uint8_t* pixels = static_cast<uint8_t*>(map) + kHead;
-  pid_t pid;
-  {
-    // No thread is inside cfitsio (holding its locks) when the child starts.
-    std::unique_lock<std::shared_mutex> lock(g_cfitsio);
-    pid = fork();
-  }
-  if (pid < 0) fail(ErrorCode::kResourceExhausted, "FITS: cannot start the tile decoder (fork failed)");
-  if (pid == 0) {
-    // What the decoder says as it fails (a sanitizer's report included) is
-    // not the server's to log: its verdict comes back in `words`.
-    const int quiet = open("/dev/null", O_WRONLY);
-    if (quiet >= 0) dup2(quiet, 2);
-    int status = 0, type = 0, any = 0;
-    void* memory = const_cast<uint8_t*>(data);
-    size_t memory_size = size;
-    fitsfile* f = nullptr;
-    fits_open_memfile(&f, "imgstat.fits", READONLY, &memory, &memory_size, 0, nullptr, &status);
-    if (!status) fits_movabs_hdu(f, image.hdu, &type, &status);
-    for (size_t k = 0; k < planes.size() && !status; ++k) {
-      long long first_pixel[kMaxFitsAxes];
-      first_pixel[0] = first_pixel[1] = 1;
-      uint64_t rest = planes[k];
-      for (size_t i = 2; i < image.axes.size(); ++i) {
-        first_pixel[i] = static_cast<long long>(rest % image.axes[i] + 1);
-        rest /= image.axes[i];
-      }
-      fits_read_pixll(f, datatype, first_pixel, static_cast<long long>(width * height), null_value,
-                      pixels + k * plane_bytes, &any, &status);
-    }
-    if (status) std::snprintf(words, kHead, "%s", cfitsio_words(status).c_str());
-    _exit(status ? 1 : 0);
-  }
-  int verdict = 0;
-  for (;;) {
-    const pid_t done = waitpid(pid, &verdict, WNOHANG);
-    if (done == pid) break;
-    if (done < 0 && errno != EINTR) fail(ErrorCode::kInternal, "FITS: lost the tile decoder");
-    if (cancelled && cancelled()) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &verdict, 0);
-      fail(ErrorCode::kCancelled, "cancelled while decoding");
-    }
-    usleep(200);
-  }
-  const std::string which = "FITS HDU " + std::to_string(image.hdu) + ": ";
-  if (WIFSIGNALED(verdict))
-    invalid_data(which + "cfitsio failed on its compressed tiles (signal " + std::to_string(WTERMSIG(verdict)) +
-                 " in the decoder's own process): corrupt data");
-  if (!WIFEXITED(verdict) || WEXITSTATUS(verdict) != 0)
-    invalid_data(which + "cfitsio cannot decode its compressed tiles (" +
-                 (words[0] ? std::string(words, strnlen(words, kHead)) : std::string("its decoder gave up")) + ")");
+  const IsolatedOutput decoded = run_isolated(
+      total, g_cfitsio,
+      [&](uint8_t* pixels) -> std::string {
+        int status = 0, type = 0, any = 0;
+        void* memory = const_cast<uint8_t*>(data);
+        size_t memory_size = size;
+        fitsfile* f = nullptr;
+        fits_open_memfile(&f, "imgstat.fits", READONLY, &memory, &memory_size, 0, nullptr, &status);
+        if (!status) fits_movabs_hdu(f, image.hdu, &type, &status);
+        for (size_t k = 0; k < planes.size() && !status; ++k) {
+          long long first_pixel[kMaxFitsAxes];
+          first_pixel[0] = first_pixel[1] = 1;
+          uint64_t rest = planes[k];
+          for (size_t i = 2; i < image.axes.size(); ++i) {
+            first_pixel[i] = static_cast<long long>(rest % image.axes[i] + 1);
+            rest /= image.axes[i];
+          }
+          fits_read_pixll(f, datatype, first_pixel, static_cast<long long>(width * height), null_value,
+                          pixels + k * plane_bytes, &any, &status);
+        }
+        return status ? "cfitsio cannot decode its compressed tiles (" + cfitsio_words(status) + ")" : "";
+      },
+      cancelled, "FITS HDU " + std::to_string(image.hdu));
+  const uint8_t* pixels = decoded.data();
   RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), 1, image.type);
   for (size_t k = 0; k < planes.size(); ++k) {
     if (k > 0) sink.plane(k);

@@ -1,0 +1,93 @@
+#include "decode/isolated.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "imgstat/error.hpp"
+
+namespace imgstat {
+namespace {
+bool g_child = false;
+constexpr size_t kWordsBytes = 4096;  // the child's verdict in words, before its output
+}  // namespace
+
+bool in_isolated_child() { return g_child; }
+
+IsolatedOutput::IsolatedOutput(IsolatedOutput&& o) noexcept { *this = std::move(o); }
+IsolatedOutput& IsolatedOutput::operator=(IsolatedOutput&& o) noexcept {
+  std::swap(map_, o.map_);
+  std::swap(map_bytes_, o.map_bytes_);
+  std::swap(data_, o.data_);
+  std::swap(size_, o.size_);
+  return *this;
+}
+IsolatedOutput::~IsolatedOutput() {
+  if (map_) munmap(map_, map_bytes_);
+}
+
+IsolatedOutput run_isolated(uint64_t bytes, std::shared_mutex& library,
+                            const std::function<std::string(uint8_t* out)>& decode,
+                            const std::function<bool()>& cancelled, const std::string& what) {
+  IsolatedOutput out;
+  out.map_bytes_ = kWordsBytes + bytes;
+  out.map_ = mmap(nullptr, out.map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (out.map_ == MAP_FAILED) {
+    out.map_ = nullptr;
+    fail(ErrorCode::kResourceExhausted, what + ": no memory for what its decoder gives");
+  }
+  char* words = static_cast<char*>(out.map_);
+  out.data_ = static_cast<uint8_t*>(out.map_) + kWordsBytes;
+  out.size_ = bytes;
+  pid_t pid;
+  {
+    std::unique_lock<std::shared_mutex> lock(library);
+    pid = fork();
+  }
+  if (pid < 0) fail(ErrorCode::kResourceExhausted, what + ": cannot start its decoder's process (fork failed)");
+  if (pid == 0) {
+    g_child = true;
+    // What the decoder says as it fails (a sanitizer's report included) is
+    // not the server's to log: its verdict comes back in `words`.
+    const int quiet = open("/dev/null", O_WRONLY);
+    if (quiet >= 0) dup2(quiet, 2);
+    std::string verdict;
+    try {
+      verdict = decode(out.data_);
+    } catch (const std::exception& e) {
+      verdict = e.what();
+    } catch (...) {
+      verdict = "its decoder failed";
+    }
+    if (!verdict.empty()) std::snprintf(words, kWordsBytes, "%s", verdict.c_str());
+    _exit(verdict.empty() ? 0 : 1);
+  }
+  int status = 0;
+  for (;;) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) fail(ErrorCode::kInternal, what + ": lost its decoder's process");
+    if (cancelled && cancelled()) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      fail(ErrorCode::kCancelled, "cancelled while decoding");
+    }
+    usleep(100);
+  }
+  if (WIFSIGNALED(status))
+    fail(ErrorCode::kInvalidArgument, what + ": its decoder faulted on it (signal " + std::to_string(WTERMSIG(status)) +
+                                          ", in a process of its own): corrupt data");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail(ErrorCode::kInvalidArgument,
+         what + ": " + (words[0] ? std::string(words, strnlen(words, kWordsBytes)) : std::string("its decoder gave up")));
+  return out;
+}
+
+}  // namespace imgstat
