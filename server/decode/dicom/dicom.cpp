@@ -511,16 +511,32 @@ void decode_dicom(const uint8_t* data, size_t size, const DicomImage& planned, b
                   const std::vector<uint64_t>& frames, const std::function<bool()>& cancelled, const RowSink& sink) {
   Values v;
   DicomImage image;
+  // Uncompressed pixel data is the samples: taken from the attributes as
+  // read, no codec, no process of its own.
+  std::vector<uint8_t> native;
+  bool is_native = false;
   {
     std::shared_lock<std::shared_mutex> lock(g_gdcm);
     Reading r(data, size);
-    gdcm_guarded([&] { image = describe(r, stored_values, uint64_t{1} << 40, uint64_t{1} << 62, &v); });
+    gdcm_guarded([&] {
+      image = describe(r, stored_values, uint64_t{1} << 40, uint64_t{1} << 62, &v);
+      const gdcm::TransferSyntax ts = r.reader.GetFile().GetHeader().GetDataSetTransferSyntax();
+      const gdcm::ByteValue* bv = r.reader.GetFile().GetDataSet().GetDataElement(gdcm::Tag(0x7fe0, 0x0010)).GetByteValue();
+      if (bv && !ts.IsEncapsulated() && (ts == gdcm::TransferSyntax::ImplicitVRLittleEndian ||
+                                        ts == gdcm::TransferSyntax::ExplicitVRLittleEndian ||
+                                        ts == gdcm::TransferSyntax::ExplicitVRBigEndian)) {
+        is_native = true;
+        // Its length was checked; GDCM has swapped a big-endian OW value as it read it.
+        native.assign(bv->GetPointer(), bv->GetPointer() + image.decoded_bytes);
+      }
+    });
   }
   if (image.width != planned.width || image.height != planned.height || image.type != planned.type)
     fail(ErrorCode::kInternal, "DICOM: read otherwise than planned");
   // GDCM's codecs trust the compressed bytes: they run in a process of their own.
   const uint64_t expected = image.decoded_bytes;
-  const IsolatedOutput decoded = run_isolated(
+  IsolatedOutput decoded;
+  if (!is_native) decoded = run_isolated(
       expected, g_gdcm,
       [&](uint8_t* out) -> std::string {
         MemoryBuffer buffer(data, size);
@@ -540,7 +556,7 @@ void decode_dicom(const uint8_t* data, size_t size, const DicomImage& planned, b
         return "";
       },
       cancelled, "DICOM");
-  const uint8_t* pixels = decoded.data();
+  const uint8_t* pixels = is_native ? native.data() : decoded.data();
   const uint64_t samples_per_row = image.width * image.channels, frame_samples = samples_per_row * image.height;
   const uint64_t out_row = samples_per_row * sample_size(image.type);
   const bool planar = v.planar;
