@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,9 @@ namespace imgstat {
 namespace {
 bool g_child = false;
 constexpr size_t kWordsBytes = 4096;  // the child's verdict in words, before its output
+// Tuning: the heap a decoder's process may grow by (its output is in the
+// shared memory, not its heap): a tile or a frame's codec state.
+constexpr unsigned long long kChildHeapBytes = 512ull << 20;
 }  // namespace
 
 bool in_isolated_child() { return g_child; }
@@ -58,6 +62,20 @@ IsolatedOutput run_isolated(uint64_t bytes, std::shared_mutex& library,
     // not the server's to log: its verdict comes back in `words`.
     const int quiet = open("/dev/null", O_WRONLY);
     if (quiet >= 0) dup2(quiet, 2);
+    // What a decoder may allocate beyond what the child inherited: a length
+    // a damaged file declares fails to allocate instead of being taken.
+    if (FILE* status = std::fopen("/proc/self/status", "r")) {
+      char line[256];
+      unsigned long long data_kb = 0;
+      while (std::fgets(line, sizeof line, status))
+        if (std::sscanf(line, "VmData: %llu kB", &data_kb) == 1) break;
+      std::fclose(status);
+      if (data_kb) {
+        const rlim_t limit = static_cast<rlim_t>(data_kb * 1024 + kChildHeapBytes);
+        const rlimit r{limit, limit};
+        setrlimit(RLIMIT_DATA, &r);
+      }
+    }
     std::string verdict;
     try {
       verdict = decode(out.data_);

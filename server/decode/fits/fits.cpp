@@ -41,66 +41,6 @@ std::string cfitsio_words(int status) {
   return out;
 }
 
-// A cfitsio file over bytes in memory, read only (the bytes are never written).
-struct Fits {
-  fitsfile* f = nullptr;
-  void* memory = nullptr;
-  size_t size = 0;
-  Fits(const uint8_t* data, size_t bytes, int* status) : memory(const_cast<uint8_t*>(data)), size(bytes) {
-    fits_open_memfile(&f, "imgstat.fits", READONLY, &memory, &size, 0, nullptr, status);
-  }
-  ~Fits() {
-    int status = 0;
-    if (f) fits_close_file(f, &status);
-  }
-  Fits(const Fits&) = delete;
-  Fits& operator=(const Fits&) = delete;
-};
-
-bool read_double(fitsfile* f, const char* key, double* out) {
-  int status = 0;
-  fits_read_key(f, TDOUBLE, key, out, nullptr, &status);
-  if (status) fits_clear_errmsg();
-  return status == 0;
-}
-
-bool read_longlong(fitsfile* f, const char* key, long long* out) {
-  int status = 0;
-  fits_read_key(f, TLONGLONG, key, out, nullptr, &status);
-  if (status) fits_clear_errmsg();
-  return status == 0;
-}
-
-// A keyword's value as written, unquoted; printable ASCII only (the answer
-// is UTF-8 text, the header any bytes).
-bool read_text(fitsfile* f, const char* key, std::string* out) {
-  char value[FLEN_VALUE] = {0};
-  int status = 0;
-  fits_read_keyword(f, key, value, nullptr, &status);
-  if (status) {
-    fits_clear_errmsg();
-    return false;
-  }
-  std::string v = value;
-  if (!v.empty() && v.front() == '\'') {
-    std::string s;
-    for (size_t i = 1; i < v.size(); ++i) {
-      if (v[i] == '\'') {
-        if (i + 1 < v.size() && v[i + 1] == '\'') s += '\'', ++i;
-        else break;
-      } else {
-        s += v[i];
-      }
-    }
-    while (!s.empty() && s.back() == ' ') s.pop_back();
-    v = s;
-  }
-  for (char& c : v)
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
-  *out = v;
-  return true;
-}
-
 // The values' type (fits.hpp says which and why).
 SampleType values_type(int bitpix, double bzero, double bscale, bool blank) {
   if (bitpix < 0) return bitpix == -32 && bzero == 0 && bscale == 1 ? SampleType::kFloat32 : SampleType::kFloat64;
@@ -140,132 +80,6 @@ bool multiply(uint64_t a, uint64_t b, uint64_t* out) {
 }
 
 // One image HDU (the current one), or an empty optional reason why not.
-// A tile-compressed image's table: what is wrong with its tiles'
-// descriptors (empty: nothing).
-std::string compressed_tiles_fault(fitsfile* f, uint64_t file_size) {
-  int status = 0;
-  long long head = 0, start = 0, end = 0, heap = 0, rows = 0;
-  int columns = 0;
-  fits_get_hduaddrll(f, &head, &start, &end, &status);
-  if (status || end < start || static_cast<uint64_t>(end) > file_size)
-    return "its compressed table ends past the file's end (truncated or corrupt)";
-  if (!read_longlong(f, "PCOUNT", &heap) || heap < 0) return "its compressed table has no heap (PCOUNT)";
-  fits_get_num_rowsll(f, &rows, &status);
-  fits_get_num_cols(f, &columns, &status);
-  if (status) return cfitsio_words(status);
-  for (int c = 1; c <= columns; ++c) {
-    int code = 0;
-    long long repeat = 0, width = 0;
-    fits_get_coltypell(f, c, &code, &repeat, &width, &status);
-    if (status) return cfitsio_words(status);
-    if (code >= 0) continue;  // fixed-size: in the table, which lies in the file
-    const int type = -code;
-    const uint64_t element = type == TBIT || type == TBYTE || type == TSBYTE || type == TLOGICAL ? 1
-                             : type == TSHORT                                                  ? 2
-                             : type == TINT32BIT || type == TFLOAT                             ? 4
-                                                                                               : 8;
-    for (long long r = 1; r <= rows; ++r) {
-      long long length = 0, offset = 0;
-      fits_read_descriptll(f, c, r, &length, &offset, &status);
-      if (status) return cfitsio_words(status);
-      uint64_t bytes = 0;
-      if (length < 0 || offset < 0 || !multiply(static_cast<uint64_t>(length), element, &bytes) ||
-          static_cast<uint64_t>(offset) > static_cast<uint64_t>(heap) ||
-          bytes > static_cast<uint64_t>(heap) - static_cast<uint64_t>(offset))
-        return "tile " + std::to_string(r) + " declares " + std::to_string(length) +
-               " compressed elements past its table's heap (corrupt)";
-    }
-  }
-  return "";
-}
-
-bool describe(fitsfile* f, int hdu, uint64_t file_size, uint64_t max_planes, FitsImage* out, std::string* skipped) {
-  int status = 0, bitpix = 0, naxis = 0;
-  long long naxes[kMaxFitsAxes] = {0};
-  fits_get_img_dim(f, &naxis, &status);
-  if (status) return *skipped = cfitsio_words(status), false;
-  if (naxis == 0) return false;  // no data: a primary HDU before extensions
-  if (naxis < 0 || naxis > static_cast<int>(kMaxFitsAxes)) {
-    *skipped = "NAXIS " + std::to_string(naxis) + ", more axes than the " + std::to_string(kMaxFitsAxes) + " read";
-    return false;
-  }
-  fits_get_img_paramll(f, naxis, &bitpix, &naxis, naxes, &status);
-  if (status) return *skipped = cfitsio_words(status), false;
-  FitsImage& im = *out;
-  im = FitsImage{};
-  im.hdu = hdu;
-  im.bitpix = bitpix;
-  for (int i = 0; i < naxis; ++i) {
-    if (naxes[i] <= 0) return false;  // no data
-    im.axes.push_back(static_cast<uint64_t>(naxes[i]));
-  }
-  uint64_t planes = 1;
-  for (size_t i = 2; i < im.axes.size(); ++i)
-    if (!multiply(planes, im.axes[i], &planes) || planes > max_planes)
-      fail(ErrorCode::kResourceExhausted, "FITS HDU " + std::to_string(hdu) + ": NAXIS3 and higher declare " +
-                                              (planes > max_planes ? "more than " + std::to_string(max_planes)
-                                                                   : std::string("more than 2^64")) +
-                                              " planes, past the limit of " + std::to_string(max_planes) +
-                                              " (--max-planes)");
-  uint64_t samples = 0, bytes = 0;
-  const uint64_t sample_bytes = static_cast<uint64_t>(std::abs(bitpix) / 8);
-  if (!multiply(im.width(), im.height(), &samples) || !multiply(samples, planes, &samples) ||
-      !multiply(samples, sample_bytes, &bytes))
-    fail(ErrorCode::kResourceExhausted, "FITS HDU " + std::to_string(hdu) + ": its axes declare more than 2^64 bytes");
-  im.compressed = fits_is_compressed_image(f, &status) != 0;
-  status = 0;
-  if (!im.compressed) {
-    // The data must be in the file (checked once the pixel limit has been):
-    // cfitsio would meet its end mid-read.
-    long long head = 0, start = 0, end = 0;
-    fits_get_hduaddrll(f, &head, &start, &end, &status);
-    if (status) return *skipped = cfitsio_words(status), false;
-    if (start < 0 || bytes > UINT64_MAX - static_cast<uint64_t>(start))
-      invalid_data("FITS HDU " + std::to_string(hdu) + ": its data would end past 2^64 bytes");
-    im.data_start = static_cast<uint64_t>(start);
-    im.data_end = static_cast<uint64_t>(start) + bytes;
-  } else {
-    // cfitsio decodes a tile whole: ZTILEn, else rows (its default).
-    uint64_t tile = 8;  // it decodes into doubles or 64-bit integers at most
-    for (size_t i = 0; i < im.axes.size(); ++i) {
-      long long z = 0;
-      const std::string key = "ZTILE" + std::to_string(i + 1);
-      if (!read_longlong(f, key.c_str(), &z)) z = i == 0 ? static_cast<long long>(im.axes[0]) : 1;
-      if (z <= 0 || !multiply(tile, static_cast<uint64_t>(z), &tile) || tile > kMaxFitsTileBytes)
-        fail(ErrorCode::kResourceExhausted, "FITS HDU " + std::to_string(hdu) + ": its compressed tiles (ZTILEn) " +
-                                                "hold more than " + std::to_string(kMaxFitsTileBytes >> 20) +
-                                                " MiB each, decoded");
-    }
-    // And each tile's compressed bytes: cfitsio allocates what a row's
-    // descriptor says before reading it. Every descriptor must lie in the
-    // table's heap, and the table in the file.
-    const std::string why = compressed_tiles_fault(f, file_size);
-    if (!why.empty()) return *skipped = why, false;
-  }
-  read_double(f, "BZERO", &im.bzero);
-  read_double(f, "BSCALE", &im.bscale);
-  if (!std::isfinite(im.bzero) || !std::isfinite(im.bscale) || im.bscale == 0) {
-    *skipped = "BZERO " + number(im.bzero) + ", BSCALE " + number(im.bscale) + ": not a scaling";
-    return false;
-  }
-  if (bitpix > 0) {
-    im.has_blank = read_longlong(f, "BLANK", &im.blank) || (im.compressed && read_longlong(f, "ZBLANK", &im.blank));
-  }
-  im.type = values_type(bitpix, im.bzero, im.bscale, im.has_blank);
-  if (bitpix == 64)
-    im.warning = "FITS HDU " + std::to_string(hdu) + ": 64-bit integers are answered as float64, exact to 2^53";
-  auto keep = [&](const char* key, std::string value) { im.keywords.emplace_back(key, std::move(value)); };
-  keep("BITPIX", std::to_string(bitpix));
-  if (im.bzero != 0) keep("BZERO", number(im.bzero));
-  if (im.bscale != 1) keep("BSCALE", number(im.bscale));
-  if (im.has_blank) keep("BLANK", std::to_string(im.blank));
-  for (const char* key : {"EXTNAME", "OBJECT", "TELESCOP", "INSTRUME", "FILTER", "EXPTIME", "DATE-OBS", "BUNIT"}) {
-    std::string v;
-    if (read_text(f, key, &v)) keep(key, v);
-  }
-  return true;
-}
-
 // Big-endian stored samples S to the values' type, as cfitsio converts
 // them: BLANK to NaN, then value = stored * BSCALE + BZERO in double (the
 // product rounded, then the sum), or the signedness offset as a bit flip.
@@ -344,9 +158,19 @@ void convert_rows(const FitsImage& im, const uint8_t* from, uint8_t* to, uint64_
 // must be integers in range, its data must lie in the file, and a
 // compressed image's tiles must be its table's rows. Returns how many HDUs
 // from the first pass, and why the next does not.
+struct HduCards {
+  std::map<std::string, long long> ints;       // integer values
+  std::map<std::string, std::string> strings;  // quoted values, trailing blanks dropped
+  std::map<std::string, std::string> raw;      // every value as written (before a comment)
+  std::set<std::string> flags;                 // logical keywords that are T
+  uint64_t data_start = 0, data_bytes = 0;
+  bool primary = false;
+};
+
 struct Framing {
   int hdus = 0;
   std::string stop;
+  std::vector<HduCards> cards;  // of each HDU counted
 };
 
 bool card_integer(const char* card, long long* out) {
@@ -363,6 +187,33 @@ bool card_integer(const char* card, long long* out) {
   while (r < end && *r == ' ') ++r;
   if (r < end && *r != '/') return false;
   *out = std::strtoll(p, nullptr, 10);
+  return true;
+}
+
+// A value as written: from column 11 to a comment's '/' outside quotes, trimmed.
+std::string card_raw(const char* card) {
+  std::string v;
+  bool quoted = false;
+  for (int i = 10; i < 80; ++i) {
+    const char c = card[i];
+    if (c == '\'') quoted = !quoted;
+    if (c == '/' && !quoted) break;
+    v += c;
+  }
+  const size_t a = v.find_first_not_of(' '), b = v.find_last_not_of(' ');
+  return a == std::string::npos ? "" : v.substr(a, b - a + 1);
+}
+
+// A real number as FITS writes one (1.5, -2E3, 1.0D-5); false for anything else.
+bool card_real(const std::string& raw, double* out) {
+  if (raw.empty() || raw.size() > 40) return false;
+  std::string t = raw;
+  for (char& c : t)
+    if (c == 'D' || c == 'd') c = 'E';
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (end != t.c_str() + t.size() || !std::isfinite(v)) return false;
+  *out = v;
   return true;
 }
 
@@ -392,9 +243,11 @@ Framing fits_framing(const uint8_t* data, size_t size) {
   uint64_t at = 0;
   constexpr uint64_t kRecord = kFitsRecordBytes;
   while (at < size) {
-    std::map<std::string, long long> keys;
-    std::set<std::string> flags;  // logical keywords that are T
-    std::map<std::string, std::string> strings;  // quoted values, trailing blanks dropped
+    HduCards hdu;
+    hdu.primary = at == 0;
+    std::map<std::string, long long>& keys = hdu.ints;
+    std::set<std::string>& flags = hdu.flags;
+    std::map<std::string, std::string>& strings = hdu.strings;
     std::string text;
     bool ended = false;
     uint64_t h = at;
@@ -405,11 +258,10 @@ Framing fits_framing(const uint8_t* data, size_t size) {
       if (key == "END") ended = true;
       else if (card[8] == '=' && card[9] == ' ') {
         long long v = 0;
+        hdu.raw[key] = card_raw(card);
         if (card_integer(card, &v)) keys[key] = v;
         else if (card_string(card, &text)) strings[key] = text;
-        else if (std::string(card + 10, 70).find_first_not_of(' ') != std::string::npos &&
-                 card[10 + std::string(card + 10, 70).find_first_not_of(' ')] == 'T')
-          flags.insert(key);
+        else if (hdu.raw[key] == "T") flags.insert(key);
       }
     }
     const std::string which = "HDU " + std::to_string(out.hdus + 1);
@@ -451,7 +303,12 @@ Framing fits_framing(const uint8_t* data, size_t size) {
       // is read (and its data found short, or its size past the limits,
       // said when it is planned); nothing after it is.
       const bool image = at == 0 || !keys.count("TFIELDS");
-      if (image && !flags.count("ZIMAGE")) ++out.hdus;
+      if (image && !flags.count("ZIMAGE")) {
+        hdu.data_start = at + std::min<uint64_t>(header, size - at);
+        hdu.data_bytes = bytes;
+        out.cards.push_back(std::move(hdu));
+        ++out.hdus;
+      }
       out.stop = "HDU " + std::to_string(out.hdus + (image ? 0 : 1)) + ": its data runs past the file's end";
       return out;
     }
@@ -491,10 +348,107 @@ Framing fits_framing(const uint8_t* data, size_t size) {
                           std::to_string(axes[1]) + " rows",
                out;
     }
+    hdu.data_start = at + header;
+    hdu.data_bytes = bytes;
+    out.cards.push_back(std::move(hdu));
     ++out.hdus;
     at += header + (bytes + kRecord - 1) / kRecord * kRecord;
   }
   return out;
+}
+
+// One HDU as an image, from its cards alone (cfitsio opens no HDU in the
+// server: it allocates and divides by header values as it does, and
+// fuzz_fits found both), or false: not an image with data (`skipped` says
+// why when it looks like one that is not read).
+bool describe(const HduCards& h, int hdu, uint64_t max_planes, FitsImage* out, std::string* skipped) {
+  auto integer = [&](const std::string& key, long long* v) {
+    auto it = h.ints.find(key);
+    if (it == h.ints.end()) return false;
+    *v = it->second;
+    return true;
+  };
+  auto text = [&](const std::string& key) {
+    auto it = h.strings.find(key);
+    return it == h.strings.end() ? std::string() : it->second;
+  };
+  const bool compressed = h.flags.count("ZIMAGE") && text("XTENSION") == "BINTABLE";
+  if (!h.primary && !compressed && text("XTENSION") != "IMAGE") return false;  // a table
+  const std::string z = compressed ? "Z" : "";
+  long long bitpix = 0, naxis = 0;
+  if (!integer(z + "BITPIX", &bitpix) || !integer(z + "NAXIS", &naxis))
+    return *skipped = "no " + z + "BITPIX or " + z + "NAXIS", false;
+  if (bitpix != 8 && bitpix != 16 && bitpix != 32 && bitpix != 64 && bitpix != -32 && bitpix != -64)
+    return *skipped = z + "BITPIX " + std::to_string(bitpix), false;
+  if (naxis == 0) return false;  // no data: a primary HDU before extensions
+  if (naxis < 0 || naxis > static_cast<long long>(kMaxFitsAxes))
+    return *skipped = z + "NAXIS " + std::to_string(naxis) + ", more axes than the " + std::to_string(kMaxFitsAxes) +
+                      " read",
+           false;
+  FitsImage& im = *out;
+  im = FitsImage{};
+  im.hdu = hdu;
+  im.bitpix = static_cast<int>(bitpix);
+  im.compressed = compressed;
+  for (long long i = 1; i <= naxis; ++i) {
+    long long n = 0;
+    if (!integer(z + "NAXIS" + std::to_string(i), &n) || n < 0)
+      return *skipped = "no " + z + "NAXIS" + std::to_string(i), false;
+    if (n == 0) return false;  // no data
+    im.axes.push_back(static_cast<uint64_t>(n));
+  }
+  uint64_t planes = 1;
+  for (size_t i = 2; i < im.axes.size(); ++i)
+    if (!multiply(planes, im.axes[i], &planes) || planes > max_planes)
+      fail(ErrorCode::kResourceExhausted, "FITS HDU " + std::to_string(hdu) + ": NAXIS3 and higher declare more than " +
+                                              std::to_string(max_planes) + " planes, past the limit (--max-planes)");
+  uint64_t samples = 0, bytes = 0;
+  const uint64_t sample_bytes = static_cast<uint64_t>(std::abs(bitpix) / 8);
+  if (!multiply(im.width(), im.height(), &samples) || !multiply(samples, planes, &samples) ||
+      !multiply(samples, sample_bytes, &bytes))
+    fail(ErrorCode::kResourceExhausted, "FITS HDU " + std::to_string(hdu) + ": its axes declare more than 2^64 bytes");
+  if (!compressed) {
+    im.data_start = h.data_start;
+    if (bytes > UINT64_MAX - im.data_start)
+      invalid_data("FITS HDU " + std::to_string(hdu) + ": its data would end past 2^64 bytes");
+    im.data_end = im.data_start + bytes;  // checked against the file once the pixel limit has been
+  } else {
+    // cfitsio decodes a tile whole: ZTILEn, else rows (its default).
+    uint64_t tile = 8;  // it decodes into doubles or 64-bit integers at most
+    for (size_t i = 0; i < im.axes.size(); ++i) {
+      long long t = 0;
+      if (!integer("ZTILE" + std::to_string(i + 1), &t)) t = i == 0 ? static_cast<long long>(im.axes[0]) : 1;
+      if (t <= 0 || !multiply(tile, static_cast<uint64_t>(t), &tile) || tile > kMaxFitsTileBytes)
+        fail(ErrorCode::kResourceExhausted, "FITS HDU " + std::to_string(hdu) + ": its compressed tiles (ZTILEn) " +
+                                                "hold more than " + std::to_string(kMaxFitsTileBytes >> 20) +
+                                                " MiB each, decoded");
+    }
+  }
+  auto real = [&](const std::string& key, double* v) {
+    auto it = h.raw.find(key);
+    return it != h.raw.end() && card_real(it->second, v);
+  };
+  if (h.raw.count("BZERO") && !real("BZERO", &im.bzero)) return *skipped = "BZERO is not a number", false;
+  if (h.raw.count("BSCALE") && !real("BSCALE", &im.bscale)) return *skipped = "BSCALE is not a number", false;
+  if (im.bscale == 0) return *skipped = "BSCALE 0: not a scaling", false;
+  if (bitpix > 0) im.has_blank = integer("BLANK", &im.blank) || (compressed && integer("ZBLANK", &im.blank));
+  im.type = values_type(im.bitpix, im.bzero, im.bscale, im.has_blank);
+  if (bitpix == 64)
+    im.warning = "FITS HDU " + std::to_string(hdu) + ": 64-bit integers are answered as float64, exact to 2^53";
+  auto keep = [&](const char* key, std::string value) { im.keywords.emplace_back(key, std::move(value)); };
+  keep("BITPIX", std::to_string(bitpix));
+  if (im.bzero != 0) keep("BZERO", number(im.bzero));
+  if (im.bscale != 1) keep("BSCALE", number(im.bscale));
+  if (im.has_blank) keep("BLANK", std::to_string(im.blank));
+  for (const char* key : {"EXTNAME", "OBJECT", "TELESCOP", "INSTRUME", "FILTER", "EXPTIME", "DATE-OBS", "BUNIT"}) {
+    auto it = h.raw.find(key);
+    if (it == h.raw.end()) continue;
+    std::string v = h.strings.count(key) ? h.strings.at(key) : it->second;
+    for (char& c : v)
+      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+    keep(key, v);
+  }
+  return true;
 }
 
 }  // namespace
@@ -511,35 +465,14 @@ FitsPlan plan_fits(const uint8_t* data, size_t size, uint64_t max_images, uint64
                    const std::function<bool()>& cancelled) {
   const Framing framing = fits_framing(data, size);
   if (framing.hdus == 0) invalid_data("FITS: " + framing.stop);
-  std::shared_lock<std::shared_mutex> lock(g_cfitsio);
   FitsPlan plan;
-  int status = 0;
-  Fits file(data, size, &status);
-  if (status) invalid_data("FITS: cfitsio cannot read its primary header (" + cfitsio_words(status) + ")");
+  if (!framing.stop.empty()) plan.warning = "FITS: HDUs end at " + framing.stop;
   std::vector<std::string> skipped;
-  for (int hdu = 1;; ++hdu) {
+  for (int hdu = 1; hdu <= framing.hdus; ++hdu) {
     if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while reading FITS headers");
-    if (hdu > framing.hdus) {
-      if (!framing.stop.empty()) plan.warning = "FITS: HDUs end at " + framing.stop;
-      break;
-    }
-    int type = 0;
-    status = 0;
-    if (hdu > 1) fits_movabs_hdu(file.f, hdu, &type, &status);
-    else fits_get_hdu_type(file.f, &type, &status);
-    if (status == END_OF_FILE) {
-      fits_clear_errmsg();
-      break;
-    }
-    if (status) {
-      plan.warning = "FITS: HDUs end at HDU " + std::to_string(hdu) + ", which cfitsio cannot read (" +
-                     cfitsio_words(status) + ")";
-      break;
-    }
-    if (type != IMAGE_HDU) continue;  // tables; a compressed image is an image to cfitsio
     FitsImage image;
     std::string why;
-    if (describe(file.f, hdu, size, max_planes, &image, &why)) {
+    if (describe(framing.cards[static_cast<size_t>(hdu - 1)], hdu, max_planes, &image, &why)) {
       if (plan.images.size() >= max_images)
         fail(ErrorCode::kResourceExhausted, "FITS: more than " + std::to_string(max_images) +
                                                 " image HDUs, past the limit (--max-planes)");
@@ -558,8 +491,8 @@ FitsPlan plan_fits(const uint8_t* data, size_t size, uint64_t max_images, uint64
     if (plan.warning.empty()) plan.warning = w;
     else plan.warning += "; " + w;
   }
-  // cfitsio's buffers (NIOBUF of IOBUFLEN) a handle, and a compressed tile each.
-  plan.decoder_bytes = static_cast<uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency())) * (uint64_t{NIOBUF} * IOBUFLEN + (1 << 20));
+  // cfitsio's buffers (NIOBUF of IOBUFLEN) and a compressed tile, in the tile decoder's process.
+  plan.decoder_bytes = uint64_t{NIOBUF} * IOBUFLEN + kMaxFitsTileBytes / 8;
   return plan;
 }
 

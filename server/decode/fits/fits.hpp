@@ -1,5 +1,8 @@
-// FITS images through cfitsio (Debian's libcfitsio), as astropy.io.fits
-// gives their values: every image HDU with data is a series (a primary HDU
+// FITS images as astropy.io.fits gives their values, tile-compressed ones
+// decompressed by cfitsio (Debian's libcfitsio). The headers are read here,
+// card by card (cfitsio allocates and divides by header values as it opens
+// an HDU: the fuzzer found both), and cfitsio runs only in the tile
+// decoder's process (decode/isolated). Every image HDU with data is a series (a primary HDU
 // without data is skipped, a tile-compressed image is its uncompressed
 // image), NAXIS1 x NAXIS2 its planes' size, NAXIS3 and higher its planes.
 //
@@ -76,8 +79,8 @@ constexpr uint64_t kMaxFitsTileBytes = uint64_t{256} << 20;
 
 bool is_fits(const uint8_t* data, size_t size);  // "SIMPLE  =" at the start
 
-// The file's image HDUs; a file of none, or whose first HDU cfitsio cannot
-// read, is refused (kInvalidArgument). Images past max_images, and one of
+// The file's image HDUs, from their headers; a file of none, or whose
+// first HDU's framing is not valid, is refused (kInvalidArgument). Images past max_images, and one of
 // more than max_planes planes, are refused (kResourceExhausted).
 FitsPlan plan_fits(const uint8_t* data, size_t size, uint64_t max_images, uint64_t max_planes,
                    const std::function<bool()>& cancelled = {});
