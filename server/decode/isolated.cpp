@@ -21,6 +21,10 @@ constexpr size_t kWordsBytes = 4096;  // the child's verdict in words, before it
 // Tuning: the heap a decoder's process may grow by (its output is in the
 // shared memory, not its heap): a tile or a frame's codec state.
 constexpr unsigned long long kChildHeapBytes = 512ull << 20;
+// Tuning: the CPU time a decoder's process may take: this, and a second for
+// each kChildBytesPerSecond of output (codecs give hundreds of MB/s).
+constexpr uint64_t kChildBaseSeconds = 5;
+constexpr uint64_t kChildBytesPerSecond = uint64_t{20} << 20;
 }  // namespace
 
 bool in_isolated_child() { return g_child; }
@@ -62,6 +66,12 @@ IsolatedOutput run_isolated(uint64_t bytes, std::shared_mutex& library,
     // not the server's to log: its verdict comes back in `words`.
     const int quiet = open("/dev/null", O_WRONLY);
     if (quiet >= 0) dup2(quiet, 2);
+    // A decoder that loops on damaged data (fuzz_fits: cfitsio on a tile)
+    // is ended by its CPU time: a few seconds, and more for more output
+    // than any decoder takes to give it.
+    const rlim_t seconds = static_cast<rlim_t>(kChildBaseSeconds + bytes / kChildBytesPerSecond);
+    const rlimit cpu{seconds, seconds + 1};
+    setrlimit(RLIMIT_CPU, &cpu);
     // What a decoder may allocate beyond what the child inherited: a length
     // a damaged file declares fails to allocate instead of being taken.
     if (FILE* status = std::fopen("/proc/self/status", "r")) {
@@ -99,6 +109,8 @@ IsolatedOutput run_isolated(uint64_t bytes, std::shared_mutex& library,
     }
     usleep(100);
   }
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXCPU)
+    fail(ErrorCode::kInvalidArgument, what + ": its decoder ran past its CPU time on it (it loops on damaged data)");
   if (WIFSIGNALED(status))
     fail(ErrorCode::kInvalidArgument, what + ": its decoder faulted on it (signal " + std::to_string(WTERMSIG(status)) +
                                           ", in a process of its own): corrupt data");

@@ -32,7 +32,9 @@ class IsolatedOutput {
   uint64_t size_ = 0;
 };
 
-// Runs decode(out) in a child with `bytes` of shared memory at out. It
+// Runs decode(out) in a child with `bytes` of shared memory at out, its
+// heap and CPU time bounded (isolated.cpp's tuning): a decoder that loops or
+// allocates what a damaged file declares is ended. It
 // returns "" when done, else its words for the error. `library`: held
 // shared by every other use of the library, taken whole as the child is
 // made, so that no thread is inside it (holding its locks) then. Throws
