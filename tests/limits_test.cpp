@@ -342,10 +342,12 @@ TEST_P(Limits, ScienceHeadersThatDeclareTooMuchAreRefused) {
     std::ifstream in(std::string(IMGSTAT_FUZZ_CRASHES) + "/fits-tile-descriptor-declaring-1.8-gb", std::ios::binary);
     const std::string fits((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     ASSERT_FALSE(fits.empty());
-    const Outcome first = analyze(encoded(fits));
+    const Outcome first = analyze(with_series(encoded(fits), 0));
     EXPECT_TRUE(first.ok) << "its first image is whole: " << first.message;
-    const Outcome o = analyze(with_series(encoded(fits), 1));
-    expect_refused(o, "series 1", "a FITS tile declaring 1.8 GB (its series 1 is not read)");
+    // Its compressed image is decoded in a process of its own, whose heap
+    // is bounded: refused, and nothing near 1.8 GB asked of this one.
+    expect_refused(analyze(with_series(encoded(fits), 1)), "FITS HDU 3", "a FITS tile declaring 1.8 GB");
+    expect_refused(analyze(encoded(fits)), "FITS HDU 3", "the same file, every series");
   }
   auto card = [](const std::string& text) { return text + std::string(80 - text.size(), ' '); };
   auto fits_header = [&](std::vector<std::string> cards) {

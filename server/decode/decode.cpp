@@ -273,16 +273,18 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     // cfitsio reads in whole 2880-byte records, past the end of memory
     // that holds no whole last record (fuzz_fits): such a file, and an
     // inflated one, is read from a copy padded to one.
+    size_t content = size;
     if (is_gzip(data, size) || size % kFitsRecordBytes != 0) {
       std::vector<uint8_t> copy = is_gzip(data, size)
                                       ? inflate_gzip(data, size, options.max_expanded_bytes, "FITS (gzip-compressed)")
                                       : std::vector<uint8_t>(data, data + size);
+      content = copy.size();
       copy.resize(copy.size() + (kFitsRecordBytes - copy.size() % kFitsRecordBytes) % kFitsRecordBytes, 0);
       plan.expanded = std::make_shared<const std::vector<uint8_t>>(std::move(copy));
       bytes = plan.expanded->data();
       bytes_size = plan.expanded->size();
     }
-    const FitsPlan fits = plan_fits(bytes, bytes_size, options.max_planes, options.max_planes, options.cancelled);
+    const FitsPlan fits = plan_fits(bytes, bytes_size, options.max_planes, options.max_planes, options.cancelled, content);
     if (!fits.warning.empty()) plan.warnings.push_back(fits.warning);
     plan.series_count = static_cast<uint32_t>(fits.images.size());
     plan.series = options.series;
@@ -291,9 +293,9 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     plan.width = image.width();
     plan.height = image.height();
     check_pixels(plan.width, plan.height, options.max_pixels);
-    if (image.data_end > bytes_size)
+    if (image.data_end > content)
       invalid_data("FITS HDU " + std::to_string(image.hdu) + ": its header declares data up to byte " +
-                   std::to_string(image.data_end) + ", but the file holds " + std::to_string(bytes_size) +
+                   std::to_string(image.data_end) + ", but the file holds " + std::to_string(content) +
                    " bytes: truncated or corrupt");
     p.has_size = true;
     p.bytes_per_pixel = sample_size(image.type);
@@ -303,7 +305,7 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     plan.stored_bits = static_cast<uint32_t>(std::abs(image.bitpix));
     plan.keywords = image.keywords;
     plan.fits = std::make_shared<const FitsImage>(image);
-    extra = fits.decoder_bytes + (plan.expanded ? plan.expanded->size() : 0);
+    extra = image.decoder_bytes + (plan.expanded ? plan.expanded->size() : 0);
     const uint64_t row_bytes = plan.width * p.bytes_per_pixel;
     plan.band_rows = static_cast<uint32_t>(std::min<uint64_t>(
         plan.height, std::max<uint64_t>(band_rows(row_bytes, plan.height), kFitsBandBytes / row_bytes)));

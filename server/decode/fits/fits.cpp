@@ -423,6 +423,8 @@ bool describe(const HduCards& h, int hdu, uint64_t max_planes, FitsImage* out, s
                                                 "hold more than " + std::to_string(kMaxFitsTileBytes >> 20) +
                                                 " MiB each, decoded");
     }
+    // A tile decoded, its compressed bytes (at most as many), cfitsio's buffers (NIOBUF of IOBUFLEN).
+    im.decoder_bytes = 2 * tile + uint64_t{NIOBUF} * IOBUFLEN;
   }
   auto real = [&](const std::string& key, double* v) {
     auto it = h.raw.find(key);
@@ -462,8 +464,9 @@ uint64_t FitsImage::planes() const {
 bool is_fits(const uint8_t* data, size_t size) { return size >= 9 && std::memcmp(data, "SIMPLE  =", 9) == 0; }
 
 FitsPlan plan_fits(const uint8_t* data, size_t size, uint64_t max_images, uint64_t max_planes,
-                   const std::function<bool()>& cancelled) {
-  const Framing framing = fits_framing(data, size);
+                   const std::function<bool()>& cancelled, size_t content) {
+  // Framed within the file's own bytes: padding is no data.
+  const Framing framing = fits_framing(data, content ? std::min(content, size) : size);
   if (framing.hdus == 0) invalid_data("FITS: " + framing.stop);
   FitsPlan plan;
   if (!framing.stop.empty()) plan.warning = "FITS: HDUs end at " + framing.stop;
@@ -491,8 +494,6 @@ FitsPlan plan_fits(const uint8_t* data, size_t size, uint64_t max_images, uint64
     if (plan.warning.empty()) plan.warning = w;
     else plan.warning += "; " + w;
   }
-  // cfitsio's buffers (NIOBUF of IOBUFLEN) and a compressed tile, in the tile decoder's process.
-  plan.decoder_bytes = uint64_t{NIOBUF} * IOBUFLEN + kMaxFitsTileBytes / 8;
   return plan;
 }
 

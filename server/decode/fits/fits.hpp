@@ -49,6 +49,9 @@ struct FitsImage {
   long long blank = 0;
   bool compressed = false;
   uint64_t data_start = 0, data_end = 0;  // uncompressed: where its data lies in the file, as its header says
+  // Compressed: what cfitsio holds as it decodes (a tile, its buffers), in
+  // the tile decoder's process; 0 for an uncompressed image (no cfitsio).
+  uint64_t decoder_bytes = 0;
   SampleType type = SampleType::kUint8;  // the values' type, as above
   // Header facts: OBJECT, TELESCOP, INSTRUME, FILTER, EXPTIME, DATE-OBS,
   // BUNIT, EXTNAME where given, and BITPIX, BZERO, BSCALE, BLANK.
@@ -61,10 +64,7 @@ struct FitsImage {
 
 struct FitsPlan {
   std::vector<FitsImage> images;
-  std::string warning;  // the HDUs ended early: cfitsio's words
-  // What decode_fits holds beside the sink's bands (cfitsio's buffers); a
-  // compressed image also holds its chosen planes decoded (the plan adds them).
-  uint64_t decoder_bytes = 0;
+  std::string warning;  // the HDUs ended early, or some are not read: why
 };
 
 constexpr uint32_t kMaxFitsAxes = 9;
@@ -80,10 +80,12 @@ constexpr uint64_t kMaxFitsTileBytes = uint64_t{256} << 20;
 bool is_fits(const uint8_t* data, size_t size);  // "SIMPLE  =" at the start
 
 // The file's image HDUs, from their headers; a file of none, or whose
-// first HDU's framing is not valid, is refused (kInvalidArgument). Images past max_images, and one of
+// first HDU's framing is not valid, is refused (kInvalidArgument).
+// content: the file's own bytes when `size` holds it padded to whole
+// records (0: all of them); every HDU's data must lie within them. Images past max_images, and one of
 // more than max_planes planes, are refused (kResourceExhausted).
 FitsPlan plan_fits(const uint8_t* data, size_t size, uint64_t max_images, uint64_t max_planes,
-                   const std::function<bool()>& cancelled = {});
+                   const std::function<bool()>& cancelled = {}, size_t content = 0);
 
 // planes: which of the image's planes (indices over NAXIS3 and higher,
 // NAXIS3 fastest), one after another, in the sink's bands (the sink told
