@@ -1,5 +1,7 @@
 #include "sources.hpp"
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <fnmatch.h>
 #include <glob.h>
 
@@ -10,6 +12,7 @@
 #include <cstring>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <fcntl.h>
@@ -18,7 +21,72 @@
 
 namespace imgstat::client {
 
+namespace {
+
+using Writer = std::unique_ptr<archive, int (*)(archive*)>;
+
+// A tar as the server's Zarr reader takes it: pax (ustar headers, a pax
+// header only for a long name), no blocking, so that its size is known
+// before it is made; times and owners left out, so that it is the same
+// for the same files.
+Writer tar_writer(void* out, la_ssize_t (*write)(archive*, void*, const void*, size_t)) {
+  Writer a(archive_write_new(), archive_write_free);
+  if (!a) throw std::runtime_error("libarchive could not start");
+  archive_write_set_format_pax_restricted(a.get());
+  archive_write_set_bytes_per_block(a.get(), 0);
+  archive_write_set_bytes_in_last_block(a.get(), 1);
+  if (archive_write_open(a.get(), out, nullptr, write, nullptr) != ARCHIVE_OK)
+    throw std::runtime_error(std::string("libarchive: ") + archive_error_string(a.get()));
+  return a;
+}
+
+void write_header(archive* a, const std::string& key, uint64_t size) {
+  std::unique_ptr<archive_entry, void (*)(archive_entry*)> e(archive_entry_new(), archive_entry_free);
+  archive_entry_set_pathname(e.get(), key.c_str());
+  archive_entry_set_filetype(e.get(), AE_IFREG);
+  archive_entry_set_perm(e.get(), 0644);
+  archive_entry_set_size(e.get(), static_cast<la_int64_t>(size));
+  if (archive_write_header(a, e.get()) != ARCHIVE_OK)
+    throw std::runtime_error(std::string("libarchive: ") + archive_error_string(a));
+}
+
+}  // namespace
+
+bool is_zarr_store(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return false;
+  for (const char* meta : {".zarray", ".zgroup", ".zattrs"})
+    if (fs::is_regular_file(fs::path(path) / meta, ec)) return true;
+  return false;
+}
+
 Source::Source(const std::string& name) : name_(name) {
+  if (name != "-" && is_zarr_store(name)) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(name, ec), end; !ec && it != end; it.increment(ec)) {
+      if (!it->is_regular_file(ec)) continue;
+      store_.push_back({fs::relative(it->path(), name, ec).generic_string(), it->file_size(ec)});
+    }
+    if (ec) throw std::runtime_error("the Zarr store cannot be listed: " + ec.message());
+    std::sort(store_.begin(), store_.end(), [](const Member& a, const Member& b) { return a.key < b.key; });
+    // Its size before it is made: the headers (made here with no data) and each member padded to 512 bytes.
+    uint64_t headers = 0;
+    {
+      Writer a = tar_writer(&headers, [](archive*, void* out, const void*, size_t n) -> la_ssize_t {
+        *static_cast<uint64_t*>(out) += n;
+        return static_cast<la_ssize_t>(n);
+      });
+      for (const Member& m : store_) {
+        write_header(a.get(), m.key, 0);
+        size_ += (m.size + 511) / 512 * 512;
+      }
+      archive_write_close(a.get());
+    }
+    size_ += headers;
+    return;
+  }
   if (name == "-") {
     is_stdin_ = true;
     std::ostringstream all;
@@ -57,14 +125,79 @@ void Source::read_at(uint64_t at, char* out, size_t n) {
   }
 }
 
+void Source::store_chunks(size_t chunk, const std::function<bool(std::string&)>& fn) {
+  struct Out {
+    std::string piece;
+    size_t chunk;
+    const std::function<bool(std::string&)>* fn;
+    bool stopped = false;
+    uint64_t written = 0;
+  } out{std::string(), chunk, &fn};
+  Writer a = tar_writer(&out, [](archive*, void* p, const void* bytes, size_t n) -> la_ssize_t {
+    auto* o = static_cast<Out*>(p);
+    const char* b = static_cast<const char*>(bytes);
+    o->written += n;
+    for (size_t done = 0; done < n;) {
+      const size_t take = std::min(n - done, o->chunk - o->piece.size());
+      o->piece.append(b + done, take);
+      done += take;
+      if (o->piece.size() == o->chunk) {
+        if (!(*o->fn)(o->piece)) {
+          o->stopped = true;
+          return -1;
+        }
+        o->piece.clear();
+      }
+    }
+    return static_cast<la_ssize_t>(n);
+  });
+  std::string buffer(size_t{1} << 20, '\0');
+  for (const Member& m : store_) {
+    if (out.stopped) return;
+    const std::string path = name_ + "/" + m.key;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error(path + ": " + std::strerror(errno));
+    struct Close {
+      int fd;
+      ~Close() { ::close(fd); }
+    } close_fd{fd};
+    write_header(a.get(), m.key, m.size);
+    for (uint64_t at = 0; at < m.size && !out.stopped;) {
+      const ssize_t got = ::pread(fd, buffer.data(), std::min<uint64_t>(buffer.size(), m.size - at), static_cast<off_t>(at));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) throw std::runtime_error(path + ": changed while it was read (" + std::to_string(m.size) + " bytes listed)");
+      if (archive_write_data(a.get(), buffer.data(), static_cast<size_t>(got)) < 0 && !out.stopped)
+        throw std::runtime_error(std::string("libarchive: ") + archive_error_string(a.get()));
+      at += static_cast<uint64_t>(got);
+    }
+  }
+  if (out.stopped) return;
+  if (archive_write_close(a.get()) != ARCHIVE_OK && !out.stopped)
+    throw std::runtime_error(std::string("libarchive: ") + archive_error_string(a.get()));
+  if (out.written != size_)
+    throw std::runtime_error("the Zarr store changed while it was read (" + std::to_string(out.written) + " bytes, " +
+                             std::to_string(size_) + " listed)");
+  if (!out.piece.empty()) fn(out.piece);
+}
+
 std::string Source::read_all() {
   if (is_stdin_) return stdin_data_;
+  if (!store_.empty()) {
+    std::string all;
+    all.reserve(static_cast<size_t>(size_));
+    store_chunks(size_t{16} << 20, [&](std::string& piece) {
+      all += piece;
+      return true;
+    });
+    return all;
+  }
   std::string data(static_cast<size_t>(size_), '\0');
   read_at(0, data.data(), data.size());
   return data;
 }
 
 void Source::for_each_chunk(size_t chunk, const std::function<bool(std::string&)>& fn) {
+  if (!store_.empty()) return store_chunks(chunk, fn);
   if (is_stdin_) {
     for (size_t off = 0; off < stdin_data_.size(); off += chunk) {
       std::string piece = stdin_data_.substr(off, chunk);
@@ -117,7 +250,12 @@ std::vector<std::string> walk(const std::filesystem::path& root, Keep keep) {
   std::error_code ec;
   for (fs::recursive_directory_iterator it(root, fs::directory_options::skip_permission_denied, ec), end;
        !ec && it != end; it.increment(ec)) {
-    if (it->is_regular_file(ec) && keep(it->path())) out.push_back(it->path().string());
+    if (it->is_directory(ec) && is_zarr_store(it->path().string())) {
+      out.push_back(it->path().string());
+      it.disable_recursion_pending();
+    } else if (it->is_regular_file(ec) && keep(it->path())) {
+      out.push_back(it->path().string());
+    }
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -130,7 +268,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std
   std::vector<std::string> out;
   for (const std::string& arg : args) {
     std::error_code ec;
-    if (arg == "-" || fs::is_regular_file(arg, ec)) {
+    if (arg == "-" || fs::is_regular_file(arg, ec) || is_zarr_store(arg)) {
       out.push_back(arg);
     } else if (fs::is_directory(arg, ec)) {
       const std::vector<std::string> found = walk(arg, image_extension);

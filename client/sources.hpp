@@ -1,4 +1,5 @@
-// Inputs of the CLI: files (read in chunks when streamed) or standard input.
+// Inputs of the CLI: files (read in chunks when streamed), standard input,
+// or a Zarr store (a folder), sent as one uncompressed tar of its files.
 #pragma once
 
 #include <cstdint>
@@ -11,15 +12,17 @@ namespace imgstat::client {
 
 class Source {
  public:
-  // "-" is standard input, read whole. Throws std::runtime_error when the
-  // file cannot be opened.
+  // "-" is standard input, read whole; a folder with Zarr metadata
+  // (is_zarr_store) is its files as a tar, made as it is read. Throws
+  // std::runtime_error when the file cannot be opened.
   explicit Source(const std::string& name);
   ~Source();
   Source(const Source&) = delete;
   Source& operator=(const Source&) = delete;
   const std::string& name() const { return name_; }
   uint64_t size() const { return size_; }
-  bool is_file() const { return !is_stdin_; }
+  // A file whose bytes may be mapped or handed over as they lie.
+  bool is_file() const { return !is_stdin_ && store_.empty(); }
   std::string read_all();
   // Calls fn with consecutive pieces of at most chunk bytes; stops early when
   // fn returns false. fn may swap the piece's buffer away, and back.
@@ -27,6 +30,12 @@ class Source {
 
  private:
   void read_at(uint64_t at, char* out, size_t n);
+  void store_chunks(size_t chunk, const std::function<bool(std::string&)>& fn);
+  struct Member {
+    std::string key;  // relative to the store's folder
+    uint64_t size;
+  };
+  std::vector<Member> store_;
   std::string name_;
   int fd_ = -1;
   std::string stdin_data_;
@@ -34,8 +43,12 @@ class Source {
   uint64_t size_ = 0;
 };
 
+// A folder that holds .zarray, .zgroup or .zattrs: one input.
+bool is_zarr_store(const std::string& path);
+
 // The files the CLI's arguments name: "-" and files as given; a folder, the
-// images under it, recursively, by extension, sorted; a pattern with * ? or
+// images under it, recursively, by extension, sorted (a Zarr store under it
+// one input); a pattern with * ? or
 // [ (quoted, so the shell left it), the paths it matches, where "**" also
 // crosses folders. *missing collects patterns and folders that match nothing.
 std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std::vector<std::string>* missing);

@@ -17,6 +17,7 @@
 #include "decode/png/apng.hpp"
 #include "decode/png/png.hpp"
 #include "decode/webp.hpp"
+#include "decode/zarr/zarr.hpp"
 #include "decode/sniff.hpp"
 #include "decode/tiff/tiff.hpp"
 
@@ -187,8 +188,9 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   // OpenCV and giflib take sizes as int: only a TIFF that libtiff reads
   // itself (below) may be larger.
   if (size > static_cast<size_t>(INT32_MAX) && p.format != "TIFF" && p.format != "FITS" &&
-      p.format != "NIfTI" && p.format != "DICOM")
-    fail(ErrorCode::kResourceExhausted, p.format + " files over 2 GiB are not supported (TIFF, BigTIFF, FITS, NIfTI and DICOM are)");
+      p.format != "NIfTI" && p.format != "DICOM" && p.format != "Zarr")
+    fail(ErrorCode::kResourceExhausted,
+         p.format + " files over 2 GiB are not supported (TIFF, BigTIFF, FITS, NIfTI, DICOM and Zarr stores are)");
   DecodePlan plan{p.format, p.width, p.height, 0};
   uint64_t extra = 0;
   if (p.format == "JPEG") {
@@ -361,6 +363,44 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, plan.height) + extra;
     plan.band_layout = Layout{plan.width, plan.height, image.channels, image.type, 0};
   }
+  if (p.format == "Zarr") {
+    ZarrPlan zarr = plan_zarr(data, size, options.series, options.level, options.max_planes);
+    const ZarrArray& z = zarr.array;
+    plan.width = z.width();
+    plan.height = z.height();
+    check_pixels(plan.width, plan.height, options.max_pixels);
+    p.has_size = true;
+    p.bytes_per_pixel = sample_size(z.type);
+    plan.series_count = zarr.series_count;
+    plan.series = options.series;
+    plan.levels = zarr.levels;
+    plan.level = options.level;
+    plan.planes = z.planes();
+    for (uint64_t i : chosen_planes(plan.planes, options)) plan.plane_offsets.push_back(i);
+    plan.first_plane = options.first_plane;
+    if (!zarr.axes.empty()) {
+      // OME-NGFF's t, c and z, slowest first; StackAxes' order is fastest first.
+      plan.axes.source = "OME-Zarr";
+      plan.axes.order = std::string(zarr.axes.rbegin(), zarr.axes.rend());
+      for (char a : std::string("zct"))
+        if (plan.axes.order.find(a) == std::string::npos) plan.axes.order += a;
+      for (char& a : plan.axes.order) a = static_cast<char>(std::toupper(static_cast<unsigned char>(a)));
+      for (size_t i = 0; i < zarr.axes.size(); ++i) {
+        const uint32_t n = static_cast<uint32_t>(z.shape[i]);
+        if (zarr.axes[i] == 't') plan.axes.t = n;
+        else if (zarr.axes[i] == 'c') plan.axes.c = n;
+        else plan.axes.z = n;
+      }
+    }
+    plan.stored_bits = z.kind == 'b' ? 1 : z.item_bytes * 8;
+    plan.keywords = zarr.keywords;
+    plan.warnings.insert(plan.warnings.end(), zarr.warnings.begin(), zarr.warnings.end());
+    plan.zarr = std::make_shared<const ZarrArray>(std::move(zarr.array));
+    extra = zarr_memory_bytes(*plan.zarr);
+    const uint64_t row_bytes = plan.width * p.bytes_per_pixel;
+    plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, plan.height) + extra;
+    plan.band_layout = Layout{plan.width, plan.height, 1, plan.zarr->type, 0};
+  }
   if (p.format == "PNG" && !png_arriving) {
     const ApngPlan apng = plan_apng(data, size, options.max_planes);
     // One frame that is the image data is the still image; one that is not is shown instead of it.
@@ -394,8 +434,8 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     }
   }
   if (!p.has_size) invalid_data(p.format + ": the header gives no image size (corrupt or truncated header)");
-  if (options.level > 0 && p.format != "TIFF")
-    invalid_data("level " + std::to_string(options.level) + " was asked for, but levels are a TIFF pyramid's; a " +
+  if (options.level > 0 && p.format != "TIFF" && p.format != "Zarr")
+    invalid_data("level " + std::to_string(options.level) + " was asked for, but levels are a TIFF pyramid's or an OME-Zarr's; a " +
                  p.format + " has none");
   if (options.series >= plan.series_count)
     invalid_data("series " + std::to_string(options.series) + " was asked for, but this " + p.format +
@@ -646,6 +686,10 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     decode_nifti(data, size, *plan.nifti, plan.plane_offsets, options.cancelled, sink);
     out.taken = true;
     out.decoder = "libnifti";
+  } else if (plan.format == "Zarr" && plan.zarr) {
+    decode_zarr(*plan.zarr, plan.plane_offsets, options.cancelled, sink);
+    out.taken = true;
+    out.decoder = "imgstat-zarr";
   } else if (plan.format == "DICOM" && plan.dicom) {
     decode_dicom(data, size, *plan.dicom, options.stored_values, plan.plane_offsets, options.cancelled, sink);
     out.taken = true;

@@ -60,6 +60,7 @@ struct DecodeOptions {
 struct FitsImage;
 struct NiftiVolume;
 struct DicomImage;
+struct ZarrArray;
 
 // How a stack's planes are laid out, where the file says (an ImageJ
 // hyperstack's description, an OME-TIFF's OME-XML): the plane axes in the
@@ -137,6 +138,7 @@ struct DecodePlan {
   std::shared_ptr<const FitsImage> fits;  // the FITS image HDU read
   std::shared_ptr<const NiftiVolume> nifti;
   std::shared_ptr<const DicomImage> dicom;
+  std::shared_ptr<const ZarrArray> zarr;  // a Zarr store's array read (its chunks where they lie in the tar)
   uint64_t chosen_planes() const { return plane_offsets.empty() ? 1 : plane_offsets.size() / pages_per_plane; }
 };
 
@@ -155,7 +157,7 @@ struct DecodedImage {
   std::vector<uint32_t> channel_order;
   std::vector<std::string> channel_names;
   std::vector<std::string> warnings;
-  std::string decoder;  // "libjpeg-turbo", "imgstat-png", "imgstat-apng", "libtiff", "giflib", "libwebp", "imgstat-bmp" or "opencv"
+  std::string decoder;  // "libjpeg-turbo", "imgstat-zarr", "imgstat-png", "imgstat-apng", "libtiff", "giflib", "libwebp", "imgstat-bmp" or "opencv"
 };
 
 // The streamed decoders: a Gray or YCbCr JPEG (libjpeg-turbo's one pass,
