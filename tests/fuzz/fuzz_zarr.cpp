@@ -1,0 +1,22 @@
+// libFuzzer: any bytes that sniff as a tar, planned and decoded as a Zarr
+// store: libarchive indexing the members, imgstat reading .zarray, .zattrs
+// and the multiscales, each chunk inflated by its codec (Blosc, zstd, zlib,
+// gzip, LZ4) and placed, every series and plane through the streamed
+// decoder into a sink that keeps one band. A clean answer or a clean error,
+// whatever the metadata declares; no allocation past the decode memory
+// (scripts/sanitize's -malloc_limit_mb). Seeded with tests/fuzz/seeds'
+// small stores (made with zarr-python, tarred by Python's tarfile).
+#include "decode/decode.hpp"
+#include "decode/zarr/zarr.hpp"
+#include "fuzz_support.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace imgstat;
+  if (!is_tar(data, size)) return 0;
+  DecodeOptions options;
+  options.max_pixels = fuzz::kMaxPixels;
+  options.max_expanded_bytes = fuzz::kDecodeMemory / 2;
+  options.max_planes = 64;
+  fuzz::decode_every_series(data, size, options);
+  return 0;
+}
