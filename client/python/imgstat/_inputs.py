@@ -3,7 +3,9 @@ message (no data yet) and where its bytes are (a path, a buffer, a numpy
 array, a GPU array)."""
 from __future__ import annotations
 
+import io
 import os
+import tarfile
 from typing import Any, Union
 
 import numpy as np
@@ -164,10 +166,35 @@ def map_of(options):
     return None
 
 
+def is_zarr_store(path):
+    """A folder that holds .zarray, .zgroup or .zattrs: one input, sent as a tar of its files."""
+    return os.path.isdir(path) and any(os.path.isfile(os.path.join(path, m)) for m in (".zarray", ".zgroup", ".zattrs"))
+
+
+def zarr_tar(path, name):
+    """A Zarr store's files as the tar servers read (members relative to the store, sorted)."""
+    out = io.BytesIO()
+    try:
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as t:
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                for f in sorted(files):
+                    full = os.path.join(root, f)
+                    t.add(full, arcname=os.path.relpath(full, path), recursive=False)
+    except OSError as e:
+        raise file_error(path, e, name) from None
+    return out.getvalue()
+
+
 def prepare(x, name=None, raw=None, stride=0, as_bytes=False, labels=False, axes=None):
     """A Job for one input of any kind analyze takes."""
     kind = 3 if as_bytes else 2 if raw is not None else 1
-    if is_path(x):
+    if is_path(x) and is_zarr_store(os.fspath(x)):
+        path = os.fspath(x)
+        job = Job(name or path, kind)
+        job.data = zarr_tar(path, job.name)
+        job.size = len(job.data)
+    elif is_path(x):
         path = os.fspath(x)
         job = Job(name or path, kind)
         try:

@@ -72,3 +72,22 @@ def test_dicom_modality_and_stored_values(client, tmp_path):
     raw = client.analyze(path, stats="min_max,sum", stored_values=True)
     assert raw.sample_type == "uint16" and raw["Gray"].sum == int(stored.astype(np.int64).sum())
     assert pydicom.dcmread(path).pixel_array.sum() == raw["Gray"].sum
+
+
+def test_zarr_store_as_the_cli(client, cli, tmp_path):
+    zarr = pytest.importorskip("zarr")
+    rng = np.random.default_rng(502)
+    path = str(tmp_path / "cells.zarr")
+    root = zarr.open_group(path, mode="w")
+    full = rng.integers(0, 4096, (2, 3, 40, 30), dtype=np.uint16)
+    root.create_dataset("0", data=full, chunks=(1, 2, 16, 16))
+    root.create_dataset("1", data=full[..., ::2, ::2], chunks=(1, 3, 20, 15))
+    axes = [{"name": a} for a in "czyx"]
+    root.attrs["multiscales"] = [{"version": "0.4", "axes": axes, "datasets": [{"path": "0"}, {"path": "1"}]}]
+    got = client.analyze(path, stats="min_max,sum,stddev,histogram")
+    assert got.format == "Zarr" and got.sample_type == "uint16" and (got.width, got.height) == (30, 40)
+    assert got["Gray"].sum == int(full.astype(np.int64).sum()) and got["Gray"].count == full.size
+    level = client.analyze(path, stats="min_max,sum", level=1)
+    assert level["Gray"].sum == int(full[..., ::2, ::2].astype(np.int64).sum())
+    assert comparable(got.to_dict()) == \
+        comparable(cli("--json", "--stats", "min_max,sum,stddev,histogram", path)[0])
