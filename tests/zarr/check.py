@@ -17,7 +17,8 @@ answer, and its t, c and z where OME-NGFF names them; a multiscales image's
 levels (--level), a group's arrays (--series); a tar the user made of a
 store. Then the refusals: complex values, filters, a compressor not read,
 a damaged chunk, a 1-D array, metadata that is not JSON, planes past
---max-planes, a chunk grid past the limit.
+--max-planes, a chunk grid past the limit, chunks whose pass of planes
+needs more than the decode memory.
 """
 import os
 import shutil
@@ -184,6 +185,11 @@ def check_refusals(client_bin, where, work, how):
     shutil.rmtree(path, ignore_errors=True)
     zarr.open(path, mode="w", shape=(20000, 20000), chunks=(1, 1), dtype=np.uint8)
     refused(client_bin, where, path, "RESOURCE_EXHAUSTED", f"a grid of 4e8 chunks ({how})")
+    # Chunks of 512 planes: a pass over them would hold 8 GiB, past the decode memory.
+    path = os.path.join(work, "slab.zarr")
+    shutil.rmtree(path, ignore_errors=True)
+    zarr.open(path, mode="w", shape=(512, 4096, 4096), chunks=(512, 64, 64), dtype=np.uint8)
+    refused(client_bin, where, path, "RESOURCE_EXHAUSTED", f"a pass past the decode memory ({how})")
 
 
 def main():
