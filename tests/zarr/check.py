@@ -185,10 +185,10 @@ def check_refusals(client_bin, where, work, how):
     shutil.rmtree(path, ignore_errors=True)
     zarr.open(path, mode="w", shape=(20000, 20000), chunks=(1, 1), dtype=np.uint8)
     refused(client_bin, where, path, "RESOURCE_EXHAUSTED", f"a grid of 4e8 chunks ({how})")
-    # Chunks of 512 planes: a pass over them would hold 8 GiB, past the decode memory.
+    # Chunks of 4096 planes: a pass over them would hold 64 GiB, past the decode memory.
     path = os.path.join(work, "slab.zarr")
     shutil.rmtree(path, ignore_errors=True)
-    zarr.open(path, mode="w", shape=(512, 4096, 4096), chunks=(512, 64, 64), dtype=np.uint8)
+    zarr.open(path, mode="w", shape=(4096, 4096, 4096), chunks=(4096, 64, 64), dtype=np.uint8)
     refused(client_bin, where, path, "RESOURCE_EXHAUSTED", f"a pass past the decode memory ({how})")
 
 
