@@ -7,7 +7,11 @@ them whole:
 - sky.fits: FITS 4096x4096 float32, FITS_PLANES planes (64: 4 GiB), 1% NaN;
 - ct/: 500 DICOM slices of 512x512 (12-bit stored, int16 in HU through
   RescaleIntercept -1024), uncompressed;
-- brain.nii.gz: NIfTI 256x256x256 float32, gzip.
+- brain.nii.gz: NIfTI 256x256x256 float32, gzip;
+- cells.zarr: OME-Zarr, t c z y x = 1 x 2 x ZARR_PLANES/2 x 2048 x 2048
+  uint16 (camera counts: a background with Poisson noise and bright
+  cells), chunks of one 1024x1024 quarter plane, zarr-python's default
+  compressor (Blosc LZ4, byte shuffle).
 """
 import os
 import sys
@@ -66,4 +70,19 @@ path = os.path.join(out, "brain.nii.gz")
 if not os.path.exists(path):
     vol = rng.normal(500, 100, (256, 256, 256)).astype(np.float32)
     nib.save(nib.Nifti1Image(vol, np.eye(4)), path)
+import zarr  # noqa: E402
+
+path = os.path.join(out, "cells.zarr")
+zarr_planes = int(sys.argv[3]) if len(sys.argv) > 3 else 64
+if not os.path.exists(path):
+    root = zarr.open_group(path, mode="w")
+    z = root.create_dataset("0", shape=(1, 2, zarr_planes // 2, 2048, 2048), chunks=(1, 1, 1, 1024, 1024),
+                            dtype=np.uint16)
+    y, x = np.mgrid[0:2048, 0:2048]
+    cells = (np.sin(y / 37.0) * np.cos(x / 53.0) > 0.6) * 1500.0
+    for c in range(2):
+        for k in range(zarr_planes // 2):
+            z[0, c, k] = rng.poisson(100 + cells * (c + 1)).astype(np.uint16)
+    root.attrs["multiscales"] = [{"version": "0.4", "name": "cells",
+                                  "axes": [{"name": a} for a in "tczyx"], "datasets": [{"path": "0"}]}]
 print("written in", out)
