@@ -67,25 +67,28 @@ Source::Source(const std::string& name) : name_(name) {
     std::error_code ec;
     for (fs::recursive_directory_iterator it(name, ec), end; !ec && it != end; it.increment(ec)) {
       if (!it->is_regular_file(ec)) continue;
-      store_.push_back({fs::relative(it->path(), name, ec).generic_string(), it->file_size(ec)});
+      store_.push_back({fs::relative(it->path(), name, ec).generic_string(), it->path().string(), it->file_size(ec)});
     }
     if (ec) throw std::runtime_error("the Zarr store cannot be listed: " + ec.message());
-    std::sort(store_.begin(), store_.end(), [](const Member& a, const Member& b) { return a.key < b.key; });
-    // Its size before it is made: the headers (made here with no data) and each member padded to 512 bytes.
-    uint64_t headers = 0;
-    {
-      Writer a = tar_writer(&headers, [](archive*, void* out, const void*, size_t n) -> la_ssize_t {
-        *static_cast<uint64_t*>(out) += n;
-        return static_cast<la_ssize_t>(n);
-      });
-      for (const Member& m : store_) {
-        write_header(a.get(), m.key, 0);
-        size_ += (m.size + 511) / 512 * 512;
-      }
-      archive_write_close(a.get());
-    }
-    size_ += headers;
+    set_members(std::move(store_));
     return;
+  }
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, ".hdr") == 0) {
+    // A NIfTI pair's header (magic ni1 or ni2): sent with its voxels.
+    char head[348] = {};
+    const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
+    const ssize_t got = fd >= 0 ? ::pread(fd, head, sizeof head, 0) : -1;
+    if (fd >= 0) ::close(fd);
+    const bool pair = (got == 348 && std::memcmp(head + 344, "ni1", 4) == 0) || (got >= 8 && std::memcmp(head + 4, "ni2", 4) == 0);
+    const std::string stem = name.substr(0, name.size() - 4);
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (const char* ext : {".img", ".img.gz"}) {
+      if (!pair || !fs::is_regular_file(stem + ext, ec)) continue;
+      const std::string base = fs::path(stem).filename().string();
+      set_members({{base + ".hdr", name, fs::file_size(name, ec)}, {base + ext, stem + ext, fs::file_size(stem + ext, ec)}});
+      return;
+    }
   }
   if (name == "-") {
     is_stdin_ = true;
@@ -125,6 +128,25 @@ void Source::read_at(uint64_t at, char* out, size_t n) {
   }
 }
 
+void Source::set_members(std::vector<Member> members) {
+  store_ = std::move(members);
+  std::sort(store_.begin(), store_.end(), [](const Member& a, const Member& b) { return a.key < b.key; });
+  // Its size before it is made: the headers (made here with no data) and each member padded to 512 bytes.
+  uint64_t headers = 0;
+  {
+    Writer a = tar_writer(&headers, [](archive*, void* out, const void*, size_t n) -> la_ssize_t {
+      *static_cast<uint64_t*>(out) += n;
+      return static_cast<la_ssize_t>(n);
+    });
+    for (const Member& m : store_) {
+      write_header(a.get(), m.key, 0);
+      size_ += (m.size + 511) / 512 * 512;
+    }
+    archive_write_close(a.get());
+  }
+  size_ += headers;
+}
+
 void Source::store_chunks(size_t chunk, const std::function<bool(std::string&)>& fn) {
   struct Out {
     std::string piece;
@@ -154,7 +176,7 @@ void Source::store_chunks(size_t chunk, const std::function<bool(std::string&)>&
   std::string buffer(size_t{1} << 20, '\0');
   for (const Member& m : store_) {
     if (out.stopped) return;
-    const std::string path = name_ + "/" + m.key;
+    const std::string& path = m.path;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw std::runtime_error(path + ": " + std::strerror(errno));
     struct Close {

@@ -1,5 +1,6 @@
 // Inputs of the CLI: files (read in chunks when streamed), standard input,
-// or a Zarr store (a folder), sent as one uncompressed tar of its files.
+// or several files that are one input, sent as one uncompressed tar of
+// them: a Zarr store (a folder), a NIfTI pair (a .hdr and its .img).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,8 @@ namespace imgstat::client {
 class Source {
  public:
   // "-" is standard input, read whole; a folder with Zarr metadata
-  // (is_zarr_store) is its files as a tar, made as it is read. Throws
+  // (is_zarr_store), and a NIfTI pair's .hdr (with its .img), are their
+  // files as a tar, made as it is read. Throws
   // std::runtime_error when the file cannot be opened.
   explicit Source(const std::string& name);
   ~Source();
@@ -32,9 +34,11 @@ class Source {
   void read_at(uint64_t at, char* out, size_t n);
   void store_chunks(size_t chunk, const std::function<bool(std::string&)>& fn);
   struct Member {
-    std::string key;  // relative to the store's folder
+    std::string key;   // its name in the tar
+    std::string path;  // where it is read
     uint64_t size;
   };
+  void set_members(std::vector<Member> members);
   std::vector<Member> store_;
   std::string name_;
   int fd_ = -1;

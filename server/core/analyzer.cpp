@@ -56,7 +56,7 @@ bool spools_from_region(const v1::Input& input, const RegionBytes& region, const
   uint8_t head[64];
   read_region(region, 0, sizeof head, head);
   const std::string format = probe(head, sizeof head).format;
-  return format == "PNG" || format == "TIFF" || format == "FITS" || format == "Zarr";
+  return format == "PNG" || format == "TIFF" || format == "FITS" || format == "tar";
 }
 }  // namespace
 

@@ -116,7 +116,7 @@ class EncodedUpload final : public Upload {
     if (decided_ || (got.size() < kHeadBytes && got.size() < total_)) return;
     decided_ = true;
     const std::string format = probe(reinterpret_cast<const uint8_t*>(got.data()), got.size()).format;
-    if (total_ < kSpoolFromBytes || (format != "PNG" && format != "TIFF" && format != "FITS" && format != "Zarr")) return;
+    if (total_ < kSpoolFromBytes || (format != "PNG" && format != "TIFF" && format != "FITS" && format != "tar")) return;
     file_ = analyzer_.spool().open(total_);
     if (!file_) return;
     file_->append(reinterpret_cast<const uint8_t*>(got.data()), got.size());

@@ -17,6 +17,7 @@
 #include "decode/png/apng.hpp"
 #include "decode/png/png.hpp"
 #include "decode/webp.hpp"
+#include "decode/tar/tar.hpp"
 #include "decode/zarr/zarr.hpp"
 #include "decode/sniff.hpp"
 #include "decode/tiff/tiff.hpp"
@@ -184,6 +185,12 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     invalid_data("unrecognized image format (first bytes " + first_bytes(data, size) +
                  "); send raw pixels as kind RAW, or any file as kind BYTES");
   if (!is_supported_format(p.format)) invalid_data(p.format + " images are not supported");
+  // Several files as one input: a Zarr store, a NIfTI pair, a DICOM series.
+  std::map<std::string, TarSpan> members;
+  if (p.format == "tar") {
+    members = tar_members(data, size);
+    p.format = tar_content(members);
+  }
   if (!p.corrupt.empty()) invalid_data(p.format + ": " + p.corrupt + ": corrupt or truncated");
   // OpenCV and giflib take sizes as int: only a TIFF that libtiff reads
   // itself (below) may be larger.
@@ -317,12 +324,20 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     plan.band_layout = Layout{plan.width, plan.height, 1, image.type, 0};
   }
   if (p.format == "NIfTI") {
-    // A .nii.gz is planned from its inflated header and inflated band by band as it is decoded.
-    const bool gz = is_gzip(data, size);
-    const std::vector<uint8_t> head = gz ? gzip_head(data, size, 540) : std::vector<uint8_t>();
-    const uint8_t* bytes = gz ? head.data() : data;
-    const size_t bytes_size = gz ? head.size() : size;
-    const NiftiVolume volume = plan_nifti(bytes, bytes_size, options.max_planes, gz);
+    // A .hdr/.img pair comes as a tar of the two: the header from one, the voxels from the other.
+    NiftiPair pair;
+    if (!members.empty()) pair = nifti_pair(members);
+    const uint8_t* voxels = pair.header.data ? pair.voxels.data : data;
+    const size_t voxels_size = pair.header.data ? pair.voxels.size : size;
+    // A .nii.gz (or .img.gz) is planned from its inflated header and inflated band by band as it is decoded.
+    const bool gz = is_gzip(voxels, voxels_size);
+    const std::vector<uint8_t> head = gz && !pair.header.data ? gzip_head(data, size, 540) : std::vector<uint8_t>();
+    const uint8_t* bytes = pair.header.data ? pair.header.data : gz ? head.data() : data;
+    const size_t bytes_size = pair.header.data ? pair.header.size : gz ? head.size() : size;
+    NiftiVolume volume = plan_nifti(bytes, bytes_size, options.max_planes, gz,
+                                    pair.header.data ? static_cast<int64_t>(voxels_size) : -1);
+    volume.voxels_at = static_cast<uint64_t>(voxels - data);
+    volume.voxels_size = voxels_size;
     plan.width = volume.width();
     plan.height = volume.height();
     p.has_size = true;
@@ -364,7 +379,7 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     plan.band_layout = Layout{plan.width, plan.height, image.channels, image.type, 0};
   }
   if (p.format == "Zarr") {
-    ZarrPlan zarr = plan_zarr(data, size, options.series, options.level, options.max_planes);
+    ZarrPlan zarr = plan_zarr(members, options.series, options.level, options.max_planes);
     const ZarrArray& z = zarr.array;
     plan.width = z.width();
     plan.height = z.height();
@@ -683,7 +698,8 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     out.taken = true;
     out.decoder = "cfitsio";
   } else if (plan.format == "NIfTI" && plan.nifti) {
-    decode_nifti(data, size, *plan.nifti, plan.plane_offsets, options.cancelled, sink);
+    decode_nifti(data + plan.nifti->voxels_at, plan.nifti->voxels_size, *plan.nifti, plan.plane_offsets,
+                 options.cancelled, sink);
     out.taken = true;
     out.decoder = "libnifti";
   } else if (plan.format == "Zarr" && plan.zarr) {

@@ -2,7 +2,7 @@
 #include "decode/dicom/dicom.hpp"
 #include "decode/inflate/gzip.hpp"
 #include "decode/nifti/nifti.hpp"
-#include "decode/zarr/zarr.hpp"
+#include "decode/tar/tar.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -258,7 +258,7 @@ Probe probe(const uint8_t* d, size_t n) {
     p.format = "FITS";  // its image HDUs and sizes are cfitsio's to read (fits/)
     p.bytes_per_pixel = 8;
   } else if (is_tar(d, n)) {
-    p.format = "Zarr";  // a store's files in a tar; its metadata is zarr/'s to read
+    p.format = "tar";  // several files as one input: what they are is tar/'s to say
     p.bytes_per_pixel = 8;
   } else if (starts_with(d, n, "\xff\xd8\xff", 3)) {
     p.format = "JPEG";  // libjpeg reads its header (jpeg/check)
@@ -322,7 +322,7 @@ Probe probe(const uint8_t* d, size_t n) {
 
 const std::vector<std::string>& supported_formats() {
   static const std::vector<std::string> formats = {"PNG", "JPEG", "TIFF", "BMP", "WebP", "GIF", "EXR",
-                                                   "HDR", "PNM", "PAM", "PFM", "JPEG2000", "SunRaster", "FITS", "NIfTI", "DICOM", "Zarr"};
+                                                   "HDR", "PNM", "PAM", "PFM", "JPEG2000", "SunRaster", "FITS", "NIfTI", "DICOM", "Zarr", "tar"};
   return formats;
 }
 

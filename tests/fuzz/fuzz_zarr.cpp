@@ -7,7 +7,7 @@
 // (scripts/sanitize's -malloc_limit_mb). Seeded with tests/fuzz/seeds'
 // small stores (made with zarr-python, tarred by Python's tarfile).
 #include "decode/decode.hpp"
-#include "decode/zarr/zarr.hpp"
+#include "decode/tar/tar.hpp"
 #include "fuzz_support.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

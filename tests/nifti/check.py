@@ -7,13 +7,13 @@ server, against nibabel and numpy over the same values.
 Each file is written here by nibabel: every datatype imgstat reads (uint8,
 int8, uint16, int16, int32, uint32, int64, uint64, float32, float64, RGB24,
 RGBA32), with and without scl_slope/scl_inter, big- and little-endian,
-NIfTI-1 and -2, gzip-compressed, 3-D (z planes) and 4-D (t points). The
+NIfTI-1 and -2, gzip-compressed, .hdr/.img pairs (the .hdr named), 3-D (z planes) and 4-D (t points). The
 values are nibabel's: get_fdata() where scaled or wider than an engine type
 (float64), the stored type otherwise. Count, NaN counts, min, max and the
 integer histogram equal, sum, mean and stddev within 1e-12 relative; each
 plane's answer and its z and t; each time point's volume (--tiles 1x1xT);
-the header facts. Then the refusals: complex data, a .hdr of a pair, a
-truncated file, dim[0] of 9, dimensions whose planes pass --max-planes.
+the header facts. Then the refusals: complex data, a pair's .hdr without
+its .img, a pair whose .img is short, a truncated file, dim[0] of 9, dimensions whose planes pass --max-planes.
 """
 import gzip
 import os
@@ -93,6 +93,11 @@ def make_files(work, rng):
     for k in "RGBA":
         rgba[k] = rng.integers(0, 256, rgba.shape, dtype=np.uint8)
     put("rgba32.nii", rgba, "uint8")
+    # Pairs: the .hdr named, its .img sent with it.
+    put("int16-pair.hdr", rng.integers(-32768, 32768, (19, 17, 3), dtype=np.int16), "int16", cls=nib.Nifti1Pair)
+    put("uint16-scaled-pair.hdr", rng.integers(0, 4000, (8, 9, 2, 2), dtype=np.uint16), "float64", slope=0.5,
+        inter=-100, cls=nib.Nifti1Pair, big=True)
+    put("float32-nifti2-pair.hdr", rng.normal(0, 1, (12, 10, 4)).astype(np.float32), "float32", cls=nib.Nifti2Pair)
     return files
 
 
@@ -164,7 +169,12 @@ def check_refusals(client_bin, where, work, how):
     refused(client_bin, where, path, "INVALID_ARGUMENT", f"complex64 ({how})")
     pair = nib.Nifti1Pair(np.ones((4, 4, 2), dtype=np.int16), np.eye(4))
     nib.save(pair, os.path.join(work, "pair.img"))
-    refused(client_bin, where, os.path.join(work, "pair.hdr"), "INVALID_ARGUMENT", f".hdr of a pair ({how})")
+    with open(os.path.join(work, "pair.hdr"), "rb") as f, open(os.path.join(work, "lonely.hdr"), "wb") as g:
+        g.write(f.read())
+    refused(client_bin, where, os.path.join(work, "lonely.hdr"), "INVALID_ARGUMENT", f".hdr without its .img ({how})")
+    with open(os.path.join(work, "pair.img"), "r+b") as f:
+        f.truncate(20)
+    refused(client_bin, where, os.path.join(work, "pair.hdr"), "INVALID_ARGUMENT", f"a pair's short .img ({how})")
     ok = nib.Nifti1Image(np.ones((64, 64, 8), dtype=np.float32), np.eye(4))
     nib.save(ok, os.path.join(work, "whole.nii"))
     raw = open(os.path.join(work, "whole.nii"), "rb").read()

@@ -171,19 +171,45 @@ def is_zarr_store(path):
     return os.path.isdir(path) and any(os.path.isfile(os.path.join(path, m)) for m in (".zarray", ".zgroup", ".zattrs"))
 
 
-def zarr_tar(path, name):
-    """A Zarr store's files as the tar servers read (members relative to the store, sorted)."""
+def nifti_pair(path):
+    """A NIfTI pair's .hdr (magic ni1 or ni2) and its .img: [(name, path)] of the two; None otherwise."""
+    if not path.endswith(".hdr"):
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(348)
+    except OSError:
+        return None
+    if head[344:348] != b"ni1\0" and head[4:8] != b"ni2\0":
+        return None
+    stem = path[:-4]
+    for ext in (".img", ".img.gz"):
+        if os.path.isfile(stem + ext):
+            base = os.path.basename(stem)
+            return [(base + ".hdr", path), (base + ext, stem + ext)]
+    return None
+
+
+def files_tar(files, path, name):
+    """Several files that are one input as the tar servers read: [(name in the tar, path)], sorted by name."""
     out = io.BytesIO()
     try:
         with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as t:
-            for root, dirs, files in os.walk(path):
-                dirs.sort()
-                for f in sorted(files):
-                    full = os.path.join(root, f)
-                    t.add(full, arcname=os.path.relpath(full, path), recursive=False)
+            for arcname, full in sorted(files):
+                t.add(full, arcname=arcname, recursive=False)
     except OSError as e:
         raise file_error(path, e, name) from None
     return out.getvalue()
+
+
+def zarr_tar(path, name):
+    """A Zarr store's files (members relative to the store)."""
+    files = []
+    for root, dirs, names in os.walk(path):
+        for f in names:
+            full = os.path.join(root, f)
+            files.append((os.path.relpath(full, path), full))
+    return files_tar(files, path, name)
 
 
 def prepare(x, name=None, raw=None, stride=0, as_bytes=False, labels=False, axes=None):
@@ -193,6 +219,11 @@ def prepare(x, name=None, raw=None, stride=0, as_bytes=False, labels=False, axes
         path = os.fspath(x)
         job = Job(name or path, kind)
         job.data = zarr_tar(path, job.name)
+        job.size = len(job.data)
+    elif is_path(x) and nifti_pair(os.fspath(x)):
+        path = os.fspath(x)
+        job = Job(name or path, kind)
+        job.data = files_tar(nifti_pair(path), path, job.name)
         job.size = len(job.data)
     elif is_path(x):
         path = os.fspath(x)

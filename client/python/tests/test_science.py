@@ -91,3 +91,14 @@ def test_zarr_store_as_the_cli(client, cli, tmp_path):
     assert level["Gray"].sum == int(full[..., ::2, ::2].astype(np.int64).sum())
     assert comparable(got.to_dict()) == \
         comparable(cli("--json", "--stats", "min_max,sum,stddev,histogram", path)[0])
+
+
+def test_nifti_pair_as_the_cli(client, cli, tmp_path):
+    nib = pytest.importorskip("nibabel")
+    rng = np.random.default_rng(503)
+    a = rng.integers(-1000, 1000, (11, 7, 3), dtype=np.int16)
+    path = str(tmp_path / "pair.hdr")
+    nib.save(nib.Nifti1Pair(a, np.eye(4)), path)
+    got = client.analyze(path, stats="min_max,sum,stddev")
+    assert got.format == "NIfTI" and got["Gray"].sum == int(a.astype(np.int64).sum())
+    assert comparable(got.to_dict()) == comparable(cli("--json", "--stats", "min_max,sum,stddev", path)[0])

@@ -182,15 +182,37 @@ Header read_header(const uint8_t* data, int32_t n, bool swap) {
 }
 }  // namespace
 
-NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes, bool header_only) {
+NiftiPair nifti_pair(const std::map<std::string, TarSpan>& members) {
+  NiftiPair pair;
+  std::string found;
+  for (const auto& [name, span] : members) {
+    if (name.size() < 4 || name.compare(name.size() - 4, 4, ".hdr") != 0 || !is_nifti(span.data, span.size)) continue;
+    if (!found.empty()) invalid_data("NIfTI: the tar holds two pairs' headers (" + found + ", " + name + "); one is read");
+    found = name;
+    pair.header = span;
+    const std::string stem = name.substr(0, name.size() - 4);
+    auto img = members.find(stem + ".img");
+    if (img == members.end()) img = members.find(stem + ".img.gz");
+    if (img == members.end()) invalid_data("NIfTI: " + name + " comes without its " + stem + ".img");
+    if (img->second.size == 0) invalid_data("NIfTI: " + img->first + " is empty");
+    pair.voxels = img->second;
+  }
+  if (found.empty()) invalid_data("NIfTI: the tar holds no .hdr of a pair");
+  return pair;
+}
+
+NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes, bool header_only,
+                       int64_t pair_voxel_bytes) {
   bool swapped = false;
   const int32_t n = header_size(data, size, &swapped);
   if (n == 0 || size < static_cast<size_t>(n)) invalid_data("NIfTI: the header is cut short");
   // The magic says which kind of file (a pair's header has no voxels).
   const bool pair = n == 348 ? std::memcmp(data + 344, "ni1", 4) == 0 : std::memcmp(data + 4, "ni2", 3) == 0;
-  if (pair)
-    invalid_data("NIfTI: this is the header of a .hdr/.img pair, which holds no voxels; send a .nii "
-                 "(nifti_tool -copy_im, or nibabel's save as .nii)");
+  if (pair != (pair_voxel_bytes >= 0) && pair_voxel_bytes >= 0)
+    invalid_data("NIfTI: the .hdr of the pair is a single file's header (magic n+1/n+2), not a pair's");
+  if (pair && pair_voxel_bytes < 0)
+    invalid_data("NIfTI: this is the header of a .hdr/.img pair, which holds no voxels: send both (imgstat-client "
+                 "and the Python package send a .hdr's .img with it), or a .nii");
   const Header h = read_header(data, n, swapped);
   NiftiVolume v;
   v.version = h.version;
@@ -247,10 +269,12 @@ NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes, bo
   uint64_t bytes = v.width() * v.stored_bytes;  // below 2^63 * 8: checked next
   if (v.width() > (uint64_t{1} << 40) || v.height() > (uint64_t{1} << 40) ||
       (v.height() && bytes > UINT64_MAX / v.height()) || (bytes *= v.height(), planes && bytes > UINT64_MAX / planes) ||
-      (bytes *= planes, v.offset > UINT64_MAX - bytes) || (!header_only && v.offset + bytes > size))
+      (bytes *= planes, v.offset > UINT64_MAX - bytes) || (!header_only && v.offset + bytes > (pair_voxel_bytes >= 0 ? static_cast<uint64_t>(pair_voxel_bytes) : size)))
     invalid_data("NIfTI: its header declares " + std::to_string(v.width()) + "x" + std::to_string(v.height()) + "x" +
                  std::to_string(planes) + " voxels of " + dt + " from byte " + std::to_string(v.offset) +
-                 ", more than the file's " + std::to_string(size) + " bytes hold: truncated or corrupt");
+                 ", more than the file's " +
+                     std::to_string(pair_voxel_bytes >= 0 ? static_cast<uint64_t>(pair_voxel_bytes) : size) +
+                     " bytes hold: truncated or corrupt");
   auto keep = [&](const char* key, std::string value) { v.keywords.emplace_back(key, std::move(value)); };
   keep("datatype", dt);
   keep("version", "NIfTI-" + std::to_string(v.version));

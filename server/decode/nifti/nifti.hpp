@@ -12,19 +12,22 @@
 //   them) are float64, exact to 2^53; RGB24 and RGBA32 are 3 and 4 uint8
 //   channels (never scaled). Complex, float128 and 1-bit data are refused by
 //   name.
-// A header of the pair (.hdr/.img, magic "ni1") has no voxels of its own
-// and is refused. Every header number is untrusted: the voxels must lie in
+// A pair (.hdr/.img, magic "ni1") comes as a tar of its two files (the
+// client's making): the header from the .hdr, the voxels from the .img (or
+// .img.gz); a .hdr alone has no voxels of its own and is refused. Every header number is untrusted: the voxels must lie in
 // the file, sizes are checked before anything is read.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "decode/rows.hpp"
+#include "decode/tar/tar.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
@@ -37,7 +40,10 @@ struct NiftiVolume {
   bool swap = false;           // the file's byte order is not this machine's
   bool scaled = false;
   double slope = 1, inter = 0;
-  uint64_t offset = 0;         // vox_offset: where the voxels start
+  uint64_t offset = 0;         // vox_offset: where the voxels start in their file
+  // Where that file lies in the input: all of it for a .nii; a pair's .img
+  // member in its tar.
+  uint64_t voxels_at = 0, voxels_size = 0;
   uint32_t channels = 1;
   SampleType type = SampleType::kUint8;  // the values' (as above)
   std::vector<std::pair<std::string, std::string>> keywords;
@@ -50,8 +56,16 @@ bool is_nifti(const uint8_t* data, size_t size);  // NIfTI-1 or -2, either byte 
 // Throws kInvalidArgument for what is not a volume this reads, naming why;
 // kResourceExhausted for planes past max_planes. header_only: `data` is
 // the start of an inflated .nii.gz, its voxels still to come (checked as
-// they are inflated).
-NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes, bool header_only = false);
+// they are inflated). pair_voxel_bytes: `data` is a pair's .hdr, and its
+// .img holds that many bytes (-1: not a pair).
+NiftiVolume plan_nifti(const uint8_t* data, size_t size, uint64_t max_planes, bool header_only = false,
+                       int64_t pair_voxel_bytes = -1);
+// A tar's .hdr (NIfTI-1 or -2, pair magic) and the .img (or .img.gz) of the
+// same name. Throws kInvalidArgument naming what is missing or too many.
+struct NiftiPair {
+  TarSpan header, voxels;
+};
+NiftiPair nifti_pair(const std::map<std::string, TarSpan>& members);
 // The chosen planes (indices over dim[3] and higher, ascending), one after
 // another in the sink's bands, converted on every core. A .nii.gz (gzip)
 // is inflated as it goes, band by band, never whole: the sink computes one

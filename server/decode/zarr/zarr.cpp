@@ -1,7 +1,5 @@
 #include "decode/zarr/zarr.hpp"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <blosc.h>
 #include <lz4.h>
 #include <tbb/enumerable_thread_specific.h>
@@ -26,10 +24,9 @@ namespace {
 using json = nlohmann::json;
 
 // Limits on what a store's metadata may make this hold before a pixel is
-// read: members indexed, chunks in an array's grid (a span each), a chunk
+// read: chunks in an array's grid (a span each), a chunk
 // inflated (zarr-python's chunks are MiBs; Blosc's own limit is 2 GiB), a
 // metadata document.
-constexpr uint64_t kMaxMembers = uint64_t{1} << 22;
 constexpr uint64_t kMaxChunks = uint64_t{1} << 22;
 constexpr uint64_t kMaxChunkBytes = uint64_t{1} << 30;
 constexpr uint64_t kMaxMetadataBytes = uint64_t{1} << 20;
@@ -41,51 +38,7 @@ uint64_t mul(uint64_t a, uint64_t b, const std::string& what) {
   return a * b;
 }
 
-struct Span {
-  const uint8_t* data = nullptr;
-  uint64_t size = 0;
-};
-
-// The tar's regular members by name ("./" and the store's folder left
-// for the caller), each where its bytes lie in the tar.
-std::map<std::string, Span> index_tar(const uint8_t* data, size_t size) {
-  std::unique_ptr<archive, int (*)(archive*)> a(archive_read_new(), archive_read_free);
-  if (!a) fail(ErrorCode::kResourceExhausted, "Zarr: libarchive could not start");
-  archive_read_support_format_tar(a.get());
-  if (archive_read_open_memory(a.get(), data, size) != ARCHIVE_OK)
-    invalid_data(std::string("Zarr: the tar is not readable (libarchive: ") + archive_error_string(a.get()) + ")");
-  std::map<std::string, Span> out;
-  archive_entry* e = nullptr;
-  for (;;) {
-    const int rc = archive_read_next_header(a.get(), &e);
-    if (rc == ARCHIVE_EOF) break;
-    if (rc < ARCHIVE_WARN) {
-      const char* why = archive_error_string(a.get());
-      invalid_data(std::string("Zarr: the tar is damaged or truncated (libarchive: ") + (why ? why : "no reason") + ")");
-    }
-    if (archive_entry_filetype(e) != AE_IFREG) continue;
-    if (out.size() >= kMaxMembers)
-      fail(ErrorCode::kResourceExhausted, "Zarr: the tar holds more than " + std::to_string(kMaxMembers) + " files");
-    std::string name = archive_entry_pathname(e) ? archive_entry_pathname(e) : "";
-    while (name.rfind("./", 0) == 0) name.erase(0, 2);
-    const la_int64_t declared = archive_entry_size(e);
-    const void* block = nullptr;
-    size_t got = 0;
-    la_int64_t at = 0;
-    Span span;
-    if (declared > 0) {
-      const int r = archive_read_data_block(a.get(), &block, &got, &at);
-      // A member of an uncompressed tar in memory comes as one block where it
-      // lies (libarchive reads ahead in place): its bytes are not copied.
-      const auto* b = static_cast<const uint8_t*>(block);
-      if (r != ARCHIVE_OK || at != 0 || got != static_cast<uint64_t>(declared) || b < data || b + got > data + size)
-        invalid_data("Zarr: the tar's member " + name + " is not whole where it lies (a sparse or truncated member)");
-      span = Span{b, got};
-    }
-    out[name] = span;
-  }
-  return out;
-}
+using Span = TarSpan;
 
 std::string parent_of(const std::string& key) {
   const size_t slash = key.rfind('/');
@@ -313,12 +266,7 @@ uint64_t ZarrArray::slab_planes() const {
   return 1;
 }
 
-bool is_tar(const uint8_t* data, size_t size) {
-  return size >= 512 && std::memcmp(data + 257, "ustar", 5) == 0;
-}
-
-ZarrPlan plan_zarr(const uint8_t* data, size_t size, uint32_t series, uint32_t level, uint64_t max_planes) {
-  const std::map<std::string, Span> store = index_tar(data, size);
+ZarrPlan plan_zarr(const std::map<std::string, Span>& store, uint32_t series, uint32_t level, uint64_t max_planes) {
   // The store's root: the shallowest folder with Zarr metadata.
   std::string root;
   size_t depth = SIZE_MAX;

@@ -22,11 +22,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "decode/rows.hpp"
+#include "decode/tar/tar.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
@@ -61,12 +63,10 @@ struct ZarrPlan {
   std::vector<std::string> warnings;
 };
 
-// An uncompressed POSIX tar (ustar or pax), by its header's magic.
-bool is_tar(const uint8_t* data, size_t size);
 // Throws kInvalidArgument for a tar that holds no Zarr store, or a store
 // or array this does not read, naming why; kResourceExhausted for planes
 // past max_planes or chunks past max_chunks.
-ZarrPlan plan_zarr(const uint8_t* data, size_t size, uint32_t series, uint32_t level, uint64_t max_planes);
+ZarrPlan plan_zarr(const std::map<std::string, TarSpan>& store, uint32_t series, uint32_t level, uint64_t max_planes);
 // Memory a decode holds at once: a slab of planes and a chunk a core.
 uint64_t zarr_memory_bytes(const ZarrArray& array);
 // The chosen planes (ascending), one after another in the sink's bands; the
