@@ -80,7 +80,7 @@ class Run {
       : o_(o), request_(std::move(request)), labels_(labels), aggregation_(std::move(aggregation)), err_(err) {}
 
   int run(client::Remote& remote) {
-    inputs_ = client::expand_inputs(o_.files, &missing_);
+    inputs_ = client::expand_inputs(o_.files, &missing_, o_.dicom_series);
     for (const std::string& m : missing_) {
       err_ << "imgstat-client: " << m << ": nothing matches\n";
       ++failures_;

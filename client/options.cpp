@@ -205,6 +205,9 @@ void add_measure_options(CLI::App& app, CliOptions& o) {
   app.add_flag("--stored-values", o.stored_values,
                "DICOM: the stored values, not the modality values (RescaleSlope/Intercept applied, MONOCHROME1 "
                "inverted, padding left out)");
+  app.add_flag("--dicom-series", o.dicom_series,
+               "DICOM: each folder named is one input, its files' series its volumes (--series N picks one), "
+               "slices ordered along the slice normal");
   app.add_option("--decoder", o.decoder,
                  "where JPEG decodes, the answer being the same: auto: the server's GPU when it has one; cpu: libjpeg-turbo; gpu: the GPU or an error")
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}))->capture_default_str();
@@ -278,6 +281,7 @@ std::string set_input_and_measure(const CliOptions& o, Request& request) {
   request.options.set_bins(o.bins);
   request.options.set_allow_truncated(o.allow_truncated);
   request.options.set_stored_values(o.stored_values);
+  request.dicom_series = o.dicom_series;
   request.options.set_decoder(o.decoder == "cpu"   ? v1::DECODER_CHOICE_CPU
                               : o.decoder == "gpu" ? v1::DECODER_CHOICE_GPU
                                                  : v1::DECODER_CHOICE_AUTO);

@@ -18,6 +18,7 @@ struct CliOptions {
   Connection connection;
   std::string token_file;
   bool json = false, csv = false, normalized = false, bytes = false, stream = false, local = false;
+  bool dicom_series = false;  // a folder named is one input: its DICOM files' series as volumes
   bool health = false, info = false, allow_truncated = false, stored_values = false, no_batch = false, no_shm = false, aggregate = false;
   std::string plot, raw_spec, range_spec, local_engine = "cpu", decoder = "auto";
   std::string colour_space, joint_spec, joint_range_spec;

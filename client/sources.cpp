@@ -6,6 +6,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <filesystem>
 #include <future>
@@ -61,7 +62,34 @@ bool is_zarr_store(const std::string& path) {
   return false;
 }
 
-Source::Source(const std::string& name) : name_(name) {
+bool is_dicom_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  if (p.filename() == "DICOMDIR") return false;
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (ext == ".dcm" || ext == ".dicom") return true;
+  char magic[4] = {};
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const ssize_t got = fd >= 0 ? ::pread(fd, magic, 4, 128) : -1;
+  if (fd >= 0) ::close(fd);
+  return got == 4 && std::memcmp(magic, "DICM", 4) == 0;
+}
+
+Source::Source(const std::string& name, bool dicom_series) : name_(name) {
+  if (dicom_series && name != "-" && std::filesystem::is_directory(name) && !is_zarr_store(name)) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    std::vector<Member> files;
+    for (fs::recursive_directory_iterator it(name, ec), end; !ec && it != end; it.increment(ec)) {
+      if (!it->is_regular_file(ec) || !is_dicom_file(it->path().string())) continue;
+      files.push_back({fs::relative(it->path(), name, ec).generic_string(), it->path().string(), it->file_size(ec)});
+    }
+    if (ec) throw std::runtime_error("the folder cannot be listed: " + ec.message());
+    if (files.empty()) throw std::runtime_error("no DICOM files in this folder");
+    set_members(std::move(files));
+    return;
+  }
   if (name != "-" && is_zarr_store(name)) {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -285,12 +313,13 @@ std::vector<std::string> walk(const std::filesystem::path& root, Keep keep) {
 
 }  // namespace
 
-std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std::vector<std::string>* missing) {
+std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std::vector<std::string>* missing,
+                                       bool dicom_series) {
   namespace fs = std::filesystem;
   std::vector<std::string> out;
   for (const std::string& arg : args) {
     std::error_code ec;
-    if (arg == "-" || fs::is_regular_file(arg, ec) || is_zarr_store(arg)) {
+    if (arg == "-" || fs::is_regular_file(arg, ec) || is_zarr_store(arg) || (dicom_series && fs::is_directory(arg, ec))) {
       out.push_back(arg);
     } else if (fs::is_directory(arg, ec)) {
       const std::vector<std::string> found = walk(arg, image_extension);

@@ -17,7 +17,8 @@ class Source {
   // (is_zarr_store), and a NIfTI pair's .hdr (with its .img), are their
   // files as a tar, made as it is read. Throws
   // std::runtime_error when the file cannot be opened.
-  explicit Source(const std::string& name);
+  // dicom_series: a folder is its DICOM files (recursively), one tar.
+  explicit Source(const std::string& name, bool dicom_series = false);
   ~Source();
   Source(const Source&) = delete;
   Source& operator=(const Source&) = delete;
@@ -50,11 +51,16 @@ class Source {
 // A folder that holds .zarray, .zgroup or .zattrs: one input.
 bool is_zarr_store(const std::string& path);
 
+// A DICOM file: named .dcm or .dicom, or "DICM" at byte 128 (DICOMDIR left out).
+bool is_dicom_file(const std::string& path);
+
 // The files the CLI's arguments name: "-" and files as given; a folder, the
 // images under it, recursively, by extension, sorted (a Zarr store under it
 // one input); a pattern with * ? or
 // [ (quoted, so the shell left it), the paths it matches, where "**" also
 // crosses folders. *missing collects patterns and folders that match nothing.
-std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std::vector<std::string>* missing);
+// dicom_series: a folder named is one input (Source's tar of its DICOM files).
+std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std::vector<std::string>* missing,
+                                       bool dicom_series = false);
 
 }  // namespace imgstat::client

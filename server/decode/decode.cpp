@@ -359,7 +359,36 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, plan.height) + extra;
     plan.band_layout = Layout{plan.width, plan.height, volume.channels, volume.type, 0};
   }
-  if (p.format == "DICOM") {
+  if (p.format == "DICOM" && !members.empty()) {
+    DicomSeries series = plan_dicom_series(members, options.series, options.stored_values, options.max_planes,
+                                           options.max_pixels);
+    const DicomImage& image = series.slices.front().image;
+    plan.width = image.width;
+    plan.height = image.height;
+    p.has_size = true;
+    p.bytes_per_pixel = image.channels * sample_size(series.type);
+    plan.series_count = series.series_count;
+    plan.series = options.series;
+    plan.planes = series.planes;
+    for (uint64_t i : chosen_planes(plan.planes, options)) plan.plane_offsets.push_back(i);
+    plan.first_plane = options.first_plane;
+    if (plan.planes > 1) {
+      plan.axes.source = "DICOM";
+      plan.axes.order = "ZCT";
+      plan.axes.z = static_cast<uint32_t>(std::min<uint64_t>(plan.planes, UINT32_MAX));
+    }
+    plan.stored_bits = image.bits_stored;
+    plan.keywords = image.keywords;
+    plan.keywords.emplace_back("Slices", std::to_string(series.slices.size()));
+    plan.keywords.emplace_back("SliceOrder", series.order);
+    plan.channel_names = image.channel_names;
+    plan.warnings.insert(plan.warnings.end(), series.warnings.begin(), series.warnings.end());
+    extra = series.decoded_bytes;
+    plan.dicom_series = std::make_shared<const DicomSeries>(std::move(series));
+    const uint64_t row_bytes = plan.width * p.bytes_per_pixel;
+    plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, plan.height) + extra;
+    plan.band_layout = Layout{plan.width, plan.height, image.channels, plan.dicom_series->type, 0};
+  } else if (p.format == "DICOM") {
     const DicomImage image = plan_dicom(data, size, options.stored_values, options.max_planes, options.max_pixels);
     plan.width = image.width;
     plan.height = image.height;
@@ -706,6 +735,10 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     decode_zarr(*plan.zarr, plan.plane_offsets, options.cancelled, sink);
     out.taken = true;
     out.decoder = "imgstat-zarr";
+  } else if (plan.format == "DICOM" && plan.dicom_series) {
+    decode_dicom_series(*plan.dicom_series, options.stored_values, plan.plane_offsets, options.cancelled, sink);
+    out.taken = true;
+    out.decoder = "gdcm";
   } else if (plan.format == "DICOM" && plan.dicom) {
     decode_dicom(data, size, *plan.dicom, options.stored_values, plan.plane_offsets, options.cancelled, sink);
     out.taken = true;

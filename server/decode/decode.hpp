@@ -60,6 +60,7 @@ struct DecodeOptions {
 struct FitsImage;
 struct NiftiVolume;
 struct DicomImage;
+struct DicomSeries;
 struct ZarrArray;
 
 // How a stack's planes are laid out, where the file says (an ImageJ
@@ -138,6 +139,7 @@ struct DecodePlan {
   std::shared_ptr<const FitsImage> fits;  // the FITS image HDU read
   std::shared_ptr<const NiftiVolume> nifti;
   std::shared_ptr<const DicomImage> dicom;
+  std::shared_ptr<const DicomSeries> dicom_series;  // a series' slices as one volume (a tar of its files)
   std::shared_ptr<const ZarrArray> zarr;  // a Zarr store's array read (its chunks where they lie in the tar)
   uint64_t chosen_planes() const { return plane_offsets.empty() ? 1 : plane_offsets.size() / pages_per_plane; }
 };

@@ -17,8 +17,13 @@ within 1e-12 relative; each frame; the facts. Personal data stays out: the
 patient's name, ID and birth date written into every file are searched for
 in every answer (JSON and table), the server's log and its metrics, and
 found nowhere. Then the refusals: a truncated file, one declaring 10^6
-frames, a file without pixel data.
+frames, a file without pixel data. Then a study folder read with
+--dicom-series: two series (a CT whose slices lie along a tilted normal,
+named and numbered against their order; an MR with InstanceNumber only and
+rescales that differ), each a volume equal to pydicom's slices grouped by
+SeriesInstanceUID and ordered as the geometry says, plane by plane.
 """
+import json
 import os
 import subprocess
 import sys
@@ -211,6 +216,92 @@ def check_refusals(client_bin, where, work, how):
     refused(client_bin, where, os.path.join(work, "no-pixels.dcm"), "INVALID_ARGUMENT", f"no pixel data ({how})")
 
 
+def make_series(work, rng):
+    """A study folder of two series, file names shuffled: a CT whose slices lie along a tilted normal
+    (InstanceNumber against their order), and an MR with InstanceNumber only, whose rescales differ
+    between slices. Returns the folder and, per series in the order its first file comes, the
+    reference volume (pydicom's modality values, ordered as the standard's geometry says) and type."""
+    folder = os.path.join(work, "study")
+    if os.path.isdir(folder):
+        import shutil
+        shutil.rmtree(folder)
+    os.makedirs(os.path.join(folder, "mr"))
+    a = 0.3
+    row, col = np.array([np.cos(a), np.sin(a), 0.0]), np.array([0.0, 0.0, -1.0])
+    normal = np.cross(row, col)
+    names = [f"{n:08x}" for n in rng.permutation(1 << 20)[:12]]
+    ct = generate_uid()
+    for k, z in enumerate(rng.permutation(12)):
+        pixels = rng.integers(0, 4096, (40, 36), dtype=np.uint16)
+        ds = dataset(pixels, Modality="CT", bits_stored=12, RescaleSlope=1, RescaleIntercept=-1024,
+                     ImageOrientationPatient=[float(v) for v in (*row, *col)],
+                     ImagePositionPatient=[float(v) for v in (np.array([10.0, -5.0, 3.0]) + 2.5 * float(z) * normal)],
+                     InstanceNumber=int(12 - k))
+        ds.SeriesInstanceUID = ct
+        ds.save_as(os.path.join(folder, names[k] + (".dcm" if k % 2 else "")), write_like_original=False)
+    mr = generate_uid()
+    for k in range(5):
+        pixels = rng.integers(0, 1000, (40, 36), dtype=np.uint16)
+        ds = dataset(pixels, Modality="MR", RescaleSlope=0.5 if k % 2 else 1, RescaleIntercept=0,
+                     InstanceNumber=int((k * 3) % 5 + 1))
+        ds.SeriesInstanceUID = mr
+        ds.save_as(os.path.join(folder, "mr", f"im{k}.dcm"), write_like_original=False)
+    with open(os.path.join(folder, "notes.txt"), "w") as f:
+        f.write("not an image")
+    # The reference: pydicom's values, grouped and ordered.
+    found = []
+    for root, _, files in os.walk(folder):
+        for f in files:
+            rel = os.path.relpath(os.path.join(root, f), folder)
+            if f.endswith(".txt"):
+                continue
+            ds = pydicom.dcmread(os.path.join(folder, rel))
+            found.append((rel, ds))
+    found.sort(key=lambda x: x[0])
+    uids = []
+    for _, ds in found:
+        if ds.SeriesInstanceUID not in uids:
+            uids.append(ds.SeriesInstanceUID)
+    series = []
+    for uid in uids:
+        group = [ds for _, ds in found if ds.SeriesInstanceUID == uid]
+        if all("ImagePositionPatient" in d for d in group):
+            o = np.array(group[0].ImageOrientationPatient, dtype=float)
+            n = np.cross(o[:3], o[3:])
+            group.sort(key=lambda d: float(np.dot(np.array(d.ImagePositionPatient, dtype=float), n)))
+            order = "ImagePositionPatient"
+        else:
+            group.sort(key=lambda d: int(d.InstanceNumber))
+            order = "InstanceNumber"
+        vol = np.stack([apply_modality_lut(d.pixel_array, d) for d in group])
+        # Integral rescales keep integers (the CT: int16 HU); the MR's 0.5 in some slices makes all float64.
+        integral = all(float(d.RescaleSlope).is_integer() and float(d.RescaleIntercept).is_integer() for d in group)
+        typ = "int16" if integral else "float64"
+        series.append((vol, typ, order, len(group)))
+    return folder, series
+
+
+def check_series(client_bin, where, work, how, texts, made):
+    folder, series = made
+    what = f"series ({how})"
+    got = answers(client_bin, where, "--dicom-series", "--planes", "--stats", "min_max,sum,stddev,histogram", folder)
+    texts.append(json.dumps(got))
+    equal([a.get("file") for a in got], [f"{folder} [series {i}]" for i in range(len(series))], what + " answers")
+    for i, (a, (vol, typ, order, slices)) in enumerate(zip(got, series)):
+        w = f"{what} {i}"
+        equal(a.get("sample_type"), typ, w + " type")
+        kw = a["facts"].get("keywords", {})
+        equal((kw.get("SliceOrder"), kw.get("Slices")), (order, str(slices)), w + " order and slices")
+        v = vol.astype(np.float64) if typ == "float64" else vol.astype(np.int16)
+        check_stats(a["channels"][0], v, typ, w)
+        planes = a.get("planes", [])
+        equal(len(planes), vol.shape[0], w + " plane answers")
+        for p in planes:
+            k = p["index"]
+            equal(p.get("z"), k, f"{w} plane {k} z")
+            check_stats(p["channels"][0], v[k], typ, f"{w} plane {k}")
+
+
 def main():
     if len(sys.argv) != 4:
         raise SystemExit(__doc__)
@@ -222,11 +313,14 @@ def main():
     for name, path, values, typ in files:
         check_file(client_bin, ["--local"], name, path, values, typ, "local", texts)
     check_refusals(client_bin, ["--local"], work, "local")
+    made = make_series(work, rng)
+    check_series(client_bin, ["--local"], work, "local", texts, made)
     server, address = start_server(server_bin, work, "--metrics-listen", "127.0.0.1:0", "--log-level", "debug")
     try:
         for name, path, values, typ in files:
             check_file(client_bin, ["--server", address], name, path, values, typ, "server", texts)
         check_refusals(client_bin, ["--server", address], work, "server")
+        check_series(client_bin, ["--server", address], work, "server", texts, made)
         log = open(os.path.join(work, "server.log")).read()
         texts.append(log)
         import re

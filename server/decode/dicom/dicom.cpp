@@ -368,6 +368,28 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
     if (!r.reader.GetFile().GetDataSet().FindDataElement(tag)) return std::string();
     return printable(sf.ToString(tag));
   };
+  {
+    // Geometry, to order a series' slices.
+    auto numbers = [](const std::string& text, double* out, int n) {
+      const char* p = text.c_str();
+      for (int i = 0; i < n; ++i) {
+        char* end = nullptr;
+        out[i] = std::strtod(p, &end);
+        if (end == p || !std::isfinite(out[i])) return false;
+        p = end;
+        while (*p == '\\' || *p == ' ') ++p;
+      }
+      return true;
+    };
+    out.series_uid = attribute(0x0020, 0x000e);
+    out.has_position = numbers(attribute(0x0020, 0x0032), out.position, 3);
+    out.has_orientation = numbers(attribute(0x0020, 0x0037), out.orientation, 6);
+    const std::string instance = attribute(0x0020, 0x0013);
+    char* end = nullptr;
+    const long long n = std::strtoll(instance.c_str(), &end, 10);
+    out.has_instance = !instance.empty() && end != instance.c_str();
+    out.instance = n;
+  }
   SampleType type = v->stored;
   if (!stored_values && !v->colour) {
     const std::vector<double> rescale = gdcm::ImageHelper::GetRescaleInterceptSlopeValue(file0);

@@ -24,11 +24,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "decode/rows.hpp"
+#include "decode/tar/tar.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
@@ -42,6 +44,13 @@ struct DicomImage {
   std::vector<std::string> channel_names;
   std::vector<std::pair<std::string, std::string>> keywords;
   std::vector<std::string> warnings;
+  // Where the slice lies, to order a series' slices (never in an answer:
+  // the series' UID only groups them).
+  std::string series_uid;
+  bool has_position = false, has_orientation = false, has_instance = false;
+  double position[3] = {0, 0, 0};     // ImagePositionPatient
+  double orientation[6] = {0, 0, 0, 0, 0, 0};  // ImageOrientationPatient: row, then column direction
+  int64_t instance = 0;                // InstanceNumber
 };
 
 bool is_dicom(const uint8_t* data, size_t size);  // "DICM" at 128
@@ -51,5 +60,32 @@ DicomImage plan_dicom(const uint8_t* data, size_t size, bool stored_values, uint
 // The chosen frames, one after another, in the sink's bands.
 void decode_dicom(const uint8_t* data, size_t size, const DicomImage& image, bool stored_values,
                   const std::vector<uint64_t>& frames, const std::function<bool()>& cancelled, const RowSink& sink);
+
+// A series as one volume: the DICOM files of a tar (the client's making:
+// a folder's files), grouped by SeriesInstanceUID (each group a series of
+// the input, in the order its first file comes), each group's slices
+// ordered along the slice normal (ImageOrientationPatient's row x column)
+// by ImagePositionPatient, else by InstanceNumber, else by name; a slice's
+// frames are planes in their order. Every slice must have the first's size
+// and channels; values whose types differ between slices (a rescale that
+// is integral in one, not in another) are float64.
+struct DicomSlice {
+  std::string name;
+  TarSpan bytes;
+  DicomImage image;
+};
+struct DicomSeries {
+  std::vector<DicomSlice> slices;  // ordered
+  uint32_t series_count = 1;
+  std::string order;  // "ImagePositionPatient", "InstanceNumber" or "file names"
+  SampleType type = SampleType::kUint16;
+  uint64_t planes = 0;
+  uint64_t decoded_bytes = 0;  // the largest slice's: one slice is decoded at a time
+  std::vector<std::string> warnings;
+};
+DicomSeries plan_dicom_series(const std::map<std::string, TarSpan>& members, uint32_t series, bool stored_values,
+                              uint64_t max_planes, uint64_t max_pixels);
+void decode_dicom_series(const DicomSeries& series, bool stored_values, const std::vector<uint64_t>& planes,
+                         const std::function<bool()>& cancelled, const RowSink& sink);
 
 }  // namespace imgstat
