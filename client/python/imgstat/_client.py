@@ -129,7 +129,10 @@ class Client:
         mixed: the Result is series 0's and ``Result.other_series`` holds
         the rest; ``series=N`` answers series N alone (a FITS file's image
         HDUs are its series). DICOM files answer modality values (Hounsfield
-        units for CT); ``stored_values=True`` the values as stored.
+        units for CT); ``stored_values=True`` the values as stored; a
+        folder of DICOM files is its series as volumes (the CLI's
+        ``--dicom-series``), a Zarr store's folder is one input, and a NIfTI
+        pair's .hdr is sent with its .img.
         A volume or stack is an array with its ``axes`` named in order: Z
         (or T) for planes, Y, X and C (``axes="ZYX"``, ``"ZYXC"``,
         ``"CZYX"``, ``"TYX"``; a 4-D array without names is ZYXC), answered

@@ -212,6 +212,34 @@ def zarr_tar(path, name):
     return files_tar(files, path, name)
 
 
+def is_dicom_file(path):
+    """Named .dcm or .dicom, or "DICM" at byte 128 (DICOMDIR left out)."""
+    if os.path.basename(path) == "DICOMDIR":
+        return False
+    if path.lower().endswith((".dcm", ".dicom")):
+        return True
+    try:
+        with open(path, "rb") as f:
+            f.seek(128)
+            return f.read(4) == b"DICM"
+    except OSError:
+        return False
+
+
+def dicom_tar(path, name):
+    """A folder's DICOM files (sub-folders too), its series as volumes (the CLI's --dicom-series)."""
+    files = []
+    for root, _, names in os.walk(path):
+        for f in names:
+            full = os.path.join(root, f)
+            if is_dicom_file(full):
+                files.append((os.path.relpath(full, path), full))
+    if not files:
+        raise bad(f"{path}: a folder is an input when it is a Zarr store or holds DICOM files; this one is neither",
+                  name)
+    return files_tar(files, path, name)
+
+
 def prepare(x, name=None, raw=None, stride=0, as_bytes=False, labels=False, axes=None):
     """A Job for one input of any kind analyze takes."""
     kind = 3 if as_bytes else 2 if raw is not None else 1
@@ -219,6 +247,11 @@ def prepare(x, name=None, raw=None, stride=0, as_bytes=False, labels=False, axes
         path = os.fspath(x)
         job = Job(name or path, kind)
         job.data = zarr_tar(path, job.name)
+        job.size = len(job.data)
+    elif is_path(x) and os.path.isdir(os.fspath(x)):
+        path = os.fspath(x)
+        job = Job(name or path, kind)
+        job.data = dicom_tar(path, job.name)
         job.size = len(job.data)
     elif is_path(x) and nifti_pair(os.fspath(x)):
         path = os.fspath(x)

@@ -102,3 +102,32 @@ def test_nifti_pair_as_the_cli(client, cli, tmp_path):
     got = client.analyze(path, stats="min_max,sum,stddev")
     assert got.format == "NIfTI" and got["Gray"].sum == int(a.astype(np.int64).sum())
     assert comparable(got.to_dict()) == comparable(cli("--json", "--stats", "min_max,sum,stddev", path)[0])
+
+
+def test_dicom_folder_is_its_series_as_the_cli(client, cli, tmp_path):
+    pydicom = pytest.importorskip("pydicom")
+    from pydicom.dataset import Dataset, FileDataset, FileMetaDataset
+    from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+    rng = np.random.default_rng(504)
+    series, slices = generate_uid(), []
+    for k, z in enumerate((2, 0, 1)):
+        meta = FileMetaDataset()
+        meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.2"
+        meta.MediaStorageSOPInstanceUID = generate_uid()
+        meta.TransferSyntaxUID = ExplicitVRLittleEndian
+        ds = FileDataset(None, Dataset(), file_meta=meta, preamble=b"\0" * 128)
+        ds.Modality, ds.SeriesInstanceUID = "CT", series
+        ds.ImageOrientationPatient, ds.ImagePositionPatient = [1, 0, 0, 0, 1, 0], [0, 0, float(z)]
+        ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+        ds.Rows, ds.Columns, ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 9, 7, 16, 12, 11, 0
+        ds.RescaleSlope, ds.RescaleIntercept = 1, -1024
+        ds.is_little_endian, ds.is_implicit_VR = True, False
+        pixels = rng.integers(0, 4096, (9, 7), dtype=np.uint16)
+        ds.PixelData = pixels.tobytes()
+        ds.save_as(str(tmp_path / f"s{k}.dcm"), write_like_original=False)
+        slices.append((z, pixels.astype(np.int64) - 1024))
+    got = client.analyze(str(tmp_path), stats="min_max,sum", planes=True)
+    assert got.format == "DICOM" and got.sample_type == "int16"
+    assert [p["Gray"].sum for p in got.planes] == [int(v.sum()) for _, v in sorted(slices, key=lambda s: s[0])]
+    assert comparable(got.to_dict()) == \
+        comparable(cli("--json", "--dicom-series", "--stats", "min_max,sum", "--planes", str(tmp_path))[0])
