@@ -8,10 +8,10 @@ them whole:
 - ct/: 500 DICOM slices of 512x512 (12-bit stored, int16 in HU through
   RescaleIntercept -1024), uncompressed;
 - brain.nii.gz: NIfTI 256x256x256 float32, gzip;
-- cells.zarr: OME-Zarr, t c z y x = 1 x 2 x ZARR_PLANES/2 x 2048 x 2048
+- cells.zarr: OME-Zarr, t c z y x = 1 x 1 x ZARR_PLANES x 4096 x 4096
   uint16 (camera counts: a background with Poisson noise and bright
-  cells), chunks of one 1024x1024 quarter plane, zarr-python's default
-  compressor (Blosc LZ4, byte shuffle).
+  cells), chunks of 16 x 1024 x 1024 (issue 50's target), Blosc zstd with
+  byte shuffle (zarr-python's default level, 5).
 """
 import os
 import sys
@@ -75,14 +75,15 @@ import zarr  # noqa: E402
 path = os.path.join(out, "cells.zarr")
 zarr_planes = int(sys.argv[3]) if len(sys.argv) > 3 else 64
 if not os.path.exists(path):
+    from numcodecs import Blosc  # noqa: E402
     root = zarr.open_group(path, mode="w")
-    z = root.create_dataset("0", shape=(1, 2, zarr_planes // 2, 2048, 2048), chunks=(1, 1, 1, 1024, 1024),
-                            dtype=np.uint16)
-    y, x = np.mgrid[0:2048, 0:2048]
+    z = root.create_dataset("0", shape=(1, 1, zarr_planes, 4096, 4096), chunks=(1, 1, 16, 1024, 1024),
+                            dtype=np.uint16, compressor=Blosc(cname="zstd", clevel=5, shuffle=Blosc.SHUFFLE))
+    y, x = np.mgrid[0:4096, 0:4096]
     cells = (np.sin(y / 37.0) * np.cos(x / 53.0) > 0.6) * 1500.0
-    for c in range(2):
-        for k in range(zarr_planes // 2):
-            z[0, c, k] = rng.poisson(100 + cells * (c + 1)).astype(np.uint16)
+    for k in range(0, zarr_planes, 16):
+        n = min(16, zarr_planes - k)
+        z[0, 0, k:k + n] = rng.poisson(100 + cells, (n, 4096, 4096)).astype(np.uint16)
     root.attrs["multiscales"] = [{"version": "0.4", "name": "cells",
                                   "axes": [{"name": a} for a in "tczyx"], "datasets": [{"path": "0"}]}]
 print("written in", out)
