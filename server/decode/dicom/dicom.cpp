@@ -24,6 +24,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <streambuf>
+#include <type_traits>
 
 #include "decode/decode.hpp"
 #include "decode/isolated.hpp"
@@ -152,6 +153,9 @@ struct Values {
   uint32_t bytes = 2;        // stored bytes a sample
   bool is_signed = false, is_float = false;
   bool planar = false;  // colour samples RRR GGG BBB
+  // BitsStored: the bits of a sample that are its value (the standard);
+  // those above them (overlays, garbage) are masked off.
+  unsigned bits = 16;
 };
 
 SampleType narrowest(double lo, double hi) {
@@ -359,6 +363,7 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
   }
   // The modality LUT, padding and MONOCHROME1: gray images' values.
   const unsigned b = std::max<unsigned>(1, std::min<unsigned>(out.bits_stored ? out.bits_stored : pf.GetBitsAllocated(), 32));
+  v->bits = b;
   const double smin = v->is_signed ? -std::ldexp(1.0, b - 1) : 0;
   const double smax = v->is_signed ? std::ldexp(1.0, b - 1) - 1 : std::ldexp(1.0, b) - 1;
   gdcm::StringFilter sf;
@@ -473,6 +478,15 @@ void convert_gray(const uint8_t* from, uint64_t n, const Values& v, SampleType t
     S s;
     std::memcpy(&s, from + i * sizeof(S), sizeof(S));
     double x = static_cast<double>(s);
+    if constexpr (std::is_integral_v<S>) {
+      if (v.bits < 8 * sizeof(S)) {
+        // Only BitsStored bits are the value (sign-extended where signed): a
+        // sample with higher bits set would otherwise pass the type planned.
+        const uint64_t u = static_cast<uint64_t>(static_cast<std::make_unsigned_t<S>>(s)) & ((uint64_t{1} << v.bits) - 1);
+        const bool negative = v.is_signed && (u >> (v.bits - 1)) != 0;
+        x = negative ? static_cast<double>(static_cast<int64_t>(u) - (int64_t{1} << v.bits)) : static_cast<double>(u);
+      }
+    }
     const bool missing = v.padding && x >= v.pad_lo && x <= v.pad_hi;
     if (!identity) {
       double product = x * v.slope;
@@ -501,8 +515,22 @@ void convert_gray(const uint8_t* from, uint64_t n, const Values& v, SampleType t
 
 void convert(const uint8_t* from, uint64_t n, const Values& v, SampleType to_type, uint8_t* to) {
   if (!v.is_float && !v.stored_wide && v.stored == to_type && v.slope == 1 && v.intercept == 0 && !v.invert && !v.padding) {
-    std::memcpy(to, from, n * v.bytes);
-    return;
+    if (v.bits >= 8 * v.bytes) {
+      std::memcpy(to, from, n * v.bytes);
+      return;
+    }
+    if (v.bytes == 2) {
+      // BitsStored of 16: masked (and sign-extended) in integers, as convert_gray does in doubles.
+      const uint16_t mask = static_cast<uint16_t>((1u << v.bits) - 1), sign = static_cast<uint16_t>(1u << (v.bits - 1));
+      for (uint64_t i = 0; i < n; ++i) {
+        uint16_t u;
+        std::memcpy(&u, from + 2 * i, 2);
+        u &= mask;
+        if (v.is_signed && (u & sign)) u |= static_cast<uint16_t>(~mask);
+        std::memcpy(to + 2 * i, &u, 2);
+      }
+      return;
+    }
   }
   if (v.is_float) {
     if (v.bytes == 4) return convert_gray<float>(from, n, v, to_type, to);
