@@ -9,7 +9,10 @@
 #include <cctype>
 #include <cerrno>
 #include <filesystem>
+#include <atomic>
 #include <future>
+#include <mutex>
+#include <thread>
 #include <cstring>
 #include <iostream>
 #include <iterator>
@@ -159,86 +162,104 @@ void Source::read_at(uint64_t at, char* out, size_t n) {
 void Source::set_members(std::vector<Member> members) {
   store_ = std::move(members);
   std::sort(store_.begin(), store_.end(), [](const Member& a, const Member& b) { return a.key < b.key; });
-  // Its size before it is made: the headers (made here with no data) and each member padded to 512 bytes.
-  uint64_t headers = 0;
-  {
-    Writer a = tar_writer(&headers, [](archive*, void* out, const void*, size_t n) -> la_ssize_t {
-      *static_cast<uint64_t*>(out) += n;
-      return static_cast<la_ssize_t>(n);
-    });
-    for (const Member& m : store_) {
-      write_header(a.get(), m.key, 0);
-      size_ += (m.size + 511) / 512 * 512;
-    }
-    archive_write_close(a.get());
+  // The tar's layout, made once by libarchive without the data: each
+  // member's header as written (unblocked, so each comes whole as it is
+  // written) and where its data goes; libarchive pads the data it was not
+  // given with zeros, which are only counted. Every read then copies each
+  // file's bytes straight to their place.
+  struct Out {
+    uint64_t at = 0;
+    std::string* capture = nullptr;
+  } out;
+  Writer a = tar_writer(&out, [](archive*, void* p, const void* bytes, size_t n) -> la_ssize_t {
+    auto* o = static_cast<Out*>(p);
+    if (o->capture) o->capture->append(static_cast<const char*>(bytes), n);
+    o->at += n;
+    return static_cast<la_ssize_t>(n);
+  });
+  for (Member& m : store_) {
+    // The last member's data and padding (zeros) first: not part of this header.
+    if (&m != &store_.front()) archive_write_finish_entry(a.get());
+    out.capture = &m.header;
+    write_header(a.get(), m.key, m.size);
+    out.capture = nullptr;
+    m.data_at = out.at;
   }
-  size_ += headers;
+  archive_write_close(a.get());
+  size_ = out.at;
+}
+
+void Source::read_member(const Member& m, char* out) const {
+  const int fd = ::open(m.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(m.path + ": " + std::strerror(errno));
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{fd};
+  for (uint64_t at = 0; at < m.size;) {
+    const ssize_t got = ::pread(fd, out + at, std::min<uint64_t>(m.size - at, size_t{1} << 30), static_cast<off_t>(at));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) throw std::runtime_error(m.path + ": changed while it was read (" + std::to_string(m.size) + " bytes listed)");
+    at += static_cast<uint64_t>(got);
+  }
 }
 
 void Source::store_chunks(size_t chunk, const std::function<bool(std::string&)>& fn) {
-  struct Out {
-    std::string piece;
-    size_t chunk;
-    const std::function<bool(std::string&)>* fn;
-    bool stopped = false;
-    uint64_t written = 0;
-  } out{std::string(), chunk, &fn};
-  Writer a = tar_writer(&out, [](archive*, void* p, const void* bytes, size_t n) -> la_ssize_t {
-    auto* o = static_cast<Out*>(p);
-    const char* b = static_cast<const char*>(bytes);
-    o->written += n;
-    for (size_t done = 0; done < n;) {
-      const size_t take = std::min(n - done, o->chunk - o->piece.size());
-      o->piece.append(b + done, take);
-      done += take;
-      if (o->piece.size() == o->chunk) {
-        if (!(*o->fn)(o->piece)) {
-          o->stopped = true;
-          return -1;
-        }
-        o->piece.clear();
+  std::string piece;
+  piece.reserve(chunk);
+  // Appends [from, from + n) (zeros where from is null), handing on each full piece.
+  auto put = [&](const char* from, uint64_t n) {
+    while (n > 0) {
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(n, chunk - piece.size()));
+      if (from) piece.append(from, take), from += take;
+      else piece.append(take, '\0');
+      n -= take;
+      if (piece.size() == chunk) {
+        if (!fn(piece)) return false;
+        piece.clear();
       }
     }
-    return static_cast<la_ssize_t>(n);
-  });
-  std::string buffer(size_t{1} << 20, '\0');
+    return true;
+  };
+  std::string data;
+  uint64_t at = 0;
   for (const Member& m : store_) {
-    if (out.stopped) return;
-    const std::string& path = m.path;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw std::runtime_error(path + ": " + std::strerror(errno));
-    struct Close {
-      int fd;
-      ~Close() { ::close(fd); }
-    } close_fd{fd};
-    write_header(a.get(), m.key, m.size);
-    for (uint64_t at = 0; at < m.size && !out.stopped;) {
-      const ssize_t got = ::pread(fd, buffer.data(), std::min<uint64_t>(buffer.size(), m.size - at), static_cast<off_t>(at));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) throw std::runtime_error(path + ": changed while it was read (" + std::to_string(m.size) + " bytes listed)");
-      if (archive_write_data(a.get(), buffer.data(), static_cast<size_t>(got)) < 0 && !out.stopped)
-        throw std::runtime_error(std::string("libarchive: ") + archive_error_string(a.get()));
-      at += static_cast<uint64_t>(got);
-    }
+    if (!put(nullptr, m.data_at - m.header.size() - at) || !put(m.header.data(), m.header.size())) return;
+    data.resize(static_cast<size_t>(m.size));
+    read_member(m, data.data());
+    if (!put(data.data(), m.size)) return;
+    at = m.data_at + m.size;
   }
-  if (out.stopped) return;
-  if (archive_write_close(a.get()) != ARCHIVE_OK && !out.stopped)
-    throw std::runtime_error(std::string("libarchive: ") + archive_error_string(a.get()));
-  if (out.written != size_)
-    throw std::runtime_error("the Zarr store changed while it was read (" + std::to_string(out.written) + " bytes, " +
-                             std::to_string(size_) + " listed)");
-  if (!out.piece.empty()) fn(out.piece);
+  if (!put(nullptr, size_ - at)) return;
+  if (!piece.empty()) fn(piece);
 }
 
 std::string Source::read_all() {
   if (is_stdin_) return stdin_data_;
   if (!store_.empty()) {
-    std::string all;
-    all.reserve(static_cast<size_t>(size_));
-    store_chunks(size_t{16} << 20, [&](std::string& piece) {
-      all += piece;
-      return true;
-    });
+    // Each file read straight to its place, several at once (a store's
+    // chunks are many files): reading is the cost of a local pass.
+    std::string all(static_cast<size_t>(size_), '\0');
+    for (const Member& m : store_) std::memcpy(all.data() + m.data_at - m.header.size(), m.header.data(), m.header.size());
+    std::atomic<size_t> next{0};
+    std::exception_ptr failed;
+    std::mutex mu;
+    auto work = [&] {
+      for (size_t i; (i = next++) < store_.size();) {
+        try {
+          read_member(store_[i], all.data() + store_[i].data_at);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!failed) failed = std::current_exception();
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    const size_t n = std::min<size_t>(store_.size(), std::max(1u, std::thread::hardware_concurrency()));
+    for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
+    work();
+    for (std::thread& t : threads) t.join();
+    if (failed) std::rethrow_exception(failed);
     return all;
   }
   std::string data(static_cast<size_t>(size_), '\0');

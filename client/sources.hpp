@@ -38,7 +38,10 @@ class Source {
     std::string key;   // its name in the tar
     std::string path;  // where it is read
     uint64_t size;
+    std::string header;    // its tar header(s), as libarchive wrote them
+    uint64_t data_at = 0;  // where its bytes go in the tar
   };
+  void read_member(const Member& m, char* out) const;
   void set_members(std::vector<Member> members);
   std::vector<Member> store_;
   std::string name_;
