@@ -204,6 +204,32 @@ void Source::read_member(const Member& m, char* out) const {
   }
 }
 
+void Source::read_into(char* out) const {
+  // Each file read straight to its place, several at once (a store's chunks
+  // are many files): reading is the cost of a local pass. Zeros are where
+  // nothing is written (the caller's memory is zeroed).
+  for (const Member& m : store_) std::memcpy(out + m.data_at - m.header.size(), m.header.data(), m.header.size());
+  std::atomic<size_t> next{0};
+  std::exception_ptr failed;
+  std::mutex mu;
+  auto work = [&] {
+    for (size_t i; (i = next++) < store_.size();) {
+      try {
+        read_member(store_[i], out + store_[i].data_at);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failed) failed = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t n = std::min<size_t>(store_.size(), std::max(1u, std::thread::hardware_concurrency()));
+  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  if (failed) std::rethrow_exception(failed);
+}
+
 void Source::store_chunks(size_t chunk, const std::function<bool(std::string&)>& fn) {
   std::string piece;
   piece.reserve(chunk);
@@ -237,29 +263,8 @@ void Source::store_chunks(size_t chunk, const std::function<bool(std::string&)>&
 std::string Source::read_all() {
   if (is_stdin_) return stdin_data_;
   if (!store_.empty()) {
-    // Each file read straight to its place, several at once (a store's
-    // chunks are many files): reading is the cost of a local pass.
     std::string all(static_cast<size_t>(size_), '\0');
-    for (const Member& m : store_) std::memcpy(all.data() + m.data_at - m.header.size(), m.header.data(), m.header.size());
-    std::atomic<size_t> next{0};
-    std::exception_ptr failed;
-    std::mutex mu;
-    auto work = [&] {
-      for (size_t i; (i = next++) < store_.size();) {
-        try {
-          read_member(store_[i], all.data() + store_[i].data_at);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!failed) failed = std::current_exception();
-        }
-      }
-    };
-    std::vector<std::thread> threads;
-    const size_t n = std::min<size_t>(store_.size(), std::max(1u, std::thread::hardware_concurrency()));
-    for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
-    work();
-    for (std::thread& t : threads) t.join();
-    if (failed) std::rethrow_exception(failed);
+    read_into(all.data());
     return all;
   }
   std::string data(static_cast<size_t>(size_), '\0');

@@ -27,6 +27,10 @@ class Source {
   // A file whose bytes may be mapped or handed over as they lie.
   bool is_file() const { return !is_stdin_ && store_.empty(); }
   std::string read_all();
+  // Several files as one tar (a Zarr store, a NIfTI pair, a DICOM series).
+  bool is_tar() const { return !store_.empty(); }
+  // That tar written to out (size() bytes, zeroed), its files read at once.
+  void read_into(char* out) const;
   // Calls fn with consecutive pieces of at most chunk bytes; stops early when
   // fn returns false. fn may swap the piece's buffer away, and back.
   void for_each_chunk(size_t chunk, const std::function<bool(std::string&)>& fn);

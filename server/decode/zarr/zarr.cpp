@@ -471,7 +471,9 @@ void decode_zarr(const ZarrArray& z, const std::vector<uint64_t>& planes, const 
   if (z.fortran) for (size_t i = 1; i < dims; ++i) stride[i] = stride[i - 1] * z.chunks[i - 1];
   else for (size_t i = dims - 1; i-- > 0;) stride[i] = stride[i + 1] * z.chunks[i + 1];
 
-  std::vector<uint8_t> slab(z.slab_planes() * plane_bytes);
+  const uint64_t threads = static_cast<uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
+  // Not zeroed: every value of a pass is written (a chunk's or its fill) before it is read.
+  std::unique_ptr<uint8_t[]> slab(new uint8_t[z.slab_planes() * plane_bytes]);
   tbb::enumerable_thread_specific<std::vector<uint8_t>> buffers([&] { return std::vector<uint8_t>(z.chunk_bytes_decoded()); });
   RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), 1, z.type);
   size_t k = 0;
@@ -525,7 +527,7 @@ void decode_zarr(const ZarrArray& z, const std::vector<uint64_t>& planes, const 
         for (size_t i = 0; i < lead; ++i) plane += (start[i] + at[i]) * inner_planes[i + 1];
         for (size_t i = 0; i + 1 < dims; ++i) offset += at[i] * stride[i];
         const uint64_t y = start[lead] + at[lead];
-        uint8_t* dst = slab.data() + (plane - first) * plane_bytes + y * row_bytes + start[dims - 1] * out_size;
+        uint8_t* dst = slab.get() + (plane - first) * plane_bytes + y * row_bytes + start[dims - 1] * out_size;
         if (src) convert(z, buffer.data() + offset * z.item_bytes, stride[dims - 1], extent[dims - 1], dst);
         else fill_values(z, extent[dims - 1], dst);
         size_t i = dims - 1;
@@ -537,13 +539,20 @@ void decode_zarr(const ZarrArray& z, const std::vector<uint64_t>& planes, const 
     // The chosen planes of this pass, in order.
     for (; k < planes.size() && planes[k] < first + count; ++k) {
       if (k > 0) sink.plane(k);
-      const uint8_t* pixels = slab.data() + (planes[k] - first) * plane_bytes;
+      const uint8_t* pixels = slab.get() + (planes[k] - first) * plane_bytes;
       for (uint64_t y = 0; y < height;) {
         if (band.count == 0) fail(ErrorCode::kInternal, "Zarr: the sink gave a band of no rows");
         // Copied: the pass's buffer is the next pass's, and rows handed in
         // place must stay until the decode ends.
         const uint64_t n = std::min<uint64_t>(band.count, height - y);
-        std::memcpy(band.rows, pixels + y * row_bytes, n * row_bytes);
+        // A band is MiBs: copied on every core, as a chunk is inflated.
+        const uint64_t runs = n * row_bytes >= (uint64_t{1} << 20) ? std::min<uint64_t>(n, threads * 4) : 1;
+        auto copy = [&](size_t i) {
+          const uint64_t r0 = n * i / runs, r1 = n * (i + 1) / runs;
+          std::memcpy(band.rows + r0 * row_bytes, pixels + (y + r0) * row_bytes, (r1 - r0) * row_bytes);
+        };
+        if (runs == 1) copy(0);
+        else tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t{0}, static_cast<size_t>(runs), copy); });
         band = sink.band(band.rows, static_cast<uint32_t>(y), static_cast<uint32_t>(n));
         y += n;
       }
