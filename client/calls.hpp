@@ -133,6 +133,9 @@ class Remote {
   void unregister(const std::vector<std::string>& regions, std::chrono::system_clock::time_point until);
   // The file through a region; false when regions cannot be had (the caller
   // sends it over the socket then).
+  // Several files as one tar (Source::is_tar), made in a sealed memfd the server maps.
+  bool register_tar(RegionSocketClient& socket, const Source& source, std::chrono::system_clock::time_point until,
+                    v1::Region* region);
   bool analyze_in_region(Source& source, const Request& request, std::chrono::system_clock::time_point until,
                          Outcome* out);
   RegionSocketClient* region_socket(std::chrono::system_clock::time_point until);

@@ -226,6 +226,54 @@ bool Remote::register_file(RegionSocketClient& socket, const std::string& path, 
   return stub_->RegisterRegion(&ctx, r, region).ok();
 }
 
+namespace {
+// A file of 1 MiB or more goes to a server on this host in a region: the
+// server reads it where it lies. So does a tar of several files, made in
+// shared memory, up to a quarter of this host's memory (past that it
+// streams, and the server spools it to disk).
+bool in_region(const Source& source) {
+  if (source.is_file()) return source.size() >= kRegionMinBytes;
+  if (!source.is_tar()) return false;
+  static const uint64_t memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return source.size() >= kRegionMinBytes && source.size() <= memory / 4;
+}
+}  // namespace
+
+bool Remote::register_tar(RegionSocketClient& socket, const Source& source, std::chrono::system_clock::time_point until,
+                          v1::Region* region) {
+  // Made where the server maps it: a memfd, written by the threads reading
+  // the files, then sealed against shrinking (the server maps only that).
+  const int fd = memfd_create("imgstat-tar", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return false;
+  struct Close {
+    int fd;
+    ~Close() { close(fd); }
+  } close_fd{fd};
+  if (ftruncate(fd, static_cast<off_t>(source.size())) != 0) return false;
+  void* p = mmap(nullptr, source.size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return false;
+  try {
+    source.read_into(static_cast<char*>(p));
+  } catch (...) {
+    munmap(p, source.size());
+    throw;
+  }
+  munmap(p, source.size());
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) return false;
+  std::string ticket;
+  try {
+    ticket = socket.pass(fd);
+  } catch (const std::exception&) {
+    return false;
+  }
+  v1::RegisterRegionRequest r;
+  r.set_ticket(ticket);
+  r.set_name(source.name());
+  grpc::ClientContext ctx;
+  prepare(ctx, until);
+  return stub_->RegisterRegion(&ctx, r, region).ok();
+}
+
 bool Remote::register_file(RegionSocketClient& socket, const std::string& path, std::chrono::system_clock::time_point until,
                            std::string* region_id) {
   v1::Region region;
@@ -250,7 +298,9 @@ bool Remote::analyze_in_region(Source& source, const Request& request, std::chro
   RegionSocketClient* socket = region_socket(until);
   if (!socket) return false;
   v1::Region region;
-  if (!register_file(*socket, source.name(), until, &region)) return false;
+  if (!(source.is_tar() ? register_tar(*socket, source, until, &region)
+                        : register_file(*socket, source.name(), until, &region)))
+    return false;
   v1::AnalyzeRequest r;
   *r.mutable_input() = request.input;
   r.mutable_input()->mutable_region()->set_region_id(region.region_id());
@@ -334,7 +384,7 @@ void Remote::start(Source& source, const Request& request, std::function<void(Ou
     return;
   }
   const auto until = deadline();
-  const bool region = use_regions_ && source.is_file() && source.size() >= kRegionMinBytes;
+  const bool region = use_regions_ && in_region(source);
   if (region || !in_one_message(source, request, until)) {
     done(analyze(source, request));
     return;
@@ -425,7 +475,7 @@ Outcome Remote::analyze_once(Source& source, const Request& request, std::chrono
   v1::AnalyzeResponse response;
   grpc::ClientContext ctx;
   prepare(ctx, until);
-  if (use_regions_ && source.is_file() && source.size() >= kRegionMinBytes) {
+  if (use_regions_ && in_region(source)) {
     Outcome o;
     if (analyze_in_region(source, request, until, &o)) return o;
   }
