@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <future>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -338,7 +339,9 @@ ZarrPlan plan_zarr(const std::map<std::string, Span>& store, uint32_t series, ui
 uint64_t zarr_memory_bytes(const ZarrArray& z) {
   const uint64_t threads = static_cast<uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
   const uint64_t slab = mul(mul(mul(z.slab_planes(), z.height(), "a pass"), z.width(), "a pass"), sample_size(z.type), "a pass");
-  return slab + mul(threads + 1, z.chunk_bytes_decoded(), "the chunks in flight");
+  // Two passes' buffers where there are several (one inflating while the other goes to the engine).
+  const uint64_t passes = z.planes() > z.slab_planes() ? 2 : 1;
+  return mul(passes, slab, "two passes") + mul(threads + 1, z.chunk_bytes_decoded(), "the chunks in flight");
 }
 
 namespace {
@@ -471,54 +474,59 @@ void decode_zarr(const ZarrArray& z, const std::vector<uint64_t>& planes, const 
   if (z.fortran) for (size_t i = 1; i < dims; ++i) stride[i] = stride[i - 1] * z.chunks[i - 1];
   else for (size_t i = dims - 1; i-- > 0;) stride[i] = stride[i + 1] * z.chunks[i + 1];
 
-  const uint64_t threads = static_cast<uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
-  // Not zeroed: every value of a pass is written (a chunk's or its fill) before it is read.
-  std::unique_ptr<uint8_t[]> slab(new uint8_t[z.slab_planes() * plane_bytes]);
-  tbb::enumerable_thread_specific<std::vector<uint8_t>> buffers([&] { return std::vector<uint8_t>(z.chunk_bytes_decoded()); });
-  RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), 1, z.type);
-  size_t k = 0;
-  while (k < planes.size()) {
-    // The pass that holds planes[k]: its first plane and how many.
-    const uint64_t p = planes[k];
-    uint64_t first = p, count = 1;
-    std::vector<uint64_t> lo(dims, 0), hi(dims);  // chunk index ranges the pass decodes
-    {
-      uint64_t rest = p;
-      for (size_t i = 0; i < lead; ++i) {
-        const uint64_t c = rest / inner_planes[i + 1];
-        rest %= inner_planes[i + 1];
-        if (i < j) lo[i] = c, hi[i] = c + 1;
-        else if (i == j) lo[i] = c / z.chunks[i], hi[i] = lo[i] + 1;
-        else lo[i] = 0, hi[i] = grid[i];
-      }
-      for (size_t i = lead; i < dims; ++i) lo[i] = 0, hi[i] = grid[i];
-      if (j < lead) {
-        first = p / inner_planes[j] * inner_planes[j] + lo[j] * z.chunks[j] * inner_planes[j + 1];
-        count = std::min(z.chunks[j], z.shape[j] - lo[j] * z.chunks[j]) * inner_planes[j + 1];
-      }
+  // The passes the chosen planes need, in order: each its first plane, how
+  // many, and the chunk index ranges it decodes.
+  struct Pass {
+    uint64_t first = 0, count = 1;
+    std::vector<uint64_t> lo, hi;
+  };
+  std::vector<Pass> passes;
+  for (uint64_t p : planes) {
+    if (!passes.empty() && p < passes.back().first + passes.back().count) continue;
+    Pass pass;
+    pass.first = p;
+    pass.lo.assign(dims, 0);
+    pass.hi.assign(dims, 0);
+    uint64_t rest = p;
+    for (size_t i = 0; i < lead; ++i) {
+      const uint64_t c = rest / inner_planes[i + 1];
+      rest %= inner_planes[i + 1];
+      if (i < j) pass.lo[i] = c, pass.hi[i] = c + 1;
+      else if (i == j) pass.lo[i] = c / z.chunks[i], pass.hi[i] = pass.lo[i] + 1;
+      else pass.lo[i] = 0, pass.hi[i] = grid[i];
     }
+    for (size_t i = lead; i < dims; ++i) pass.lo[i] = 0, pass.hi[i] = grid[i];
+    if (j < lead) {
+      pass.first = p / inner_planes[j] * inner_planes[j] + pass.lo[j] * z.chunks[j] * inner_planes[j + 1];
+      pass.count = std::min(z.chunks[j], z.shape[j] - pass.lo[j] * z.chunks[j]) * inner_planes[j + 1];
+    }
+    passes.push_back(std::move(pass));
+  }
+
+  const uint64_t threads = static_cast<uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
+  tbb::enumerable_thread_specific<std::vector<uint8_t>> buffers([&] { return std::vector<uint8_t>(z.chunk_bytes_decoded()); });
+  // A pass's chunks inflated and placed in its buffer, one chunk a core.
+  auto decode_pass = [&](const Pass& pass, uint8_t* slab) {
     std::vector<std::vector<uint64_t>> cells;
-    {
-      std::vector<uint64_t> c = lo;
-      for (;;) {
-        cells.push_back(c);
-        size_t i = dims;
-        while (i-- > 0 && ++c[i] == hi[i]) c[i] = lo[i];
-        if (i == SIZE_MAX) break;
-      }
+    std::vector<uint64_t> c = pass.lo;
+    for (;;) {
+      cells.push_back(c);
+      size_t i = dims;
+      while (i-- > 0 && ++c[i] == pass.hi[i]) c[i] = pass.lo[i];
+      if (i == SIZE_MAX) break;
     }
     auto decode_cell = [&](size_t n) {
       if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
-      const std::vector<uint64_t>& c = cells[n];
+      const std::vector<uint64_t>& cell = cells[n];
       uint64_t index = 0;
-      for (size_t i = 0; i < dims; ++i) index = index * grid[i] + c[i];
+      for (size_t i = 0; i < dims; ++i) index = index * grid[i] + cell[i];
       const auto [src, size] = z.chunk_bytes[index];
       std::vector<uint8_t>& buffer = buffers.local();
       if (src) inflate_chunk(z, src, size, buffer, index);
       // The chunk's part inside the array, every row of it to its place in the pass.
       std::vector<uint64_t> start(dims), extent(dims);
       for (size_t i = 0; i < dims; ++i) {
-        start[i] = c[i] * z.chunks[i];
+        start[i] = cell[i] * z.chunks[i];
         extent[i] = std::min(z.chunks[i], z.shape[i] - start[i]);
       }
       std::vector<uint64_t> at(dims - 1, 0);  // a row's coordinates within the chunk (all but x)
@@ -527,7 +535,7 @@ void decode_zarr(const ZarrArray& z, const std::vector<uint64_t>& planes, const 
         for (size_t i = 0; i < lead; ++i) plane += (start[i] + at[i]) * inner_planes[i + 1];
         for (size_t i = 0; i + 1 < dims; ++i) offset += at[i] * stride[i];
         const uint64_t y = start[lead] + at[lead];
-        uint8_t* dst = slab.get() + (plane - first) * plane_bytes + y * row_bytes + start[dims - 1] * out_size;
+        uint8_t* dst = slab + (plane - pass.first) * plane_bytes + y * row_bytes + start[dims - 1] * out_size;
         if (src) convert(z, buffer.data() + offset * z.item_bytes, stride[dims - 1], extent[dims - 1], dst);
         else fill_values(z, extent[dims - 1], dst);
         size_t i = dims - 1;
@@ -536,25 +544,46 @@ void decode_zarr(const ZarrArray& z, const std::vector<uint64_t>& planes, const 
       }
     };
     tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t{0}, cells.size(), decode_cell); });
+  };
+
+  // Two pass buffers where there are several passes: the next pass inflates
+  // while this one goes to the engine. Not zeroed: every value of a pass is
+  // written (a chunk's or its fill) before it is read.
+  const uint64_t slab_bytes = z.slab_planes() * plane_bytes;
+  std::unique_ptr<uint8_t[]> slabs[2];
+  slabs[0].reset(new uint8_t[slab_bytes]);
+  if (passes.size() > 1) slabs[1].reset(new uint8_t[slab_bytes]);
+  std::future<void> next;
+  WaitOnExit<void> wait_next{next};
+  RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), 1, z.type);
+  size_t k = 0;
+  for (size_t n = 0; n < passes.size(); ++n) {
+    uint8_t* slab = slabs[n % 2].get();
+    if (n == 0) decode_pass(passes[0], slab);
+    else next.get();
+    if (n + 1 < passes.size())
+      next = std::async(std::launch::async, decode_pass, std::cref(passes[n + 1]), slabs[(n + 1) % 2].get());
+    const Pass& pass = passes[n];
     // The chosen planes of this pass, in order.
-    for (; k < planes.size() && planes[k] < first + count; ++k) {
+    for (; k < planes.size() && planes[k] < pass.first + pass.count; ++k) {
       if (k > 0) sink.plane(k);
-      const uint8_t* pixels = slab.get() + (planes[k] - first) * plane_bytes;
+      const uint8_t* pixels = slab + (planes[k] - pass.first) * plane_bytes;
       for (uint64_t y = 0; y < height;) {
+        if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
         if (band.count == 0) fail(ErrorCode::kInternal, "Zarr: the sink gave a band of no rows");
-        // Copied: the pass's buffer is the next pass's, and rows handed in
-        // place must stay until the decode ends.
-        const uint64_t n = std::min<uint64_t>(band.count, height - y);
-        // A band is MiBs: copied on every core, as a chunk is inflated.
-        const uint64_t runs = n * row_bytes >= (uint64_t{1} << 20) ? std::min<uint64_t>(n, threads * 4) : 1;
+        // Copied: the pass's buffer is a later pass's, and rows handed in
+        // place must stay until the decode ends. A band is MiBs: copied on
+        // every core, as chunks are inflated.
+        const uint64_t rows = std::min<uint64_t>(band.count, height - y);
+        const uint64_t runs = rows * row_bytes >= (uint64_t{1} << 20) ? std::min<uint64_t>(rows, threads * 4) : 1;
         auto copy = [&](size_t i) {
-          const uint64_t r0 = n * i / runs, r1 = n * (i + 1) / runs;
+          const uint64_t r0 = rows * i / runs, r1 = rows * (i + 1) / runs;
           std::memcpy(band.rows + r0 * row_bytes, pixels + (y + r0) * row_bytes, (r1 - r0) * row_bytes);
         };
         if (runs == 1) copy(0);
         else tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t{0}, static_cast<size_t>(runs), copy); });
-        band = sink.band(band.rows, static_cast<uint32_t>(y), static_cast<uint32_t>(n));
-        y += n;
+        band = sink.band(band.rows, static_cast<uint32_t>(y), static_cast<uint32_t>(rows));
+        y += rows;
       }
     }
   }

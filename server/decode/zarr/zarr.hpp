@@ -67,7 +67,9 @@ struct ZarrPlan {
 // or array this does not read, naming why; kResourceExhausted for planes
 // past max_planes or chunks past max_chunks.
 ZarrPlan plan_zarr(const std::map<std::string, TarSpan>& store, uint32_t series, uint32_t level, uint64_t max_planes);
-// Memory a decode holds at once: a slab of planes and a chunk a core.
+// Memory a decode holds at once: a pass of planes (two where there are
+// several: the next inflates while this one goes to the engine) and a chunk
+// a core.
 uint64_t zarr_memory_bytes(const ZarrArray& array);
 // The chosen planes (ascending), one after another in the sink's bands; the
 // chunks of each slab decoded on every core.
