@@ -18,6 +18,8 @@ v1::Input* map_input_of(v1::Options& options) {
 uint64_t map_size(const Request& request) {
   if (request.map_file.empty()) return 0;
   std::error_code ec;
+  // A map of several files (a Zarr store): the size of their tar.
+  if (std::filesystem::is_directory(request.map_file, ec)) return Source(request.map_file).size();
   const uint64_t n = std::filesystem::file_size(request.map_file, ec);
   return ec ? 0 : n;
 }

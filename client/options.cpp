@@ -313,7 +313,8 @@ std::string set_input_and_measure(const CliOptions& o, Request& request) {
 void set_map_input(const CliOptions& o, const std::string& file, v1::Input* in, Request& request) {
   try {
     client::Source source(file);  // it can be opened: said now, not file by file
-    if (!source.is_file()) throw std::runtime_error("a mask or label image is a file, not standard input");
+    if (!source.is_file() && !source.is_tar())
+      throw std::runtime_error("a mask or label image is a file, not standard input");
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(file + ": " + e.what());
   }
@@ -371,7 +372,7 @@ void set_parts(const CliOptions& o, Request& request, LabelFolder& folder) {
     v1::Labels* labels = parts.mutable_labels();
     if (o.ignore_label) labels->set_ignore(*o.ignore_label);
     labels->set_max_labels(o.max_labels);
-    if (std::filesystem::is_directory(o.labels_spec)) {
+    if (std::filesystem::is_directory(o.labels_spec) && !client::is_zarr_store(o.labels_spec)) {
       folder.used = true;
       folder.dir = o.labels_spec;
       for (const auto& e : std::filesystem::directory_iterator(o.labels_spec))

@@ -309,7 +309,12 @@ bool Remote::analyze_in_region(Source& source, const Request& request, std::chro
   if (map_size(request) >= kRegionMinBytes) {
     *r.mutable_options() = request.options;
     std::string map_region;
-    if (!register_file(*socket, request.map_file, until, &map_region)) {
+    const Source map(request.map_file);
+    v1::Region tar_region;
+    const bool registered = map.is_tar() ? register_tar(*socket, map, until, &tar_region)
+                                         : register_file(*socket, request.map_file, until, &map_region);
+    if (map.is_tar()) map_region = tar_region.region_id();
+    if (!registered) {
       unregister(regions, until);
       return false;
     }

@@ -523,6 +523,17 @@ void Analyzer::read_map(const v1::Input& input, const char* what, const Describe
     fail(e.code(), "the " + w + ": " + e.what());
   }
   const Layout& l = out.decoded.view.layout;
+  if (w == "label image" && l.channels == 1 && (l.type == SampleType::kInt16 || l.type == SampleType::kInt8)) {
+    // Segmentations kept as int16 (NIfTI, DICOM) are labels as any: widened
+    // to int32, exact, negative labels labels too.
+    const cv::Mat narrow(static_cast<int>(l.height), static_cast<int>(l.width), l.type == SampleType::kInt16 ? CV_16S : CV_8S,
+                         const_cast<void*>(out.decoded.view.data), l.stride());
+    cv::Mat wide;
+    narrow.convertTo(wide, CV_32S);
+    out.decoded.pixels = wide;
+    out.view = PartMapView{wide.data, l.width, l.height, 1, 0, MapType::kInt32, static_cast<uint64_t>(wide.step)};
+    return;
+  }
   out.view = PartMapView{out.decoded.view.data, l.width, l.height, l.channels, out.decoded.channel_order.at(0),
                          map_type_of(l.type), l.row_stride};
 }

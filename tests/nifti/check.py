@@ -194,6 +194,23 @@ def check_refusals(client_bin, where, work, how):
     refused(client_bin, where, os.path.join(work, "huge.nii"), "RESOURCE_EXHAUSTED", f"planes past --max-planes ({how})")
 
 
+def check_labels(client_bin, where, work, how, rng):
+    """A segmentation over its volume (uint8 and int16 labels, as tools save them): each label's statistics."""
+    img = rng.normal(100, 10, (20, 18, 6)).astype(np.float32)
+    seg = rng.integers(-1, 5, (20, 18, 6)).astype(np.int16)
+    nib.save(nib.Nifti1Image(img, np.eye(4)), os.path.join(work, "volume.nii.gz"))
+    for name, labels in (("seg-uint8.nii.gz", np.abs(seg).astype(np.uint8)), ("seg-int16.nii.gz", seg)):
+        nib.save(nib.Nifti1Image(labels, np.eye(4)), os.path.join(work, name))
+        got = answers(client_bin, where, "--stats", "min_max,sum,stddev", "--labels", os.path.join(work, name),
+                      os.path.join(work, "volume.nii.gz"))
+        parts = got[0].get("parts", []) if got else []
+        want = sorted(set(labels.ravel().tolist()))
+        equal([p.get("label") for p in parts], want, f"{name} ({how}) labels")
+        for p in parts:
+            check_stats(p["channels"][0], img[labels == p["label"]].astype(np.float64), "float32",
+                        f"{name} ({how}) label {p['label']}")
+
+
 def main():
     if len(sys.argv) != 4:
         raise SystemExit(__doc__)
@@ -204,11 +221,13 @@ def main():
     for name, path, typ in files:
         check_file(client_bin, ["--local"], name, path, typ, "local")
     check_refusals(client_bin, ["--local"], work, "local")
+    check_labels(client_bin, ["--local"], work, "local", rng)
     server, address = start_server(server_bin, work)
     try:
         for name, path, typ in files:
             check_file(client_bin, ["--server", address], name, path, typ, "server")
         check_refusals(client_bin, ["--server", address], work, "server")
+        check_labels(client_bin, ["--server", address], work, "server", rng)
         # Large enough to be streamed: a 4-D .nii.gz of 8 MiB.
         big = rng.normal(0, 1, (128, 128, 16, 8)).astype(np.float32)
         path = os.path.join(work, "streamed.nii.gz")

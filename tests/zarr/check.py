@@ -192,6 +192,24 @@ def check_refusals(client_bin, where, work, how):
     refused(client_bin, where, path, "RESOURCE_EXHAUSTED", f"a pass past the decode memory ({how})")
 
 
+def check_labels(client_bin, where, work, how, rng):
+    """A label store over its image store: each label's statistics."""
+    img = rng.normal(0, 1, (3, 40, 50)).astype(np.float32)
+    labels = rng.integers(0, 7, img.shape).astype(np.uint16)
+    for name, data in (("image.zarr", img), ("labels.zarr", labels)):
+        path = os.path.join(work, name)
+        shutil.rmtree(path, ignore_errors=True)
+        z = zarr.open(path, mode="w", shape=data.shape, chunks=(2, 16, 16), dtype=data.dtype)
+        z[...] = data
+    got = answers(client_bin, where, "--stats", "min_max,sum,stddev", "--labels", os.path.join(work, "labels.zarr"),
+                  os.path.join(work, "image.zarr"))
+    parts = got[0].get("parts", []) if got else []
+    equal([p.get("label") for p in parts], list(range(7)), f"label store ({how}) labels")
+    for p in parts:
+        check_stats(p["channels"][0], img[labels == p["label"]].astype(np.float64), "float32",
+                    f"label store ({how}) label {p['label']}")
+
+
 def main():
     if len(sys.argv) != 4:
         raise SystemExit(__doc__)
@@ -202,11 +220,14 @@ def main():
     for name, path, arr, axes, extra in stores:
         check_store(client_bin, ["--local"], name, path, arr, axes, extra, "local")
     check_refusals(client_bin, ["--local"], work, "local")
+    check_labels(client_bin, ["--local"], work, "local", rng)
     server, address = start_server(server_bin, work)
     try:
         for name, path, arr, axes, extra in stores:
             check_store(client_bin, ["--server", address], name, path, arr, axes, extra, "server")
         check_refusals(client_bin, ["--server", address], work, "server")
+        check_labels(client_bin, ["--server", address], work, "server", rng)
+        check_labels(client_bin, ["--server", address, "--no-shm"], work, "server, streamed", rng)
         # A tar the user made of a store (its folder a prefix of every member).
         name, path, arr, axes, extra = stores[4]
         tar = os.path.join(work, "user.tar")
