@@ -37,8 +37,10 @@ struct Request {
   // to a server on this host, else streamed after the input (map_bytes).
   std::string map_file;
   bool force_stream = false;
-  // A folder input is one DICOM series' (or several series') files, sent as one tar.
+  // A folder input is one DICOM series' (or several series') files, sent as
+  // one tar; so are dicom_files, the DICOM files named together.
   bool dicom_series = false;
+  std::vector<std::string> dicom_files;
   // Told of each piece of a streamed upload as it is written (its bytes).
   std::function<void(uint64_t)> on_sent;
 };

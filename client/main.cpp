@@ -80,7 +80,8 @@ class Run {
       : o_(o), request_(std::move(request)), labels_(labels), aggregation_(std::move(aggregation)), err_(err) {}
 
   int run(client::Remote& remote) {
-    inputs_ = client::expand_inputs(o_.files, &missing_, o_.dicom_series);
+    inputs_ = client::expand_inputs(o_.files, &missing_, o_.dicom_series, &dicom_files_);
+    if (!dicom_files_.empty()) dicom_list_ = client::dicom_list_name(dicom_files_);
     for (const std::string& m : missing_) {
       err_ << "imgstat-client: " << m << ": nothing matches\n";
       ++failures_;
@@ -115,6 +116,8 @@ class Run {
     auto make_request = [this](size_t i) {
       client::Request mine = request_;
       if (labels_.used) mine.map_file = labels_.file_for(inputs_[i]);
+      // The DICOM files named together: one input.
+      if (!dicom_files_.empty() && inputs_[i] == dicom_list_) mine.dicom_files = dicom_files_;
       return mine;
     };
     pass_.emplace(o_.local ? nullptr : &remote, in_process.get(), inputs_, make_request, pass_options(remote));
@@ -258,6 +261,8 @@ class Run {
 
   const CliOptions& o_;
   client::Request request_;
+  std::vector<std::string> dicom_files_;  // --dicom-series: the DICOM files named, one input
+  std::string dicom_list_;                // and its name
   const client::LabelFolder& labels_;
   std::optional<client::Aggregation> aggregation_;
   std::ostream& err_;

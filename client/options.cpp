@@ -206,8 +206,8 @@ void add_measure_options(CLI::App& app, CliOptions& o) {
                "DICOM: the stored values, not the modality values (RescaleSlope/Intercept applied, MONOCHROME1 "
                "inverted, padding left out)");
   app.add_flag("--dicom-series", o.dicom_series,
-               "DICOM: each folder named is one input, its files' series its volumes (--series N picks one), "
-               "slices ordered along the slice normal");
+               "DICOM: each folder named is one input, and so are the DICOM files named, together: their series "
+               "are its volumes (--series N picks one), slices ordered along the slice normal");
   app.add_option("--decoder", o.decoder,
                  "where JPEG decodes, the answer being the same: auto: the server's GPU when it has one; cpu: libjpeg-turbo; gpu: the GPU or an error")
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}))->capture_default_str();

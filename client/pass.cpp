@@ -47,7 +47,7 @@ void Pass::read_loop() {
       Request request = make_(i);
       made = true;
       request.input.set_name(inputs_[i]);
-      Source source(inputs_[i], request.dicom_series);
+      Source source(inputs_[i], request.dicom_series, request.dicom_files);
       // Opened before a slot is taken, read on this thread once one is. What
       // a file sent in one message holds is counted against the bytes in
       // flight; larger files go as regions or streams, whose memory is

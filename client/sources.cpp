@@ -79,7 +79,21 @@ bool is_dicom_file(const std::string& path) {
   return got == 4 && std::memcmp(magic, "DICM", 4) == 0;
 }
 
-Source::Source(const std::string& name, bool dicom_series) : name_(name) {
+Source::Source(const std::string& name, bool dicom_series, const std::vector<std::string>& files) : name_(name) {
+  if (dicom_series && !files.empty()) {
+    std::vector<Member> members;
+    std::error_code ec;
+    std::vector<std::string> unique = files;  // a file named twice is one slice
+    std::sort(unique.begin(), unique.end());
+    unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+    for (const std::string& f : unique) {
+      const uint64_t size = std::filesystem::file_size(f, ec);
+      if (ec) throw std::runtime_error(f + ": " + ec.message());
+      members.push_back({f.substr(f.find_first_not_of('/')), f, size});
+    }
+    set_members(std::move(members));
+    return;
+  }
   if (dicom_series && name != "-" && std::filesystem::is_directory(name) && !is_zarr_store(name)) {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -339,8 +353,13 @@ std::vector<std::string> walk(const std::filesystem::path& root, Keep keep) {
 
 }  // namespace
 
+std::string dicom_list_name(const std::vector<std::string>& files) {
+  if (files.size() == 1) return files.front();
+  return files.front() + " .. " + files.back() + " (" + std::to_string(files.size()) + " files)";
+}
+
 std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std::vector<std::string>* missing,
-                                       bool dicom_series) {
+                                       bool dicom_series, std::vector<std::string>* dicom_files) {
   namespace fs = std::filesystem;
   std::vector<std::string> out;
   for (const std::string& arg : args) {
@@ -378,6 +397,24 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std
       }
       globfree(&g);
     }
+  }
+  if (dicom_series && dicom_files) {
+    // The DICOM files named: one series input, where the first was.
+    std::vector<std::string> kept;
+    size_t at = SIZE_MAX;
+    for (const std::string& f : out) {
+      std::error_code ec;
+      if (f != "-" && fs::is_regular_file(f, ec) && is_dicom_file(f)) {
+        if (at == SIZE_MAX) at = kept.size();
+        dicom_files->push_back(f);
+      } else {
+        kept.push_back(f);
+      }
+    }
+    if (at != SIZE_MAX) {
+      kept.insert(kept.begin() + static_cast<std::ptrdiff_t>(at), dicom_list_name(*dicom_files));
+    }
+    out = std::move(kept);
   }
   return out;
 }

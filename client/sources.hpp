@@ -17,8 +17,9 @@ class Source {
   // (is_zarr_store), and a NIfTI pair's .hdr (with its .img), are their
   // files as a tar, made as it is read. Throws
   // std::runtime_error when the file cannot be opened.
-  // dicom_series: a folder is its DICOM files (recursively), one tar.
-  explicit Source(const std::string& name, bool dicom_series = false);
+  // dicom_series: a folder is its DICOM files (recursively), one tar; so
+  // are `files` (DICOM files named together), the input `name`.
+  explicit Source(const std::string& name, bool dicom_series = false, const std::vector<std::string>& files = {});
   ~Source();
   Source(const Source&) = delete;
   Source& operator=(const Source&) = delete;
@@ -66,8 +67,12 @@ bool is_dicom_file(const std::string& path);
 // one input); a pattern with * ? or
 // [ (quoted, so the shell left it), the paths it matches, where "**" also
 // crosses folders. *missing collects patterns and folders that match nothing.
-// dicom_series: a folder named is one input (Source's tar of its DICOM files).
+// dicom_series: a folder named is one input (Source's tar of its DICOM
+// files), and so are the DICOM files named, together (*dicom_files), an
+// input named for them where the first was.
 std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std::vector<std::string>* missing,
-                                       bool dicom_series = false);
+                                       bool dicom_series = false, std::vector<std::string>* dicom_files = nullptr);
+// That input's name: "FIRST .. LAST (N files)", or the one file's.
+std::string dicom_list_name(const std::vector<std::string>& files);
 
 }  // namespace imgstat::client

@@ -309,6 +309,17 @@ def check_series(client_bin, where, work, how, texts, made):
             k = p["index"]
             equal(p.get("z"), k, f"{w} plane {k} z")
             check_stats(p["channels"][0], v[k], typ, f"{w} plane {k}")
+    # The CT's files named one by one: the same volume.
+    vol, typ, order, slices = series[0]
+    files = sorted(os.path.join(folder, f) for f in os.listdir(folder) if os.path.isfile(os.path.join(folder, f))
+                   and not f.endswith(".txt"))
+    got = answers(client_bin, where, "--dicom-series", "--planes", "--stats", "min_max,sum,stddev,histogram", *files)
+    equal(len(got), 1, what + " a list of files is one input")
+    if got:
+        v = vol.astype(np.int16)
+        check_stats(got[0]["channels"][0], v, typ, what + " list")
+        for p in got[0].get("planes", []):
+            check_stats(p["channels"][0], v[p["index"]], typ, f"{what} list plane {p['index']}")
 
 
 def main():
