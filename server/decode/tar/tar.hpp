@@ -16,8 +16,9 @@ struct TarSpan {
   uint64_t size = 0;
 };
 
-// Limits on what a tar may make this hold: members indexed.
-constexpr uint64_t kMaxTarMembers = uint64_t{1} << 22;
+// Limits on what a tar may make this hold: members indexed (each a name
+// and a span: about 100 MB at the limit, outside the decode memory).
+constexpr uint64_t kMaxTarMembers = uint64_t{1} << 20;
 
 // An uncompressed POSIX tar, by its first header's magic.
 bool is_tar(const uint8_t* data, size_t size);
