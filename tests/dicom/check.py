@@ -43,7 +43,7 @@ try:
 except ImportError as e:  # scripts/install-deps installs python3-numpy and python3-pydicom
     print("skipped:", e)
     sys.exit(77)
-from science import answers, check_stats, refused  # noqa: E402
+from science import answers, check_stats, command_line, refused  # noqa: E402
 
 SECRETS = ["Doe^Jane", "PID-31337", "19700101", "Saint Elsewhere"]
 
@@ -323,10 +323,7 @@ def check_series(client_bin, where, work, how, texts, made):
 
 
 def main():
-    if len(sys.argv) != 4:
-        raise SystemExit(__doc__)
-    server_bin, client_bin, work = sys.argv[1:4]
-    os.makedirs(work, exist_ok=True)
+    server_bin, client_bin, work = command_line(__doc__)
     rng = np.random.default_rng(52)
     files = make_files(work, rng)
     texts = []

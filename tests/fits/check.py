@@ -31,7 +31,7 @@ try:
 except ImportError as e:  # scripts/install-deps installs python3-numpy and python3-astropy
     print("skipped:", e)
     sys.exit(77)
-from science import answers, check_stats, refused  # noqa: E402
+from science import answers, check_stats, command_line, refused  # noqa: E402
 
 def values_of(hdu_raw, hdu_scaled):
     """(float64 values with BLANK pixels NaN, the type imgstat should answer in)."""
@@ -207,10 +207,7 @@ def check_refusals(client_bin, where, work, rng, how):
 
 
 def main():
-    if len(sys.argv) != 4:
-        raise SystemExit(__doc__)
-    server_bin, client_bin, work = sys.argv[1:4]
-    os.makedirs(work, exist_ok=True)
+    server_bin, client_bin, work = command_line(__doc__)
     rng = np.random.default_rng(50)
     files = make_files(work, rng)
     for name, path in files:

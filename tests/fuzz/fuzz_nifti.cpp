@@ -12,10 +12,6 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace imgstat;
   if (!is_nifti(data, size) && !is_gzip(data, size)) return 0;
-  DecodeOptions options;
-  options.max_pixels = fuzz::kMaxPixels;
-  options.max_expanded_bytes = fuzz::kDecodeMemory / 2;
-  options.max_planes = 64;
-  fuzz::decode_every_series(data, size, options);
+  fuzz::decode_every_series(data, size, fuzz::science_options());
   return 0;
 }

@@ -69,6 +69,16 @@ inline void decode_stack(const uint8_t* data, size_t size, const DecodePlan& pla
 // Every series of a file (up to 4) and every chosen plane through the
 // streamed decoder into a sink that keeps one band; what the budget would
 // refuse is not decoded. Only imgstat::Error may come out.
+// The options the scientific formats' targets decode with: the pixel limit,
+// half the decode memory for what a file inflates, 64 planes.
+inline DecodeOptions science_options() {
+  DecodeOptions options;
+  options.max_pixels = kMaxPixels;
+  options.max_expanded_bytes = kDecodeMemory / 2;
+  options.max_planes = 64;
+  return options;
+}
+
 inline void decode_every_series(const uint8_t* data, size_t size, const DecodeOptions& options) {
   expect_clean([&] {
     const DecodePlan first = plan_decode(data, size, options);

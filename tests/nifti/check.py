@@ -31,7 +31,7 @@ except ImportError as e:  # scripts/install-deps installs python3-numpy and pyth
     print("skipped:", e)
     sys.exit(77)
 
-from science import answers, check_stats, refused  # noqa: E402
+from science import answers, check_label_parts, check_stats, command_line, refused  # noqa: E402
 
 
 def patch_scaling(path, slope, inter, big):
@@ -203,19 +203,11 @@ def check_labels(client_bin, where, work, how, rng):
         nib.save(nib.Nifti1Image(labels, np.eye(4)), os.path.join(work, name))
         got = answers(client_bin, where, "--stats", "min_max,sum,stddev", "--labels", os.path.join(work, name),
                       os.path.join(work, "volume.nii.gz"))
-        parts = got[0].get("parts", []) if got else []
-        want = sorted(set(labels.ravel().tolist()))
-        equal([p.get("label") for p in parts], want, f"{name} ({how}) labels")
-        for p in parts:
-            check_stats(p["channels"][0], img[labels == p["label"]].astype(np.float64), "float32",
-                        f"{name} ({how}) label {p['label']}")
+        check_label_parts(got, img, labels, "float32", f"{name} ({how})")
 
 
 def main():
-    if len(sys.argv) != 4:
-        raise SystemExit(__doc__)
-    server_bin, client_bin, work = sys.argv[1:4]
-    os.makedirs(work, exist_ok=True)
+    server_bin, client_bin, work = command_line(__doc__)
     rng = np.random.default_rng(51)
     files = make_files(work, rng)
     for name, path, typ in files:

@@ -2,7 +2,9 @@
 JSON answers, refusals by status name, and one channel's statistics against
 numpy over the values the reference reader gives."""
 import json
+import os
 import subprocess
+import sys
 
 import numpy as np
 
@@ -55,3 +57,22 @@ def check_stats(ch, v, typ, what):
         equal(ch["histogram"]["counts"], np.bincount(idx, minlength=256).tolist(), what + " histogram")
 
 
+
+
+def command_line(doc):
+    """(server binary, client binary, work folder made) from a check's arguments."""
+    if len(sys.argv) != 4:
+        raise SystemExit(doc)
+    server_bin, client_bin, work = sys.argv[1:4]
+    os.makedirs(work, exist_ok=True)
+    return server_bin, client_bin, work
+
+
+def check_label_parts(got, values, labels, typ, what):
+    """An answer's label parts (one a label present, ascending) against numpy over the values under each label."""
+    parts = got[0].get("parts", []) if got else []
+    equal([p.get("label") for p in parts], sorted(set(labels.ravel().tolist())), what + " labels")
+    for p in parts:
+        v = values[labels == p["label"]]
+        check_stats(p["channels"][0], v.astype(np.float64) if typ.startswith("float") else v, typ,
+                    f"{what} label {p['label']}")

@@ -37,7 +37,7 @@ except ImportError as e:  # scripts/install-deps installs python3-zarr
     print("skipped:", e)
     sys.exit(77)
 
-from science import answers, check_stats, refused  # noqa: E402
+from science import answers, check_label_parts, check_stats, command_line, refused  # noqa: E402
 
 ENGINE = {np.bool_: "uint8", np.uint8: "uint8", np.int8: "int8", np.uint16: "uint16", np.int16: "int16",
           np.float16: "float32", np.float32: "float32", np.float64: "float64"}
@@ -203,18 +203,11 @@ def check_labels(client_bin, where, work, how, rng):
         z[...] = data
     got = answers(client_bin, where, "--stats", "min_max,sum,stddev", "--labels", os.path.join(work, "labels.zarr"),
                   os.path.join(work, "image.zarr"))
-    parts = got[0].get("parts", []) if got else []
-    equal([p.get("label") for p in parts], list(range(7)), f"label store ({how}) labels")
-    for p in parts:
-        check_stats(p["channels"][0], img[labels == p["label"]].astype(np.float64), "float32",
-                    f"label store ({how}) label {p['label']}")
+    check_label_parts(got, img, labels, "float32", f"label store ({how})")
 
 
 def main():
-    if len(sys.argv) != 4:
-        raise SystemExit(__doc__)
-    server_bin, client_bin, work = sys.argv[1:4]
-    os.makedirs(work, exist_ok=True)
+    server_bin, client_bin, work = command_line(__doc__)
     rng = np.random.default_rng(50)
     stores = make_stores(work, rng)
     for name, path, arr, axes, extra in stores:
