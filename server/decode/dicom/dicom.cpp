@@ -177,9 +177,9 @@ namespace {
 // elements' framing is walked first, sequences and items included, and
 // every defined length must lie in the bytes that remain of what holds it:
 // what GDCM then allocates is within the file.
-class Framing {
+class ElementFraming {
  public:
-  Framing(const uint8_t* data, size_t size) : d_(data), n_(size) {}
+  ElementFraming(const uint8_t* data, size_t size) : d_(data), n_(size) {}
   // Empty: every length lies in the file. Else what does not.
   std::string check() {
     size_t at = 132;
@@ -547,7 +547,7 @@ void convert(const uint8_t* from, uint64_t n, const Values& v, SampleType to_typ
 }  // namespace
 
 DicomImage plan_dicom(const uint8_t* data, size_t size, bool stored_values, uint64_t max_planes, uint64_t max_pixels) {
-  const std::string framing = Framing(data, size).check();
+  const std::string framing = ElementFraming(data, size).check();
   if (!framing.empty()) invalid_data("DICOM: " + framing + " (truncated or corrupt)");
   std::shared_lock<std::shared_mutex> lock(g_gdcm);
   Reading r(data, size);

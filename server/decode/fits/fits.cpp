@@ -167,7 +167,7 @@ struct HduCards {
   bool primary = false;
 };
 
-struct Framing {
+struct HduFraming {
   int hdus = 0;
   std::string stop;
   std::vector<HduCards> cards;  // of each HDU counted
@@ -238,8 +238,8 @@ bool card_string(const char* card, std::string* out) {
   return false;
 }
 
-Framing fits_framing(const uint8_t* data, size_t size) {
-  Framing out;
+HduFraming fits_framing(const uint8_t* data, size_t size) {
+  HduFraming out;
   uint64_t at = 0;
   constexpr uint64_t kRecord = kFitsRecordBytes;
   while (at < size) {
@@ -466,7 +466,7 @@ bool is_fits(const uint8_t* data, size_t size) { return size >= 9 && std::memcmp
 FitsPlan plan_fits(const uint8_t* data, size_t size, uint64_t max_images, uint64_t max_planes,
                    const std::function<bool()>& cancelled, size_t content) {
   // Framed within the file's own bytes: padding is no data.
-  const Framing framing = fits_framing(data, content ? std::min(content, size) : size);
+  const HduFraming framing = fits_framing(data, content ? std::min(content, size) : size);
   if (framing.hdus == 0) invalid_data("FITS: " + framing.stop);
   FitsPlan plan;
   if (!framing.stop.empty()) plan.warning = "FITS: HDUs end at " + framing.stop;
