@@ -6,6 +6,8 @@
 // pixels (a luminance plane, a colour-converted copy, gathered part pixels,
 // part counters, a joint histogram), a mask or label image. AllocWatch sees
 // the largest single allocation, failed or not.
+#include <archive.h>
+#include <archive_entry.h>
 #include <gtest/gtest.h>
 #include <tiffio.h>
 #include <zlib.h>
@@ -405,6 +407,49 @@ TEST_P(Limits, ScienceHeadersThatDeclareTooMuchAreRefused) {
     ASSERT_FALSE(dicom.empty());
     expect_refused(analyze(encoded(dicom)), "DICOM: ", "a DICOM element declaring 1.3 GB");
   }
+}
+
+// Files as one tar, as the client sends a Zarr store.
+std::string tar_of(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<char> out(1 << 20);
+  size_t used = 0;
+  archive* a = archive_write_new();
+  archive_write_set_format_pax_restricted(a);
+  archive_write_open_memory(a, out.data(), out.size(), &used);
+  for (const auto& [name, content] : files) {
+    archive_entry* e = archive_entry_new();
+    archive_entry_set_pathname(e, name.c_str());
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0644);
+    archive_entry_set_size(e, static_cast<la_int64_t>(content.size()));
+    archive_write_header(a, e);
+    archive_write_data(a, content.data(), content.size());
+    archive_entry_free(e);
+  }
+  archive_write_close(a);
+  archive_write_free(a);
+  return std::string(out.data(), used);
+}
+
+TEST_P(Limits, ZarrMetadataThatDeclaresTooMuchIsRefused) {
+  auto zarray = [](const std::string& shape, const std::string& chunks) {
+    return R"({"zarr_format": 2, "shape": )" + shape + R"(, "chunks": )" + chunks +
+           R"(, "dtype": "|u1", "order": "C", "fill_value": 0, "filters": null, "compressor": null})";
+  };
+  expect_refused(analyze(encoded(tar_of({{".zarray", zarray("[64, 4096, 4096]", "[1, 1, 1]")}}))), "chunks are more than",
+                 "a Zarr grid of 10^9 chunks");
+  expect_refused(analyze(encoded(tar_of({{".zarray", zarray("[4096, 4096, 4096]", "[4096, 64, 64]")}}))),
+                 "decode memory limit", "a Zarr pass of 64 GiB");
+  expect_refused(analyze(encoded(tar_of({{".zarray", zarray("[1000000, 1000000]", "[1000, 1000]")}}))), "pixels",
+                 "a Zarr plane of 10^12 pixels");
+  expect_refused(analyze(encoded(tar_of({{".zarray", zarray("[100000000, 2, 2]", "[1, 2, 2]")}}))), "planes",
+                 "a Zarr of 10^8 planes");
+  // A chunk that inflates to other than its size: damaged, named.
+  std::string tar = tar_of({{".zarray", zarray("[8, 8]", "[8, 8]")}, {"0.0", std::string(63, 'x')}});
+  expect_refused(analyze(encoded(tar)), "chunk 0", "a Zarr chunk one byte short");
+  // The tar itself cut short inside a member.
+  tar = tar_of({{".zarray", zarray("[8, 8]", "[8, 8]")}, {"0.0", std::string(64, 'x')}});
+  expect_refused(analyze(encoded(tar.substr(0, 1100))), "tar: ", "a tar cut inside a member");
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, Limits, ::testing::Values("cpu", "cuda"),
