@@ -444,6 +444,16 @@ TEST_P(Limits, ZarrMetadataThatDeclaresTooMuchIsRefused) {
                  "a Zarr plane of 10^12 pixels");
   expect_refused(analyze(encoded(tar_of({{".zarray", zarray("[100000000, 2, 2]", "[1, 2, 2]")}}))), "planes",
                  "a Zarr of 10^8 planes");
+  // Metadata of other types than Zarr's: the file's error, not the server's.
+  expect_refused(analyze(encoded(tar_of({{".zgroup", R"({"zarr_format": 2})"},
+                                         {".zattrs", R"({"multiscales": [{"axes": [{"name": 5}, {"name": []}],
+                                                          "datasets": [{"path": "0"}]}]})"},
+                                         {"0/.zarray", zarray("[8, 8]", "[8, 8]")}}))),
+                 "Zarr: ", "OME axes named by numbers");
+  expect_refused(analyze(encoded(tar_of({{".zarray", R"({"zarr_format": 2, "shape": [8, 8], "chunks": [8, 8],
+                                                          "dtype": "|u1", "order": "C", "fill_value": 0,
+                                                          "filters": [{"id": 7}], "compressor": null})"}}))),
+                 "Zarr: ", "a filter whose id is a number");
   // A chunk that inflates to other than its size: damaged, named.
   std::string tar = tar_of({{".zarray", zarray("[8, 8]", "[8, 8]")}, {"0.0", std::string(63, 'x')}});
   expect_refused(analyze(encoded(tar)), "chunk 0", "a Zarr chunk one byte short");

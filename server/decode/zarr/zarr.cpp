@@ -237,6 +237,8 @@ std::string ome_plane_axes(const json& axes, size_t dims) {
   return out;
 }
 
+ZarrPlan plan_store(const std::map<std::string, Span>& store, uint32_t series, uint32_t level, uint64_t max_planes);
+
 }  // namespace
 
 uint64_t ZarrArray::planes() const {
@@ -268,6 +270,17 @@ uint64_t ZarrArray::slab_planes() const {
 }
 
 ZarrPlan plan_zarr(const std::map<std::string, Span>& store, uint32_t series, uint32_t level, uint64_t max_planes) {
+  // A metadata value of another type than the one read (a name that is a
+  // number) is nlohmann's exception: the file's error, said as such.
+  try {
+    return plan_store(store, series, level, max_planes);
+  } catch (const json::exception& e) {
+    invalid_data(std::string("Zarr: metadata of another shape than Zarr's (") + e.what() + ")");
+  }
+}
+
+namespace {
+ZarrPlan plan_store(const std::map<std::string, Span>& store, uint32_t series, uint32_t level, uint64_t max_planes) {
   // The store's root: the shallowest folder with Zarr metadata.
   std::string root;
   size_t depth = SIZE_MAX;
@@ -335,6 +348,7 @@ ZarrPlan plan_zarr(const std::map<std::string, Span>& store, uint32_t series, ui
   plan.array = read_array(store, array_path, max_planes, plan.warnings, plan.keywords);
   return plan;
 }
+}  // namespace
 
 uint64_t zarr_memory_bytes(const ZarrArray& z) {
   const uint64_t threads = static_cast<uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
