@@ -14,6 +14,9 @@ cp "$here/package.json" "$here/package-lock.json" "$here/check.mjs" "$work/"
 [ -d "$work/node_modules/kubernetes-models" ] || (cd "$work" && npm ci --no-audit --no-fund --loglevel=error)
 
 "$server_bin" --help >"$work/help.txt"
+# The log exists before the server starts: the loop below may read it
+# before the server's shell has opened it (a red run under load).
+: >"$work/server.log"
 "$server_bin" --listen 127.0.0.1:0 --engine cpu --threads 1 --region-socket off \
   --metrics-listen 127.0.0.1:0 >"$work/server.log" 2>&1 &
 server_pid=$!
