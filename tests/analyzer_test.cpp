@@ -2,6 +2,7 @@
 // the analyzer (unary and streamed uploads).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 
 #include <google/protobuf/util/field_comparator.h>
@@ -58,6 +59,37 @@ TEST(Sniff, UnknownAndEmptyData) {
   const uint8_t text[] = "hello, world";
   EXPECT_EQ(probe(text, sizeof text).format, "unknown");
   EXPECT_EQ(probe(text, 0).format, "unknown");
+}
+
+// A ustar header as POSIX lays it out: name, size, magic, and the checksum
+// of its 512 bytes (the checksum field counted as spaces).
+std::string ustar_header(const std::string& name, bool right_checksum) {
+  std::string h(512, '\0');
+  h.replace(0, name.size(), name);
+  h.replace(100, 7, "0000644");
+  h.replace(124, 11, "00000000012");
+  h.replace(257, 6, std::string("ustar\0", 6));
+  h.replace(263, 2, "00");
+  h.replace(148, 8, "        ");
+  unsigned sum = 0;
+  for (unsigned char c : h) sum += c;
+  char field[8];
+  std::snprintf(field, sizeof field, "%06o", sum + (right_checksum ? 0 : 1));
+  h.replace(148, 7, std::string(field, 6) + '\0');
+  return h + std::string(512, 'x');
+}
+
+TEST(Sniff, TarIsAUstarHeaderWhoseChecksumHolds) {
+  auto format = [](const std::string& d) { return probe(reinterpret_cast<const uint8_t*>(d.data()), d.size()).format; };
+  // A first member whose name starts as a BMP or PNM does is still a tar.
+  EXPECT_EQ(format(ustar_header("BMW.jpg", true)), "tar");
+  EXPECT_EQ(format(ustar_header("P1 scan.png", true)), "tar");
+  // "ustar" at 257 without its checksum is those bytes, nothing more.
+  EXPECT_EQ(format(ustar_header("BMW.jpg", false)), "BMP");
+  EXPECT_EQ(format(ustar_header("store/.zarray", false)), "unknown");
+  // A TIFF whose strip holds "ustar" at 257, checksum and all, is a TIFF
+  // (fuzz_tiff: it was refused as a damaged tar).
+  EXPECT_EQ(format(ustar_header(std::string("II*\0", 4), true)), "TIFF");
 }
 
 TEST(Validate, OptionsAreCheckedAndDefaulted) {

@@ -257,15 +257,18 @@ Probe probe(const uint8_t* d, size_t n) {
   } else if (starts_with(d, n, "SIMPLE  =", 9) || gzip_of_fits(d, n)) {
     p.format = "FITS";  // its image HDUs and sizes are cfitsio's to read (fits/)
     p.bytes_per_pixel = 8;
-  } else if (is_tar(d, n)) {
-    p.format = "tar";  // several files as one input: what they are is tar/'s to say
-    p.bytes_per_pixel = 8;
   } else if (starts_with(d, n, "\xff\xd8\xff", 3)) {
     p.format = "JPEG";  // libjpeg reads its header (jpeg/check)
   } else if (starts_with(d, n, "II*\0", 4) || starts_with(d, n, "MM\0*", 4) ||
              starts_with(d, n, "II+\0", 4) || starts_with(d, n, "MM\0+", 4)) {
     p.format = "TIFF";
     if (n >= 8) probe_tiff(p, d, n);
+  } else if (is_tar(d, n)) {
+    // After the magics at the first byte that no file name starts with, before
+    // those a name may (a first member "BMW.jpg" is no BMP): a tar's own magic
+    // lies at 257, where any file may hold those bytes.
+    p.format = "tar";  // several files as one input: what they are is tar/'s to say
+    p.bytes_per_pixel = 8;
   } else if (starts_with(d, n, "BM", 2)) {
     p.format = "BMP";
     if (n >= 26) {

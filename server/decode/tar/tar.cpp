@@ -12,7 +12,27 @@
 
 namespace imgstat {
 
-bool is_tar(const uint8_t* data, size_t size) { return size >= 512 && std::memcmp(data + 257, "ustar", 5) == 0; }
+// "ustar" at 257 alone is five bytes any file may hold there (a TIFF's strip
+// did, and was refused as a damaged tar): the header's checksum must hold too,
+// as POSIX defines it (every byte summed, the checksum field as spaces; the
+// field octal, ended by NUL or space). Old tars summed signed chars: either.
+bool is_tar(const uint8_t* data, size_t size) {
+  if (size < 512 || std::memcmp(data + 257, "ustar", 5) != 0) return false;
+  uint64_t stored = 0;
+  size_t i = 148;
+  while (i < 156 && data[i] == ' ') ++i;
+  const size_t digits = i;
+  for (; i < 156 && data[i] >= '0' && data[i] <= '7'; ++i) stored = stored * 8 + (data[i] - '0');
+  if (i == digits || (i < 156 && data[i] != 0 && data[i] != ' ')) return false;
+  uint64_t sum = 0;
+  int64_t signed_sum = 0;
+  for (size_t k = 0; k < 512; ++k) {
+    const uint8_t b = k >= 148 && k < 156 ? uint8_t{' '} : data[k];
+    sum += b;
+    signed_sum += static_cast<int8_t>(b);
+  }
+  return stored == sum || static_cast<int64_t>(stored) == signed_sum;
+}
 
 std::map<std::string, TarSpan> tar_members(const uint8_t* data, size_t size) {
   std::unique_ptr<archive, int (*)(archive*)> a(archive_read_new(), archive_read_free);
