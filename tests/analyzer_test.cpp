@@ -92,6 +92,19 @@ TEST(Sniff, TarIsAUstarHeaderWhoseChecksumHolds) {
   EXPECT_EQ(format(ustar_header(std::string("II*\0", 4), true)), "TIFF");
 }
 
+TEST(Sniff, DicomIsDicmAfterAPreambleThatIsNoOtherFormatsMagic) {
+  auto format = [](const std::string& d) { return probe(reinterpret_cast<const uint8_t*>(d.data()), d.size()).format; };
+  std::string dicom(512, '\0');
+  dicom.replace(128, 4, "DICM");
+  EXPECT_EQ(format(dicom), "DICOM");
+  dicom.replace(0, 2, "BM");  // a preamble may be anything: a weak magic is no BMP
+  EXPECT_EQ(format(dicom), "DICOM");
+  // A dual-personality file whose preamble is a TIFF header is read as the
+  // TIFF it starts as (fuzz_tiff: it was refused as a damaged DICOM).
+  dicom.replace(0, 4, std::string("II*\0", 4));
+  EXPECT_EQ(format(dicom), "TIFF");
+}
+
 TEST(Validate, OptionsAreCheckedAndDefaulted) {
   v1::Options o;
   StatsRequest r = stats_request_of(o);

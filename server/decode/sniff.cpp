@@ -248,9 +248,6 @@ Probe probe(const uint8_t* d, size_t n) {
         if (p.height <= (uint64_t{1} << 40) / std::max<uint64_t>(row, 1)) p.least_bytes = p.height * row / 1032;
       }
     }
-  } else if (is_dicom(d, n)) {
-    p.format = "DICOM";  // GDCM reads its attributes (dicom/)
-    p.bytes_per_pixel = 8;
   } else if (is_nifti(d, n) || is_nifti_gzip(d, n)) {
     p.format = "NIfTI";  // libnifti reads its header (nifti/)
     p.bytes_per_pixel = 8;
@@ -263,6 +260,12 @@ Probe probe(const uint8_t* d, size_t n) {
              starts_with(d, n, "II+\0", 4) || starts_with(d, n, "MM\0+", 4)) {
     p.format = "TIFF";
     if (n >= 8) probe_tiff(p, d, n);
+  } else if (is_dicom(d, n)) {
+    // "DICM" lies at 128, after a preamble that may be anything, a TIFF's
+    // header too (dual-personality files): a file whose first bytes are a
+    // format's magic is that format, as its own readers take it.
+    p.format = "DICOM";  // GDCM reads its attributes (dicom/)
+    p.bytes_per_pixel = 8;
   } else if (is_tar(d, n)) {
     // After the magics at the first byte that no file name starts with, before
     // those a name may (a first member "BMW.jpg" is no BMP): a tar's own magic
