@@ -240,10 +240,39 @@ def dicom_tar(path, name):
     return files_tar(files, path, name)
 
 
+def is_path_list(x):
+    """A list or tuple of paths (not of numbers, which is an array)."""
+    return isinstance(x, (list, tuple)) and len(x) > 0 and all(is_path(p) for p in x)
+
+
+def dicom_list_tar(paths, name):
+    """DICOM files named one by one: one input, their series as volumes (the
+    CLI's --dicom-series with files named); members as the CLI names them."""
+    files = [os.fspath(p) for p in paths]
+    for f in files:
+        if not os.path.isfile(f):
+            raise file_error(f, FileNotFoundError(2, "No such file or directory"), name)
+        if not is_dicom_file(f):
+            raise bad(f"{f}: a list of paths is one input when every file is DICOM (a series' slices); "
+                      "give other files one by one", name)
+    members = sorted({(f.lstrip("/"), f) for f in files})  # a file named twice is one slice
+    return files_tar(members, files[0], name)
+
+
+def dicom_list_name(paths):
+    """The CLI's name for DICOM files named one by one: FIRST .. LAST (N files)."""
+    files = [os.fspath(p) for p in paths]
+    return files[0] if len(files) == 1 else f"{files[0]} .. {files[-1]} ({len(files)} files)"
+
+
 def prepare(x, name=None, raw=None, stride=0, as_bytes=False, labels=False, axes=None):
     """A Job for one input of any kind analyze takes."""
     kind = 3 if as_bytes else 2 if raw is not None else 1
-    if is_path(x) and is_zarr_store(os.fspath(x)):
+    if is_path_list(x):
+        job = Job(name or dicom_list_name(x), kind)
+        job.data = dicom_list_tar(x, job.name)
+        job.size = len(job.data)
+    elif is_path(x) and is_zarr_store(os.fspath(x)):
         path = os.fspath(x)
         job = Job(name or path, kind)
         job.data = zarr_tar(path, job.name)

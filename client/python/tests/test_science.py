@@ -104,11 +104,13 @@ def test_nifti_pair_as_the_cli(client, cli, tmp_path):
     assert comparable(got.to_dict()) == comparable(cli("--json", "--stats", "min_max,sum,stddev", path)[0])
 
 
-def test_dicom_folder_is_its_series_as_the_cli(client, cli, tmp_path):
+def write_ct_series(folder, seed):
+    """Three CT slices of one series, named against their order along z:
+    [(z, HU values)] of them."""
     pydicom = pytest.importorskip("pydicom")
     from pydicom.dataset import Dataset, FileDataset, FileMetaDataset
     from pydicom.uid import ExplicitVRLittleEndian, generate_uid
-    rng = np.random.default_rng(504)
+    rng = np.random.default_rng(seed)
     series, slices = generate_uid(), []
     for k, z in enumerate((2, 0, 1)):
         meta = FileMetaDataset()
@@ -124,10 +126,41 @@ def test_dicom_folder_is_its_series_as_the_cli(client, cli, tmp_path):
         ds.is_little_endian, ds.is_implicit_VR = True, False
         pixels = rng.integers(0, 4096, (9, 7), dtype=np.uint16)
         ds.PixelData = pixels.tobytes()
-        ds.save_as(str(tmp_path / f"s{k}.dcm"), write_like_original=False)
+        ds.save_as(str(folder / f"s{k}.dcm"), write_like_original=False)
         slices.append((z, pixels.astype(np.int64) - 1024))
+    return slices
+
+
+def test_dicom_folder_is_its_series_as_the_cli(client, cli, tmp_path):
+    slices = write_ct_series(tmp_path, 504)
     got = client.analyze(str(tmp_path), stats="min_max,sum", planes=True)
     assert got.format == "DICOM" and got.sample_type == "int16"
     assert [p["Gray"].sum for p in got.planes] == [int(v.sum()) for _, v in sorted(slices, key=lambda s: s[0])]
     assert comparable(got.to_dict()) == \
         comparable(cli("--json", "--dicom-series", "--stats", "min_max,sum", "--planes", str(tmp_path))[0])
+
+
+def test_dicom_files_listed_are_one_volume_as_the_cli(client, cli, tmp_path):
+    slices = write_ct_series(tmp_path, 505)
+    files = [str(tmp_path / f"s{k}.dcm") for k in (1, 0, 2)]  # named in no order of theirs
+    got = client.analyze(files, stats="min_max,sum", planes=True)
+    assert got.file == f"{files[0]} .. {files[-1]} (3 files)"
+    assert [p["Gray"].sum for p in got.planes] == [int(v.sum()) for _, v in sorted(slices, key=lambda s: s[0])]
+    (theirs,) = cli("--json", "--dicom-series", "--stats", "min_max,sum", "--planes", *files)
+    assert theirs["file"] == got.file and comparable(got.to_dict()) == comparable(theirs)
+    # The same volume as the folder's; a slice named twice is one slice.
+    folder = client.analyze(str(tmp_path), stats="min_max,sum", planes=True)
+    assert [p["Gray"].sum for p in client.analyze(files + files[:1], stats="min_max,sum", planes=True).planes] == \
+        [p["Gray"].sum for p in folder.planes]
+    # Among many inputs, a list is one of them.
+    (many,) = list(client.analyze_many([files], stats="min_max,sum"))
+    assert many["Gray"].sum == got["Gray"].sum
+    # Only DICOM files make a list one input.
+    other = tmp_path / "notes.txt"
+    other.write_text("not a slice")
+    with pytest.raises(imgstat.Error) as e:
+        client.analyze(files + [str(other)])
+    assert e.value.code == "INVALID_ARGUMENT" and "notes.txt" in str(e.value)
+    with pytest.raises(imgstat.Error) as e:
+        client.analyze(files + [str(tmp_path / "gone.dcm")])
+    assert e.value.code == "NOT_FOUND"
