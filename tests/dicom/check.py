@@ -7,7 +7,9 @@ pydicom and numpy over the same values.
 Each file is written here by pydicom: CT with RescaleIntercept -1024
 (Hounsfield units, int16), MR unscaled, a non-integral slope (float64),
 MONOCHROME1 (inverted), Pixel Padding Value and its range (missing),
-multi-frame (planes), RGB chunky and planar, YBR_FULL, signed 8-bit, each
+multi-frame (planes), RGB chunky and planar, YBR_FULL, PALETTE COLOR
+(16-bit tables, uncompressed and RLE; packed 8-bit tables mapped from
+100, values below and past them; against apply_color_lut), signed 8-bit, each
 uncompressed transfer syntax (explicit and implicit little endian, explicit
 big endian) and RLE Lossless (pydicom's encoder). The values are pydicom's
 pixel_array through apply_modality_lut, then the inversion and padding as
@@ -37,7 +39,7 @@ try:
     import numpy as np
     import pydicom
     from pydicom.dataset import Dataset, FileDataset, FileMetaDataset
-    from pydicom.pixel_data_handlers.util import apply_modality_lut
+    from pydicom.pixel_data_handlers.util import apply_color_lut, apply_modality_lut
     from pydicom.uid import (ExplicitVRBigEndian, ExplicitVRLittleEndian, ImplicitVRLittleEndian, RLELossless,
                              generate_uid)
 except ImportError as e:  # scripts/install-deps installs python3-numpy and python3-pydicom
@@ -89,6 +91,14 @@ def dataset(pixels, syntax=ExplicitVRLittleEndian, photometric="MONOCHROME2", si
     return ds
 
 
+def palette(ds, descriptor, tables):
+    """ds with PALETTE COLOR lookup tables: a descriptor for each and the tables' data."""
+    for k, colour in enumerate(("Red", "Green", "Blue")):
+        setattr(ds, f"{colour}PaletteColorLookupTableDescriptor", descriptor)
+        setattr(ds, f"{colour}PaletteColorLookupTableData", np.ascontiguousarray(tables[k]).tobytes())
+    return ds
+
+
 def make_files(work, rng):
     """[(name, path, pixel values as imgstat should see them (frames, rows, cols, channels), type)]."""
     files = []
@@ -136,6 +146,23 @@ def make_files(work, rng):
     signed12 = rng.integers(-2048, 2048, (21, 19)).astype(np.int16)
     put("signed-12-bits.dcm", dataset(signed12 & 0x0FFF | np.int16(0x5000), signed=True, bits_stored=12, Modality="MR"),
         signed12, "int16")
+    # PALETTE COLOR: stored values through the file's tables to R, G, B, as viewers show them.
+    index8 = rng.integers(0, 256, (17, 23), dtype=np.uint8)
+    tables16 = rng.integers(0, 65536, (3, 256), dtype=np.uint16)
+    put("palette-16.dcm", palette(dataset(index8, photometric="PALETTE COLOR", Modality="US"), [256, 0, 16], tables16),
+        np.stack([t[index8] for t in tables16], axis=-1), "uint16")
+    rle_palette = palette(dataset(index8, photometric="PALETTE COLOR", Modality="US"), [256, 0, 16], tables16)
+    rle_palette.compress(RLELossless, index8)
+    put("palette-rle.dcm", rle_palette, np.stack([t[index8] for t in tables16], axis=-1), "uint16")
+    # 8-bit entries packed, 200 of them from stored value 100: values below take the first
+    # entry, past the last the last; 12 bits stored in 16.
+    index12 = rng.integers(0, 356, (3, 19, 13), dtype=np.uint16)
+    tables8 = rng.integers(0, 256, (3, 200), dtype=np.uint8)
+    at = np.clip(index12.astype(np.int64) - 100, 0, 199)
+    put("palette-8-from-100.dcm",
+        palette(dataset(index12, photometric="PALETTE COLOR", bits_stored=12, NumberOfFrames=3, Modality="US"),
+                [200, 100, 8], tables8),
+        np.stack([t[at] for t in tables8], axis=-1), "uint8")
     rle = dataset(stored.astype(np.uint16), Modality="CT", bits_stored=12, RescaleSlope=1, RescaleIntercept=-1024)
     rle.compress(RLELossless, stored.astype(np.uint16))
     put("ct-rle.dcm", rle, stored.astype(np.int64) - 1024, "int16")
@@ -162,6 +189,9 @@ def check_file(client_bin, where, name, path, values, typ, how, texts):
     what = f"{name} ({how})"
     modality, stored, ds = reference(path)
     multi = int(getattr(ds, "NumberOfFrames", 1) or 1) > 1
+    is_palette = ds.PhotometricInterpretation == "PALETTE COLOR"
+    if is_palette:
+        modality = apply_color_lut(stored, ds)
     v = as_frames(values, multi)
     # The test's values against pydicom's (before imgstat's inversion and padding).
     pyd = as_frames(modality, multi).astype(np.float64)
@@ -191,8 +221,8 @@ def check_file(client_bin, where, name, path, values, typ, how, texts):
     equal(kw.get("TransferSyntaxUID"), str(ds.file_meta.TransferSyntaxUID), what + " transfer syntax fact")
     if "BodyPartExamined" in ds:
         equal(kw.get("BodyPartExamined"), ds.BodyPartExamined, what + " BodyPartExamined fact")
-    if v.shape[3] == 1 and ds.PhotometricInterpretation.startswith("MONO") and not masked:
-        # --stored-values: pixel_array as pydicom gives it.
+    if (v.shape[3] == 1 and ds.PhotometricInterpretation.startswith("MONO") or is_palette) and not masked:
+        # --stored-values: pixel_array as pydicom gives it (a palette's indices).
         raw = answers(client_bin, where, "--stored-values", "--stats", "min_max,sum,stddev", path)
         texts.append(str(raw))
         if raw:
@@ -218,6 +248,12 @@ def check_refusals(client_bin, where, work, how):
     many.NumberOfFrames = 1000000
     many.save_as(os.path.join(work, "many-frames.dcm"), write_like_original=False)
     refused(client_bin, where, os.path.join(work, "many-frames.dcm"), "INVALID_ARGUMENT", f"10^6 frames declared ({how})")
+
+    short = palette(dataset(np.ones((4, 4), dtype=np.uint8), photometric="PALETTE COLOR"), [300, 0, 16],
+                    np.ones((3, 256), dtype=np.uint16))
+    short.save_as(os.path.join(work, "palette-short.dcm"), write_like_original=False)
+    refused(client_bin, where, os.path.join(work, "palette-short.dcm"), "INVALID_ARGUMENT",
+            f"palette tables shorter than their descriptor ({how})")
 
     nopix = dataset(np.ones((4, 4), dtype=np.uint8))
     del nopix.PixelData

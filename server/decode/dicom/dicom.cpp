@@ -156,6 +156,12 @@ struct Values {
   // BitsStored: the bits of a sample that are its value (the standard);
   // those above them (overlays, garbage) are masked off.
   unsigned bits = 16;
+  // PALETTE COLOR: a stored value's R, G and B from the file's lookup
+  // tables, as pydicom's apply_color_lut gives them: a value below the first
+  // mapped takes the first entry, one past the last entry the last.
+  bool palette = false;
+  int64_t lut_first = 0;
+  std::vector<uint16_t> lut[3];
 };
 
 SampleType narrowest(double lo, double hi) {
@@ -314,6 +320,59 @@ class ElementFraming {
   std::string why_;
 };
 
+// PALETTE COLOR's tables, as pydicom reads them: the red descriptor
+// (0028,1101: entries, 0 for 65536; the first stored value mapped; bits an
+// entry) for all three, and each table's entries 8 or 16 bits by its data's
+// length (8-bit entries come packed, or one a 16-bit word). The values'
+// type is the entries'. Segmented tables, alpha and big-endian files are
+// refused by name. `descriptor` is 0028,1101 as text.
+SampleType read_palette(const gdcm::File& file, const std::string& descriptor, Values* v) {
+  const gdcm::DataSet& ds = file.GetDataSet();
+  if (v->is_float || v->bytes > 2)
+    invalid_data("DICOM: PALETTE COLOR indices of " + std::to_string(8 * v->bytes) + " bits (8 or 16 are read)");
+  if (file.GetHeader().GetDataSetTransferSyntax() == gdcm::TransferSyntax::ExplicitVRBigEndian)
+    invalid_data("DICOM: a big-endian PALETTE COLOR image is not read");
+  if (!ds.FindDataElement(gdcm::Tag(0x0028, 0x1201))) {
+    if (ds.FindDataElement(gdcm::Tag(0x0028, 0x1221)))
+      invalid_data("DICOM: segmented palette color lookup tables (0028,1221) are not read");
+    invalid_data("DICOM: a PALETTE COLOR image without its lookup table data (0028,1201-1203)");
+  }
+  if (ds.FindDataElement(gdcm::Tag(0x0028, 0x1204)))
+    invalid_data("DICOM: an alpha palette color lookup table (0028,1204) is not read");
+  long long d[3];
+  const char* p = descriptor.c_str();
+  for (long long& x : d) {
+    char* end = nullptr;
+    x = std::strtoll(p, &end, 10);
+    if (end == p) invalid_data("DICOM: its palette descriptor (0028,1101) is not three numbers");
+    p = end;
+    while (*p == '\\' || *p == ' ') ++p;
+  }
+  if (d[0] < 0 || d[0] > 65535 || d[1] < -32768 || d[1] > 65535)
+    invalid_data("DICOM: its palette descriptor (0028,1101) is out of range");
+  const uint64_t entries = d[0] == 0 ? 65536 : static_cast<uint64_t>(d[0]);
+  // "US or SS": a negative first value read as US is a signed image's.
+  v->lut_first = v->is_signed && d[1] > 32767 ? d[1] - 65536 : d[1];
+  uint64_t entry_bytes = 0;
+  for (uint16_t c = 0; c < 3; ++c) {
+    const gdcm::Tag tag(0x0028, static_cast<uint16_t>(0x1201 + c));
+    const gdcm::ByteValue* bv = ds.FindDataElement(tag) ? ds.GetDataElement(tag).GetByteValue() : nullptr;
+    if (!bv) invalid_data("DICOM: a PALETTE COLOR image without its lookup table data (0028,1201-1203)");
+    const uint64_t length = bv->GetLength();
+    const uint64_t bytes = length == entries ? 1 : length == 2 * entries ? 2 : 0;
+    if (bytes == 0 || (entry_bytes && bytes != entry_bytes))
+      invalid_data("DICOM: a palette table of " + std::to_string(length) + " bytes for " + std::to_string(entries) +
+                   " entries (8 or 16 bits an entry, every table alike)");
+    entry_bytes = bytes;
+    const auto* q = reinterpret_cast<const uint8_t*>(bv->GetPointer());
+    v->lut[c].resize(entries);
+    for (uint64_t i = 0; i < entries; ++i)
+      v->lut[c][i] = bytes == 1 ? q[i] : static_cast<uint16_t>(q[2 * i] | q[2 * i + 1] << 8);
+  }
+  v->palette = true;
+  return entry_bytes == 1 ? SampleType::kUint8 : SampleType::kUint16;
+}
+
 // The image's layout and values, from its attributes alone (no pixel decoded).
 DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_t max_pixels, Values* v) {
   if (!r.reader.Read()) invalid_data("DICOM: GDCM cannot read its attributes (damaged)");
@@ -339,8 +398,8 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
   const gdcm::PhotometricInterpretation pi = gdcm::ImageHelper::GetPhotometricInterpretationValue(file0);
   v->planar = spp > 1 && gdcm::ImageHelper::GetPlanarConfigurationValue(file0) == 1;
   const std::string pi_name = printable(gdcm::PhotometricInterpretation::GetPIString(pi));
-  if (pi == gdcm::PhotometricInterpretation::PALETTE_COLOR)
-    invalid_data("DICOM: PALETTE COLOR images are not read yet (their lookup table is not applied)");
+  const bool palette = pi == gdcm::PhotometricInterpretation::PALETTE_COLOR;
+  if (palette && spp != 1) invalid_data("DICOM: a PALETTE COLOR image of " + std::to_string(spp) + " samples a pixel (1 is read)");
   v->bytes = pf.GetBitsAllocated() <= 8 ? 1 : pf.GetBitsAllocated() <= 16 ? 2 : pf.GetBitsAllocated() <= 32 ? 4 : 8;
   if (pf.GetBitsAllocated() == 1) invalid_data("DICOM: 1-bit pixel data (a binary segmentation) is not read yet");
   out.bits_stored = pf.GetBitsStored();
@@ -396,7 +455,12 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
     out.instance = n;
   }
   SampleType type = v->stored;
-  if (!stored_values && !v->colour) {
+  if (palette && !stored_values) {
+    type = read_palette(r.reader.GetFile(), attribute(0x0028, 0x1101), v);
+    out.bits_stored = type == SampleType::kUint8 ? 8 : 16;  // the values' bits are the tables' entries'
+    out.channels = 3;
+    out.channel_names = {"R", "G", "B"};
+  } else if (!stored_values && !v->colour) {
     const std::vector<double> rescale = gdcm::ImageHelper::GetRescaleInterceptSlopeValue(file0);
     v->intercept = rescale.size() > 0 ? rescale[0] : 0;
     v->slope = rescale.size() > 1 ? rescale[1] : 1;
@@ -459,12 +523,14 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
   keep("PhotometricInterpretation", pi_name);
   keep("TransferSyntaxUID", printable(ts.GetString() ? ts.GetString() : ""));
   keep("TransferSyntax", printable(gdcm::TransferSyntax::GetTSString(ts) ? gdcm::TransferSyntax::GetTSString(ts) : ""));
-  keep("BitsStored", std::to_string(out.bits_stored));
-  if (!stored_values && !v->colour) {
+  keep("BitsStored", std::to_string(pf.GetBitsStored()));
+  if (!stored_values && !v->colour && !v->palette) {
     if (v->slope != 1 || v->intercept != 0) keep("RescaleSlope", number(v->slope)), keep("RescaleIntercept", number(v->intercept));
     keep("values", std::string(v->slope != 1 || v->intercept != 0 ? "modality (rescaled)" : "modality (as stored)") +
                        (v->invert ? ", MONOCHROME1 inverted (lo + hi - value)" : "") +
                        (v->padding ? ", padding missing" : ""));
+  } else if (v->palette) {
+    keep("values", "PALETTE COLOR applied (R, G, B from its lookup tables)");
   } else if (stored_values) {
     keep("values", "stored");
   }
@@ -544,6 +610,23 @@ void convert(const uint8_t* from, uint64_t n, const Values& v, SampleType to_typ
   }
 }
 
+// A row of stored values through the palette: R, G, B a pixel.
+void apply_palette(const uint8_t* from, uint64_t n, const Values& v, SampleType to_type, uint8_t* to) {
+  const int64_t last = static_cast<int64_t>(v.lut[0].size()) - 1;
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t u = v.bytes == 1 ? from[i] : static_cast<uint64_t>(from[2 * i] | from[2 * i + 1] << 8);
+    if (v.bits < 8 * v.bytes) u &= (uint64_t{1} << v.bits) - 1;
+    const bool negative = v.is_signed && (u >> (v.bits - 1)) != 0;
+    const int64_t value = negative ? static_cast<int64_t>(u) - (int64_t{1} << v.bits) : static_cast<int64_t>(u);
+    const size_t k = static_cast<size_t>(std::clamp<int64_t>(value - v.lut_first, 0, last));
+    for (int c = 0; c < 3; ++c) {
+      const uint16_t e = v.lut[c][k];
+      if (to_type == SampleType::kUint8) to[3 * i + c] = static_cast<uint8_t>(e);
+      else std::memcpy(to + 2 * (3 * i + c), &e, 2);
+    }
+  }
+}
+
 }  // namespace
 
 DicomImage plan_dicom(const uint8_t* data, size_t size, bool stored_values, uint64_t max_planes, uint64_t max_pixels) {
@@ -607,8 +690,9 @@ void decode_dicom(const uint8_t* data, size_t size, const DicomImage& planned, b
       },
       cancelled, "DICOM");
   const uint8_t* pixels = is_native ? native.data() : decoded.data();
-  const uint64_t samples_per_row = image.width * image.channels, frame_samples = samples_per_row * image.height;
-  const uint64_t out_row = samples_per_row * sample_size(image.type);
+  // A palette's pixel is one stored value, three samples out.
+  const uint64_t samples_per_row = image.width * (v.palette ? 1 : image.channels), frame_samples = samples_per_row * image.height;
+  const uint64_t out_row = image.width * image.channels * sample_size(image.type);
   const bool planar = v.planar;
   RowBand band = sink.begin(static_cast<uint32_t>(image.width), static_cast<uint32_t>(image.height), image.channels, image.type);
   std::vector<uint8_t> row;
@@ -630,7 +714,8 @@ void decode_dicom(const uint8_t* data, size_t size, const DicomImage& planned, b
                           frame + c * plane + ((y + i) * image.width + x) * v.bytes, v.bytes);
           from = row.data();
         }
-        convert(from, samples_per_row, v, image.type, band.rows + i * out_row);
+        if (v.palette) apply_palette(from, image.width, v, image.type, band.rows + i * out_row);
+        else convert(from, samples_per_row, v, image.type, band.rows + i * out_row);
       }
       band = sink.band(band.rows, static_cast<uint32_t>(y), static_cast<uint32_t>(n));
       y += n;

@@ -14,7 +14,10 @@
 // - stored values on request (DecodeOptions::stored_values): the samples as
 //   the file holds them, nothing applied;
 // - frames are planes; colour (RGB, YBR) is channels, planar or not; JPEG's
-//   YCbCr comes as libjpeg converts it (RGB).
+//   YCbCr comes as libjpeg converts it (RGB);
+// - PALETTE COLOR through its lookup tables to R, G, B (pydicom's
+//   apply_color_lut; uint8 or uint16 as the tables' entries), its stored
+//   indices on request.
 // Personal data stays out: of the attributes, only the allowlisted facts
 // (modality, body part, series description, pixel spacing, slice
 // thickness, transfer syntax, photometric interpretation, rescale) are
