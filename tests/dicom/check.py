@@ -9,7 +9,8 @@ Each file is written here by pydicom: CT with RescaleIntercept -1024
 MONOCHROME1 (inverted), Pixel Padding Value and its range (missing),
 multi-frame (planes), RGB chunky and planar, YBR_FULL, PALETTE COLOR
 (16-bit tables, uncompressed and RLE; packed 8-bit tables mapped from
-100, values below and past them; against apply_color_lut), signed 8-bit, each
+100, values below and past them; against apply_color_lut), 1-bit frames
+that start inside a byte, signed 8-bit, each
 uncompressed transfer syntax (explicit and implicit little endian, explicit
 big endian) and RLE Lossless (pydicom's encoder). The values are pydicom's
 pixel_array through apply_modality_lut, then the inversion and padding as
@@ -39,6 +40,7 @@ try:
     import numpy as np
     import pydicom
     from pydicom.dataset import Dataset, FileDataset, FileMetaDataset
+    from pydicom.pixel_data_handlers.numpy_handler import pack_bits
     from pydicom.pixel_data_handlers.util import apply_color_lut, apply_modality_lut
     from pydicom.uid import (ExplicitVRBigEndian, ExplicitVRLittleEndian, ImplicitVRLittleEndian, RLELossless,
                              generate_uid)
@@ -163,6 +165,12 @@ def make_files(work, rng):
         palette(dataset(index12, photometric="PALETTE COLOR", bits_stored=12, NumberOfFrames=3, Modality="US"),
                 [200, 100, 8], tables8),
         np.stack([t[at] for t in tables8], axis=-1), "uint8")
+    # 1-bit (a binary segmentation): 3 frames of 7x5, so every frame after the first starts inside a byte.
+    seg = (rng.random((3, 7, 5)) < 0.4).astype(np.uint8)
+    one_bit = dataset(seg, NumberOfFrames=3, Modality="SEG")
+    one_bit.BitsAllocated, one_bit.BitsStored, one_bit.HighBit = 1, 1, 0
+    one_bit.PixelData = pack_bits(seg)
+    put("seg-1-bit.dcm", one_bit, seg, "uint8")
     rle = dataset(stored.astype(np.uint16), Modality="CT", bits_stored=12, RescaleSlope=1, RescaleIntercept=-1024)
     rle.compress(RLELossless, stored.astype(np.uint16))
     put("ct-rle.dcm", rle, stored.astype(np.int64) - 1024, "int16")

@@ -161,6 +161,10 @@ struct Values {
   // mapped takes the first entry, one past the last entry the last.
   bool palette = false;
   int64_t lut_first = 0;
+  // BitsAllocated 1 (a binary segmentation): eight pixels a byte, the least
+  // significant bit first, frames back to back, not byte-aligned (pydicom's
+  // unpacking); each pixel's value is 0 or 1.
+  bool one_bit = false;
   std::vector<uint16_t> lut[3];
 };
 
@@ -401,7 +405,13 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
   const bool palette = pi == gdcm::PhotometricInterpretation::PALETTE_COLOR;
   if (palette && spp != 1) invalid_data("DICOM: a PALETTE COLOR image of " + std::to_string(spp) + " samples a pixel (1 is read)");
   v->bytes = pf.GetBitsAllocated() <= 8 ? 1 : pf.GetBitsAllocated() <= 16 ? 2 : pf.GetBitsAllocated() <= 32 ? 4 : 8;
-  if (pf.GetBitsAllocated() == 1) invalid_data("DICOM: 1-bit pixel data (a binary segmentation) is not read yet");
+  if (pf.GetBitsAllocated() == 1) {
+    const gdcm::TransferSyntax syntax = file0.GetHeader().GetDataSetTransferSyntax();
+    if (spp != 1) invalid_data("DICOM: 1-bit pixel data of " + std::to_string(spp) + " samples a pixel (1 is read)");
+    if (syntax.IsEncapsulated() || syntax == gdcm::TransferSyntax::ExplicitVRBigEndian)
+      invalid_data("DICOM: 1-bit pixel data is read uncompressed and little endian only");
+    v->one_bit = true;
+  }
   out.bits_stored = pf.GetBitsStored();
   v->is_signed = pf.GetPixelRepresentation() == 1;
   const gdcm::PixelFormat::ScalarType st = pf.GetScalarType();
@@ -484,7 +494,7 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
     v->invert = pi == gdcm::PhotometricInterpretation::MONOCHROME1;
   }
   out.type = type;
-  out.decoded_bytes = out.width * out.height * out.frames * spp * v->bytes;
+  out.decoded_bytes = v->one_bit ? (out.width * out.height * out.frames + 7) / 8 : out.width * out.height * out.frames * spp * v->bytes;
   // GDCM reads a file cut short as if its last element were whole (zeros
   // for what is missing), and decodes fewer frames than declared as zeros
   // too: the attributes' lengths must lie in the file, and the pixel data
@@ -695,10 +705,16 @@ void decode_dicom(const uint8_t* data, size_t size, const DicomImage& planned, b
   const uint64_t out_row = image.width * image.channels * sample_size(image.type);
   const bool planar = v.planar;
   RowBand band = sink.begin(static_cast<uint32_t>(image.width), static_cast<uint32_t>(image.height), image.channels, image.type);
-  std::vector<uint8_t> row;
+  std::vector<uint8_t> row, unpacked;
   for (size_t k = 0; k < frames.size(); ++k) {
     if (k > 0) sink.plane(k);
     const uint8_t* frame = pixels + frames[k] * frame_samples * v.bytes;
+    if (v.one_bit) {
+      unpacked.resize(frame_samples);
+      const uint64_t bit0 = frames[k] * frame_samples;
+      for (uint64_t i = 0; i < frame_samples; ++i) unpacked[i] = (pixels[(bit0 + i) >> 3] >> ((bit0 + i) & 7)) & 1;
+      frame = unpacked.data();
+    }
     for (uint64_t y = 0; y < image.height;) {
       if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
       if (band.count == 0) fail(ErrorCode::kInternal, "DICOM: the sink gave a band of no rows");

@@ -17,7 +17,8 @@
 //   YCbCr comes as libjpeg converts it (RGB);
 // - PALETTE COLOR through its lookup tables to R, G, B (pydicom's
 //   apply_color_lut; uint8 or uint16 as the tables' entries), its stored
-//   indices on request.
+//   indices on request;
+// - 1-bit pixel data (uncompressed) as uint8 0 and 1.
 // Personal data stays out: of the attributes, only the allowlisted facts
 // (modality, body part, series description, pixel spacing, slice
 // thickness, transfer syntax, photometric interpretation, rescale) are
