@@ -248,12 +248,6 @@ Probe probe(const uint8_t* d, size_t n) {
         if (p.height <= (uint64_t{1} << 40) / std::max<uint64_t>(row, 1)) p.least_bytes = p.height * row / 1032;
       }
     }
-  } else if (is_nifti(d, n) || is_nifti_gzip(d, n)) {
-    p.format = "NIfTI";  // libnifti reads its header (nifti/)
-    p.bytes_per_pixel = 8;
-  } else if (starts_with(d, n, "SIMPLE  =", 9) || gzip_of_fits(d, n)) {
-    p.format = "FITS";  // its image HDUs and sizes are cfitsio's to read (fits/)
-    p.bytes_per_pixel = 8;
   } else if (starts_with(d, n, "\xff\xd8\xff", 3)) {
     p.format = "JPEG";  // libjpeg reads its header (jpeg/check)
   } else if (starts_with(d, n, "II*\0", 4) || starts_with(d, n, "MM\0*", 4) ||
@@ -261,10 +255,17 @@ Probe probe(const uint8_t* d, size_t n) {
     p.format = "TIFF";
     if (n >= 8) probe_tiff(p, d, n);
   } else if (is_dicom(d, n)) {
-    // "DICM" lies at 128, after a preamble that may be anything, a TIFF's
-    // header too (dual-personality files): a file whose first bytes are a
-    // format's magic is that format, as its own readers take it.
+    // "DICM" lies at 128, after a preamble that may be anything: a file that
+    // starts as a PNG, JPEG or TIFF (a dual-personality file's preamble is a
+    // TIFF header) is that, as its own readers take it. Before NIfTI and
+    // FITS, whose headers no DICOM preamble is meant to hold.
     p.format = "DICOM";  // GDCM reads its attributes (dicom/)
+    p.bytes_per_pixel = 8;
+  } else if (is_nifti(d, n) || is_nifti_gzip(d, n)) {
+    p.format = "NIfTI";  // libnifti reads its header (nifti/)
+    p.bytes_per_pixel = 8;
+  } else if (starts_with(d, n, "SIMPLE  =", 9) || gzip_of_fits(d, n)) {
+    p.format = "FITS";  // its image HDUs and sizes are cfitsio's to read (fits/)
     p.bytes_per_pixel = 8;
   } else if (is_tar(d, n)) {
     // After the magics at the first byte that no file name starts with, before
