@@ -131,8 +131,9 @@ class Client:
         HDUs are its series). DICOM files answer modality values (Hounsfield
         units for CT); ``stored_values=True`` the values as stored; a
         folder of DICOM files is its series as volumes (the CLI's
-        ``--dicom-series``), and so is a list of DICOM files' paths; a Zarr store's folder is one input, and a NIfTI
-        pair's .hdr is sent with its .img.
+        ``--dicom-series``), and so is a list of DICOM files' paths; a
+        Zarr store's folder is one input, and a NIfTI pair's .hdr is sent
+        with its .img.
         A volume or stack is an array with its ``axes`` named in order: Z
         (or T) for planes, Y, X and C (``axes="ZYX"``, ``"ZYXC"``,
         ``"CZYX"``, ``"TYX"``; a 4-D array without names is ZYXC), answered

@@ -161,11 +161,11 @@ struct Values {
   // mapped takes the first entry, one past the last entry the last.
   bool palette = false;
   int64_t lut_first = 0;
+  std::vector<uint16_t> lut[3];
   // BitsAllocated 1 (a binary segmentation): eight pixels a byte, the least
   // significant bit first, frames back to back, not byte-aligned (pydicom's
   // unpacking); each pixel's value is 0 or 1.
   bool one_bit = false;
-  std::vector<uint16_t> lut[3];
 };
 
 SampleType narrowest(double lo, double hi) {
@@ -708,12 +708,14 @@ void decode_dicom(const uint8_t* data, size_t size, const DicomImage& planned, b
   std::vector<uint8_t> row, unpacked;
   for (size_t k = 0; k < frames.size(); ++k) {
     if (k > 0) sink.plane(k);
-    const uint8_t* frame = pixels + frames[k] * frame_samples * v.bytes;
+    const uint8_t* frame = nullptr;
     if (v.one_bit) {
       unpacked.resize(frame_samples);
       const uint64_t bit0 = frames[k] * frame_samples;
       for (uint64_t i = 0; i < frame_samples; ++i) unpacked[i] = (pixels[(bit0 + i) >> 3] >> ((bit0 + i) & 7)) & 1;
       frame = unpacked.data();
+    } else {
+      frame = pixels + frames[k] * frame_samples * v.bytes;
     }
     for (uint64_t y = 0; y < image.height;) {
       if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
