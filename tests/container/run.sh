@@ -65,16 +65,26 @@ rm -rf "$work/rootfs"
 echo "base image: $(since "$t") s"
 
 # The CUDA toolkit of this machine stands in for the devel image's.
-cuda=()
-[ -x /usr/local/cuda/bin/nvcc ] && cuda=(-v "$(readlink -f /usr/local/cuda):/usr/local/cuda:ro")
+volumes=()
+[ -x /usr/local/cuda/bin/nvcc ] && volumes=(-v "$(readlink -f /usr/local/cuda):/usr/local/cuda:ro")
+# This machine's ccache, which its build of the same sources filled
+# (scripts/build): the image compiles what that build did not.
+cache=""
+if command -v ccache >/dev/null && cache=$(ccache --get-config cache_dir 2>/dev/null) && mkdir -p "$cache"; then
+  volumes+=(-v "$cache:/ccache" --build-arg CCACHE=1)
+  CCACHE_DIR=$cache ccache --zero-stats >/dev/null
+else
+  cache=""
+fi
 # RUN_TESTS=0: the base is this machine's Debian 12, whose build ran the suite
 # already; what is tested here is the image, not the code twice.
 t=$(now)
 podman build --format docker -f "$repo/docker/Dockerfile" \
   --build-arg BUILDER_IMAGE="$base" --build-arg RUNTIME_IMAGE="$base" --build-arg REQUIRE_NVJPEG=0 \
-  --build-arg RUN_TESTS="${IMGSTAT_CONTAINER_RUN_TESTS:-0}" "${cuda[@]}" \
+  --build-arg RUN_TESTS="${IMGSTAT_CONTAINER_RUN_TESTS:-0}" "${volumes[@]}" \
   -t "$tag" "$repo" >"$work/build.log" 2>&1 || { tail -40 "$work/build.log"; fail "podman build"; }
 build_s=$(since "$t")
+[ -n "$cache" ] && CCACHE_DIR=$cache ccache --show-stats 2>/dev/null | grep -iE "hits|misses" | sed 's/^/ccache: /' 
 size=$(podman image inspect --format '{{.Size}}' "$tag")
 echo "build: ${build_s} s, image $((size / 1048576)) MiB"
 grep -E "tests passed|copied .* libraries" "$work/build.log"
