@@ -80,10 +80,17 @@ class Run {
       : o_(o), request_(std::move(request)), labels_(labels), aggregation_(std::move(aggregation)), err_(err) {}
 
   int run(client::Remote& remote) {
-    inputs_ = client::expand_inputs(o_.files, &missing_, o_.dicom_series, &dicom_files_);
+    client::InputOptions input_options;
+    input_options.dicom_series = o_.dicom_series;
+    input_options.every_file = o_.bytes;
+    input_options.extensions = o_.extensions;
+    std::vector<std::string> notes;
+    inputs_ = client::expand_inputs(o_.files, &missing_, input_options, &dicom_files_, &notes);
+    for (const std::string& n : notes) err_ << "imgstat-client: note: " << n << "\n";
     if (!dicom_files_.empty()) dicom_list_ = client::dicom_list_name(dicom_files_);
     for (const std::string& m : missing_) {
-      err_ << "imgstat-client: " << m << ": nothing matches\n";
+      // A reason given (a folder without images, a damaged archive) is said as it is.
+      err_ << "imgstat-client: " << m << (m.back() == ')' ? "\n" : ": nothing matches\n");
       ++failures_;
     }
     std::unique_ptr<client::Local> in_process;

@@ -102,7 +102,13 @@ bool parse_joint(const std::string& spec, const std::string& ranges, const std::
 // Where the calls go and how: the inputs, jobs, server, TLS and token.
 CLI::Option* add_call_options(CLI::App& app, CliOptions& o) {
   app.add_option("files", o.files,
-                 "image files, folders (their images, recursively) and quoted patterns ('shots/**/*.png'); - reads standard input");
+                 "image files, folders (their images, recursively), quoted patterns ('shots/**/*.png') and "
+                 "brace ranges ('shard-{000..099}.tar'), archives (.tar, .tar.gz, .tar.zst, .zip...: each image "
+                 "member an input, ARCHIVE:MEMBER); - reads standard input");
+  app.add_option("--extensions", o.extensions,
+                 "of folders and archives, read the files and members with these extensions only "
+                 "(comma-separated, e.g. .jpg,.seg.png; default: images by their extensions; --bytes: every member)")
+      ->delimiter(',')->allow_extra_args(false);
   auto* jobs = app.add_option("--jobs,-j", o.jobs,
                                      "calls in flight (default: four for each of the server's engine threads, "
                                      "within its limit; with --local, one analysis per core)")

@@ -14,6 +14,7 @@ namespace imgstat::client {
 
 struct CliOptions {
   std::vector<std::string> files;
+  std::vector<std::string> extensions;  // the files of folders and members of shards read (default: images)
   std::string server;  // default: $IMGSTAT_SERVER, else localhost:50051
   Connection connection;
   std::string token_file;

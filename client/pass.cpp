@@ -1,5 +1,7 @@
 #include "pass.hpp"
 
+#include "shards.hpp"
+
 #include <algorithm>
 #include <chrono>
 
@@ -69,10 +71,12 @@ void Pass::read_loop() {
         else
           remote_->start(source, request, [this, i, bytes](Outcome o) { finish(i, std::move(o), bytes); });
       } catch (const std::exception& e) {  // thrown before its answer came (the file could not be read)
+        if (const auto* input = dynamic_cast<const InputError*>(&e)) failed.code = input->code();
         failed.error = std::string("cannot read: ") + e.what();
         finish(i, std::move(failed), bytes);
       }
     } catch (const std::exception& e) {
+      if (const auto* input = dynamic_cast<const InputError*>(&e)) failed.code = input->code();
       failed.error = made ? std::string("cannot read: ") + e.what() : e.what();
       if (options_.prepare) options_.prepare(failed);
       std::lock_guard<std::mutex> lock(mu_);

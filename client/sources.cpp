@@ -1,5 +1,7 @@
 #include "sources.hpp"
 
+#include "shards.hpp"
+
 #include <archive.h>
 #include <archive_entry.h>
 #include <fnmatch.h>
@@ -80,6 +82,19 @@ bool is_dicom_file(const std::string& path) {
 }
 
 Source::Source(const std::string& name, bool dicom_series, const std::vector<std::string>& files) : name_(name) {
+  if (is_shard_member(name)) {
+    MemberBytes m = open_member(name);
+    size_ = m.size;
+    if (m.held) {
+      held_ = true;
+      held_data_ = std::move(m.data);
+    } else {
+      member_ = true;
+      fd_ = m.fd;
+      base_ = m.offset;
+    }
+    return;
+  }
   if (dicom_series && !files.empty()) {
     std::vector<Member> members;
     std::error_code ec;
@@ -136,11 +151,11 @@ Source::Source(const std::string& name, bool dicom_series, const std::vector<std
     }
   }
   if (name == "-") {
-    is_stdin_ = true;
+    held_ = true;
     std::ostringstream all;
     all << std::cin.rdbuf();
-    stdin_data_ = all.str();
-    size_ = stdin_data_.size();
+    held_data_ = all.str();
+    size_ = held_data_.size();
     return;
   }
   // Opened once: a dataset pass reads thousands of small files, and each
@@ -164,7 +179,7 @@ Source::~Source() {
 void Source::read_at(uint64_t at, char* out, size_t n) {
   size_t done = 0;
   while (done < n) {
-    const ssize_t got = ::pread(fd_, out + done, n - done, static_cast<off_t>(at + done));
+    const ssize_t got = ::pread(fd_, out + done, n - done, static_cast<off_t>(base_ + at + done));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) throw std::runtime_error(std::string("read failed: ") + std::strerror(errno));
     if (got == 0)
@@ -275,7 +290,7 @@ void Source::store_chunks(size_t chunk, const std::function<bool(std::string&)>&
 }
 
 std::string Source::read_all() {
-  if (is_stdin_) return stdin_data_;
+  if (held_) return held_data_;
   if (!store_.empty()) {
     std::string all(static_cast<size_t>(size_), '\0');
     read_into(all.data());
@@ -288,9 +303,9 @@ std::string Source::read_all() {
 
 void Source::for_each_chunk(size_t chunk, const std::function<bool(std::string&)>& fn) {
   if (!store_.empty()) return store_chunks(chunk, fn);
-  if (is_stdin_) {
-    for (size_t off = 0; off < stdin_data_.size(); off += chunk) {
-      std::string piece = stdin_data_.substr(off, chunk);
+  if (held_) {
+    for (size_t off = 0; off < held_data_.size(); off += chunk) {
+      std::string piece = held_data_.substr(off, chunk);
       if (!fn(piece)) return;
     }
     return;
@@ -316,6 +331,11 @@ void Source::for_each_chunk(size_t chunk, const std::function<bool(std::string&)
 }
 
 namespace {
+
+std::string lower_case(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
 
 bool image_extension(const std::filesystem::path& p) {
   static const char* kExtensions[] = {".png", ".jpg", ".jpeg", ".jpe", ".jfif", ".tif", ".tiff", ".bmp", ".dib",
@@ -358,17 +378,67 @@ std::string dicom_list_name(const std::vector<std::string>& files) {
   return files.front() + " .. " + files.back() + " (" + std::to_string(files.size()) + " files)";
 }
 
-std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std::vector<std::string>* missing,
-                                       bool dicom_series, std::vector<std::string>* dicom_files) {
+std::vector<std::string> expand_inputs(const std::vector<std::string>& given, std::vector<std::string>* missing,
+                                       const InputOptions& options, std::vector<std::string>* dicom_files,
+                                       std::vector<std::string>* notes) {
   namespace fs = std::filesystem;
+  const bool dicom_series = options.dicom_series;
+  std::vector<std::string> extensions;
+  for (const std::string& e : options.extensions) extensions.push_back(lower_case(e));
+  auto wanted = [&](const std::string& path) {
+    if (extensions.empty()) return image_extension(path);
+    const std::string p = lower_case(path);
+    return std::any_of(extensions.begin(), extensions.end(), [&](const std::string& e) {
+      return p.size() > e.size() && p.compare(p.size() - e.size(), e.size(), e) == 0;
+    });
+  };
   std::vector<std::string> out;
+  // A shard's members in its place; any other file itself.
+  auto add_file = [&](const std::string& f) {
+    std::error_code ec;
+    if (!is_shard_name(f) || !fs::is_regular_file(f, ec)) return out.push_back(f);
+    try {
+      const ShardListing listing =
+          list_shard(f, [&](const std::string& member) { return options.every_file || wanted(member); });
+      out.insert(out.end(), listing.inputs.begin(), listing.inputs.end());
+      if (!listing.damage.empty())
+        missing->push_back(f + " (damaged after its first " + std::to_string(listing.inputs.size() + listing.skipped) +
+                           " members: " + listing.damage + ")");
+      else if (listing.inputs.empty() && listing.skipped == 0)
+        missing->push_back(f + " (an empty archive)");
+      if (listing.skipped > 0 && notes)
+        notes->push_back(f + ": " + std::to_string(listing.skipped) + " of its " +
+                         std::to_string(listing.skipped + listing.inputs.size()) + " members left out, " +
+                         (extensions.empty() ? "not images by their names (--extensions or --bytes to read them)"
+                                             : "not of the extensions asked for"));
+    } catch (const std::exception& e) {
+      missing->push_back(f + " (" + e.what() + ")");
+    }
+  };
+  // WebDataset's brace ranges first (a quoted "shard-{000..099}.tar"),
+  // unless a file has that very name.
+  std::vector<std::string> args;
+  for (const std::string& arg : given) {
+    std::error_code ec;
+    if (arg.find('{') == std::string::npos || fs::exists(arg, ec)) {
+      args.push_back(arg);
+      continue;
+    }
+    try {
+      for (std::string& a : expand_braces(arg)) args.push_back(std::move(a));
+    } catch (const std::exception& e) {
+      missing->push_back(e.what());
+    }
+  }
   for (const std::string& arg : args) {
     std::error_code ec;
-    if (arg == "-" || fs::is_regular_file(arg, ec) || is_zarr_store(arg) || (dicom_series && fs::is_directory(arg, ec))) {
+    if (arg == "-" || is_zarr_store(arg) || (dicom_series && fs::is_directory(arg, ec))) {
       out.push_back(arg);
+    } else if (fs::is_regular_file(arg, ec)) {
+      add_file(arg);
     } else if (fs::is_directory(arg, ec)) {
-      const std::vector<std::string> found = walk(arg, image_extension);
-      if (found.empty()) missing->push_back(arg + " (no images in this folder)");
+      const std::vector<std::string> found = walk(arg, [&](const fs::path& p) { return wanted(p.string()); });
+      if (found.empty()) missing->push_back(arg + (extensions.empty() ? " (no images in this folder)" : " (no files of those extensions in this folder)"));
       out.insert(out.end(), found.begin(), found.end());
     } else if (arg.find_first_of("*?[") == std::string::npos) {
       out.push_back(arg);  // missing or unreadable: its analysis says why
@@ -386,12 +456,12 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std
         return fnmatch(arg.c_str(), path.c_str(), 0) == 0 || fnmatch(no_folders.c_str(), path.c_str(), 0) == 0;
       });
       if (found.empty()) missing->push_back(arg);
-      for (const std::string& f : found) out.push_back(dot && f.rfind("./", 0) == 0 ? f.substr(2) : f);
+      for (const std::string& f : found) add_file(dot && f.rfind("./", 0) == 0 ? f.substr(2) : f);
     } else {
       glob_t g{};
       if (glob(arg.c_str(), 0, nullptr, &g) == 0) {
         for (size_t i = 0; i < g.gl_pathc; ++i)
-          if (fs::is_regular_file(g.gl_pathv[i], ec)) out.push_back(g.gl_pathv[i]);
+          if (fs::is_regular_file(g.gl_pathv[i], ec)) add_file(g.gl_pathv[i]);
       } else {
         missing->push_back(arg);
       }

@@ -1,6 +1,7 @@
 // Inputs of the CLI: files (read in chunks when streamed), standard input,
-// or several files that are one input, sent as one uncompressed tar of
-// them: a Zarr store (a folder), a NIfTI pair (a .hdr and its .img).
+// members of archives (shards.hpp), or several files that are one input,
+// sent as one uncompressed tar of them: a Zarr store (a folder), a NIfTI
+// pair (a .hdr and its .img).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,8 @@ namespace imgstat::client {
 
 class Source {
  public:
-  // "-" is standard input, read whole; a folder with Zarr metadata
+  // "-" is standard input, read whole; a shard's member listed by
+  // expand_inputs ("SHARD:MEMBER") is read from its archive; a folder with Zarr metadata
   // (is_zarr_store), and a NIfTI pair's .hdr (with its .img), are their
   // files as a tar, made as it is read. Throws
   // std::runtime_error when the file cannot be opened.
@@ -26,7 +28,7 @@ class Source {
   const std::string& name() const { return name_; }
   uint64_t size() const { return size_; }
   // A file whose bytes may be mapped or handed over as they lie.
-  bool is_file() const { return !is_stdin_ && store_.empty(); }
+  bool is_file() const { return !held_ && !member_ && store_.empty(); }
   std::string read_all();
   // Several files as one tar (a Zarr store, a NIfTI pair, a DICOM series).
   bool is_tar() const { return !store_.empty(); }
@@ -51,8 +53,10 @@ class Source {
   std::vector<Member> store_;
   std::string name_;
   int fd_ = -1;
-  std::string stdin_data_;
-  bool is_stdin_ = false;
+  std::string held_data_;  // standard input, or a member decompressed
+  bool held_ = false;
+  bool member_ = false;   // a member read where it lies in its archive: fd_ from base_
+  uint64_t base_ = 0;
   uint64_t size_ = 0;
 };
 
@@ -62,16 +66,33 @@ bool is_zarr_store(const std::string& path);
 // A DICOM file: named .dcm or .dicom, or "DICM" at byte 128 (DICOMDIR left out).
 bool is_dicom_file(const std::string& path);
 
+// What expand_inputs takes from folders and shards.
+struct InputOptions {
+  // A folder named is one input: its DICOM files' series (Source's tar), and
+  // so are the DICOM files named, together (dicom_files).
+  bool dicom_series = false;
+  // Every file of a folder and member of a shard, not only images (--bytes).
+  bool every_file = false;
+  // Only files and members with these extensions (".jpg", ".seg.png"; any
+  // case), in place of the image extensions.
+  std::vector<std::string> extensions;
+};
+
 // The files the CLI's arguments name: "-" and files as given; a folder, the
 // images under it, recursively, by extension, sorted (a Zarr store under it
 // one input); a pattern with * ? or
 // [ (quoted, so the shell left it), the paths it matches, where "**" also
-// crosses folders. *missing collects patterns and folders that match nothing.
+// crosses folders; names with WebDataset's braces ({000..099}, {a,b}) each;
+// a shard (.tar, .tar.gz, .zip...: shards.hpp), each image member, as
+// "SHARD:MEMBER". *missing collects patterns, folders and shards that match
+// nothing (the name) or cannot be read (the name and why, in parentheses), *notes what was left out (members that are no
+// images).
 // dicom_series: a folder named is one input (Source's tar of its DICOM
 // files), and so are the DICOM files named, together (*dicom_files), an
 // input named for them where the first was.
 std::vector<std::string> expand_inputs(const std::vector<std::string>& args, std::vector<std::string>* missing,
-                                       bool dicom_series = false, std::vector<std::string>* dicom_files = nullptr);
+                                       const InputOptions& options = {}, std::vector<std::string>* dicom_files = nullptr,
+                                       std::vector<std::string>* notes = nullptr);
 // That input's name: "FIRST .. LAST (N files)", or the one file's.
 std::string dicom_list_name(const std::vector<std::string>& files);
 

@@ -1,0 +1,81 @@
+// Datasets packed in archives, as WebDataset and most image sets ship them:
+// tar shards (uncompressed, or gzip, zstd, xz, bzip2) and zip files. Each
+// member an input is an input of its own, named SHARD:MEMBER. libarchive
+// reads the headers and decompresses; nothing is unpacked to disk.
+//
+// How a member is read follows from the archive: an uncompressed tar's
+// members lie whole in the file, and are read there by offset, in any order,
+// streamed when large; a zip's come from its central directory, several
+// readers each skipping to its own; a compressed tar is one stream, read in
+// order by one decompressor per shard, members that a reader asks for ahead
+// of an earlier one's reader held until that reader takes them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace imgstat::client {
+
+// Past this a member that must be held to be read (a compressed tar's, a
+// zip's) is refused: an uncompressed tar's are streamed from where they lie.
+constexpr uint64_t kMaxHeldMemberBytes = uint64_t{512} << 20;
+
+struct ShardOptions {
+  uint64_t max_held_member_bytes = kMaxHeldMemberBytes;
+};
+// Members listed in all shards of one run (each a name and a few numbers).
+constexpr uint64_t kMaxShardMembers = uint64_t{1} << 24;
+// Names one brace pattern may stand for (LAION-5B is some 230,000 shards).
+constexpr uint64_t kMaxBraceNames = uint64_t{1} << 20;
+
+// An archive, by its name: .tar .tar.gz .tgz .tar.zst .tzst .tar.xz .txz
+// .tar.bz2 .tbz2 .zip (any case).
+bool is_shard_name(const std::string& path);
+
+struct ShardListing {
+  std::vector<std::string> inputs;  // "SHARD:MEMBER", in the archive's order
+  uint64_t skipped = 0;             // regular members that are no inputs
+  std::string damage;               // why the listing ended early ("" when it did not)
+};
+
+// Lists a shard's regular members; those keep(member) accepts become inputs,
+// known to open_member from then on. Throws std::runtime_error when the file
+// cannot be opened or is no archive libarchive reads.
+ShardListing list_shard(const std::string& path, const std::function<bool(const std::string&)>& keep,
+                        const ShardOptions& options = {});
+
+// A member read where it lies (fd, offset, size) or whole (data).
+struct MemberBytes {
+  int fd = -1;  // owned by the caller when set
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  std::string data;
+  bool held = false;  // data holds the member
+};
+
+// Whether name is a member listed by list_shard.
+bool is_shard_member(const std::string& name);
+// Its bytes. Throws InputError: DATA_LOSS for a member its archive does not
+// hold whole or that changed, RESOURCE_EXHAUSTED past kMaxHeldMemberBytes.
+MemberBytes open_member(const std::string& name);
+
+// An input that cannot be read, and the status code that says why.
+class InputError : public std::runtime_error {
+ public:
+  InputError(std::string code, const std::string& what) : std::runtime_error(what), code_(std::move(code)) {}
+  const std::string& code() const { return code_; }
+
+ private:
+  std::string code_;
+};
+
+// WebDataset's brace ranges and lists, as its shard names are written:
+// "shard-{000000..000099}.tar" is 100 names, the width of the first bound
+// kept; "{a,b}" each. Nested and repeated braces too; a name without any is itself.
+std::vector<std::string> expand_braces(const std::string& pattern);
+
+}  // namespace imgstat::client
