@@ -88,6 +88,10 @@ struct Shard {
   std::condition_variable stream_free;
   std::map<size_t, std::string> parked;        // kStream: members read for a later reader
   uint64_t parked_bytes = 0;
+  // Members not yet opened: at none, the shard's cursors are closed (a run
+  // over 10,000 shards must not keep each one's files and buffers open).
+  std::vector<bool> opened;
+  size_t unopened = 0;
 };
 
 // Zip cursors kept open for reuse (each an open file and libarchive's buffers).
@@ -166,7 +170,8 @@ std::string read_zip_member(Shard& s, const Member& m) {
   seek_header(c, s, m);
   std::string data = read_data(c.a.get(), m, s.path);
   std::lock_guard<std::mutex> lock(s.mu);
-  if (s.idle.size() < kMaxIdleCursors) s.idle.push_back(std::move(c));
+  if (s.unopened > 0 && s.idle.size() < kMaxIdleCursors) s.idle.push_back(std::move(c));
+  if (s.unopened == 0) s.idle.clear();
   return data;
 }
 
@@ -188,6 +193,7 @@ std::string read_stream_member(Shard& s, const Member& m) {
     std::unique_lock<std::mutex>& lock;
     ~Release() {
       if (!lock.owns_lock()) lock.lock();
+      if (s.unopened == 0) s.stream.a.reset();
       s.streaming = false;
       s.stream_free.notify_all();
     }
@@ -304,6 +310,8 @@ ShardListing list_shard(const std::string& path, const std::function<bool(const 
     shard->by_ordinal[ordinal] = shard->members.size();
     shard->members.push_back(std::move(m));
   }
+  shard->opened.assign(shard->members.size(), false);
+  shard->unopened = shard->members.size();
   std::lock_guard<std::mutex> lock(registry().mu);
   for (size_t i = 0; i < shard->members.size(); ++i) {
     std::string name = input_name(path, shard->members[i].name);
@@ -330,6 +338,13 @@ MemberBytes open_member(const std::string& name) {
     std::tie(s, i) = it->second;
   }
   const Member& m = s->members[i];
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (!s->opened[i]) {
+      s->opened[i] = true;
+      --s->unopened;
+    }
+  }
   if (!m.error.empty()) {
     if (m.error.rfind("RESOURCE_EXHAUSTED:", 0) == 0) throw InputError("RESOURCE_EXHAUSTED", m.error.substr(19));
     throw InputError("DATA_LOSS", m.error);

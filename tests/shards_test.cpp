@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -129,6 +130,36 @@ INSTANTIATE_TEST_SUITE_P(Kinds, ShardKinds,
                                          std::pair{ARCHIVE_FORMAT_TAR_GNUTAR, ARCHIVE_FILTER_ZSTD},
                                          std::pair{ARCHIVE_FORMAT_TAR_PAX_RESTRICTED, ARCHIVE_FILTER_XZ},
                                          std::pair{ARCHIVE_FORMAT_ZIP, ARCHIVE_FILTER_NONE}));
+
+size_t open_files() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+TEST(Shards, ShardsReadToTheEndKeepNoFileOpen) {
+  // A pass over thousands of shards: each one's cursors closed once its
+  // members are all opened, by readers at once.
+  const size_t before = open_files();
+  for (int k = 0; k < 24; ++k) {
+    const bool zip = k % 2 == 0;
+    const std::string path = testing::TempDir() + "/many-" + std::to_string(k) + (zip ? ".zip" : ".tar.gz");
+    std::vector<Written> files;
+    for (int i = 0; i < 9; ++i) files.push_back({std::to_string(i) + ".png", std::string(100 + i * 1000, char('a' + i))});
+    write_archive(path, zip ? ARCHIVE_FORMAT_ZIP : ARCHIVE_FORMAT_TAR_PAX_RESTRICTED,
+                  zip ? ARCHIVE_FILTER_NONE : ARCHIVE_FILTER_GZIP, files);
+    const ShardListing listing = list_shard(path, [](const std::string&) { return true; });
+    ASSERT_EQ(listing.inputs.size(), files.size());
+    std::vector<std::thread> readers;
+    std::atomic<size_t> next{0};
+    for (int t = 0; t < 4; ++t)
+      readers.emplace_back([&] {
+        for (size_t i; (i = next++) < files.size();) EXPECT_EQ(read_member(listing.inputs[i]), files[i].data);
+      });
+    for (std::thread& t : readers) t.join();
+  }
+  EXPECT_EQ(open_files(), before);
+}
 
 TEST(Shards, DamageEndsTheListingAndIsSaid) {
   const std::string path = testing::TempDir() + "/cut.tar";
