@@ -18,6 +18,7 @@ from ._pump import Pump
 from ._regions import Cuda, Memory, copy_into
 from ._registrations import Registrations
 from ._result import Result
+from ._shards import expand as expand_archives
 from ._transport import Transport
 from ._tuning import COPY_THREADS, REGION_MIN_BYTES
 from .v1 import imgstat_pb2 as pb
@@ -149,23 +150,30 @@ class Client:
         return Result(self._run(job, opts), job.name, parts_asked(opts))
 
     def analyze_many(self, inputs: Iterable[ImageLike], *, jobs: int | None = None, errors: str = "raise",
-                     **options: Any) -> Iterator[Result | Error]:
+                     extensions: Iterable[str] | None = None, **options: Any) -> Iterator[Result | Error]:
         """Results of many inputs, in input order, as an iterator, with ``jobs``
         calls in flight (default: what keeps the server busy, as the CLI's
         -j), carried by gRPC's asyncio API on a thread of the client's own.
         errors="raise" raises an input's Error where its result would
-        come; errors="return" puts the Error there instead."""
+        come; errors="return" puts the Error there instead.
+        A path naming an archive (a tar shard, compressed or not, or a zip;
+        WebDataset's brace ranges, "shard-{000..099}.tar", name many) stands
+        for its image members, each an input named ARCHIVE:MEMBER, read in
+        order as the pass takes them; ``extensions`` (".jpg", ".seg.png")
+        chooses other members. Members left out are said by a warning."""
         opts = self._options(options)
-        return self._pump.many(((x, opts) for x in inputs), jobs, errors)
+        return self._pump.many(((x, opts) for x in expand_archives(inputs, extensions)), jobs, errors)
 
     def aggregate(self, inputs: Iterable[ImageLike], labels: str | os.PathLike | Iterable[ImageLike] | None = None, *,
-                  jobs: int | None = None, errors: str = "raise", **options: Any) -> list[Result]:
+                  jobs: int | None = None, errors: str = "raise", extensions: Iterable[str] | None = None,
+                  **options: Any) -> list[Result]:
         """The CLI's --aggregate: the statistics of all the inputs' pixels
         together, integers exact; one Result per kind of image (sample type
         and channels), in the order each kind was first met. labels: a label
         image per input (an iterable as long as inputs), or a folder whose
         file of the same name stem is each input's: then each label's pixels
-        over every input. errors="skip" leaves failed inputs out."""
+        over every input. errors="skip" leaves failed inputs out. Archives
+        stand for their members, as in analyze_many."""
         from ._aggregate import Aggregation, part_options
         if labels is not None:
             options = dict(options, labels=b"\0")  # a placeholder: each input's own below
@@ -175,7 +183,7 @@ class Client:
 
         def with_labels():
             if labels is None:
-                for x in inputs:
+                for x in expand_archives(inputs, extensions):
                     yield x, per_call
                 return
             for x, label_image in _label_pairs(inputs, labels):

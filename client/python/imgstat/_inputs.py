@@ -12,6 +12,7 @@ import numpy as np
 
 from ._errors import Error
 from ._options import SAMPLE_TYPES, is_path
+from ._shards import Member, is_shard
 from ._tuning import STREAM_CHUNK
 from .v1 import imgstat_pb2 as pb
 
@@ -268,7 +269,15 @@ def dicom_list_name(paths):
 def prepare(x, name=None, raw=None, stride=0, as_bytes=False, labels=False, axes=None):
     """A Job for one input of any kind analyze takes."""
     kind = 3 if as_bytes else 2 if raw is not None else 1
-    if is_path_list(x):
+    if isinstance(x, Error):  # an archive's member that could not be read
+        raise x
+    if isinstance(x, Member):
+        job = Job(name or x.name, kind)
+        job.data = x.data
+        job.size = len(x.data)
+    elif is_shard(x):
+        raise bad("an archive holds many inputs: analyze_many or aggregate reads its members", os.fspath(x))
+    elif is_path_list(x):
         job = Job(name or dicom_list_name(x), kind)
         job.data = dicom_list_tar(x, job.name)
         job.size = len(job.data)

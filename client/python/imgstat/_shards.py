@@ -1,0 +1,206 @@
+"""Datasets in archives, as the CLI reads them (docs/shards.md): a path
+naming a tar shard (uncompressed, gzip, bzip2, xz; zstd where the zstandard
+module is installed) or a zip file stands, in analyze_many and aggregate,
+for its image members, each an input named ARCHIVE:MEMBER; WebDataset's
+brace ranges name many. Members are read in the archive's order, one at a
+time, as the pass takes them: a shard is never held whole."""
+from __future__ import annotations
+
+import os
+import re
+import tarfile
+import warnings
+import zipfile
+
+from ._errors import Error
+
+SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tbz", ".zip")
+# The extensions of images a folder's walk and an archive's members are read by (client/sources.cpp).
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".jpe", ".jfif", ".tif", ".tiff", ".bmp", ".dib", ".webp", ".gif",
+                    ".exr", ".hdr", ".pic", ".pnm", ".pbm", ".pgm", ".ppm", ".pam", ".pfm", ".jp2", ".j2k",
+                    ".ras", ".sr", ".fits", ".fit", ".fts", ".fz", ".nii", ".dcm", ".dicom")
+# Past this a member is not read into memory (the CLI streams an uncompressed tar's).
+MAX_MEMBER_BYTES = 512 << 20
+MAX_BRACE_NAMES = 1 << 20
+
+
+class Member:
+    """One member of an archive: its bytes and its name, ARCHIVE:MEMBER."""
+    __slots__ = ("name", "data")
+
+    def __init__(self, name, data):
+        self.name, self.data = name, data
+
+
+def is_shard(x):
+    return isinstance(x, (str, os.PathLike)) and os.fspath(x).lower().endswith(SHARD_SUFFIXES) \
+        and os.path.isfile(os.fspath(x))
+
+
+def expand_braces(pattern):
+    """WebDataset's brace names: "shard-{000..099}.tar" (the first bound's
+    width kept), "{a,b}"; nested and several per name."""
+    depth, start = 0, None
+    for i, ch in enumerate(pattern):
+        if ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                inner = pattern[start + 1:i]
+                values = _brace_values(inner)
+                if values is None:
+                    continue
+                head, tail = pattern[:start], pattern[i + 1:]
+                out = []
+                for v in values:
+                    for rest in expand_braces(v + tail):
+                        out.append(head + rest)
+                        if len(out) > MAX_BRACE_NAMES:
+                            raise Error("INVALID_ARGUMENT", f"more than {MAX_BRACE_NAMES} names", pattern)
+                return out
+    return [pattern]
+
+
+def _brace_values(inner):
+    m = re.fullmatch(r"(\d{1,18})\.\.(\d{1,18})", inner)
+    if m:
+        lo, hi = m.group(1), m.group(2)
+        a, b = int(lo), int(hi)
+        if abs(b - a) + 1 > MAX_BRACE_NAMES:
+            raise Error("INVALID_ARGUMENT", f"more than {MAX_BRACE_NAMES} names", "{" + inner + "}")
+        step = 1 if b >= a else -1
+        return [str(k).zfill(len(lo)) for k in range(a, b + step, step)]
+    depth, parts, start = 0, [], 0
+    for i, ch in enumerate(inner):
+        depth += ch == "{"
+        depth -= ch == "}"
+        if ch == "," and depth == 0:
+            parts.append(inner[start:i])
+            start = i + 1
+    if not parts:
+        return None
+    return parts + [inner[start:]]
+
+
+def _wanted(name, extensions):
+    n = name.lower()
+    return n.endswith(tuple(e.lower() for e in extensions))
+
+
+def _too_large(name, size):
+    return Error("RESOURCE_EXHAUSTED", f"a member of {size} bytes (at most {MAX_MEMBER_BYTES} are read "
+                                       "into memory; the CLI streams an uncompressed tar's)", name)
+
+
+def members(path, extensions=None):
+    """An archive's members that are inputs, in its order: Member, or the
+    Error of one that cannot be read (cut short, too large)."""
+    path = os.fspath(path)
+    extensions = extensions or IMAGE_EXTENSIONS
+    kept = skipped = 0
+    if path.lower().endswith(".zip"):
+        try:
+            z = zipfile.ZipFile(path)
+        except (OSError, zipfile.BadZipFile) as e:
+            yield Error("INVALID_ARGUMENT", f"not a zip file ({e})", path)
+            return
+        with z:
+            for info in z.infolist():
+                if info.is_dir():
+                    continue
+                if not _wanted(info.filename, extensions):
+                    skipped += 1
+                    continue
+                kept += 1
+                name = f"{path}:{info.filename}"
+                if info.file_size > MAX_MEMBER_BYTES:
+                    yield _too_large(name, info.file_size)
+                    continue
+                try:
+                    with z.open(info) as f:
+                        data = f.read(MAX_MEMBER_BYTES + 1)
+                except (OSError, zipfile.BadZipFile, EOFError, ValueError) as e:
+                    yield Error("DATA_LOSS", f"cannot be read from its archive ({e})", name)
+                    continue
+                if len(data) != info.file_size:
+                    yield Error("DATA_LOSS", f"holds {len(data)} bytes, its header declares {info.file_size}", name)
+                    continue
+                yield Member(name, data)
+    else:
+        try:
+            stream = _open_tar(path)
+        except (OSError, tarfile.TarError) as e:
+            yield Error("INVALID_ARGUMENT", f"not an archive read ({e})", path)
+            return
+        except Error as e:
+            yield e
+            return
+        with stream as t:
+            while True:
+                try:
+                    info = t.next()
+                except (tarfile.TarError, OSError, EOFError) as e:
+                    warnings.warn(f"{path}: damaged after its first {kept + skipped} members ({e})", stacklevel=3)
+                    break
+                if info is None:
+                    break
+                if not info.isfile():
+                    continue
+                if not _wanted(info.name, extensions):
+                    skipped += 1
+                    continue
+                kept += 1
+                name = f"{path}:{info.name.removeprefix('./')}"
+                if info.size > MAX_MEMBER_BYTES:
+                    yield _too_large(name, info.size)
+                    continue
+                try:
+                    data = t.extractfile(info).read()
+                except (tarfile.TarError, OSError, EOFError) as e:
+                    yield Error("DATA_LOSS", f"cannot be read from its archive ({e})", name)
+                    break
+                if len(data) != info.size:
+                    yield Error("DATA_LOSS", f"the archive holds {len(data)} of the {info.size} bytes its header "
+                                             "declares", name)
+                    break
+                yield Member(name, data)
+    if skipped:
+        warnings.warn(f"{path}: {skipped} of its {kept + skipped} members left out, not images by their names "
+                      "(extensions= to read them)", stacklevel=3)
+    if kept + skipped == 0:
+        yield Error("INVALID_ARGUMENT", "an empty archive", path)
+
+
+def _open_tar(path):
+    lower = path.lower()
+    if lower.endswith((".tar.zst", ".tzst")):
+        try:
+            import zstandard
+        except ImportError:
+            raise Error("UNIMPLEMENTED", "zstd archives need the zstandard module", path) from None
+        raw = open(path, "rb")
+        return tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(raw), mode="r|")
+    return tarfile.open(path, mode="r|*")  # a stream: members in order, nothing held
+
+
+def expand(inputs, extensions=None):
+    """The inputs with each archive's path (or brace range of them) in place
+    of its members; anything else as it is."""
+    for x in inputs:
+        if isinstance(x, str) and "{" in x and not os.path.exists(x):
+            try:
+                names = expand_braces(x)
+            except Error as e:
+                yield e
+                continue
+            if names != [x]:
+                for n in names:
+                    yield from (members(n, extensions) if is_shard(n) else [n])
+                continue
+        if is_shard(x):
+            yield from members(x, extensions)
+        else:
+            yield x
