@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "core/status_name.hpp"
+#include "shards.hpp"
 
 namespace imgstat::client {
 
@@ -17,6 +18,7 @@ v1::Input* map_input_of(v1::Options& options) {
 
 uint64_t map_size(const Request& request) {
   if (request.map_file.empty()) return 0;
+  if (is_shard_member(request.map_file)) return shard_member_size(request.map_file);
   std::error_code ec;
   // A map of several files (a Zarr store): the size of their tar.
   if (std::filesystem::is_directory(request.map_file, ec)) return Source(request.map_file).size();

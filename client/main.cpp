@@ -84,6 +84,7 @@ class Run {
     input_options.dicom_series = o_.dicom_series;
     input_options.every_file = o_.bytes;
     input_options.extensions = o_.extensions;
+    if (!labels_.extension.empty()) input_options.beside = {labels_.extension};  // maps, not inputs
     std::vector<std::string> notes;
     inputs_ = client::expand_inputs(o_.files, &missing_, input_options, &dicom_files_, &notes);
     for (const std::string& n : notes) err_ << "imgstat-client: note: " << n << "\n";

@@ -12,6 +12,7 @@
 #include "core/validate.hpp"
 #include "imgstat/colour.hpp"
 #include "imgstat/types.hpp"
+#include "shards.hpp"
 #include "sources.hpp"
 
 #ifndef IMGSTAT_VERSION
@@ -158,11 +159,14 @@ void add_parts_options(CLI::App& app, CliOptions& o) {
   auto* roi_option = parts_group->add_option("--roi", o.rois, "a rectangle X,Y,W,H (repeatable; one answer each)")
                          ->allow_extra_args(false);
   auto* mask_option = parts_group->add_option(
-      "--mask", o.mask_spec, "only the pixels where this image's first channel is nonzero; 'alpha': the image's own alpha");
+      "--mask", o.mask_spec,
+      "only the pixels where this image's first channel is nonzero; 'alpha': the image's own alpha; an extension "
+      "(.mask.png): each input's file or archive member of the same WebDataset key with it");
   auto* labels_option = parts_group->add_option(
       "--labels", o.labels_spec,
       "a label image (uint8/uint16 PNG or TIFF, or --map-raw): one answer per label; a folder: each input's label "
-      "file of the same name stem there");
+      "file of the same name stem there; an extension (.seg.png): each input's file or archive member of the same "
+      "WebDataset key with it");
   auto* tiles_option = parts_group->add_option("--tiles", o.tiles_spec, "a grid of CxR tiles, one answer each; of a stack CxRxS boxes, its planes cut into S slabs (CxR: one)");
   parts_group->add_option("--ignore-label", o.ignore_label, "with --labels: leave this label's pixels out (e.g. 0)");
   parts_group->add_option("--max-labels", o.max_labels, "with --labels: refuse label images with more labels (0: the server's --max-parts)");
@@ -265,6 +269,12 @@ Exit status: 0 when every input was analyzed, 1 when any failed (each named on s
 }
 
 std::string LabelFolder::file_for(const std::string& path) const {
+  if (!extension.empty()) {
+    const std::string beside = dataset_key(path) + extension;
+    std::error_code ec;
+    if (is_shard_member(beside) || std::filesystem::is_regular_file(beside, ec)) return beside;
+    throw std::runtime_error("no " + beside + " beside it (its key's " + extension + ")");
+  }
   const std::string stem = std::filesystem::path(path).stem().string();
   const auto at = by_stem.find(stem);
   if (at == by_stem.end()) throw std::runtime_error("no label file named " + stem + ".* in " + dir);
@@ -312,6 +322,12 @@ std::string set_input_and_measure(const CliOptions& o, Request& request) {
       !parse_joint(o.joint_spec, o.joint_range_spec, o.colour_space, request.options.mutable_joint(), &error))
     return error;
   return "";
+}
+
+// ".seg.png": the extension of each input's own map, beside it (no file of that name).
+bool names_an_extension(const std::string& spec) {
+  std::error_code ec;
+  return spec.size() > 1 && spec[0] == '.' && spec.find('/') == std::string::npos && !std::filesystem::exists(spec, ec);
 }
 
 // The mask or label file: checked that it opens, named for the call to send,
@@ -370,15 +386,23 @@ void set_parts(const CliOptions& o, Request& request, LabelFolder& folder) {
     parts.mutable_tiles()->set_rows(static_cast<uint32_t>(std::stoul(m[2].str())));
     if (m[3].matched) parts.mutable_tiles()->set_slabs(static_cast<uint32_t>(std::stoul(m[3].str())));
   } else if (!o.mask_spec.empty()) {
-    if (o.mask_spec == "alpha")
+    if (o.mask_spec == "alpha") {
       parts.mutable_mask()->set_alpha(true);
-    else
+    } else if (names_an_extension(o.mask_spec)) {
+      folder.used = true;
+      folder.extension = o.mask_spec;
+      parts.mutable_mask()->mutable_image();
+    } else {
       set_map_input(o, o.mask_spec, parts.mutable_mask()->mutable_image(), request);
+    }
   } else if (!o.labels_spec.empty()) {
     v1::Labels* labels = parts.mutable_labels();
     if (o.ignore_label) labels->set_ignore(*o.ignore_label);
     labels->set_max_labels(o.max_labels);
-    if (std::filesystem::is_directory(o.labels_spec) && !client::is_zarr_store(o.labels_spec)) {
+    if (names_an_extension(o.labels_spec)) {
+      folder.used = true;
+      folder.extension = o.labels_spec;
+    } else if (std::filesystem::is_directory(o.labels_spec) && !client::is_zarr_store(o.labels_spec)) {
       folder.used = true;
       folder.dir = o.labels_spec;
       for (const auto& e : std::filesystem::directory_iterator(o.labels_spec))

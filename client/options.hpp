@@ -47,10 +47,14 @@ struct CliOptions {
 int parse_options(int argc, char** argv, CliOptions& o);
 
 // --labels with a folder: each input's label image, by name stem.
+// Each input's own label (or mask) image: from a folder, by name stem; or,
+// named by an extension (--labels .seg.png), the file or archive member of
+// the input's WebDataset key with that extension, beside it.
 struct LabelFolder {
   bool used = false;
   std::string dir;
   std::map<std::string, std::vector<std::string>> by_stem;
+  std::string extension;  // ".seg.png": by key, beside each input
   // The label file for input `path`; throws std::runtime_error when there is none, or several.
   std::string file_for(const std::string& path) const;
 };

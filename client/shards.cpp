@@ -65,6 +65,7 @@ struct Member {
   uint64_t size = 0;      // as its header declares
   uint64_t offset = 0;    // kPlainTar: where its bytes lie
   std::string error;      // why it cannot be read ("" when it can)
+  bool input = true;      // else read beside an input (a key's label image)
 };
 
 // An archive opened and read up to (not including) header `next`.
@@ -182,6 +183,8 @@ std::string read_stream_member(Shard& s, const Member& m) {
       std::string data = std::move(it->second);
       s.parked_bytes -= data.size();
       s.parked.erase(it);
+      // The last member opened may come parked: the stream closes here then.
+      if (s.unopened == 0 && !s.streaming) s.stream.a.reset();
       return data;
     }
     if (!s.streaming) break;
@@ -252,7 +255,7 @@ bool is_shard_name(const std::string& path) {
   return false;
 }
 
-ShardListing list_shard(const std::string& path, const std::function<bool(const std::string&)>& keep,
+ShardListing list_shard(const std::string& path, const std::function<MemberUse(const std::string&)>& use,
                         const ShardOptions& options) {
   auto shard = std::make_unique<Shard>();
   shard->path = path;
@@ -277,7 +280,8 @@ ShardListing list_shard(const std::string& path, const std::function<bool(const 
     }
     if (archive_entry_filetype(e) != AE_IFREG) continue;
     const std::string name = member_name(e);
-    if (!keep(name)) {
+    const MemberUse how = use(name);
+    if (how == MemberUse::kLeftOut) {
       ++out.skipped;
       continue;
     }
@@ -289,6 +293,7 @@ ShardListing list_shard(const std::string& path, const std::function<bool(const 
     Member m;
     m.name = name;
     m.ordinal = ordinal;
+    m.input = how == MemberUse::kInput;
     const la_int64_t declared = archive_entry_size_is_set(e) ? archive_entry_size(e) : -1;
     m.size = declared > 0 ? static_cast<uint64_t>(declared) : 0;
     if (declared < 0) m.error = "its header declares no size";
@@ -315,7 +320,10 @@ ShardListing list_shard(const std::string& path, const std::function<bool(const 
   std::lock_guard<std::mutex> lock(registry().mu);
   for (size_t i = 0; i < shard->members.size(); ++i) {
     std::string name = input_name(path, shard->members[i].name);
-    out.inputs.push_back(name);
+    if (shard->members[i].input)
+      out.inputs.push_back(name);
+    else
+      ++out.beside;
     registry().inputs[std::move(name)] = {shard.get(), i};
   }
   registry().shards.push_back(std::move(shard));
@@ -326,6 +334,12 @@ bool is_shard_member(const std::string& name) {
   if (name.find(':') == std::string::npos) return false;
   std::lock_guard<std::mutex> lock(registry().mu);
   return registry().inputs.count(name) > 0;
+}
+
+uint64_t shard_member_size(const std::string& name) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  auto it = registry().inputs.find(name);
+  return it == registry().inputs.end() ? 0 : it->second.first->members[it->second.second].size;
 }
 
 MemberBytes open_member(const std::string& name) {

@@ -38,14 +38,20 @@ bool is_shard_name(const std::string& path);
 
 struct ShardListing {
   std::vector<std::string> inputs;  // "SHARD:MEMBER", in the archive's order
-  uint64_t skipped = 0;             // regular members that are no inputs
+  uint64_t beside = 0;              // members read beside inputs
+  uint64_t skipped = 0;             // regular members left out
   std::string damage;               // why the listing ended early ("" when it did not)
 };
 
-// Lists a shard's regular members; those keep(member) accepts become inputs,
-// known to open_member from then on. Throws std::runtime_error when the file
-// cannot be opened or is no archive libarchive reads.
-ShardListing list_shard(const std::string& path, const std::function<bool(const std::string&)>& keep,
+// What a member is to a run: an input, read beside an input (a WebDataset
+// key's label or mask image, KEY.seg.png), or neither (counted as left out).
+enum class MemberUse { kInput, kBeside, kLeftOut };
+
+// Lists a shard's regular members by use(member); inputs and members read
+// beside them are known to open_member from then on. Throws
+// std::runtime_error when the file cannot be opened or is no archive
+// libarchive reads.
+ShardListing list_shard(const std::string& path, const std::function<MemberUse(const std::string&)>& use,
                         const ShardOptions& options = {});
 
 // A member read where it lies (fd, offset, size) or whole (data).
@@ -57,8 +63,10 @@ struct MemberBytes {
   bool held = false;  // data holds the member
 };
 
-// Whether name is a member listed by list_shard.
+// Whether name is a member listed by list_shard (an input or beside one).
 bool is_shard_member(const std::string& name);
+// Its size as its header declares (0 for a name that is none).
+uint64_t shard_member_size(const std::string& name);
 // Its bytes. Throws InputError: DATA_LOSS for a member its archive does not
 // hold whole or that changed, RESOURCE_EXHAUSTED past kMaxHeldMemberBytes.
 MemberBytes open_member(const std::string& name);

@@ -373,6 +373,12 @@ std::vector<std::string> walk(const std::filesystem::path& root, Keep keep) {
 
 }  // namespace
 
+std::string dataset_key(const std::string& name) {
+  const size_t base = name.find_last_of("/:") == std::string::npos ? 0 : name.find_last_of("/:") + 1;
+  const size_t dot = name.find('.', base);
+  return dot == std::string::npos ? name : name.substr(0, dot);
+}
+
 std::string dicom_list_name(const std::vector<std::string>& files) {
   if (files.size() == 1) return files.front();
   return files.front() + " .. " + files.back() + " (" + std::to_string(files.size()) + " files)";
@@ -385,12 +391,17 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
   const bool dicom_series = options.dicom_series;
   std::vector<std::string> extensions;
   for (const std::string& e : options.extensions) extensions.push_back(lower_case(e));
-  auto wanted = [&](const std::string& path) {
-    if (extensions.empty()) return image_extension(path);
+  std::vector<std::string> beside;
+  for (const std::string& e : options.beside) beside.push_back(lower_case(e));
+  auto ends_in = [](const std::string& path, const std::vector<std::string>& tails) {
     const std::string p = lower_case(path);
-    return std::any_of(extensions.begin(), extensions.end(), [&](const std::string& e) {
+    return std::any_of(tails.begin(), tails.end(), [&](const std::string& e) {
       return p.size() > e.size() && p.compare(p.size() - e.size(), e.size(), e) == 0;
     });
+  };
+  auto wanted = [&](const std::string& path) {
+    if (ends_in(path, beside)) return false;
+    return extensions.empty() ? image_extension(path) : ends_in(path, extensions);
   };
   std::vector<std::string> out;
   // A shard's members in its place; any other file itself.
@@ -398,8 +409,10 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
     std::error_code ec;
     if (!is_shard_name(f) || !fs::is_regular_file(f, ec)) return out.push_back(f);
     try {
-      const ShardListing listing =
-          list_shard(f, [&](const std::string& member) { return options.every_file || wanted(member); });
+      const ShardListing listing = list_shard(f, [&](const std::string& member) {
+        if (ends_in(member, beside)) return MemberUse::kBeside;
+        return options.every_file || wanted(member) ? MemberUse::kInput : MemberUse::kLeftOut;
+      });
       out.insert(out.end(), listing.inputs.begin(), listing.inputs.end());
       if (!listing.damage.empty())
         missing->push_back(f + " (damaged after its first " + std::to_string(listing.inputs.size() + listing.skipped) +
@@ -408,7 +421,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
         missing->push_back(f + " (an empty archive)");
       if (listing.skipped > 0 && notes)
         notes->push_back(f + ": " + std::to_string(listing.skipped) + " of its " +
-                         std::to_string(listing.skipped + listing.inputs.size()) + " members left out, " +
+                         std::to_string(listing.skipped + listing.beside + listing.inputs.size()) + " members left out, " +
                          (extensions.empty() ? "not images by their names (--extensions or --bytes to read them)"
                                              : "not of the extensions asked for"));
     } catch (const std::exception& e) {

@@ -76,7 +76,14 @@ struct InputOptions {
   // Only files and members with these extensions (".jpg", ".seg.png"; any
   // case), in place of the image extensions.
   std::vector<std::string> extensions;
+  // Files and members read beside inputs, not inputs themselves: WebDataset
+  // keys' label or mask images (--labels .seg.png).
+  std::vector<std::string> beside;
 };
+
+// WebDataset's key of a file or member: its path up to the first dot of its
+// base name ("dir/000123.seg.png" is "dir/000123"); with an archive's name before a colon kept.
+std::string dataset_key(const std::string& name);
 
 // The files the CLI's arguments name: "-" and files as given; a folder, the
 // images under it, recursively, by extension, sorted (a Zarr store under it

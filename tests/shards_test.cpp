@@ -96,19 +96,30 @@ TEST_P(ShardKinds, EveryMemberReadBackAsWrittenInAnyOrderAndAtOnce) {
   }
   files.push_back({std::string(150, 'n') + "/long.png", "long"});
   files.push_back({"folder/0.json", "{}"});
+  files.push_back({"folder/0.seg.png", "labels"});
   const std::string path = testing::TempDir() + "/shard-" + std::to_string(format) + "-" + std::to_string(filter) +
                            (format == ARCHIVE_FORMAT_ZIP ? ".zip" : ".tar");
   write_archive(path, format, filter, files);
-  const ShardListing listing =
-      list_shard(path, [](const std::string& m) { return m.size() > 4 && m.compare(m.size() - 4, 4, ".png") == 0; });
+  auto ends = [](const std::string& m, const std::string& tail) {
+    return m.size() > tail.size() && m.compare(m.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  const ShardListing listing = list_shard(path, [&](const std::string& m) {
+    return ends(m, ".seg.png") ? MemberUse::kBeside : ends(m, ".png") ? MemberUse::kInput : MemberUse::kLeftOut;
+  });
   EXPECT_EQ(listing.skipped, 1u);
+  EXPECT_EQ(listing.beside, 1u);
   EXPECT_EQ(listing.damage, "");
-  ASSERT_EQ(listing.inputs.size(), files.size() - 1);
+  ASSERT_EQ(listing.inputs.size(), files.size() - 2);
   for (size_t i = 0; i < listing.inputs.size(); ++i) {
     EXPECT_EQ(listing.inputs[i], path + ":" + files[i].name);
     EXPECT_TRUE(is_shard_member(listing.inputs[i]));
+    EXPECT_EQ(shard_member_size(listing.inputs[i]), files[i].data.size());
   }
   EXPECT_FALSE(is_shard_member(path + ":folder/0.json"));
+  // A member read beside the inputs: openable, no input; read between them below.
+  const std::string beside = path + ":folder/0.seg.png";
+  EXPECT_TRUE(is_shard_member(beside));
+  EXPECT_EQ(read_member(beside), "labels");
   // Backwards (each read again from the start of a stream), then by four
   // readers at once as the CLI's readers take them: in order, racing.
   for (size_t i = listing.inputs.size(); i-- > 0;) EXPECT_EQ(read_member(listing.inputs[i]), files[i].data) << i;
@@ -148,7 +159,7 @@ TEST(Shards, ShardsReadToTheEndKeepNoFileOpen) {
     for (int i = 0; i < 9; ++i) files.push_back({std::to_string(i) + ".png", std::string(100 + i * 1000, char('a' + i))});
     write_archive(path, zip ? ARCHIVE_FORMAT_ZIP : ARCHIVE_FORMAT_TAR_PAX_RESTRICTED,
                   zip ? ARCHIVE_FILTER_NONE : ARCHIVE_FILTER_GZIP, files);
-    const ShardListing listing = list_shard(path, [](const std::string&) { return true; });
+    const ShardListing listing = list_shard(path, [](const std::string&) { return MemberUse::kInput; });
     ASSERT_EQ(listing.inputs.size(), files.size());
     std::vector<std::thread> readers;
     std::atomic<size_t> next{0};
@@ -167,7 +178,7 @@ TEST(Shards, DamageEndsTheListingAndIsSaid) {
                 {{"a.png", std::string(1000, 'a')}, {"b.png", std::string(5000, 'b')}, {"c.png", std::string(100, 'c')}});
   // Cut inside b: a whole, b declares more than the file holds after it.
   std::filesystem::resize_file(path, 512 * 2 + 1024 + 512 * 2 + 2000);
-  const ShardListing listing = list_shard(path, [](const std::string&) { return true; });
+  const ShardListing listing = list_shard(path, [](const std::string&) { return MemberUse::kInput; });
   ASSERT_GE(listing.inputs.size(), 2u);
   EXPECT_EQ(read_member(listing.inputs[0]), std::string(1000, 'a'));
   try {
@@ -178,7 +189,7 @@ TEST(Shards, DamageEndsTheListingAndIsSaid) {
     EXPECT_NE(std::string(e.what()).find("declares 5000 bytes"), std::string::npos) << e.what();
   }
   EXPECT_NE(listing.damage, "");
-  EXPECT_THROW(list_shard(testing::TempDir() + "/no-such.tar", [](const std::string&) { return true; }), std::runtime_error);
+  EXPECT_THROW(list_shard(testing::TempDir() + "/no-such.tar", [](const std::string&) { return MemberUse::kInput; }), std::runtime_error);
 }
 
 }  // namespace

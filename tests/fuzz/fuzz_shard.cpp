@@ -26,7 +26,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ShardOptions options;
     options.max_held_member_bytes = uint64_t{16} << 20;  // within the fuzz run's -malloc_limit_mb
     const ShardListing listing =
-        list_shard(path, [](const std::string& m) { return !m.empty() && m.back() != 'x'; }, options);
+        list_shard(path, [](const std::string& m) {
+          return m.empty() || m.back() == 'x' ? MemberUse::kLeftOut : m.back() == 'b' ? MemberUse::kBeside : MemberUse::kInput;
+        }, options);
     std::vector<std::string> order = listing.inputs;
     order.insert(order.end(), listing.inputs.rbegin(), listing.inputs.rend());
     for (const std::string& name : order) {

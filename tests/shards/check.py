@@ -11,7 +11,9 @@ one (streamed from where it lies in an uncompressed tar), named as
 WebDataset names them (KEY.EXT, members that share a key), with members
 that are no images (.json, .cls), a folder, a long name, an empty member.
 Every answer from an archive is the folder's answer, byte for byte in
---json but for its name (ARCHIVE:MEMBER); --aggregate too. Then what an
+--json but for its name (ARCHIVE:MEMBER); --aggregate too. WebDataset keys:
+each image's label or mask image beside it (--labels .seg.png), in a shard,
+a zip and the folder, as each pair named apart. Then what an
 archive may do wrong: a member declaring more bytes than the archive holds,
 a compressed member past what is held in memory (a zip bomb), a member that
 decompresses past its declared size, a file that is no archive, an empty
@@ -139,6 +141,60 @@ def check_archive(client_bin, where, folder_answers, archive, expect, what, *arg
     return out
 
 
+def check_keys(client_bin, work, archives):
+    """WebDataset keys: each image's label image beside it (KEY.ppm and
+    KEY.seg.png), by --labels .seg.png in a shard and in the folder, as
+    each pair named apart; --mask .mask.png; a key without its map. The
+    images are chosen by --extensions .ppm (the other maps are images too)."""
+    from PIL import Image
+    rng = np.random.default_rng(51)
+    keyed = os.path.join(work, "keyed")
+    shutil.rmtree(keyed, ignore_errors=True)
+    os.makedirs(keyed)
+    keys = [f"{k:06d}" for k in range(5)]
+    for k in keys:
+        h, w = (int(v) for v in rng.integers(3, 60, 2))
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(os.path.join(keyed, k + ".ppm"))
+        Image.fromarray(rng.integers(0, 4, (h, w), dtype=np.uint8)).save(os.path.join(keyed, k + ".seg.png"))
+        Image.fromarray((rng.integers(0, 2, (h, w)) * 255).astype(np.uint8)).save(os.path.join(keyed, k + ".mask.png"))
+        with open(os.path.join(keyed, k + ".json"), "w") as f:
+            f.write("{}")
+    os.remove(os.path.join(keyed, keys[-1] + ".seg.png"))  # a key without its label image
+    shard = os.path.join(archives, "keyed.tar")
+    write_tar(shard, keyed, sorted(os.listdir(keyed)), with_dir=False)
+    zipped = os.path.join(archives, "keyed.zip")
+    with zipfile.ZipFile(zipped, "w") as z:
+        for n in sorted(os.listdir(keyed)):
+            z.write(os.path.join(keyed, n), arcname=n)
+    local = ["--local"]
+    for flag, ext, with_map in (("--labels", ".seg.png", keys[:-1]), ("--mask", ".mask.png", keys)):
+        want = {}
+        for k in with_map:
+            out = run(client_bin, local, flag, os.path.join(keyed, k + ext), os.path.join(keyed, k + ".ppm"))
+            want[k + ".ppm"] = by_member(out, None)[os.path.join(keyed, k + ".ppm")]
+        for archive in (shard, zipped, keyed):
+            out = run(client_bin, local, flag, ext, "--extensions", ".ppm", archive)
+            got = by_member(out, archive if archive != keyed else None)
+            if archive == keyed:
+                got = {os.path.relpath(k, keyed): v for k, v in got.items()}
+            equal(sorted(got), [k + ".ppm" for k in keys], f"{flag} {ext} {archive}: the inputs (maps are none)")
+            for name, line in want.items():
+                equal(got.get(name), line, f"{flag} {ext} {archive}: {name}")
+            if with_map != keys:
+                missing = json.loads(got.get(keys[-1] + ".ppm", "{}"))
+                if missing.get("code") != "NOT_FOUND" or ".seg.png beside it" not in missing.get("error", ""):
+                    fail(f"{flag} {ext} {archive}: a key without its map: {missing}")
+            members = len(os.listdir(keyed))
+            left_out = members - len(keys) - len(with_map)  # the .json and the other maps; this map is used
+            if archive != keyed and f"{left_out} of its {members} members left out" not in out.stderr:
+                fail(f"{flag} {ext} {archive}: not {left_out} of {members} said left out: {out.stderr[-300:]}")
+    a = run(client_bin, local, "--aggregate", "--labels", ".seg.png", "--extensions", ".ppm", shard)
+    b = run(client_bin, local, "--aggregate", "--labels", ".seg.png", *[os.path.join(keyed, k + ".ppm") for k in keys[:-1]])
+    untimed = [[{k: v for k, v in json.loads(line).items() if k not in TIMES} for line in o.stdout.splitlines()
+                if line.strip()] for o in (a, b)]
+    equal(untimed[0], untimed[1], "--aggregate --labels .seg.png over a shard against its files")
+
+
 def main():
     server_bin, client_bin, corpus, work = sys.argv[1:5]
     os.makedirs(work, exist_ok=True)
@@ -224,6 +280,8 @@ def main():
         server.terminate()
         server.wait(timeout=30)
 
+    check_keys(client_bin, work, archives)
+
     # What an archive may do wrong (beside a member the folder answers).
     good = next(n for n in images if '"ok": true' in folder_answers[n] and "/" not in n)
     # A member declaring more than the archive holds: the tar cut inside it.
@@ -282,6 +340,7 @@ def main():
 
     finish(f"{len(made)} archives of {len(images)} images (and {len(every) - len(images)} other members) "
            "answered as the folder, by --local and a server; brace ranges, --aggregate, --bytes, --extensions; "
+           "WebDataset keys' --labels .seg.png and --mask .mask.png in shards, zips and the folder; "
            "a cut tar, a zip bomb, a lying zip, no archive, an empty one")
 
 
