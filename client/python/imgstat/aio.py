@@ -17,6 +17,7 @@ from . import _channel
 from ._client import Client as _SyncClient
 from ._errors import Error
 from ._inputs import prepare
+from ._shards import expand as expand_archives
 from ._options import parts_asked
 from ._pump import message
 from ._result import Result
@@ -62,13 +63,14 @@ class Client:
             response = await asyncio.to_thread(sync._run, job, opts)
         return Result(response, job.name, parts_asked(opts))
 
-    async def analyze_many(self, inputs, *, jobs=None, errors="raise", **options):
-        """An async iterator of results in input order, ``jobs`` calls in flight."""
+    async def analyze_many(self, inputs, *, jobs=None, errors="raise", extensions=None, **options):
+        """An async iterator of results in input order, ``jobs`` calls in
+        flight; archives stand for their members (imgstat.Client.analyze_many)."""
         if errors not in ("raise", "return"):
             raise ValueError("errors must be 'raise' or 'return'")
         window = jobs or await asyncio.to_thread(self._sync.calls_to_fill)
         pending = []
-        for x in inputs:
+        for x in expand_archives(inputs, extensions):
             pending.append(asyncio.ensure_future(self._one(x, options)))
             if len(pending) >= window:
                 async for r in self._drain(pending[:1], errors):

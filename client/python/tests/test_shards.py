@@ -120,3 +120,21 @@ def test_damaged_archives_and_members_are_answered_and_the_pass_goes_on(client, 
     assert not isinstance(got[3], imgstat.Error)
     with pytest.raises(imgstat.Error, match="analyze_many or aggregate"):
         client.analyze(cut)
+
+
+def test_the_asyncio_client_reads_archives_as_the_blocking_one(client, server, dataset, tmp_path):
+    import asyncio
+
+    import imgstat.aio
+    folder, names = dataset
+    archive = write(tmp_path / "set.zip", folder, names, None)
+
+    async def main():
+        async with imgstat.aio.Client(server.address) as c:
+            return [r async for r in c.analyze_many([archive], errors="return", stats="min_max,sum")]
+
+    got = asyncio.run(main())
+    want = list(client.analyze_many([archive], errors="return", stats="min_max,sum"))
+    assert [r.input if isinstance(r, imgstat.Error) else r.file for r in got] == [f"{archive}:{n}" for n in names]
+    for a, b in zip(got, want):
+        assert (a.code == b.code if isinstance(b, imgstat.Error) else comparable(a.to_dict()) == comparable(b.to_dict()))
