@@ -101,77 +101,61 @@ def members(path, extensions=None):
     path = os.fspath(path)
     extensions = extensions or IMAGE_EXTENSIONS
     kept = skipped = 0
-    if path.lower().endswith(".zip"):
-        try:
-            z = zipfile.ZipFile(path)
-        except (OSError, zipfile.BadZipFile) as e:
-            yield Error("INVALID_ARGUMENT", f"not a zip file ({e})", path)
-            return
-        with z:
-            for info in z.infolist():
-                if info.is_dir():
-                    continue
-                if not _wanted(info.filename, extensions):
-                    skipped += 1
-                    continue
-                kept += 1
-                name = f"{path}:{info.filename}"
-                if info.file_size > MAX_MEMBER_BYTES:
-                    yield _too_large(name, info.file_size)
-                    continue
-                try:
-                    with z.open(info) as f:
-                        data = f.read(MAX_MEMBER_BYTES + 1)
-                except (OSError, zipfile.BadZipFile, EOFError, ValueError) as e:
-                    yield Error("DATA_LOSS", f"cannot be read from its archive ({e})", name)
-                    continue
-                if len(data) != info.file_size:
-                    yield Error("DATA_LOSS", f"holds {len(data)} bytes, its header declares {info.file_size}", name)
-                    continue
-                yield Member(name, data)
-    else:
-        try:
-            stream = _open_tar(path)
-        except (OSError, tarfile.TarError) as e:
+    entries = _zip_entries(path) if path.lower().endswith(".zip") else _tar_entries(path)
+    try:
+        for member, size, read in entries:
+            if not _wanted(member, extensions):
+                skipped += 1
+                continue
+            kept += 1
+            name = f"{path}:{member}"
+            if size > MAX_MEMBER_BYTES:
+                yield _too_large(name, size)
+                continue
+            try:
+                data = read()
+            except (OSError, tarfile.TarError, zipfile.BadZipFile, EOFError, ValueError) as e:
+                yield Error("DATA_LOSS", f"cannot be read from its archive ({e})", name)
+                continue
+            if len(data) != size:
+                yield Error("DATA_LOSS", f"the archive holds {len(data)} of the {size} bytes its header declares", name)
+                continue
+            yield Member(name, data)
+    except Error as e:
+        yield e
+        return
+    except (OSError, tarfile.TarError, zipfile.BadZipFile, EOFError, ValueError) as e:
+        if kept + skipped == 0:
             yield Error("INVALID_ARGUMENT", f"not an archive read ({e})", path)
             return
-        except Error as e:
-            yield e
-            return
-        with stream as t:
-            while True:
-                try:
-                    info = t.next()
-                except (tarfile.TarError, OSError, EOFError) as e:
-                    warnings.warn(f"{path}: damaged after its first {kept + skipped} members ({e})", stacklevel=3)
-                    break
-                if info is None:
-                    break
-                if not info.isfile():
-                    continue
-                if not _wanted(info.name, extensions):
-                    skipped += 1
-                    continue
-                kept += 1
-                name = f"{path}:{info.name.removeprefix('./')}"
-                if info.size > MAX_MEMBER_BYTES:
-                    yield _too_large(name, info.size)
-                    continue
-                try:
-                    data = t.extractfile(info).read()
-                except (tarfile.TarError, OSError, EOFError) as e:
-                    yield Error("DATA_LOSS", f"cannot be read from its archive ({e})", name)
-                    break
-                if len(data) != info.size:
-                    yield Error("DATA_LOSS", f"the archive holds {len(data)} of the {info.size} bytes its header "
-                                             "declares", name)
-                    break
-                yield Member(name, data)
+        warnings.warn(f"{path}: damaged after its first {kept + skipped} members ({e})", stacklevel=3)
     if skipped:
         warnings.warn(f"{path}: {skipped} of its {kept + skipped} members left out, not images by their names "
                       "(extensions= to read them)", stacklevel=3)
     if kept + skipped == 0:
         yield Error("INVALID_ARGUMENT", "an empty archive", path)
+
+
+def _zip_entries(path):
+    """(name, size, read) of a zip's files, from its central directory."""
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            if not info.is_dir():
+                yield info.filename, info.file_size, lambda info=info: _read_at_most(z.open(info))
+
+
+def _tar_entries(path):
+    """(name, size, read) of a tar's files, in order (a stream: each read before the next)."""
+    with _open_tar(path) as t:
+        while (info := t.next()) is not None:
+            if info.isfile():
+                yield info.name.removeprefix("./"), info.size, lambda info=info: _read_at_most(t.extractfile(info))
+
+
+def _read_at_most(f):
+    """A member's bytes, one past the limit at most (a zip may lie about its size)."""
+    with f:
+        return f.read(MAX_MEMBER_BYTES + 1)
 
 
 def _open_tar(path):
