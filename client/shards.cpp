@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 namespace imgstat::client {
@@ -265,6 +266,8 @@ ShardListing list_shard(const std::string& path, const std::function<MemberUse(c
   shard->file_size = static_cast<uint64_t>(st.st_size);
   Archive a = open_archive(path);
   ShardListing out;
+  bool zarr_metadata = false;
+  std::set<std::string> pair_stems, pair_data;  // NIfTI: X.hdr, and X.img or X.img.gz
   archive_entry* e = nullptr;
   for (size_t ordinal = 0;; ++ordinal) {
     const int rc = archive_read_next_header(a.get(), &e);
@@ -280,6 +283,13 @@ ShardListing list_shard(const std::string& path, const std::function<MemberUse(c
     }
     if (archive_entry_filetype(e) != AE_IFREG) continue;
     const std::string name = member_name(e);
+    if (shard->kind == Kind::kPlainTar) {
+      const std::string base = name.substr(name.find_last_of('/') == std::string::npos ? 0 : name.find_last_of('/') + 1);
+      if (base == ".zarray" || base == ".zgroup" || base == ".zattrs") zarr_metadata = true;
+      if (ends_with(base, ".hdr")) pair_stems.insert(name.substr(0, name.size() - 4));
+      if (ends_with(base, ".img")) pair_data.insert(name.substr(0, name.size() - 4));
+      if (ends_with(base, ".img.gz")) pair_data.insert(name.substr(0, name.size() - 7));
+    }
     const MemberUse how = use(name);
     if (how == MemberUse::kLeftOut) {
       ++out.skipped;
@@ -314,6 +324,14 @@ ShardListing list_shard(const std::string& path, const std::function<MemberUse(c
     }
     shard->by_ordinal[ordinal] = shard->members.size();
     shard->members.push_back(std::move(m));
+  }
+  if (out.damage.empty() && shard->kind == Kind::kPlainTar) {
+    const bool pair = std::any_of(pair_stems.begin(), pair_stems.end(), [&](const std::string& s) { return pair_data.count(s); });
+    if (zarr_metadata || pair) {
+      out.one_input = true;
+      out.skipped = 0;
+      return out;  // nothing registered: the tar is read whole, by its name
+    }
   }
   shard->opened.assign(shard->members.size(), false);
   shard->unopened = shard->members.size();

@@ -41,6 +41,10 @@ struct ShardListing {
   uint64_t beside = 0;              // members read beside inputs
   uint64_t skipped = 0;             // regular members left out
   std::string damage;               // why the listing ended early ("" when it did not)
+  // An uncompressed tar of one input the server reads whole (a Zarr store:
+  // .zarray, .zgroup or .zattrs; a NIfTI pair, .hdr and .img): it is sent
+  // as it is, not as members (nothing is listed in inputs).
+  bool one_input = false;
 };
 
 // What a member is to a run: an input, read beside an input (a WebDataset

@@ -408,11 +408,15 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
   auto add_file = [&](const std::string& f) {
     std::error_code ec;
     if (!is_shard_name(f) || !fs::is_regular_file(f, ec)) return out.push_back(f);
+    // --dicom-series: a tar of DICOM files is their series, one input (the server reads it whole).
+    if (dicom_series && lower_case(f).size() > 4 && lower_case(f).compare(lower_case(f).size() - 4, 4, ".tar") == 0)
+      return out.push_back(f);
     try {
       const ShardListing listing = list_shard(f, [&](const std::string& member) {
         if (ends_in(member, beside)) return MemberUse::kBeside;
         return options.every_file || wanted(member) ? MemberUse::kInput : MemberUse::kLeftOut;
       });
+      if (listing.one_input) return out.push_back(f);  // a Zarr store's or NIfTI pair's tar: the server reads it whole
       out.insert(out.end(), listing.inputs.begin(), listing.inputs.end());
       if (!listing.damage.empty())
         missing->push_back(f + " (damaged after its first " + std::to_string(listing.inputs.size() + listing.skipped) +
