@@ -334,7 +334,8 @@ TEST_P(Limits, MapsThatDeclareTooMuchAreRefused) {
 // declares 1.8 GB of compressed bytes (cfitsio allocates what it says: found
 // by fuzz_fits), FITS axes of 10^12 pixels, a gzip-compressed FITS that
 // inflates past the decode memory, a NIfTI of 30000^3 voxels, a DICOM
-// element of 1.3 GB (declared frames: tests/dicom).
+// element of 1.3 GB, of 134 MB inside a UN sequence, a fragments' delimiter
+// of 128 MiB (declared frames: tests/dicom).
 TEST_P(Limits, ScienceHeadersThatDeclareTooMuchAreRefused) {
   auto with_series = [](v1::AnalyzeRequest r, uint32_t series) {
     r.mutable_options()->mutable_planes()->set_series(series);
@@ -406,6 +407,27 @@ TEST_P(Limits, ScienceHeadersThatDeclareTooMuchAreRefused) {
     const std::string dicom((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     ASSERT_FALSE(dicom.empty());
     expect_refused(analyze(encoded(dicom)), "DICOM: ", "a DICOM element declaring 1.3 GB");
+  }
+  {
+    // A UN element of undefined length whose item holds an explicit-VR
+    // element: GDCM reads the item as implicit VR (CP-246), where "LO" and
+    // a length of 2048 declare 134 MB, and then reads the whole file again
+    // as other encodings (fuzz_dicom, in CI).
+    std::ifstream in(std::string(IMGSTAT_FUZZ_CRASHES) + "/dicom-un-sequence-gdcm-reads-as-134-mb", std::ios::binary);
+    const std::string dicom((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(dicom.empty());
+    expect_refused(analyze(encoded(dicom)), "element (0009,1011) declares 134238028 bytes",
+                   "a UN sequence GDCM reads as implicit VR");
+  }
+  {
+    // GDCM reads a fragments' sequence delimiter's declared length as a
+    // fragment, allocating it first (fuzz_dicom, in CI).
+    std::ifstream in(std::string(IMGSTAT_FUZZ_CRASHES) + "/dicom-fragments-delimiter-declaring-128-mib",
+                     std::ios::binary);
+    const std::string dicom((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(dicom.empty());
+    expect_refused(analyze(encoded(dicom)), "sequence delimiter declares 134217728 bytes",
+                   "a fragments' delimiter declaring 128 MiB");
   }
 }
 

@@ -7,7 +7,8 @@ pydicom and numpy over the same values.
 Each file is written here by pydicom: CT with RescaleIntercept -1024
 (Hounsfield units, int16), MR unscaled, a non-integral slope (float64),
 MONOCHROME1 (inverted), Pixel Padding Value and its range (missing),
-multi-frame (planes), RGB chunky and planar, YBR_FULL, PALETTE COLOR
+multi-frame (planes), a private sequence in a UN element of undefined
+length (CP-246: its items in implicit VR), RGB chunky and planar, YBR_FULL, PALETTE COLOR
 (16-bit tables, uncompressed and RLE; packed 8-bit tables mapped from
 100, values below and past them; against apply_color_lut), 1-bit frames
 that start inside a byte, signed 8-bit, each
@@ -28,6 +29,7 @@ SeriesInstanceUID and ordered as the geometry says, plane by plane.
 """
 import json
 import os
+import struct
 import subprocess
 import sys
 import urllib.request
@@ -101,6 +103,24 @@ def palette(ds, descriptor, tables):
     return ds
 
 
+def add_un_sequence(path):
+    """Gives the file a private sequence as CP-246 carries one whose VR is not known: a UN element of
+    undefined length, its item's elements in implicit VR (read as explicit, the first has no VR)."""
+    raw = open(path, "rb").read()
+    at = 132
+    while struct.unpack_from("<H", raw, at)[0] <= 0x0009:
+        if raw[at + 4:at + 6] in (b"OB", b"OW", b"OF", b"SQ", b"UN", b"UT", b"UC", b"UR", b"OD", b"OL"):
+            at += 12 + struct.unpack_from("<I", raw, at + 8)[0]
+        else:
+            at += 8 + struct.unpack_from("<H", raw, at + 6)[0]
+    creator = struct.pack("<HH2sH", 0x0009, 0x0010, b"LO", 8) + b"IMGSTAT "
+    item = struct.pack("<HHI", 0x0009, 0x1011, 6) + b"ABCDEF" + struct.pack("<HHI", 0x0009, 0x1012, 2) + b"XY"
+    un = (struct.pack("<HH2sHI", 0x0009, 0x1010, b"UN", 0, 0xFFFFFFFF) + struct.pack("<HHI", 0xFFFE, 0xE000, 0xFFFFFFFF)
+          + item + struct.pack("<HHI", 0xFFFE, 0xE00D, 0) + struct.pack("<HHI", 0xFFFE, 0xE0DD, 0))
+    with open(path, "wb") as f:
+        f.write(raw[:at] + creator + un + raw[at:])
+
+
 def make_files(work, rng):
     """[(name, path, pixel values as imgstat should see them (frames, rows, cols, channels), type)]."""
     files = []
@@ -114,6 +134,8 @@ def make_files(work, rng):
     ct = dataset(stored, Modality="CT", bits_stored=12, RescaleSlope=1, RescaleIntercept=-1024,
                  BodyPartExamined="CHEST", SeriesDescription="AXIAL 1mm", PixelSpacing=[0.5, 0.5], SliceThickness=1.0)
     put("ct-hu.dcm", ct, stored.astype(np.int64) - 1024, "int16")
+    put("ct-un-sequence.dcm", ct, stored.astype(np.int64) - 1024, "int16")
+    add_un_sequence(files[-1][1])
     mr = rng.integers(0, 65536, (23, 29), dtype=np.uint16)
     put("mr-implicit.dcm", dataset(mr, ImplicitVRLittleEndian, Modality="MR"), mr, "uint16")
     put("mr-big-endian.dcm", dataset(mr, ExplicitVRBigEndian, Modality="MR"), mr, "uint16")
