@@ -429,6 +429,16 @@ TEST_P(Limits, ScienceHeadersThatDeclareTooMuchAreRefused) {
     expect_refused(analyze(encoded(dicom)), "sequence delimiter declares 134217728 bytes",
                    "a fragments' delimiter declaring 128 MiB");
   }
+  {
+    // A group-2 element in an implicit-VR data set, "OB" and its bytes a
+    // length of 1.9 GB as GDCM reads it (fuzz_dicom).
+    std::ifstream in(std::string(IMGSTAT_FUZZ_CRASHES) + "/dicom-group-2-in-an-implicit-data-set-declaring-1.9-gb",
+                     std::ios::binary);
+    const std::string dicom((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(dicom.empty());
+    expect_refused(analyze(encoded(dicom)), "element (0002,0001) declares 1895842383 bytes",
+                   "a group-2 element of an implicit data set");
+  }
 }
 
 // Files as one tar, as the client sends a Zarr store.

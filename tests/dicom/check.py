@@ -8,7 +8,8 @@ Each file is written here by pydicom: CT with RescaleIntercept -1024
 (Hounsfield units, int16), MR unscaled, a non-integral slope (float64),
 MONOCHROME1 (inverted), Pixel Padding Value and its range (missing),
 multi-frame (planes), a private sequence in a UN element of undefined
-length (CP-246: its items in implicit VR), RGB chunky and planar, YBR_FULL, PALETTE COLOR
+length (CP-246: its items in implicit VR), a file meta group without its
+group length, RGB chunky and planar, YBR_FULL, PALETTE COLOR
 (16-bit tables, uncompressed and RLE; packed 8-bit tables mapped from
 100, values below and past them; against apply_color_lut), 1-bit frames
 that start inside a byte, signed 8-bit, each
@@ -121,6 +122,14 @@ def add_un_sequence(path):
         f.write(raw[:at] + creator + un + raw[at:])
 
 
+def drop_group_length(path):
+    """Leaves out the file meta group's length (0002,0000), as some writers do."""
+    raw = open(path, "rb").read()
+    assert struct.unpack_from("<HH2s", raw, 132) == (0x0002, 0x0000, b"UL")
+    with open(path, "wb") as f:
+        f.write(raw[:132] + raw[132 + 12:])
+
+
 def make_files(work, rng):
     """[(name, path, pixel values as imgstat should see them (frames, rows, cols, channels), type)]."""
     files = []
@@ -139,6 +148,8 @@ def make_files(work, rng):
     mr = rng.integers(0, 65536, (23, 29), dtype=np.uint16)
     put("mr-implicit.dcm", dataset(mr, ImplicitVRLittleEndian, Modality="MR"), mr, "uint16")
     put("mr-big-endian.dcm", dataset(mr, ExplicitVRBigEndian, Modality="MR"), mr, "uint16")
+    put("mr-implicit-no-group-length.dcm", dataset(mr, ImplicitVRLittleEndian, Modality="MR"), mr, "uint16")
+    drop_group_length(files[-1][1])
     s16 = rng.integers(-2000, 2000, (19, 17), dtype=np.int16)
     put("pt-slope.dcm", dataset(s16, signed=True, Modality="PT", RescaleSlope="0.25", RescaleIntercept="3.5"),
         s16 * 0.25 + 3.5, "float64")

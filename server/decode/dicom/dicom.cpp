@@ -196,6 +196,7 @@ class ElementFraming {
     size_t at = 132;
     std::string syntax;
     // The file meta group: explicit VR little endian, whatever follows.
+    in_meta_ = true;
     while (at + 8 <= n_ && u16(at) == 0x0002) {
       const size_t start = at;
       if (!element(at, n_, 0)) return why_;
@@ -204,6 +205,7 @@ class ElementFraming {
         syntax.assign(reinterpret_cast<const char*>(d_ + value), at - value);
       }
     }
+    in_meta_ = false;
     while (!syntax.empty() && (syntax.back() == '\0' || syntax.back() == ' ')) syntax.pop_back();
     // Without one GDCM guesses the byte order and VR from the bytes, and
     // reads lengths this walk would not.
@@ -241,7 +243,9 @@ class ElementFraming {
     if (depth > 16) return bad("sequences nest more than 16 deep");
     if (end - at < 8) return bad("an element header is cut short at byte " + std::to_string(at));
     const uint32_t group = u16(at), elem = u16(at + 2);
-    const bool meta = group == 0x0002;
+    // Group 2 after the file meta group is read as the data set's (as GDCM
+    // does: fuzz_dicom, 1.9 GB from an implicit-VR element read as explicit).
+    const bool meta = in_meta_;
     const bool saved_little = little_;
     if (meta) little_ = true;
     std::string vr;
@@ -333,7 +337,7 @@ class ElementFraming {
   }
   const uint8_t* d_;
   size_t n_;
-  bool explicit_ = true, little_ = true;
+  bool explicit_ = true, little_ = true, in_meta_ = false;
   std::string why_;
 };
 
@@ -402,7 +406,16 @@ void read_attributes(Reading& r) {
   bool read = false;
   try {
     file.GetHeader().GetPreamble().Read(is);
-    file.GetHeader().Read(is);
+    try {
+      file.GetHeader().Read(is);
+    } catch (const std::exception&) {
+      // A file meta group without its group length (0002,0000) first, as
+      // gdcm::Reader reads one (ElementFraming walked it as explicit VR).
+      is.clear();
+      is.seekg(132);
+      file.GetHeader().Clear();
+      file.GetHeader().ReadCompat(is);
+    }
     const gdcm::TransferSyntax& ts = file.GetHeader().GetDataSetTransferSyntax();
     gdcm::DataSet& ds = file.GetDataSet();
     if (ts.GetSwapCode() == gdcm::SwapCode::BigEndian) {
