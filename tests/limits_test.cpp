@@ -16,9 +16,13 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <new>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/analyzer.hpp"
+#include "decode/allocation_ceiling.hpp"
 #include "hostile/inputs.hpp"
 #include "raw_request.hpp"
 #include "support/alloc_watch.hpp"
@@ -496,6 +500,36 @@ TEST_P(Limits, ZarrMetadataThatDeclaresTooMuchIsRefused) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, Limits, ::testing::Values("cpu", "cuda"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// The ceiling under which GDCM reads (decode/allocation_ceiling.hpp): an
+// allocation above it is refused before malloc sees it, on this thread
+// only, each form of new, and the ceiling is restored as it was.
+TEST(AllocationCeiling, RefusesAboveItBeforeMallocOnItsThreadOnly) {
+  if (!AllocWatch::works()) GTEST_SKIP() << "allocations are not seen in this build";
+  constexpr size_t kCeiling = size_t{1} << 20;
+  {
+    AllocWatch watch;
+    const size_t before = exchange_allocation_ceiling(kCeiling);
+    EXPECT_THROW(static_cast<void>(::operator new(kCeiling + 1)), std::bad_alloc);
+    EXPECT_EQ(last_refused_allocation(), kCeiling + 1);
+    EXPECT_THROW(static_cast<void>(::operator new[](3 * kCeiling)), std::bad_alloc);
+    EXPECT_THROW(static_cast<void>(::operator new(2 * kCeiling, std::align_val_t{64})), std::bad_alloc);
+    EXPECT_EQ(::operator new(2 * kCeiling, std::nothrow), nullptr);
+    EXPECT_THROW(std::vector<char>(2 * kCeiling), std::bad_alloc);
+    EXPECT_EQ(last_refused_allocation(), 2 * kCeiling);
+    std::vector<char> within(kCeiling, 'x');
+    EXPECT_EQ(within[kCeiling - 1], 'x');
+    EXPECT_LE(watch.largest(), kCeiling) << "malloc was asked for more than the ceiling";
+    EXPECT_EQ(exchange_allocation_ceiling(before), kCeiling);
+  }
+  const size_t before = exchange_allocation_ceiling(kCeiling);
+  size_t other_thread = 0;
+  std::thread([&] { other_thread = std::vector<char>(4 * kCeiling, 'y').size(); }).join();
+  EXPECT_EQ(other_thread, 4 * kCeiling);
+  exchange_allocation_ceiling(before);
+  EXPECT_EQ(last_refused_allocation(), 0u);
+  EXPECT_EQ(std::vector<char>(4 * kCeiling).size(), 4 * kCeiling) << "the ceiling was not restored";
+}
 
 }  // namespace
 }  // namespace imgstat

@@ -23,10 +23,12 @@
 #include <istream>
 #include <limits>
 #include <mutex>
+#include <new>
 #include <shared_mutex>
 #include <streambuf>
 #include <type_traits>
 
+#include "decode/allocation_ceiling.hpp"
 #include "decode/decode.hpp"
 #include "decode/isolated.hpp"
 
@@ -58,23 +60,46 @@ extern "C" [[noreturn]] void __assert_fail(const char* expression, const char* f
 namespace imgstat {
 namespace {
 
-// Runs fn, whose GDCM calls may fail an assertion: that is kInvalidArgument.
+// What GDCM may allocate at once reading a file of n bytes: its values lie
+// in the file (ElementFraming), and what it builds around them (a
+// sequence's items, strings) stays within the file's size again.
+constexpr size_t kGdcmCeilingPerFileByte = 2;
+constexpr size_t kGdcmCeilingSlack = size_t{1} << 20;
+
+// Runs fn, whose GDCM calls may fail an assertion (that is
+// kInvalidArgument) and whose allocations stay under a ceiling from the
+// file's size (decode/allocation_ceiling.hpp; above it, kInvalidArgument).
 template <class Fn>
-void gdcm_guarded(Fn&& fn) {
+void gdcm_guarded(size_t file_bytes, Fn&& fn) {
   sigjmp_buf env;
   sigjmp_buf* const outer = t_gdcm_guard;
-  if (sigsetjmp(env, 0) != 0) {
+  const size_t ceiling = kGdcmCeilingPerFileByte * file_bytes + kGdcmCeilingSlack;
+  const size_t outer_ceiling = exchange_allocation_ceiling(ceiling);
+  auto restore = [&] {
     t_gdcm_guard = outer;
+    exchange_allocation_ceiling(outer_ceiling);
+  };
+  if (sigsetjmp(env, 0) != 0) {
+    restore();
     invalid_data(std::string("DICOM: GDCM cannot read it (its check \"") + t_gdcm_assertion + "\" failed)");
   }
+  // GDCM turns a refused allocation into an error of its own, and some of
+  // its readers go on after one: whatever it then says, the file is refused.
+  auto refuse_if_past_ceiling = [&] {
+    const size_t refused = last_refused_allocation();
+    restore();
+    if (refused > ceiling)
+      invalid_data("DICOM: GDCM would allocate " + std::to_string(refused) + " bytes at once to read a file of " +
+                   std::to_string(file_bytes) + " (damaged)");
+  };
   t_gdcm_guard = &env;
   try {
     fn();
   } catch (...) {
-    t_gdcm_guard = outer;
+    refuse_if_past_ceiling();
     throw;
   }
-  t_gdcm_guard = outer;
+  refuse_if_past_ceiling();
 }
 
 // A read-only stream over the file's bytes, which GDCM seeks in.
@@ -696,7 +721,7 @@ DicomImage plan_dicom(const uint8_t* data, size_t size, bool stored_values, uint
   Reading r(data, size);
   Values v;
   DicomImage out;
-  gdcm_guarded([&] { out = describe(r, stored_values, max_planes, max_pixels, &v); });
+  gdcm_guarded(size, [&] { out = describe(r, stored_values, max_planes, max_pixels, &v); });
   return out;
 }
 
@@ -711,7 +736,7 @@ void decode_dicom(const uint8_t* data, size_t size, const DicomImage& planned, b
   {
     std::shared_lock<std::shared_mutex> lock(g_gdcm);
     Reading r(data, size);
-    gdcm_guarded([&] {
+    gdcm_guarded(size, [&] {
       image = describe(r, stored_values, uint64_t{1} << 40, uint64_t{1} << 62, &v);
       const gdcm::TransferSyntax ts = r.reader.GetFile().GetHeader().GetDataSetTransferSyntax();
       const gdcm::ByteValue* bv = r.reader.GetFile().GetDataSet().GetDataElement(gdcm::Tag(0x7fe0, 0x0010)).GetByteValue();
