@@ -404,44 +404,33 @@ TEST_P(Limits, ScienceHeadersThatDeclareTooMuchAreRefused) {
     const Outcome o = analyze(encoded(nii));
     expect_refused(o, "NIfTI", "a NIfTI of 30000^3 voxels");
   }
-  {
-    // GDCM allocates what an element declares before reading it: 1.3 GB
-    // here, in a 2 KB file (found by fuzz_nifti, whose input became a DICOM).
-    std::ifstream in(std::string(IMGSTAT_FUZZ_CRASHES) + "/dicom-element-declaring-1.3-gb", std::ios::binary);
+  // GDCM allocates what an element declares before reading it, and reads
+  // lengths of its own where a file does not read as it should.
+  struct Hostile {
+    const char* file;
+    const char* refusal;
+    const char* what;
+  };
+  const Hostile dicoms[] = {
+      // 1.3 GB in a 2 KB file (found by fuzz_nifti, whose input became a DICOM).
+      {"dicom-element-declaring-1.3-gb", "DICOM: ", "a DICOM element declaring 1.3 GB"},
+      // A UN element of undefined length whose item holds an explicit-VR
+      // element: GDCM reads the item as implicit VR (CP-246), where "LO" and
+      // a length of 2048 declare 134 MB, then the file again as other encodings.
+      {"dicom-un-sequence-gdcm-reads-as-134-mb", "element (0009,1011) declares 134238028 bytes",
+       "a UN sequence GDCM reads as implicit VR"},
+      // A fragments' sequence delimiter's length, which GDCM reads as a fragment.
+      {"dicom-fragments-delimiter-declaring-128-mib", "sequence delimiter declares 134217728 bytes",
+       "a fragments' delimiter declaring 128 MiB"},
+      // A group-2 element in an implicit-VR data set: "OB" and its bytes 1.9 GB.
+      {"dicom-group-2-in-an-implicit-data-set-declaring-1.9-gb", "element (0002,0001) declares 1895842383 bytes",
+       "a group-2 element of an implicit data set"},
+  };
+  for (const Hostile& h : dicoms) {
+    std::ifstream in(std::string(IMGSTAT_FUZZ_CRASHES) + "/" + h.file, std::ios::binary);
     const std::string dicom((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    ASSERT_FALSE(dicom.empty());
-    expect_refused(analyze(encoded(dicom)), "DICOM: ", "a DICOM element declaring 1.3 GB");
-  }
-  {
-    // A UN element of undefined length whose item holds an explicit-VR
-    // element: GDCM reads the item as implicit VR (CP-246), where "LO" and
-    // a length of 2048 declare 134 MB, and then reads the whole file again
-    // as other encodings (fuzz_dicom, in CI).
-    std::ifstream in(std::string(IMGSTAT_FUZZ_CRASHES) + "/dicom-un-sequence-gdcm-reads-as-134-mb", std::ios::binary);
-    const std::string dicom((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    ASSERT_FALSE(dicom.empty());
-    expect_refused(analyze(encoded(dicom)), "element (0009,1011) declares 134238028 bytes",
-                   "a UN sequence GDCM reads as implicit VR");
-  }
-  {
-    // GDCM reads a fragments' sequence delimiter's declared length as a
-    // fragment, allocating it first (fuzz_dicom, in CI).
-    std::ifstream in(std::string(IMGSTAT_FUZZ_CRASHES) + "/dicom-fragments-delimiter-declaring-128-mib",
-                     std::ios::binary);
-    const std::string dicom((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    ASSERT_FALSE(dicom.empty());
-    expect_refused(analyze(encoded(dicom)), "sequence delimiter declares 134217728 bytes",
-                   "a fragments' delimiter declaring 128 MiB");
-  }
-  {
-    // A group-2 element in an implicit-VR data set, "OB" and its bytes a
-    // length of 1.9 GB as GDCM reads it (fuzz_dicom).
-    std::ifstream in(std::string(IMGSTAT_FUZZ_CRASHES) + "/dicom-group-2-in-an-implicit-data-set-declaring-1.9-gb",
-                     std::ios::binary);
-    const std::string dicom((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    ASSERT_FALSE(dicom.empty());
-    expect_refused(analyze(encoded(dicom)), "element (0002,0001) declares 1895842383 bytes",
-                   "a group-2 element of an implicit data set");
+    ASSERT_FALSE(dicom.empty()) << h.file;
+    expect_refused(analyze(encoded(dicom)), h.refusal, h.what);
   }
 }
 
