@@ -1,6 +1,8 @@
 #include "decode/dicom/dicom.hpp"
 
 #include <gdcmExplicitDataElement.h>
+#include <gdcmFile.h>
+#include <gdcmSmartPointer.h>
 #include <gdcmFileMetaInformation.h>
 #include <gdcmImage.h>
 #include <gdcmImageHelper.h>
@@ -153,18 +155,17 @@ bool integral(double v) { return std::isfinite(v) && v == std::floor(v) && std::
 // held whole (decode/isolated).
 std::shared_mutex g_gdcm;
 
-// The attributes only: gdcm::Reader, not ImageReader, whose Read() decodes
-// pixel data already (its lossy flag: fuzz_dicom faulted GDCM's RLE decoder
-// there). Pixels are decoded in a process of their own (decode_dicom).
+// The attributes only, read by read_attributes; not gdcm::ImageReader,
+// whose Read() decodes pixel data already (its lossy flag: fuzz_dicom
+// faulted GDCM's RLE decoder there). Pixels are decoded in a process of
+// their own (decode_dicom).
 struct Reading {
   MemoryBuffer buffer;
   std::istream stream;
-  gdcm::Reader reader;
-  size_t size;
-  Reading(const uint8_t* data, size_t bytes) : buffer(data, bytes), stream(&buffer), size(bytes) {
-    quiet_gdcm();
-    reader.SetStream(stream);
-  }
+  // GDCM's filters hold the file by a counted pointer: it lives on the heap.
+  gdcm::SmartPointer<gdcm::File> owner = new gdcm::File;
+  gdcm::File& file = *owner;
+  Reading(const uint8_t* data, size_t bytes) : buffer(data, bytes), stream(&buffer) { quiet_gdcm(); }
 };
 
 struct Values {
@@ -419,14 +420,13 @@ SampleType read_palette(const gdcm::File& file, const std::string& descriptor, V
   return entry_bytes == 1 ? SampleType::kUint8 : SampleType::kUint16;
 }
 
-// The image's layout and values, from its attributes alone (no pixel decoded).
 // gdcm::Reader::Read, where a data set does not read as its transfer syntax
 // says, reads it again as one broken encoding after another (CP-246 UN,
 // 16-bit VRs, explicit and implicit mixed), each allocating the lengths it
 // then finds: lengths ElementFraming never saw (fuzz_dicom: 100 MB from a
 // 4 KB file). So the file is read once, as it says, and refused otherwise.
 void read_attributes(Reading& r) {
-  gdcm::File& file = r.reader.GetFile();
+  gdcm::File& file = r.file;
   std::istream& is = r.stream;
   bool read = false;
   try {
@@ -461,9 +461,10 @@ void read_attributes(Reading& r) {
   if (!read) invalid_data("DICOM: GDCM cannot read its attributes as its transfer syntax says (damaged)");
 }
 
+// The image's layout and values, from its attributes alone (no pixel decoded).
 DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_t max_pixels, Values* v) {
   read_attributes(r);
-  const gdcm::File& file0 = r.reader.GetFile();
+  const gdcm::File& file0 = r.file;
   if (!file0.GetDataSet().FindDataElement(gdcm::Tag(0x7fe0, 0x0010))) invalid_data("DICOM: no pixel data");
   const std::vector<unsigned int> dims = gdcm::ImageHelper::GetDimensionsValue(file0);
   const gdcm::PixelFormat pf = gdcm::ImageHelper::GetPixelFormatValue(file0);
@@ -519,10 +520,10 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
   const double smin = v->is_signed ? -std::ldexp(1.0, b - 1) : 0;
   const double smax = v->is_signed ? std::ldexp(1.0, b - 1) - 1 : std::ldexp(1.0, b) - 1;
   gdcm::StringFilter sf;
-  sf.SetFile(r.reader.GetFile());
+  sf.SetFile(r.file);
   auto attribute = [&](uint16_t group, uint16_t element) {
     const gdcm::Tag tag(group, element);
-    if (!r.reader.GetFile().GetDataSet().FindDataElement(tag)) return std::string();
+    if (!r.file.GetDataSet().FindDataElement(tag)) return std::string();
     return printable(sf.ToString(tag));
   };
   {
@@ -549,7 +550,7 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
   }
   SampleType type = v->stored;
   if (palette && !stored_values) {
-    type = read_palette(r.reader.GetFile(), attribute(0x0028, 0x1101), v);
+    type = read_palette(r.file, attribute(0x0028, 0x1101), v);
     out.bits_stored = type == SampleType::kUint8 ? 8 : 16;  // the values' bits are the tables' entries'
     out.channels = 3;
     out.channel_names = {"R", "G", "B"};
@@ -582,7 +583,7 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
   // for what is missing): ElementFraming found every length in the file.
   // It decodes fewer frames than declared as zeros too: the pixel data
   // must hold every frame declared.
-  const gdcm::DataSet& ds = r.reader.GetFile().GetDataSet();
+  const gdcm::DataSet& ds = r.file.GetDataSet();
   const gdcm::DataElement& pixel_data = ds.GetDataElement(gdcm::Tag(0x7fe0, 0x0010));
   if (const gdcm::ByteValue* bv = pixel_data.GetByteValue()) {
     if (uint64_t{bv->GetLength()} < out.decoded_bytes)
@@ -738,8 +739,8 @@ void decode_dicom(const uint8_t* data, size_t size, const DicomImage& planned, b
     Reading r(data, size);
     gdcm_guarded(size, [&] {
       image = describe(r, stored_values, uint64_t{1} << 40, uint64_t{1} << 62, &v);
-      const gdcm::TransferSyntax ts = r.reader.GetFile().GetHeader().GetDataSetTransferSyntax();
-      const gdcm::ByteValue* bv = r.reader.GetFile().GetDataSet().GetDataElement(gdcm::Tag(0x7fe0, 0x0010)).GetByteValue();
+      const gdcm::TransferSyntax ts = r.file.GetHeader().GetDataSetTransferSyntax();
+      const gdcm::ByteValue* bv = r.file.GetDataSet().GetDataElement(gdcm::Tag(0x7fe0, 0x0010)).GetByteValue();
       if (bv && !ts.IsEncapsulated() && (ts == gdcm::TransferSyntax::ImplicitVRLittleEndian ||
                                         ts == gdcm::TransferSyntax::ExplicitVRLittleEndian ||
                                         ts == gdcm::TransferSyntax::ExplicitVRBigEndian)) {
