@@ -10,6 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <random>
+#include <cstring>
+#include <limits>
 #include <thread>
 
 #include <jpeglib.h>  // after <cstdio>: it needs FILE
@@ -176,6 +179,106 @@ TEST(Plan, OmeImagesAreSeriesAndLyingXmlIsNone) {
   EXPECT_TRUE(ome_images(R"(<OME><Pixels DimensionOrder="XYQCT" SizeZ="2">)").empty());
   EXPECT_TRUE(ome_images(R"(<OME><Pixels DimensionOrder="XYZCT" SizeZ="0">)").empty());
   EXPECT_TRUE(ome_images(R"(<Pixels DimensionOrder="XYZCT" SizeZ="2">)").empty());  // not OME
+}
+
+// A FITS file of `planes` planes of w x h values written big-endian as BITPIX says.
+std::string fits_cube(int bitpix, uint64_t w, uint64_t h, uint64_t planes, const std::vector<std::string>& more,
+                      std::mt19937_64& rng) {
+  std::vector<std::string> cards = {"SIMPLE  =                    T", "BITPIX  = " + std::string(20 - std::to_string(bitpix).size(), ' ') + std::to_string(bitpix),
+                                    "NAXIS   =                    3"};
+  const uint64_t sizes[3] = {w, h, planes};
+  for (int i = 0; i < 3; ++i) {
+    const std::string v = std::to_string(sizes[i]);
+    cards.push_back("NAXIS" + std::to_string(i + 1) + "  = " + std::string(20 - v.size(), ' ') + v);
+  }
+  for (const std::string& c : more) cards.push_back(c);
+  cards.push_back("END");
+  std::string out;
+  for (const std::string& c : cards) out += c + std::string(80 - c.size(), ' ');
+  out.resize((out.size() + 2879) / 2880 * 2880, ' ');
+  const size_t stored = static_cast<size_t>(std::abs(bitpix) / 8);
+  for (uint64_t i = 0; i < w * h * planes; ++i) {
+    uint64_t bits = rng();
+    if (bitpix == -32) {
+      float f = std::normal_distribution<float>(1000, 30)(rng);
+      if (i % 97 == 5) f = std::numeric_limits<float>::quiet_NaN();
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      bits = u;
+    } else if (bitpix == -64) {
+      double f = std::normal_distribution<double>(-3, 1e6)(rng);
+      std::memcpy(&bits, &f, 8);
+    } else if (bitpix == 16 && i % 89 == 3) {
+      bits = 0x8000;  // BLANK -32768, where the file says so
+    }
+    for (size_t b = 0; b < stored; ++b) out.push_back(static_cast<char>(bits >> (8 * (stored - 1 - b))));
+  }
+  out.resize((out.size() + 2879) / 2880 * 2880, '\0');
+  return out;
+}
+
+// An uncompressed FITS image's planes read where they lie (read_planes, as
+// the analyzer's engines read them: any range, on any thread, again) are
+// byte for byte its planes decoded in bands, for each kind of scaling.
+TEST(Fits, PlanesReadWhereTheyLieEqualTheirBands) {
+  std::mt19937_64 rng(50);
+  struct Case {
+    int bitpix;
+    std::vector<std::string> more;
+  };
+  const std::vector<Case> cases = {
+      {-32, {}},
+      {-64, {}},
+      {8, {}},
+      {16, {"BZERO   =                32768"}},                                            // uint16
+      {16, {"BSCALE  =                  0.5", "BZERO   =                 -3.0", "BLANK   =               -32768"}},  // float with NaN
+      {32, {"BZERO   =                  1.5"}},                                            // float64
+  };
+  for (const Case& c : cases) {
+    const std::string file = fits_cube(c.bitpix, 37, 29, 5, c.more, rng);
+    for (const auto& [first, count] : {std::pair<uint64_t, uint64_t>{0, 0}, {1, 3}, {4, 1}}) {
+      SCOPED_TRACE("BITPIX " + std::to_string(c.bitpix) + ", planes from " + std::to_string(first));
+      DecodeOptions o;
+      o.first_plane = first;
+      o.plane_count = count;
+      const DecodePlan plan = plan_decode(bytes(file), file.size(), o);
+      ASSERT_TRUE(plan.readable);
+      const DecodedImage banded = decode_planes(bytes(file), file.size(), plan, o);
+      const Layout& l = banded.view.layout;
+      const uint64_t total = l.height * l.row_bytes();
+      RowSink sink;
+      sink.begin = [](uint32_t, uint32_t, uint32_t, SampleType) -> RowBand { ADD_FAILURE() << "bands asked for"; return {}; };
+      std::vector<uint8_t> read(static_cast<size_t>(total), 0xA5);
+      sink.read_planes = [&](const Layout& plane, uint64_t planes, const ByteReader& reader) {
+        EXPECT_EQ(plane.height * planes, l.height);
+        EXPECT_EQ(plane.row_bytes(), l.row_bytes());
+        EXPECT_EQ(plane.type, l.type);
+        // Odd ranges cutting values, from 4 threads at once, then all of it again from the end.
+        std::vector<std::pair<uint64_t, uint64_t>> ranges;
+        for (uint64_t at = 0; at < total;) {
+          const uint64_t n = std::min<uint64_t>(total - at, 1 + rng() % 301);
+          ranges.emplace_back(at, n);
+          at += n;
+        }
+        std::vector<std::thread> threads;
+        for (size_t t = 0; t < 4; ++t)
+          threads.emplace_back([&, t] {
+            for (size_t i = t; i < ranges.size(); i += 4) reader(ranges[i].first, ranges[i].second, read.data() + ranges[i].first);
+          });
+        for (std::thread& t : threads) t.join();
+        EXPECT_EQ(0, std::memcmp(read.data(), banded.view.data, static_cast<size_t>(total)));
+        std::vector<uint8_t> again(static_cast<size_t>(total));
+        for (uint64_t end = total; end > 0;) {
+          const uint64_t n = std::min<uint64_t>(end, 4096 + 3);
+          reader(end - n, n, again.data() + end - n);
+          end -= n;
+        }
+        EXPECT_EQ(again, read);
+      };
+      BandedDecode d = decode_in_bands(bytes(file), file.size(), plan, o, sink);
+      EXPECT_TRUE(d.taken);
+    }
+  }
 }
 
 TEST(Decode, JpegInOnePassEqualsOpenCvsDecode) {

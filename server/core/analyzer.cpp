@@ -380,7 +380,8 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
   const Layout& bands = decode.band_layout;
   bool in_bands = decode.band_memory_bytes > 0 && !stats_request.luminance && !with_parts && bands.channels > 0;
   uint64_t kept_bytes = 0;  // what a stack's streams keep (floats on the CPU)
-  if (in_bands && is_float(bands.type)) {  // only floats are kept (a TIFF's: its layout is exact)
+  // Planes read again where they lie (decode.readable) keep nothing.
+  if (in_bands && is_float(bands.type) && !decode.readable) {  // only floats are kept (a TIFF's: its layout is exact)
     validate(bands, stats_request);
     if (stack) {
       Layout all = bands;
@@ -648,6 +649,27 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
     planes.push_back(plane_stream->finish());
     plane_stream = engine_->open_stream(plane_layout, with_rgb(request, d.order));
   };
+  // Planes the engine reads itself: the stack, then each plane again.
+  std::optional<Result> read_result;
+  sink.read_planes = [&](const Layout& plane, uint64_t count, const ByteReader& read) {
+    plane_layout = plane;
+    d = describe_pixels(plan.format, Layout{plane.width, plane.height * count, plane.channels, plane.type, 0});
+    if (!plan.channel_names.empty()) d.names = plan.channel_names;
+    d.planes = count;
+    d.first_plane = plan.first_plane;
+    const StatsRequest asked = with_rgb(request, d.order);
+    auto checked = [&](uint64_t first_byte) {
+      return [&read, &call, first_byte](uint64_t at, uint64_t n, uint8_t* out) {
+        call.check("while decoding");
+        read(first_byte + at, n, out);
+      };
+    };
+    read_result = engine_->analyze_read(d.layout, asked, checked(0));
+    planes.clear();
+    if (each_plane && count > 1)
+      for (uint64_t p = 0; p < count; ++p)
+        planes.push_back(engine_->analyze_read(plane, asked, checked(p * plane.height * plane.row_bytes())));
+  };
   BandedDecode decoded = decode_in_bands(data, size, plan, options, sink);
   fed();
   // A stack has no other decoder to fall back on: what refused it is the answer.
@@ -658,8 +680,8 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
   if (options.arrived) options.arrived(size);  // the facts are read from the whole file
   call.check("after decoding");
   const auto t1 = Clock::now();
-  const Result result = stream->finish();
-  if (each_plane && d.planes > 1) planes.push_back(plane_stream->finish());
+  const Result result = read_result ? std::move(*read_result) : stream->finish();
+  if (each_plane && d.planes > 1 && !read_result) planes.push_back(plane_stream->finish());
   const auto t2 = Clock::now();
   fill_response(r, d, result, request);
   if (each_plane) fill_planes(r, d, d.planes > 1 ? planes : std::vector<Result>{}, request);

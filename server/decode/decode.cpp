@@ -322,6 +322,7 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     if (image.compressed) extra += row_bytes * plan.height * plan.chosen_planes();
     plan.band_memory_bytes = 2 * row_bytes * plan.band_rows + extra;
     plan.band_layout = Layout{plan.width, plan.height, 1, image.type, 0};
+    plan.readable = !image.compressed;
   }
   if (p.format == "NIfTI") {
     // A .hdr/.img pair comes as a tar of the two: the header from one, the voxels from the other.

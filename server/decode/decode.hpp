@@ -141,6 +141,10 @@ struct DecodePlan {
   std::shared_ptr<const DicomImage> dicom;
   std::shared_ptr<const DicomSeries> dicom_series;  // a series' slices as one volume (a tar of its files)
   std::shared_ptr<const ZarrArray> zarr;  // a Zarr store's array read (its chunks where they lie in the tar)
+  // The decoded planes are a pure function of the input's bytes (an
+  // uncompressed FITS image): handed to a sink's read_planes when it has one,
+  // so an engine's second pass reads them again rather than keeping them.
+  bool readable = false;
   uint64_t chosen_planes() const { return plane_offsets.empty() ? 1 : plane_offsets.size() / pages_per_plane; }
 };
 

@@ -37,6 +37,15 @@ struct RowSink {
   // a plane has left: it must not expect them in its buffer. Such rows stay
   // readable until the decode ends.
   bool takes_rows_in_place = false;
+  // A decoder whose planes are a pure function of its input (an
+  // uncompressed FITS image: its bytes converted where they lie) may hand
+  // them whole instead of in bands: `planes` planes of `plane`'s packed
+  // layout, one below the other, whose bytes [at, at + n) read(at, n, out)
+  // gives at any offset, on any thread, as often as asked. An engine then
+  // reads them where it wants them (a GPU engine into its pinned slots) and
+  // reads floats again for their histogram rather than keeping them. Unset:
+  // bands.
+  std::function<void(const Layout& plane, uint64_t planes, const ByteReader& read)> read_planes;
 };
 
 // An animation's frame, composited whole, handed to sink in the sink's

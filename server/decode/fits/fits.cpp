@@ -516,6 +516,35 @@ void decode_fits(const uint8_t* data, size_t size, const FitsImage& image, const
     const uint64_t stored = static_cast<uint64_t>(std::abs(image.bitpix) / 8), in_row = width * stored;
     if (image.data_end > size || image.data_start + in_row * height * image.planes() > size)
       invalid_data("FITS HDU " + std::to_string(image.hdu) + ": its data ends early");
+    if (sink.read_planes) {
+      // Each value a function of its stored bytes: the engine reads any
+      // range of the chosen planes, converted where it lies.
+      const uint64_t plane_values = width * height;
+      sink.read_planes(Layout{width, height, 1, image.type, 0}, planes.size(), [&](uint64_t at, uint64_t n,
+                                                                                  uint8_t* out) {
+        if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+        while (n > 0) {
+          const uint64_t value = at / sample, k = value / plane_values, in_plane = value % plane_values;
+          if (k >= planes.size()) fail(ErrorCode::kInternal, "FITS: a read past the chosen planes");
+          const uint8_t* from = data + image.data_start + (planes[k] * plane_values + in_plane) * stored;
+          uint64_t taken;
+          if (at % sample != 0 || n < sample) {  // part of one value
+            uint8_t one[sizeof(double)];
+            convert_rows(image, from, one, 1);
+            taken = std::min<uint64_t>(sample - at % sample, n);
+            std::memcpy(out, one + at % sample, static_cast<size_t>(taken));
+          } else {
+            const uint64_t values = std::min(n / sample, plane_values - in_plane);
+            convert_rows(image, from, out, values);
+            taken = values * sample;
+          }
+          at += taken;
+          out += taken;
+          n -= taken;
+        }
+      });
+      return;
+    }
     RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), 1, image.type);
     for (size_t k = 0; k < planes.size(); ++k) {
       if (k > 0) sink.plane(k);
