@@ -26,7 +26,11 @@ void GpuContext::copy(uint8_t* to, const uint8_t* from, uint64_t n) const {
 }
 
 void GpuContext::read(uint8_t* to, const ByteReader& read, uint64_t at, uint64_t n) const {
-  arena->execute([&] { read_in_pieces(read, at, n, to, kParallelCopyBytes); });
+  // A reader may do more than copy (a FITS file's bytes reversed): a slot's
+  // read is spread over every thread, not one a MiB.
+  const uint64_t threads = static_cast<uint64_t>(std::max(1, arena->max_concurrency()));
+  const uint64_t piece = std::max(kReadPieceMinBytes, (n + threads - 1) / threads);
+  arena->execute([&] { read_in_pieces(read, at, n, to, piece); });
 }
 
 void stage_to_device(const GpuContext& gpu, const uint8_t* host, uint64_t rows, uint64_t row_bytes, uint64_t stride,

@@ -26,5 +26,7 @@ constexpr std::chrono::milliseconds kStreamWait = kAnalyzeWait;
 constexpr std::chrono::milliseconds kDeviceImageWait{10000};
 // Host copies into the staging ring are split across threads above this.
 constexpr uint64_t kParallelCopyBytes = uint64_t{1} << 20;
+// A read into a slot is split across every thread, in pieces no smaller than this.
+constexpr uint64_t kReadPieceMinBytes = uint64_t{256} << 10;
 
 }  // namespace imgstat::cuda

@@ -73,6 +73,11 @@ struct RangeBinner {
     return clamp(floor((v * 0.5 - lo * 0.5) / (hi * 0.5 - lo * 0.5) * static_cast<double>(bins)));
   }
 
+  // Inlined where it is called: it runs once a sample in the CPU engine's
+  // histogram loops, a call there costing as much as the binning.
+#if !defined(__CUDACC__)
+  __attribute__((always_inline))
+#endif
   IMGSTAT_HD uint32_t operator()(double v) const {
     const double t = (v - lo) * scale;
     const double f = floor(t);

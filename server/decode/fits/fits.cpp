@@ -112,6 +112,15 @@ void convert_stored(const FitsImage& im, const uint8_t* from, uint8_t* to, uint6
       return;
     }
     case SampleType::kFloat32:
+      if constexpr (std::is_same_v<S, float>) {  // the bytes reversed, nothing else: a loop the compiler vectorizes
+        for (uint64_t i = 0; i < n; ++i) {
+          uint32_t u;
+          std::memcpy(&u, from + 4 * i, 4);
+          u = __builtin_bswap32(u);
+          std::memcpy(to + 4 * i, &u, 4);
+        }
+        return;
+      }
       for (uint64_t i = 0; i < n; ++i) {
         const S s = load_be<S>(from + i * sizeof(S));
         float v;
@@ -122,6 +131,15 @@ void convert_stored(const FitsImage& im, const uint8_t* from, uint8_t* to, uint6
       }
       return;
     case SampleType::kFloat64:
+      if constexpr (std::is_same_v<S, double>) {
+        for (uint64_t i = 0; i < n; ++i) {
+          uint64_t u;
+          std::memcpy(&u, from + 8 * i, 8);
+          u = __builtin_bswap64(u);
+          std::memcpy(to + 8 * i, &u, 8);
+        }
+        return;
+      }
       for (uint64_t i = 0; i < n; ++i) {
         const S s = load_be<S>(from + i * sizeof(S));
         double v;
