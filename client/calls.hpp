@@ -130,6 +130,9 @@ class Remote {
   // cannot be.
   bool register_file(RegionSocketClient& socket, const std::string& path, std::chrono::system_clock::time_point until,
                      v1::Region* region);
+  // Bytes [offset, offset + size) of an open file (fd stays the caller's).
+  bool register_descriptor(RegionSocketClient& socket, int fd, uint64_t offset, uint64_t size, const std::string& name,
+                           std::chrono::system_clock::time_point until, v1::Region* region);
   bool register_file(RegionSocketClient& socket, const std::string& path, std::chrono::system_clock::time_point until,
                      std::string* region_id);
   void unregister(const std::vector<std::string>& regions, std::chrono::system_clock::time_point until);

@@ -207,32 +207,41 @@ RegionSocketClient* Remote::region_socket(std::chrono::system_clock::time_point 
 
 bool Remote::register_file(RegionSocketClient& socket, const std::string& path, std::chrono::system_clock::time_point until,
                            v1::Region* region) {
-  // The file itself: the server reads it (it maps only sealed memfds), no copy here.
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
+  const bool registered = register_descriptor(socket, fd, 0, 0, path, until, region);
+  close(fd);  // the server holds its own
+  return registered;
+}
+
+bool Remote::register_descriptor(RegionSocketClient& socket, int fd, uint64_t offset, uint64_t size,
+                                 const std::string& name, std::chrono::system_clock::time_point until,
+                                 v1::Region* region) {
+  // The file itself: the server reads it (it maps only sealed memfds), no copy here.
   std::string ticket;
   try {
     ticket = socket.pass(fd);
   } catch (const std::exception&) {
-    close(fd);
     return false;
   }
-  close(fd);  // the server holds its own
   v1::RegisterRegionRequest r;
   r.set_ticket(ticket);
-  r.set_name(path);
+  r.set_offset(offset);
+  r.set_size(size);
+  r.set_name(name);
   grpc::ClientContext ctx;
   prepare(ctx, until);
   return stub_->RegisterRegion(&ctx, r, region).ok();
 }
 
 namespace {
-// A file of 1 MiB or more goes to a server on this host in a region: the
-// server reads it where it lies. So does a tar of several files, made in
-// shared memory, up to a quarter of this host's memory (past that it
-// streams, and the server spools it to disk).
+// A file, or a plain tar's member, of 1 MiB or more goes to a server on
+// this host in a region: the server reads it where it lies (a member's
+// bytes in its archive). So does a tar of several files, made in shared
+// memory, up to a quarter of this host's memory (past that it streams, and
+// the server spools it to disk).
 bool in_region(const Source& source) {
-  if (source.is_file()) return source.size() >= kRegionMinBytes;
+  if (source.descriptor() >= 0) return source.size() >= kRegionMinBytes;  // a file, a plain tar's member
   if (!source.is_tar()) return false;
   static const uint64_t memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   return source.size() >= kRegionMinBytes && source.size() <= memory / 4;
@@ -299,7 +308,8 @@ bool Remote::analyze_in_region(Source& source, const Request& request, std::chro
   if (!socket) return false;
   v1::Region region;
   if (!(source.is_tar() ? register_tar(*socket, source, until, &region)
-                        : register_file(*socket, source.name(), until, &region)))
+                        : register_descriptor(*socket, source.descriptor(), source.offset_in_file(), source.size(),
+                                              source.name(), until, &region)))
     return false;
   v1::AnalyzeRequest r;
   *r.mutable_input() = request.input;

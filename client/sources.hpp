@@ -29,6 +29,11 @@ class Source {
   uint64_t size() const { return size_; }
   // A file whose bytes may be mapped or handed over as they lie.
   bool is_file() const { return !held_ && !member_ && store_.empty(); }
+  // Bytes that lie as they are in a file (a file, a member of an
+  // uncompressed tar): its descriptor (this Source's) and where they begin
+  // there, so a server on this host reads them itself; -1 otherwise.
+  int descriptor() const { return is_file() || member_ ? fd_ : -1; }
+  uint64_t offset_in_file() const { return base_; }
   std::string read_all();
   // Several files as one tar (a Zarr store, a NIfTI pair, a DICOM series).
   bool is_tar() const { return !store_.empty(); }

@@ -4,9 +4,9 @@
 # WebDataset writes them; and zip, and gzip-compressed tar), `imgstat-client
 # --aggregate` through one server (CPU engine unless ENGINE=cuda), best of 3
 # each: rates, the ratio to the folder's (the target: 0.95x for the tars),
-# the answers compared, and the client's peak memory (/usr/bin/time) on one
-# shard of about 2 GB (2,000 members of 1 MB) against the same pass over a
-# folder.
+# the answers compared, and the client's and the server's peak memory
+# (/usr/bin/time) on one shard of about 2 GB (2,000 members of 1 MB)
+# against the same pass over a folder.
 #   bench/shards/shards_vs_folder.sh SERVER_BIN CLIENT_BIN [N] [WORK]
 set -euo pipefail
 server=$1 client=$2 n=${3:-10000} work=${4:-/tmp/imgstat-shards-bench}
@@ -94,3 +94,17 @@ peak() {  # the client's peak resident memory, MiB
 idle=$(/usr/bin/time -f "%M" "$client" --server "$addr" --health 2>&1 >/dev/null | tail -1 | awk '{printf "%.0f", $1 / 1024}')
 echo "  client peak memory: idle (--health) $idle MiB, a 2 GiB folder $(peak "$work/big/img") MiB," \
   "the same as one 2 GiB tar $(peak "$work/big/big.tar") MiB"
+# The other side: a server of its own for each pass, its peak when stopped.
+server_peak() {
+  /usr/bin/time -f "%M" -o "$work/server-peak" "$server" --listen 127.0.0.1:50197 --engine "${ENGINE:-cpu}" \
+    >"$work/server-peak.log" 2>&1 &
+  local pid=$!
+  sleep 2
+  "$client" --server 127.0.0.1:50197 "$@" >/dev/null 2>&1 || true
+  pkill -TERM -P "$pid" -x imgstat-server || true
+  wait "$pid" || true
+  awk '{printf "%.0f", $1 / 1024}' "$work/server-peak"
+}
+echo "  server peak memory: idle (one --health) $(server_peak --health) MiB," \
+  "the 2 GiB folder $(server_peak --aggregate --stats min_max,sum "$work/big/img") MiB," \
+  "the 2 GiB tar $(server_peak --aggregate --stats min_max,sum "$work/big/big.tar") MiB"

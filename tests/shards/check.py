@@ -280,6 +280,25 @@ def main():
         server.terminate()
         server.wait(timeout=30)
 
+    # A server on this host with a region socket: a plain tar's members of
+    # 1 MiB or more are read by the server where they lie in the archive
+    # (a region of it, as a file is), not sent; the answers the same.
+    sock = os.path.join(work, "regions.sock")
+    server, address = start_server(server_bin, work, "--region-socket", sock, log_name="server-regions.log")
+    try:
+        remote = ["--server", address]
+        out = run(client_bin, remote, *[os.path.join(folder, n) for n in images])
+        served = {os.path.relpath(k, folder): v for k, v in by_member(out, None).items()}
+        check_archive(client_bin, remote, served, pax, images, "pax.tar (server, regions)")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    large = [n for n in images if os.path.getsize(os.path.join(folder, n)) >= 1 << 20]
+    registered = open(os.path.join(work, "server-regions.log")).read().count("RegisterRegion id=")
+    if not large:
+        fail("the folder holds no image of 1 MiB or more: the region path is not tried")
+    equal(registered, 2 * len(large), "regions registered: each large file, then each large member of pax.tar")
+
     check_keys(client_bin, work, archives)
 
     # What an archive may do wrong (beside a member the folder answers).
