@@ -359,6 +359,7 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     const uint64_t row_bytes = plan.width * p.bytes_per_pixel;
     plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, plan.height) + extra;
     plan.band_layout = Layout{plan.width, plan.height, volume.channels, volume.type, 0};
+    plan.readable = !gz;
   }
   if (p.format == "DICOM" && !members.empty()) {
     DicomSeries series = plan_dicom_series(members, options.series, options.stored_values, options.max_planes,

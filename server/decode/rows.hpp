@@ -70,6 +70,38 @@ inline RowBand send_plane(const RowSink& sink, RowBand band, const uint8_t* pixe
   return band;
 }
 
+// What a decoder hands read_planes when each value is converted from its
+// stored bytes alone: bytes [at, at + n) of the chosen planes (values of
+// out_size bytes, plane_values a plane), value i of plane k converted from
+// plane_at(k) + i * in_size by convert(from, to, count). Any range, on any
+// thread: a range that cuts a value converts that value apart.
+inline void read_converted_planes(uint64_t at, uint64_t n, uint8_t* out, uint64_t planes, uint64_t plane_values,
+                                  size_t in_size, size_t out_size,
+                                  const std::function<const uint8_t*(uint64_t plane)>& plane_at,
+                                  const std::function<void(const uint8_t*, uint8_t*, uint64_t)>& convert,
+                                  const std::string& format) {
+  while (n > 0) {
+    const uint64_t value = at / out_size, k = value / plane_values, in_plane = value % plane_values;
+    if (k >= planes) fail(ErrorCode::kInternal, format + ": a read past the chosen planes");
+    const uint8_t* from = plane_at(k) + in_plane * in_size;
+    uint64_t taken;
+    if (at % out_size != 0 || n < out_size) {  // part of one value
+      uint8_t one[16];
+      if (out_size > sizeof one) fail(ErrorCode::kInternal, format + ": a value wider than 16 bytes");
+      convert(from, one, 1);
+      taken = std::min<uint64_t>(out_size - at % out_size, n);
+      std::memcpy(out, one + at % out_size, static_cast<size_t>(taken));
+    } else {
+      const uint64_t values = std::min<uint64_t>(n / out_size, plane_values - in_plane);
+      convert(from, out, values);
+      taken = values * out_size;
+    }
+    at += taken;
+    out += taken;
+    n -= taken;
+  }
+}
+
 // Tuning: a streamed decode hands the engine this much at a time (two such
 // bands live: one in the engine while the next decodes). Small enough to stay
 // in a large cache, large enough that a band's computation spreads over every

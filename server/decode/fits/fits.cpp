@@ -537,30 +537,17 @@ void decode_fits(const uint8_t* data, size_t size, const FitsImage& image, const
     if (sink.read_planes) {
       // Each value a function of its stored bytes: the engine reads any
       // range of the chosen planes, converted where it lies.
+      const uint8_t* first = data + image.data_start;
       const uint64_t plane_values = width * height;
-      sink.read_planes(Layout{width, height, 1, image.type, 0}, planes.size(), [&](uint64_t at, uint64_t n,
-                                                                                  uint8_t* out) {
-        if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
-        while (n > 0) {
-          const uint64_t value = at / sample, k = value / plane_values, in_plane = value % plane_values;
-          if (k >= planes.size()) fail(ErrorCode::kInternal, "FITS: a read past the chosen planes");
-          const uint8_t* from = data + image.data_start + (planes[k] * plane_values + in_plane) * stored;
-          uint64_t taken;
-          if (at % sample != 0 || n < sample) {  // part of one value
-            uint8_t one[sizeof(double)];
-            convert_rows(image, from, one, 1);
-            taken = std::min<uint64_t>(sample - at % sample, n);
-            std::memcpy(out, one + at % sample, static_cast<size_t>(taken));
-          } else {
-            const uint64_t values = std::min(n / sample, plane_values - in_plane);
-            convert_rows(image, from, out, values);
-            taken = values * sample;
-          }
-          at += taken;
-          out += taken;
-          n -= taken;
-        }
-      });
+      sink.read_planes(Layout{width, height, 1, image.type, 0}, planes.size(),
+                       [&](uint64_t at, uint64_t n, uint8_t* out) {
+                         if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+                         read_converted_planes(
+                             at, n, out, planes.size(), plane_values, stored, sample,
+                             [&](uint64_t k) { return first + planes[k] * plane_values * stored; },
+                             [&](const uint8_t* from, uint8_t* to, uint64_t count) { convert_rows(image, from, to, count); },
+                             "FITS");
+                       });
       return;
     }
     RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), 1, image.type);

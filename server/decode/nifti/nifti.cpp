@@ -375,6 +375,20 @@ void decode_nifti(const uint8_t* data, size_t size, const NiftiVolume& v, const 
     return;
   }
   if (v.offset + plane_bytes * v.planes() > size) invalid_data("NIfTI: the voxels end early");
+  if (sink.read_planes) {  // each sample a function of its stored bytes: the engine reads them where they lie
+    const uint64_t plane_samples = width * height * v.channels;
+    const size_t in_size = v.stored_bytes / v.channels, out_size = sample_size(v.type);
+    sink.read_planes(Layout{width, height, v.channels, v.type, 0}, planes.size(),
+                     [&](uint64_t at, uint64_t n, uint8_t* out) {
+                       if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+                       read_converted_planes(
+                           at, n, out, planes.size(), plane_samples, in_size, out_size,
+                           [&](uint64_t k) { return data + v.offset + planes[k] * plane_bytes; },
+                           [&](const uint8_t* from, uint8_t* to, uint64_t count) { convert_samples(v, from, to, count); },
+                           "NIfTI");
+                     });
+    return;
+  }
   const int threads = std::max(1, tbb::this_task_arena::max_concurrency());
   RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), v.channels, v.type);
   for (size_t k = 0; k < planes.size(); ++k) {
