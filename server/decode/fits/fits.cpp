@@ -92,6 +92,19 @@ S load_be(const uint8_t* p) {
   return v;
 }
 
+// Unscaled floats: each value's bytes reversed, nothing else (a loop the
+// compiler vectorizes).
+template <class U>
+void reverse_bytes(const uint8_t* from, uint8_t* to, uint64_t n) {
+  for (uint64_t i = 0; i < n; ++i) {
+    U u;
+    std::memcpy(&u, from + i * sizeof(U), sizeof(U));
+    if constexpr (sizeof(U) == 4) u = __builtin_bswap32(u);
+    else u = __builtin_bswap64(u);
+    std::memcpy(to + i * sizeof(U), &u, sizeof(U));
+  }
+}
+
 template <class S>
 void convert_stored(const FitsImage& im, const uint8_t* from, uint8_t* to, uint64_t n) {
   const bool unit = im.bscale == 1;
@@ -112,15 +125,7 @@ void convert_stored(const FitsImage& im, const uint8_t* from, uint8_t* to, uint6
       return;
     }
     case SampleType::kFloat32:
-      if constexpr (std::is_same_v<S, float>) {  // the bytes reversed, nothing else: a loop the compiler vectorizes
-        for (uint64_t i = 0; i < n; ++i) {
-          uint32_t u;
-          std::memcpy(&u, from + 4 * i, 4);
-          u = __builtin_bswap32(u);
-          std::memcpy(to + 4 * i, &u, 4);
-        }
-        return;
-      }
+      if constexpr (std::is_same_v<S, float>) return reverse_bytes<uint32_t>(from, to, n);
       for (uint64_t i = 0; i < n; ++i) {
         const S s = load_be<S>(from + i * sizeof(S));
         float v;
@@ -131,15 +136,7 @@ void convert_stored(const FitsImage& im, const uint8_t* from, uint8_t* to, uint6
       }
       return;
     case SampleType::kFloat64:
-      if constexpr (std::is_same_v<S, double>) {
-        for (uint64_t i = 0; i < n; ++i) {
-          uint64_t u;
-          std::memcpy(&u, from + 8 * i, 8);
-          u = __builtin_bswap64(u);
-          std::memcpy(to + 8 * i, &u, 8);
-        }
-        return;
-      }
+      if constexpr (std::is_same_v<S, double>) return reverse_bytes<uint64_t>(from, to, n);
       for (uint64_t i = 0; i < n; ++i) {
         const S s = load_be<S>(from + i * sizeof(S));
         double v;
