@@ -8,6 +8,7 @@
 
 #include "call_support.hpp"
 #include "calls.hpp"
+#include "shards.hpp"
 #include "core/status_name.hpp"
 
 namespace imgstat::client {
@@ -127,6 +128,8 @@ Outcome Local::analyze(Source& source, const Request& request) {
     return outcome_of(source.name(), grpc::Status::OK, upload->finish({}));
   } catch (const Error& e) {
     return failure(source.name(), status_code_name(static_cast<int>(e.code())), e.what());
+  } catch (const InputError& e) {  // the input could not be read to its end
+    return failure(source.name(), e.code(), std::string("cannot read: ") + e.what());
   } catch (const std::exception& e) {
     return failure(source.name(), "INTERNAL", e.what());
   }

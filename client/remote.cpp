@@ -543,8 +543,17 @@ Outcome Remote::analyze_once(Source& source, const Request& request, std::chrono
       return true;
     };
     bool open = true;
-    source.for_each_chunk(piece, [&](std::string& c) { return open = send(c); });
-    if (map && open) map->for_each_chunk(piece, send);
+    try {
+      source.for_each_chunk(piece, [&](std::string& c) { return open = send(c); });
+      if (map && open) map->for_each_chunk(piece, send);
+    } catch (...) {
+      // Not readable to its end (an object cut or replaced past every
+      // retry): the call is cancelled, the server drops what came, and the
+      // read's failure is the answer.
+      ctx.TryCancel();
+      writer->Finish();
+      throw;
+    }
     writer->WritesDone();
   }
   const grpc::Status status = writer->Finish();

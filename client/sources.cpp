@@ -81,7 +81,40 @@ bool is_dicom_file(const std::string& path) {
   return got == 4 && std::memcmp(magic, "DICM", 4) == 0;
 }
 
+namespace {
+
+// An object's first request: the whole of a small one (most images), the
+// size and ETag of a large one.
+constexpr size_t kObjectFirstBytes = size_t{4} << 20;
+// A large object read whole: ranges of this size, this many at once.
+constexpr size_t kObjectPieceBytes = size_t{8} << 20;
+constexpr int kObjectPiecesInFlight = 8;
+
+// An object's failure as the CLI's, with its status name.
+template <class F>
+auto object_call(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const ObjectError& e) {
+    throw InputError(e.code(), e.what());
+  }
+}
+
+}  // namespace
+
 Source::Source(const std::string& name, bool dicom_series, const std::vector<std::string>& files) : name_(name) {
+  if (is_object_name(name)) {
+    object_info_ = object_call([&] { return open_object(name, kObjectFirstBytes, &object_head_); });
+    size_ = object_info_.size;
+    if (object_head_.size() == size_) {
+      held_ = true;
+      held_data_ = std::move(object_head_);
+      object_head_.clear();
+    } else {
+      object_ = true;
+    }
+    return;
+  }
   if (is_shard_member(name)) {
     MemberBytes m = open_member(name);
     size_ = m.size;
@@ -177,6 +210,19 @@ Source::~Source() {
 }
 
 void Source::read_at(uint64_t at, char* out, size_t n) {
+  if (object_) {
+    // What the first request brought, then the rest by ranges.
+    size_t done = 0;
+    if (at < object_head_.size()) {
+      done = static_cast<size_t>(std::min<uint64_t>(n, object_head_.size() - at));
+      std::memcpy(out, object_head_.data() + at, done);
+    }
+    if (done < n)
+      object_call([&] {
+        read_object_parallel(object_info_, at + done, out + done, n - done, kObjectPieceBytes, kObjectPiecesInFlight);
+      });
+    return;
+  }
   size_t done = 0;
   while (done < n) {
     const ssize_t got = ::pread(fd_, out + done, n - done, static_cast<off_t>(base_ + at + done));
@@ -432,6 +478,47 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
       missing->push_back(f + " (" + e.what() + ")");
     }
   };
+  // An object itself; an s3:// prefix ("s3://bucket/images/") or pattern
+  // ("s3://bucket/images/*.jpg", "**" crossing folders), the objects its
+  // listing holds, filtered as a folder's files are.
+  auto add_object = [&](const std::string& arg) {
+    const bool s3 = lower_case(arg.substr(0, 5)) == "s3://";
+    const size_t slash = s3 ? arg.find('/', 5) : std::string::npos;
+    const size_t wild = arg.find_first_of("*?[");
+    const bool prefix = s3 && (slash == std::string::npos || arg.back() == '/');
+    if (!s3 || (!prefix && wild == std::string::npos)) {
+      if (is_shard_name(arg)) return missing->push_back(arg + " (archives in object storage are not read yet: copy the shard to a disk)");
+      return out.push_back(arg);
+    }
+    const std::string bucket_head = slash == std::string::npos ? arg + "/" : arg.substr(0, slash + 1);
+    const std::string pattern = arg.substr(std::min(arg.size(), bucket_head.size()));
+    std::string no_folders = pattern;
+    for (size_t at; (at = no_folders.find("**/")) != std::string::npos;) no_folders.erase(at, 3);
+    const int flags = pattern.find("**") == std::string::npos ? FNM_PATHNAME : 0;
+    uint64_t left_out = 0;
+    try {
+      const std::vector<ObjectInfo> found = object_call([&] {
+        return list_objects(wild == std::string::npos ? bucket_head + pattern : arg.substr(0, wild), [&](const std::string& key) {
+          if (wild != std::string::npos && fnmatch(pattern.c_str(), key.c_str(), flags) != 0 &&
+              fnmatch(no_folders.c_str(), key.c_str(), flags) != 0)
+            return false;
+          if (options.every_file || wanted(key)) return true;
+          ++left_out;
+          return false;
+        });
+      });
+      if (found.empty())
+        missing->push_back(arg + (left_out > 0 ? (extensions.empty() ? " (no images under this prefix)" : " (no objects of those extensions)")
+                                               : " (no objects under this prefix)"));
+      for (const ObjectInfo& o : found) out.push_back(o.name);
+      if (left_out > 0 && notes)
+        notes->push_back(arg + ": " + std::to_string(left_out) + " objects left out, " +
+                         (extensions.empty() ? "not images by their names (--extensions or --bytes to read them)"
+                                             : "not of the extensions asked for"));
+    } catch (const std::exception& e) {
+      missing->push_back(arg + " (" + e.what() + ")");
+    }
+  };
   // WebDataset's brace ranges first (a quoted "shard-{000..099}.tar"),
   // unless a file has that very name.
   std::vector<std::string> args;
@@ -449,7 +536,9 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
   }
   for (const std::string& arg : args) {
     std::error_code ec;
-    if (arg == "-" || is_zarr_store(arg) || (dicom_series && fs::is_directory(arg, ec))) {
+    if (is_object_name(arg)) {
+      add_object(arg);
+    } else if (arg == "-" || is_zarr_store(arg) || (dicom_series && fs::is_directory(arg, ec))) {
       out.push_back(arg);
     } else if (fs::is_regular_file(arg, ec)) {
       add_file(arg);

@@ -1,5 +1,6 @@
 // Inputs of the CLI: files (read in chunks when streamed), standard input,
-// members of archives (shards.hpp), or several files that are one input,
+// members of archives (shards.hpp), objects (https://, s3://: read by
+// ranges, sources/objects.hpp), or several files that are one input,
 // sent as one uncompressed tar of them: a Zarr store (a folder), a NIfTI
 // pair (a .hdr and its .img).
 #pragma once
@@ -9,6 +10,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "sources/objects.hpp"
 
 namespace imgstat::client {
 
@@ -28,7 +31,7 @@ class Source {
   const std::string& name() const { return name_; }
   uint64_t size() const { return size_; }
   // A file whose bytes may be mapped or handed over as they lie.
-  bool is_file() const { return !held_ && !member_ && store_.empty(); }
+  bool is_file() const { return !held_ && !member_ && !object_ && store_.empty(); }
   // Bytes that lie as they are in a file (a file, a member of an
   // uncompressed tar): its descriptor (this Source's) and where they begin
   // there, so a server on this host reads them itself; -1 otherwise.
@@ -61,6 +64,9 @@ class Source {
   std::string held_data_;  // standard input, or a member decompressed
   bool held_ = false;
   bool member_ = false;   // a member read where it lies in its archive: fd_ from base_
+  bool object_ = false;   // an object larger than its first request: read by ranges
+  ObjectInfo object_info_;
+  std::string object_head_;  // its first bytes, from that first request
   uint64_t base_ = 0;
   uint64_t size_ = 0;
 };

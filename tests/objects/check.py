@@ -1,0 +1,336 @@
+#!/usr/bin/python3
+"""Datasets in object storage: https:// objects from nginx (TLS, HTTP/2,
+ranges, a redirect) and s3:// keys, prefixes and patterns from an S3-protocol
+server (s3rver from npm, behind s3_front.py, which checks every request's
+Signature V4 and injects faults), through imgstat-client --local and a live
+server, against the same files on disk.
+
+    check.py SERVER_BIN CLIENT_BIN CORPUS WORK
+
+Every answer from an object is the file's answer, byte for byte in --json
+but for its name; --aggregate too. Then what a store and a network do: a
+connection cut mid-object (resumed from the byte it was cut at), 503
+SlowDown and a 500 (retried), a store that stays down (UNAVAILABLE), one that
+ignores ranges, an object replaced mid-read, a wrong total size and a body
+longer than asked (DATA_LOSS), a missing key (NOT_FOUND), a wrong secret
+(PERMISSION_DENIED), a certificate not trusted, and a listing of 5,000 keys
+in pages.
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
+from live_server import start_server  # noqa: E402
+from verdicts import equal, fail, finish  # noqa: E402
+import s3_front  # noqa: E402
+
+TIMES = ("decode_ms", "compute_ms")
+EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".pgm", ".ppm", ".pnm", ".webp")
+KEY, SECRET = "S3RVER", "S3RVER"  # s3rver's own account
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, what, proc=None):
+    for _ in range(300):
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"{what} exited: {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"{what} did not listen on {port}")
+
+
+def make_folder(work, corpus):
+    """Corpus images (a spread of every folder's formats, good and bad), a
+    large one (read by ranges, several at once), an odd name, a file that
+    is no image."""
+    folder = os.path.join(work, "files")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(os.path.join(folder, "sub"))
+    found = []
+    for sub in sorted(os.listdir(corpus)):
+        path = os.path.join(corpus, sub)
+        if os.path.isdir(path):
+            found += [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.lower().endswith(EXTENSIONS)]
+    names = []
+    for k, src in enumerate(found[::6]):
+        name = ("sub/" if k % 5 == 0 else "") + f"{k:04d}-" + os.path.basename(src)
+        shutil.copyfile(src, os.path.join(folder, name))
+        names.append(name)
+    width, height = 4099, 3001
+    y, x = np.mgrid[0:height, 0:width]
+    body = ((x * 7 + y * 13 + (x * y) % 17) % 256).astype(np.uint8).tobytes()
+    with open(os.path.join(folder, "large.pgm"), "wb") as f:
+        f.write(b"P5\n%d %d\n255\n" % (width, height) + body)
+    names.append("large.pgm")
+    shutil.copyfile(os.path.join(folder, names[1]), os.path.join(folder, "an odd name +&=%.png"))
+    names.append("an odd name +&=%.png")
+    with open(os.path.join(folder, "notes.txt"), "w") as f:
+        f.write("not an image\n")
+    return folder, names
+
+
+def run(client_bin, where, *args, env=None):
+    return subprocess.run([client_bin, *where, "--json", *args], capture_output=True, text=True, timeout=900,
+                          env=env)
+
+
+def answers(out, strip=""):
+    """JSON lines by name (strip taken off its front), times taken out."""
+    got = {}
+    for line in out.stdout.splitlines():
+        if not line.strip():
+            continue
+        obj = json.loads(line)
+        name = obj.pop("file", "")
+        for t in TIMES:
+            obj.pop(t, None)
+        got[name[len(strip):] if name.startswith(strip) else name] = json.dumps(obj)
+    return got
+
+
+def codes(out):
+    return {json.loads(line)["file"]: (json.loads(line).get("code"), json.loads(line).get("error", ""))
+            for line in out.stdout.splitlines() if line.strip()}
+
+
+def start_nginx(work, folder):
+    """nginx with TLS and HTTP/2 over the folder at /data/, a redirect at /moved/."""
+    tls = os.path.join(work, "tls")
+    os.makedirs(tls, exist_ok=True)
+    cert, key = os.path.join(tls, "cert.pem"), os.path.join(tls, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True)
+    port = free_port()
+    temp = os.path.join(work, "nginx")
+    os.makedirs(temp, exist_ok=True)
+    user = "user root;" if os.geteuid() == 0 else ""
+    conf = os.path.join(temp, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"""{user}
+daemon off; worker_processes 2; pid {temp}/nginx.pid; error_log {temp}/error.log;
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+  client_body_temp_path {temp}/body; proxy_temp_path {temp}/proxy; fastcgi_temp_path {temp}/fastcgi;
+  uwsgi_temp_path {temp}/uwsgi; scgi_temp_path {temp}/scgi;
+  server {{
+    listen 127.0.0.1:{port} ssl http2;
+    ssl_certificate {cert}; ssl_certificate_key {key};
+    location /data/ {{ alias {folder}/; }}
+    location /moved/ {{ rewrite ^/moved/(.*)$ /data/$1 redirect; }}
+  }}
+}}
+""")
+    proc = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-c", conf, "-p", temp], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_port(port, "nginx", proc)
+    return proc, port, cert
+
+
+def start_s3(work):
+    """s3rver (npm ci once per work folder) with a bucket, and the front."""
+    npm = os.path.join(work, "npm")
+    os.makedirs(npm, exist_ok=True)
+    for f in ("package.json", "package-lock.json"):
+        shutil.copyfile(os.path.join(HERE, f), os.path.join(npm, f))
+    if not os.path.isdir(os.path.join(npm, "node_modules", "s3rver")):
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=npm, check=True)
+    data = os.path.join(work, "s3-data")
+    shutil.rmtree(data, ignore_errors=True)
+    os.makedirs(data)
+    port = free_port()
+    # s3rver's continuation tokens are DES-encrypted: OpenSSL 3 keeps DES in its legacy provider.
+    proc = subprocess.Popen(["node", "--openssl-legacy-provider", os.path.join(npm, "node_modules", "s3rver", "bin", "s3rver.js"), "-d", data,
+                             "-a", "127.0.0.1", "-p", str(port), "--silent", "--configure-bucket", "bucket"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_port(port, "s3rver", proc)
+    front_port = free_port()
+    front = s3_front.start(front_port, port, KEY, SECRET)
+    return proc, front, front_port
+
+
+def put(front, key, data):
+    import urllib.parse
+    r, body = front.backend("PUT", "/bucket/" + urllib.parse.quote(key), {"Content-Length": str(len(data))}, data)
+    if r.status != 200:
+        raise SystemExit(f"PUT {key}: {r.status} {body[:200]}")
+
+
+def check_https(client_bin, folder, names, want, port, cert, server_address):
+    base = f"https://127.0.0.1:{port}/data/"
+    import urllib.parse
+    urls = [base + urllib.parse.quote(n) for n in names]
+    env = dict(os.environ, CURL_CA_BUNDLE=cert, AWS_CA_BUNDLE=cert)
+    for where, what in ((["--local"], "--local"), (["--server", server_address], "a live server")):
+        got = answers(run(client_bin, where, *urls, env=env))
+        by_name = {urllib.parse.unquote(k[len(base):]): v for k, v in got.items()}
+        equal(sorted(by_name), sorted(names), f"https, {what}: the objects answered")
+        for n in names:
+            equal(by_name.get(n), want[n], f"https, {what}: {n}")
+    # A redirect is followed (to the same object).
+    got = answers(run(client_bin, ["--local"], f"https://127.0.0.1:{port}/moved/large.pgm", env=env))
+    equal(list(got.values()), [want["large.pgm"]], "https: a redirect followed")
+    # Not found; a certificate nobody trusts.
+    out = run(client_bin, ["--local"], base + "missing.png", env=env)
+    equal(codes(out).get(base + "missing.png", (None,))[0], "NOT_FOUND", "https: a missing object")
+    no_ca = {k: v for k, v in os.environ.items() if k not in ("CURL_CA_BUNDLE", "AWS_CA_BUNDLE")}
+    out = run(client_bin, ["--local"], base + "large.pgm", env=no_ca)
+    code, error = codes(out).get(base + "large.pgm", (None, ""))
+    if code != "FAILED_PRECONDITION" or "certificate" not in error.lower():
+        fail(f"https: a certificate not trusted: {code} {error}")
+
+
+def check_s3(client_bin, folder, names, want, front, front_port, server_address, work):
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET, AWS_REGION="eu-west-3",
+               AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{front_port}")
+    for n in names + ["notes.txt"]:
+        with open(os.path.join(folder, n), "rb") as f:
+            put(front, "dataset/" + n, f.read())
+    prefix = "s3://bucket/dataset/"
+    for where, what in ((["--local"], "--local"), (["--server", server_address], "a live server")):
+        out = run(client_bin, where, prefix, env=env)
+        got = answers(out, prefix)
+        equal(sorted(got), sorted(names), f"s3 prefix, {what}: the objects answered")
+        for n in names:
+            equal(got.get(n), want[n], f"s3 prefix, {what}: {n}")
+        if "1 objects left out, not images" not in out.stderr:
+            fail(f"s3 prefix, {what}: notes.txt not said left out: {out.stderr[-300:]}")
+    # --aggregate over a prefix equals the folder's.
+    a = run(client_bin, ["--server", server_address], "--aggregate", prefix, env=env)
+    b = run(client_bin, ["--server", server_address], "--aggregate", folder)
+    untimed = [[{k: v for k, v in json.loads(line).items() if k not in TIMES} for line in o.stdout.splitlines() if line.strip()]
+               for o in (a, b)]
+    equal(untimed[0], untimed[1], "s3: --aggregate over a prefix against its folder")
+    # A pattern: * stays in its folder, ** crosses folders.
+    top_png = sorted(n for n in names if n.endswith(".png") and "/" not in n)
+    got = answers(run(client_bin, ["--local"], prefix + "*.png", env=env), prefix)
+    equal(sorted(got), top_png, "s3 pattern *.png")
+    all_png = sorted(n for n in names if n.endswith(".png"))
+    got = answers(run(client_bin, ["--local"], prefix + "**.png", env=env), prefix)
+    equal(sorted(got), all_png, "s3 pattern **.png")
+    # Credentials from a profile of the shared files, none in the environment.
+    creds = os.path.join(work, "aws-credentials")
+    with open(creds, "w") as f:
+        f.write(f"[default]\naws_access_key_id = nobody\naws_secret_access_key = x\n\n[test]\n"
+                f"aws_access_key_id = {KEY}\naws_secret_access_key = {SECRET}\n")
+    config = os.path.join(work, "aws-config")
+    with open(config, "w") as f:
+        f.write(f"[profile test]\nregion = ap-south-2\nendpoint_url = http://127.0.0.1:{front_port}\n")
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    profile = dict(bare, AWS_SHARED_CREDENTIALS_FILE=creds, AWS_CONFIG_FILE=config, AWS_PROFILE="test")
+    got = answers(run(client_bin, ["--local"], prefix + "large.pgm", env=profile), prefix)
+    equal(got, {"large.pgm": want["large.pgm"]}, "s3: credentials, region and endpoint from a profile")
+    # Wrong secret, missing key, missing bucket.
+    wrong = dict(env, AWS_SECRET_ACCESS_KEY="not-the-secret")
+    out = run(client_bin, ["--local"], prefix + "large.pgm", env=wrong)
+    code, error = codes(out).get(prefix + "large.pgm", (None, ""))
+    if code != "PERMISSION_DENIED" or "SignatureDoesNotMatch" not in error:
+        fail(f"s3: a wrong secret: {code} {error}")
+    out = run(client_bin, ["--local"], prefix, env=wrong)
+    if out.returncode == 0 or "SignatureDoesNotMatch" not in out.stderr:
+        fail(f"s3: a listing with a wrong secret: {out.returncode} {out.stderr[-300:]}")
+    out = run(client_bin, ["--local"], prefix + "missing.png", env=env)
+    equal(codes(out).get(prefix + "missing.png", (None,))[0], "NOT_FOUND", "s3: a missing key")
+    out = run(client_bin, ["--local"], "s3://no-such-bucket/", env=env)
+    if out.returncode == 0 or "NoSuchBucket" not in out.stderr:
+        fail(f"s3: a missing bucket: {out.returncode} {out.stderr[-300:]}")
+    return env
+
+
+def check_faults(client_bin, folder, want, front, env):
+    with open(os.path.join(folder, "large.pgm"), "rb") as f:
+        large = f.read()
+    small_name = sorted(n for n in want if n.endswith(".png") and "/" not in n)[0]
+    with open(os.path.join(folder, small_name), "rb") as f:
+        small = f.read()
+    answered = {"cut": large, "cuthead": large, "slow": large, "flaky": small, "noranges-small": small}
+    refused = {"down": ("UNAVAILABLE", "503"), "noranges": ("FAILED_PRECONDITION", "no ranged requests"),
+               "replaced": ("DATA_LOSS", "changed while it was read"), "liar": ("DATA_LOSS", "another range"),
+               "longer": ("DATA_LOSS", "more bytes")}
+    for fault, data in answered.items():
+        put(front, f"faults/{fault.split('-')[0]}/{fault}.img", data)
+    for fault in refused:
+        put(front, f"faults/{fault}/{fault}.img", large)
+    for fault, data in answered.items():
+        name = f"s3://bucket/faults/{fault.split('-')[0]}/{fault}.img"
+        got = answers(run(client_bin, ["--local"], name, env=env))
+        equal(got.get(name), want["large.pgm" if data is large else small_name], f"fault {fault}: answered as the file")
+    if front.seen.get("cut:faults/cut/cut.img") != 1:
+        fail("fault cut: no connection was cut")
+    for fault, (code, says) in refused.items():
+        name = f"s3://bucket/faults/{fault}/{fault}.img"
+        got_code, error = codes(run(client_bin, ["--local"], name, env=env)).get(name, (None, ""))
+        if got_code != code or says not in error:
+            fail(f"fault {fault}: {got_code} {error!r}, not {code} saying {says!r}")
+
+
+def check_listing(client_bin, front, env, want, folder):
+    """5,000 keys in pages of s3rver's 1,000: the three images among them found, the rest said left out."""
+    before = front.requests
+    images = ["many/k01234.png", "many/k03000.png", "many/k04999.png"]
+    small_name = sorted(n for n in want if n.endswith(".png") and "/" not in n)[0]
+    with open(os.path.join(folder, small_name), "rb") as f:
+        small = f.read()
+    for k in range(5000):
+        key = f"many/k{k:05d}" + (".png" if f"many/k{k:05d}.png" in images else ".txt")
+        put(front, key, small if key in images else b"x")
+    out = run(client_bin, ["--local"], "s3://bucket/many/", env=env)
+    got = answers(out, "s3://bucket/")
+    equal(sorted(got), images, "a listing of 5,000 keys: the images among them")
+    if "4997 objects left out" not in out.stderr:
+        fail(f"a listing of 5,000 keys: the rest not said left out: {out.stderr[-300:]}")
+    if front.requests - before < 5 + len(images):
+        fail(f"a listing of 5,000 keys: {front.requests - before} requests, not 5 pages and the objects")
+
+
+def main():
+    server_bin, client_bin, corpus, work = sys.argv[1:5]
+    for tool in ("nginx", "node", "npm", "openssl"):
+        if not shutil.which(tool) and not os.path.exists("/usr/sbin/" + tool):
+            print(f"skipped: no {tool} (scripts/install-deps installs it)")
+            sys.exit(77)
+    if not os.path.isdir(corpus):
+        print(f"skipped: no corpus at {corpus}")
+        sys.exit(77)
+    os.makedirs(work, exist_ok=True)
+    folder, names = make_folder(work, corpus)
+    local = answers(run(client_bin, ["--local"], *[os.path.join(folder, n) for n in names]), folder + "/")
+    equal(sorted(local), sorted(names), "the files answered")
+    want = {n: local.get(n) for n in names}
+    nginx, port, cert = start_nginx(work, folder)
+    s3rver, front, front_port = start_s3(work)
+    server, address = start_server(server_bin, work)
+    try:
+        check_https(client_bin, folder, names, want, port, cert, address)
+        env = check_s3(client_bin, folder, names, want, front, front_port, address, work)
+        check_faults(client_bin, folder, want, front, env)
+        check_listing(client_bin, front, env, want, folder)
+    finally:
+        for p in (nginx, s3rver):
+            p.terminate()
+            p.wait()
+        front.shutdown()
+        server.terminate()
+        server.wait()
+    finish(f"objects: {len(names)} objects by https:// and s3:// equal to their files, faults, listings")
+
+
+if __name__ == "__main__":
+    main()
