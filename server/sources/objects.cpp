@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -590,6 +591,29 @@ void read_object_parallel(const ObjectInfo& object, uint64_t at, char* out, size
   if (failed) std::rethrow_exception(failed);
 }
 
+ListingPage parse_listing_page(const std::string& page) {
+  ListingPage out;
+  for (size_t at = 0;;) {
+    size_t end = 0;
+    const std::string contents = element(page, "Contents", at, page.size(), &end);
+    if (end == std::string::npos) break;
+    at = end;
+    ObjectInfo o;
+    o.name = xml_unescape(element(contents, "Key", 0, contents.size()));
+    const std::string size = element(contents, "Size", 0, contents.size());
+    char* size_end = nullptr;
+    errno = 0;
+    o.size = std::strtoull(size.c_str(), &size_end, 10);
+    if (size.empty() || *size_end != '\0' || size[0] == '-' || errno == ERANGE)
+      throw ObjectError("FAILED_PRECONDITION", "a listing with a size that is no number (" + size.substr(0, 40) + ")");
+    o.etag = xml_unescape(element(contents, "ETag", 0, contents.size()));
+    out.objects.push_back(std::move(o));
+  }
+  out.truncated = element(page, "IsTruncated", 0, page.size()) == "true";
+  out.next_token = xml_unescape(element(page, "NextContinuationToken", 0, page.size()));
+  return out;
+}
+
 std::vector<ObjectInfo> list_objects(const std::string& prefix, const std::function<bool(const std::string&)>& keep,
                                      uint64_t* left_out) {
   if (!starts_with_ci(prefix, "s3://"))
@@ -622,34 +646,22 @@ std::vector<ObjectInfo> list_objects(const std::string& prefix, const std::funct
       }
       back_off(attempt - 1);
     }
-    size_t at = 0;
-    for (;;) {
-      size_t end = 0;
-      const std::string contents = element(page, "Contents", at, page.size(), &end);
-      if (end == std::string::npos) break;
-      at = end;
-      ObjectInfo o;
-      const std::string key = xml_unescape(element(contents, "Key", 0, contents.size()));
-      o.name = head + key;
-      const std::string size = element(contents, "Size", 0, contents.size());
-      char* size_end = nullptr;
-      o.size = std::strtoull(size.c_str(), &size_end, 10);
-      if (size.empty() || *size_end != '\0') throw ObjectError("FAILED_PRECONDITION", prefix + ": a listing with a size that is no number");
-      o.etag = xml_unescape(element(contents, "ETag", 0, contents.size()));
+    ListingPage parsed = parse_listing_page(page);
+    for (ObjectInfo& o : parsed.objects) {
+      const std::string key = o.name;
       if (++seen > l.max_listed_objects)
         throw ObjectError("RESOURCE_EXHAUSTED", prefix + ": more than " + std::to_string(l.max_listed_objects) + " objects");
       if (key.empty() || key.back() == '/' || !keep(key)) {  // folder markers and keys not wanted
         if (left_out && !(key.empty() || key.back() == '/')) ++*left_out;
         continue;
       }
+      o.name = head + key;
       out.push_back(std::move(o));
     }
-    const std::string truncated = element(page, "IsTruncated", 0, page.size());
-    if (truncated != "true") break;
-    const std::string next = xml_unescape(element(page, "NextContinuationToken", 0, page.size()));
-    if (next.empty() || next == token)
+    if (!parsed.truncated) break;
+    if (parsed.next_token.empty() || parsed.next_token == token)
       throw ObjectError("FAILED_PRECONDITION", prefix + ": a listing that says it goes on but gives no token to go on from");
-    token = next;
+    token = parsed.next_token;
   }
   return out;
 }

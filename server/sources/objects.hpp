@@ -92,6 +92,16 @@ void read_object_parallel(const ObjectInfo& object, uint64_t at, char* out, size
 std::vector<ObjectInfo> list_objects(const std::string& prefix, const std::function<bool(const std::string&)>& keep,
                                      uint64_t* left_out = nullptr);
 
+// One page of a ListObjectsV2 answer: its objects (name: the key alone),
+// whether more pages follow, and the token to ask for the next. Throws
+// ObjectError FAILED_PRECONDITION for a page that is no listing.
+struct ListingPage {
+  std::vector<ObjectInfo> objects;
+  bool truncated = false;
+  std::string next_token;
+};
+ListingPage parse_listing_page(const std::string& xml);
+
 // Where the settings come from in this process (tests set them apart).
 const ObjectSettings& object_settings();
 const ObjectLimits& object_limits();
