@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "sources/input_error.hpp"
+
 namespace imgstat::client {
 
 // Past this a member that must be held to be read (a compressed tar's, a
@@ -76,14 +78,7 @@ uint64_t shard_member_size(const std::string& name);
 MemberBytes open_member(const std::string& name);
 
 // An input that cannot be read, and the status code that says why.
-class InputError : public std::runtime_error {
- public:
-  InputError(std::string code, const std::string& what) : std::runtime_error(what), code_(std::move(code)) {}
-  const std::string& code() const { return code_; }
-
- private:
-  std::string code_;
-};
+using imgstat::InputError;
 
 // WebDataset's brace ranges and lists, as its shard names are written:
 // "shard-{000000..000099}.tar" is 100 names, the width of the first bound

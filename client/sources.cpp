@@ -90,21 +90,11 @@ constexpr size_t kObjectFirstBytes = size_t{4} << 20;
 constexpr size_t kObjectPieceBytes = size_t{8} << 20;
 constexpr int kObjectPiecesInFlight = 8;
 
-// An object's failure as the CLI's, with its status name.
-template <class F>
-auto object_call(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const ObjectError& e) {
-    throw InputError(e.code(), e.what());
-  }
-}
-
 }  // namespace
 
 Source::Source(const std::string& name, bool dicom_series, const std::vector<std::string>& files) : name_(name) {
   if (is_object_name(name)) {
-    object_info_ = object_call([&] { return open_object(name, kObjectFirstBytes, &object_head_); });
+    object_info_ = open_object(name, kObjectFirstBytes, &object_head_);
     size_ = object_info_.size;
     if (object_head_.size() == size_) {
       held_ = true;
@@ -218,9 +208,7 @@ void Source::read_at(uint64_t at, char* out, size_t n) {
       std::memcpy(out, object_head_.data() + at, done);
     }
     if (done < n)
-      object_call([&] {
-        read_object_parallel(object_info_, at + done, out + done, n - done, kObjectPieceBytes, kObjectPiecesInFlight);
-      });
+      read_object_parallel(object_info_, at + done, out + done, n - done, kObjectPieceBytes, kObjectPiecesInFlight);
     return;
   }
   size_t done = 0;
@@ -497,15 +485,14 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
     const int flags = pattern.find("**") == std::string::npos ? FNM_PATHNAME : 0;
     uint64_t left_out = 0;
     try {
-      const std::vector<ObjectInfo> found = object_call([&] {
-        return list_objects(wild == std::string::npos ? bucket_head + pattern : arg.substr(0, wild), [&](const std::string& key) {
-          if (wild != std::string::npos && fnmatch(pattern.c_str(), key.c_str(), flags) != 0 &&
-              fnmatch(no_folders.c_str(), key.c_str(), flags) != 0)
-            return false;
-          if (options.every_file || wanted(key)) return true;
-          ++left_out;
+      const std::string listed = wild == std::string::npos ? bucket_head + pattern : arg.substr(0, wild);
+      const std::vector<ObjectInfo> found = list_objects(listed, [&](const std::string& key) {
+        if (wild != std::string::npos && fnmatch(pattern.c_str(), key.c_str(), flags) != 0 &&
+            fnmatch(no_folders.c_str(), key.c_str(), flags) != 0)
           return false;
-        });
+        if (options.every_file || wanted(key)) return true;
+        ++left_out;
+        return false;
       });
       if (found.empty())
         missing->push_back(arg + (left_out > 0 ? (extensions.empty() ? " (no images under this prefix)" : " (no objects of those extensions)")

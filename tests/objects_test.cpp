@@ -48,7 +48,7 @@ TEST(Listing, PagesThatAreNoneRefused) {
     try {
       parse_listing_page(bad);
       ADD_FAILURE() << bad << ": parsed";
-    } catch (const ObjectError& e) {
+    } catch (const InputError& e) {
       EXPECT_EQ(e.code(), "FAILED_PRECONDITION") << bad;
     }
   }

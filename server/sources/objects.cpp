@@ -86,7 +86,7 @@ S3Name split_s3(const std::string& name) {
   const std::string rest = name.substr(5);
   const size_t slash = rest.find('/');
   S3Name n{rest.substr(0, slash), slash == std::string::npos ? "" : rest.substr(slash + 1)};
-  if (n.bucket.empty()) throw ObjectError("INVALID_ARGUMENT", name + ": no bucket named (s3://BUCKET/KEY)");
+  if (n.bucket.empty()) throw InputError("INVALID_ARGUMENT", name + ": no bucket named (s3://BUCKET/KEY)");
   return n;
 }
 
@@ -103,7 +103,7 @@ std::string s3_url(const ObjectSettings& s, const std::string& bucket, const std
 std::string request_url(const std::string& name) {
   if (!starts_with_ci(name, "s3://")) return name;
   const S3Name n = split_s3(name);
-  if (n.key.empty()) throw ObjectError("INVALID_ARGUMENT", name + ": no key named (s3://BUCKET/KEY)");
+  if (n.key.empty()) throw InputError("INVALID_ARGUMENT", name + ": no key named (s3://BUCKET/KEY)");
   return s3_url(object_settings(), n.bucket, uri_encode(n.key, true));
 }
 
@@ -121,7 +121,7 @@ class HandlePool {
       }
     }
     CURL* h = curl_easy_init();
-    if (!h) throw ObjectError("RESOURCE_EXHAUSTED", "libcurl: cannot make a handle");
+    if (!h) throw InputError("RESOURCE_EXHAUSTED", "libcurl: cannot make a handle");
     return h;
   }
   void give(CURL* h) {
@@ -357,19 +357,19 @@ void back_off(int attempt) {
 
 [[noreturn]] void fail_status(const std::string& name, const Reply& r) {
   if (r.status == 412)
-    throw ObjectError("DATA_LOSS", name + ": the object changed while it was read (its ETag is no longer the one first read)");
-  throw ObjectError(code_for_status(r.status),
+    throw InputError("DATA_LOSS", name + ": the object changed while it was read (its ETag is no longer the one first read)");
+  throw InputError(code_for_status(r.status),
                     name + ": HTTP " + std::to_string(r.status) + s3_reason(r.error_body));
 }
 
 [[noreturn]] void fail_transport(const std::string& name, const Reply& r, int attempts) {
-  throw ObjectError(retryable_curl(r.curl) ? "UNAVAILABLE" : "FAILED_PRECONDITION",
+  throw InputError(retryable_curl(r.curl) ? "UNAVAILABLE" : "FAILED_PRECONDITION",
                     name + ": " + r.curl_error + (retryable_curl(r.curl) ? " (after " + std::to_string(attempts) + " tries)" : ""));
 }
 
 void check_etag(const std::string& name, const std::string& pinned, const Reply& r) {
   if (!pinned.empty() && !r.etag.empty() && r.etag != pinned)
-    throw ObjectError("DATA_LOSS", name + ": the object changed while it was read (ETag " + pinned + ", now " + r.etag + ")");
+    throw InputError("DATA_LOSS", name + ": the object changed while it was read (ETag " + pinned + ", now " + r.etag + ")");
 }
 
 // Reads [at, at + n) into out: a range (or the whole object) per request,
@@ -390,17 +390,17 @@ void read_range(const ObjectInfo& o, uint64_t at, char* out, size_t n, bool whol
         // A server that ignores ranges answers with the whole object: usable
         // only where that is what was asked for.
         if (!(whole_allowed && from == 0 && n == o.size))
-          throw ObjectError("FAILED_PRECONDITION", o.name + ": the server answers no ranged requests");
+          throw InputError("FAILED_PRECONDITION", o.name + ": the server answers no ranged requests");
       } else if (!r.has_content_range || r.range_first != from || r.total != o.size) {
-        throw ObjectError("DATA_LOSS", o.name + ": the server answered another range than asked for (the object changed?)");
+        throw InputError("DATA_LOSS", o.name + ": the server answered another range than asked for (the object changed?)");
       }
-      if (r.overflow) throw ObjectError("DATA_LOSS", o.name + ": the server sent more bytes than the object has");
+      if (r.overflow) throw InputError("DATA_LOSS", o.name + ": the server sent more bytes than the object has");
     }
     const size_t before = done;
     if (answered) done += static_cast<size_t>(r.received);
     if (done == n) return;
     if (answered && r.curl == CURLE_OK)
-      throw ObjectError("DATA_LOSS", o.name + ": shorter than the " + std::to_string(o.size) + " bytes it had");
+      throw InputError("DATA_LOSS", o.name + ": shorter than the " + std::to_string(o.size) + " bytes it had");
     if (!answered && r.status != 0 && !retryable_status(r.status)) fail_status(o.name, r);
     if (r.status == 0 && !retryable_curl(r.curl)) fail_transport(o.name, r, attempt + 1);
     if (done > before) attempt = 0;  // progress: a cut, resumed from here
@@ -421,7 +421,7 @@ std::string xml_unescape(const std::string& s) {
       continue;
     }
     const size_t semi = s.find(';', i);
-    if (semi == std::string::npos) throw ObjectError("FAILED_PRECONDITION", "a listing that is no XML (an '&' never closed)");
+    if (semi == std::string::npos) throw InputError("FAILED_PRECONDITION", "a listing that is no XML (an '&' never closed)");
     const std::string ent = s.substr(i + 1, semi - i - 1);
     if (ent == "amp") out += '&';
     else if (ent == "lt") out += '<';
@@ -430,7 +430,7 @@ std::string xml_unescape(const std::string& s) {
     else if (ent == "apos") out += '\'';
     else if (ent.size() > 1 && ent[0] == '#') {
       const unsigned long c = ent[1] == 'x' ? std::strtoul(ent.c_str() + 2, nullptr, 16) : std::strtoul(ent.c_str() + 1, nullptr, 10);
-      if (c == 0 || c > 0x10FFFF) throw ObjectError("FAILED_PRECONDITION", "a listing that is no XML (character &" + ent + ";)");
+      if (c == 0 || c > 0x10FFFF) throw InputError("FAILED_PRECONDITION", "a listing that is no XML (character &" + ent + ";)");
       // UTF-8
       if (c < 0x80) out += static_cast<char>(c);
       else if (c < 0x800) out += static_cast<char>(0xC0 | (c >> 6)), out += static_cast<char>(0x80 | (c & 0x3F));
@@ -441,7 +441,7 @@ std::string xml_unescape(const std::string& s) {
         out += static_cast<char>(0xF0 | (c >> 18)), out += static_cast<char>(0x80 | ((c >> 12) & 0x3F)),
             out += static_cast<char>(0x80 | ((c >> 6) & 0x3F)), out += static_cast<char>(0x80 | (c & 0x3F));
     } else {
-      throw ObjectError("FAILED_PRECONDITION", "a listing that is no XML (entity &" + ent + ";)");
+      throw InputError("FAILED_PRECONDITION", "a listing that is no XML (entity &" + ent + ";)");
     }
     i = semi;
   }
@@ -457,7 +457,7 @@ std::string element(const std::string& xml, const char* tag, size_t from, size_t
     return "";
   }
   const size_t b = xml.find(close, a + open.size());
-  if (b == std::string::npos || b > to) throw ObjectError("FAILED_PRECONDITION", std::string("a listing that is no XML (<") + tag + "> never closed)");
+  if (b == std::string::npos || b > to) throw InputError("FAILED_PRECONDITION", std::string("a listing that is no XML (<") + tag + "> never closed)");
   if (end) *end = b + close.size();
   return xml.substr(a + open.size(), b - a - open.size());
 }
@@ -531,19 +531,19 @@ ObjectInfo open_object(const std::string& name, size_t first, std::string* head)
       o.etag = r.etag;
       if (r.status == 206 && r.has_content_range && r.range_first == 0) {
         o.size = r.total;
-        if (o.size < r.received) throw ObjectError("DATA_LOSS", name + ": the server sent more bytes than the object has");
+        if (o.size < r.received) throw InputError("DATA_LOSS", name + ": the server sent more bytes than the object has");
       } else if (r.status == 200) {
         o.size = r.received;  // the whole object (no ranges, or no larger than asked)
       } else {
-        throw ObjectError("FAILED_PRECONDITION", name + ": HTTP " + std::to_string(r.status) + " without the range asked for");
+        throw InputError("FAILED_PRECONDITION", name + ": HTTP " + std::to_string(r.status) + " without the range asked for");
       }
       head->resize(static_cast<size_t>(std::min<uint64_t>(o.size, r.received)));
       if (o.size > head->size() && head->size() < std::min<uint64_t>(first, o.size))
-        throw ObjectError("DATA_LOSS", name + ": shorter than the " + std::to_string(o.size) + " bytes it said");
+        throw InputError("DATA_LOSS", name + ": shorter than the " + std::to_string(o.size) + " bytes it said");
       return o;
     }
     if (answered && r.overflow)  // a 200 with more than fits: the server ignores ranges
-      throw ObjectError("FAILED_PRECONDITION", name + ": the server answers no ranged requests (the object is larger than " +
+      throw InputError("FAILED_PRECONDITION", name + ": the server answers no ranged requests (the object is larger than " +
                                                    std::to_string(head->size()) + " bytes)");
     if (!answered && r.status != 0 && !retryable_status(r.status)) fail_status(name, r);
     if (r.status == 0 && !retryable_curl(r.curl)) fail_transport(name, r, attempt);
@@ -558,7 +558,7 @@ ObjectInfo open_object(const std::string& name, size_t first, std::string* head)
 void read_object(const ObjectInfo& object, uint64_t at, char* out, size_t n) {
   if (n == 0) return;
   if (at > object.size || n > object.size - at)
-    throw ObjectError("OUT_OF_RANGE", object.name + ": bytes past its " + std::to_string(object.size) + " asked for");
+    throw InputError("OUT_OF_RANGE", object.name + ": bytes past its " + std::to_string(object.size) + " asked for");
   read_range(object, at, out, n, true);
 }
 
@@ -567,7 +567,7 @@ void read_object_parallel(const ObjectInfo& object, uint64_t at, char* out, size
   const size_t pieces = (n + piece - 1) / piece;
   if (pieces <= 1 || in_flight <= 1) return read_object(object, at, out, n);
   if (at > object.size || n > object.size - at)
-    throw ObjectError("OUT_OF_RANGE", object.name + ": bytes past its " + std::to_string(object.size) + " asked for");
+    throw InputError("OUT_OF_RANGE", object.name + ": bytes past its " + std::to_string(object.size) + " asked for");
   std::atomic<size_t> next{0};
   std::atomic<bool> stop{false};
   std::exception_ptr failed;
@@ -605,7 +605,7 @@ ListingPage parse_listing_page(const std::string& page) {
     errno = 0;
     o.size = std::strtoull(size.c_str(), &size_end, 10);
     if (size.empty() || *size_end != '\0' || size[0] == '-' || errno == ERANGE)
-      throw ObjectError("FAILED_PRECONDITION", "a listing with a size that is no number (" + size.substr(0, 40) + ")");
+      throw InputError("FAILED_PRECONDITION", "a listing with a size that is no number (" + size.substr(0, 40) + ")");
     o.etag = xml_unescape(element(contents, "ETag", 0, contents.size()));
     out.objects.push_back(std::move(o));
   }
@@ -617,7 +617,7 @@ ListingPage parse_listing_page(const std::string& page) {
 std::vector<ObjectInfo> list_objects(const std::string& prefix, const std::function<bool(const std::string&)>& keep,
                                      uint64_t* left_out) {
   if (!starts_with_ci(prefix, "s3://"))
-    throw ObjectError("INVALID_ARGUMENT", prefix + ": only s3:// names can be listed (an https:// name is one object)");
+    throw InputError("INVALID_ARGUMENT", prefix + ": only s3:// names can be listed (an https:// name is one object)");
   const S3Name n = split_s3(prefix);
   const ObjectSettings& s = object_settings();
   const ObjectLimits& l = object_limits();
@@ -637,7 +637,7 @@ std::vector<ObjectInfo> list_objects(const std::string& prefix, const std::funct
       page.clear();
       r = perform(prefix, url, false, "", "", nullptr, 0, &page, l.max_listing_page_bytes);
       if (r.status == 200 && r.curl == CURLE_OK) break;
-      if (r.overflow) throw ObjectError("RESOURCE_EXHAUSTED", prefix + ": a listing page past " + std::to_string(l.max_listing_page_bytes) + " bytes");
+      if (r.overflow) throw InputError("RESOURCE_EXHAUSTED", prefix + ": a listing page past " + std::to_string(l.max_listing_page_bytes) + " bytes");
       if (r.status != 0 && r.status != 200 && !retryable_status(r.status)) fail_status(prefix, r);
       if (r.status == 0 && !retryable_curl(r.curl)) fail_transport(prefix, r, attempt);
       if (attempt >= l.attempts) {
@@ -650,7 +650,7 @@ std::vector<ObjectInfo> list_objects(const std::string& prefix, const std::funct
     for (ObjectInfo& o : parsed.objects) {
       const std::string key = o.name;
       if (++seen > l.max_listed_objects)
-        throw ObjectError("RESOURCE_EXHAUSTED", prefix + ": more than " + std::to_string(l.max_listed_objects) + " objects");
+        throw InputError("RESOURCE_EXHAUSTED", prefix + ": more than " + std::to_string(l.max_listed_objects) + " objects");
       if (key.empty() || key.back() == '/' || !keep(key)) {  // folder markers and keys not wanted
         if (left_out && !(key.empty() || key.back() == '/')) ++*left_out;
         continue;
@@ -660,7 +660,7 @@ std::vector<ObjectInfo> list_objects(const std::string& prefix, const std::funct
     }
     if (!parsed.truncated) break;
     if (parsed.next_token.empty() || parsed.next_token == token)
-      throw ObjectError("FAILED_PRECONDITION", prefix + ": a listing that says it goes on but gives no token to go on from");
+      throw InputError("FAILED_PRECONDITION", prefix + ": a listing that says it goes on but gives no token to go on from");
     token = parsed.next_token;
   }
   return out;

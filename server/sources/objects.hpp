@@ -11,9 +11,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "sources/input_error.hpp"
 
 namespace imgstat {
 
@@ -57,19 +58,11 @@ struct ObjectInfo {
   std::string etag;  // "" where the store sends none
 };
 
-// An object that cannot be read, with the gRPC status name that says why:
-// NOT_FOUND (404), PERMISSION_DENIED (401, 403), DATA_LOSS (changed while it
-// was read, or shorter than it said), UNAVAILABLE (unreachable, 5xx or
-// throttled after every retry), INVALID_ARGUMENT (a name that is none),
-// FAILED_PRECONDITION (any other answer).
-class ObjectError : public std::runtime_error {
- public:
-  ObjectError(std::string code, const std::string& what) : std::runtime_error(what), code_(std::move(code)) {}
-  const std::string& code() const { return code_; }
-
- private:
-  std::string code_;
-};
+// An object that cannot be read is an InputError, with the gRPC status name
+// that says why: NOT_FOUND (404), PERMISSION_DENIED (401, 403), DATA_LOSS
+// (changed while it was read, or shorter than it said), UNAVAILABLE
+// (unreachable, 5xx or throttled after every retry), INVALID_ARGUMENT (a
+// name that is none), FAILED_PRECONDITION (any other answer).
 
 // Opens an object: one request for its first `first` bytes (into *head),
 // which also tells its size and ETag. An object no larger than `first` is
@@ -77,7 +70,7 @@ class ObjectError : public std::runtime_error {
 ObjectInfo open_object(const std::string& name, size_t first, std::string* head);
 
 // Bytes [at, at + n) of an object opened by open_object, each range in one
-// request, resumed where a connection is cut; throws ObjectError DATA_LOSS
+// request, resumed where a connection is cut; throws InputError DATA_LOSS
 // when the object is no longer the one opened.
 void read_object(const ObjectInfo& object, uint64_t at, char* out, size_t n);
 
@@ -94,7 +87,7 @@ std::vector<ObjectInfo> list_objects(const std::string& prefix, const std::funct
 
 // One page of a ListObjectsV2 answer: its objects (name: the key alone),
 // whether more pages follow, and the token to ask for the next. Throws
-// ObjectError FAILED_PRECONDITION for a page that is no listing.
+// InputError FAILED_PRECONDITION for a page that is no listing.
 struct ListingPage {
   std::vector<ObjectInfo> objects;
   bool truncated = false;

@@ -24,11 +24,11 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
+from large_image import write_large_pgm  # noqa: E402
 from live_server import start_server  # noqa: E402
 from verdicts import equal, fail, finish  # noqa: E402
 import s3_front  # noqa: E402
@@ -73,11 +73,7 @@ def make_folder(work, corpus):
         name = ("sub/" if k % 5 == 0 else "") + f"{k:04d}-" + os.path.basename(src)
         shutil.copyfile(src, os.path.join(folder, name))
         names.append(name)
-    width, height = 4099, 3001
-    y, x = np.mgrid[0:height, 0:width]
-    body = ((x * 7 + y * 13 + (x * y) % 17) % 256).astype(np.uint8).tobytes()
-    with open(os.path.join(folder, "large.pgm"), "wb") as f:
-        f.write(b"P5\n%d %d\n255\n" % (width, height) + body)
+    write_large_pgm(os.path.join(folder, "large.pgm"))
     names.append("large.pgm")
     shutil.copyfile(os.path.join(folder, names[1]), os.path.join(folder, "an odd name +&=%.png"))
     names.append("an odd name +&=%.png")

@@ -31,6 +31,7 @@ import zipfile
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from large_image import write_large_pgm  # noqa: E402
 from live_server import start_server  # noqa: E402
 from verdicts import equal, fail, finish  # noqa: E402
 
@@ -73,11 +74,7 @@ def make_folder(work, corpus):
     shutil.copyfile(os.path.join(folder, names[1]), os.path.join(folder, long_name))
     names.append(long_name)
     # Large: streamed from an uncompressed tar (past the client's one-message size).
-    width, height = 4099, 3001
-    y, x = np.mgrid[0:height, 0:width]
-    body = ((x * 7 + y * 13 + (x * y) % 17) % 256).astype(np.uint8).tobytes()
-    with open(os.path.join(folder, "large.pgm"), "wb") as f:
-        f.write(b"P5\n%d %d\n255\n" % (width, height) + body)
+    write_large_pgm(os.path.join(folder, "large.pgm"))
     names.append("large.pgm")
     open(os.path.join(folder, "empty.png"), "wb").close()
     names.append("empty.png")
