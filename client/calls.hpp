@@ -81,6 +81,11 @@ class Remote {
   // included); a large one (a region, a stream) is analyzed before this
   // returns, done called on this thread.
   void start(Source& source, const Request& request, std::function<void(Outcome)> done);
+  // Whether the server reads this object itself (its ServerInfo.fetch_allow
+  // covers the name): then the client sends the name, not the bytes.
+  bool fetches(const std::string& name);
+  // The object by its name (Input.url), answered as start() answers.
+  void start_fetch(const std::string& name, const Request& request, std::function<void(Outcome)> done);
   // Calls in flight that keep the server (every server of a list) busy:
   // four for each of its engine's threads, within its max_concurrent.
   unsigned calls_to_fill();
@@ -153,6 +158,7 @@ class Remote {
   bool info_asked_ = false;
   bool info_ok_ = false;
   v1::ServerInfo info_;
+  std::unique_ptr<FetchRules> fetch_rules_;  // info_.fetch_allow, once asked
   size_t servers_ = 1;  // addresses the target names
   // A file used all its retries on UNAVAILABLE, and no call has been answered since.
   std::atomic<bool> unreachable_{false};

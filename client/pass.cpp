@@ -49,6 +49,17 @@ void Pass::read_loop() {
       Request request = make_(i);
       made = true;
       request.input.set_name(inputs_[i]);
+      // An object the server fetches itself: its name goes, not its bytes.
+      if (remote_ && !local_ && remote_->fetches(inputs_[i])) {
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          slot_.wait(lock, [&] { return stopping_ || in_flight_ < options_.jobs; });
+          if (stopping_) return;
+          ++in_flight_;
+        }
+        remote_->start_fetch(inputs_[i], request, [this, i](Outcome o) { finish(i, std::move(o), 0); });
+        continue;
+      }
       Source source(inputs_[i], request.dicom_series, request.dicom_files);
       // Opened before a slot is taken, read on this thread once one is. What
       // a file sent in one message holds is counted against the bytes in

@@ -427,6 +427,50 @@ void Remote::start(Source& source, const Request& request, std::function<void(Ou
   call_unary(std::move(call));
 }
 
+bool Remote::fetches(const std::string& name) {
+  if (!is_object_name(name)) return false;
+  v1::ServerInfo info;
+  if (!server_info(deadline(), &info) || info.fetch_allow().empty()) return false;
+  std::lock_guard<std::mutex> lock(info_mu_);
+  if (!fetch_rules_) {
+    try {
+      fetch_rules_ = std::make_unique<FetchRules>(std::vector<std::string>(info.fetch_allow().begin(), info.fetch_allow().end()));
+    } catch (const std::exception&) {
+      fetch_rules_ = std::make_unique<FetchRules>();  // rules this client cannot read: it fetches for itself
+    }
+  }
+  return fetch_rules_->match(name) != nullptr;
+}
+
+void Remote::start_fetch(const std::string& name, const Request& request, std::function<void(Outcome)> done) {
+  if (unreachable_now()) {
+    done(failure(name, "UNAVAILABLE", kUnreachable));
+    return;
+  }
+  const auto until = deadline();
+  if (batch_ && !batch_refused_) {
+    auto item = std::make_shared<BatchItem>();
+    item->file = name;
+    item->until = until;
+    item->done = std::move(done);
+    item->request.set_id(std::to_string(next_item_++));
+    v1::AnalyzeRequest* r = item->request.mutable_request();
+    *r->mutable_input() = request.input;
+    *r->mutable_options() = options_with_map(request);
+    r->mutable_input()->set_url(name);
+    send_on_lane(std::move(item));
+    return;
+  }
+  auto call = std::make_shared<UnaryCall>();
+  call->file = name;
+  call->until = until;
+  call->done = std::move(done);
+  *call->request.mutable_input() = request.input;
+  *call->request.mutable_options() = options_with_map(request);
+  call->request.mutable_input()->set_url(name);
+  call_unary(std::move(call));
+}
+
 void Remote::call_unary(std::shared_ptr<UnaryCall> call) {
   call->contexts.push_back(std::make_unique<grpc::ClientContext>());
   grpc::ClientContext* ctx = call->contexts.back().get();

@@ -1,10 +1,13 @@
 #include "core/analyzer.hpp"
 
+#include "core/status_name.hpp"
+
 #include "core/arriving.hpp"
 
 #include <tbb/task_arena.h>
 
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -27,7 +30,8 @@ Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_pt
     : engine_(std::move(engine)),
       gpu_jpeg_(std::move(gpu_jpeg)),
       limits_(resolve(limits, engine_->info().threads)),
-      regions_(std::move(regions)) {
+      regions_(std::move(regions)),
+      fetch_rules_(limits_.fetch_allow) {
   budget_ = std::make_unique<MemoryBudget>(limits_.max_decode_memory, limits_.max_queue);
   spool_ = std::make_unique<Spool>(limits_.spool_dir == "none" ? "" : limits_.spool_dir, limits_.max_spool_bytes);
   arriving_ = std::make_unique<ArrivingDecodes>(engine_->info().threads);
@@ -68,6 +72,7 @@ Clock::time_point Analyzer::memory_wait_until(const CallContext& call, Clock::ti
 Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsRequest& stats, bool parts,
                                         const CallContext& call) const {
   InputBytes out;
+  if (!input.url().empty()) return fetch(input, call);
   if (!input.has_region()) {
     out.data = reinterpret_cast<const uint8_t*>(input.data().data());
     out.bytes = input.data().size();
@@ -101,6 +106,40 @@ Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsReque
     read_region(out.region, 0, out.region.size, reinterpret_cast<uint8_t*>(out.owned.data()));
     out.data = reinterpret_cast<const uint8_t*>(out.owned.data());
   }
+  return out;
+}
+
+Analyzer::InputBytes Analyzer::fetch(const v1::Input& input, const CallContext& call) const {
+  if (!input.data().empty() || input.has_region())
+    fail(ErrorCode::kInvalidArgument, "the input names an object to fetch and carries bytes too: send one");
+  InputBytes out;
+  try {
+    // The first request brings a small object whole, and a large one's
+    // size, checked before anything more is held.
+    constexpr size_t kFirst = size_t{4} << 20;
+    std::string head;
+    const ObjectInfo object = open_object(input.url(), kFirst, &head, &fetch_rules_);
+    if (object.size > limits_.max_input_bytes)
+      fail(ErrorCode::kResourceExhausted, input.url() + ": " + std::to_string(object.size) +
+                                              " bytes, past this server's --max-input-bytes (" +
+                                              std::to_string(limits_.max_input_bytes) + ")");
+    if (object.size == 0) fail(ErrorCode::kInvalidArgument, "empty input: " + input.url() + " has no bytes");
+    out.lease = budget_->acquire(object.size, input.url() + "'s " + std::to_string(object.size >> 20) + " MiB", call,
+                                 memory_wait_until(call, Clock::now()));
+    if (head.size() == object.size) {
+      out.owned = std::move(head);
+    } else {
+      out.owned.resize(static_cast<size_t>(object.size));
+      std::memcpy(out.owned.data(), head.data(), head.size());
+      call.check("while fetching");
+      read_object_parallel(object, head.size(), out.owned.data() + head.size(), out.owned.size() - head.size(),
+                           size_t{8} << 20, 8);
+    }
+  } catch (const InputError& e) {
+    fail(static_cast<ErrorCode>(status_code_of(e.code())), e.what());
+  }
+  out.data = reinterpret_cast<const uint8_t*>(out.owned.data());
+  out.bytes = out.owned.size();
   return out;
 }
 

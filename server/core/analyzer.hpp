@@ -22,6 +22,7 @@
 #include "decode/jpeg/gpu.hpp"
 #include "imgstat/engine.hpp"
 #include "imgstat/v1/imgstat.pb.h"
+#include "sources/objects.hpp"
 
 namespace imgstat {
 
@@ -116,6 +117,10 @@ class Analyzer {
                                      const CallContext& call, CallContext::Clock::time_point t0) const;
   // parts: the input must be read whole (a region is not streamed).
   InputBytes bytes_of(const v1::Input& input, const StatsRequest& stats, bool parts, const CallContext& call) const;
+  // An object the request names (Input.url), read whole into the decode
+  // memory where fetch_rules_ allow it (PERMISSION_DENIED naming them when
+  // not); a failed read is its status (NOT_FOUND, UNAVAILABLE, DATA_LOSS...).
+  InputBytes fetch(const v1::Input& input, const CallContext& call) const;
   // A mask or label image, decoded (in the budget) or raw, and its view.
   struct MapInput {
     InputBytes bytes;
@@ -157,6 +162,7 @@ class Analyzer {
   std::unique_ptr<MemoryBudget> budget_;
   std::shared_ptr<RegionTable> regions_;
   std::string region_socket_;
+  FetchRules fetch_rules_;  // limits_.fetch_allow
   std::unique_ptr<Spool> spool_;
   // Last: its threads end before anything they use goes.
   std::unique_ptr<ArrivingDecodes> arriving_;

@@ -1,5 +1,7 @@
 #include "core/limits.hpp"
 
+#include "sources/objects.hpp"
+
 #include <CLI/CLI.hpp>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -75,6 +77,17 @@ void add_limit_flags(CLI::App& app, Limits& l) {
                  "where large PNG and TIFF uploads are written while they arrive (a directory on disk); "
                  "default $TMPDIR or /tmp; none: kept in memory")
       ->envname("IMGSTAT_SPOOL_DIR");
+  app.add_option("--fetch-allow", l.fetch_allow,
+                 "prefixes of the objects (s3://bucket/, https://host/path/) this server reads itself when a request "
+                 "names one; none: it fetches nothing")
+      ->envname("IMGSTAT_FETCH_ALLOW")->delimiter(',')->check([](const std::string& v) -> std::string {
+        try {
+          FetchRules({v});
+          return "";
+        } catch (const std::exception& e) {
+          return e.what();
+        }
+      });
   app.add_option("--max-spool-bytes", l.max_spool_bytes,
                  "bytes all spooled uploads may hold; 0: half of the spool's free space")
       ->envname("IMGSTAT_MAX_SPOOL_BYTES")->capture_default_str();

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "imgstat/engine.hpp"
 
@@ -83,6 +84,13 @@ struct Limits {
   // resolving a name again spread over servers added since (Kubernetes
   // scaling out). 0: connections stay.
   double max_connection_age_seconds = 0;
+  // --fetch-allow: prefixes of the objects this server reads itself when a
+  // request names one (Input.url): "s3://bucket-a/,https://data.example.org/images/".
+  // Empty: it fetches nothing. Its S3 credentials, region and endpoint are
+  // its own environment's (sources/objects.hpp), never a caller's; an
+  // https:// host must be at a public address unless its rule names the
+  // address; redirects are checked against the rules again.
+  std::vector<std::string> fetch_allow;
 };
 
 // Keep-alive, fixed: callers may ping this often (imgstat-client pings every

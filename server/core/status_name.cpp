@@ -2,8 +2,8 @@
 
 namespace imgstat {
 
-std::string status_code_name(int code) {
-  static const char* kNames[] = {"OK",
+namespace {
+const char* const kNames[] = {"OK",
                                  "CANCELLED",
                                  "UNKNOWN",
                                  "INVALID_ARGUMENT",
@@ -20,7 +20,14 @@ std::string status_code_name(int code) {
                                  "UNAVAILABLE",
                                  "DATA_LOSS",
                                  "UNAUTHENTICATED"};
-  return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
+}  // namespace
+
+std::string status_code_name(int code) { return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN"; }
+
+int status_code_of(const std::string& name) {
+  for (int code = 0; code <= 16; ++code)
+    if (name == kNames[code]) return code;
+  return 2;
 }
 
 }  // namespace imgstat

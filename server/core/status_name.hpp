@@ -7,5 +7,7 @@
 namespace imgstat {
 
 std::string status_code_name(int code);
+// The code of a name status_code_name gives; UNKNOWN (2) for any other.
+int status_code_of(const std::string& name);
 
 }  // namespace imgstat

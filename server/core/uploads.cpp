@@ -371,6 +371,8 @@ void Upload::set_map_data(std::string) {
 }
 
 std::unique_ptr<Upload> Analyzer::begin_upload(const v1::StreamHeader& header, const CallContext& call) const {
+  if (!header.input().url().empty())
+    fail(ErrorCode::kInvalidArgument, "a stream carries its input's bytes: name an object to fetch (Input.url) in Analyze");
   const uint64_t map_bytes = header.map_bytes();
   if (map_bytes == 0) return begin_input_upload(header, call);
   v1::Options options = header.options();

@@ -1,5 +1,6 @@
 #include "sources/objects.hpp"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <stdexcept>
 #include <thread>
 
 namespace imgstat {
@@ -100,8 +102,49 @@ std::string s3_url(const ObjectSettings& s, const std::string& bucket, const std
   return "https://" + bucket + ".s3." + s.region + ".amazonaws.com/" + path_and_query;
 }
 
+bool contains_ci(const std::string& s, const char* what) { return lower(s).find(what) != std::string::npos; }
+
+// An http(s) URL as it is requested: "scheme://host:port/path?query", its
+// dot segments resolved and its host in lower case; "" for one that is none
+// or that hides a path in escapes, a backslash or user information.
+std::string canonical_http(const std::string& url, bool* host_is_address = nullptr) {
+  const size_t path_at = url.find('/', url.find("://") + 3);
+  const std::string path = path_at == std::string::npos ? "" : url.substr(path_at);
+  if (contains_ci(path, "%2e") || contains_ci(path, "%2f") || contains_ci(path, "%5c") || url.find('\\') != std::string::npos)
+    return "";
+  CURLU* u = curl_url();
+  if (!u) return "";
+  std::string out;
+  char* part = nullptr;
+  auto get = [&](CURLUPart what, unsigned flags) {
+    std::string v;
+    if (curl_url_get(u, what, &part, flags) == CURLUE_OK && part) v = part;
+    curl_free(part);
+    part = nullptr;
+    return v;
+  };
+  if (curl_url_set(u, CURLUPART_URL, url.c_str(), 0) == CURLUE_OK && get(CURLUPART_USER, 0).empty()) {
+    const std::string scheme = lower(get(CURLUPART_SCHEME, 0)), host = lower(get(CURLUPART_HOST, 0));
+    if ((scheme == "http" || scheme == "https") && !host.empty()) {
+      const std::string query = get(CURLUPART_QUERY, 0);
+      out = scheme + "://" + host + ":" + get(CURLUPART_PORT, CURLU_DEFAULT_PORT) + get(CURLUPART_PATH, 0) +
+            (query.empty() ? "" : "?" + query);
+      if (host_is_address) {
+        unsigned char buf[16];
+        *host_is_address = host.front() == '[' || inet_pton(AF_INET, host.c_str(), buf) == 1;
+      }
+    }
+  }
+  curl_url_cleanup(u);
+  return out;
+}
+
 std::string request_url(const std::string& name) {
-  if (!starts_with_ci(name, "s3://")) return name;
+  if (!starts_with_ci(name, "s3://")) {
+    const std::string url = canonical_http(name);
+    if (url.empty()) throw InputError("INVALID_ARGUMENT", name + ": not a URL that can be requested");
+    return url;
+  }
   const S3Name n = split_s3(name);
   if (n.key.empty()) throw InputError("INVALID_ARGUMENT", name + ": no key named (s3://BUCKET/KEY)");
   return s3_url(object_settings(), n.bucket, uri_encode(n.key, true));
@@ -160,6 +203,7 @@ struct Reply {
   std::string error_body;  // a non-2xx answer's body (S3's error XML), at most 4 KiB
   bool overflow = false;   // more body than the sink holds
   std::string curl_error;
+  std::string location;  // a redirect's target (a server's fetch follows it itself)
 };
 
 struct Transfer {
@@ -228,8 +272,9 @@ size_t on_body(char* data, size_t size, size_t n, void* p) {
 
 // One request. body: the sink for a 2xx answer; the body of any other
 // answer is kept (4 KiB) to say why.
-Reply perform(const std::string& name, const std::string& url, bool head, const std::string& range,
-              const std::string& if_match, char* out, size_t capacity, std::string* text, size_t text_limit) {
+Reply perform_once(const std::string& name, const std::string& url, bool head, const std::string& range,
+                   const std::string& if_match, char* out, size_t capacity, std::string* text, size_t text_limit,
+                   const FetchRules* rules) {
   const ObjectSettings& s = object_settings();
   const ObjectLimits& l = object_limits();
   Handle handle;
@@ -265,11 +310,32 @@ Reply perform(const std::string& name, const std::string& url, bool head, const 
   curl_easy_setopt(h, CURLOPT_USERAGENT, "imgstat");
   if (!s.ca_bundle.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, s.ca_bundle.c_str());
   const bool s3 = starts_with_ci(name, "s3://");
-  if (!s3) {
-    // An https:// name may redirect (a CDN, a signed URL); an S3 request is signed for its host and may not.
+  // A key is sent as it is ("a/../b" is a key of its own, not "b").
+  if (s3) curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
+  if (!s3 && !rules) {
+    // An https:// name may redirect (a CDN, a signed URL); an S3 request is
+    // signed for its host and may not; a server's fetch follows redirects
+    // itself, each checked against its rules (perform).
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
     curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
     curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  }
+  // A server's fetch of an https:// name reaches only public addresses,
+  // checked on the connection itself (a name that resolves anew each time
+  // cannot slip past), unless its rule names the host by address.
+  struct Where {
+    bool check = false;
+    std::string refused;
+  } where;
+  where.check = rules && !s3 && !rules->any_address(name);
+  if (where.check) {
+    curl_easy_setopt(h, CURLOPT_PREREQDATA, &where);
+    curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, +[](void* p, char* ip, char*, int, int) -> int {
+      auto* w = static_cast<Where*>(p);
+      if (!is_internal_address(ip)) return CURL_PREREQFUNC_OK;
+      w->refused = ip;
+      return CURL_PREREQFUNC_ABORT;
+    });
   }
   curl_slist* headers = nullptr;
   std::string userpwd, sigv4;
@@ -295,11 +361,33 @@ Reply perform(const std::string& name, const std::string& url, bool head, const 
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
   reply.curl = curl_easy_perform(h);
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &reply.status);
+  if (!where.refused.empty())
+    throw InputError("PERMISSION_DENIED", name + ": its host is at " + where.refused +
+                                              ", an internal address, and no --fetch-allow rule names it by address");
+  char* location = nullptr;
+  if (reply.status >= 300 && reply.status < 400 && curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &location) == CURLE_OK && location)
+    reply.location = location;
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
   curl_slist_free_all(headers);
   reply.curl_error = errbuf[0] ? errbuf : curl_easy_strerror(reply.curl);
   reply.error_body = std::move(error_text);
   return reply;
+}
+
+// One request, its redirects followed: by libcurl for a client; for a
+// server's fetch, each target checked against its rules first.
+Reply perform(const std::string& name, const std::string& url, bool head, const std::string& range,
+              const std::string& if_match, char* out, size_t capacity, std::string* text, size_t text_limit,
+              const FetchRules* rules = nullptr) {
+  std::string at = url;
+  for (int hops = 0;; ++hops) {
+    Reply r = perform_once(name, at, head, range, if_match, out, capacity, text, text_limit, rules);
+    if (!rules || r.location.empty()) return r;
+    if (!rules->match(r.location))
+      throw InputError("PERMISSION_DENIED", name + ": redirected to " + r.location + ", which no --fetch-allow rule allows");
+    if (hops == 5) throw InputError("FAILED_PRECONDITION", name + ": more than 5 redirects");
+    at = canonical_http(r.location);
+  }
 }
 
 // S3's <Code> and <Message>, where an error's body has them.
@@ -382,7 +470,7 @@ void read_range(const ObjectInfo& o, uint64_t at, char* out, size_t n, bool whol
   while (done < n) {
     const uint64_t from = at + done;
     const std::string range = std::to_string(from) + "-" + std::to_string(at + n - 1);
-    const Reply r = perform(o.name, url, false, range, o.etag, out + done, n - done, nullptr, 0);
+    const Reply r = perform(o.name, url, false, range, o.etag, out + done, n - done, nullptr, 0, o.rules);
     const bool answered = r.status >= 200 && r.status < 300;
     if (answered) {
       check_etag(o.name, o.etag, r);
@@ -464,6 +552,69 @@ std::string element(const std::string& xml, const char* tag, size_t from, size_t
 
 }  // namespace
 
+bool is_internal_address(const std::string& ip) {
+  unsigned char a[16];
+  if (inet_pton(AF_INET, ip.c_str(), a) == 1) {
+    const uint32_t v = uint32_t{a[0]} << 24 | uint32_t{a[1]} << 16 | uint32_t{a[2]} << 8 | a[3];
+    auto in = [&](uint32_t net, int bits) { return (v >> (32 - bits)) == (net >> (32 - bits)); };
+    return in(0x00000000, 8) || in(0x0A000000, 8) || in(0x64400000, 10) || in(0x7F000000, 8) || in(0xA9FE0000, 16) ||
+           in(0xAC100000, 12) || in(0xC0000000, 24) || in(0xC0A80000, 16) || in(0xC6120000, 15) || in(0xE0000000, 4) ||
+           in(0xF0000000, 4);
+  }
+  if (inet_pton(AF_INET6, ip.c_str(), a) != 1) return true;  // not an address at all: refused
+  static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(a, mapped, 12) == 0)
+    return is_internal_address(std::to_string(a[12]) + "." + std::to_string(a[13]) + "." + std::to_string(a[14]) + "." +
+                               std::to_string(a[15]));
+  static const unsigned char zero[16] = {0};
+  const bool unspecified = std::memcmp(a, zero, 16) == 0;
+  const bool loopback = std::memcmp(a, zero, 15) == 0 && a[15] == 1;
+  return unspecified || loopback || (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) || (a[0] & 0xfe) == 0xfc || a[0] == 0xff ||
+         (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0x0d && a[3] == 0xb8) || (a[0] == 0x00 && std::memcmp(a, zero, 10) == 0);
+}
+
+FetchRules::FetchRules(const std::vector<std::string>& prefixes) {
+  for (const std::string& given : prefixes) {
+    const std::string p = trim(given);
+    if (p.empty()) continue;
+    Rule r;
+    if (starts_with_ci(p, "s3://")) {
+      const S3Name n = split_s3(p);
+      r.prefix = "s3://" + n.bucket + "/" + n.key;
+    } else if (starts_with_ci(p, "https://") || starts_with_ci(p, "http://")) {
+      r.prefix = canonical_http(p, &r.by_address);
+      if (r.prefix.empty()) throw std::invalid_argument("--fetch-allow: " + p + " is not a URL prefix");
+    } else {
+      throw std::invalid_argument("--fetch-allow: " + p + " is not an https://, http:// or s3:// prefix");
+    }
+    rules_.push_back(std::move(r));
+    prefixes_.push_back(p);
+  }
+}
+
+const std::string* FetchRules::match(const std::string& name) const {
+  std::string compared;
+  if (starts_with_ci(name, "s3://")) {
+    const size_t slash = name.find('/', 5);
+    if (slash == std::string::npos) return nullptr;
+    compared = "s3://" + name.substr(5);
+  } else if (starts_with_ci(name, "https://") || starts_with_ci(name, "http://")) {
+    compared = canonical_http(name);
+    if (compared.empty()) return nullptr;
+  } else {
+    return nullptr;
+  }
+  for (size_t i = 0; i < rules_.size(); ++i)
+    if (compared.compare(0, rules_[i].prefix.size(), rules_[i].prefix) == 0) return &prefixes_[i];
+  return nullptr;
+}
+
+bool FetchRules::any_address(const std::string& name) const {
+  const std::string* rule = match(name);
+  if (!rule) return false;
+  return rules_[static_cast<size_t>(rule - prefixes_.data())].by_address;
+}
+
 bool is_object_name(const std::string& name) {
   return starts_with_ci(name, "https://") || starts_with_ci(name, "http://") || starts_with_ci(name, "s3://");
 }
@@ -513,14 +664,23 @@ const ObjectLimits& object_limits() {
   return l;
 }
 
-ObjectInfo open_object(const std::string& name, size_t first, std::string* head) {
+ObjectInfo open_object(const std::string& name, size_t first, std::string* head, const FetchRules* rules) {
+  if (rules && !rules->match(name))
+    throw InputError("PERMISSION_DENIED", name + ": outside what this server may fetch (--fetch-allow " +
+                                              (rules->empty() ? std::string("not given: it fetches nothing") : [&] {
+                                                std::string all;
+                                                for (const std::string& p : rules->prefixes()) all += (all.empty() ? "" : ",") + p;
+                                                return all;
+                                              }()) + ")");
   const std::string url = request_url(name);
   const ObjectLimits& l = object_limits();
   ObjectInfo o;
   o.name = name;
+  o.rules = rules;
   head->assign(std::max<size_t>(first, 1), '\0');
   for (int attempt = 1;; ++attempt) {
-    const Reply r = perform(name, url, false, "0-" + std::to_string(head->size() - 1), "", head->data(), head->size(), nullptr, 0);
+    const Reply r =
+        perform(name, url, false, "0-" + std::to_string(head->size() - 1), "", head->data(), head->size(), nullptr, 0, rules);
     if (r.status == 416 && r.has_content_range && r.total == 0) {  // an empty object has no byte 0
       head->clear();
       o.etag = r.etag;

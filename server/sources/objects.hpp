@@ -51,11 +51,49 @@ struct ObjectLimits {
   uint64_t max_listed_objects = uint64_t{1} << 24;
 };
 
+// What a server may fetch (--fetch-allow): names that begin with one of
+// these prefixes ("s3://bucket-a/", "https://data.example.org/images/").
+// An https:// name is compared after its path's dot segments are resolved
+// (as it will be requested), and one whose path hides them ("%2e", "%2f",
+// a backslash) matches nothing. Its host must resolve, at each connection,
+// to a public address (not loopback, link-local such as 169.254.169.254,
+// private, CGNAT or multicast) unless its rule names the host by that
+// address; a redirect is followed only to a name that a rule matches. An
+// s3:// name goes to the server's own S3 endpoint, its key as it is.
+class FetchRules {
+ public:
+  FetchRules() = default;
+  // Throws std::invalid_argument for an entry that is no https://, http://
+  // or s3:// prefix.
+  explicit FetchRules(const std::vector<std::string>& prefixes);
+  bool empty() const { return rules_.empty(); }
+  const std::vector<std::string>& prefixes() const { return prefixes_; }
+  // The rule that lets name be fetched, or nullptr.
+  const std::string* match(const std::string& name) const;
+  // Whether connections for name (which a rule matches) may go to any
+  // address: its rule names the host by address.
+  bool any_address(const std::string& name) const;
+
+ private:
+  struct Rule {
+    std::string prefix;     // as compared: scheme://host:port/path for https, the name for s3
+    bool by_address = false;
+  };
+  std::vector<Rule> rules_;
+  std::vector<std::string> prefixes_;  // as given
+};
+
+// An address a fetched name may not reach unless a rule names it:
+// loopback, unspecified, link-local, private, CGNAT, multicast, reserved
+// (IPv4-mapped IPv6 addresses as their IPv4).
+bool is_internal_address(const std::string& ip);
+
 // An object as its first answer described it.
 struct ObjectInfo {
   std::string name;  // as given
   uint64_t size = 0;
   std::string etag;  // "" where the store sends none
+  const FetchRules* rules = nullptr;  // a server's fetch: every request and redirect checked
 };
 
 // An object that cannot be read is an InputError, with the gRPC status name
@@ -67,7 +105,9 @@ struct ObjectInfo {
 // Opens an object: one request for its first `first` bytes (into *head),
 // which also tells its size and ETag. An object no larger than `first` is
 // then read whole.
-ObjectInfo open_object(const std::string& name, size_t first, std::string* head);
+// With rules (a server fetching), a name no rule matches, a redirect outside
+// them and an internal address are PERMISSION_DENIED.
+ObjectInfo open_object(const std::string& name, size_t first, std::string* head, const FetchRules* rules = nullptr);
 
 // Bytes [at, at + n) of an object opened by open_object, each range in one
 // request, resumed where a connection is cut; throws InputError DATA_LOSS

@@ -132,6 +132,8 @@ http {{
     ssl_certificate {cert}; ssl_certificate_key {key};
     location /data/ {{ alias {folder}/; }}
     location /moved/ {{ rewrite ^/moved/(.*)$ /data/$1 redirect; }}
+    location /away/ {{ rewrite ^/away/(.*)$ /private/$1 redirect; }}
+    location /private/ {{ alias {folder}/; }}
   }}
 }}
 """)
@@ -296,6 +298,84 @@ def check_listing(client_bin, front, env, want, folder):
         fail(f"a listing of 5,000 keys: {front.requests - before} requests, not 5 pages and the objects")
 
 
+def grpc_analyze(work, address):
+    """Analyze by hand (the CLI sends names only where a server allows
+    them): the contract's messages from protoc, a generic unary call."""
+    import grpc
+    out = os.path.join(work, "pb")
+    os.makedirs(out, exist_ok=True)
+    subprocess.run(["protoc", "-I", os.path.join(HERE, "..", "..", "proto"), "--python_out=" + out,
+                    "imgstat/v1/imgstat.proto"], check=True)
+    sys.path.insert(0, out)
+    from imgstat.v1 import imgstat_pb2 as pb
+    channel = grpc.insecure_channel(address)
+    call = channel.unary_unary("/imgstat.v1.ImageStats/Analyze", request_serializer=pb.AnalyzeRequest.SerializeToString,
+                               response_deserializer=pb.AnalyzeResponse.FromString)
+
+    def analyze(url):
+        try:
+            call(pb.AnalyzeRequest(input=pb.Input(url=url)), timeout=120)
+            return "OK", ""
+        except grpc.RpcError as e:
+            return e.code().name, e.details()
+    return analyze
+
+
+def check_server_fetch(server_bin, client_bin, folder, names, want, port, cert, front_port, work, plain_address):
+    """A server started with --fetch-allow reads the objects itself: the
+    client, with neither credentials nor the certificate, sends names."""
+    rules = [f"s3://bucket/dataset/", f"https://127.0.0.1:{port}/data/", f"https://127.0.0.1:{port}/away/",
+             f"https://localhost:{port}/data/"]
+    saved = dict(os.environ)
+    os.environ.update(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET, AWS_REGION="eu-west-3",
+                      AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{front_port}", AWS_CA_BUNDLE=cert, CURL_CA_BUNDLE=cert)
+    try:
+        server, address = start_server(server_bin, work, "--fetch-allow", ",".join(rules), log_name="fetching.log")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "CURL_CA_BUNDLE"}
+    bare["AWS_ENDPOINT_URL_S3"] = "http://127.0.0.1:9"  # the client could reach nothing itself
+    try:
+        import urllib.parse
+        for prefix in ("s3://bucket/dataset/", f"https://127.0.0.1:{port}/data/"):
+            quoted = [prefix + (urllib.parse.quote(n) if prefix.startswith("https") else n) for n in names]
+            out = run(client_bin, ["--server", address], *quoted, env=bare)
+            got = {urllib.parse.unquote(k[len(prefix):]): v for k, v in answers(out).items()}
+            equal(sorted(got), sorted(names), f"server fetch {prefix}: the objects answered")
+            for n in names:
+                equal(got.get(n), want[n], f"server fetch {prefix}: {n}")
+        a = run(client_bin, ["--server", address], "--aggregate", *["s3://bucket/dataset/" + n for n in names], env=bare)
+        b = run(client_bin, ["--server", address], "--aggregate", *[os.path.join(folder, n) for n in names])
+        untimed = [[{k: v for k, v in json.loads(line).items() if k not in TIMES} for line in o.stdout.splitlines()
+                    if line.strip()] for o in (a, b)]
+        equal(untimed[0], untimed[1], "server fetch: --aggregate over s3:// names against the files")
+        analyze = grpc_analyze(work, address)
+        refused = {
+            "s3://bucket/faults/flaky/flaky.img": "outside what this server may fetch (--fetch-allow " + ",".join(rules),
+            "https://169.254.169.254/latest/meta-data/": "outside what this server may fetch",
+            f"https://127.0.0.1:{port}/data/../private/large.pgm": "outside what this server may fetch",
+            f"https://127.0.0.1:{port}/data/%2e%2e/private/large.pgm": "outside what this server may fetch",
+            f"https://localhost:{port}/data/large.pgm": "an internal address",
+            f"https://127.0.0.1:{port}/away/large.pgm": "which no --fetch-allow rule allows",
+            "file:///etc/passwd": "outside what this server may fetch",
+        }
+        for url, says in refused.items():
+            code, details = analyze(url)
+            if code != "PERMISSION_DENIED" or says not in details:
+                fail(f"server fetch {url}: {code} {details!r}, not PERMISSION_DENIED saying {says!r}")
+        code, details = analyze("s3://bucket/dataset/missing.png")
+        equal(code, "NOT_FOUND", f"server fetch: a missing key ({details})")
+        code, details = analyze("s3://bucket/dataset/large.pgm")
+        equal(code, "OK", f"server fetch: served on after refusals ({details})")
+        code, details = grpc_analyze(work, plain_address)("s3://bucket/dataset/large.pgm")
+        if code != "PERMISSION_DENIED" or "it fetches nothing" not in details:
+            fail(f"a server without --fetch-allow: {code} {details!r}")
+    finally:
+        server.terminate()
+        server.wait()
+
+
 def main():
     server_bin, client_bin, corpus, work = sys.argv[1:5]
     for tool in ("nginx", "node", "npm", "openssl"):
@@ -318,6 +398,7 @@ def main():
         env = check_s3(client_bin, folder, names, want, front, front_port, address, work)
         check_faults(client_bin, folder, want, front, env)
         check_listing(client_bin, front, env, want, folder)
+        check_server_fetch(server_bin, client_bin, folder, names, want, port, cert, front_port, work, address)
     finally:
         for p in (nginx, s3rver):
             p.terminate()

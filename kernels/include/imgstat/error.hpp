@@ -15,9 +15,11 @@ enum class ErrorCode : int {
   kPermissionDenied = 7,
   kResourceExhausted = 8,
   kFailedPrecondition = 9,
+  kOutOfRange = 11,
   kUnimplemented = 12,
   kInternal = 13,
   kUnavailable = 14,
+  kDataLoss = 15,
 };
 
 class Error : public std::runtime_error {
