@@ -184,6 +184,8 @@ unsigned Remote::calls_to_fill() {
   uint64_t calls = kDefaultCalls;
   if (server_info(deadline(), &info) && info.engine().threads() > 0) {
     calls = uint64_t{kCallsPerThread} * info.engine().threads();
+    // A server that fetches waits on its store, not its threads: one call more for each fetch it runs at once.
+    calls += info.limits().fetch_threads();
     if (info.limits().max_concurrent() > 0) calls = std::min<uint64_t>(calls, info.limits().max_concurrent());
   }
   return static_cast<unsigned>(std::clamp<uint64_t>(calls * servers_, kDefaultCalls, kMaxCalls));

@@ -13,18 +13,7 @@ server=$1 client=$2 n=${3:-10000} work=${4:-/tmp/imgstat-shards-bench}
 mkdir -p "$work/img"
 if [ "$(ls "$work/img" | wc -l)" -ne "$n" ]; then
   rm -rf "$work"/img/* "$work"/shards "$work"/big
-  /usr/bin/python3 - "$work" "$n" <<'PY'
-import sys, numpy as np
-from PIL import Image
-work, n = sys.argv[1], int(sys.argv[2])
-rng = np.random.default_rng(5)
-base = [np.clip(128 + 80 * np.sin(np.mgrid[0:375, 0:500][1] / (30 + k)) + rng.normal(0, 20, (375, 500)), 0, 255)
-        for k in range(16)]
-for i in range(n):
-    g = base[i % 16]
-    rgb = np.stack([g, np.roll(g, i % 97, 1), np.roll(g, i % 89, 0)], -1).astype(np.uint8)
-    Image.fromarray(rgb).save(f"{work}/img/{i:06d}.jpg", quality=90)
-PY
+  /usr/bin/python3 "$(dirname "$0")/make_jpegs.py" "$work/img" "$n"
 fi
 if [ ! -d "$work/shards" ]; then
   mkdir -p "$work/shards"

@@ -72,7 +72,14 @@ Clock::time_point Analyzer::memory_wait_until(const CallContext& call, Clock::ti
 Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsRequest& stats, bool parts,
                                         const CallContext& call) const {
   InputBytes out;
-  if (!input.url().empty()) return fetch(input, call);
+  if (!input.url().empty()) {  // fetched here where no service fetched it first (a caller of the core alone)
+    Fetched fetched = fetch_object(input, call);
+    out.owned = std::move(fetched.bytes);
+    out.lease = std::move(fetched.lease);
+    out.data = reinterpret_cast<const uint8_t*>(out.owned.data());
+    out.bytes = out.owned.size();
+    return out;
+  }
   if (!input.has_region()) {
     out.data = reinterpret_cast<const uint8_t*>(input.data().data());
     out.bytes = input.data().size();
@@ -109,10 +116,10 @@ Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsReque
   return out;
 }
 
-Analyzer::InputBytes Analyzer::fetch(const v1::Input& input, const CallContext& call) const {
+Analyzer::Fetched Analyzer::fetch_object(const v1::Input& input, const CallContext& call) const {
   if (!input.data().empty() || input.has_region())
     fail(ErrorCode::kInvalidArgument, "the input names an object to fetch and carries bytes too: send one");
-  InputBytes out;
+  Fetched out;
   try {
     // The first request brings a small object whole, and a large one's
     // size, checked before anything more is held.
@@ -127,19 +134,17 @@ Analyzer::InputBytes Analyzer::fetch(const v1::Input& input, const CallContext& 
     out.lease = budget_->acquire(object.size, input.url() + "'s " + std::to_string(object.size >> 20) + " MiB", call,
                                  memory_wait_until(call, Clock::now()));
     if (head.size() == object.size) {
-      out.owned = std::move(head);
+      out.bytes = std::move(head);
     } else {
-      out.owned.resize(static_cast<size_t>(object.size));
-      std::memcpy(out.owned.data(), head.data(), head.size());
+      out.bytes.resize(static_cast<size_t>(object.size));
+      std::memcpy(out.bytes.data(), head.data(), head.size());
       call.check("while fetching");
-      read_object_parallel(object, head.size(), out.owned.data() + head.size(), out.owned.size() - head.size(),
+      read_object_parallel(object, head.size(), out.bytes.data() + head.size(), out.bytes.size() - head.size(),
                            size_t{8} << 20, 8);
     }
   } catch (const InputError& e) {
     fail(static_cast<ErrorCode>(status_code_of(e.code())), e.what());
   }
-  out.data = reinterpret_cast<const uint8_t*>(out.owned.data());
-  out.bytes = out.owned.size();
   return out;
 }
 

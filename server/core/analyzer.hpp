@@ -59,6 +59,16 @@ class Analyzer {
 
   v1::ServerInfo server_info() const;
   const Limits& limits() const { return limits_; }
+  // An object a request names (Input.url), read whole where --fetch-allow
+  // allows it (PERMISSION_DENIED naming the rules when not), its bytes held
+  // in the decode memory until the lease goes; a failed read is its status
+  // (NOT_FOUND, UNAVAILABLE, DATA_LOSS...). The service fetches on threads
+  // of their own (CallEnv::submit_request) and hands the bytes on as data.
+  struct Fetched {
+    std::string bytes;
+    MemoryBudget::Lease lease;
+  };
+  Fetched fetch_object(const v1::Input& input, const CallContext& call) const;
   const MemoryBudget& budget() const { return *budget_; }
   Spool& spool() const { return *spool_; }
   // Runs fn on a thread of its own once one of the engine's-threads-many
@@ -117,10 +127,7 @@ class Analyzer {
                                      const CallContext& call, CallContext::Clock::time_point t0) const;
   // parts: the input must be read whole (a region is not streamed).
   InputBytes bytes_of(const v1::Input& input, const StatsRequest& stats, bool parts, const CallContext& call) const;
-  // An object the request names (Input.url), read whole into the decode
-  // memory where fetch_rules_ allow it (PERMISSION_DENIED naming them when
-  // not); a failed read is its status (NOT_FOUND, UNAVAILABLE, DATA_LOSS...).
-  InputBytes fetch(const v1::Input& input, const CallContext& call) const;
+
   // A mask or label image, decoded (in the budget) or raw, and its view.
   struct MapInput {
     InputBytes bytes;

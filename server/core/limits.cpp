@@ -88,6 +88,8 @@ void add_limit_flags(CLI::App& app, Limits& l) {
           return e.what();
         }
       });
+  app.add_option("--fetch-threads", l.fetch_threads, "objects a server started with --fetch-allow fetches at once")
+      ->envname("IMGSTAT_FETCH_THREADS")->check(CLI::Range(1u, 1024u))->capture_default_str();
   app.add_option("--max-spool-bytes", l.max_spool_bytes,
                  "bytes all spooled uploads may hold; 0: half of the spool's free space")
       ->envname("IMGSTAT_MAX_SPOOL_BYTES")->capture_default_str();

@@ -91,6 +91,9 @@ struct Limits {
   // https:// host must be at a public address unless its rule names the
   // address; redirects are checked against the rules again.
   std::vector<std::string> fetch_allow;
+  // --fetch-threads: objects fetched at once, on threads of their own
+  // (a fetch waits on the store, never on a worker that decodes).
+  uint32_t fetch_threads = 32;
 };
 
 // Keep-alive, fixed: callers may ping this often (imgstat-client pings every

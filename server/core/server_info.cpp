@@ -51,6 +51,7 @@ v1::ServerInfo Analyzer::server_info() const {
   l->set_max_region_bytes(limits_.max_region_bytes);
   l->set_max_parts(static_cast<uint32_t>(limits_.max_parts));
   l->set_max_planes(limits_.max_planes);
+  if (!fetch_rules_.empty()) l->set_fetch_threads(limits_.fetch_threads);
   l->set_max_spool_bytes(spool_->enabled() ? spool_->capacity() : 0);
   set_duration(l->mutable_stream_idle_timeout(), std::chrono::duration_cast<Clock::duration>(
                                                      std::chrono::duration<double>(limits_.stream_idle_timeout_seconds)));

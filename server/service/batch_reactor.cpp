@@ -45,7 +45,7 @@ class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::
         read_more = reading_ = held_ < window_ && !broken_;
       }
     }
-    if (job && !env_.submit(call_, [this, job](const grpc::Status& why_not, Clock::duration waited) {
+    if (job && !env_.submit_request(call_, job->mutable_request(), [this, job](const grpc::Status& why_not, Clock::duration waited) {
           run(*job, why_not, waited);
         }))
       run(*job, queue_full_status(env_.queue), {});

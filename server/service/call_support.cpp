@@ -88,6 +88,25 @@ bool CallEnv::submit(const CallContext& call, std::function<void(const grpc::Sta
   });
 }
 
+bool CallEnv::submit_request(const CallContext& call, v1::AnalyzeRequest* request,
+                             std::function<void(const grpc::Status&, Clock::duration)> fn) {
+  if (request->input().url().empty() || !fetch_queue) return submit(call, std::move(fn));
+  const auto queued = Clock::now();
+  return fetch_queue->submit([this, call, request, fn = std::move(fn), queued] {
+    auto lease = std::make_shared<MemoryBudget::Lease>();
+    grpc::Status status = run_guarded([&] {
+      call.check("while waiting to fetch");
+      Analyzer::Fetched fetched = analyzer.fetch_object(request->input(), call);
+      request->mutable_input()->clear_url();
+      request->mutable_input()->set_data(std::move(fetched.bytes));
+      *lease = std::move(fetched.lease);
+    });
+    if (!status.ok()) return fn(status, Clock::now() - queued);
+    if (!submit(call, [lease, fn](const grpc::Status& why_not, Clock::duration waited) { fn(why_not, waited); }))
+      fn(queue_full_status(queue), Clock::now() - queued);
+  });
+}
+
 double to_ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 double ms_since(Clock::time_point t) { return to_ms(Clock::now() - t); }
 

@@ -82,11 +82,18 @@ struct CallEnv {
   const Limits& limits;
   Metrics* metrics;           // null: none kept
   const Authenticator* auth;  // names callers in the log
+  WorkQueue* fetch_queue = nullptr;  // null: the server fetches nothing (no --fetch-allow)
 
   // Queues fn for a worker. fn receives OK, or why it must not run: the
   // call ended while it waited, or it waited past the queue timeout; and
   // how long it waited. False when the queue is full (fn is not called).
   bool submit(const CallContext& call, std::function<void(const grpc::Status&, Clock::duration waited)> fn);
+  // The same for a request that may name an object (Input.url): fetched
+  // first on fetch_queue's threads, its bytes then put in *request as its
+  // data (held in the decode memory until fn has run), and fn queued for a
+  // worker; a fetch that fails is fn's status. *request outlives fn.
+  bool submit_request(const CallContext& call, v1::AnalyzeRequest* request,
+                      std::function<void(const grpc::Status&, Clock::duration waited)> fn);
 
   // One image answered: its log line and its metrics.
   void record(const RequestRecord& r) const;

@@ -180,6 +180,7 @@ void Server::shutdown() {
   while (service_->calls_in_progress() > 0 && std::chrono::steady_clock::now() < grace_end)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   server_->Shutdown(std::chrono::system_clock::now());  // cancels what is left, Watch streams included
+  service_->drain_fetches();  // a fetch ends by queueing its analysis (or failing): before the workers drain
   queue_->drain();
   server_->Wait();
   server_.reset();

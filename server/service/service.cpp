@@ -10,10 +10,15 @@ class AnalyzeReactor final : public grpc::ServerUnaryReactor {
                  CallEnv& env)
       : ctx_(ctx), request_(request), response_(response), env_(env), id_(take_request_id(ctx)) {
     const CallContext call = call_context(ctx, env_.auth);
-    const bool queued = env_.submit(call, [this, call](const grpc::Status& why_not, Clock::duration waited) {
+    // An object to fetch: the request's own copy takes its bytes.
+    if (!request_->input().url().empty()) {
+      fetched_ = *request_;
+      analyzed_ = &fetched_;
+    }
+    const bool queued = env_.submit_request(call, &fetched_, [this, call](const grpc::Status& why_not, Clock::duration waited) {
       waited_ = waited;
       grpc::Status status = why_not;
-      if (status.ok()) status = run_guarded([&] { *response_ = env_.analyzer.analyze(*request_, call, &input_bytes_); });
+      if (status.ok()) status = run_guarded([&] { *response_ = env_.analyzer.analyze(*analyzed_, call, &input_bytes_); });
       finish(status);
     });
     if (!queued) finish(queue_full_status(env_.queue));
@@ -34,6 +39,8 @@ class AnalyzeReactor final : public grpc::ServerUnaryReactor {
 
   grpc::CallbackServerContext* ctx_;
   const v1::AnalyzeRequest* request_;
+  v1::AnalyzeRequest fetched_;  // a request naming an object, its bytes fetched into it
+  const v1::AnalyzeRequest* analyzed_ = request_;
   v1::AnalyzeResponse* response_;
   CallEnv& env_;
   const std::string id_;
@@ -74,9 +81,14 @@ ImageStatsService::ImageStatsService(const Analyzer& analyzer, WorkQueue& queue,
                                      const Authenticator* auth)
     : admission_(analyzer.limits().max_concurrent),
       idle_(analyzer.limits().stream_idle_timeout_seconds),
-      env_{analyzer, queue, admission_, idle_, analyzer.limits(), metrics, auth} {}
+      fetch_queue_(analyzer.limits().fetch_allow.empty()
+                       ? nullptr
+                       : std::make_unique<WorkQueue>(analyzer.limits().fetch_threads, analyzer.limits().max_queue)),
+      env_{analyzer, queue, admission_, idle_, analyzer.limits(), metrics, auth, fetch_queue_.get()} {}
 
-ImageStatsService::~ImageStatsService() = default;
+ImageStatsService::~ImageStatsService() {
+  fetch_queue_.reset();  // its threads use env_: gone first
+}
 
 grpc::ServerUnaryReactor* ImageStatsService::Analyze(grpc::CallbackServerContext* ctx,
                                                       const v1::AnalyzeRequest* request,

@@ -40,10 +40,15 @@ class ImageStatsService final
   // From now on new calls are refused with UNAVAILABLE; those in progress go on.
   void stop_admitting() { admission_.close(); }
   uint32_t calls_in_progress() const { return admission_.active(); }
+  // Blocks until every fetch started has handed its request to the workers (or failed).
+  void drain_fetches() {
+    if (fetch_queue_) fetch_queue_->drain();
+  }
 
  private:
   Admission admission_;
   IdleWatch idle_;
+  std::unique_ptr<WorkQueue> fetch_queue_;  // with --fetch-allow: objects fetched before their analysis is queued
   CallEnv env_;
 };
 
