@@ -321,7 +321,7 @@ def grpc_analyze(work, address):
     return analyze
 
 
-def check_server_fetch(server_bin, client_bin, folder, names, want, port, cert, front_port, work, plain_address):
+def check_server_fetch(server_bin, client_bin, folder, names, want, port, cert, front, front_port, work, plain_address):
     """A server started with --fetch-allow reads the objects itself: the
     client, with neither credentials nor the certificate, sends names."""
     rules = [f"s3://bucket/dataset/", f"https://127.0.0.1:{port}/data/", f"https://127.0.0.1:{port}/away/",
@@ -368,6 +368,22 @@ def check_server_fetch(server_bin, client_bin, folder, names, want, port, cert, 
         equal(code, "NOT_FOUND", f"server fetch: a missing key ({details})")
         code, details = analyze("s3://bucket/dataset/large.pgm")
         equal(code, "OK", f"server fetch: served on after refusals ({details})")
+        # Past --max-input-bytes: refused from the first answer's size, before the rest is read.
+        os.environ.update(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET,
+                          AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{front_port}")
+        try:
+            small, small_address = start_server(server_bin, work, "--fetch-allow", "s3://bucket/dataset/",
+                                                "--max-input-bytes", "1000000", log_name="fetching-small.log")
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        before = front.seen.get("dataset/large.pgm", 0)
+        code, details = grpc_analyze(work, small_address)("s3://bucket/dataset/large.pgm")
+        small.terminate()
+        small.wait()
+        if code != "RESOURCE_EXHAUSTED" or "--max-input-bytes" not in details:
+            fail(f"server fetch past --max-input-bytes: {code} {details!r}")
+        equal(front.seen.get("dataset/large.pgm", 0) - before, 1, "server fetch past --max-input-bytes: requests made")
         code, details = grpc_analyze(work, plain_address)("s3://bucket/dataset/large.pgm")
         if code != "PERMISSION_DENIED" or "it fetches nothing" not in details:
             fail(f"a server without --fetch-allow: {code} {details!r}")
@@ -398,7 +414,7 @@ def main():
         env = check_s3(client_bin, folder, names, want, front, front_port, address, work)
         check_faults(client_bin, folder, want, front, env)
         check_listing(client_bin, front, env, want, folder)
-        check_server_fetch(server_bin, client_bin, folder, names, want, port, cert, front_port, work, address)
+        check_server_fetch(server_bin, client_bin, folder, names, want, port, cert, front, front_port, work, address)
     finally:
         for p in (nginx, s3rver):
             p.terminate()
