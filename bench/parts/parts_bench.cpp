@@ -1,6 +1,7 @@
 // imgstat-parts-bench: statistics of parts of one 8000x6000 RGB uint8
-// photo-like image (a mask of half its pixels, 65,536 labels, 16x16 tiles)
-// against its whole-image figures and OpenCV's (calcHist and meanStdDev with
+// photo-like image (a mask of half its pixels, 65,536 labels, 16x16 tiles;
+// and a float32 grey version's labels with their percentiles) against its
+// whole-image figures and OpenCV's (calcHist and meanStdDev with
 // a mask, calcHist tile by tile), on the CPU engine and, where a GPU is, the
 // CUDA engine: its calls from host memory, and its part kernels alone on
 // data already on the device against the whole-image 8-bit pass there.
@@ -171,6 +172,15 @@ int main(int argc, char** argv) {
   StatsRequest whole_request;  // min/max, sum/mean, stddev, 256-bin histogram
   StatsRequest moments = whole_request;
   moments.histogram = false;
+  // Float samples: the red channel scaled to [0, 1) with a fraction below
+  // 1/255 (so values are many), one channel; each label's median and
+  // percentiles come from its own fine bins.
+  std::vector<float> grey_px(n);
+  for (uint64_t i = 0; i < n; ++i) grey_px[i] = (img[3 * i] + static_cast<float>(i % 997) / 997) / 256;
+  const ImageView grey{grey_px.data(), Layout{w, h, 1, SampleType::kFloat32, 0}};
+  StatsRequest percentiles = moments;
+  percentiles.distribution = true;
+  percentiles.percentiles = {1, 5, 25, 75, 95, 99};
   Parts mask_parts;
   mask_parts.kind = PartsKind::kMask;
   mask_parts.map = PartMapView{mask.data(), w, h, 1, 0, MapType::kUint8, 0};
@@ -228,6 +238,12 @@ int main(int argc, char** argv) {
     const double tiled = median_ms(repeat, [&] { g_sink = e.analyze_parts(view, tile_parts, whole_request).parts.size(); });
     row("16x16 tiles, default statistics (256-bin histograms)", name, tiled,
         times(tiled, whole) + " of whole, " + times(cv_tiles, tiled) + " faster than OpenCV");
+    const double float_whole = median_ms(repeat, [&] { g_sink = e.analyze(grey, percentiles).channels[0].median; });
+    row("float32 grey, whole image, median and percentiles", name, float_whole);
+    const double float_labelled =
+        median_ms(repeat, [&] { g_sink = e.analyze_parts(grey, label_parts, percentiles).parts.size(); });
+    row("float32 grey, 65,536 labels, median and percentiles of each", name, float_labelled,
+        times(float_labelled, float_whole) + " of whole");
   };
   {
     auto cpu = make_cpu_engine(threads);

@@ -17,31 +17,55 @@ uint64_t percentile_rank(double p, uint64_t n) {
 
 namespace {
 
-// Index of the bin holding the sample of rank k (1-based).
-size_t bin_of_rank(const std::vector<uint64_t>& counts, uint64_t k) {
-  uint64_t seen = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    seen += counts[i];
-    if (seen >= k) return i;
-  }
-  return counts.size() - 1;
+// The helpers below visit (index, count) of every non-empty bin in order, so
+// that dense value counts and sparse fine bins give the same answers.
+template <class Visit>
+void each_dense(const std::vector<uint64_t>& counts, Visit&& visit) {
+  for (size_t i = 0; i < counts.size(); ++i)
+    if (counts[i] && !visit(i, counts[i])) return;
+}
+template <class Visit>
+void each_sparse(const std::vector<FineBin>& bins, Visit&& visit) {
+  for (const FineBin& b : bins)
+    if (!visit(size_t{b.bin}, b.count)) return;
 }
 
-size_t fullest(const std::vector<uint64_t>& counts) {
+// Index of the bin holding the sample of rank k (1-based); `last` where the
+// counts hold fewer than k.
+template <class Each>
+size_t bin_of_rank(Each&& each, uint64_t k, size_t last) {
+  uint64_t seen = 0;
+  size_t found = last;
+  each([&](size_t i, uint64_t c) {
+    seen += c;
+    if (seen < k) return true;
+    found = i;
+    return false;
+  });
+  return found;
+}
+
+// The first of the fullest bins.
+template <class Each>
+size_t fullest(Each&& each) {
   size_t best = 0;
-  for (size_t i = 1; i < counts.size(); ++i)
-    if (counts[i] > counts[best]) best = i;
+  uint64_t most = 0;
+  each([&](size_t i, uint64_t c) {
+    if (c > most) best = i, most = c;
+    return true;
+  });
   return best;
 }
 
-double entropy_bits(const std::vector<uint64_t>& counts, uint64_t n) {
+template <class Each>
+double entropy_bits(Each&& each, uint64_t n) {
   long double h = 0;
   const long double total = static_cast<long double>(n);
-  for (uint64_t c : counts)
-    if (c) {
-      const long double p = static_cast<long double>(c) / total;
-      h -= p * std::log2(p);
-    }
+  each([&](size_t, uint64_t c) {
+    const long double p = static_cast<long double>(c) / total;
+    h -= p * std::log2(p);
+    return true;
+  });
   return static_cast<double>(h);
 }
 
@@ -66,11 +90,13 @@ void describe_values(const std::vector<uint64_t>& counts, int64_t value_lo, cons
   if (n == 0) return;
   auto value = [&](size_t i) { return static_cast<double>(value_lo + static_cast<int64_t>(i)); };
   if (request.distribution) {
+    auto each = [&](auto&& visit) { each_dense(counts, visit); };
+    auto at_rank = [&](uint64_t k) { return value(bin_of_rank(each, k, counts.size() - 1)); };
     s.has_distribution = true;
-    s.median = value(bin_of_rank(counts, percentile_rank(50, n)));
-    for (double p : request.percentiles) s.percentiles.emplace_back(p, value(bin_of_rank(counts, percentile_rank(p, n))));
-    s.mode = value(fullest(counts));
-    s.entropy = entropy_bits(counts, n);
+    s.median = at_rank(percentile_rank(50, n));
+    for (double p : request.percentiles) s.percentiles.emplace_back(p, at_rank(percentile_rank(p, n)));
+    s.mode = value(fullest(each));
+    s.entropy = entropy_bits(each, n);
     s.bin_error = 0;
   }
   if (request.shape) {
@@ -90,24 +116,25 @@ void describe_values(const std::vector<uint64_t>& counts, int64_t value_lo, cons
   }
 }
 
-void describe_fine(const std::vector<uint64_t>& fine, const FloatMoments& m, const StatsRequest& request,
+void describe_fine(const std::vector<FineBin>& fine, const FloatMoments& m, const StatsRequest& request,
                    ChannelStats& s) {
   if (m.n == 0 || fine.empty() || !request.distribution) return;
   const double lo = canonical_zero(m.min), hi = canonical_zero(m.max);
   // Halved first so that float64 ranges wider than a double stay finite.
-  const double width = (hi * 0.5 - lo * 0.5) / static_cast<double>(fine.size()) * 2;
+  const double width = (hi * 0.5 - lo * 0.5) / static_cast<double>(kFineBins) * 2;
+  auto each = [&](auto&& visit) { each_sparse(fine, visit); };
   auto value_of_rank = [&](uint64_t k) {
     if (k <= 1) return lo;  // the smallest sample is min itself
     if (k >= m.n) return hi;
-    const double mid = lo + (static_cast<double>(bin_of_rank(fine, k)) + 0.5) * width;
+    const double mid = lo + (static_cast<double>(bin_of_rank(each, k, kFineBins - 1)) + 0.5) * width;
     return mid < lo ? lo : mid > hi ? hi : mid;
   };
   s.has_distribution = true;
   s.median = value_of_rank(percentile_rank(50, m.n));
   for (double p : request.percentiles) s.percentiles.emplace_back(p, value_of_rank(percentile_rank(p, m.n)));
-  const double mode = lo + (static_cast<double>(fullest(fine)) + 0.5) * width;
+  const double mode = lo + (static_cast<double>(fullest(each)) + 0.5) * width;
   s.mode = lo == hi ? lo : mode > hi ? hi : mode;
-  s.entropy = entropy_bits(fine, m.n);
+  s.entropy = entropy_bits(each, m.n);
   s.bin_error = width / 2;
 }
 

@@ -11,15 +11,21 @@
 
 namespace imgstat {
 
+// One non-empty bin of float samples' fine bins.
+struct FineBin {
+  uint32_t bin;
+  uint64_t count;
+};
+
 // Median, percentiles, mode and entropy (request.distribution) and skewness
 // and kurtosis (request.shape) of integer samples: counts[i] samples of
 // value value_lo + i.
 void describe_values(const std::vector<uint64_t>& counts, int64_t value_lo, const StatsRequest& request,
                      ChannelStats& s);
 
-// Median, percentiles, mode and entropy of float samples from kFineBins bins
-// over [m.min, m.max].
-void describe_fine(const std::vector<uint64_t>& fine, const FloatMoments& m, const StatsRequest& request,
+// Median, percentiles, mode and entropy of float samples from the non-empty
+// of kFineBins bins over [m.min, m.max], in bin order.
+void describe_fine(const std::vector<FineBin>& fine, const FloatMoments& m, const StatsRequest& request,
                    ChannelStats& s);
 
 // Skewness and kurtosis of float samples from their central moments.

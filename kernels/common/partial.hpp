@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/distribution.hpp"
 #include "common/moments.hpp"
 #include "imgstat/engine.hpp"
 
@@ -22,8 +23,10 @@ struct ChannelPartial {
   // Integer samples with distribution or shape asked for: the count of every
   // value (value = type_lo + index).
   std::vector<uint64_t> values;
-  // Float samples with distribution asked for: kFineBins bins over [min, max].
-  std::vector<uint64_t> fine;
+  // Float samples with distribution asked for: the non-empty of kFineBins
+  // bins over [min, max], in bin order. Kept sparse because a small part's
+  // few samples would otherwise cost all 65536 bins to zero, add and scan.
+  std::vector<FineBin> fine;
   Extremes extremes;  // positions asked for
 };
 
@@ -50,6 +53,14 @@ IMGSTAT_HD uint32_t color_key(const uint8_t* pixel, uint32_t channels) {
 // `channel`: which of the request's histograms (hist_of()) bins it.
 ChannelPartial partial_of_values(const uint64_t* counts, SampleType type, const StatsRequest& request,
                                  uint32_t channel = 0);
+// The non-empty of `bins` dense counts, in bin order.
+template <class Count>
+std::vector<FineBin> fine_bins_of(const Count* counts, uint32_t bins) {
+  std::vector<FineBin> out;
+  for (uint32_t i = 0; i < bins; ++i)
+    if (counts[i]) out.push_back(FineBin{i, static_cast<uint64_t>(counts[i])});
+  return out;
+}
 // An empty image's partial: adds nothing when merged.
 Partial empty_partial(SampleType type, uint32_t channels, const StatsRequest& request);
 void merge(Partial& into, const Partial& from);

@@ -3,6 +3,7 @@
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <mutex>
@@ -106,9 +107,17 @@ class FloatAnalysis final : public Analysis {
           [this] { return Counter(binners_, false, request_.hist.bins); });
     }
     if (request_.distribution) {
-      for (uint32_t c = 0; c < C; ++c) fine_binners_[c] = RangeBinner::make(moments[c].min, moments[c].max, kFineBins);
-      fine_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
-          [this] { return Counter(fine_binners_, false, kFineBins); });
+      uint64_t most = 0;
+      for (uint32_t c = 0; c < C; ++c) {
+        fine_binners_[c] = RangeBinner::make(moments[c].min, moments[c].max, kFineBins);
+        most = std::max(most, moments[c].n);
+      }
+      if (most <= kListedFineSamples)
+        fine_list_ = std::make_unique<tbb::enumerable_thread_specific<BinList<T, C>>>(
+            [this] { return BinList<T, C>(fine_binners_); });
+      else
+        fine_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
+            [this] { return Counter(fine_binners_, false, kFineBins); });
     }
     second_begun_ = true;
   }
@@ -119,9 +128,11 @@ class FloatAnalysis final : public Analysis {
       const Piece& pc = pieces[i];
       Counter* bins = pass2_ ? &pass2_->local() : nullptr;
       Counter* fine = fine_ ? &fine_->local() : nullptr;
+      BinList<T, C>* listed = fine_list_ ? &fine_list_->local() : nullptr;
       for (uint64_t r = 0; r < pc.rows; ++r) {
         if (bins) bins->add(pc.base + r * pc.stride, pc.pixels);
         if (fine) fine->add(pc.base + r * pc.stride, pc.pixels);
+        if (listed) listed->add(pc.base + r * pc.stride, pc.pixels);
       }
     };
     if (pieces.size() == 1)
@@ -139,12 +150,14 @@ class FloatAnalysis final : public Analysis {
       ChannelPartial& p = out.channels[c];
       p.floats = moments[c];
       if (fine_) {
-        p.fine.assign(kFineBins, 0);
+        std::vector<uint64_t> dense(kFineBins, 0);
         for (Counter& counter : *fine_) {
           const Bins& b = counter.bins(c);
-          for (size_t i = 0; i < b.counts.size(); ++i) p.fine[i] += b.counts[i];
+          for (size_t i = 0; i < b.counts.size(); ++i) dense[i] += b.counts[i];
         }
+        p.fine = fine_bins_of(dense.data(), kFineBins);
       }
+      if (fine_list_) p.fine = listed_fine_bins(c);
       if (!request_.histogram) continue;
       Histogram& h = p.histogram;
       if (auto* bins_from = explicit_ ? pass1_bins_.get() : pass2_.get())
@@ -161,6 +174,19 @@ class FloatAnalysis final : public Analysis {
  private:
   using Counter = BinCounter<T, C>;
   static constexpr uint64_t kPixelBytes = uint64_t{C} * sizeof(T);
+
+  std::vector<FineBin> listed_fine_bins(uint32_t c) {
+    std::vector<uint32_t> all;
+    for (BinList<T, C>& list : *fine_list_) all.insert(all.end(), list.bins(c).begin(), list.bins(c).end());
+    std::sort(all.begin(), all.end());
+    std::vector<FineBin> out;
+    for (uint32_t bin : all)
+      if (!out.empty() && out.back().bin == bin)
+        ++out.back().count;
+      else
+        out.push_back(FineBin{bin, 1});
+    return out;
+  }
 
   GroupMoments<T, C>& group(uint64_t g) {
     std::lock_guard<std::mutex> lock(groups_mu_);
@@ -196,6 +222,7 @@ class FloatAnalysis final : public Analysis {
   std::unique_ptr<tbb::enumerable_thread_specific<Counter>> pass1_bins_;
   std::unique_ptr<tbb::enumerable_thread_specific<Counter>> pass2_;
   std::unique_ptr<tbb::enumerable_thread_specific<Counter>> fine_;
+  std::unique_ptr<tbb::enumerable_thread_specific<BinList<T, C>>> fine_list_;
 };
 
 // Integer samples when no statistic of a channel's values is asked for (a

@@ -29,6 +29,11 @@ namespace imgstat::cpu {
 // a relative error below 2048 * 2^-53 of each block's sum of magnitudes).
 inline constexpr uint64_t kFloatBlockPixels = 2048;
 inline constexpr uint64_t kFloatGroupPixels = 32 * kFloatBlockPixels;
+// At most this many finite samples in a channel, fine bins are found by
+// listing each sample's bin and sorting (n log n) rather than by counting
+// into all kFineBins bins per thread (zeroed, added and scanned whatever n
+// is): a label's or tile's few samples cost their own number, not 65536.
+inline constexpr uint64_t kListedFineSamples = 16384;
 
 // The moments of one group's pixels, given in index order (gaps allowed:
 // a mask's pixels) by one thread at a time.
@@ -136,6 +141,19 @@ struct Bins {
   uint64_t overflow = 0;
 };
 
+// The bin of each finite sample of channel c that `keep` keeps, to `to`.
+template <class T, uint32_t C, class Keep, class To>
+void each_bin(const RangeBinner& binner, const uint8_t* p, uint64_t pixels, uint32_t c, Keep&& keep, To&& to) {
+  const bool wide = binner.wide();  // float64 data spanning more than a double
+  for (uint64_t i = 0; i < pixels; ++i) {
+    T t;
+    std::memcpy(&t, p + (i * C + c) * sizeof(T), sizeof(T));
+    const double v = static_cast<double>(t);
+    if (!std::isfinite(v) || !keep(v)) continue;
+    to(wide ? binner.exact_wide(v) : binner(v));
+  }
+}
+
 // Bins of finite samples, by one thread in any order.
 template <class T, uint32_t C>
 class BinCounter {
@@ -150,25 +168,14 @@ class BinCounter {
   void add(const uint8_t* p, uint64_t pixels) {
     for (uint32_t c = 0; c < C; ++c) {
       const RangeBinner& binner = binners_[c];
-      const bool wide = binner.wide();  // float64 data spanning more than a double
       Bins& out = bins_[c];
-      for (uint64_t i = 0; i < pixels; ++i) {
-        T t;
-        std::memcpy(&t, p + (i * C + c) * sizeof(T), sizeof(T));
-        const double v = static_cast<double>(t);
-        if (!std::isfinite(v)) continue;
+      each_bin<T, C>(binner, p, pixels, c, [&](double v) {
         if (explicit_) {
-          if (v < binner.lo) {
-            ++out.underflow;
-            continue;
-          }
-          if (v >= binner.hi) {
-            ++out.overflow;
-            continue;
-          }
+          if (v < binner.lo) return ++out.underflow, false;
+          if (v >= binner.hi) return ++out.overflow, false;
         }
-        ++out.counts[wide ? binner.exact_wide(v) : binner(v)];
-      }
+        return true;
+      }, [&](uint32_t bin) { ++out.counts[bin]; });
     }
   }
 
@@ -178,6 +185,26 @@ class BinCounter {
   const RangeBinner* binners_;
   bool explicit_;
   Bins bins_[C];
+};
+
+// The bin of every finite sample, listed by one thread in any order (few
+// samples: kListedFineSamples).
+template <class T, uint32_t C>
+class BinList {
+ public:
+  explicit BinList(const RangeBinner* binners) : binners_(binners) {}
+
+  void add(const uint8_t* p, uint64_t pixels) {
+    for (uint32_t c = 0; c < C; ++c)
+      each_bin<T, C>(binners_[c], p, pixels, c, [](double) { return true; },
+                     [&](uint32_t bin) { bins_[c].push_back(bin); });
+  }
+
+  std::vector<uint32_t>& bins(uint32_t c) { return bins_[c]; }
+
+ private:
+  const RangeBinner* binners_;
+  std::vector<uint32_t> bins_[C];
 };
 
 }  // namespace imgstat::cpu

@@ -371,7 +371,7 @@ Partial GpuAnalysis::partial_from_host() const {
     } else {
       for (int k = 0; k < kSlots; ++k) merge(c.floats, h->running[k * kMaxChannels + ch]);
       if (request_.distribution && kept_ && finished_)
-        c.fine.assign(ws_->host_extra->fine + ch * kFineBins, ws_->host_extra->fine + (ch + 1) * kFineBins);
+        c.fine = fine_bins_of(ws_->host_extra->fine + ch * kFineBins, kFineBins);
     }
     if (request_.histogram) {
       c.histogram.counts.assign(h->counts + ch * out.bins, h->counts + (ch + 1) * out.bins);
