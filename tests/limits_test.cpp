@@ -337,9 +337,9 @@ TEST_P(Limits, MapsThatDeclareTooMuchAreRefused) {
 // before anything near it is allocated. A FITS tile whose descriptor
 // declares 1.8 GB of compressed bytes (cfitsio allocates what it says: found
 // by fuzz_fits), FITS axes of 10^12 pixels, a gzip-compressed FITS that
-// inflates past the decode memory, a NIfTI of 30000^3 voxels, a DICOM
-// element of 1.3 GB, of 134 MB inside a UN sequence, a fragments' delimiter
-// of 128 MiB (declared frames: tests/dicom).
+// inflates past the decode memory (and a deflated DICOM data set), a NIfTI
+// of 30000^3 voxels, a DICOM element of 1.3 GB, of 134 MB inside a UN
+// sequence, a fragments' delimiter of 128 MiB (declared frames: tests/dicom).
 TEST_P(Limits, ScienceHeadersThatDeclareTooMuchAreRefused) {
   auto with_series = [](v1::AnalyzeRequest r, uint32_t series) {
     r.mutable_options()->mutable_planes()->set_series(series);
@@ -403,6 +403,31 @@ TEST_P(Limits, ScienceHeadersThatDeclareTooMuchAreRefused) {
     std::memcpy(nii.data() + 344, "n+1", 4);
     const Outcome o = analyze(encoded(nii));
     expect_refused(o, "NIfTI", "a NIfTI of 30000^3 voxels");
+  }
+  {
+    // A deflated DICOM data set of one 200 MiB element of zeros (200 KiB
+    // deflated): inflated within the decode memory, so refused.
+    std::string file(128, '\0');
+    file += "DICM";
+    const std::string syntax = "1.2.840.10008.1.2.1.99";
+    auto u16 = [](uint16_t v) { return std::string{static_cast<char>(v & 0xff), static_cast<char>(v >> 8)}; };
+    auto u32 = [&](uint32_t v) { return u16(static_cast<uint16_t>(v)) + u16(static_cast<uint16_t>(v >> 16)); };
+    file += u16(0x0002) + u16(0x0010) + "UI" + u16(static_cast<uint16_t>(syntax.size())) + syntax;
+    std::string set = u16(0x0011) + u16(0x1010) + "OB" + u16(0) + u32(200u << 20);
+    set.resize(set.size() + (size_t{200} << 20), '\0');
+    std::string packed(compressBound(set.size()), '\0');
+    z_stream z{};
+    ASSERT_EQ(deflateInit2(&z, 9, Z_DEFLATED, -15, 9, Z_DEFAULT_STRATEGY), Z_OK);
+    z.next_in = reinterpret_cast<Bytef*>(set.data());
+    z.avail_in = static_cast<uInt>(set.size());
+    z.next_out = reinterpret_cast<Bytef*>(packed.data());
+    z.avail_out = static_cast<uInt>(packed.size());
+    ASSERT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+    packed.resize(z.total_out);
+    deflateEnd(&z);
+    set.clear();
+    set.shrink_to_fit();
+    expect_refused(analyze(encoded(file + packed)), "--max-decode-memory", "a deflated DICOM inflating to 200 MiB");
   }
   // GDCM allocates what an element declares before reading it, and reads
   // lengths of its own where a file does not read as it should.

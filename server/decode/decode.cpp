@@ -363,7 +363,7 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   }
   if (p.format == "DICOM" && !members.empty()) {
     DicomSeries series = plan_dicom_series(members, options.series, options.stored_values, options.max_planes,
-                                           options.max_pixels);
+                                           options.max_pixels, options.max_expanded_bytes);
     const DicomImage& image = series.slices.front().image;
     plan.width = image.width;
     plan.height = image.height;
@@ -391,7 +391,8 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, plan.height) + extra;
     plan.band_layout = Layout{plan.width, plan.height, image.channels, plan.dicom_series->type, 0};
   } else if (p.format == "DICOM") {
-    const DicomImage image = plan_dicom(data, size, options.stored_values, options.max_planes, options.max_pixels);
+    const DicomImage image =
+        plan_dicom(data, size, options.stored_values, options.max_planes, options.max_pixels, options.max_expanded_bytes);
     plan.width = image.width;
     plan.height = image.height;
     p.has_size = true;
@@ -403,8 +404,8 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
     plan.keywords = image.keywords;
     plan.channel_names = image.channel_names;
     plan.dicom = std::make_shared<const DicomImage>(image);
-    // GDCM holds the file's attributes and every frame decoded.
-    extra = image.decoded_bytes + size;
+    // GDCM holds the file's attributes (inflated, if deflated) and every frame decoded.
+    extra = image.decoded_bytes + size + image.inflated_bytes;
     const uint64_t row_bytes = plan.width * p.bytes_per_pixel;
     plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, plan.height) + extra;
     plan.band_layout = Layout{plan.width, plan.height, image.channels, image.type, 0};

@@ -14,7 +14,7 @@ group length, RGB chunky and planar, YBR_FULL, PALETTE COLOR
 100, values below and past them; against apply_color_lut), 1-bit frames
 that start inside a byte, signed 8-bit, each
 uncompressed transfer syntax (explicit and implicit little endian, explicit
-big endian) and RLE Lossless (pydicom's encoder). The values are pydicom's
+big endian, deflated explicit little endian) and RLE Lossless (pydicom's encoder). The values are pydicom's
 pixel_array through apply_modality_lut, then the inversion and padding as
 imgstat documents them; --stored-values gives pixel_array itself. Count,
 NaN counts, min, max and the integer histogram equal, sum, mean and stddev
@@ -22,7 +22,7 @@ within 1e-12 relative; each frame; the facts. Personal data stays out: the
 patient's name, ID and birth date written into every file are searched for
 in every answer (JSON and table), the server's log and its metrics, and
 found nowhere. Then the refusals: a truncated file, one declaring 10^6
-frames, a file without pixel data. Then a study folder read with
+frames, a file without pixel data, a deflated data set damaged or cut short. Then a study folder read with
 --dicom-series: two series (a CT whose slices lie along a tilted normal,
 named and numbered against their order; an MR with InstanceNumber only and
 rescales that differ), each a volume equal to pydicom's slices grouped by
@@ -45,8 +45,8 @@ try:
     from pydicom.dataset import Dataset, FileDataset, FileMetaDataset
     from pydicom.pixel_data_handlers.numpy_handler import pack_bits
     from pydicom.pixel_data_handlers.util import apply_color_lut, apply_modality_lut
-    from pydicom.uid import (ExplicitVRBigEndian, ExplicitVRLittleEndian, ImplicitVRLittleEndian, RLELossless,
-                             generate_uid)
+    from pydicom.uid import (DeflatedExplicitVRLittleEndian, ExplicitVRBigEndian, ExplicitVRLittleEndian,
+                             ImplicitVRLittleEndian, RLELossless, generate_uid)
 except ImportError as e:  # scripts/install-deps installs python3-numpy and python3-pydicom
     print("skipped:", e)
     sys.exit(77)
@@ -148,6 +148,8 @@ def make_files(work, rng):
     mr = rng.integers(0, 65536, (23, 29), dtype=np.uint16)
     put("mr-implicit.dcm", dataset(mr, ImplicitVRLittleEndian, Modality="MR"), mr, "uint16")
     put("mr-big-endian.dcm", dataset(mr, ExplicitVRBigEndian, Modality="MR"), mr, "uint16")
+    put("ct-deflated.dcm", dataset(stored, DeflatedExplicitVRLittleEndian, Modality="CT", bits_stored=12, RescaleSlope=1,
+                                   RescaleIntercept=-1024), stored.astype(np.int64) - 1024, "int16")
     put("mr-implicit-no-group-length.dcm", dataset(mr, ImplicitVRLittleEndian, Modality="MR"), mr, "uint16")
     drop_group_length(files[-1][1])
     s16 = rng.integers(-2000, 2000, (19, 17), dtype=np.int16)
@@ -167,6 +169,9 @@ def make_files(work, rng):
     put("ct-padding.dcm", ds, v, "float32")
     frames = rng.integers(0, 256, (4, 13, 15), dtype=np.uint8)
     put("multiframe.dcm", dataset(frames, NumberOfFrames=4, Modality="XA"), frames, "uint8")
+    # Deflated, an odd number of deflated bytes (pydicom pads one) and colour.
+    put("multiframe-deflated.dcm", dataset(frames, DeflatedExplicitVRLittleEndian, NumberOfFrames=4, Modality="XA"),
+        frames, "uint8")
     rgb = rng.integers(0, 256, (11, 9, 3), dtype=np.uint8)
     put("rgb.dcm", dataset(rgb, photometric="RGB", Modality="XC"), rgb, "uint8")
     put("rgb-planar.dcm", dataset(rgb, photometric="RGB", planar=1, Modality="XC"), rgb, "uint8")
@@ -260,6 +265,8 @@ def check_file(client_bin, where, name, path, values, typ, how, texts):
     kw = a["facts"].get("keywords", {})
     equal(kw.get("Modality"), ds.Modality, what + " Modality fact")
     equal(kw.get("TransferSyntaxUID"), str(ds.file_meta.TransferSyntaxUID), what + " transfer syntax fact")
+    # Its name as the standard (PS3.6) gives it; pydicom's may leave off what follows a colon.
+    equal(kw.get("TransferSyntax", "").split(":")[0], ds.file_meta.TransferSyntaxUID.name, what + " transfer syntax name")
     if "BodyPartExamined" in ds:
         equal(kw.get("BodyPartExamined"), ds.BodyPartExamined, what + " BodyPartExamined fact")
     if (v.shape[3] == 1 and ds.PhotometricInterpretation.startswith("MONO") or is_palette) and not masked:
@@ -295,6 +302,20 @@ def check_refusals(client_bin, where, work, how):
     short.save_as(os.path.join(work, "palette-short.dcm"), write_like_original=False)
     refused(client_bin, where, os.path.join(work, "palette-short.dcm"), "INVALID_ARGUMENT",
             f"palette tables shorter than their descriptor ({how})")
+
+    deflated = dataset(np.arange(4096, dtype=np.uint16).reshape(64, 64), DeflatedExplicitVRLittleEndian)
+    deflated.save_as(os.path.join(work, "deflated.dcm"), write_like_original=False)
+    raw = bytearray(open(os.path.join(work, "deflated.dcm"), "rb").read())
+    for at in range(len(raw) - 200, len(raw) - 100):
+        raw[at] ^= 0x5A
+    with open(os.path.join(work, "deflated-damaged.dcm"), "wb") as f:
+        f.write(raw)
+    refused(client_bin, where, os.path.join(work, "deflated-damaged.dcm"), "INVALID_ARGUMENT",
+            f"a damaged deflated data set ({how})")
+    with open(os.path.join(work, "deflated-cut.dcm"), "wb") as f:
+        f.write(raw[: len(raw) - 300])
+    refused(client_bin, where, os.path.join(work, "deflated-cut.dcm"), "INVALID_ARGUMENT",
+            f"a deflated data set cut short ({how})")
 
     nopix = dataset(np.ones((4, 4), dtype=np.uint8))
     del nopix.PixelData

@@ -13,6 +13,7 @@
 #include <gdcmStringFilter.h>
 #include <gdcmTrace.h>
 #include <gdcmTransferSyntax.h>
+#include <gdcmUIDs.h>
 
 #include <setjmp.h>
 
@@ -32,6 +33,7 @@
 
 #include "decode/allocation_ceiling.hpp"
 #include "decode/decode.hpp"
+#include "decode/inflate/gzip.hpp"
 #include "decode/isolated.hpp"
 
 namespace {
@@ -203,6 +205,14 @@ SampleType narrowest(double lo, double hi) {
   return SampleType::kFloat64;
 }
 
+// "Explicit VR Little Endian" and so on: GDCM's table of UIDs by name
+// (TransferSyntax::GetTSString gives the UID again).
+std::string transfer_syntax_name(const gdcm::TransferSyntax& ts) {
+  gdcm::UIDs uid;
+  if (!ts.GetString() || !uid.SetFromUID(ts.GetString()) || !uid.GetName()) return "";
+  return printable(uid.GetName());
+}
+
 }  // namespace
 
 bool is_dicom(const uint8_t* data, size_t size) { return size >= 132 && std::memcmp(data + 128, "DICM", 4) == 0; }
@@ -214,30 +224,42 @@ namespace {
 // elements' framing is walked first, sequences and items included, and
 // every defined length must lie in the bytes that remain of what holds it:
 // what GDCM then allocates is within the file.
+constexpr const char* kDeflated = "1.2.840.10008.1.2.1.99";  // Deflated Explicit VR Little Endian
+
 class ElementFraming {
  public:
-  ElementFraming(const uint8_t* data, size_t size) : d_(data), n_(size) {}
-  // Empty: every length lies in the file. Else what does not.
-  std::string check() {
+  // inflated: the data set after the meta group is a deflated one's, inflated.
+  ElementFraming(const uint8_t* data, size_t size, bool inflated = false) : d_(data), n_(size), inflated_(inflated) {}
+
+  // The file meta group (explicit VR little endian, whatever follows): where
+  // it ends and the transfer syntax it names. False: a length past the file.
+  bool meta(size_t* end, std::string* syntax) {
     size_t at = 132;
-    std::string syntax;
-    // The file meta group: explicit VR little endian, whatever follows.
+    syntax->clear();
     in_meta_ = true;
     while (at + 8 <= n_ && u16(at) == 0x0002) {
       const size_t start = at;
-      if (!element(at, n_, 0)) return why_;
+      if (!element(at, n_, 0)) return false;
       if (u16(start + 2) == 0x0010 && at - start >= 8) {
         const size_t value = start + 8;
-        syntax.assign(reinterpret_cast<const char*>(d_ + value), at - value);
+        syntax->assign(reinterpret_cast<const char*>(d_ + value), at - value);
       }
     }
     in_meta_ = false;
-    while (!syntax.empty() && (syntax.back() == '\0' || syntax.back() == ' ')) syntax.pop_back();
+    while (!syntax->empty() && (syntax->back() == '\0' || syntax->back() == ' ')) syntax->pop_back();
+    *end = at;
+    return true;
+  }
+
+  // Empty: every length lies in the file. Else what does not.
+  std::string check() {
+    size_t at = 0;
+    std::string syntax;
+    if (!meta(&at, &syntax)) return why_;
     // Without one GDCM guesses the byte order and VR from the bytes, and
     // reads lengths this walk would not.
     if (syntax.empty()) return "its file meta information names no transfer syntax (0002,0010)";
-    if (syntax == "1.2.840.10008.1.2.1.99")
-      return "its data set is deflated (Deflated Explicit VR Little Endian), which is not read";
+    if (syntax == kDeflated && !inflated_) return "its data set is deflated and was not inflated";
     explicit_ = syntax != "1.2.840.10008.1.2";
     little_ = syntax != "1.2.840.10008.1.2.2";
     // Nor one that says implicit VR but reads as explicit: GDCM would switch.
@@ -363,6 +385,7 @@ class ElementFraming {
   }
   const uint8_t* d_;
   size_t n_;
+  bool inflated_ = false;
   bool explicit_ = true, little_ = true, in_meta_ = false;
   std::string why_;
 };
@@ -451,7 +474,8 @@ void read_attributes(Reading& r) {
     } else if (ts.GetNegociatedType() == gdcm::TransferSyntax::Implicit) {
       ds.Read<gdcm::ImplicitDataElement, gdcm::SwapperNoOp>(is);
       read = true;
-    } else if (ts.IsValid() && ts != gdcm::TransferSyntax::DeflatedExplicitVRLittleEndian) {
+    } else if (ts.IsValid()) {
+      // A deflated data set is read inflated (dicom_bytes).
       ds.Read<gdcm::ExplicitDataElement, gdcm::SwapperNoOp>(is);
       read = true;
     }
@@ -608,7 +632,7 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
   keep("SliceThickness", attribute(0x0018, 0x0050));
   keep("PhotometricInterpretation", pi_name);
   keep("TransferSyntaxUID", printable(ts.GetString() ? ts.GetString() : ""));
-  keep("TransferSyntax", printable(gdcm::TransferSyntax::GetTSString(ts) ? gdcm::TransferSyntax::GetTSString(ts) : ""));
+  keep("TransferSyntax", transfer_syntax_name(ts));
   keep("BitsStored", std::to_string(pf.GetBitsStored()));
   if (!stored_values && !v->colour && !v->palette) {
     if (v->slope != 1 || v->intercept != 0) keep("RescaleSlope", number(v->slope)), keep("RescaleIntercept", number(v->intercept));
@@ -713,21 +737,55 @@ void apply_palette(const uint8_t* from, uint64_t n, const Values& v, SampleType 
   }
 }
 
+// A file's bytes as GDCM reads them: the file itself, or, where its data
+// set is deflated (Deflated Explicit VR Little Endian), the preamble and
+// meta group followed by the data set inflated (zlib, within max_inflated),
+// as gdcm::Reader inflates it before reading.
+struct DicomBytes {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  std::vector<uint8_t> inflated;
+};
+
+DicomBytes dicom_bytes(const uint8_t* data, size_t size, uint64_t max_inflated) {
+  DicomBytes out{data, size, {}};
+  size_t end = 0;
+  std::string syntax;
+  if (!ElementFraming(data, size).meta(&end, &syntax) || syntax != kDeflated) return out;  // check() says what is wrong
+  if (end + 2 > size) invalid_data("DICOM: its deflated data set is empty (truncated)");
+  std::vector<uint8_t> set = inflate_raw(data + end, size - end, max_inflated, "DICOM (deflated data set)");
+  out.inflated.reserve(end + set.size());
+  out.inflated.assign(data, data + end);
+  out.inflated.insert(out.inflated.end(), set.begin(), set.end());
+  out.data = out.inflated.data();
+  out.size = out.inflated.size();
+  return out;
+}
+
 }  // namespace
 
-DicomImage plan_dicom(const uint8_t* data, size_t size, bool stored_values, uint64_t max_planes, uint64_t max_pixels) {
-  const std::string framing = ElementFraming(data, size).check();
+DicomImage plan_dicom(const uint8_t* file, size_t file_size, bool stored_values, uint64_t max_planes,
+                      uint64_t max_pixels, uint64_t max_inflated) {
+  const DicomBytes bytes = dicom_bytes(file, file_size, max_inflated);
+  const uint8_t* data = bytes.data;
+  const size_t size = bytes.size;
+  const std::string framing = ElementFraming(data, size, !bytes.inflated.empty()).check();
   if (!framing.empty()) invalid_data("DICOM: " + framing + " (truncated or corrupt)");
   std::shared_lock<std::shared_mutex> lock(g_gdcm);
   Reading r(data, size);
   Values v;
   DicomImage out;
   gdcm_guarded(size, [&] { out = describe(r, stored_values, max_planes, max_pixels, &v); });
+  out.inflated_bytes = bytes.inflated.size();
   return out;
 }
 
-void decode_dicom(const uint8_t* data, size_t size, const DicomImage& planned, bool stored_values,
+void decode_dicom(const uint8_t* file, size_t file_size, const DicomImage& planned, bool stored_values,
                   const std::vector<uint64_t>& frames, const std::function<bool()>& cancelled, const RowSink& sink) {
+  const DicomBytes bytes = dicom_bytes(file, file_size, planned.inflated_bytes);
+  if (bytes.inflated.size() != planned.inflated_bytes) fail(ErrorCode::kInternal, "DICOM: inflated otherwise than planned");
+  const uint8_t* data = bytes.data;
+  const size_t size = bytes.size;
   Values v;
   DicomImage image;
   // Uncompressed pixel data is the samples: taken from the attributes as
@@ -743,6 +801,7 @@ void decode_dicom(const uint8_t* data, size_t size, const DicomImage& planned, b
       const gdcm::ByteValue* bv = r.file.GetDataSet().GetDataElement(gdcm::Tag(0x7fe0, 0x0010)).GetByteValue();
       if (bv && !ts.IsEncapsulated() && (ts == gdcm::TransferSyntax::ImplicitVRLittleEndian ||
                                         ts == gdcm::TransferSyntax::ExplicitVRLittleEndian ||
+                                        ts == gdcm::TransferSyntax::DeflatedExplicitVRLittleEndian ||
                                         ts == gdcm::TransferSyntax::ExplicitVRBigEndian)) {
         is_native = true;
         // Its length was checked; GDCM has swapped a big-endian OW value as it read it.

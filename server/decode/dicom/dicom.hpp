@@ -18,7 +18,8 @@
 // - PALETTE COLOR through its lookup tables to R, G, B (pydicom's
 //   apply_color_lut; uint8 or uint16 as the tables' entries), its stored
 //   indices on request;
-// - 1-bit pixel data (uncompressed) as uint8 0 and 1.
+// - 1-bit pixel data (uncompressed) as uint8 0 and 1;
+// - a deflated data set (Deflated Explicit VR Little Endian) inflated first.
 // Personal data stays out: of the attributes, only the allowlisted facts
 // (modality, body part, series description, pixel spacing, slice
 // thickness, transfer syntax, photometric interpretation, rescale) are
@@ -45,6 +46,7 @@ struct DicomImage {
   SampleType type = SampleType::kUint16;  // the values' (as above)
   uint32_t bits_stored = 0;
   uint64_t decoded_bytes = 0;  // GDCM's buffer of every frame
+  uint64_t inflated_bytes = 0;  // a deflated file's bytes as read, inflated (0: not deflated)
   std::vector<std::string> channel_names;
   std::vector<std::pair<std::string, std::string>> keywords;
   std::vector<std::string> warnings;
@@ -59,8 +61,10 @@ struct DicomImage {
 
 bool is_dicom(const uint8_t* data, size_t size);  // "DICM" at 128
 // Throws kInvalidArgument naming what is not read; kResourceExhausted for
-// frames past max_planes or frames past max_pixels.
-DicomImage plan_dicom(const uint8_t* data, size_t size, bool stored_values, uint64_t max_planes, uint64_t max_pixels);
+// frames past max_planes or frames past max_pixels, or a deflated data set
+// inflating past max_inflated bytes.
+DicomImage plan_dicom(const uint8_t* data, size_t size, bool stored_values, uint64_t max_planes, uint64_t max_pixels,
+                      uint64_t max_inflated);
 // The chosen frames, one after another, in the sink's bands.
 void decode_dicom(const uint8_t* data, size_t size, const DicomImage& image, bool stored_values,
                   const std::vector<uint64_t>& frames, const std::function<bool()>& cancelled, const RowSink& sink);
@@ -88,7 +92,7 @@ struct DicomSeries {
   std::vector<std::string> warnings;
 };
 DicomSeries plan_dicom_series(const std::map<std::string, TarSpan>& members, uint32_t series, bool stored_values,
-                              uint64_t max_planes, uint64_t max_pixels);
+                              uint64_t max_planes, uint64_t max_pixels, uint64_t max_inflated);
 void decode_dicom_series(const DicomSeries& series, bool stored_values, const std::vector<uint64_t>& planes,
                          const std::function<bool()>& cancelled, const RowSink& sink);
 

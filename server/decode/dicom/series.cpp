@@ -12,7 +12,7 @@
 namespace imgstat {
 
 DicomSeries plan_dicom_series(const std::map<std::string, TarSpan>& members, uint32_t series, bool stored_values,
-                              uint64_t max_planes, uint64_t max_pixels) {
+                              uint64_t max_planes, uint64_t max_pixels, uint64_t max_inflated) {
   // Each file's attributes, on every core (GDCM reads them under a shared lock).
   std::vector<DicomSlice> all;
   for (const auto& [name, span] : members)
@@ -20,7 +20,7 @@ DicomSeries plan_dicom_series(const std::map<std::string, TarSpan>& members, uin
   tbb::parallel_for(size_t{0}, all.size(), [&](size_t i) {
     DicomSlice& slice = all[i];
     try {
-      slice.image = plan_dicom(slice.bytes.data, slice.bytes.size, stored_values, max_planes, max_pixels);
+      slice.image = plan_dicom(slice.bytes.data, slice.bytes.size, stored_values, max_planes, max_pixels, max_inflated);
     } catch (const Error& e) {
       fail(e.code(), slice.name + ": " + e.what());
     }
@@ -96,7 +96,7 @@ DicomSeries plan_dicom_series(const std::map<std::string, TarSpan>& members, uin
   for (const DicomSlice& x : s) {
     if (x.image.type != out.type) out.type = SampleType::kFloat64;
     out.planes += x.image.frames;
-    out.decoded_bytes = std::max(out.decoded_bytes, x.image.decoded_bytes + x.bytes.size);
+    out.decoded_bytes = std::max(out.decoded_bytes, x.image.decoded_bytes + x.bytes.size + x.image.inflated_bytes);
   }
   if (out.type == SampleType::kFloat64 && first.type != SampleType::kFloat64)
     out.warnings.push_back("DICOM: the slices' values are of several types (their rescales differ): float64");
