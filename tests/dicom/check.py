@@ -11,7 +11,9 @@ multi-frame (planes), a private sequence in a UN element of undefined
 length (CP-246: its items in implicit VR), a file meta group without its
 group length, RGB chunky and planar, YBR_FULL, PALETTE COLOR
 (16-bit tables, uncompressed and RLE; packed 8-bit tables mapped from
-100, values below and past them; against apply_color_lut), 1-bit frames
+100, values below and past them; segmented tables of 8 and 16 bits with
+discrete, linear and indirect segments; an alpha table; against
+apply_color_lut), 1-bit frames
 that start inside a byte, signed 8-bit, each
 uncompressed transfer syntax (explicit and implicit little endian, explicit
 big endian, deflated explicit little endian) and RLE Lossless (pydicom's encoder). The values are pydicom's
@@ -22,7 +24,8 @@ within 1e-12 relative; each frame; the facts. Personal data stays out: the
 patient's name, ID and birth date written into every file are searched for
 in every answer (JSON and table), the server's log and its metrics, and
 found nowhere. Then the refusals: a truncated file, one declaring 10^6
-frames, a file without pixel data, a deflated data set damaged or cut short. Then a study folder read with
+frames, a file without pixel data, a deflated data set damaged or cut short,
+a segmented palette whose indirect segment replays itself. Then a study folder read with
 --dicom-series: two series (a CT whose slices lie along a tilted normal,
 named and numbered against their order; an MR with InstanceNumber only and
 rescales that differ), each a volume equal to pydicom's slices grouped by
@@ -203,6 +206,37 @@ def make_files(work, rng):
         palette(dataset(index12, photometric="PALETTE COLOR", bits_stored=12, NumberOfFrames=3, Modality="US"),
                 [200, 100, 8], tables8),
         np.stack([t[at] for t in tables8], axis=-1), "uint8")
+    # Segmented tables (PS3.3 C.7.9.2): discrete, linear (halves to even, as numpy rounds) and indirect
+    # segments, 16-bit and 8-bit entries; and an alpha table (RGBA). The reference is pydicom's
+    # apply_color_lut over the file as read back.
+    for bits, name in ((16, "palette-segmented-16.dcm"), (8, "palette-segmented-8.dcm")):
+        top = 65535 if bits == 16 else 255
+        tables = []
+        for k in range(3):
+            lo, hi = int(rng.integers(1, top // 3)), int(rng.integers(top // 2, top))
+            x = int(rng.integers(0, top - 2))
+            # ... then x + 0.5, x + 1, x + 1.5, x + 2: two halves, to even
+            seg = [0, 3, lo, hi, lo + 1, 1, 97, hi, 1, 40, lo, 0, 1, x, 1, 4, x + 2]
+            if bits == 16:
+                seg += [2, 2, 0, 0]  # the first two segments again, from entry 0
+                tables.append(np.array(seg, dtype="<u2").tobytes())
+            else:
+                seg += [2, 2, 0, 0, 0, 0]
+                tables.append(np.array(seg, dtype=np.uint8).tobytes())
+        entries = 3 + 97 + 40 + 1 + 4 + 3 + 97
+        index = rng.integers(0, entries + 20, (2, 13, 11), dtype=np.uint16)
+        ds = dataset(index, photometric="PALETTE COLOR", bits_stored=9, NumberOfFrames=2, Modality="NM")
+        for k, colour in enumerate(("Red", "Green", "Blue")):
+            setattr(ds, f"{colour}PaletteColorLookupTableDescriptor", [entries, 10, bits])
+            setattr(ds, f"Segmented{colour}PaletteColorLookupTableData", tables[k])
+        path = os.path.join(work, name)
+        ds.save_as(path, write_like_original=False)
+        back = pydicom.dcmread(path)
+        files.append((name, path, apply_color_lut(back.pixel_array, back), f"uint{bits}"))
+    alpha = palette(dataset(index8, photometric="PALETTE COLOR", Modality="US"), [256, 0, 16], tables16)
+    alpha_table = rng.integers(0, 65536, 256, dtype=np.uint16)
+    alpha.AlphaPaletteColorLookupTableData = alpha_table.tobytes()
+    put("palette-alpha.dcm", alpha, np.stack([t[index8] for t in (*tables16, alpha_table)], axis=-1), "uint16")
     # 1-bit (a binary segmentation): 3 frames of 7x5, so every frame after the first starts inside a byte.
     seg = (rng.random((3, 7, 5)) < 0.4).astype(np.uint8)
     one_bit = dataset(seg, NumberOfFrames=3, Modality="SEG")
@@ -306,8 +340,8 @@ def check_refusals(client_bin, where, work, how):
     deflated = dataset(np.arange(4096, dtype=np.uint16).reshape(64, 64), DeflatedExplicitVRLittleEndian)
     deflated.save_as(os.path.join(work, "deflated.dcm"), write_like_original=False)
     raw = bytearray(open(os.path.join(work, "deflated.dcm"), "rb").read())
-    for at in range(len(raw) - 200, len(raw) - 100):
-        raw[at] ^= 0x5A
+    meta_end = 132 + 12 + struct.unpack_from("<I", raw, 132 + 8)[0]  # after (0002,0000) and the group it counts
+    raw[meta_end] |= 0x06  # the first block's type 3, which no deflate stream has
     with open(os.path.join(work, "deflated-damaged.dcm"), "wb") as f:
         f.write(raw)
     refused(client_bin, where, os.path.join(work, "deflated-damaged.dcm"), "INVALID_ARGUMENT",
@@ -316,6 +350,16 @@ def check_refusals(client_bin, where, work, how):
         f.write(raw[: len(raw) - 300])
     refused(client_bin, where, os.path.join(work, "deflated-cut.dcm"), "INVALID_ARGUMENT",
             f"a deflated data set cut short ({how})")
+
+    # An indirect segment that replays the table from its start, itself included: refused, not followed
+    # for ever.
+    looping = dataset(np.ones((4, 4), dtype=np.uint8), photometric="PALETTE COLOR")
+    for colour in ("Red", "Green", "Blue"):
+        setattr(looping, f"{colour}PaletteColorLookupTableDescriptor", [8, 0, 16])
+        setattr(looping, f"Segmented{colour}PaletteColorLookupTableData", np.array([0, 1, 5, 2, 2, 0, 0], "<u2").tobytes())
+    looping.save_as(os.path.join(work, "palette-looping.dcm"), write_like_original=False)
+    refused(client_bin, where, os.path.join(work, "palette-looping.dcm"), "INVALID_ARGUMENT",
+            f"a segmented palette replaying itself ({how})")
 
     nopix = dataset(np.ones((4, 4), dtype=np.uint8))
     del nopix.PixelData

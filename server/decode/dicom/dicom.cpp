@@ -190,7 +190,9 @@ struct Values {
   // mapped takes the first entry, one past the last entry the last.
   bool palette = false;
   int64_t lut_first = 0;
-  std::vector<uint16_t> lut[3];
+  uint32_t lut_count = 3;  // R, G, B (and A where the file has an alpha table)
+  bool palette_segmented = false;
+  std::vector<uint16_t> lut[4];
   // BitsAllocated 1 (a binary segmentation): eight pixels a byte, the least
   // significant bit first, frames back to back, not byte-aligned (pydicom's
   // unpacking); each pixel's value is 0 or 1.
@@ -390,25 +392,118 @@ class ElementFraming {
   std::string why_;
 };
 
+// A segmented palette table (PS3.3 C.7.9.2) expanded as pydicom's
+// _expand_segmented_lut and GDCM expand it: discrete segments' entries as
+// they are; linear ones from the entry before to y1 as numpy's
+// around(linspace(y0 + step, y1, n)) (step (y1 - y0) / n, halves to even);
+// indirect ones replaying `count` segments from an offset counted in
+// entries. Untrusted: past `entries` entries, a segment running past its
+// table, indirection deeper than kMaxIndirection or more than
+// kMaxSegments segments in all (an indirect segment may point at itself)
+// are refused.
+class SegmentedTable {
+ public:
+  SegmentedTable(const std::vector<uint16_t>& data, bool eight_bit, uint64_t entries)
+      : d_(data), eight_bit_(eight_bit), entries_(entries) {}
+
+  std::vector<uint16_t> expand() {
+    std::vector<uint16_t> out;
+    run(0, 0, false, 0, 0, out);
+    return out;
+  }
+
+ private:
+  static constexpr int kMaxIndirection = 4;
+  static constexpr uint64_t kMaxSegments = uint64_t{1} << 20;
+
+  [[noreturn]] static void bad(const std::string& why) {
+    invalid_data("DICOM: a segmented palette table " + why);
+  }
+  uint16_t at(uint64_t i) const {
+    if (i >= d_.size()) bad("has a segment running past its end");
+    return d_[i];
+  }
+  void put(std::vector<uint16_t>& out, uint16_t v) {
+    if (out.size() >= entries_) bad("expands past its descriptor's " + std::to_string(entries_) + " entries");
+    out.push_back(v);
+  }
+
+  // Segments from `offset` (all, or `count` of them) appended to out; the
+  // entry before them is `last` where `has_last` (an indirect segment's).
+  void run(uint64_t offset, uint64_t count, bool has_last, uint16_t last, int depth, std::vector<uint16_t>& out) {
+    const size_t first = out.size();
+    uint64_t read = 0;
+    while (offset + 1 < d_.size()) {
+      if (++segments_ > kMaxSegments) bad("has more than " + std::to_string(kMaxSegments) + " segments");
+      const uint16_t opcode = d_[offset], length = d_[offset + 1];
+      offset += 2;
+      if (opcode == 0) {
+        for (uint64_t i = 0; i < length; ++i) put(out, at(offset + i));
+        offset += length;
+      } else if (opcode == 1) {
+        // pydicom takes a nested replay's first y0 from the entry before it
+        // only where that is not 0.
+        if (out.size() == first && !(has_last && last != 0)) bad("begins with a linear segment");
+        if (length == 0) bad("has a linear segment of no entries");
+        const double y0 = out.size() > first ? out.back() : last, y1 = at(offset);
+        offset += 1;
+        if (y0 == y1) {
+          for (uint64_t i = 0; i < length; ++i) put(out, static_cast<uint16_t>(y1));
+        } else {
+          const double step = (y1 - y0) / length, start = y0 + step;
+          const double inner = length > 1 ? (y1 - start) / (length - 1) : 0;
+          for (uint64_t i = 0; i < length; ++i) {
+            double y = static_cast<double>(i) * inner;
+            asm("" : "+x"(y));  // numpy's order: the product, then the sum, each rounded
+            y = i + 1 == length && length > 1 ? y1 : y + start;
+            put(out, static_cast<uint16_t>(std::nearbyint(y)));
+          }
+        }
+      } else if (opcode == 2) {
+        if (out.size() == first) bad("begins with an indirect segment");
+        if (depth >= kMaxIndirection) bad("nests indirect segments more than " + std::to_string(kMaxIndirection) + " deep");
+        uint64_t target = 0;
+        if (eight_bit_) {
+          target = uint64_t{at(offset)} | uint64_t{at(offset + 1)} << 8 | uint64_t{at(offset + 2)} << 16 |
+                   uint64_t{at(offset + 3)} << 24;
+          offset += 4;
+        } else {
+          target = uint64_t{at(offset)} | uint64_t{at(offset + 1)} << 16;
+          offset += 2;
+        }
+        const uint16_t before = out.back();
+        if (length > 0) run(target, length, true, before, depth + 1, out);
+      } else {
+        bad("has a segment of unknown type " + std::to_string(opcode));
+      }
+      if (++read == count) return;
+    }
+  }
+
+  const std::vector<uint16_t>& d_;
+  bool eight_bit_;
+  uint64_t entries_;
+  uint64_t segments_ = 0;
+};
+
 // PALETTE COLOR's tables, as pydicom reads them: the red descriptor
 // (0028,1101: entries, 0 for 65536; the first stored value mapped; bits an
-// entry) for all three, and each table's entries 8 or 16 bits by its data's
-// length (8-bit entries come packed, or one a 16-bit word). The values'
-// type is the entries'. Segmented tables, alpha and big-endian files are
-// refused by name. `descriptor` is 0028,1101 as text.
+// entry) for all, and each table's entries 8 or 16 bits by its data's
+// length (8-bit entries come packed, or one a 16-bit word); or segmented
+// tables (0028,1221-1224), their entries of the descriptor's bits. An
+// alpha table (0028,1204 or 1224) makes a fourth channel. The values' type
+// is the entries'. Big-endian files are refused by name. `descriptor` is
+// 0028,1101 as text.
 SampleType read_palette(const gdcm::File& file, const std::string& descriptor, Values* v) {
   const gdcm::DataSet& ds = file.GetDataSet();
   if (v->is_float || v->bytes > 2)
     invalid_data("DICOM: PALETTE COLOR indices of " + std::to_string(8 * v->bytes) + " bits (8 or 16 are read)");
   if (file.GetHeader().GetDataSetTransferSyntax() == gdcm::TransferSyntax::ExplicitVRBigEndian)
     invalid_data("DICOM: a big-endian PALETTE COLOR image is not read");
-  if (!ds.FindDataElement(gdcm::Tag(0x0028, 0x1201))) {
-    if (ds.FindDataElement(gdcm::Tag(0x0028, 0x1221)))
-      invalid_data("DICOM: segmented palette color lookup tables (0028,1221) are not read");
-    invalid_data("DICOM: a PALETTE COLOR image without its lookup table data (0028,1201-1203)");
-  }
-  if (ds.FindDataElement(gdcm::Tag(0x0028, 0x1204)))
-    invalid_data("DICOM: an alpha palette color lookup table (0028,1204) is not read");
+  const bool segmented = !ds.FindDataElement(gdcm::Tag(0x0028, 0x1201)) && ds.FindDataElement(gdcm::Tag(0x0028, 0x1221));
+  const uint16_t first_tag = segmented ? 0x1221 : 0x1201;
+  if (!ds.FindDataElement(gdcm::Tag(0x0028, first_tag)))
+    invalid_data("DICOM: a PALETTE COLOR image without its lookup table data (0028,1201-1203 or 1221-1223)");
   long long d[3];
   const char* p = descriptor.c_str();
   for (long long& x : d) {
@@ -420,26 +515,44 @@ SampleType read_palette(const gdcm::File& file, const std::string& descriptor, V
   }
   if (d[0] < 0 || d[0] > 65535 || d[1] < -32768 || d[1] > 65535)
     invalid_data("DICOM: its palette descriptor (0028,1101) is out of range");
+  if (segmented && d[2] != 8 && d[2] != 16)
+    invalid_data("DICOM: segmented palette tables of " + std::to_string(d[2]) + "-bit entries (8 or 16 are read)");
   const uint64_t entries = d[0] == 0 ? 65536 : static_cast<uint64_t>(d[0]);
   // "US or SS": a negative first value read as US is a signed image's.
   v->lut_first = v->is_signed && d[1] > 32767 ? d[1] - 65536 : d[1];
-  uint64_t entry_bytes = 0;
-  for (uint16_t c = 0; c < 3; ++c) {
-    const gdcm::Tag tag(0x0028, static_cast<uint16_t>(0x1201 + c));
+  v->lut_count = ds.FindDataElement(gdcm::Tag(0x0028, static_cast<uint16_t>(first_tag + 3))) ? 4 : 3;
+  uint64_t entry_bytes = segmented ? static_cast<uint64_t>(d[2] / 8) : 0;
+  for (uint16_t c = 0; c < v->lut_count; ++c) {
+    const gdcm::Tag tag(0x0028, static_cast<uint16_t>(first_tag + c));
     const gdcm::ByteValue* bv = ds.FindDataElement(tag) ? ds.GetDataElement(tag).GetByteValue() : nullptr;
-    if (!bv) invalid_data("DICOM: a PALETTE COLOR image without its lookup table data (0028,1201-1203)");
+    if (!bv) {
+      char name[16];
+      std::snprintf(name, sizeof name, "(0028,%04x)", first_tag + c);
+      invalid_data(std::string("DICOM: a PALETTE COLOR image without its lookup table data ") + name);
+    }
     const uint64_t length = bv->GetLength();
+    const auto* q = reinterpret_cast<const uint8_t*>(bv->GetPointer());
+    if (segmented) {
+      std::vector<uint16_t> words(length / entry_bytes);
+      for (uint64_t i = 0; i < words.size(); ++i)
+        words[i] = entry_bytes == 1 ? q[i] : static_cast<uint16_t>(q[2 * i] | q[2 * i + 1] << 8);
+      v->lut[c] = SegmentedTable(words, entry_bytes == 1, entries).expand();
+      if (v->lut[c].size() != entries)
+        invalid_data("DICOM: a segmented palette table expands to " + std::to_string(v->lut[c].size()) +
+                     " entries where its descriptor says " + std::to_string(entries));
+      continue;
+    }
     const uint64_t bytes = length == entries ? 1 : length == 2 * entries ? 2 : 0;
     if (bytes == 0 || (entry_bytes && bytes != entry_bytes))
       invalid_data("DICOM: a palette table of " + std::to_string(length) + " bytes for " + std::to_string(entries) +
                    " entries (8 or 16 bits an entry, every table alike)");
     entry_bytes = bytes;
-    const auto* q = reinterpret_cast<const uint8_t*>(bv->GetPointer());
     v->lut[c].resize(entries);
     for (uint64_t i = 0; i < entries; ++i)
       v->lut[c][i] = bytes == 1 ? q[i] : static_cast<uint16_t>(q[2 * i] | q[2 * i + 1] << 8);
   }
   v->palette = true;
+  v->palette_segmented = segmented;
   return entry_bytes == 1 ? SampleType::kUint8 : SampleType::kUint16;
 }
 
@@ -576,8 +689,9 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
   if (palette && !stored_values) {
     type = read_palette(r.file, attribute(0x0028, 0x1101), v);
     out.bits_stored = type == SampleType::kUint8 ? 8 : 16;  // the values' bits are the tables' entries'
-    out.channels = 3;
+    out.channels = v->lut_count;
     out.channel_names = {"R", "G", "B"};
+    if (v->lut_count == 4) out.channel_names.push_back("A");
   } else if (!stored_values && !v->colour) {
     const std::vector<double> rescale = gdcm::ImageHelper::GetRescaleInterceptSlopeValue(file0);
     v->intercept = rescale.size() > 0 ? rescale[0] : 0;
@@ -640,7 +754,8 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
                        (v->invert ? ", MONOCHROME1 inverted (lo + hi - value)" : "") +
                        (v->padding ? ", padding missing" : ""));
   } else if (v->palette) {
-    keep("values", "PALETTE COLOR applied (R, G, B from its lookup tables)");
+    keep("values", std::string("PALETTE COLOR applied (") + (v->lut_count == 4 ? "R, G, B, A" : "R, G, B") + " from its " +
+                       (v->palette_segmented ? "segmented " : "") + "lookup tables)");
   } else if (stored_values) {
     keep("values", "stored");
   }
@@ -720,7 +835,7 @@ void convert(const uint8_t* from, uint64_t n, const Values& v, SampleType to_typ
   }
 }
 
-// A row of stored values through the palette: R, G, B a pixel.
+// A row of stored values through the palette: R, G, B (and A) a pixel.
 void apply_palette(const uint8_t* from, uint64_t n, const Values& v, SampleType to_type, uint8_t* to) {
   const int64_t last = static_cast<int64_t>(v.lut[0].size()) - 1;
   for (uint64_t i = 0; i < n; ++i) {
@@ -729,10 +844,11 @@ void apply_palette(const uint8_t* from, uint64_t n, const Values& v, SampleType 
     const bool negative = v.is_signed && (u >> (v.bits - 1)) != 0;
     const int64_t value = negative ? static_cast<int64_t>(u) - (int64_t{1} << v.bits) : static_cast<int64_t>(u);
     const size_t k = static_cast<size_t>(std::clamp<int64_t>(value - v.lut_first, 0, last));
-    for (int c = 0; c < 3; ++c) {
+    const uint32_t n_out = v.lut_count;
+    for (uint32_t c = 0; c < n_out; ++c) {
       const uint16_t e = v.lut[c][k];
-      if (to_type == SampleType::kUint8) to[3 * i + c] = static_cast<uint8_t>(e);
-      else std::memcpy(to + 2 * (3 * i + c), &e, 2);
+      if (to_type == SampleType::kUint8) to[n_out * i + c] = static_cast<uint8_t>(e);
+      else std::memcpy(to + 2 * (n_out * i + c), &e, 2);
     }
   }
 }

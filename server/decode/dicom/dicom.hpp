@@ -15,9 +15,9 @@
 //   the file holds them, nothing applied;
 // - frames are planes; colour (RGB, YBR) is channels, planar or not; JPEG's
 //   YCbCr comes as libjpeg converts it (RGB);
-// - PALETTE COLOR through its lookup tables to R, G, B (pydicom's
-//   apply_color_lut; uint8 or uint16 as the tables' entries), its stored
-//   indices on request;
+// - PALETTE COLOR through its lookup tables (segmented ones expanded) to
+//   R, G, B and, with an alpha table, A (pydicom's apply_color_lut; uint8
+//   or uint16 as the tables' entries), its stored indices on request;
 // - 1-bit pixel data (uncompressed) as uint8 0 and 1;
 // - a deflated data set (Deflated Explicit VR Little Endian) inflated first.
 // Personal data stays out: of the attributes, only the allowlisted facts
