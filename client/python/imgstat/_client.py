@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from ._errors import Error
 from ._inputs import ImageLike, bad, layout, map_of, prepare, rows, side_input
+from ._objects import covered, read_object
 from ._options import ANALYZE_OPTIONS, build_options, is_path, parts_asked
 from ._pump import Pump
 from ._regions import Cuda, Memory, copy_into
@@ -109,7 +111,9 @@ class Client:
         """Statistics of one input: a path, encoded bytes, a numpy array (H x W
         or H x W x C; uint8, uint16, int8, int16, float32 or float64; any
         strides), a PIL image, or a GPU array (``__cuda_array_interface__``)
-        on a GPU of the server's host.
+        on a GPU of the server's host; a URL (``https://``, ``http://``,
+        ``s3://``: read by the server where its --fetch-allow covers it,
+        else here) or a file object.
 
         Options are the CLI's: ``stats`` (names or a list: min_max, sum,
         stddev, histogram, distribution, shape, positions, unique_colors,
@@ -206,6 +210,12 @@ class Client:
         self._regions.flush()
         if deadline is None:
             deadline = self._transport.deadline()
+        if job.url is not None and job.data is None:
+            if covered(job.url, self._transport.server_info().fetch_allow):
+                job.input.url = job.url
+                return self._transport.unary(job, opts, deadline)
+            job.data = read_object(job.url, max(1.0, deadline - time.monotonic()) if deadline else None)
+            job.size = len(job.data)
         side = map_of(opts)
         if side is not None and len(side.data) >= REGION_MIN_BYTES:
             return self._run_with_map(job, opts, deadline)

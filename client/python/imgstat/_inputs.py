@@ -12,6 +12,7 @@ import numpy as np
 
 from ._errors import Error
 from ._options import SAMPLE_TYPES, is_path
+from ._objects import file_object_bytes, is_object_name
 from ._shards import Member, is_shard
 from ._tuning import STREAM_CHUNK
 from .v1 import imgstat_pb2 as pb
@@ -37,12 +38,12 @@ def file_error(path, e, name):
 
 class Job:
     """One input, ready to send: its Input (no data yet) and where its bytes are."""
-    __slots__ = ("name", "input", "data", "path", "size", "array", "cuda")
+    __slots__ = ("name", "input", "data", "path", "size", "array", "cuda", "url")
 
     def __init__(self, name, kind):
         self.name = name
         self.input = pb.Input(kind=kind, name=name if len(name) < 256 else name[:255])
-        self.data = self.path = self.array = self.cuda = None
+        self.data = self.path = self.array = self.cuda = self.url = None
         self.size = 0
 
     def read_file(self):
@@ -275,6 +276,14 @@ def prepare(x, name=None, raw=None, stride=0, as_bytes=False, labels=False, axes
         job = Job(name or x.name, kind)
         job.data = x.data
         job.size = len(x.data)
+    elif is_object_name(x):
+        job = Job(name or x, kind)
+        job.url = x  # read when it is sent: by the server where it may fetch it, else here
+    elif hasattr(x, "read") or (hasattr(x, "open") and hasattr(x, "fs")):
+        data, own = file_object_bytes(x)
+        job = Job(name or own, kind)
+        job.data = data
+        job.size = len(data)
     elif is_shard(x):
         raise bad("an archive holds many inputs: analyze_many or aggregate reads its members", os.fspath(x))
     elif is_path_list(x):

@@ -41,8 +41,9 @@ def message(job, opts, serialized, same_host):
     else None. Protobuf lets fields come in any order: the input's other
     fields, then its data, then the options (serialized once per options
     object, kept in `serialized`)."""
-    if job.cuda is not None or job.size > STREAM_CHUNK or (job.size >= REGION_MIN_BYTES and same_host):
-        return None
+    if job.cuda is not None or job.url is not None or job.size > STREAM_CHUNK or \
+            (job.size >= REGION_MIN_BYTES and same_host):
+        return None  # (a URL is read, here or by the server, on a worker)
     side = map_of(opts)
     if side is not None and len(side.data) >= REGION_MIN_BYTES:
         return None  # its map goes apart (by region or streamed)

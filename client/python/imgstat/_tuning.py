@@ -14,3 +14,4 @@ SCRATCH_IDLE_BYTES = 2 << 30
 COPY_THREADS = min(8, os.cpu_count() or 1)
 CUDA_REGIONS = 16              # GPU allocations kept registered (most recently used)
 WORKER_THREADS = 16            # analyze_many's inputs that take the blocking way
+OBJECT_MAX_BYTES = 2 << 30     # an object read here (not by the server): the most held at once
