@@ -113,6 +113,11 @@ class Remote {
   bool unreachable_now();
   struct UnaryCall;
   void call_unary(std::shared_ptr<UnaryCall> call);
+  // A request in one message, on a lane's batch stream where the server
+  // takes them, else a unary call; fill() gives its input the data or URL.
+  void send_in_one_message(const std::string& name, const Request& request,
+                           std::chrono::system_clock::time_point until, std::function<void(Outcome)> done,
+                           const std::function<void(v1::Input&)>& fill);
   // Lanes: AnalyzeBatch calls that carry small files (calls.cpp says how).
   struct BatchItem;
   class Lane;

@@ -406,27 +406,37 @@ void Remote::start(Source& source, const Request& request, std::function<void(Ou
     done(analyze(source, request));
     return;
   }
-  if (batch_ && !batch_refused_) {
-    auto item = std::make_shared<BatchItem>();
-    item->file = source.name();
+  send_in_one_message(source.name(), request, until, std::move(done),
+                      [&](v1::Input& input) { input.set_data(source.read_all()); });
+}
+
+void Remote::send_in_one_message(const std::string& name, const Request& request,
+                                 std::chrono::system_clock::time_point until, std::function<void(Outcome)> done,
+                                 const std::function<void(v1::Input&)>& fill) {
+  v1::AnalyzeRequest* r = nullptr;
+  std::shared_ptr<BatchItem> item;
+  std::shared_ptr<UnaryCall> call;
+  if (batch_ && !batch_refused_) {  // on a lane's AnalyzeBatch stream
+    item = std::make_shared<BatchItem>();
+    item->file = name;
     item->until = until;
     item->done = std::move(done);
     item->request.set_id(std::to_string(next_item_++));
-    v1::AnalyzeRequest* r = item->request.mutable_request();
-    *r->mutable_input() = request.input;
-    *r->mutable_options() = options_with_map(request);
-    r->mutable_input()->set_data(source.read_all());
-    send_on_lane(std::move(item));
-    return;
+    r = item->request.mutable_request();
+  } else {
+    call = std::make_shared<UnaryCall>();
+    call->file = name;
+    call->until = until;
+    call->done = std::move(done);
+    r = &call->request;
   }
-  auto call = std::make_shared<UnaryCall>();
-  call->file = source.name();
-  call->until = until;
-  call->done = std::move(done);
-  *call->request.mutable_input() = request.input;
-  *call->request.mutable_options() = options_with_map(request);
-  call->request.mutable_input()->set_data(source.read_all());
-  call_unary(std::move(call));
+  *r->mutable_input() = request.input;
+  *r->mutable_options() = options_with_map(request);
+  fill(*r->mutable_input());
+  if (item)
+    send_on_lane(std::move(item));
+  else
+    call_unary(std::move(call));
 }
 
 bool Remote::fetches(const std::string& name) {
@@ -449,28 +459,7 @@ void Remote::start_fetch(const std::string& name, const Request& request, std::f
     done(failure(name, "UNAVAILABLE", kUnreachable));
     return;
   }
-  const auto until = deadline();
-  if (batch_ && !batch_refused_) {
-    auto item = std::make_shared<BatchItem>();
-    item->file = name;
-    item->until = until;
-    item->done = std::move(done);
-    item->request.set_id(std::to_string(next_item_++));
-    v1::AnalyzeRequest* r = item->request.mutable_request();
-    *r->mutable_input() = request.input;
-    *r->mutable_options() = options_with_map(request);
-    r->mutable_input()->set_url(name);
-    send_on_lane(std::move(item));
-    return;
-  }
-  auto call = std::make_shared<UnaryCall>();
-  call->file = name;
-  call->until = until;
-  call->done = std::move(done);
-  *call->request.mutable_input() = request.input;
-  *call->request.mutable_options() = options_with_map(request);
-  call->request.mutable_input()->set_url(name);
-  call_unary(std::move(call));
+  send_in_one_message(name, request, deadline(), std::move(done), [&](v1::Input& input) { input.set_url(name); });
 }
 
 void Remote::call_unary(std::shared_ptr<UnaryCall> call) {
