@@ -240,10 +240,14 @@ int main(int argc, char** argv) {
         times(tiled, whole) + " of whole, " + times(cv_tiles, tiled) + " faster than OpenCV");
     const double float_whole = median_ms(repeat, [&] { g_sink = e.analyze(grey, percentiles).channels[0].median; });
     row("float32 grey, whole image, median and percentiles", name, float_whole);
-    const double float_labelled =
-        median_ms(repeat, [&] { g_sink = e.analyze_parts(grey, label_parts, percentiles).parts.size(); });
-    row("float32 grey, 65,536 labels, median and percentiles of each", name, float_labelled,
-        times(float_labelled, float_whole) + " of whole");
+    try {  // float parts are the CPU engine's (a server sends them there)
+      const double float_labelled =
+          median_ms(repeat, [&] { g_sink = e.analyze_parts(grey, label_parts, percentiles).parts.size(); });
+      row("float32 grey, 65,536 labels, median and percentiles of each", name, float_labelled,
+          times(float_labelled, float_whole) + " of whole");
+    } catch (const Error& err) {
+      std::printf("%s, float32 labels: %s\n", name.c_str(), err.what());
+    }
   };
   {
     auto cpu = make_cpu_engine(threads);
