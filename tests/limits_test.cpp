@@ -104,6 +104,21 @@ class Limits : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Analyzer> analyzer_;
 };
 
+// bytes through zlib's deflate: gzip (window_bits 15 + 16) or raw (-15).
+std::string deflated(const std::string& bytes, int window_bits) {
+  std::string packed(compressBound(bytes.size()), '\0');
+  z_stream z{};
+  if (deflateInit2(&z, 9, Z_DEFLATED, window_bits, 9, Z_DEFAULT_STRATEGY) != Z_OK) return "";
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  z.avail_in = static_cast<uInt>(bytes.size());
+  z.next_out = reinterpret_cast<Bytef*>(packed.data());
+  z.avail_out = static_cast<uInt>(packed.size());
+  const int rc = deflate(&z, Z_FINISH);
+  packed.resize(rc == Z_STREAM_END ? z.total_out : 0);
+  deflateEnd(&z);
+  return packed;
+}
+
 v1::AnalyzeRequest encoded(const std::string& bytes) {
   v1::AnalyzeRequest r;
   r.mutable_input()->set_kind(v1::INPUT_KIND_ENCODED);
@@ -373,17 +388,8 @@ TEST_P(Limits, ScienceHeadersThatDeclareTooMuchAreRefused) {
                                    "NAXIS   =                    2", "NAXIS1  =                10240",
                                    "NAXIS2  =                20480"});
     raw.resize(raw.size() + (uint64_t{200} << 20), '\0');
-    uLongf packed_size = compressBound(raw.size());
-    std::string packed(packed_size, '\0');
-    z_stream z{};
-    ASSERT_EQ(deflateInit2(&z, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY), Z_OK);
-    z.next_in = reinterpret_cast<Bytef*>(raw.data());
-    z.avail_in = static_cast<uInt>(raw.size());
-    z.next_out = reinterpret_cast<Bytef*>(packed.data());
-    z.avail_out = static_cast<uInt>(packed.size());
-    ASSERT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-    packed.resize(z.total_out);
-    deflateEnd(&z);
+    const std::string packed = deflated(raw, 15 + 16);
+    ASSERT_FALSE(packed.empty());
     raw.clear();
     raw.shrink_to_fit();
     expect_refused(analyze(encoded(packed)), "--max-decode-memory", "a gzip FITS inflating to 200 MiB");
@@ -415,16 +421,8 @@ TEST_P(Limits, ScienceHeadersThatDeclareTooMuchAreRefused) {
     file += u16(0x0002) + u16(0x0010) + "UI" + u16(static_cast<uint16_t>(syntax.size())) + syntax;
     std::string set = u16(0x0011) + u16(0x1010) + "OB" + u16(0) + u32(200u << 20);
     set.resize(set.size() + (size_t{200} << 20), '\0');
-    std::string packed(compressBound(set.size()), '\0');
-    z_stream z{};
-    ASSERT_EQ(deflateInit2(&z, 9, Z_DEFLATED, -15, 9, Z_DEFAULT_STRATEGY), Z_OK);
-    z.next_in = reinterpret_cast<Bytef*>(set.data());
-    z.avail_in = static_cast<uInt>(set.size());
-    z.next_out = reinterpret_cast<Bytef*>(packed.data());
-    z.avail_out = static_cast<uInt>(packed.size());
-    ASSERT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-    packed.resize(z.total_out);
-    deflateEnd(&z);
+    const std::string packed = deflated(set, -15);
+    ASSERT_FALSE(packed.empty());
     set.clear();
     set.shrink_to_fit();
     expect_refused(analyze(encoded(file + packed)), "--max-decode-memory", "a deflated DICOM inflating to 200 MiB");
