@@ -82,6 +82,14 @@ v1::Options options_with_map(const Request& request);
 
 // A file on a unary call: its attempts and the contexts they used.
 struct Remote::UnaryCall {
+  explicit UnaryCall(Remote* r) : alive{r} { r->unary_started(); }
+  // Declared first, so gone last: after the contexts, which gRPC's callback
+  // thread destroys after done() has run (the Remote, its channel and
+  // gRPC itself must outlive them: ~Remote waits for every call's end).
+  struct Alive {
+    Remote* remote;
+    ~Alive() { remote->unary_ended(); }
+  } alive;
   std::string file;
   std::chrono::system_clock::time_point until;
   std::function<void(Outcome)> done;

@@ -113,6 +113,8 @@ class Remote {
   bool unreachable_now();
   struct UnaryCall;
   void call_unary(std::shared_ptr<UnaryCall> call);
+  void unary_started();
+  void unary_ended();
   // A request in one message, on a lane's batch stream where the server
   // takes them, else a unary call; fill() gives its input the data or URL.
   void send_in_one_message(const std::string& name, const Request& request,
@@ -179,6 +181,9 @@ class Remote {
   uint64_t next_lane_ = 0;
   size_t lanes_alive_ = 0;  // lanes_, and those whose lane_ended() is under way
   std::atomic<uint64_t> next_item_ = 0;
+  std::mutex unary_mu_;
+  std::condition_variable unary_cv_;
+  uint64_t unary_alive_ = 0;  // UnaryCalls not yet destroyed
   std::mutex later_mu_;
   std::condition_variable later_cv_;
   std::multimap<std::chrono::system_clock::time_point, std::function<void()>> later_;

@@ -204,7 +204,7 @@ size_t Remote::lane_capacity(std::chrono::system_clock::time_point until) {
 
 void Remote::send_on_lane(std::shared_ptr<BatchItem> item) {
   if (batch_refused_) {  // an older server: a call each
-    auto call = std::make_shared<UnaryCall>();
+    auto call = std::make_shared<UnaryCall>(this);
     call->file = item->file;
     call->until = item->until;
     call->done = std::move(item->done);
