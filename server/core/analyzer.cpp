@@ -537,6 +537,8 @@ void Analyzer::read_map(const v1::Input& input, const char* what, const Describe
   options.first_plane = d.planes > 1 ? image_plan.first_plane : 0;
   options.plane_count = d.planes > 1 ? d.planes : 1;
   options.level = image_plan.level;  // a label pyramid's same level
+  options.map = w == "mask" ? DecodeOptions::Map::kMask : DecodeOptions::Map::kLabels;  // a DICOM SEG on the image's planes
+  options.dicom_places = dicom_places_of(image_plan);
   DecodePlan plan;
   try {
     plan = plan_decode(out.bytes.data, out.bytes.size(), options);

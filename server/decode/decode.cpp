@@ -393,22 +393,36 @@ DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& op
   } else if (p.format == "DICOM") {
     const DicomImage image =
         plan_dicom(data, size, options.stored_values, options.max_planes, options.max_pixels, options.max_expanded_bytes);
+    // A segmentation over an image (a map) is a label volume on its planes.
+    const bool labels = options.map != DecodeOptions::Map::kNone && image.segmentation;
+    if (labels && !options.dicom_places)
+      invalid_data("DICOM SEG: its frames are placed on the DICOM images it was made on, and the image is not DICOM");
     plan.width = image.width;
     plan.height = image.height;
     p.has_size = true;
-    p.bytes_per_pixel = image.channels * sample_size(image.type);
-    plan.planes = image.frames;
+    const SampleType type = labels ? SampleType::kUint16 : image.type;
+    const uint32_t channels = labels ? 1 : image.channels;
+    p.bytes_per_pixel = channels * sample_size(type);
+    plan.planes = labels ? options.dicom_places->size() : image.frames;
     for (uint64_t i : chosen_planes(plan.planes, options)) plan.plane_offsets.push_back(i);
     plan.first_plane = options.first_plane;
-    plan.stored_bits = image.bits_stored;
+    plan.stored_bits = labels ? 16 : image.bits_stored;
     plan.keywords = image.keywords;
     plan.channel_names = image.channel_names;
     plan.dicom = std::make_shared<const DicomImage>(image);
     // GDCM holds the file's attributes (inflated, if deflated) and every frame decoded.
     extra = image.decoded_bytes + size + image.inflated_bytes;
+    if (labels) {
+      DicomLabels placed = place_segmentation(image, *options.dicom_places);
+      placed.union_only = options.map == DecodeOptions::Map::kMask;
+      plan.dicom_labels = std::make_shared<const DicomLabels>(std::move(placed));
+      for (auto& [key, value] : plan.keywords)
+        if (key == "values") value = "segment numbers on the image's planes (0: none)";
+      extra += 2 * plan.width * plan.height;  // the plane composed
+    }
     const uint64_t row_bytes = plan.width * p.bytes_per_pixel;
     plan.band_memory_bytes = 2 * row_bytes * band_rows(row_bytes, plan.height) + extra;
-    plan.band_layout = Layout{plan.width, plan.height, image.channels, image.type, 0};
+    plan.band_layout = Layout{plan.width, plan.height, channels, type, 0};
   }
   if (p.format == "Zarr") {
     ZarrPlan zarr = plan_zarr(members, options.series, options.level, options.max_planes);
@@ -742,12 +756,23 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
     decode_dicom_series(*plan.dicom_series, options.stored_values, plan.plane_offsets, options.cancelled, sink);
     out.taken = true;
     out.decoder = "gdcm";
+  } else if (plan.format == "DICOM" && plan.dicom_labels) {
+    decode_dicom_labels(data, size, *plan.dicom, *plan.dicom_labels, plan.plane_offsets, options.cancelled, sink);
+    out.taken = true;
+    out.decoder = "gdcm";
   } else if (plan.format == "DICOM" && plan.dicom) {
     decode_dicom(data, size, *plan.dicom, options.stored_values, plan.plane_offsets, options.cancelled, sink);
     out.taken = true;
     out.decoder = "gdcm";
   }
   return out;
+}
+
+std::shared_ptr<const std::vector<DicomPlace>> dicom_places_of(const DecodePlan& plan) {
+  if (plan.format != "DICOM" || plan.dicom_labels) return nullptr;
+  if (plan.dicom_series) return std::make_shared<const std::vector<DicomPlace>>(dicom_places(*plan.dicom_series));
+  if (plan.dicom) return std::make_shared<const std::vector<DicomPlace>>(dicom_places(*plan.dicom));
+  return nullptr;
 }
 
 uint64_t stack_memory_bytes(const DecodePlan& plan) {

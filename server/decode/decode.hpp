@@ -22,6 +22,8 @@
 
 namespace imgstat {
 
+struct DicomPlace;
+
 struct DecodeOptions {
   uint64_t max_pixels = uint64_t{1} << 30;
   bool allow_truncated = false;
@@ -55,9 +57,19 @@ struct DecodeOptions {
   // DICOM: the stored values, without the modality LUT, MONOCHROME1's
   // inversion or padding left out (Options.stored_values).
   bool stored_values = false;
+  // The map of parts (a mask or label image) over an image being read
+  // (Analyzer::read_map): a DICOM segmentation (SEG) is then a label volume
+  // of its segments' numbers on the image's planes, placed by where those
+  // lie (the image's, where it is DICOM: dicom_places_of; null otherwise,
+  // and a SEG is refused). A label image's segments may not overlap; a
+  // mask is their union.
+  enum class Map { kNone, kMask, kLabels };
+  Map map = Map::kNone;
+  std::shared_ptr<const std::vector<DicomPlace>> dicom_places;
 };
 
 struct FitsImage;
+struct DicomLabels;
 struct NiftiVolume;
 struct DicomImage;
 struct DicomSeries;
@@ -140,6 +152,7 @@ struct DecodePlan {
   std::shared_ptr<const NiftiVolume> nifti;
   std::shared_ptr<const DicomImage> dicom;
   std::shared_ptr<const DicomSeries> dicom_series;  // a series' slices as one volume (a tar of its files)
+  std::shared_ptr<const DicomLabels> dicom_labels;  // a SEG read as a map: its frames on the image's planes
   std::shared_ptr<const ZarrArray> zarr;  // a Zarr store's array read (its chunks where they lie in the tar)
   // The decoded planes are a pure function of the input's bytes (an
   // uncompressed FITS image): handed to a sink's read_planes when it has one,
@@ -183,6 +196,9 @@ BandedDecode decode_in_bands(const uint8_t* data, size_t size, const DecodePlan&
 // Throws imgstat::Error: kInvalidArgument for empty, unrecognized or corrupt
 // headers and unsupported formats, kResourceExhausted over max_pixels.
 DecodePlan plan_decode(const uint8_t* data, size_t size, const DecodeOptions& options);
+// Where a DICOM image's planes lie (DecodeOptions::dicom_places), for a
+// map over it; null where the plan is not DICOM.
+std::shared_ptr<const std::vector<DicomPlace>> dicom_places_of(const DecodePlan& plan);
 
 // Throws imgstat::Error: kInvalidArgument for corrupt, truncated or
 // unsupported data, kResourceExhausted over max_pixels, kCancelled.

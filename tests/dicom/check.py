@@ -29,7 +29,11 @@ a segmented palette whose indirect segment replays itself. Then a study folder r
 --dicom-series: two series (a CT whose slices lie along a tilted normal,
 named and numbered against their order; an MR with InstanceNumber only and
 rescales that differ), each a volume equal to pydicom's slices grouped by
-SeriesInstanceUID and ordered as the geometry says, plane by plane.
+SeriesInstanceUID and ordered as the geometry says, plane by plane. Then
+segmentations (SEG, BINARY) over that CT as label volumes and masks: frames
+placed by their source image or their position, shuffled, segments missing
+from planes; overlapping segments, a frame on no slice and a SEG over raw
+pixels refused.
 """
 import json
 import os
@@ -53,7 +57,7 @@ try:
 except ImportError as e:  # scripts/install-deps installs python3-numpy and python3-pydicom
     print("skipped:", e)
     sys.exit(77)
-from science import answers, check_stats, command_line, refused  # noqa: E402
+from science import answers, check_label_parts, check_stats, command_line, refused  # noqa: E402
 
 SECRETS = ["Doe^Jane", "PID-31337", "19700101", "Saint Elsewhere"]
 
@@ -464,6 +468,146 @@ def check_series(client_bin, where, work, how, texts, made):
             check_stats(p["channels"][0], v[p["index"]], typ, f"{what} list plane {p['index']}")
 
 
+def ordered_ct(folder):
+    """The study's CT slices (series 0) as pydicom reads them, ordered along their normal, and their paths."""
+    found = []
+    for f in sorted(os.listdir(folder)):
+        path = os.path.join(folder, f)
+        if os.path.isfile(path) and not f.endswith(".txt"):
+            ds = pydicom.dcmread(path)
+            if ds.Modality == "CT":
+                found.append((path, ds))
+    o = np.array(found[0][1].ImageOrientationPatient, dtype=float)
+    n = np.cross(o[:3], o[3:])
+    found.sort(key=lambda x: float(np.dot(np.array(x[1].ImagePositionPatient, dtype=float), n)))
+    return [p for p, _ in found], [d for _, d in found]
+
+
+def segmentation(path, ct, labels, rng, by_source=True, by_position=True, extra=()):
+    """A BINARY SEG (as highdicom writes one) of labels (planes, rows, cols: segment numbers) over the
+    ordered CT slices: one frame a segment a plane where it has pixels, the frames shuffled; extra
+    frames (segment, plane or None, position, pixels) appended before the shuffle."""
+    frames = []
+    numbers = sorted(int(s) for s in set(labels.ravel().tolist()) - {0})
+    for s in numbers:
+        for z in range(labels.shape[0]):
+            if (labels[z] == s).any():
+                frames.append((s, z, [float(v) for v in ct[z].ImagePositionPatient], labels[z] == s))
+    frames += list(extra)
+    frames = [frames[i] for i in rng.permutation(len(frames))]
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.66.4"
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = FileDataset(None, Dataset(), file_meta=meta, preamble=b"\0" * 128)
+    ds.PatientName, ds.PatientID, ds.PatientBirthDate, ds.InstitutionName = SECRETS
+    ds.SOPClassUID, ds.SOPInstanceUID = meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID
+    ds.SeriesInstanceUID = generate_uid()
+    ds.Modality = "SEG"
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+    ds.Rows, ds.Columns = labels.shape[1], labels.shape[2]
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 1, 1, 0, 0
+    ds.SegmentationType = "BINARY"
+    ds.NumberOfFrames = len(frames)
+    segments = []
+    for s in sorted(set(numbers) | {f[0] for f in extra}):
+        item = Dataset()
+        item.SegmentNumber, item.SegmentLabel, item.SegmentAlgorithmType = s, f"organ {s}", "MANUAL"
+        segments.append(item)
+    ds.SegmentSequence = segments
+    shared, orientation = Dataset(), Dataset()
+    orientation.ImageOrientationPatient = ct[0].ImageOrientationPatient
+    shared.PlaneOrientationSequence = [orientation]
+    ds.SharedFunctionalGroupsSequence = [shared]
+    per = []
+    for s, z, position, _ in frames:
+        f = Dataset()
+        if by_source and z is not None:
+            source, derivation = Dataset(), Dataset()
+            source.ReferencedSOPClassUID, source.ReferencedSOPInstanceUID = ct[z].SOPClassUID, ct[z].SOPInstanceUID
+            derivation.SourceImageSequence = [source]
+            f.DerivationImageSequence = [derivation]
+        if by_position or z is None:
+            plane = Dataset()
+            plane.ImagePositionPatient = position
+            f.PlanePositionSequence = [plane]
+        identification = Dataset()
+        identification.ReferencedSegmentNumber = s
+        f.SegmentIdentificationSequence = [identification]
+        per.append(f)
+    ds.PerFrameFunctionalGroupsSequence = per
+    ds.PixelData = pack_bits(np.stack([m for _, _, _, m in frames]).astype(np.uint8))
+    ds.is_little_endian, ds.is_implicit_VR = True, False
+    ds.save_as(path, write_like_original=False)
+    return ds
+
+
+def check_segmentations(client_bin, where, work, how, texts, rng):
+    """DICOM SEGs over the study's CT series as label volumes and masks: frames placed by their source
+    image, by their position alone, shuffled, planes without a frame background; each segment's
+    statistics equal numpy's over the HU values it covers. Refused: overlapping segments as labels (a
+    mask takes their union), a frame that lies on no slice, a SEG over an image that is not DICOM."""
+    files, ct = ordered_ct(os.path.join(work, "study"))
+    vol = np.stack([apply_modality_lut(d.pixel_array, d) for d in ct]).astype(np.int16)
+    planes, rows, cols = vol.shape
+    labels = np.zeros(vol.shape, dtype=np.uint16)
+    labels[2:7, 5:20, 3:30] = 1
+    labels[4:10][rng.random((6, rows, cols)) < 0.3] = 2
+    labels[0] = 3  # a whole plane; planes 10 and 11 have no frame at all
+    labels[7, 0, 0] = 4  # one pixel
+    stats = ("--stats", "min_max,sum,stddev,histogram")
+    for name, by_source, by_position in (("seg.dcm", True, True), ("seg-by-source.dcm", True, False),
+                                          ("seg-by-position.dcm", False, True)):
+        path = os.path.join(work, name)
+        segmentation(path, ct, labels, rng, by_source, by_position)
+        what = f"{name} ({how})"
+        got = answers(client_bin, where, "--dicom-series", "--labels", path, *stats, *files)
+        texts.append(json.dumps(got))
+        check_label_parts(got, vol, labels, "int16", what)
+        got = answers(client_bin, where, "--dicom-series", "--labels", path, "--ignore-label", "0", "--planes", "3-8",
+                      *stats, *files)
+        if got:
+            parts = got[0].get("parts", [])
+            present = sorted(set(labels[3:9].ravel().tolist()) - {0})
+            equal([p.get("label") for p in parts], present, what + " planes 3-8 labels")
+            for p in parts:
+                check_stats(p["channels"][0], vol[3:9][labels[3:9] == p["label"]], "int16",
+                            f"{what} planes 3-8 label {p['label']}")
+        got = answers(client_bin, where, "--dicom-series", "--mask", path, *stats, *files)
+        if got:
+            check_stats(got[0]["channels"][0], vol[labels != 0], "int16", what + " as a mask")
+    # The SEG analyzed alone: its frames as 0 and 1, its segments named.
+    got = answers(client_bin, where, *stats, os.path.join(work, "seg.dcm"))
+    if got:
+        kw = got[0]["facts"].get("keywords", {})
+        equal((kw.get("SegmentationType"), kw.get("Segments")), ("BINARY", "1 organ 1, 2 organ 2, 3 organ 3, 4 organ 4"),
+              f"SEG alone ({how}) facts")
+        equal(got[0]["channels"][0]["count"], int(sum((labels[z] == s).any() for s in (1, 2, 3, 4)
+                                                      for z in range(planes))) * rows * cols, f"SEG alone ({how}) count")
+    # Overlapping segments: refused as labels, their union as a mask.
+    overlap = (2, 3, [float(v) for v in ct[3].ImagePositionPatient], labels[3] == 1)
+    path = os.path.join(work, "seg-overlap.dcm")
+    segmentation(path, ct, labels, rng, extra=[overlap])
+    refused(client_bin, where, files[0], "INVALID_ARGUMENT", f"overlapping segments as labels ({how})",
+            "--dicom-series", "--labels", path, *files[1:])
+    got = answers(client_bin, where, "--dicom-series", "--mask", path, *stats, *files)
+    if got:
+        check_stats(got[0]["channels"][0], vol[labels != 0], "int16", f"overlapping segments as a mask ({how})")
+    # A frame off every slice.
+    off = np.array(ct[-1].ImagePositionPatient, dtype=float) + 40.0
+    path = os.path.join(work, "seg-elsewhere.dcm")
+    segmentation(path, ct, labels, rng, extra=[(1, None, [float(v) for v in off], labels[2] == 1)])
+    out = subprocess.run([client_bin, *where, "--dicom-series", "--labels", path, *files], capture_output=True,
+                         text=True, timeout=600)
+    equal((out.returncode != 0, "INVALID_ARGUMENT" in out.stderr, "lies on no plane" in out.stderr), (True, True, True),
+          f"a frame off every slice ({how}): {out.stderr[-300:]}")
+    # Over an image that is not DICOM.
+    raw = os.path.join(work, "ct.raw")
+    vol.tofile(raw)
+    refused(client_bin, where, raw, "INVALID_ARGUMENT", f"a SEG over raw pixels ({how})",
+            "--raw", f"{cols}x{rows}x1x{planes}:int16", "--labels", os.path.join(work, "seg.dcm"))
+
+
 def main():
     server_bin, client_bin, work = command_line(__doc__)
     rng = np.random.default_rng(52)
@@ -474,12 +618,14 @@ def main():
     check_refusals(client_bin, ["--local"], work, "local")
     made = make_series(work, rng)
     check_series(client_bin, ["--local"], work, "local", texts, made)
+    check_segmentations(client_bin, ["--local"], work, "local", texts, np.random.default_rng(53))
     server, address = start_server(server_bin, work, "--metrics-listen", "127.0.0.1:0", "--log-level", "debug")
     try:
         for name, path, values, typ in files:
             check_file(client_bin, ["--server", address], name, path, values, typ, "server", texts)
         check_refusals(client_bin, ["--server", address], work, "server")
         check_series(client_bin, ["--server", address], work, "server", texts, made)
+        check_segmentations(client_bin, ["--server", address], work, "server", texts, np.random.default_rng(53))
         log = open(os.path.join(work, "server.log")).read()
         texts.append(log)
         import re

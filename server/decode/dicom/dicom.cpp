@@ -9,6 +9,7 @@
 #include <gdcmImplicitDataElement.h>
 #include <gdcmPreamble.h>
 #include <gdcmSequenceOfFragments.h>
+#include <gdcmSequenceOfItems.h>
 #include <gdcmImageReader.h>
 #include <gdcmStringFilter.h>
 #include <gdcmTrace.h>
@@ -598,6 +599,105 @@ void read_attributes(Reading& r) {
   if (!read) invalid_data("DICOM: GDCM cannot read its attributes as its transfer syntax says (damaged)");
 }
 
+// A value's text as the file holds it (UI, IS, DS, LO), without its padding.
+std::string text_of(const gdcm::DataSet& ds, uint16_t group, uint16_t element) {
+  const gdcm::Tag tag(group, element);
+  if (!ds.FindDataElement(tag)) return "";
+  const gdcm::ByteValue* bv = ds.GetDataElement(tag).GetByteValue();
+  if (!bv || !bv->GetPointer()) return "";
+  std::string s(bv->GetPointer(), bv->GetLength());
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\0')) s.pop_back();
+  const size_t start = s.find_first_not_of(' ');
+  return start == std::string::npos ? "" : s.substr(start);
+}
+
+// A US value (little endian: segmentations are read little endian only).
+bool us_of(const gdcm::DataSet& ds, uint16_t group, uint16_t element, uint32_t* out) {
+  const gdcm::Tag tag(group, element);
+  if (!ds.FindDataElement(tag)) return false;
+  const gdcm::ByteValue* bv = ds.GetDataElement(tag).GetByteValue();
+  if (!bv || bv->GetLength() < 2) return false;
+  const auto* p = reinterpret_cast<const uint8_t*>(bv->GetPointer());
+  *out = static_cast<uint32_t>(p[0] | p[1] << 8);
+  return true;
+}
+
+bool numbers_of(const std::string& text, double* out, int n) {
+  const char* p = text.c_str();
+  for (int i = 0; i < n; ++i) {
+    char* end = nullptr;
+    out[i] = std::strtod(p, &end);
+    if (end == p || !std::isfinite(out[i])) return false;
+    p = end;
+    while (*p == '\\' || *p == ' ') ++p;
+  }
+  return true;
+}
+
+// Each item of a sequence (at most `most`), its nested data set handed to
+// fn while the sequence is held (GetValueAsSQ may parse it anew).
+template <class Fn>
+void each_item(const gdcm::DataSet& ds, uint16_t group, uint16_t element, uint64_t most, Fn&& fn) {
+  const gdcm::Tag tag(group, element);
+  if (!ds.FindDataElement(tag)) return;
+  const gdcm::SmartPointer<gdcm::SequenceOfItems> sq = ds.GetDataElement(tag).GetValueAsSQ();
+  if (!sq) return;
+  const uint64_t n = std::min<uint64_t>(sq->GetNumberOfItems(), most);
+  for (uint64_t i = 0; i < n; ++i) fn(i, sq->GetItem(i + 1).GetNestedDataSet());
+}
+
+constexpr const char* kSegmentationStorage = "1.2.840.10008.5.1.4.1.1.66.4";
+constexpr uint64_t kListedSegments = 32;  // named in the Segments fact, the rest counted
+
+// A multi-frame file's per-frame functional groups (5200,9230): each
+// frame's position and, in a segmentation, its segment and source image;
+// its segments (0062,0002). Only these attributes are read.
+void read_frames(const gdcm::DataSet& ds, DicomImage* out) {
+  out->sop_instance = text_of(ds, 0x0008, 0x0018);
+  out->segmentation = text_of(ds, 0x0008, 0x0016) == kSegmentationStorage;
+  if (out->segmentation) {
+    out->fractional = text_of(ds, 0x0062, 0x0001) == "FRACTIONAL";
+    // The segments' numbers and labels (SegmentLabel: what a segment is, no
+    // one's name) are facts: the label volume's labels are the numbers.
+    std::string listed;
+    each_item(ds, 0x0062, 0x0002, uint64_t{1} << 16, [&](uint64_t i, const gdcm::DataSet& item) {
+      uint32_t number = 0;
+      if (!us_of(item, 0x0062, 0x0004, &number)) return;
+      out->segments.push_back(number);
+      if (i < kListedSegments)
+        listed += (listed.empty() ? "" : ", ") + std::to_string(number) + " " +
+                  printable(text_of(item, 0x0062, 0x0005).substr(0, 64));
+      else if (i == kListedSegments)
+        listed += ", ...";
+    });
+    std::sort(out->segments.begin(), out->segments.end());
+    out->keywords.emplace_back("SegmentationType", out->fractional ? "FRACTIONAL" : "BINARY");
+    if (!listed.empty()) out->keywords.emplace_back("Segments", listed);
+  }
+  if (!ds.FindDataElement(gdcm::Tag(0x5200, 0x9230))) return;
+  std::vector<DicomFramePlace> places;
+  each_item(ds, 0x5200, 0x9230, out->frames, [&](uint64_t, const gdcm::DataSet& frame) {
+    DicomFramePlace p;
+    each_item(frame, 0x0020, 0x9113, 1, [&](uint64_t, const gdcm::DataSet& position) {
+      p.has_position = numbers_of(text_of(position, 0x0020, 0x0032), p.position, 3);
+    });
+    each_item(frame, 0x0062, 0x000a, 1, [&](uint64_t, const gdcm::DataSet& segment) {
+      us_of(segment, 0x0062, 0x000b, &p.segment);
+    });
+    each_item(frame, 0x0008, 0x9124, 1, [&](uint64_t, const gdcm::DataSet& derivation) {
+      each_item(derivation, 0x0008, 0x2112, 1, [&](uint64_t, const gdcm::DataSet& source) {
+        p.source = text_of(source, 0x0008, 0x1155);
+        const std::string frame_number = text_of(source, 0x0008, 0x1160);
+        char* end = nullptr;
+        const unsigned long long n = std::strtoull(frame_number.c_str(), &end, 10);
+        if (!frame_number.empty() && end != frame_number.c_str()) p.source_frame = n;
+      });
+    });
+    places.push_back(std::move(p));
+  });
+  if (places.size() == out->frames) out->frame_places = std::move(places);
+}
+
 // The image's layout and values, from its attributes alone (no pixel decoded).
 DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_t max_pixels, Values* v) {
   read_attributes(r);
@@ -685,6 +785,7 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
     out.has_instance = !instance.empty() && end != instance.c_str();
     out.instance = n;
   }
+  read_frames(r.file.GetDataSet(), &out);
   SampleType type = v->stored;
   if (palette && !stored_values) {
     type = read_palette(r.file, attribute(0x0028, 0x1101), v);
@@ -989,6 +1090,59 @@ void decode_dicom(const uint8_t* file, size_t file_size, const DicomImage& plann
       band = sink.band(band.rows, static_cast<uint32_t>(y), static_cast<uint32_t>(n));
       y += n;
     }
+  }
+}
+
+}  // namespace imgstat
+
+namespace imgstat {
+
+void decode_dicom_labels(const uint8_t* file, size_t file_size, const DicomImage& planned, const DicomLabels& labels,
+                         const std::vector<uint64_t>& planes, const std::function<bool()>& cancelled,
+                         const RowSink& sink) {
+  const DicomBytes bytes = dicom_bytes(file, file_size, planned.inflated_bytes);
+  if (bytes.inflated.size() != planned.inflated_bytes) fail(ErrorCode::kInternal, "DICOM: inflated otherwise than planned");
+  Values v;
+  DicomImage image;
+  std::vector<uint8_t> packed;  // the frames' bits, as the file holds them
+  {
+    std::shared_lock<std::shared_mutex> lock(g_gdcm);
+    Reading r(bytes.data, bytes.size);
+    gdcm_guarded(bytes.size, [&] {
+      image = describe(r, true, uint64_t{1} << 40, uint64_t{1} << 62, &v);
+      const gdcm::ByteValue* bv = r.file.GetDataSet().GetDataElement(gdcm::Tag(0x7fe0, 0x0010)).GetByteValue();
+      if (bv) packed.assign(bv->GetPointer(), bv->GetPointer() + image.decoded_bytes);  // its length was checked
+    });
+  }
+  if (!v.one_bit || packed.empty() || image.width != planned.width || image.height != planned.height ||
+      image.frame_places.size() != planned.frame_places.size())
+    fail(ErrorCode::kInternal, "DICOM SEG: read otherwise than planned");
+  const uint64_t n = image.width * image.height;
+  std::vector<uint16_t> plane(n);
+  RowBand band;
+  for (size_t k = 0; k < planes.size(); ++k) {
+    std::fill(plane.begin(), plane.end(), uint16_t{0});
+    for (const uint32_t f : labels.frames.at(planes[k])) {
+      if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+      const uint16_t segment = static_cast<uint16_t>(image.frame_places[f].segment);
+      const uint64_t bit0 = uint64_t{f} * n;
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t b = bit0 + i;
+        if ((b & 7) == 0 && i + 8 <= n && packed[b >> 3] == 0) {
+          i += 7;
+          continue;
+        }
+        if (!((packed[b >> 3] >> (b & 7)) & 1)) continue;
+        if (plane[i] != 0 && plane[i] != segment && !labels.union_only)
+          invalid_data("DICOM SEG: segments " + std::to_string(plane[i]) + " and " + std::to_string(segment) +
+                       " overlap at pixel (" + std::to_string(i % image.width) + ", " + std::to_string(i / image.width) +
+                       ") of plane " + std::to_string(planes[k]) +
+                       ": a label volume needs segments that do not overlap (each one is a mask of its own)");
+        plane[i] = segment;
+      }
+    }
+    band = send_plane(sink, band, reinterpret_cast<const uint8_t*>(plane.data()), static_cast<uint32_t>(image.width),
+                      static_cast<uint32_t>(image.height), 1, SampleType::kUint16, k, "DICOM SEG");
   }
 }
 

@@ -19,7 +19,9 @@
 //   R, G, B and, with an alpha table, A (pydicom's apply_color_lut; uint8
 //   or uint16 as the tables' entries), its stored indices on request;
 // - 1-bit pixel data (uncompressed) as uint8 0 and 1;
-// - a deflated data set (Deflated Explicit VR Little Endian) inflated first.
+// - a deflated data set (Deflated Explicit VR Little Endian) inflated first;
+// - a segmentation (SEG) over DICOM images, as a mask or label image: a
+//   label volume of its segments' numbers on the image's planes (below).
 // Personal data stays out: of the attributes, only the allowlisted facts
 // (modality, body part, series description, pixel spacing, slice
 // thickness, transfer syntax, photometric interpretation, rescale) are
@@ -40,6 +42,17 @@
 
 namespace imgstat {
 
+// Where a frame lies, from a multi-frame file's per-frame functional
+// groups; a segmentation's frame also names its segment and the image it
+// was made on (DerivationImageSequence's source).
+struct DicomFramePlace {
+  bool has_position = false;
+  double position[3] = {0, 0, 0};  // PlanePositionSequence's ImagePositionPatient
+  uint32_t segment = 0;            // SegmentIdentificationSequence's ReferencedSegmentNumber
+  std::string source;              // ReferencedSOPInstanceUID (never in an answer)
+  uint64_t source_frame = 0;       // ReferencedFrameNumber (0: not said)
+};
+
 struct DicomImage {
   uint64_t width = 0, height = 0, frames = 1;
   uint32_t channels = 1;
@@ -57,6 +70,12 @@ struct DicomImage {
   double position[3] = {0, 0, 0};     // ImagePositionPatient
   double orientation[6] = {0, 0, 0, 0, 0, 0};  // ImageOrientationPatient: row, then column direction
   int64_t instance = 0;                // InstanceNumber
+  std::string sop_instance;            // SOPInstanceUID: where a SEG's frames point (never in an answer)
+  std::vector<DicomFramePlace> frame_places;  // each frame's, where the file says (else empty)
+  // A segmentation (SEG): BINARY (1-bit) or FRACTIONAL, and its segments'
+  // numbers (SegmentSequence), ascending.
+  bool segmentation = false, fractional = false;
+  std::vector<uint32_t> segments;
 };
 
 bool is_dicom(const uint8_t* data, size_t size);  // "DICM" at 128
@@ -95,5 +114,38 @@ DicomSeries plan_dicom_series(const std::map<std::string, TarSpan>& members, uin
                               uint64_t max_planes, uint64_t max_pixels, uint64_t max_inflated);
 void decode_dicom_series(const DicomSeries& series, bool stored_values, const std::vector<uint64_t>& planes,
                          const std::function<bool()>& cancelled, const RowSink& sink);
+
+// Where each plane of an image lies, to place a segmentation's frames on
+// it: the SOP instance and frame it comes from and, where the files say,
+// its ImagePositionPatient. A file's frames, or a series' planes in order.
+struct DicomPlace {
+  std::string sop_instance;
+  uint64_t frame = 1;  // 1-based, as ReferencedFrameNumber counts
+  bool has_position = false;
+  double position[3] = {0, 0, 0};
+};
+std::vector<DicomPlace> dicom_places(const DicomImage& image);
+std::vector<DicomPlace> dicom_places(const DicomSeries& series);
+
+// A segmentation's frames placed on an image's planes (highdicom's and
+// dcmqi's rule): a frame lies on the plane of the source image it names
+// (ReferencedSOPInstanceUID and ReferencedFrameNumber), else on the plane
+// at its ImagePositionPatient (within kPlaceTolerance mm). A frame lying on
+// no plane, a FRACTIONAL segmentation, or a segment number the file does not
+// describe is kInvalidArgument. The volume's values are segment numbers
+// (uint16; 0 where no segment is), each plane the union of its frames;
+// segments that overlap on a pixel are refused when decoded, unless the
+// volume is a mask (union_only).
+constexpr double kPlaceTolerance = 0.01;
+struct DicomLabels {
+  std::vector<std::vector<uint32_t>> frames;  // each plane's frames (0-based), in frame order
+  uint64_t frames_placed = 0;
+  bool union_only = false;  // a mask: segments may overlap
+};
+DicomLabels place_segmentation(const DicomImage& segmentation, const std::vector<DicomPlace>& planes);
+// The chosen planes of that volume, in the sink's bands (uint16).
+void decode_dicom_labels(const uint8_t* data, size_t size, const DicomImage& segmentation, const DicomLabels& labels,
+                         const std::vector<uint64_t>& planes, const std::function<bool()>& cancelled,
+                         const RowSink& sink);
 
 }  // namespace imgstat
