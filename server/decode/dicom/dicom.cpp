@@ -634,13 +634,36 @@ bool numbers_of(const std::string& text, double* out, int n) {
   return true;
 }
 
+// A GDCM call inside gdcm_guarded whose failed assertion must not jump past
+// the caller's frames (what they own would leak): it ends here, as an error
+// that unwinds them.
+template <class Fn>
+void gdcm_call(Fn&& fn) {
+  sigjmp_buf env;
+  sigjmp_buf* const outer = t_gdcm_guard;
+  if (sigsetjmp(env, 0) != 0) {
+    t_gdcm_guard = outer;
+    invalid_data(std::string("DICOM: GDCM cannot read it (its check \"") + t_gdcm_assertion + "\" failed)");
+  }
+  t_gdcm_guard = &env;
+  try {
+    fn();
+  } catch (...) {
+    t_gdcm_guard = outer;
+    throw;
+  }
+  t_gdcm_guard = outer;
+}
+
 // Each item of a sequence (at most `most`), its nested data set handed to
-// fn while the sequence is held (GetValueAsSQ may parse it anew).
+// fn while the sequence is held (GetValueAsSQ may parse it anew, and
+// GDCM's checks may fail on a damaged one).
 template <class Fn>
 void each_item(const gdcm::DataSet& ds, uint16_t group, uint16_t element, uint64_t most, Fn&& fn) {
   const gdcm::Tag tag(group, element);
   if (!ds.FindDataElement(tag)) return;
-  const gdcm::SmartPointer<gdcm::SequenceOfItems> sq = ds.GetDataElement(tag).GetValueAsSQ();
+  gdcm::SmartPointer<gdcm::SequenceOfItems> sq;
+  gdcm_call([&] { sq = ds.GetDataElement(tag).GetValueAsSQ(); });
   if (!sq) return;
   const uint64_t n = std::min<uint64_t>(sq->GetNumberOfItems(), most);
   for (uint64_t i = 0; i < n; ++i) fn(i, sq->GetItem(i + 1).GetNestedDataSet());
@@ -785,7 +808,6 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
     out.has_instance = !instance.empty() && end != instance.c_str();
     out.instance = n;
   }
-  read_frames(r.file.GetDataSet(), &out);
   SampleType type = v->stored;
   if (palette && !stored_values) {
     type = read_palette(r.file, attribute(0x0028, 0x1101), v);
@@ -860,6 +882,9 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
   } else if (stored_values) {
     keep("values", "stored");
   }
+  // Last: GDCM's helpers above may fail a check (gdcm::Attribute's), which
+  // jumps past this frame, and what read_frames adds to `out` would leak.
+  read_frames(r.file.GetDataSet(), &out);
   return out;
 }
 
