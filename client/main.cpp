@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <thread>
 #include <unistd.h>
+#include <unordered_set>
 
 #include "aggregate.hpp"
 #include "calls.hpp"
@@ -30,6 +32,11 @@ namespace {
 
 using namespace imgstat;
 using client::CliOptions;
+
+// --resume: the first SIGINT or SIGTERM ends the pass where it is, its state
+// saved (a second one ends the program at once).
+std::atomic<bool> g_stop{false};
+void stop_pass(int) { g_stop = true; }
 
 // The token to send: --token-file's first line, else $IMGSTAT_TOKEN. False
 // when the file cannot be read.
@@ -80,6 +87,7 @@ class Run {
       : o_(o), request_(std::move(request)), labels_(labels), aggregation_(std::move(aggregation)), err_(err) {}
 
   int run(client::Remote& remote) {
+    if (o_.merge) return merge_partials();
     client::InputOptions input_options;
     input_options.dicom_series = o_.dicom_series;
     input_options.every_file = o_.bytes;
@@ -94,6 +102,7 @@ class Run {
       err_ << "imgstat-client: " << m << (m.back() == ')' ? "\n" : ": nothing matches\n");
       ++failures_;
     }
+    if (!o_.resume.empty() && !resume()) return 1;
     std::unique_ptr<client::Local> in_process;
     if (o_.local) {
       try {
@@ -134,27 +143,116 @@ class Run {
       client::Outcome o = pass_->next(progress_ ? std::function<void(size_t)>([&](size_t done) { bar(done, false); })
                                                 : std::function<void(size_t)>());
       bar(0, true);
-      if (aggregation_)
-        merge(std::move(o));  // nothing printed per file: each answer joins its kind's merge
-      else
+      if (aggregation_) {
+        if (merge(std::move(o)) && !o_.resume.empty()) done_.push_back(inputs_[i]);
+        if (!o_.resume.empty() && std::chrono::steady_clock::now() >= next_save_) save_resume();
+        if (g_stop) {
+          bar(0, true);
+          save_resume();
+          err_ << "imgstat-client: stopped after " << done_.size() << " inputs; their state is in " << o_.resume
+               << ": the same command goes on where this one stopped\n";
+          return 130;
+        }
+      } else
         show(std::move(o), i, inputs_.size());
       bar(i + 1, i + 1 == inputs_.size());
     }
     running_ = nullptr;
     pass_.reset();
+    if (!o_.resume.empty()) save_resume();
+    return finish(inputs_.size() + missing_.size() + resumed_, "files");
+  }
+
+ private:
+  // The merged answers (and --partial-out's file), then the count line.
+  int finish(size_t all, const char* what) {
     if (aggregation_) {
       for (const std::string& note : aggregation_->notes()) err_ << "imgstat-client: note: " << note << "\n";
       const std::vector<client::Outcome> merged = aggregation_->outcomes();
       for (size_t i = 0; i < merged.size(); ++i) show(merged[i], i, merged.size());
+      std::string why;
+      if (!o_.partial_out.empty() && !client::write_partial(o_.partial_out, aggregation_->partial(), &why)) {
+        err_ << "imgstat-client: --partial-out " << why << "\n";
+        ++failures_;
+      }
     }
-    const size_t all = inputs_.size() + missing_.size();
     if (!o_.json && !o_.csv && (aggregation_ || all > 1))
-      std::printf("%zu files: %zu %s, %d failed, %.2f s\n", all, all - failures_, aggregation_ ? "merged" : "analyzed",
-                  failures_, seconds());
+      std::printf("%zu %s: %zu %s, %d failed%s, %.2f s\n", all, what, all - std::min<size_t>(all, failures_),
+                  aggregation_ ? "merged" : "analyzed", failures_,
+                  resumed_ ? (", " + std::to_string(resumed_) + " done before (--resume)").c_str() : "", seconds());
     return failures_ == 0 ? 0 : 1;
   }
 
- private:
+  // --merge: the partials named, merged; answered with the options they
+  // were made with and the statistics asked for here.
+  int merge_partials() {
+    for (const std::string& f : o_.files) {
+      v1::Partial p;
+      std::string why;
+      if (!client::read_partial(f, &p, &why)) {
+        err_ << "imgstat-client: " << f << ": " << why << "\n";
+        ++failures_;
+        continue;
+      }
+      try {
+        if (!aggregation_) aggregation_.emplace(reporting(p.made_with()));
+        aggregation_->merge(p);
+      } catch (const std::exception& e) {
+        err_ << "imgstat-client: " << f << ": INVALID_ARGUMENT: " << e.what() << "\n";
+        ++failures_;
+      }
+    }
+    return finish(o_.files.size(), "partials");
+  }
+
+  // The options a partial was made with, reporting what this command asks.
+  v1::Options reporting(const v1::Options& made_with) const {
+    v1::Options o = made_with;
+    o.clear_statistics();
+    o.clear_percentiles();
+    for (int s : request_.options.statistics()) o.add_statistics(static_cast<v1::Statistic>(s));
+    for (double p : request_.options.percentiles()) o.add_percentiles(p);
+    return o;
+  }
+
+  // --resume FILE: an earlier pass's state merged in, the inputs it did left
+  // out of this one. False (said) where the file is not such a state.
+  bool resume() {
+    next_save_ = std::chrono::steady_clock::now() + kResumeSaveEvery;
+    struct sigaction on_stop {};
+    on_stop.sa_handler = stop_pass;
+    on_stop.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &on_stop, nullptr);
+    sigaction(SIGTERM, &on_stop, nullptr);
+    std::error_code ec;
+    if (!std::filesystem::exists(o_.resume, ec)) return true;  // a first run
+    v1::Partial p;
+    std::string why;
+    try {
+      if (!client::read_partial(o_.resume, &p, &why)) throw std::runtime_error(why);
+      aggregation_->merge(p);
+    } catch (const std::exception& e) {
+      err_ << "imgstat-client: --resume " << o_.resume << ": " << e.what() << "\n";
+      return false;
+    }
+    done_.assign(p.done().begin(), p.done().end());
+    const std::unordered_set<std::string> done(done_.begin(), done_.end());
+    std::vector<std::string> left;
+    for (std::string& name : inputs_)
+      if (!done.count(name)) left.push_back(std::move(name));
+    resumed_ = inputs_.size() - left.size();
+    inputs_ = std::move(left);
+    return true;
+  }
+
+  void save_resume() {
+    v1::Partial p = aggregation_->partial();
+    for (const std::string& name : done_) p.add_done(name);
+    std::string why;
+    if (!client::write_partial(o_.resume, p, &why)) err_ << "imgstat-client: --resume " << why << "\n";
+    next_save_ = std::chrono::steady_clock::now() + kResumeSaveEvery;
+  }
+
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count(); }
 
   client::PassOptions pass_options(client::Remote& remote) {
@@ -190,7 +288,9 @@ class Run {
     err_ << "imgstat-client: " << o.file << ": " << o.code << ": " << o.error << "\n";
   }
 
-  void merge(client::Outcome whole) {
+  // True when every series of the input joined its kind's merge.
+  bool merge(client::Outcome whole) {
+    bool all = true;
     for (client::Outcome& o : client::each_series(std::move(whole))) {  // each series joins its kind
       std::string why;
       if (o.ok && !aggregation_->add(o.response, &why)) {
@@ -199,7 +299,9 @@ class Run {
         o.error = "its answer cannot be merged: " + why;
       }
       if (!o.ok) fail(o);
+      all &= o.ok;
     }
+    return all;
   }
 
   void bar(size_t done, bool clear) {
@@ -276,6 +378,12 @@ class Run {
   std::ostream& err_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::vector<std::string> inputs_, missing_;
+  // --resume: the inputs merged (before and now), how many of them an
+  // earlier pass did, and when the state is next written.
+  static constexpr std::chrono::seconds kResumeSaveEvery{2};
+  std::vector<std::string> done_;
+  size_t resumed_ = 0;
+  std::chrono::steady_clock::time_point next_save_;
   int failures_ = 0;
   bool color_ = false, progress_ = false;
   uint64_t total_bytes_ = 0;

@@ -150,6 +150,18 @@ void add_output_and_input_options(CLI::App& app, CliOptions& o) {
   app.add_flag("--aggregate", o.aggregate,
                "one answer for all the files together (each kind of image, by sample type and channels, apart): "
                "the statistics of all their pixels at once, integers exact");
+  auto* partial_out = app.add_option(
+      "--partial-out", o.partial_out,
+      "with --aggregate or --merge: also write the merged state to FILE, a partial that --merge (here or on "
+      "another machine) and Python's imgstat.Partial merge exactly with others");
+  auto* merge = app.add_flag("--merge", o.merge,
+                             "the files named are partials (--partial-out): merge them and answer as --aggregate "
+                             "would over all their images (only --stats and --percentiles may be given)");
+  auto* resume = app.add_option("--resume", o.resume,
+                                "with --aggregate: keep the merged state and the inputs done in FILE as the pass "
+                                "goes; the same command again goes on where it stopped, each input counted once");
+  merge->excludes(resume);
+  (void)partial_out;
   bytes_option->excludes(raw_option);
 }
 
@@ -467,6 +479,11 @@ std::string build_request(const CliOptions& o, Request& request, LabelFolder& fo
     return e.what();
   }
   set_statistics(o, request);
+  if ((!o.partial_out.empty() || !o.resume.empty()) && !o.aggregate && !o.merge)
+    return "--partial-out and --resume go with --aggregate (--partial-out also with --merge)";
+  if (o.merge && (o.aggregate || !o.range_spec.empty() || o.bins != 256 || !o.colour_space.empty() ||
+                  !o.joint_spec.empty() || !o.labels_spec.empty() || !o.mask_spec.empty() || !o.raw_spec.empty()))
+    return "--merge answers with the options its partials were made with: give only --stats and --percentiles";
   return "";
 }
 

@@ -40,6 +40,11 @@ struct CliOptions {
   std::string planes_spec;
   uint32_t level = 0;  // --level: a TIFF pyramid's
   std::optional<uint32_t> series;  // --series: one series of a file of several
+  // Partials (proto Partial): --partial-out FILE writes the pass's merged
+  // state, --merge reads the files named as partials, --resume FILE keeps
+  // the state and what is done as the pass goes.
+  std::string partial_out, resume;
+  bool merge = false;
   std::string help;  // the usage text, for a call without files
 };
 

@@ -67,11 +67,13 @@ StatsRequest Merger::part_request(const StatsRequest& request) {
   return r;
 }
 
-void Merger::add(const std::vector<ChannelStats>& channels) {
+void Merger::add(const std::vector<ChannelStats>& channels, uint64_t images) {
   if (channels.size() != channels_)
     unfit("an image of " + std::to_string(channels.size()) + " channels among images of " + std::to_string(channels_));
   State& s = *state_;
   // Checked before anything is added, so that a refused image leaves no trace.
+  uint64_t all_images = images_;
+  add_checked(all_images, images, "images");
   for (uint32_t c = 0; c < channels_; ++c) {
     const ChannelStats& in = channels[c];
     if (!in.has_merge_state) unfit("channel " + std::to_string(c) + " has no merge state");
@@ -116,7 +118,32 @@ void Merger::add(const std::vector<ChannelStats>& channels) {
       s.samples[c] += in.count;
     }
   }
-  ++images_;
+  images_ += images;  // checked above
+}
+
+std::vector<ChannelStats> Merger::state() const {
+  const State& s = *state_;
+  std::vector<ChannelStats> out(channels_);
+  for (uint32_t c = 0; c < channels_; ++c) {
+    ChannelStats& x = out[c];
+    x.has_merge_state = true;
+    if (is_float(type_)) {
+      x.moments = s.moments[c];
+      x.count = x.moments.n;
+      x.nan_count = x.moments.nan;
+      x.posinf_count = x.moments.posinf;
+      x.neginf_count = x.moments.neginf;
+      if (request_.histogram) {
+        x.histogram = s.histograms[c];
+        x.histogram.lo = request_.hist.lo;
+        x.histogram.hi = request_.hist.hi;
+      }
+    } else {
+      x.value_counts = s.counts[c];
+      for (uint64_t k : x.value_counts) x.count += k;
+    }
+  }
+  return out;
 }
 
 Result Merger::result() const {

@@ -12,6 +12,11 @@ Two datasets, each through one live server:
 Integers must be equal (count, min, max, sum, histogram, median, percentiles,
 mode); mean, stddev, entropy within 1e-12 relative, float sums within 1e-12
 of the sum of magnitudes, skewness and kurtosis within 1e-9.
+Then partials: the generated files in three slices, each --partial-out,
+merged flat and as a tree in another order (--merge), equal to the one
+pass (integer kinds in every field); other options, garbage and another
+version refused. Then --resume: stopped by SIGTERM, killed, run to the end:
+equal again.
 """
 import json
 import math
@@ -200,6 +205,91 @@ def generate(work, count):
     return files, kinds
 
 
+def run_client(client_bin, *args, timeout=600):
+    return subprocess.run([client_bin, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def lines(out):
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def check_same(got, want, kinds, what):
+    """--merge's or --resume's answers against the one pass's: integer kinds equal in every field, float
+    kinds against numpy (their moments merged in another order round otherwise)."""
+    by_type = {g["sample_type"]: g for g in got}
+    equal(sorted(by_type), sorted(g["sample_type"] for g in want), what + ": kinds of image")
+    for g in want:
+        kind = g["sample_type"]
+        if kind not in by_type:
+            continue
+        if kind.startswith("float"):
+            check_group(by_type[kind], kinds[kind], kind, f"{what} {kind}", ranged=True)
+        else:
+            equal(by_type[kind], g, f"{what} {kind}: every field as the one pass's")
+
+
+def check_partials(client_bin, address, files, kinds, want, work):
+    """--partial-out over three unequal slices, merged flat and as a tree, equal to one pass; refusals."""
+    ranged = ["--range", f"{RANGE[0]}:{RANGE[1]}"]
+    per = ["--percentiles", ",".join(str(p) for p in PERCENTILES)]
+    everything = sorted(f for k in files for f in files[k])
+    cuts = [0, len(everything) // 7, len(everything) // 2, len(everything)]
+    parts = []
+    for k in range(3):
+        path = os.path.join(work, f"slice-{k}.partial")
+        out = run_client(client_bin, "--server", address, "--aggregate", "-j", "8", *ranged, "--partial-out", path,
+                         *everything[cuts[k]:cuts[k + 1]])
+        equal(out.returncode, 0, f"--partial-out slice {k}: {out.stderr[-300:]}")
+        parts.append(path)
+    out = run_client(client_bin, "--merge", "--json", *per, *parts)
+    equal(out.returncode, 0, f"--merge: {out.stderr[-300:]}")
+    check_same(lines(out), want, kinds, "--merge of three slices")
+    tree = os.path.join(work, "slices-0-1.partial")
+    out = run_client(client_bin, "--merge", "--partial-out", tree, parts[1], parts[0])
+    equal(out.returncode, 0, f"--merge --partial-out: {out.stderr[-300:]}")
+    out = run_client(client_bin, "--merge", "--json", *per, parts[2], tree)
+    check_same(lines(out), want, kinds, "--merge as a tree, in another order")
+    # Refused: other options, not a partial, another version.
+    other = os.path.join(work, "other-range.partial")
+    run_client(client_bin, "--server", address, "--aggregate", "--range", "0:1", "--partial-out", other, everything[2])
+    out = run_client(client_bin, "--merge", parts[0], other)
+    equal((out.returncode, "made with other options" in out.stderr), (1, True), f"--merge of other options: {out.stderr[-300:]}")
+    for name, data, says in (("garbage.partial", b"\xff" * 64, "not a partial"),
+                             ("future.partial", b"\x08\x02", "its version is 2")):
+        path = os.path.join(work, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        out = run_client(client_bin, "--merge", parts[0], path)
+        equal((out.returncode, says in out.stderr), (1, True), f"--merge of {name}: {out.stderr[-300:]}")
+    print(f"partials: {len(everything)} images in three slices, merged flat and as a tree: compared")
+
+
+def check_resume(client_bin, address, files, kinds, want, work):
+    """--resume stopped by SIGTERM (its state saved), then killed outright (SIGKILL: the last state saved
+    stands), then run to the end: the answers of one pass, each input counted once."""
+    import signal
+    import time
+    state = os.path.join(work, "pass.state")
+    if os.path.exists(state):
+        os.remove(state)
+    args = [client_bin, "--server", address, "--aggregate", "--json", "-j", "2", "--range", f"{RANGE[0]}:{RANGE[1]}",
+            "--percentiles", ",".join(str(p) for p in PERCENTILES), "--resume", state,
+            *sorted(f for k in files for f in files[k])]
+    stopped = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    stopped.send_signal(signal.SIGTERM)
+    _, err = stopped.communicate(timeout=600)
+    equal((stopped.returncode, "stopped after" in err), (130, True), f"--resume stopped by SIGTERM: {err[-300:]}")
+    killed = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3.0)  # past a periodic save
+    killed.kill()
+    killed.communicate(timeout=600)
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    equal(out.returncode, 0, f"--resume to the end: {out.stderr[-300:]}")
+    check_same(lines(out), want, kinds, "--resume after a stop and a kill")
+    print(f"resume: stopped, killed and resumed: compared ({err.strip()[-120:]})")
+
+
 def main():
     server_bin, client_bin, corpus, work = sys.argv[1:5]
     count = int(sys.argv[5]) if len(sys.argv) > 5 else 10000
@@ -222,6 +312,8 @@ def main():
             if kind in by_type:
                 check_group(by_type[kind], kinds[kind], kind, f"generated {kind}", ranged=True)
         print(f"generated: {count} images in 3 kinds: compared")
+        check_partials(client_bin, address, files, kinds, groups, work)
+        check_resume(client_bin, address, files, kinds, groups, work)
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -3,9 +3,13 @@
 // second starts) merged under options the next byte picks; a server's
 // answer is untrusted input to the client: any merge state, counts that do
 // not add up or pass 2^64, floats of any value, must end in a refusal of
-// that answer (add() false) or in merged answers, never a crash.
+// that answer (add() false) or in merged answers, never a crash. What
+// merged goes through a Partial into another aggregation (always taken), and
+// the second message's bytes, read as a Partial, merge or are refused.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "aggregate.hpp"
 #include "fuzz_support.hpp"
@@ -34,6 +38,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     for (const auto& o : merged.outcomes()) (void)o.response.ByteSizeLong();
     (void)merged.notes();
+    // What merged, as a partial, merges into another aggregation whatever
+    // it holds; the second message's bytes read as a partial (a file's: as
+    // untrusted) merge or are refused.
+    imgstat::client::Aggregation other(options);
+    try {
+      other.merge(merged.partial());
+    } catch (const imgstat::Error& e) {
+      std::fprintf(stderr, "a partial of merged answers was refused: %s\n", e.what());
+      std::abort();
+    }
+    imgstat::v1::Partial p;
+    if (p.ParseFromArray(data + cut, static_cast<int>(size - cut))) {
+      try {
+        other.merge(p);
+      } catch (const imgstat::Error&) {
+      }
+    }
+    for (const auto& o : other.outcomes()) (void)o.response.ByteSizeLong();
   });
   return 0;
 }

@@ -17,7 +17,8 @@ an array that lives there from the start, and GPU arrays go by CUDA IPC.
 from ._errors import Error
 
 __version__ = "@VERSION@"
-__all__ = ["Client", "Error", "Result", "Channel", "Part", "Plane", "shared_array", "ImageStat", "aio", "__version__"]
+__all__ = ["Client", "Error", "Result", "Channel", "Part", "Plane", "Partial", "shared_array", "ImageStat", "aio",
+           "__version__"]
 
 
 def __getattr__(name):
@@ -29,6 +30,9 @@ def __getattr__(name):
     if name == "shared_array":
         from . import _regions
         return _regions.shared_array
+    if name == "Partial":
+        from . import _partial
+        return _partial.Partial
     if name in ("Result", "Channel", "Part", "Plane"):
         from . import _result
         return getattr(_result, name)

@@ -35,6 +35,34 @@ class _Request:
         self.percentiles = list(options.percentiles)
 
 
+PARTIAL_VERSION = 1  # proto Partial.version, as the CLI writes it
+MAX_PARTIAL_BYTES = 8 << 30  # the CLI's kMaxPartialBytes: counts a partial may take to merge
+
+
+def made_with(pb, o):
+    """What a merge state depends on (proto Partial.made_with), as the CLI's
+    made_with_of (client/aggregate.cpp) builds it: partials of the CLI and of
+    Python merge with each other."""
+    m = pb.Options()
+    m.bins = o.bins or 256
+    if o.HasField("range"):
+        m.range.CopyFrom(o.range)
+    m.colour_space = o.colour_space
+    if o.HasField("joint"):
+        m.joint.CopyFrom(o.joint)
+    if o.HasField("planes"):
+        m.planes.CopyFrom(o.planes)
+        m.planes.each = False
+    m.stored_values = o.stored_values
+    if o.parts.HasField("labels"):
+        m.parts.labels.SetInParent()
+        if o.parts.labels.HasField("ignore"):
+            m.parts.labels.ignore = o.parts.labels.ignore
+    elif o.parts.HasField("mask"):
+        m.parts.mask.alpha = o.parts.mask.alpha
+    return m
+
+
 def part_options(pb, options):
     """What each input's call asks for: its merge state, and a histogram only
     where one merges (an explicit range)."""
@@ -212,7 +240,7 @@ class _Merger:
         else:
             self.counts = [np.zeros(1 << _TYPE_BITS[sample_type], dtype=np.uint64) for _ in range(channels)]
 
-    def add(self, channels):
+    def add(self, channels, images=1):
         if len(channels) != self.channels:
             raise Error("INVALID_ARGUMENT", f"cannot merge: an image of {len(channels)} channels among images of "
                         f"{self.channels}")
@@ -221,6 +249,8 @@ class _Merger:
                 raise Error("INVALID_ARGUMENT", "cannot merge: a channel has no merge state")
             if not self.float and len(c.merge_state.value_counts) != len(self.counts[0]):
                 raise Error("INVALID_ARGUMENT", "cannot merge: value counts of another sample type")
+            if self.float and self.req.histogram and self.req.explicit and len(c.histogram.counts) != self.req.bins:
+                raise Error("INVALID_ARGUMENT", f"cannot merge: a histogram of {len(c.histogram.counts)} bins")
         for i, c in enumerate(channels):
             if self.float:
                 self.moments[i].merge(_Floats.of(c))
@@ -231,7 +261,27 @@ class _Merger:
                     h[2] += c.histogram.overflow
             else:
                 self.counts[i] += np.array(c.merge_state.value_counts, dtype=np.uint64)
-        self.images += 1
+        self.images += images
+
+    def put_state(self, out, names):
+        """The merged state into out (repeated ChannelStats), as one image's answer carries it."""
+        req = self.req
+        for i, name in enumerate(names):
+            c = out.add(name=name)
+            if self.float:
+                f, m = self.moments[i], c.merge_state
+                c.count, c.nan_count, c.posinf_count, c.neginf_count = f.n, f.nan, f.posinf, f.neginf
+                m.count, m.min, m.max, m.sum, m.sum_compensation = f.n, f.min, f.max, f.sum, f.comp
+                m.mean, m.m2, m.m3, m.m4 = f.mean, f.m2, f.m3, f.m4
+                if req.histogram and req.explicit:
+                    h = self.hist[i]
+                    c.histogram.counts.extend(int(v) for v in h[0])
+                    c.histogram.underflow, c.histogram.overflow = int(h[1]), int(h[2])
+                    c.histogram.lo, c.histogram.hi = req.lo, req.hi
+            else:
+                counts = self.counts[i]
+                c.count = int(counts.sum(dtype=np.uint64))
+                c.merge_state.value_counts.extend(counts.tolist())
 
     def fill(self, out_channels, names):
         """Fills the channels; returns the exact sums (None for floats)."""
@@ -260,6 +310,15 @@ class _Merger:
         return total if self.req.sum else None
 
 
+def _set_joint_counts(out, counts):
+    if len(counts) <= _DENSE_JOINT_BINS:
+        out.counts.extend(int(v) for v in counts)
+    else:
+        nz = np.flatnonzero(counts)
+        out.nonzero_index.extend(int(i) for i in nz)
+        out.nonzero_count.extend(int(counts[i]) for i in nz)
+
+
 class Aggregation:
     """The CLI's Aggregation (client/aggregate.cpp): one group per kind of
     image (sample type, channels), in the order each was first met."""
@@ -271,6 +330,72 @@ class Aggregation:
         self.groups = {}
         self.without_parts = 0
         self.labels_asked = options.HasField("parts") and options.parts.HasField("labels")
+        self.made_with = made_with(pb, options)
+
+    def _group(self, sample_type, names):
+        key = (sample_type, len(names))
+        g = self.groups.get(key)
+        if g is None:
+            if sample_type not in FLOAT_TYPES and sample_type not in _TYPE_BITS:
+                raise Error("INVALID_ARGUMENT", f"cannot merge {SAMPLE_TYPE_NAMES.get(sample_type)} samples")
+            g = self.groups[key] = {"type": sample_type, "names": list(names),
+                                    "all": _Merger(sample_type, len(names), self.req),
+                                    "labels": {}, "label_files": 0, "joint": None, "joint_counts": None}
+        return g
+
+    def to_partial(self):
+        """The state merged so far (proto Partial; the CLI's Aggregation::partial)."""
+        p = self.pb.Partial(version=PARTIAL_VERSION, images_without_parts=self.without_parts)
+        p.made_with.CopyFrom(self.made_with)
+        for g in self.groups.values():
+            pg = p.groups.add(sample_type=g["type"], channel_names=g["names"], images=g["all"].images,
+                              label_images=g["label_files"])
+            if g["all"].images:
+                g["all"].put_state(pg.channels, g["names"])
+            for label in sorted(g["labels"]):
+                m = g["labels"][label]
+                m.put_state(pg.labels.add(label=label, images=m.images).channels, g["names"])
+            if g["joint"] is not None:
+                pg.joint.CopyFrom(g["joint"])
+                _set_joint_counts(pg.joint, g["joint_counts"])
+        return p
+
+    def merge(self, p):
+        """Another state (proto Partial) merged in; Error INVALID_ARGUMENT where it does not fit."""
+        def refuse(why):
+            raise Error("INVALID_ARGUMENT", "cannot merge the partial: " + why)
+        if p.version != PARTIAL_VERSION:
+            refuse(f"its version is {p.version}, and this package reads version {PARTIAL_VERSION}")
+        if made_with(self.pb, p.made_with) != self.made_with:
+            refuse("it was made with other options (histogram range or bins, colour space, joint histogram, planes, "
+                   "stored values or parts) than these")
+        size = 0
+        for pg in p.groups:
+            if pg.sample_type not in FLOAT_TYPES and pg.sample_type not in _TYPE_BITS:
+                refuse(f"a group of {SAMPLE_TYPE_NAMES.get(pg.sample_type, pg.sample_type)} samples")
+            if not 1 <= len(pg.channel_names) <= 4:
+                refuse(f"a group of {len(pg.channel_names)} channels")
+            bins = self.req.bins if pg.sample_type in FLOAT_TYPES else 1 << _TYPE_BITS[pg.sample_type]
+            size += (1 + len(pg.labels)) * len(pg.channel_names) * bins * 8
+            if size > MAX_PARTIAL_BYTES:
+                refuse(f"its groups and labels would take more than {MAX_PARTIAL_BYTES >> 30} GiB to merge")
+        for pg in p.groups:
+            g = self._group(pg.sample_type, pg.channel_names)
+            if pg.images:
+                if pg.HasField("joint"):
+                    self._add_joint(g, pg.joint)
+                g["all"].add(pg.channels, pg.images)
+            elif len(pg.channels):
+                refuse("a group of no images with channels")
+            for pl in pg.labels:
+                if pl.images == 0:
+                    refuse("a label of no images")
+                m = g["labels"].get(pl.label)
+                if m is None:
+                    m = g["labels"][pl.label] = _Merger(g["type"], len(g["names"]), self.req)
+                m.add(pl.channels, pl.images)
+            g["label_files"] += pg.label_images
+        self.without_parts += p.images_without_parts
 
     def add(self, r):
         if self.labels_asked and len(r.parts) == 0:
@@ -278,16 +403,12 @@ class Aggregation:
             return
         named = r.channels if len(r.channels) else (r.parts[0].channels if len(r.parts) else r.channels)
         channels = r.channel_count if not self.colour else len(named)
-        key = (r.sample_type, channels)
-        g = self.groups.get(key)
-        if g is None:
-            names = [c.name for c in named]
-            if len(names) != channels:
-                raise Error("INVALID_ARGUMENT", "the answer's channels do not match its channel count")
-            if r.sample_type not in FLOAT_TYPES and r.sample_type not in _TYPE_BITS:
-                raise Error("INVALID_ARGUMENT", f"cannot merge {SAMPLE_TYPE_NAMES.get(r.sample_type)} samples")
-            g = self.groups[key] = {"type": r.sample_type, "names": names, "all": _Merger(r.sample_type, channels, self.req),
-                                    "labels": {}, "label_files": 0, "joint": None, "joint_counts": None}
+        names = [c.name for c in named]
+        if len(names) != channels:
+            raise Error("INVALID_ARGUMENT", "the answer's channels do not match its channel count")
+        if not 1 <= channels <= 4:
+            raise Error("INVALID_ARGUMENT", f"an answer of {channels} channels")
+        g = self._group(r.sample_type, names)
         if len(r.parts) == 0:
             g["all"].add(r.channels)
             if r.HasField("joint"):
@@ -342,12 +463,6 @@ class Aggregation:
                 sums.append(m.fill_summary(r.summary))
             if g["joint"] is not None:
                 r.joint.CopyFrom(g["joint"])
-                counts = g["joint_counts"]
-                if len(counts) <= _DENSE_JOINT_BINS:
-                    r.joint.counts.extend(int(v) for v in counts)
-                else:
-                    nz = np.flatnonzero(counts)
-                    r.joint.nonzero_index.extend(int(i) for i in nz)
-                    r.joint.nonzero_count.extend(int(counts[i]) for i in nz)
+                _set_joint_counts(r.joint, g["joint_counts"])
             out.append(Result(r, title(m.images), parts_asked=self.labels_asked, images=m.images, exact_sums=sums))
         return out

@@ -178,6 +178,19 @@ class Client:
         file of the same name stem is each input's: then each label's pixels
         over every input. errors="skip" leaves failed inputs out. Archives
         stand for their members, as in analyze_many."""
+        return self._aggregation(inputs, labels, jobs, errors, extensions, options).results()
+
+    def partial(self, inputs: Iterable[ImageLike], labels: str | os.PathLike | Iterable[ImageLike] | None = None, *,
+                jobs: int | None = None, errors: str = "raise", extensions: Iterable[str] | None = None,
+                **options: Any):
+        """As aggregate, but the merged state itself: an imgstat.Partial
+        that merges exactly with others made with the same options (here,
+        in other processes, by the CLI's --partial-out), and whose
+        result() is aggregate()'s answer over all their inputs."""
+        from ._partial import Partial
+        return Partial(self._aggregation(inputs, labels, jobs, errors, extensions, options).to_partial())
+
+    def _aggregation(self, inputs, labels, jobs, errors, extensions, options):
         from ._aggregate import Aggregation, part_options
         if labels is not None:
             options = dict(options, labels=b"\0")  # a placeholder: each input's own below
@@ -202,7 +215,7 @@ class Client:
                 continue
             for one in [r] + r.other_series:  # each series joins its kind
                 aggregation.add(one.proto)
-        return aggregation.results()
+        return aggregation
 
     # --- each input's way ----------------------------------------------------
     def _run(self, job, opts, deadline=None):

@@ -97,3 +97,8 @@ class Client:
         """As imgstat.Client.aggregate (it runs on a worker thread)."""
         inputs = list(inputs)
         return await asyncio.to_thread(self._sync.aggregate, inputs, labels, **kwargs)
+
+    async def partial(self, inputs, labels=None, **kwargs):
+        """As imgstat.Client.partial (it runs on a worker thread)."""
+        inputs = list(inputs)
+        return await asyncio.to_thread(self._sync.partial, inputs, labels, **kwargs)

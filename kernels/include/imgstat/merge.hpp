@@ -31,10 +31,15 @@ class Merger {
   // The request the merged answer follows, as the constructor trims it.
   const StatsRequest& request() const { return request_; }
 
-  // One image's channels, as an engine answered part_request(). Throws
-  // InvalidArgument when they do not fit (another type or channel count, no
-  // merge state, counts of the wrong size, or totals past 64 bits).
-  void add(const std::vector<ChannelStats>& channels);
+  // One image's channels, as an engine answered part_request(), or the
+  // state() of a merge of `images` images. Throws InvalidArgument when they
+  // do not fit (another type or channel count, no merge state, counts of
+  // the wrong size, or totals past 64 bits).
+  void add(const std::vector<ChannelStats>& channels, uint64_t images = 1);
+  // What has been merged, channel by channel, as one image's answer to
+  // part_request() would carry it: another Merger's add(state(), images())
+  // merges this one into it (a Partial's groups, kept or sent elsewhere).
+  std::vector<ChannelStats> state() const;
   uint64_t images() const { return images_; }
   Result result() const;
   // The exact sum of a channel of integer samples, in decimal (ChannelStats'

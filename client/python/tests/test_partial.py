@@ -1,0 +1,108 @@
+"""imgstat.Partial: partials made apart (in Python and by the CLI's
+--partial-out) merge, in any grouping and order, into aggregate()'s answer
+over all their inputs; their bytes travel; other options and garbage are
+refused."""
+import os
+
+import numpy as np
+import pytest
+
+import imgstat
+from conftest import corpus_files
+from test_many import SAMPLE, close_dicts
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with imgstat.Client(server.address) as c:
+        yield c
+
+
+def inputs_of_four_kinds(rng):
+    out = []
+    for i in range(24):
+        kind = i % 4
+        h, w = (int(v) for v in rng.integers(1, 30, 2))
+        if kind == 0:
+            out.append(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        elif kind == 1:
+            out.append(rng.integers(0, 65536, (h, w), dtype=np.uint16))
+        elif kind == 2:
+            a = rng.normal(0, 3, (h, w)).astype(np.float32)
+            a.flat[0] = [np.nan, np.inf, 1.5][i % 3]
+            out.append(a)
+        else:
+            out.append(np.full((h, w), -7 * i, dtype=np.int16))  # constant images
+    return out
+
+
+def by_kind(results):
+    return {(r.sample_type, r.channel_count): r.to_dict() for r in results}
+
+
+def test_partials_merge_into_the_aggregate_of_all(client):
+    rng = np.random.default_rng(61)
+    files = [f for f in corpus_files(r"\.png$") if "/bad/" not in f][:12]
+    inputs = inputs_of_four_kinds(rng) + (files or [SAMPLE])
+    options = dict(range=(-10, 10), bins=32, stats="all")
+    want = by_kind(client.aggregate(inputs, **options))
+    slices = [inputs[:3], inputs[3:17], inputs[17:]]
+    parts = [client.partial(s, **options) for s in slices]
+    assert sum(p.images for p in parts) == len(inputs)
+    for merged in (parts[0] + parts[1] + parts[2], parts[2] + (parts[0] + parts[1]), sum(reversed(parts))):
+        got = by_kind(merged.result(stats="all"))
+        assert sorted(got) == sorted(want)
+        for kind, w in want.items():
+            if kind[0].startswith("float"):
+                close_dicts(got[kind], w)  # moments merged in another order: within rounding
+            else:
+                assert got[kind] == w, kind  # integers: every field equal
+    again = imgstat.Partial.from_bytes(parts[1].to_bytes())
+    assert by_kind(again.result()) == by_kind(parts[1].result())
+
+
+def test_partials_of_the_cli_and_of_python_merge(client, cli, tmp_path):
+    rng = np.random.default_rng(62)
+    paths = []
+    for i in range(10):
+        from PIL import Image
+        h, w = (int(v) for v in rng.integers(1, 40, 2))
+        path = tmp_path / f"i{i}.png"
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8) if i % 2 else
+                        rng.integers(0, 65536, (h, w), dtype=np.uint16)).save(path)
+        paths.append(str(path))
+    want = cli("--aggregate", *paths)
+    made_by_cli = tmp_path / "cli.partial"
+    cli("--aggregate", "--partial-out", str(made_by_cli), *paths[:4])
+    from_cli = imgstat.Partial.from_bytes(made_by_cli.read_bytes())
+    merged = from_cli + client.partial(paths[4:])
+    close_dicts([r.to_dict() for r in merged.result()], want)
+    # The other way: Python's partial read by the CLI's --merge.
+    made_by_python = tmp_path / "python.partial"
+    made_by_python.write_bytes(client.partial(paths[4:]).to_bytes())
+    close_dicts(cli("--merge", str(made_by_cli), str(made_by_python)), want)
+
+
+def test_partials_by_label_merge(client, tmp_path):
+    rng = np.random.default_rng(63)
+    images = [rng.integers(0, 256, (20, 30, 3), dtype=np.uint8) for _ in range(6)]
+    labels = [rng.integers(0, 4, (20, 30), dtype=np.uint8) for _ in range(6)]
+    want = by_kind(client.aggregate(images, labels=labels, ignore_label=0))
+    merged = client.partial(images[:2], labels=labels[:2], ignore_label=0) + \
+        client.partial(images[2:], labels=labels[2:], ignore_label=0)
+    assert by_kind(merged.result()) == want
+    with pytest.raises(imgstat.Error) as e:  # labels with another ignored label: other options
+        merged + client.partial(images[:1], labels=labels[:1], ignore_label=1)
+    assert e.value.code == "INVALID_ARGUMENT" and "other options" in str(e.value)
+
+
+def test_partials_refuse_what_does_not_fit(client):
+    a = client.partial([np.arange(12, dtype=np.float32).reshape(3, 4)], range=(0, 1))
+    b = client.partial([np.arange(12, dtype=np.float32).reshape(3, 4)], range=(0, 2))
+    with pytest.raises(imgstat.Error) as e:
+        a + b
+    assert e.value.code == "INVALID_ARGUMENT"
+    for garbage in (b"\xff" * 32, b"\x08\x02"):
+        with pytest.raises(imgstat.Error) as e:
+            imgstat.Partial.from_bytes(garbage)
+        assert e.value.code == "INVALID_ARGUMENT"
