@@ -152,6 +152,17 @@ def main():
         equal([p["label"] for p in agg[0]["parts"]], present, "aggregate labels")
         for p in agg[0]["parts"]:
             check_channels(p["channels"], every_img[every_lab == p["label"]], f"aggregate label {p['label']}")
+        # The same by label from two partials (--partial-out, --merge): every field equal.
+        partials = []
+        for k, half in enumerate((files[: len(files) // 3], files[len(files) // 3:])):
+            partials.append(os.path.join(os.path.dirname(lab_dir), f"half-{k}.partial"))
+            client(client_bin, address, "--aggregate", "--labels", lab_dir, "--ignore-label", "0", "--partial-out",
+                   partials[-1], *half)
+        merged = [json.loads(line) for line in client(client_bin, address, "--json", "--merge", "--stats",
+                                                          "min_max,sum,stddev,histogram", *partials).splitlines()]
+        equal(merged, agg, "aggregate by label from two partials")
+        for path in partials:
+            os.remove(path)
         # A file without its label image is an error naming it; the rest are answered.
         os.remove(os.path.join(lab_dir, "00000.png"))
         out = subprocess.run([client_bin, "--server", address, "--json", "--labels", lab_dir, files[0], files[1]],
