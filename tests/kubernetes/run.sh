@@ -33,9 +33,10 @@ manifests=("$repo"/deploy/kubernetes/*.yaml)
 node "$work/check.mjs" "$work/help.txt" "$work/metrics.txt" "${manifests[@]}"
 
 # Each broken copy must be refused, saying why.
-broken() {  # NAME SED_EXPRESSION EXPECTED_WORDS
-  sed "$2" "${manifests[0]}" >"$work/broken-$1.yaml"
-  cmp -s "${manifests[0]}" "$work/broken-$1.yaml" && { echo "FAIL: the $1 edit changed nothing"; exit 1; }
+broken() {  # NAME SED_EXPRESSION EXPECTED_WORDS [MANIFEST]
+  local manifest=${4:-${manifests[0]}}
+  sed "$2" "$manifest" >"$work/broken-$1.yaml"
+  cmp -s "$manifest" "$work/broken-$1.yaml" && { echo "FAIL: the $1 edit changed nothing"; exit 1; }
   if out=$(node "$work/check.mjs" "$work/help.txt" "$work/metrics.txt" "$work/broken-$1.yaml"); then
     echo "FAIL: $1 passed the check"; exit 1
   fi
@@ -49,4 +50,8 @@ broken threads 's/IMGSTAT_THREADS, value: "\([0-9]*\)"/IMGSTAT_THREADS, value: "
 broken metric 's/name: imgstat_calls_in_progress/name: imgstat_calls_in_flight/' 'not one the server exports'
 broken selector 's/matchLabels: {app.kubernetes.io\/name: [a-z-]*,/matchLabels: {app.kubernetes.io\/name: other,/' 'misses its pods'
 broken probe-kind 's/grpc: {port: 50052}/grpc: {prot: 50052}/' 'must have required property port'
+dask=$repo/deploy/kubernetes/imgstat-dask.yaml
+broken node-local '/internalTrafficPolicy: Local/d' 'not headless' "$dask"
+broken worker-selector 's/matchLabels: {app.kubernetes.io\/name: dask, app.kubernetes.io\/component: worker}/matchLabels: {app.kubernetes.io\/name: dask, app.kubernetes.io\/component: workers}/' 'selector misses its pods' "$dask"
+broken daemonset-env 's/IMGSTAT_SPOOL_DIR, value/IMGSTAT_SPOOL_DIRS, value/' 'reads no such variable' "$dask"
 echo PASS

@@ -15,7 +15,8 @@ lost) gives the same partial, and the tree takes each task's once: every
 input is counted once.
 
 ``server``: None for ``$IMGSTAT_SERVER`` on each worker (else
-localhost:50051: the server on the worker's own node); an address; or a list
+localhost:50051: the server on the worker's own node; ``$IMGSTAT_TOKEN``
+and ``$IMGSTAT_TLS_CA`` there too); an address; or a list
 of addresses, each worker keeping to one of them (by its name: a
 LocalCluster's workers 0, 1, ... take them in turn).
 """
@@ -44,13 +45,16 @@ def _address(server):
 
 
 def _client(server):
-    """This process's Client for the worker's server (one per address, kept)."""
+    """This process's Client for the worker's server (one per address, kept).
+    A worker's $IMGSTAT_TOKEN and $IMGSTAT_TLS_CA (a CA file) are used where
+    set, as deploy/kubernetes/imgstat-dask.yaml sets them."""
     import imgstat
     address = _address(server)
     with _clients_lock:
         c = _clients.get(address)
         if c is None:
-            c = _clients[address] = imgstat.Client(address)
+            c = _clients[address] = imgstat.Client(address, token=os.environ.get("IMGSTAT_TOKEN") or None,
+                                                    tls_ca=os.environ.get("IMGSTAT_TLS_CA") or None)
         return c
 
 
