@@ -622,6 +622,7 @@ bool us_of(const gdcm::DataSet& ds, uint16_t group, uint16_t element, uint32_t* 
   return true;
 }
 
+// n numbers of a multi-valued DS (1.5\-2\3); false where fewer, or not finite.
 bool numbers_of(const std::string& text, double* out, int n) {
   const char* p = text.c_str();
   for (int i = 0; i < n; ++i) {
@@ -788,20 +789,9 @@ DicomImage describe(Reading& r, bool stored_values, uint64_t max_planes, uint64_
   };
   {
     // Geometry, to order a series' slices.
-    auto numbers = [](const std::string& text, double* out, int n) {
-      const char* p = text.c_str();
-      for (int i = 0; i < n; ++i) {
-        char* end = nullptr;
-        out[i] = std::strtod(p, &end);
-        if (end == p || !std::isfinite(out[i])) return false;
-        p = end;
-        while (*p == '\\' || *p == ' ') ++p;
-      }
-      return true;
-    };
     out.series_uid = attribute(0x0020, 0x000e);
-    out.has_position = numbers(attribute(0x0020, 0x0032), out.position, 3);
-    out.has_orientation = numbers(attribute(0x0020, 0x0037), out.orientation, 6);
+    out.has_position = numbers_of(attribute(0x0020, 0x0032), out.position, 3);
+    out.has_orientation = numbers_of(attribute(0x0020, 0x0037), out.orientation, 6);
     const std::string instance = attribute(0x0020, 0x0013);
     char* end = nullptr;
     const long long n = std::strtoll(instance.c_str(), &end, 10);
