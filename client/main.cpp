@@ -225,7 +225,10 @@ class Run {
     sigaction(SIGINT, &on_stop, nullptr);
     sigaction(SIGTERM, &on_stop, nullptr);
     std::error_code ec;
-    if (!std::filesystem::exists(o_.resume, ec)) return true;  // a first run
+    if (!std::filesystem::exists(o_.resume, ec)) {  // a first run: its state from the start
+      save_resume();
+      return true;
+    }
     v1::Partial p;
     std::string why;
     try {

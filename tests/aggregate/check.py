@@ -272,11 +272,14 @@ def check_resume(client_bin, address, files, kinds, want, work):
     state = os.path.join(work, "pass.state")
     if os.path.exists(state):
         os.remove(state)
-    args = [client_bin, "--server", address, "--aggregate", "--json", "-j", "2", "--range", f"{RANGE[0]}:{RANGE[1]}",
+    args = [client_bin, "--server", address, "--aggregate", "--json", "-j", "1", "--range", f"{RANGE[0]}:{RANGE[1]}",
             "--percentiles", ",".join(str(p) for p in PERCENTILES), "--resume", state,
             *sorted(f for k in files for f in files[k])]
     stopped = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    for _ in range(600):  # the state is written as the pass begins (its handler of SIGTERM set)
+        if os.path.exists(state):
+            break
+        time.sleep(0.05)
     stopped.send_signal(signal.SIGTERM)
     _, err = stopped.communicate(timeout=600)
     equal((stopped.returncode, "stopped after" in err), (130, True), f"--resume stopped by SIGTERM: {err[-300:]}")
