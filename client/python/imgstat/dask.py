@@ -59,12 +59,13 @@ def _client(server):
 
 
 def _merge(parts):
+    """Partials' bytes merged into one aggregation (not pairwise: each state read once)."""
     from ._partial import Partial
-    merged = None
-    for b in parts:
-        p = Partial.from_bytes(b)
-        merged = p if merged is None else merged + p
-    return merged.to_bytes()
+    partials = [Partial.from_bytes(b) for b in parts]
+    aggregation = partials[0]._aggregation()
+    for p in partials:
+        aggregation.merge(p.proto)
+    return aggregation.to_partial().SerializeToString()
 
 
 def _bag_partition(server, labels, options):
