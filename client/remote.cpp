@@ -27,6 +27,7 @@
 #include "core/address.hpp"
 #include "core/status_name.hpp"
 #include "core/validate.hpp"
+#include "shards.hpp"
 
 namespace imgstat::client {
 namespace {
@@ -440,7 +441,8 @@ void Remote::send_in_one_message(const std::string& name, const Request& request
 }
 
 bool Remote::fetches(const std::string& name) {
-  if (!is_object_name(name)) return false;
+  // A member of a shard in a bucket is no object of its own: this client reads it.
+  if (!is_object_name(name) || is_shard_member(name)) return false;
   v1::ServerInfo info;
   if (!server_info(deadline(), &info) || info.fetch_allow().empty()) return false;
   std::lock_guard<std::mutex> lock(info_mu_);

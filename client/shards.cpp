@@ -20,7 +20,91 @@ namespace imgstat::client {
 
 namespace {
 
-using Archive = std::unique_ptr<archive, int (*)(archive*)>;
+// An archive in object storage is read through libarchive's callbacks:
+// ranges that double while reads follow one another (a tar's stream, up to
+// kMaxStreamRead, several pieces in flight) and start small again after a
+// seek or skip (a zip's central directory and local headers, the header
+// after a large member).
+constexpr size_t kFirstStreamRead = size_t{64} << 10;
+constexpr size_t kMaxStreamRead = size_t{16} << 20;
+constexpr size_t kStreamPieceBytes = size_t{4} << 20;
+constexpr int kStreamPiecesInFlight = 4;
+// An uncompressed tar's members in a bucket are read a window at a time
+// (few requests for many small members, which readers take in order);
+// larger members by ranges of their own.
+constexpr size_t kMemberWindowBytes = size_t{16} << 20;
+
+struct ObjectStream {
+  const ObjectInfo* object = nullptr;
+  uint64_t at = 0;
+  size_t next_read = kFirstStreamRead;
+  std::string buffer;
+  std::string code;  // the status of a read that failed ("" while none has)
+};
+
+la_ssize_t stream_read(archive* a, void* data, const void** out) {
+  auto* s = static_cast<ObjectStream*>(data);
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(s->next_read, s->object->size - std::min(s->at, s->object->size)));
+  if (n == 0) return 0;
+  s->buffer.resize(n);
+  try {
+    read_object_parallel(*s->object, s->at, s->buffer.data(), n, kStreamPieceBytes, kStreamPiecesInFlight);
+  } catch (const InputError& e) {
+    s->code = e.code();
+    archive_set_error(a, EIO, "%s", e.what());
+    return -1;
+  } catch (const std::exception& e) {
+    s->code = "UNAVAILABLE";
+    archive_set_error(a, EIO, "%s", e.what());
+    return -1;
+  }
+  s->at += n;
+  s->next_read = std::min(s->next_read * 2, kMaxStreamRead);
+  *out = s->buffer.data();
+  return static_cast<la_ssize_t>(n);
+}
+
+la_int64_t stream_skip(archive*, void* data, la_int64_t request) {
+  auto* s = static_cast<ObjectStream*>(data);
+  const uint64_t k = std::min<uint64_t>(request > 0 ? static_cast<uint64_t>(request) : 0, s->object->size - std::min(s->at, s->object->size));
+  s->at += k;
+  s->next_read = kFirstStreamRead;
+  return static_cast<la_int64_t>(k);
+}
+
+la_int64_t stream_seek(archive*, void* data, la_int64_t offset, int whence) {
+  auto* s = static_cast<ObjectStream*>(data);
+  const la_int64_t base = whence == SEEK_CUR ? static_cast<la_int64_t>(s->at)
+                          : whence == SEEK_END ? static_cast<la_int64_t>(s->object->size) : 0;
+  const la_int64_t to = base + offset;
+  if (to < 0 || static_cast<uint64_t>(to) > s->object->size) return ARCHIVE_FATAL;
+  s->at = static_cast<uint64_t>(to);
+  s->next_read = kFirstStreamRead;
+  return to;
+}
+
+// libarchive's reader, and where it reads an object from (kept as long as it).
+struct Archive {
+  std::unique_ptr<ObjectStream> stream;
+  std::unique_ptr<archive, int (*)(archive*)> a{nullptr, archive_read_free};
+  Archive() = default;
+  Archive(Archive&& o) noexcept : stream(std::move(o.stream)), a(std::move(o.a)) {}
+  Archive& operator=(Archive&& o) noexcept {
+    reset();
+    a = std::move(o.a);
+    stream = std::move(o.stream);
+    return *this;
+  }
+  ~Archive() { reset(); }
+  archive* get() const { return a.get(); }
+  explicit operator bool() const { return a != nullptr; }
+  void reset() {
+    a.reset();  // before the stream it may read from
+    stream.reset();
+  }
+  // The status of a failed read: the object's, else DATA_LOSS.
+  std::string code() const { return stream && !stream->code.empty() ? stream->code : "DATA_LOSS"; }
+};
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -37,17 +121,33 @@ std::string why(archive* a) {
   return w ? w : "no reason given";
 }
 
-Archive open_archive(const std::string& path) {
-  Archive a(archive_read_new(), archive_read_free);
+// A file by its path, or an object (a shard in a bucket) by what opened it.
+Archive open_archive(const std::string& path, const ObjectInfo* object = nullptr) {
+  Archive a;
+  a.a.reset(archive_read_new());
   if (!a) throw std::runtime_error("libarchive could not start");
   archive_read_support_filter_all(a.get());
   archive_read_support_format_tar(a.get());
   archive_read_support_format_gnutar(a.get());
   archive_read_support_format_zip(a.get());
   // libarchive seeks (a zip's central directory, an uncompressed tar's
-  // members skipped) through the file it opens itself.
-  if (archive_read_open_filename(a.get(), path.c_str(), size_t{1} << 16) != ARCHIVE_OK)
+  // members skipped) through the file it opens itself, or our callbacks.
+  int rc = ARCHIVE_OK;
+  if (object) {
+    a.stream = std::make_unique<ObjectStream>();
+    a.stream->object = object;
+    archive_read_set_callback_data(a.get(), a.stream.get());
+    archive_read_set_read_callback(a.get(), stream_read);
+    archive_read_set_skip_callback(a.get(), stream_skip);
+    archive_read_set_seek_callback(a.get(), stream_seek);
+    rc = archive_read_open1(a.get());
+  } else {
+    rc = archive_read_open_filename(a.get(), path.c_str(), size_t{1} << 16);
+  }
+  if (rc != ARCHIVE_OK) {
+    if (a.stream && !a.stream->code.empty()) throw InputError(a.stream->code, path + ": " + why(a.get()));
     throw std::runtime_error("not an archive libarchive reads (" + why(a.get()) + ")");
+  }
   return a;
 }
 
@@ -71,13 +171,16 @@ struct Member {
 
 // An archive opened and read up to (not including) header `next`.
 struct Cursor {
-  Archive a{nullptr, archive_read_free};
+  Archive a;
   size_t next = 0;
 };
 
 struct Shard {
   std::string path;
   ShardOptions options;
+  bool in_object = false;  // a shard in a bucket (https://, s3://): read through object
+  ObjectInfo object;
+  Archive open() const { return open_archive(path, in_object ? &object : nullptr); }
   Kind kind = Kind::kPlainTar;
   uint64_t file_size = 0;
   std::vector<Member> members;  // the inputs, in archive order
@@ -94,6 +197,10 @@ struct Shard {
   // over 10,000 shards must not keep each one's files and buffers open).
   std::vector<bool> opened;
   size_t unopened = 0;
+
+  std::mutex window_mu;                        // kPlainTar in a bucket: the members' window
+  uint64_t window_at = 0;
+  std::string window;
 };
 
 // Zip cursors kept open for reuse (each an open file and libarchive's buffers).
@@ -114,13 +221,14 @@ std::string input_name(const std::string& path, const std::string& member) { ret
 
 // Reads the member the cursor's last header named: exactly its declared
 // size. Memory follows the bytes that come, not what the header declares.
-std::string read_data(archive* a, const Member& m, const std::string& path) {
+std::string read_data(const Archive& c, const Member& m, const std::string& path) {
+  archive* a = c.get();
   std::string data;
   data.reserve(static_cast<size_t>(std::min<uint64_t>(m.size, uint64_t{16} << 20)));
   std::vector<char> block(size_t{1} << 20);
   for (;;) {
     const la_ssize_t got = archive_read_data(a, block.data(), block.size());
-    if (got < 0) throw InputError("DATA_LOSS", input_name(path, m.name) + ": cannot be read from its archive (" + why(a) + ")");
+    if (got < 0) throw InputError(c.code(), input_name(path, m.name) + ": cannot be read from its archive (" + why(a) + ")");
     if (got == 0) break;
     if (static_cast<uint64_t>(got) > m.size - data.size())
       throw InputError("DATA_LOSS", input_name(path, m.name) + ": holds more than the " + std::to_string(m.size) +
@@ -136,7 +244,7 @@ std::string read_data(archive* a, const Member& m, const std::string& path) {
 // Moves c to the header of ordinal o (reopening when it is past it).
 void seek_header(Cursor& c, const Shard& s, const Member& m) {
   if (!c.a || c.next > m.ordinal) {
-    c.a = open_archive(s.path);
+    c.a = s.open();
     c.next = 0;
   }
   archive_entry* e = nullptr;
@@ -144,8 +252,9 @@ void seek_header(Cursor& c, const Shard& s, const Member& m) {
     const int rc = archive_read_next_header(c.a.get(), &e);
     if (rc == ARCHIVE_EOF || rc < ARCHIVE_WARN) {
       const std::string reason = rc == ARCHIVE_EOF ? std::string("it ends sooner") : why(c.a.get());
+      const std::string code = rc == ARCHIVE_EOF ? std::string("DATA_LOSS") : c.a.code();
       c.a.reset();
-      throw InputError("DATA_LOSS", input_name(s.path, m.name) + ": the archive changed since it was listed (" + reason + ")");
+      throw InputError(code, input_name(s.path, m.name) + ": the archive changed since it was listed (" + reason + ")");
     }
     ++c.next;
   }
@@ -170,7 +279,7 @@ std::string read_zip_member(Shard& s, const Member& m) {
     }
   }
   seek_header(c, s, m);
-  std::string data = read_data(c.a.get(), m, s.path);
+  std::string data = read_data(c.a, m, s.path);
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.unopened > 0 && s.idle.size() < kMaxIdleCursors) s.idle.push_back(std::move(c));
   if (s.unopened == 0) s.idle.clear();
@@ -208,7 +317,7 @@ std::string read_stream_member(Shard& s, const Member& m) {
   // order, so few are ahead of theirs).
   Cursor& c = s.stream;
   if (!c.a || c.next > m.ordinal) {
-    c.a = open_archive(s.path);
+    c.a = s.open();
     c.next = 0;
   }
   archive_entry* e = nullptr;
@@ -216,8 +325,9 @@ std::string read_stream_member(Shard& s, const Member& m) {
     const int rc = archive_read_next_header(c.a.get(), &e);
     if (rc == ARCHIVE_EOF || rc < ARCHIVE_WARN) {
       const std::string reason = rc == ARCHIVE_EOF ? std::string("it ends sooner") : why(c.a.get());
+      const std::string code = rc == ARCHIVE_EOF ? std::string("DATA_LOSS") : c.a.code();
       c.a.reset();
-      throw InputError("DATA_LOSS", input_name(s.path, m.name) + ": the archive changed since it was listed (" + reason + ")");
+      throw InputError(code, input_name(s.path, m.name) + ": the archive changed since it was listed (" + reason + ")");
     }
     const size_t ordinal = c.next++;
     auto found = s.by_ordinal.find(ordinal);
@@ -227,11 +337,11 @@ std::string read_stream_member(Shard& s, const Member& m) {
       c.a.reset();
       throw InputError("DATA_LOSS", input_name(s.path, m.name) + ": the archive changed since it was listed");
     }
-    if (ordinal == m.ordinal) return read_data(c.a.get(), m, s.path);
+    if (ordinal == m.ordinal) return read_data(c.a, m, s.path);
     if (!here.error.empty()) continue;
     std::string data;
     try {
-      data = read_data(c.a.get(), here, s.path);
+      data = read_data(c.a, here, s.path);
     } catch (const InputError&) {
       continue;  // its own reader reads it again, and says why
     }
@@ -245,6 +355,32 @@ std::string read_stream_member(Shard& s, const Member& m) {
     }
     lock.unlock();
   }
+}
+
+// A small member of an uncompressed tar in a bucket, from the window that
+// holds it: readers take members in order, so one request serves many.
+std::string read_window_member(Shard& s, const Member& m) {
+  std::lock_guard<std::mutex> lock(s.window_mu);
+  if (m.offset < s.window_at || m.offset + m.size > s.window_at + s.window.size()) {
+    const uint64_t n = std::min<uint64_t>(s.file_size - m.offset, std::max<uint64_t>(kMemberWindowBytes, m.size));
+    s.window.clear();
+    s.window.resize(static_cast<size_t>(n));
+    try {
+      read_object_parallel(s.object, m.offset, s.window.data(), s.window.size(), kStreamPieceBytes, kStreamPiecesInFlight);
+    } catch (...) {
+      s.window.clear();
+      throw;
+    }
+    s.window_at = m.offset;
+  }
+  std::string data = s.window.substr(static_cast<size_t>(m.offset - s.window_at), static_cast<size_t>(m.size));
+  bool last = false;
+  {
+    std::lock_guard<std::mutex> shard_lock(s.mu);
+    last = s.unopened == 0;
+  }
+  if (last) std::string().swap(s.window);  // a run over many shards keeps no window of a shard read
+  return data;
 }
 
 }  // namespace
@@ -261,10 +397,18 @@ ShardListing list_shard(const std::string& path, const std::function<MemberUse(c
   auto shard = std::make_unique<Shard>();
   shard->path = path;
   shard->options = options;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw std::runtime_error(std::strerror(errno));
-  shard->file_size = static_cast<uint64_t>(st.st_size);
-  Archive a = open_archive(path);
+  if (is_object_name(path)) {
+    // Its size and ETag: every later read is pinned to this object.
+    std::string head;
+    shard->object = open_object(path, kFirstStreamRead, &head);
+    shard->in_object = true;
+    shard->file_size = shard->object.size;
+  } else {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) throw std::runtime_error(std::strerror(errno));
+    shard->file_size = static_cast<uint64_t>(st.st_size);
+  }
+  Archive a = shard->open();
   ShardListing out;
   bool zarr_metadata = false;
   std::set<std::string> pair_stems, pair_data;  // NIfTI: X.hdr, and X.img or X.img.gz
@@ -273,6 +417,8 @@ ShardListing list_shard(const std::string& path, const std::function<MemberUse(c
     const int rc = archive_read_next_header(a.get(), &e);
     if (rc == ARCHIVE_EOF) break;
     if (rc < ARCHIVE_WARN) {
+      // An object that cannot be read further is no damaged archive.
+      if (a.stream && !a.stream->code.empty()) throw InputError(a.stream->code, why(a.get()));
       out.damage = why(a.get());
       break;
     }
@@ -383,6 +529,16 @@ MemberBytes open_member(const std::string& name) {
   }
   MemberBytes out;
   out.size = m.size;
+  if (s->kind == Kind::kPlainTar && s->in_object) {
+    if (m.size > kMemberWindowBytes) {
+      out.object = &s->object;  // read by ranges of its own, where it lies
+      out.offset = m.offset;
+      return out;
+    }
+    out.data = read_window_member(*s, m);
+    out.held = true;
+    return out;
+  }
   if (s->kind == Kind::kPlainTar) {
     out.fd = ::open(s->path.c_str(), O_RDONLY | O_CLOEXEC);
     if (out.fd < 0) throw InputError("NOT_FOUND", s->path + ": " + std::strerror(errno));

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "sources/input_error.hpp"
+#include "sources/objects.hpp"
 
 namespace imgstat::client {
 
@@ -60,9 +61,10 @@ enum class MemberUse { kInput, kBeside, kLeftOut };
 ShardListing list_shard(const std::string& path, const std::function<MemberUse(const std::string&)>& use,
                         const ShardOptions& options = {});
 
-// A member read where it lies (fd, offset, size) or whole (data).
+// A member read where it lies (fd or object, offset, size) or whole (data).
 struct MemberBytes {
   int fd = -1;  // owned by the caller when set
+  const ObjectInfo* object = nullptr;  // a large member of an uncompressed tar in a bucket (kept as long as the process)
   uint64_t offset = 0;
   uint64_t size = 0;
   std::string data;

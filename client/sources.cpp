@@ -93,7 +93,7 @@ constexpr int kObjectPiecesInFlight = 8;
 }  // namespace
 
 Source::Source(const std::string& name, bool dicom_series, const std::vector<std::string>& files) : name_(name) {
-  if (is_object_name(name)) {
+  if (is_object_name(name) && !is_shard_member(name)) {
     object_info_ = open_object(name, kObjectFirstBytes, &object_head_);
     size_ = object_info_.size;
     if (object_head_.size() == size_) {
@@ -111,6 +111,10 @@ Source::Source(const std::string& name, bool dicom_series, const std::vector<std
     if (m.held) {
       held_ = true;
       held_data_ = std::move(m.data);
+    } else if (m.object) {
+      object_ = true;  // a large member of a tar in a bucket: ranges where it lies
+      object_info_ = *m.object;
+      base_ = m.offset;
     } else {
       member_ = true;
       fd_ = m.fd;
@@ -208,7 +212,7 @@ void Source::read_at(uint64_t at, char* out, size_t n) {
       std::memcpy(out, object_head_.data() + at, done);
     }
     if (done < n)
-      read_object_parallel(object_info_, at + done, out + done, n - done, kObjectPieceBytes, kObjectPiecesInFlight);
+      read_object_parallel(object_info_, base_ + at + done, out + done, n - done, kObjectPieceBytes, kObjectPiecesInFlight);
     return;
   }
   size_t done = 0;
@@ -441,15 +445,17 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
   // A shard's members in its place; any other file itself.
   auto add_file = [&](const std::string& f) {
     std::error_code ec;
-    if (!is_shard_name(f) || !fs::is_regular_file(f, ec)) return out.push_back(f);
+    if (!is_shard_name(f) || (!is_object_name(f) && !fs::is_regular_file(f, ec))) return out.push_back(f);
     // --dicom-series: a tar of DICOM files is their series, one input (the server reads it whole).
-    if (dicom_series && lower_case(f).size() > 4 && lower_case(f).compare(lower_case(f).size() - 4, 4, ".tar") == 0)
+    if (dicom_series && !is_object_name(f) && lower_case(f).size() > 4 && lower_case(f).compare(lower_case(f).size() - 4, 4, ".tar") == 0)
       return out.push_back(f);
     try {
       const ShardListing listing = list_shard(f, [&](const std::string& member) {
         if (ends_in(member, beside)) return MemberUse::kBeside;
         return options.every_file || wanted(member) ? MemberUse::kInput : MemberUse::kLeftOut;
       });
+      if (listing.one_input && is_object_name(f))
+        return missing->push_back(f + " (a Zarr store or NIfTI pair packed in a tar is read from a disk, not a bucket)");
       if (listing.one_input) return out.push_back(f);  // a Zarr store's or NIfTI pair's tar: the server reads it whole
       out.insert(out.end(), listing.inputs.begin(), listing.inputs.end());
       if (!listing.damage.empty())
@@ -474,10 +480,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
     const size_t slash = s3 ? arg.find('/', 5) : std::string::npos;
     const size_t wild = arg.find_first_of("*?[");
     const bool prefix = s3 && (slash == std::string::npos || arg.back() == '/');
-    if (!s3 || (!prefix && wild == std::string::npos)) {
-      if (is_shard_name(arg)) return missing->push_back(arg + " (archives in object storage are not read yet: copy the shard to a disk)");
-      return out.push_back(arg);
-    }
+    if (!s3 || (!prefix && wild == std::string::npos)) return add_file(arg);
     const std::string bucket_head = slash == std::string::npos ? arg + "/" : arg.substr(0, slash + 1);
     const std::string pattern = arg.substr(std::min(arg.size(), bucket_head.size()));
     std::string no_folders = pattern;
@@ -490,14 +493,21 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
         if (wild != std::string::npos && fnmatch(pattern.c_str(), key.c_str(), flags) != 0 &&
             fnmatch(no_folders.c_str(), key.c_str(), flags) != 0)
           return false;
-        if (options.every_file || wanted(key)) return true;
+        // Shards a pattern names are read for their members, as a local
+        // pattern's are (a prefix, as a folder, answers its images).
+        if (options.every_file || wanted(key) || (wild != std::string::npos && is_shard_name(key))) return true;
         ++left_out;
         return false;
       });
       if (found.empty())
         missing->push_back(arg + (left_out > 0 ? (extensions.empty() ? " (no images under this prefix)" : " (no objects of those extensions)")
                                                : " (no objects under this prefix)"));
-      for (const ObjectInfo& o : found) out.push_back(o.name);
+      for (const ObjectInfo& o : found) {
+        if (wild != std::string::npos && !options.every_file && is_shard_name(o.name))
+          add_file(o.name);
+        else
+          out.push_back(o.name);
+      }
       if (left_out > 0 && notes)
         notes->push_back(arg + ": " + std::to_string(left_out) + " objects left out, " +
                          (extensions.empty() ? "not images by their names (--extensions or --bytes to read them)"

@@ -16,6 +16,7 @@ longer than asked (DATA_LOSS), a missing key (NOT_FOUND), a wrong secret
 (PERMISSION_DENIED), a certificate not trusted, and a listing of 5,000 keys
 in pages.
 """
+import io
 import json
 import os
 import shutil
@@ -298,6 +299,97 @@ def check_listing(client_bin, front, env, want, folder):
         fail(f"a listing of 5,000 keys: {front.requests - before} requests, not 5 pages and the objects")
 
 
+def make_shards(work, folder, names):
+    """Shards of the folder's files as WebDataset writes them, with members
+    that are no images (a key's .json), in every kind a bucket holds: two
+    uncompressed tars (one with a member larger than a read window), a
+    .tar.gz and a zip."""
+    import tarfile
+    import zipfile
+    out = os.path.join(folder, "shards")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    write_large_pgm(os.path.join(work, "huge.pgm"), width=5003, height=4001)  # 20 MB: past the 16 MiB window
+    parts = [names[0::4], names[1::4] + ["../huge.pgm"], names[2::4], names[3::4]]
+    kinds = ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar.gz", "shard-000003.zip"]
+    for shard, members in zip(kinds, parts):
+        path = os.path.join(out, shard)
+        if shard.endswith(".zip"):
+            with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+                for k, n in enumerate(members):
+                    z.write(os.path.join(folder, n), n.replace("../", ""))
+                    z.writestr(f"{k:06d}.json", json.dumps({"key": k}))
+        else:
+            with tarfile.open(path, "w:gz" if shard.endswith(".gz") else "w") as t:
+                for k, n in enumerate(members):
+                    t.add(os.path.join(folder, n), n.replace("../", ""))
+                    data = json.dumps({"key": k}).encode()
+                    info = tarfile.TarInfo(f"{k:06d}.json")
+                    info.size = len(data)
+                    t.addfile(info, io.BytesIO(data))
+    return out, kinds
+
+
+def check_shards(client_bin, server_bin, folder, names, front, env, port, cert, address, work):
+    """Shards in a bucket and behind https:// answer as the same shards on
+    disk: every member, byte for byte in --json but for the shard's name,
+    --aggregate too; read through a cut connection; an object replaced while
+    it is read is DATA_LOSS; a server that may fetch the bucket still gets
+    the members' bytes from the client (they are no objects of their own)."""
+    out_dir, kinds = make_shards(work, folder, names)
+    for k in kinds:
+        with open(os.path.join(out_dir, k), "rb") as f:
+            put(front, "shards/" + k, f.read())
+    local = answers(run(client_bin, ["--local"], *[os.path.join(out_dir, k) for k in kinds]), out_dir + "/")
+    members = sum(1 for _ in local)
+    if members < len(names):
+        fail(f"shards on disk: {members} members answered, not {len(names) + 1}")
+    https_env = dict(env, CURL_CA_BUNDLE=cert, AWS_CA_BUNDLE=cert)
+    s3 = "s3://bucket/shards/"
+    web = f"https://127.0.0.1:{port}/data/shards/"
+    fetching, fetching_address = start_server(server_bin, work, "--fetch-allow", s3, log_name="fetching-shards.log")
+    try:
+        for where, what in ((["--local"], "--local"), (["--server", address], "a live server"),
+                            (["--server", fetching_address], "a server that may fetch the bucket")):
+            for base in (s3, web):
+                got = answers(run(client_bin, where, *[base + k for k in kinds], env=https_env), base)
+                equal(sorted(got), sorted(local), f"shards at {base}, {what}: the members answered")
+                for n in local:
+                    equal(got.get(n), local[n], f"shards at {base}, {what}: {n}")
+    finally:
+        fetching.terminate()
+        fetching.wait()
+    # Brace ranges and patterns name shards in a bucket as they name files.
+    got = answers(run(client_bin, ["--local"], s3 + "shard-{000000..000001}.tar", env=env), s3)
+    equal(sorted(got), sorted(n for n in local if n.startswith(("shard-000000.tar:", "shard-000001.tar:"))),
+          "shards in a bucket by a brace range")
+    got = answers(run(client_bin, ["--local"], s3 + "*.tar*", env=env), s3)
+    equal(sorted(got), sorted(n for n in local if ".zip:" not in n), "shards in a bucket by a pattern")
+    # --aggregate over the bucket's shards equals it over the disk's.
+    a = run(client_bin, ["--server", address], "--aggregate", *[s3 + k for k in kinds], env=env)
+    b = run(client_bin, ["--server", address], "--aggregate", *[os.path.join(out_dir, k) for k in kinds])
+    untimed = [[{k: v for k, v in json.loads(line).items() if k not in TIMES} for line in o.stdout.splitlines() if line.strip()]
+               for o in (a, b)]
+    equal(untimed[0], untimed[1], "shards in a bucket: --aggregate against the same shards on disk")
+    # A connection cut mid-shard is resumed; a shard replaced mid-read is DATA_LOSS, never a mixed answer.
+    with open(os.path.join(out_dir, kinds[1]), "rb") as f:
+        plain = f.read()
+    put(front, "faults/cut/shard.tar", plain)
+    put(front, "faults/replaced/shard.tar", plain)
+    got = answers(run(client_bin, ["--local"], "s3://bucket/faults/cut/shard.tar", env=env), "s3://bucket/faults/cut/")
+    want_cut = {n: v for n, v in local.items() if n.startswith(kinds[1] + ":")}
+    equal(got, {n.replace(kinds[1], "shard.tar", 1): v for n, v in want_cut.items()}, "a shard read through a cut connection")
+    if front.seen.get("cut:faults/cut/shard.tar") != 1:
+        fail("shard fault cut: no connection was cut")
+    out = run(client_bin, ["--local"], "s3://bucket/faults/replaced/shard.tar", env=env)
+    if out.returncode == 0 or "changed while it was read" not in out.stdout + out.stderr:
+        fail(f"a shard replaced while it is read: rc {out.returncode} {(out.stdout + out.stderr)[-400:]}")
+    out = run(client_bin, ["--local"], s3 + "shard-999999.tar", env=env)
+    if out.returncode == 0 or "NoSuchKey" not in out.stderr and "not found" not in out.stderr.lower():
+        fail(f"a missing shard in a bucket: rc {out.returncode} {out.stderr[-300:]}")
+    return members
+
+
 def grpc_analyze(work, address):
     """Analyze by hand (the CLI sends names only where a server allows
     them): the contract's messages from protoc, a generic unary call."""
@@ -414,6 +506,7 @@ def main():
         env = check_s3(client_bin, folder, names, want, front, front_port, address, work)
         check_faults(client_bin, folder, want, front, env)
         check_listing(client_bin, front, env, want, folder)
+        members = check_shards(client_bin, server_bin, folder, names, front, env, port, cert, address, work)
         check_server_fetch(server_bin, client_bin, folder, names, want, port, cert, front, front_port, work, address)
     finally:
         for p in (nginx, s3rver):
@@ -422,7 +515,8 @@ def main():
         front.shutdown()
         server.terminate()
         server.wait()
-    finish(f"objects: {len(names)} objects by https:// and s3:// equal to their files, faults, listings")
+    finish(f"objects: {len(names)} objects by https:// and s3:// equal to their files, faults, listings; "
+           f"{members} members of 4 shards in a bucket equal to the same shards on disk")
 
 
 if __name__ == "__main__":
