@@ -21,9 +21,9 @@ namespace imgstat::client {
 namespace {
 
 // An archive in object storage is read through libarchive's callbacks:
-// ranges that double while reads follow one another (a tar's stream, up to
+// ranges that grow fourfold while reads follow one another (a tar's stream, up to
 // kMaxStreamRead, several pieces in flight) and start small again after a
-// seek or skip (a zip's central directory and local headers, the header
+// jump (a zip's central directory and local headers, the header
 // after a large member).
 constexpr size_t kFirstStreamRead = size_t{64} << 10;
 constexpr size_t kMaxStreamRead = size_t{16} << 20;
@@ -59,16 +59,23 @@ la_ssize_t stream_read(archive* a, void* data, const void** out) {
     return -1;
   }
   s->at += n;
-  s->next_read = std::min(s->next_read * 2, kMaxStreamRead);
+  s->next_read = std::min(s->next_read * 4, kMaxStreamRead);
   *out = s->buffer.data();
   return static_cast<la_ssize_t>(n);
+}
+
+// A jump forward by less than the next read would bring is still a stream
+// (the rest of a tar member that crosses a read's end): the reads stay
+// large. Any other jump starts small again.
+void jump(ObjectStream* s, uint64_t to) {
+  if (to < s->at || to - s->at >= s->next_read) s->next_read = kFirstStreamRead;
+  s->at = to;
 }
 
 la_int64_t stream_skip(archive*, void* data, la_int64_t request) {
   auto* s = static_cast<ObjectStream*>(data);
   const uint64_t k = std::min<uint64_t>(request > 0 ? static_cast<uint64_t>(request) : 0, s->object->size - std::min(s->at, s->object->size));
-  s->at += k;
-  s->next_read = kFirstStreamRead;
+  jump(s, s->at + k);
   return static_cast<la_int64_t>(k);
 }
 
@@ -78,8 +85,7 @@ la_int64_t stream_seek(archive*, void* data, la_int64_t offset, int whence) {
                           : whence == SEEK_END ? static_cast<la_int64_t>(s->object->size) : 0;
   const la_int64_t to = base + offset;
   if (to < 0 || static_cast<uint64_t>(to) > s->object->size) return ARCHIVE_FATAL;
-  s->at = static_cast<uint64_t>(to);
-  s->next_read = kFirstStreamRead;
+  jump(s, static_cast<uint64_t>(to));
   return to;
 }
 

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -83,6 +84,8 @@ bool is_dicom_file(const std::string& path) {
 
 namespace {
 
+// Shards in buckets listed at once (each listing mostly waits on its store).
+constexpr size_t kShardsListedAtOnce = 8;
 // An object's first request: the whole of a small one (most images), the
 // size and ETag of a large one.
 constexpr size_t kObjectFirstBytes = size_t{4} << 20;
@@ -442,6 +445,13 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
     return extensions.empty() ? image_extension(path) : ends_in(path, extensions);
   };
   std::vector<std::string> out;
+  auto member_use = [&](const std::string& member) {
+    if (ends_in(member, beside)) return MemberUse::kBeside;
+    return options.every_file || wanted(member) ? MemberUse::kInput : MemberUse::kLeftOut;
+  };
+  // Shards in buckets named themselves are listed several at once, ahead
+  // (each listing waits on its store); their members keep their places.
+  std::map<std::string, std::shared_future<ShardListing>> listed_ahead;
   // A shard's members in its place; any other file itself.
   auto add_file = [&](const std::string& f) {
     std::error_code ec;
@@ -450,10 +460,8 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
     if (dicom_series && !is_object_name(f) && lower_case(f).size() > 4 && lower_case(f).compare(lower_case(f).size() - 4, 4, ".tar") == 0)
       return out.push_back(f);
     try {
-      const ShardListing listing = list_shard(f, [&](const std::string& member) {
-        if (ends_in(member, beside)) return MemberUse::kBeside;
-        return options.every_file || wanted(member) ? MemberUse::kInput : MemberUse::kLeftOut;
-      });
+      const auto ahead = listed_ahead.find(f);
+      const ShardListing listing = ahead != listed_ahead.end() ? ahead->second.get() : list_shard(f, member_use);
       if (listing.one_input && is_object_name(f))
         return missing->push_back(f + " (a Zarr store or NIfTI pair packed in a tar is read from a disk, not a bucket)");
       if (listing.one_input) return out.push_back(f);  // a Zarr store's or NIfTI pair's tar: the server reads it whole
@@ -530,6 +538,33 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
     } catch (const std::exception& e) {
       missing->push_back(e.what());
     }
+  }
+  {
+    std::vector<std::string> shards;
+    for (const std::string& arg : args)
+      if (is_object_name(arg) && is_shard_name(arg) && arg.find_first_of("*?[") == std::string::npos &&
+          !listed_ahead.count(arg)) {
+        shards.push_back(arg);
+        listed_ahead[arg];
+      }
+    auto next = std::make_shared<std::atomic<size_t>>(0);
+    std::vector<std::shared_ptr<std::promise<ShardListing>>> promises;
+    for (const std::string& name : shards) {
+      promises.push_back(std::make_shared<std::promise<ShardListing>>());
+      listed_ahead[name] = promises.back()->get_future().share();
+    }
+    std::vector<std::thread> listers;
+    for (size_t t = 0; t < std::min(shards.size(), kShardsListedAtOnce); ++t)
+      listers.emplace_back([&, next] {
+        for (size_t k; (k = next->fetch_add(1)) < shards.size();) {
+          try {
+            promises[k]->set_value(list_shard(shards[k], member_use));
+          } catch (...) {
+            promises[k]->set_exception(std::current_exception());
+          }
+        }
+      });
+    for (std::thread& t : listers) t.join();
   }
   for (const std::string& arg : args) {
     std::error_code ec;

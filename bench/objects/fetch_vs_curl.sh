@@ -7,6 +7,8 @@
 #   server fetches       a server started with --fetch-allow reads them; the client sends names
 #   client fetches       the client reads them and sends their bytes
 #   folder               the same files on disk
+#   shards in the bucket the same files in 10 uncompressed tar shards as objects, read by the client
+#   curl over the shards the shards fetched to /dev/null, 10 at once (their baseline)
 # Rates in MB/s and images/s, the ratio to curl's bytes/s (issue #51's
 # target: 0.9x for the server's fetch), and the answers compared with the
 # folder's.
@@ -39,11 +41,23 @@ for name in sorted(os.listdir(folder)):
     c.request("PUT", f"/bench/img/{name}", body=data, headers={"Content-Length": str(len(data))})
     r = c.getresponse(); r.read()
     assert r.status == 200, (name, r.status)
+import io, tarfile
+names = sorted(os.listdir(folder))
+for k in range(10):
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as t:
+        for name in names[k::10]:
+            t.add(os.path.join(folder, name), arcname=name)
+    body = data.getvalue()
+    c.request("PUT", f"/bench/shards/shard-{k:02d}.tar", body=body, headers={"Content-Length": str(len(body))})
+    r = c.getresponse(); r.read()
+    assert r.status == 200, (k, r.status)
 PY
 bytes=$(du -sb "$work/img" | cut -f1)
 names=()
 for f in $(ls "$work/img"); do names+=("s3://bench/img/$f"); done
 for f in $(ls "$work/img"); do printf 'url = "http://127.0.0.1:%s/bench/img/%s"\noutput = "/dev/null"\n' "$s3port" "$f"; done >"$work/curl.cfg"
+for k in 00 01 02 03 04 05 06 07 08 09; do printf 'url = "http://127.0.0.1:%s/bench/shards/shard-%s.tar"\noutput = "/dev/null"\n' "$s3port" "$k"; done >"$work/curl-shards.cfg"
 export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1 AWS_ENDPOINT_URL_S3=http://127.0.0.1:$s3port
 start() {  # a server with these flags; its address in $addr
   local log=$work/server-$1.log
@@ -71,6 +85,8 @@ c=$(best curl curl --no-progress-meter --parallel --parallel-max 16 -K "$work/cu
 s=$(best server "$client" --server "$fetching" "${stats[@]}" "${names[@]}")
 l=$(best client "$client" --server "$plain" "${stats[@]}" "${names[@]}")
 f=$(best folder "$client" --server "$plain" "${stats[@]}" "$work/img")
+cs=$(best curlshards curl --no-progress-meter --parallel --parallel-max 10 -K "$work/curl-shards.cfg")
+sh=$(best shards "$client" --server "$plain" "${stats[@]}" "s3://bench/shards/shard-{00..09}.tar")
 same() { cmp -s "$work/answer.folder" "$work/answer.$1" && echo "equal" || echo "DIFFERENT"; }
 echo "$n JPEGs, $bytes bytes, s3rver on loopback, $(nproc) cores, engine ${ENGINE:-cpu}, $(date -u +%Y-%m-%d)"
 echo "$c $s $l $f $n $bytes $(same server) $(same client)" | awk '{
@@ -79,3 +95,7 @@ echo "$c $s $l $f $n $bytes $(same server) $(same client)" | awk '{
   printf "  server fetches               %6.2f s  %7.1f MB/s  %6.0f images/s  %.2fx curl  answer %s\n", s, mb / s, n / s, c / s, $7
   printf "  client fetches               %6.2f s  %7.1f MB/s  %6.0f images/s  %.2fx curl  answer %s\n", l, mb / l, n / l, c / l, $8
   printf "  folder on disk               %6.2f s  %7.1f MB/s  %6.0f images/s\n", f, mb / f, n / f }'
+echo "$cs $sh $f $n $bytes $(same shards)" | awk '{
+  c = $1; s = $2; f = $3; n = $4; mb = $5 / 1e6
+  printf "  curl over 10 tar shards      %6.2f s  %7.1f MB/s\n", c, mb / c
+  printf "  shards in the bucket         %6.2f s  %7.1f MB/s  %6.0f images/s  %.2fx curl  %.2fx the folder  answer %s\n", s, mb / s, n / s, c / s, f / s, $6 }'
