@@ -55,6 +55,33 @@ def read_object(name, timeout):
     return data
 
 
+def open_object(name, timeout=60):
+    """A stream of the object's bytes (a shard read as it comes)."""
+    if name[:5].lower() == "s3://":
+        try:
+            import fsspec
+            return fsspec.open(name, "rb").open()
+        except ImportError:
+            raise Error("FAILED_PRECONDITION", "s3:// is read here through fsspec and s3fs, which are not installed",
+                        name) from None
+        except FileNotFoundError:
+            raise Error("NOT_FOUND", "no such object", name) from None
+        except PermissionError as e:
+            raise Error("PERMISSION_DENIED", str(e), name) from None
+        except ValueError as e:  # no s3fs behind fsspec
+            raise Error("FAILED_PRECONDITION", f"fsspec cannot read s3:// here: {e}", name) from None
+        except OSError as e:
+            raise Error("UNAVAILABLE", str(e), name) from None
+    try:
+        return urllib.request.urlopen(urllib.request.Request(name, headers={"User-Agent": "imgstat-python"}),
+                                      timeout=timeout)
+    except urllib.error.HTTPError as e:
+        code = _HTTP_CODES.get(e.code, "UNAVAILABLE" if e.code >= 500 else "INVALID_ARGUMENT")
+        raise Error(code, f"HTTP {e.code} {e.reason}", name) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise Error("UNAVAILABLE", f"cannot read it: {getattr(e, 'reason', e)}", name) from None
+
+
 def _read_s3(name):
     try:
         import fsspec

@@ -6,6 +6,7 @@ brace ranges name many. Members are read in the archive's order, one at a
 time, as the pass takes them: a shard is never held whole."""
 from __future__ import annotations
 
+import io
 import os
 import re
 import tarfile
@@ -13,6 +14,7 @@ import warnings
 import zipfile
 
 from ._errors import Error
+from ._objects import is_object_name, open_object
 
 SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tbz", ".zip")
 # The extensions of images a folder's walk and an archive's members are read by (client/sources.cpp).
@@ -22,6 +24,8 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".jpe", ".jfif", ".tif", ".tiff", "
 # Past this a member is not read into memory (the CLI streams an uncompressed tar's).
 MAX_MEMBER_BYTES = 512 << 20
 MAX_BRACE_NAMES = 1 << 20
+# A zip in a bucket is read whole here (its directory is at its end).
+MAX_ZIP_OBJECT_BYTES = 512 << 20
 
 
 class Member:
@@ -33,8 +37,10 @@ class Member:
 
 
 def is_shard(x):
-    return isinstance(x, (str, os.PathLike)) and os.fspath(x).lower().endswith(SHARD_SUFFIXES) \
-        and os.path.isfile(os.fspath(x))
+    """An archive's path, or its URL (https://, http://, s3://: read here as a stream)."""
+    if not isinstance(x, (str, os.PathLike)) or not os.fspath(x).lower().endswith(SHARD_SUFFIXES):
+        return False
+    return is_object_name(x) or os.path.isfile(os.fspath(x))
 
 
 def expand_braces(pattern):
@@ -101,8 +107,8 @@ def members(path, extensions=None):
     path = os.fspath(path)
     extensions = extensions or IMAGE_EXTENSIONS
     kept = skipped = 0
-    entries = _zip_entries(path) if path.lower().endswith(".zip") else _tar_entries(path)
     try:
+        entries = _zip_entries(path) if path.lower().endswith(".zip") else _tar_entries(path)
         for member, size, read in entries:
             if not _wanted(member, extensions):
                 skipped += 1
@@ -137,8 +143,17 @@ def members(path, extensions=None):
 
 
 def _zip_entries(path):
-    """(name, size, read) of a zip's files, from its central directory."""
-    with zipfile.ZipFile(path) as z:
+    """(name, size, read) of a zip's files, from its central directory (a
+    zip in a bucket read whole first: its directory is at its end)."""
+    source = path
+    if is_object_name(path):
+        with open_object(path) as f:
+            data = f.read(MAX_ZIP_OBJECT_BYTES + 1)
+        if len(data) > MAX_ZIP_OBJECT_BYTES:
+            raise Error("RESOURCE_EXHAUSTED", f"a zip in a bucket is read whole here, and this one is larger than "
+                                              f"{MAX_ZIP_OBJECT_BYTES >> 20} MiB (the CLI reads it by ranges)", path)
+        source = io.BytesIO(data)
+    with zipfile.ZipFile(source) as z:
         for info in z.infolist():
             if not info.is_dir():
                 yield info.filename, info.file_size, lambda info=info: _read_at_most(z.open(info))
@@ -160,13 +175,16 @@ def _read_at_most(f):
 
 def _open_tar(path):
     lower = path.lower()
+    raw = open_object(path) if is_object_name(path) else None  # a shard in a bucket: one stream, as it comes
     if lower.endswith((".tar.zst", ".tzst")):
         try:
             import zstandard
         except ImportError:
             raise Error("UNIMPLEMENTED", "zstd archives need the zstandard module", path) from None
-        raw = open(path, "rb")
+        raw = raw or open(path, "rb")
         return tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(raw), mode="r|")
+    if raw is not None:
+        return tarfile.open(fileobj=raw, mode="r|*")
     return tarfile.open(path, mode="r|*")  # a stream: members in order, nothing held
 
 

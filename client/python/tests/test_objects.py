@@ -113,3 +113,59 @@ def test_file_objects_answer_as_their_files(server, store):
             with pytest.raises(imgstat.Error) as e:
                 client.analyze(f)
             assert "rb" in e.value.message
+
+
+def test_shards_by_url_answer_as_the_same_shards_on_disk(server, fetching, store):
+    """A tar (streamed as it comes) and a zip at an http:// URL, and a brace
+    range of them, answer as the same shards on disk, member by member and
+    aggregated; read by the package even where the server may fetch (a
+    member is no object of its own); a missing shard is NOT_FOUND."""
+    import tarfile
+    import zipfile
+    base, folder, names, seen = store
+    tar_path, zip_path = str(folder / "shard-0.tar"), str(folder / "shard-1.zip")
+    with tarfile.open(tar_path, "w") as t:
+        for n in names[::2]:
+            t.add(str(folder / n), n)
+        info = tarfile.TarInfo("000000.json")
+        info.size = 2
+        t.addfile(info, io.BytesIO(b"{}"))
+    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as z:
+        for n in names[1::2]:
+            z.write(str(folder / n), n)
+    tar_gz = str(folder / "shard-2.tar.gz")
+    with tarfile.open(tar_gz, "w:gz") as t:
+        for n in names:
+            t.add(str(folder / n), n)
+    local = [tar_path, zip_path, tar_gz]
+    urls = [base + os.path.basename(p) for p in local]
+
+    def by_member(client, inputs):
+        out = {}
+        for r in client.analyze_many(inputs, errors="return", stats="all"):
+            if isinstance(r, imgstat.Error):
+                out[r.input.rsplit("/", 1)[-1]] = r.code
+            else:
+                d = r.to_dict()
+                out[d["file"].rsplit("/", 1)[-1]] = comparable(d)
+        return out
+
+    with imgstat.Client(server.address) as plain, imgstat.Client(fetching.address) as fetches:
+        with pytest.warns(UserWarning, match="left out"):
+            want = by_member(plain, local)
+        assert len(want) == 2 * len(names)
+        assert any(isinstance(v, dict) for v in want.values())
+        for client in (plain, fetches):
+            seen.clear()
+            with pytest.warns(UserWarning, match="left out"):
+                assert by_member(client, urls) == want
+            assert {p for p, _ in seen} == {"/" + os.path.basename(p) for p in local}  # each shard read once, here
+            assert all(agent.startswith("imgstat-python") for _, agent in seen)
+        with pytest.warns(UserWarning, match="left out"):
+            braced = by_member(plain, [base + "shard-{0..0}.tar"])
+        assert braced == {k: v for k, v in want.items() if k.startswith("shard-0.tar:")}
+        a = plain.aggregate(urls[1:], errors="skip")
+        b = plain.aggregate(local[1:], errors="skip")
+        assert [comparable(r.to_dict())["channels"] for r in a] == [comparable(r.to_dict())["channels"] for r in b]
+        got = list(plain.analyze_many([base + "shard-9.tar"], errors="return"))
+        assert len(got) == 1 and isinstance(got[0], imgstat.Error) and got[0].code == "NOT_FOUND"
