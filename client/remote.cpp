@@ -441,10 +441,13 @@ void Remote::send_in_one_message(const std::string& name, const Request& request
 }
 
 bool Remote::fetches(const std::string& name) {
-  // A member of a shard in a bucket is no object of its own: this client reads it.
-  if (!is_object_name(name) || is_shard_member(name)) return false;
+  // A member of a shard in a bucket is no object of its own: a server that
+  // reads ranges reads an uncompressed tar's members there, else this client.
+  MemberRange range;
+  const bool member = is_shard_member(name);
+  if (!is_object_name(name) || (member && !member_range(name, &range))) return false;
   v1::ServerInfo info;
-  if (!server_info(deadline(), &info) || info.fetch_allow().empty()) return false;
+  if (!server_info(deadline(), &info) || info.fetch_allow().empty() || (member && !info.fetch_ranges())) return false;
   std::lock_guard<std::mutex> lock(info_mu_);
   if (!fetch_rules_) {
     try {
@@ -453,7 +456,7 @@ bool Remote::fetches(const std::string& name) {
       fetch_rules_ = std::make_unique<FetchRules>();  // rules this client cannot read: it fetches for itself
     }
   }
-  return fetch_rules_->match(name) != nullptr;
+  return fetch_rules_->match(member ? range.url : name) != nullptr;
 }
 
 void Remote::start_fetch(const std::string& name, const Request& request, std::function<void(Outcome)> done) {
@@ -461,7 +464,19 @@ void Remote::start_fetch(const std::string& name, const Request& request, std::f
     done(failure(name, "UNAVAILABLE", kUnreachable));
     return;
   }
-  send_in_one_message(name, request, deadline(), std::move(done), [&](v1::Input& input) { input.set_url(name); });
+  MemberRange range;
+  if (!member_range(name, &range)) {
+    send_in_one_message(name, request, deadline(), std::move(done), [&](v1::Input& input) { input.set_url(name); });
+    return;
+  }
+  send_in_one_message(name, request, deadline(), std::move(done), [&](v1::Input& input) {
+    input.set_url(range.url);
+    v1::ObjectRange* r = input.mutable_url_range();
+    r->set_offset(range.offset);
+    r->set_length(range.length);
+    r->set_object_size(range.object_size);
+    r->set_etag(range.etag);
+  });
 }
 
 void Remote::call_unary(std::shared_ptr<UnaryCall> call) {

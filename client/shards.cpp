@@ -512,6 +512,17 @@ uint64_t shard_member_size(const std::string& name) {
   return it == registry().inputs.end() ? 0 : it->second.first->members[it->second.second].size;
 }
 
+bool member_range(const std::string& name, MemberRange* out) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  auto it = registry().inputs.find(name);
+  if (it == registry().inputs.end()) return false;
+  const Shard& s = *it->second.first;
+  const Member& m = s.members[it->second.second];
+  if (!s.in_object || s.kind != Kind::kPlainTar || !m.error.empty() || m.size == 0) return false;
+  *out = {s.path, m.offset, m.size, s.object.size, s.object.etag};
+  return true;
+}
+
 MemberBytes open_member(const std::string& name) {
   Shard* s = nullptr;
   size_t i = 0;

@@ -75,6 +75,17 @@ struct MemberBytes {
 bool is_shard_member(const std::string& name);
 // Its size as its header declares (0 for a name that is none).
 uint64_t shard_member_size(const std::string& name);
+// A member of an uncompressed tar in a bucket, where its bytes lie: a
+// server that may fetch the bucket reads that range itself. False for any
+// other name (and for a member that cannot be read: its reader says why).
+struct MemberRange {
+  std::string url;  // the shard's
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t object_size = 0;
+  std::string etag;
+};
+bool member_range(const std::string& name, MemberRange* out);
 // Its bytes. Throws InputError: DATA_LOSS for a member its archive does not
 // hold whole or that changed, RESOURCE_EXHAUSTED past kMaxHeldMemberBytes.
 MemberBytes open_member(const std::string& name);

@@ -72,6 +72,8 @@ Clock::time_point Analyzer::memory_wait_until(const CallContext& call, Clock::ti
 Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsRequest& stats, bool parts,
                                         const CallContext& call) const {
   InputBytes out;
+  if (input.has_url_range() && input.url().empty())
+    fail(ErrorCode::kInvalidArgument, "the input has a url_range and no url: name the object the range is of");
   if (!input.url().empty()) {  // fetched here where no service fetched it first (a caller of the core alone)
     Fetched fetched = fetch_object(input, call);
     out.owned = std::move(fetched.bytes);
@@ -121,6 +123,31 @@ Analyzer::Fetched Analyzer::fetch_object(const v1::Input& input, const CallConte
     fail(ErrorCode::kInvalidArgument, "the input names an object to fetch and carries bytes too: send one");
   Fetched out;
   try {
+    if (input.has_url_range()) {
+      // A member of a shard the caller listed: its range alone, pinned to the
+      // object the caller saw (every request asks If-Match its ETag and checks
+      // the size; the rules are checked as for a whole object).
+      const v1::ObjectRange& r = input.url_range();
+      if (!fetch_rules_.match(input.url())) open_object(input.url(), 0, &out.bytes, &fetch_rules_);  // refused, naming the rules
+      if (r.length() == 0 || r.offset() > r.object_size() || r.length() > r.object_size() - r.offset())
+        fail(ErrorCode::kInvalidArgument, input.url() + ": a range of " + std::to_string(r.length()) + " bytes at " +
+                                              std::to_string(r.offset()) + " of an object of " +
+                                              std::to_string(r.object_size()) + " (empty or past its end)");
+      if (r.length() > limits_.max_input_bytes)
+        fail(ErrorCode::kResourceExhausted, input.url() + ": a range of " + std::to_string(r.length()) +
+                                                " bytes, past this server's --max-input-bytes (" +
+                                                std::to_string(limits_.max_input_bytes) + ")");
+      ObjectInfo object;
+      object.name = input.url();
+      object.size = r.object_size();
+      object.etag = r.etag();
+      object.rules = &fetch_rules_;
+      out.lease = budget_->acquire(r.length(), input.url() + "'s range of " + std::to_string(r.length() >> 20) + " MiB",
+                                   call, memory_wait_until(call, Clock::now()));
+      out.bytes.resize(static_cast<size_t>(r.length()));
+      read_object_parallel(object, r.offset(), out.bytes.data(), out.bytes.size(), size_t{8} << 20, 8);
+      return out;
+    }
     // The first request brings a small object whole, and a large one's
     // size, checked before anything more is held.
     constexpr size_t kFirst = size_t{4} << 20;

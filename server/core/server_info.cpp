@@ -19,6 +19,7 @@ v1::ServerInfo Analyzer::server_info() const {
   if (gpu_jpeg_) info.set_gpu_decoder(gpu_jpeg_->description());
   if (regions_) info.set_region_socket(region_socket_);
   for (const std::string& prefix : fetch_rules_.prefixes()) info.add_fetch_allow(prefix);
+  info.set_fetch_ranges(!fetch_rules_.empty());
   v1::EngineInfo* e = info.mutable_engine();
   const EngineInfo engine = engine_->info();  // live: a lost GPU leaves the CPU engine
   e->set_kind(engine.kind);

@@ -98,6 +98,7 @@ bool CallEnv::submit_request(const CallContext& call, v1::AnalyzeRequest* reques
       call.check("while waiting to fetch");
       Analyzer::Fetched fetched = analyzer.fetch_object(request->input(), call);
       request->mutable_input()->clear_url();
+      request->mutable_input()->clear_url_range();
       request->mutable_input()->set_data(std::move(fetched.bytes));
       *lease = std::move(fetched.lease);
     });

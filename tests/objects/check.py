@@ -347,15 +347,51 @@ def check_shards(client_bin, server_bin, folder, names, front, env, port, cert, 
     https_env = dict(env, CURL_CA_BUNDLE=cert, AWS_CA_BUNDLE=cert)
     s3 = "s3://bucket/shards/"
     web = f"https://127.0.0.1:{port}/data/shards/"
-    fetching, fetching_address = start_server(server_bin, work, "--fetch-allow", s3, log_name="fetching-shards.log")
+    saved = dict(os.environ)
+    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+    try:
+        fetching, fetching_address = start_server(server_bin, work, "--fetch-allow", s3, log_name="fetching-shards.log")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     try:
         for where, what in ((["--local"], "--local"), (["--server", address], "a live server"),
                             (["--server", fetching_address], "a server that may fetch the bucket")):
             for base in (s3, web):
+                front.ranges.clear()
                 got = answers(run(client_bin, where, *[base + k for k in kinds], env=https_env), base)
                 equal(sorted(got), sorted(local), f"shards at {base}, {what}: the members answered")
                 for n in local:
                     equal(got.get(n), local[n], f"shards at {base}, {what}: {n}")
+                if base == s3:
+                    # Where the server may fetch the bucket, it reads each member of
+                    # an uncompressed tar by its own range (the client only lists).
+                    import tarfile
+                    with tarfile.open(os.path.join(out_dir, kinds[0])) as t:
+                        wanted_ranges = {f"bytes={m.offset_data}-{m.offset_data + m.size - 1}" for m in t.getmembers()
+                                         if m.isfile() and not m.name.endswith(".json")}
+                    asked = set(front.ranges.get("shards/" + kinds[0], []))
+                    equal(wanted_ranges <= asked, "may fetch" in what, f"shards at {base}, {what}: members read by range")
+        # Ranges the server is asked for by hand: the right one answers; the
+        # wrong ETag or size is DATA_LOSS; past the end, empty, or without
+        # a url INVALID_ARGUMENT; outside the rules PERMISSION_DENIED.
+        import tarfile
+        with tarfile.open(os.path.join(out_dir, kinds[0])) as t:
+            m = next(m for m in t.getmembers() if m.isfile() and m.name.endswith(".png"))
+        size = os.path.getsize(os.path.join(out_dir, kinds[0]))
+        analyze = grpc_analyze(work, fetching_address)
+        etag = '"' + __import__("hashlib").md5(open(os.path.join(out_dir, kinds[0]), "rb").read()).hexdigest() + '"'
+        cases = [((s3 + kinds[0], (m.offset_data, m.size, size, etag)), "OK", ""),
+                 ((s3 + kinds[0], (m.offset_data, m.size, size, '"0123"')), "DATA_LOSS", ""),
+                 ((s3 + kinds[0], (m.offset_data, m.size, size + 1, etag)), "DATA_LOSS", ""),
+                 ((s3 + kinds[0], (size - 10, 11, size, etag)), "INVALID_ARGUMENT", "past its end"),
+                 ((s3 + kinds[0], (0, 0, size, etag)), "INVALID_ARGUMENT", "empty"),
+                 (("", (0, 10, size, etag)), "INVALID_ARGUMENT", "no url"),
+                 (("s3://bucket/dataset/large.pgm", (0, 10, 100, "")), "PERMISSION_DENIED", "--fetch-allow")]
+        for (url, rng), code, says in cases:
+            got_code, details = analyze(url, rng)
+            if got_code != code or says not in details:
+                fail(f"a range by hand {url} {rng}: {got_code} {details!r}, not {code} saying {says!r}")
     finally:
         fetching.terminate()
         fetching.wait()
@@ -404,9 +440,13 @@ def grpc_analyze(work, address):
     call = channel.unary_unary("/imgstat.v1.ImageStats/Analyze", request_serializer=pb.AnalyzeRequest.SerializeToString,
                                response_deserializer=pb.AnalyzeResponse.FromString)
 
-    def analyze(url):
+    def analyze(url, url_range=None):
+        """url_range: (offset, length, object_size, etag)."""
+        rng = None
+        if url_range is not None:
+            rng = pb.ObjectRange(offset=url_range[0], length=url_range[1], object_size=url_range[2], etag=url_range[3])
         try:
-            call(pb.AnalyzeRequest(input=pb.Input(url=url)), timeout=120)
+            call(pb.AnalyzeRequest(input=pb.Input(url=url, url_range=rng)), timeout=120)
             return "OK", ""
         except grpc.RpcError as e:
             return e.code().name, e.details()

@@ -78,6 +78,7 @@ class Front(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.secret_key = secret_key
         self.lock = threading.Lock()
         self.seen = {}  # key -> requests so far
+        self.ranges = {}  # key -> the Range header of each GET ("" for none)
         self.requests = 0
 
     def handle_error(self, request, client_address):
@@ -134,6 +135,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.send_error_xml(503, "ServiceUnavailable", "Reduce your request rate.")
         headers = {}
         rng = self.headers.get("Range")
+        with s.lock:
+            s.ranges.setdefault(key, []).append(rng or "")
         if rng and fault != "noranges":
             headers["Range"] = rng
         r, data = s.backend("GET", self.path, headers)
