@@ -8,6 +8,7 @@
 #   client fetches       the client reads them and sends their bytes
 #   folder               the same files on disk
 #   shards in the bucket the same files in 10 uncompressed tar shards as objects, read by the client
+#   shards, server reads the client lists the shards, the fetching server reads each member's range
 #   curl over the shards the shards fetched to /dev/null, 10 at once (their baseline)
 # Rates in MB/s and images/s, the ratio to curl's bytes/s (issue #51's
 # target: 0.9x for the server's fetch), and the answers compared with the
@@ -87,6 +88,7 @@ l=$(best client "$client" --server "$plain" "${stats[@]}" "${names[@]}")
 f=$(best folder "$client" --server "$plain" "${stats[@]}" "$work/img")
 cs=$(best curlshards curl --no-progress-meter --parallel --parallel-max 10 -K "$work/curl-shards.cfg")
 sh=$(best shards "$client" --server "$plain" "${stats[@]}" "s3://bench/shards/shard-{00..09}.tar")
+sf=$(best shardsfetch "$client" --server "$fetching" "${stats[@]}" "s3://bench/shards/shard-{00..09}.tar")
 same() { cmp -s "$work/answer.folder" "$work/answer.$1" && echo "equal" || echo "DIFFERENT"; }
 echo "$n JPEGs, $bytes bytes, s3rver on loopback, $(nproc) cores, engine ${ENGINE:-cpu}, $(date -u +%Y-%m-%d)"
 echo "$c $s $l $f $n $bytes $(same server) $(same client)" | awk '{
@@ -95,7 +97,8 @@ echo "$c $s $l $f $n $bytes $(same server) $(same client)" | awk '{
   printf "  server fetches               %6.2f s  %7.1f MB/s  %6.0f images/s  %.2fx curl  answer %s\n", s, mb / s, n / s, c / s, $7
   printf "  client fetches               %6.2f s  %7.1f MB/s  %6.0f images/s  %.2fx curl  answer %s\n", l, mb / l, n / l, c / l, $8
   printf "  folder on disk               %6.2f s  %7.1f MB/s  %6.0f images/s\n", f, mb / f, n / f }'
-echo "$cs $sh $f $n $bytes $(same shards)" | awk '{
-  c = $1; s = $2; f = $3; n = $4; mb = $5 / 1e6
+echo "$cs $sh $f $n $bytes $(same shards) $sf $(same shardsfetch)" | awk '{
+  c = $1; s = $2; f = $3; n = $4; mb = $5 / 1e6; sf = $7
   printf "  curl over 10 tar shards      %6.2f s  %7.1f MB/s\n", c, mb / c
-  printf "  shards in the bucket         %6.2f s  %7.1f MB/s  %6.0f images/s  %.2fx curl  %.2fx the folder  answer %s\n", s, mb / s, n / s, c / s, f / s, $6 }'
+  printf "  shards in the bucket         %6.2f s  %7.1f MB/s  %6.0f images/s  %.2fx curl  %.2fx the folder  answer %s\n", s, mb / s, n / s, c / s, f / s, $6
+  printf "  shards, server reads ranges  %6.2f s  %7.1f MB/s  %6.0f images/s  %.2fx curl  %.2fx the folder  answer %s\n", sf, mb / sf, n / sf, c / sf, f / sf, $8 }'
