@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,6 +85,11 @@ class Remote {
   // Whether the server reads this object itself (its ServerInfo.fetch_allow
   // covers the name): then the client sends the name, not the bytes.
   bool fetches(const std::string& name);
+  // The objects under an s3:// prefix as a server lists them (ListObjects),
+  // where its fetch_allow covers the prefix; nullopt where none may (the
+  // client lists for itself). Throws InputError with the server's status
+  // where it refused or the listing failed.
+  std::optional<std::vector<std::string>> list_on_server(const std::string& prefix);
   // The object by its name (Input.url), answered as start() answers.
   void start_fetch(const std::string& name, const Request& request, std::function<void(Outcome)> done);
   // Calls in flight that keep the server (every server of a list) busy:
@@ -166,6 +172,8 @@ class Remote {
   bool info_ok_ = false;
   v1::ServerInfo info_;
   std::unique_ptr<FetchRules> fetch_rules_;  // info_.fetch_allow, once asked
+  // Whether the server's rules (fetch_rules_, made once) cover name.
+  bool covered(const v1::ServerInfo& info, const std::string& name);
   size_t servers_ = 1;  // addresses the target names
   // A file used all its retries on UNAVAILABLE, and no call has been answered since.
   std::atomic<bool> unreachable_{false};

@@ -93,6 +93,8 @@ class Run {
     input_options.every_file = o_.bytes;
     input_options.extensions = o_.extensions;
     if (!labels_.extension.empty()) input_options.beside = {labels_.extension};  // maps, not inputs
+    // A prefix that a server may fetch is listed there, with its credentials.
+    if (!o_.local) input_options.list_on_server = [&remote](const std::string& prefix) { return remote.list_on_server(prefix); };
     std::vector<std::string> notes;
     inputs_ = client::expand_inputs(o_.files, &missing_, input_options, &dicom_files_, &notes);
     for (const std::string& n : notes) err_ << "imgstat-client: note: " << n << "\n";

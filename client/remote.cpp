@@ -448,6 +448,10 @@ bool Remote::fetches(const std::string& name) {
   if (!is_object_name(name) || (member && !member_range(name, &range))) return false;
   v1::ServerInfo info;
   if (!server_info(deadline(), &info) || info.fetch_allow().empty() || (member && !info.fetch_ranges())) return false;
+  return covered(info, member ? range.url : name);
+}
+
+bool Remote::covered(const v1::ServerInfo& info, const std::string& name) {
   std::lock_guard<std::mutex> lock(info_mu_);
   if (!fetch_rules_) {
     try {
@@ -456,7 +460,41 @@ bool Remote::fetches(const std::string& name) {
       fetch_rules_ = std::make_unique<FetchRules>();  // rules this client cannot read: it fetches for itself
     }
   }
-  return fetch_rules_->match(member ? range.url : name) != nullptr;
+  return fetch_rules_->match(name) != nullptr;
+}
+
+std::optional<std::vector<std::string>> Remote::list_on_server(const std::string& prefix) {
+  v1::ServerInfo info;
+  if (!server_info(deadline(), &info) || info.fetch_allow().empty() || !covered(info, prefix)) return std::nullopt;
+  grpc::ClientContext ctx;
+  prepare(ctx, deadline());
+  v1::ListObjectsRequest request;
+  request.set_prefix(prefix);
+  std::unique_ptr<grpc::ClientReader<v1::ListObjectsResponse>> reader = stub_->ListObjects(&ctx, request);
+  v1::ListObjectsResponse page;
+  std::vector<std::string> names;
+  std::string stray;
+  while (reader->Read(&page)) {
+    for (const v1::ListedObject& o : page.objects()) {
+      // A server's answer is checked as a store's is: only names under the
+      // prefix asked for, and no more than a listing may hold.
+      if (o.name().size() < 5 || o.name().compare(5, prefix.size() - 5, prefix, 5) != 0) {  // past "s3://", any case
+        if (stray.empty()) stray = o.name().substr(0, 200);
+        continue;
+      }
+      if (names.size() >= object_limits().max_listed_objects) {
+        ctx.TryCancel();
+        (void)reader->Finish();
+        throw InputError("RESOURCE_EXHAUSTED", "more than " + std::to_string(object_limits().max_listed_objects) +
+                                                   " objects under " + prefix);
+      }
+      names.push_back(o.name());
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) throw InputError(status_code_name(status.error_code()), status.error_message());
+  if (!stray.empty()) throw InputError("INTERNAL", "the server listed " + stray + ", which is not under " + prefix);
+  return names;
 }
 
 void Remote::start_fetch(const std::string& name, const Request& request, std::function<void(Outcome)> done) {

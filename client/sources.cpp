@@ -497,7 +497,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
     uint64_t left_out = 0;
     try {
       const std::string listed = wild == std::string::npos ? bucket_head + pattern : arg.substr(0, wild);
-      const std::vector<ObjectInfo> found = list_objects(listed, [&](const std::string& key) {
+      auto keep = [&](const std::string& key) {
         if (wild != std::string::npos && fnmatch(pattern.c_str(), key.c_str(), flags) != 0 &&
             fnmatch(no_folders.c_str(), key.c_str(), flags) != 0)
           return false;
@@ -506,7 +506,15 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
         if (options.every_file || wanted(key) || (wild != std::string::npos && is_shard_name(key))) return true;
         ++left_out;
         return false;
-      });
+      };
+      std::vector<ObjectInfo> found;
+      if (auto on_server = options.list_on_server ? options.list_on_server(listed) : std::nullopt) {
+        // Listed by a server that may fetch the prefix: keys as the store's listing gives them.
+        for (std::string& name : *on_server)
+          if (keep(name.substr(bucket_head.size()))) found.push_back({std::move(name)});
+      } else {
+        found = list_objects(listed, keep);
+      }
       if (found.empty())
         missing->push_back(arg + (left_out > 0 ? (extensions.empty() ? " (no images under this prefix)" : " (no objects of those extensions)")
                                                : " (no objects under this prefix)"));

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,10 @@ struct InputOptions {
   // Files and members read beside inputs, not inputs themselves: WebDataset
   // keys' label or mask images (--labels .seg.png).
   std::vector<std::string> beside;
+  // Lists an s3:// prefix on a server that may fetch it: the names under
+  // it, or nullopt where no server may (the client then lists it with its
+  // own credentials). Unset: the client lists.
+  std::function<std::optional<std::vector<std::string>>(const std::string& prefix)> list_on_server;
 };
 
 // WebDataset's key of a file or member: its path up to the first dot of its

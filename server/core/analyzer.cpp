@@ -118,6 +118,23 @@ Analyzer::InputBytes Analyzer::bytes_of(const v1::Input& input, const StatsReque
   return out;
 }
 
+std::vector<ObjectInfo> Analyzer::list_prefix(const std::string& prefix, const CallContext& call) const {
+  if (prefix.size() < 6 || !std::equal(prefix.begin(), prefix.begin() + 5, "s3://", [](char a, char b) {
+        return std::tolower(static_cast<unsigned char>(a)) == b;
+      }))
+    fail(ErrorCode::kInvalidArgument, "only s3:// prefixes are listed (HTTP has no listing): " + prefix.substr(0, 200));
+  try {
+    if (!fetch_rules_.match(prefix)) {
+      std::string head;
+      open_object(prefix, 0, &head, &fetch_rules_);  // refused, naming the rules
+    }
+    call.check("while waiting to list");
+    return list_objects(prefix, [](const std::string&) { return true; });
+  } catch (const InputError& e) {
+    fail(static_cast<ErrorCode>(status_code_of(e.code())), e.what());
+  }
+}
+
 Analyzer::Fetched Analyzer::fetch_object(const v1::Input& input, const CallContext& call) const {
   if (!input.data().empty() || input.has_region())
     fail(ErrorCode::kInvalidArgument, "the input names an object to fetch and carries bytes too: send one");

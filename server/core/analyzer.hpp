@@ -69,6 +69,10 @@ class Analyzer {
     MemoryBudget::Lease lease;
   };
   Fetched fetch_object(const v1::Input& input, const CallContext& call) const;
+  // The objects under an s3:// prefix that --fetch-allow covers, listed with
+  // the server's credentials (ListObjects): PERMISSION_DENIED naming the
+  // rules for one they do not cover, INVALID_ARGUMENT for no s3:// prefix.
+  std::vector<ObjectInfo> list_prefix(const std::string& prefix, const CallContext& call) const;
   const MemoryBudget& budget() const { return *budget_; }
   Spool& spool() const { return *spool_; }
   // Runs fn on a thread of its own once one of the engine's-threads-many

@@ -121,6 +121,16 @@ grpc::ServerBidiReactor<v1::BatchRequest, v1::BatchResponse>* ImageStatsService:
   return make_batch_reactor(ctx, env_);
 }
 
+grpc::ServerWriteReactor<v1::ListObjectsResponse>* ImageStatsService::ListObjects(
+    grpc::CallbackServerContext* ctx, const v1::ListObjectsRequest* request) {
+  const grpc::Status admitted = admission_.enter();
+  if (!admitted.ok()) {
+    note_refusal("ListObjects", ctx, admitted, env_);
+    return new Refusal<grpc::ServerWriteReactor<v1::ListObjectsResponse>>(admitted);
+  }
+  return make_list_reactor(ctx, request, env_);
+}
+
 grpc::ServerUnaryReactor* ImageStatsService::GetServerInfo(grpc::CallbackServerContext* ctx,
                                                             const v1::GetServerInfoRequest*,
                                                             v1::ServerInfo* response) {

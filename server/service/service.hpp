@@ -29,6 +29,8 @@ class ImageStatsService final
       grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* ctx, const v1::GetServerInfoRequest* request,
                                           v1::ServerInfo* response) override;
+  grpc::ServerWriteReactor<v1::ListObjectsResponse>* ListObjects(grpc::CallbackServerContext* ctx,
+                                                                const v1::ListObjectsRequest* request) override;
   grpc::ServerUnaryReactor* RegisterRegion(grpc::CallbackServerContext* ctx, const v1::RegisterRegionRequest* request,
                                            v1::Region* response) override;
   grpc::ServerUnaryReactor* ListRegions(grpc::CallbackServerContext* ctx, const v1::ListRegionsRequest* request,
@@ -58,5 +60,8 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* make_stream_reactor(grpc::CallbackSer
                                                               grpc::ByteBuffer* response, CallEnv& env);
 grpc::ServerBidiReactor<v1::BatchRequest, v1::BatchResponse>* make_batch_reactor(grpc::CallbackServerContext* ctx,
                                                                                  CallEnv& env);
+grpc::ServerWriteReactor<v1::ListObjectsResponse>* make_list_reactor(grpc::CallbackServerContext* ctx,
+                                                                     const v1::ListObjectsRequest* request,
+                                                                     CallEnv& env);
 
 }  // namespace imgstat

@@ -453,11 +453,31 @@ def grpc_analyze(work, address):
     return analyze
 
 
+def grpc_lister(work, address):
+    """ListObjects by hand: ([(name, size)], code name, details)."""
+    import grpc
+    grpc_analyze(work, address)  # the messages, made once
+    from imgstat.v1 import imgstat_pb2 as pb
+    channel = grpc.insecure_channel(address)
+    call = channel.unary_stream("/imgstat.v1.ImageStats/ListObjects", request_serializer=pb.ListObjectsRequest.SerializeToString,
+                                response_deserializer=pb.ListObjectsResponse.FromString)
+
+    def lister(prefix):
+        out = []
+        try:
+            for page in call(pb.ListObjectsRequest(prefix=prefix), timeout=120):
+                out += [(o.name, o.size) for o in page.objects]
+            return out, "OK", ""
+        except grpc.RpcError as e:
+            return out, e.code().name, e.details()
+    return lister
+
+
 def check_server_fetch(server_bin, client_bin, folder, names, want, port, cert, front, front_port, work, plain_address):
     """A server started with --fetch-allow reads the objects itself: the
     client, with neither credentials nor the certificate, sends names."""
     rules = [f"s3://bucket/dataset/", f"https://127.0.0.1:{port}/data/", f"https://127.0.0.1:{port}/away/",
-             f"https://localhost:{port}/data/"]
+             f"https://localhost:{port}/data/", "s3://bucket/many/"]
     saved = dict(os.environ)
     os.environ.update(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET, AWS_REGION="eu-west-3",
                       AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{front_port}", AWS_CA_BUNDLE=cert, CURL_CA_BUNDLE=cert)
@@ -482,6 +502,31 @@ def check_server_fetch(server_bin, client_bin, folder, names, want, port, cert, 
         untimed = [[{k: v for k, v in json.loads(line).items() if k not in TIMES} for line in o.stdout.splitlines()
                     if line.strip()] for o in (a, b)]
         equal(untimed[0], untimed[1], "server fetch: --aggregate over s3:// names against the files")
+        # Prefixes and patterns: listed by the server (the client has no credentials).
+        a = run(client_bin, ["--server", address], "--aggregate", "s3://bucket/dataset/", env=bare)
+        untimed_prefix = [{k: v for k, v in json.loads(line).items() if k not in TIMES} for line in a.stdout.splitlines()
+                          if line.strip()]
+        equal(untimed_prefix, untimed[1], f"server fetch: --aggregate over a prefix the server lists ({a.stderr[-200:]})")
+        if "1 objects left out, not images" not in a.stderr:
+            fail(f"server listing: notes.txt not said left out: {a.stderr[-300:]}")
+        got = answers(run(client_bin, ["--server", address], "s3://bucket/dataset/*.png", env=bare), "s3://bucket/dataset/")
+        equal(sorted(got), sorted(n for n in names if n.endswith(".png") and "/" not in n), "server listing: a pattern")
+        out = run(client_bin, ["--server", address], "s3://bucket/", env=bare)  # not covered: the client lists, and cannot
+        if out.returncode == 0 or "s3://bucket/" not in out.stderr:
+            fail(f"server listing: a prefix outside the rules: {out.returncode} {out.stderr[-300:]}")
+        lister = grpc_lister(work, address)
+        listed, code, details = lister("s3://bucket/many/")
+        equal((len(listed), code), (5000, "OK"), f"server listing: 5,000 keys in pages ({details})")
+        equal(listed[:2], [("s3://bucket/many/k00000.txt", 1), ("s3://bucket/many/k00001.txt", 1)], "server listing: names and sizes")
+        for prefix, want_code, says in (("s3://bucket/", "PERMISSION_DENIED", "--fetch-allow"),
+                                        (f"https://127.0.0.1:{port}/data/", "INVALID_ARGUMENT", "HTTP has no listing"),
+                                        ("s3://bucket/dataset/no-such/", "OK", "")):
+            listed, code, details = lister(prefix)
+            if code != want_code or says not in details or listed:
+                fail(f"server listing {prefix}: {code} {details!r} {len(listed)} names, not {want_code} saying {says!r}")
+        listed, code, details = grpc_lister(work, plain_address)("s3://bucket/dataset/")
+        if code != "PERMISSION_DENIED" or "it fetches nothing" not in details:
+            fail(f"server listing on a server without --fetch-allow: {code} {details!r}")
         analyze = grpc_analyze(work, address)
         refused = {
             "s3://bucket/faults/flaky/flaky.img": "outside what this server may fetch (--fetch-allow " + ",".join(rules),

@@ -14,7 +14,7 @@ import numpy as np
 
 from ._errors import Error
 from ._inputs import ImageLike, bad, layout, map_of, prepare, rows, side_input
-from ._objects import covered, read_object
+from ._objects import covered, list_objects_here, read_object
 from ._options import ANALYZE_OPTIONS, build_options, is_path, parts_asked
 from ._pump import Pump
 from ._regions import Cuda, Memory, copy_into
@@ -166,7 +166,7 @@ class Client:
         order as the pass takes them; ``extensions`` (".jpg", ".seg.png")
         chooses other members. Members left out are said by a warning."""
         opts = self._options(options)
-        return self._pump.many(((x, opts) for x in expand_archives(inputs, extensions)), jobs, errors)
+        return self._pump.many(((x, opts) for x in expand_archives(inputs, extensions, self._list)), jobs, errors)
 
     def aggregate(self, inputs: Iterable[ImageLike], labels: str | os.PathLike | Iterable[ImageLike] | None = None, *,
                   jobs: int | None = None, errors: str = "raise", extensions: Iterable[str] | None = None,
@@ -200,7 +200,7 @@ class Client:
 
         def with_labels():
             if labels is None:
-                for x in expand_archives(inputs, extensions):
+                for x in expand_archives(inputs, extensions, self._list):
                     yield x, per_call
                 return
             for x, label_image in _label_pairs(inputs, labels):
@@ -216,6 +216,14 @@ class Client:
             for one in [r] + r.other_series:  # each series joins its kind
                 aggregation.add(one.proto)
         return aggregation
+
+    def _list(self, prefix):
+        """The names under an s3:// prefix: listed by the server where its
+        --fetch-allow covers the prefix (with its credentials), else here
+        through fsspec and s3fs."""
+        if covered(prefix, self._transport.server_info().fetch_allow):
+            return self._transport.list_objects(prefix)
+        return list_objects_here(prefix)
 
     # --- each input's way ----------------------------------------------------
     def _run(self, job, opts, deadline=None):

@@ -82,6 +82,30 @@ def open_object(name, timeout=60):
         raise Error("UNAVAILABLE", f"cannot read it: {getattr(e, 'reason', e)}", name) from None
 
 
+def list_objects_here(prefix):
+    """The s3:// names under a prefix, listed through fsspec and s3fs."""
+    try:
+        import fsspec
+        fs = fsspec.filesystem("s3")
+    except ImportError:
+        raise Error("FAILED_PRECONDITION", "s3:// prefixes are listed here through fsspec and s3fs, which are not "
+                    "installed; or start the server with --fetch-allow covering it, and it lists them itself",
+                    prefix) from None
+    except ValueError as e:
+        raise Error("FAILED_PRECONDITION", f"fsspec cannot list s3:// here: {e}", prefix) from None
+    bare = prefix[5:]
+    folder = bare[:bare.rindex("/") + 1] if "/" in bare else bare + "/"
+    try:
+        found = fs.find(folder)
+    except FileNotFoundError:
+        return []
+    except PermissionError as e:
+        raise Error("PERMISSION_DENIED", str(e), prefix) from None
+    except OSError as e:
+        raise Error("UNAVAILABLE", str(e), prefix) from None
+    return sorted("s3://" + k for k in found if k.startswith(bare) and not k.endswith("/"))
+
+
 def _read_s3(name):
     try:
         import fsspec

@@ -188,10 +188,79 @@ def _open_tar(path):
     return tarfile.open(path, mode="r|*")  # a stream: members in order, nothing held
 
 
-def expand(inputs, extensions=None):
+def is_s3_listing(x):
+    """An s3:// prefix ("s3://bucket/images/", "s3://bucket") or pattern
+    ("s3://bucket/images/*.png", ** crossing folders): the objects listed."""
+    if not isinstance(x, str) or x[:5].lower() != "s3://":
+        return False
+    return "/" not in x[5:] or x.endswith("/") or any(c in x for c in "*?[")
+
+
+def _glob_regex(pattern):
+    """A key pattern as the CLI matches it: * and ? stay in a folder, ** crosses them."""
+    out, i = "", 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif c == "*":
+            out, i = out + "[^/]*", i + 1
+        elif c == "?":
+            out, i = out + "[^/]", i + 1
+        elif c == "[" and "]" in pattern[i + 1:]:
+            end = pattern.index("]", i + 1)
+            out, i = out + "[" + pattern[i + 1:end].replace("\\", "\\\\") + "]", end + 1
+        else:
+            out, i = out + re.escape(c), i + 1
+    return re.compile(out + r"\Z", re.S)
+
+
+def listed(name, lister, extensions=None):
+    """The inputs an s3:// prefix or pattern names: images by extension (or
+    extensions), and the members of shards a pattern names; what is left out
+    said by a warning, as the CLI says it."""
+    head = name if "/" in name[5:] else name + "/"
+    bucket = head[:head.index("/", 5) + 1]
+    pattern = head[len(bucket):]
+    wild = next((i for i, c in enumerate(pattern) if c in "*?["), None)
+    prefix = bucket + (pattern if wild is None else pattern[:wild])
+    try:
+        names = lister(prefix)
+    except Error as e:
+        yield e
+        return
+    matchers = []
+    if wild is not None:
+        matchers = [_glob_regex(pattern), _glob_regex(pattern.replace("**/", ""))]
+    wanted_ext = tuple(e.lower() for e in (extensions or IMAGE_EXTENSIONS))
+    kept = left_out = 0
+    for full in names:
+        key = full[len(bucket):]
+        if matchers and not any(m.match(key) for m in matchers):
+            continue
+        if key.lower().endswith(wanted_ext):
+            kept += 1
+            yield full
+        elif wild is not None and key.lower().endswith(SHARD_SUFFIXES):
+            kept += 1
+            yield from members(full, extensions)
+        else:
+            left_out += 1
+    if left_out:
+        warnings.warn(f"{name}: {left_out} objects left out, not images by their names (extensions= to read them)",
+                      stacklevel=3)
+    if kept == 0:
+        yield Error("NOT_FOUND", "no images under this prefix" if left_out else "no objects under this prefix", name)
+
+
+def expand(inputs, extensions=None, lister=None):
     """The inputs with each archive's path (or brace range of them) in place
-    of its members; anything else as it is."""
+    of its members, and each s3:// prefix or pattern in place of the objects
+    lister(prefix) finds; anything else as it is."""
     for x in inputs:
+        if lister is not None and is_s3_listing(x):
+            yield from listed(x, lister, extensions)
+            continue
         if isinstance(x, str) and "{" in x and not os.path.exists(x):
             try:
                 names = expand_braces(x)

@@ -99,6 +99,15 @@ class Transport:
             self._info = info
         return info
 
+    def list_objects(self, prefix):
+        """ListObjects: the names under an s3:// prefix, as the server lists them."""
+        def listing(t):
+            names = []
+            for page in self.stub.ListObjects(pb.ListObjectsRequest(prefix=prefix), timeout=t, metadata=self.metadata):
+                names += [o.name for o in page.objects]
+            return names
+        return self.invoke(listing, prefix)
+
     def known_info(self):
         """The server's info, or None when it cannot be had (defaults apply)."""
         if self._info is None and self._info_error is None:

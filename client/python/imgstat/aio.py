@@ -70,7 +70,7 @@ class Client:
             raise ValueError("errors must be 'raise' or 'return'")
         window = jobs or await asyncio.to_thread(self._sync.calls_to_fill)
         pending = []
-        for x in expand_archives(inputs, extensions):
+        for x in expand_archives(inputs, extensions, self._sync._list):
             pending.append(asyncio.ensure_future(self._one(x, options)))
             if len(pending) >= window:
                 async for r in self._drain(pending[:1], errors):

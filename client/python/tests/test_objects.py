@@ -169,3 +169,90 @@ def test_shards_by_url_answer_as_the_same_shards_on_disk(server, fetching, store
         assert [comparable(r.to_dict())["channels"] for r in a] == [comparable(r.to_dict())["channels"] for r in b]
         got = list(plain.analyze_many([base + "shard-9.tar"], errors="return"))
         assert len(got) == 1 and isinstance(got[0], imgstat.Error) and got[0].code == "NOT_FOUND"
+
+
+class _FakeS3(http.server.BaseHTTPRequestHandler):
+    """Path-style S3 over a folder: GET /bucket/key, and ListObjectsV2 in
+    pages of two keys (signatures not checked: the real store's are, in
+    tests/objects)."""
+    folder = None
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        import urllib.parse
+        from xml.sax.saxutils import escape
+        path, _, query = self.path.partition("?")
+        bucket, _, key = urllib.parse.unquote(path[1:]).partition("/")
+        q = urllib.parse.parse_qs(query)
+        if "list-type" in q:
+            prefix = q.get("prefix", [""])[0]
+            keys = sorted(os.path.relpath(os.path.join(d, f), self.folder).replace(os.sep, "/")
+                          for d, _, files in os.walk(self.folder) for f in files)
+            keys = [k for k in keys if k.startswith(prefix)]
+            start = int(q.get("continuation-token", ["0"])[0])
+            page = keys[start:start + 2]
+            more = start + 2 < len(keys)
+            body = ("<ListBucketResult>" + "".join(
+                f"<Contents><Key>{escape(k)}</Key><Size>{os.path.getsize(os.path.join(self.folder, k))}</Size></Contents>"
+                for k in page) + f"<IsTruncated>{'true' if more else 'false'}</IsTruncated>" +
+                (f"<NextContinuationToken>{start + 2}</NextContinuationToken>" if more else "") +
+                "</ListBucketResult>").encode()
+        else:
+            try:
+                with open(os.path.join(self.folder, key), "rb") as f:
+                    body = f.read()
+            except OSError:
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_s3_prefixes_and_patterns_listed_by_a_server_that_may_fetch_them(server, store, monkeypatch):
+    """A server whose --fetch-allow covers a prefix lists it (ListObjects) and
+    reads its objects: the package names prefixes and patterns as the CLI
+    does, with neither credentials nor s3fs, and gets the files' answers;
+    what is no image is said left out; a prefix no server may list is an
+    Error saying what to do."""
+    _, folder, names, _ = store
+    handler = type("Handler", (_FakeS3,), {"folder": str(folder)})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    with open(folder / "notes.txt", "w") as f:
+        f.write("no image\n")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{httpd.server_address[1]}")
+    fetching = Server("--fetch-allow", "s3://bucket/")
+    try:
+        with imgstat.Client(server.address) as plain, imgstat.Client(fetching.address) as fetches:
+            files = [str(folder / n) for n in names]
+            want = {n: a for n, a in zip(names, answers(plain, files, stats="all"))}
+            with pytest.warns(UserWarning, match=r"\d+ objects left out, not images"):
+                got = [r.to_dict()["file"] for r in fetches.analyze_many(["s3://bucket/"], errors="return")
+                       if not isinstance(r, imgstat.Error)]
+            assert sorted(got) == sorted("s3://bucket/" + n for n in names if not isinstance(want[n], str))
+            pngs = sorted(n for n in names if n.endswith(".png"))
+            assert answers(fetches, ["s3://bucket/*.png"], stats="all") == [want[n] for n in pngs]
+            agg = fetches.aggregate(["s3://bucket/*.png"], errors="skip")
+            agg_files = plain.aggregate([str(folder / n) for n in pngs], errors="skip")
+            assert [comparable(r.to_dict())["channels"] for r in agg] == \
+                   [comparable(r.to_dict())["channels"] for r in agg_files]
+            missing = list(fetches.analyze_many(["s3://bucket/no-such/"], errors="return"))
+            assert len(missing) == 1 and missing[0].code == "NOT_FOUND"
+            try:
+                import s3fs  # noqa: F401
+            except ImportError:
+                refused = list(plain.analyze_many(["s3://bucket/"], errors="return"))
+                assert len(refused) == 1 and refused[0].code == "FAILED_PRECONDITION"
+                assert "--fetch-allow" in refused[0].message
+    finally:
+        fetching.stop()
+        httpd.shutdown()
+        os.remove(folder / "notes.txt")
