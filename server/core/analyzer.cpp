@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/response.hpp"
+#include "core/uploads.hpp"
 #include "core/validate.hpp"
 #include "decode/decode.hpp"
 #include "decode/facts.hpp"
@@ -135,7 +136,31 @@ std::vector<ObjectInfo> Analyzer::list_prefix(const std::string& prefix, const C
   }
 }
 
-Analyzer::Fetched Analyzer::fetch_object(const v1::Input& input, const CallContext& call) const {
+v1::AnalyzeResponse Analyzer::analyze_arriving(const v1::AnalyzeRequest& request, const ObjectInfo& object,
+                                               std::string head, const CallContext& call) const {
+  v1::StreamHeader header;
+  *header.mutable_input() = request.input();
+  header.mutable_input()->clear_url();
+  header.mutable_input()->clear_url_range();
+  *header.mutable_options() = request.options();
+  header.set_total_bytes(object.size);
+  std::unique_ptr<Upload> upload = begin_upload(header, call);
+  upload->add(head);
+  // Ranges in order, a few pieces of each in flight: the upload takes each
+  // as a stream's chunk.
+  constexpr uint64_t kRange = uint64_t{32} << 20;
+  std::string range;
+  for (uint64_t at = head.size(); at < object.size; at += range.size()) {
+    call.check("while fetching");
+    range.resize(static_cast<size_t>(std::min(kRange, object.size - at)));
+    read_object_parallel(object, at, range.data(), range.size(), size_t{8} << 20, 4);
+    upload->add(range);
+  }
+  return upload->finish(call);
+}
+
+Analyzer::Fetched Analyzer::fetch_object(const v1::Input& input, const CallContext& call,
+                                         const v1::AnalyzeRequest* request) const {
   if (!input.data().empty() || input.has_region())
     fail(ErrorCode::kInvalidArgument, "the input names an object to fetch and carries bytes too: send one");
   Fetched out;
@@ -175,6 +200,13 @@ Analyzer::Fetched Analyzer::fetch_object(const v1::Input& input, const CallConte
                                               " bytes, past this server's --max-input-bytes (" +
                                               std::to_string(limits_.max_input_bytes) + ")");
     if (object.size == 0) fail(ErrorCode::kInvalidArgument, "empty input: " + input.url() + " has no bytes");
+    if (request && head.size() < object.size) {
+      // Larger than the first request: analyzed as it arrives, as an upload
+      // is (a PNG or TIFF spooled and decoded while its ranges come), its
+      // memory the upload's, not the whole object's.
+      out.answered = analyze_arriving(*request, object, std::move(head), call);
+      return out;
+    }
     out.lease = budget_->acquire(object.size, input.url() + "'s " + std::to_string(object.size >> 20) + " MiB", call,
                                  memory_wait_until(call, Clock::now()));
     if (head.size() == object.size) {

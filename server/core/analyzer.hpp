@@ -64,15 +64,22 @@ class Analyzer {
   // in the decode memory until the lease goes; a failed read is its status
   // (NOT_FOUND, UNAVAILABLE, DATA_LOSS...). The service fetches on threads
   // of their own (CallEnv::submit_request) and hands the bytes on as data.
+  // With request, an object larger than the first request is analyzed as it
+  // arrives, as AnalyzeStream's uploads are (PNG and TIFF spooled and decoded
+  // while the rest comes): then answered holds the answer, and bytes nothing.
   struct Fetched {
     std::string bytes;
     MemoryBudget::Lease lease;
+    std::optional<v1::AnalyzeResponse> answered;
   };
-  Fetched fetch_object(const v1::Input& input, const CallContext& call) const;
+  Fetched fetch_object(const v1::Input& input, const CallContext& call, const v1::AnalyzeRequest* request = nullptr) const;
   // The objects under an s3:// prefix that --fetch-allow covers, listed with
   // the server's credentials (ListObjects): PERMISSION_DENIED naming the
   // rules for one they do not cover, INVALID_ARGUMENT for no s3:// prefix.
   std::vector<ObjectInfo> list_prefix(const std::string& prefix, const CallContext& call) const;
+  // An object opened (its first bytes in head) analyzed as an upload of its ranges.
+  v1::AnalyzeResponse analyze_arriving(const v1::AnalyzeRequest& request, const ObjectInfo& object, std::string head,
+                                       const CallContext& call) const;
   const MemoryBudget& budget() const { return *budget_; }
   Spool& spool() const { return *spool_; }
   // Runs fn on a thread of its own once one of the engine's-threads-many

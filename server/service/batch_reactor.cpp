@@ -45,8 +45,9 @@ class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::
         read_more = reading_ = held_ < window_ && !broken_;
       }
     }
-    if (job && !env_.submit_request(call_, job->mutable_request(), [this, job](const grpc::Status& why_not, Clock::duration waited) {
-          run(*job, why_not, waited);
+    if (job && !env_.submit_request(call_, job->mutable_request(), [this, job](const grpc::Status& why_not, Clock::duration waited,
+                                                                               v1::AnalyzeResponse* answered) {
+          run(*job, why_not, waited, answered);
         }))
       run(*job, queue_full_status(env_.queue), {});
     if (read_more) StartRead(&request_);
@@ -99,13 +100,16 @@ class BatchReactor final : public grpc::ServerBidiReactor<v1::BatchRequest, v1::
     Finish(status);
   }
 
-  void run(const v1::BatchRequest& request, const grpc::Status& why_not, Clock::duration waited) {
+  void run(const v1::BatchRequest& request, const grpc::Status& why_not, Clock::duration waited,
+           v1::AnalyzeResponse* answered = nullptr) {
     const auto started = Clock::now();
     v1::BatchResponse response;
     response.set_id(request.id());
     grpc::Status status = why_not;
     uint64_t input_bytes = request.request().input().data().size();  // or the region's part, once found
-    if (status.ok())
+    if (status.ok() && answered)
+      *response.mutable_response() = std::move(*answered);  // analyzed as it was fetched
+    else if (status.ok())
       status = run_guarded(
           [&] { *response.mutable_response() = env_.analyzer.analyze(request.request(), call_, &input_bytes); });
     if (!status.ok()) {

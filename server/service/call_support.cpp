@@ -1,5 +1,7 @@
 #include "service/call_support.hpp"
 
+#include <optional>
+
 #include <spdlog/spdlog.h>
 
 #include <new>
@@ -89,22 +91,29 @@ bool CallEnv::submit(const CallContext& call, std::function<void(const grpc::Sta
 }
 
 bool CallEnv::submit_request(const CallContext& call, v1::AnalyzeRequest* request,
-                             std::function<void(const grpc::Status&, Clock::duration)> fn) {
-  if (request->input().url().empty() || !fetch_queue) return submit(call, std::move(fn));
+                             std::function<void(const grpc::Status&, Clock::duration, v1::AnalyzeResponse*)> fn) {
+  if (request->input().url().empty() || !fetch_queue)
+    return submit(call, [fn = std::move(fn)](const grpc::Status& why_not, Clock::duration waited) { fn(why_not, waited, nullptr); });
   const auto queued = Clock::now();
   return fetch_queue->submit([this, call, request, fn = std::move(fn), queued] {
     auto lease = std::make_shared<MemoryBudget::Lease>();
+    std::optional<v1::AnalyzeResponse> answered;
     grpc::Status status = run_guarded([&] {
       call.check("while waiting to fetch");
-      Analyzer::Fetched fetched = analyzer.fetch_object(request->input(), call);
+      Analyzer::Fetched fetched = analyzer.fetch_object(request->input(), call, request);
+      if (fetched.answered) {
+        answered = std::move(fetched.answered);
+        return;
+      }
       request->mutable_input()->clear_url();
       request->mutable_input()->clear_url_range();
       request->mutable_input()->set_data(std::move(fetched.bytes));
       *lease = std::move(fetched.lease);
     });
-    if (!status.ok()) return fn(status, Clock::now() - queued);
-    if (!submit(call, [lease, fn](const grpc::Status& why_not, Clock::duration waited) { fn(why_not, waited); }))
-      fn(queue_full_status(queue), Clock::now() - queued);
+    if (!status.ok()) return fn(status, Clock::now() - queued, nullptr);
+    if (answered) return fn(status, Clock::now() - queued, &*answered);
+    if (!submit(call, [lease, fn](const grpc::Status& why_not, Clock::duration waited) { fn(why_not, waited, nullptr); }))
+      fn(queue_full_status(queue), Clock::now() - queued, nullptr);
   });
 }
 

@@ -91,9 +91,12 @@ struct CallEnv {
   // The same for a request that may name an object (Input.url): fetched
   // first on fetch_queue's threads, its bytes then put in *request as its
   // data (held in the decode memory until fn has run), and fn queued for a
-  // worker; a fetch that fails is fn's status. *request outlives fn.
+  // worker; a fetch that fails is fn's status. An object larger than the
+  // first request is analyzed there as it arrives (an upload of its
+  // ranges): fn then gets its answer in `answered` (else null) and runs on
+  // that thread. *request outlives fn.
   bool submit_request(const CallContext& call, v1::AnalyzeRequest* request,
-                      std::function<void(const grpc::Status&, Clock::duration waited)> fn);
+                      std::function<void(const grpc::Status&, Clock::duration waited, v1::AnalyzeResponse* answered)> fn);
 
   // One image answered: its log line and its metrics.
   void record(const RequestRecord& r) const;

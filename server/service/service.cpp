@@ -15,10 +15,12 @@ class AnalyzeReactor final : public grpc::ServerUnaryReactor {
       fetched_ = *request_;
       analyzed_ = &fetched_;
     }
-    const bool queued = env_.submit_request(call, &fetched_, [this, call](const grpc::Status& why_not, Clock::duration waited) {
+    const bool queued = env_.submit_request(call, &fetched_, [this, call](const grpc::Status& why_not, Clock::duration waited,
+                                                                          v1::AnalyzeResponse* answered) {
       waited_ = waited;
       grpc::Status status = why_not;
-      if (status.ok()) status = run_guarded([&] { *response_ = env_.analyzer.analyze(*analyzed_, call, &input_bytes_); });
+      if (status.ok() && answered) *response_ = std::move(*answered);  // analyzed as it was fetched
+      else if (status.ok()) status = run_guarded([&] { *response_ = env_.analyzer.analyze(*analyzed_, call, &input_bytes_); });
       finish(status);
     });
     if (!queued) finish(queue_full_status(env_.queue));

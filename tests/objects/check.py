@@ -76,6 +76,13 @@ def make_folder(work, corpus):
         names.append(name)
     write_large_pgm(os.path.join(folder, "large.pgm"))
     names.append("large.pgm")
+    # A PNG past the first request (4 MiB): a fetching server analyzes it as it
+    # arrives, spooled as an upload is.
+    import numpy as np
+    from PIL import Image
+    noise = np.random.default_rng(51).integers(0, 256, (1201, 1999, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(os.path.join(folder, "large.png"), compress_level=1)
+    names.append("large.png")
     shutil.copyfile(os.path.join(folder, names[1]), os.path.join(folder, "an odd name +&=%.png"))
     names.append("an odd name +&=%.png")
     with open(os.path.join(folder, "notes.txt"), "w") as f:
