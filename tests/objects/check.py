@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
@@ -78,7 +80,6 @@ def make_folder(work, corpus):
     names.append("large.pgm")
     # A PNG past the first request (4 MiB): a fetching server analyzes it as it
     # arrives, spooled as an upload is.
-    import numpy as np
     from PIL import Image
     noise = np.random.default_rng(51).integers(0, 256, (1201, 1999, 3), dtype=np.uint8)
     Image.fromarray(noise).save(os.path.join(folder, "large.png"), compress_level=1)
@@ -399,6 +400,34 @@ def check_shards(client_bin, server_bin, folder, names, front, env, port, cert, 
             got_code, details = analyze(url, rng)
             if got_code != code or says not in details:
                 fail(f"a range by hand {url} {rng}: {got_code} {details!r}, not {code} saying {says!r}")
+        # WebDataset keys: each image's label image beside it in the same shard,
+        # --labels .seg.png by key, from the bucket as from the disk, through a
+        # plain server and one that reads the members' ranges itself.
+        import tarfile
+        from PIL import Image
+        rng = np.random.default_rng(52)
+        keyed = os.path.join(work, "keyed.tar")
+        with tarfile.open(keyed, "w") as t:
+            for k in range(6):
+                h, w = (int(v) for v in rng.integers(5, 70, 2))
+                for name, pixels in ((f"{k:06d}.ppm", rng.integers(0, 256, (h, w, 3), dtype=np.uint8)),
+                                     (f"{k:06d}.seg.png", rng.integers(0, 5, (h, w), dtype=np.uint8))):
+                    data = io.BytesIO()
+                    Image.fromarray(pixels).save(data, format="PPM" if name.endswith(".ppm") else "PNG")
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data.getvalue())
+                    t.addfile(info, io.BytesIO(data.getvalue()))
+        with open(keyed, "rb") as f:
+            put(front, "shards/keyed.tar", f.read())
+        keyed_args = ["--aggregate", "--labels", ".seg.png", "--extensions", ".ppm"]
+        want_keyed = run(client_bin, ["--server", address], *keyed_args, keyed)
+        for where in (address, fetching_address):
+            got_keyed = run(client_bin, ["--server", where], *keyed_args, s3 + "keyed.tar", env=env)
+            untimed = [[{k: v for k, v in json.loads(line).items() if k not in TIMES} for line in o.stdout.splitlines()
+                        if line.strip()] for o in (got_keyed, want_keyed)]
+            equal(untimed[0], untimed[1], f"--labels .seg.png by key over a shard in a bucket ({where}): as on disk")
+            if not untimed[1] or "parts" not in untimed[1][0]:
+                fail(f"--labels .seg.png by key: no parts in {untimed[1]!r:.300}")
     finally:
         fetching.terminate()
         fetching.wait()
@@ -406,7 +435,7 @@ def check_shards(client_bin, server_bin, folder, names, front, env, port, cert, 
     got = answers(run(client_bin, ["--local"], s3 + "shard-{000000..000001}.tar", env=env), s3)
     equal(sorted(got), sorted(n for n in local if n.startswith(("shard-000000.tar:", "shard-000001.tar:"))),
           "shards in a bucket by a brace range")
-    got = answers(run(client_bin, ["--local"], s3 + "*.tar*", env=env), s3)
+    got = answers(run(client_bin, ["--local"], s3 + "shard-*.tar*", env=env), s3)
     equal(sorted(got), sorted(n for n in local if ".zip:" not in n), "shards in a bucket by a pattern")
     # --aggregate over the bucket's shards equals it over the disk's.
     a = run(client_bin, ["--server", address], "--aggregate", *[s3 + k for k in kinds], env=env)
