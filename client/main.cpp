@@ -12,10 +12,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <thread>
 #include <unistd.h>
 #include <unordered_set>
+#include <vector>
 
 #include "aggregate.hpp"
 #include "calls.hpp"
@@ -27,6 +29,7 @@
 #include "pass.hpp"
 #include "plot.hpp"
 #include "render.hpp"
+#include "shards.hpp"
 
 namespace {
 
@@ -95,6 +98,11 @@ class Run {
     if (!labels_.extension.empty()) input_options.beside = {labels_.extension};  // maps, not inputs
     // A prefix that a server may fetch is listed there, with its credentials.
     if (!o_.local) input_options.list_on_server = [&remote](const std::string& prefix) { return remote.list_on_server(prefix); };
+    // --resume: an earlier pass's state first, so that the shards it did
+    // whole are not listed again.
+    if (!o_.resume.empty() && !load_resume()) return 1;
+    if (!done_shards_.empty())
+      input_options.skip_shard = [this](const std::string& shard) { return done_shards_.count(shard) > 0; };
     std::vector<std::string> notes;
     inputs_ = client::expand_inputs(o_.files, &missing_, input_options, &dicom_files_, &notes);
     for (const std::string& n : notes) err_ << "imgstat-client: note: " << n << "\n";
@@ -146,12 +154,14 @@ class Run {
                                                 : std::function<void(size_t)>());
       bar(0, true);
       if (aggregation_) {
-        if (merge(std::move(o)) && !o_.resume.empty()) done_.push_back(inputs_[i]);
+        bool transient = false;
+        const bool merged = merge(std::move(o), &transient);
+        if (!o_.resume.empty()) mark_done(inputs_[i], merged, transient);
         if (!o_.resume.empty() && std::chrono::steady_clock::now() >= next_save_) save_resume();
         if (g_stop) {
           bar(0, true);
           save_resume();
-          err_ << "imgstat-client: stopped after " << done_.size() << " inputs; their state is in " << o_.resume
+          err_ << "imgstat-client: stopped after " << done_count_ << " inputs; their state is in " << o_.resume
                << ": the same command goes on where this one stopped\n";
           return 130;
         }
@@ -217,20 +227,12 @@ class Run {
     return o;
   }
 
-  // --resume FILE: an earlier pass's state merged in, the inputs it did left
-  // out of this one. False (said) where the file is not such a state.
-  bool resume() {
-    next_save_ = std::chrono::steady_clock::now() + kResumeSaveEvery;
-    struct sigaction on_stop {};
-    on_stop.sa_handler = stop_pass;
-    on_stop.sa_flags = SA_RESETHAND;
-    sigaction(SIGINT, &on_stop, nullptr);
-    sigaction(SIGTERM, &on_stop, nullptr);
+  // --resume FILE: an earlier pass's state merged in (before the inputs are
+  // listed: the shards it did whole are left out unlisted). False (said)
+  // where the file is not such a state.
+  bool load_resume() {
     std::error_code ec;
-    if (!std::filesystem::exists(o_.resume, ec)) {  // a first run: its state from the start
-      save_resume();
-      return true;
-    }
+    if (!std::filesystem::exists(o_.resume, ec)) return true;  // a first run
     v1::Partial p;
     std::string why;
     try {
@@ -240,19 +242,75 @@ class Run {
       err_ << "imgstat-client: --resume " << o_.resume << ": " << e.what() << "\n";
       return false;
     }
-    done_.assign(p.done().begin(), p.done().end());
-    const std::unordered_set<std::string> done(done_.begin(), done_.end());
+    loaded_done_.assign(p.done().begin(), p.done().end());
+    for (const v1::DoneShard& d : p.done_shards()) {
+      if (done_shards_.emplace(d.name(), d.inputs()).second) {
+        resumed_ += d.inputs();
+        done_count_ += d.inputs();
+      }
+    }
+    return true;
+  }
+
+  // The inputs the earlier pass did left out of this one; its state written
+  // at once (a stop from now on is a clean one).
+  bool resume() {
+    next_save_ = std::chrono::steady_clock::now() + kResumeSaveEvery;
+    struct sigaction on_stop {};
+    on_stop.sa_handler = stop_pass;
+    on_stop.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &on_stop, nullptr);
+    sigaction(SIGTERM, &on_stop, nullptr);
+    const std::unordered_set<std::string> done(loaded_done_.begin(), loaded_done_.end());
+    for (const std::string& name : loaded_done_) mark_done(name);  // the shards now listed know their members
+    loaded_done_.clear();
     std::vector<std::string> left;
     for (std::string& name : inputs_)
       if (!done.count(name)) left.push_back(std::move(name));
-    resumed_ = inputs_.size() - left.size();
+    resumed_ += inputs_.size() - left.size();
     inputs_ = std::move(left);
+    save_resume();
     return true;
+  }
+
+  // An input answered: merged, its name kept; or, once every input of its
+  // shard is merged or failed for good (damaged, not found: another try
+  // would fail again), the shard's name alone (a pass over 10,000 shards
+  // keeps 10,000 names, not every member's). An input that failed is
+  // otherwise tried again by the pass that goes on.
+  void mark_done(const std::string& name, bool merged = true, bool transient = false) {
+    if (!merged && transient) return;
+    uint64_t inputs = 0;
+    const std::string shard = client::shard_of(name, &inputs);
+    if (shard.empty()) {
+      if (merged) {
+        ++done_count_;
+        done_.push_back(name);
+      }
+      return;
+    }
+    ShardProgress& s = in_shards_[shard];
+    if (merged) {
+      ++done_count_;
+      s.merged.push_back(name);
+    } else {
+      ++s.failed;
+    }
+    if (s.merged.size() + s.failed < inputs) return;
+    done_shards_[shard] = s.merged.size();
+    in_shards_.erase(shard);
   }
 
   void save_resume() {
     v1::Partial p = aggregation_->partial();
     for (const std::string& name : done_) p.add_done(name);
+    for (const auto& [shard, progress] : in_shards_)
+      for (const std::string& name : progress.merged) p.add_done(name);
+    for (const auto& [shard, inputs] : done_shards_) {
+      v1::DoneShard* d = p.add_done_shards();
+      d->set_name(shard);
+      d->set_inputs(inputs);
+    }
     std::string why;
     if (!client::write_partial(o_.resume, p, &why)) err_ << "imgstat-client: --resume " << why << "\n";
     next_save_ = std::chrono::steady_clock::now() + kResumeSaveEvery;
@@ -294,7 +352,9 @@ class Run {
   }
 
   // True when every series of the input joined its kind's merge.
-  bool merge(client::Outcome whole) {
+  // *transient: a failure that another try may not repeat (the server
+  // unreachable, busy, out of time).
+  bool merge(client::Outcome whole, bool* transient = nullptr) {
     bool all = true;
     for (client::Outcome& o : client::each_series(std::move(whole))) {  // each series joins its kind
       std::string why;
@@ -304,6 +364,9 @@ class Run {
         o.error = "its answer cannot be merged: " + why;
       }
       if (!o.ok) fail(o);
+      if (!o.ok && transient)
+        for (const char* c : {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "CANCELLED", "ABORTED", "INTERNAL", "UNKNOWN"})
+          *transient |= o.code == c;
       all &= o.ok;
     }
     return all;
@@ -386,7 +449,15 @@ class Run {
   // --resume: the inputs merged (before and now), how many of them an
   // earlier pass did, and when the state is next written.
   static constexpr std::chrono::seconds kResumeSaveEvery{2};
-  std::vector<std::string> done_;
+  std::vector<std::string> done_;  // inputs that are no shard's members
+  struct ShardProgress {
+    std::vector<std::string> merged;
+    uint64_t failed = 0;  // for good
+  };
+  std::map<std::string, ShardProgress> in_shards_;  // shards not yet done whole
+  std::map<std::string, uint64_t> done_shards_;                // shards done whole, and their inputs
+  std::vector<std::string> loaded_done_;                       // the earlier pass's done, until the inputs are listed
+  size_t done_count_ = 0;
   size_t resumed_ = 0;
   std::chrono::steady_clock::time_point next_save_;
   int failures_ = 0;

@@ -190,6 +190,7 @@ struct Shard {
   Kind kind = Kind::kPlainTar;
   uint64_t file_size = 0;
   std::vector<Member> members;  // the inputs, in archive order
+  uint64_t inputs = 0;          // of members, those that are inputs (not beside one)
   std::unordered_map<size_t, size_t> by_ordinal;
 
   std::mutex mu;
@@ -490,14 +491,23 @@ ShardListing list_shard(const std::string& path, const std::function<MemberUse(c
   std::lock_guard<std::mutex> lock(registry().mu);
   for (size_t i = 0; i < shard->members.size(); ++i) {
     std::string name = input_name(path, shard->members[i].name);
-    if (shard->members[i].input)
+    if (shard->members[i].input) {
       out.inputs.push_back(name);
-    else
+      ++shard->inputs;
+    } else
       ++out.beside;
     registry().inputs[std::move(name)] = {shard.get(), i};
   }
   registry().shards.push_back(std::move(shard));
   return out;
+}
+
+std::string shard_of(const std::string& name, uint64_t* inputs) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  auto it = registry().inputs.find(name);
+  if (it == registry().inputs.end()) return "";
+  if (inputs) *inputs = it->second.first->inputs;
+  return it->second.first->path;
 }
 
 bool is_shard_member(const std::string& name) {

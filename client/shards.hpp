@@ -71,6 +71,9 @@ struct MemberBytes {
   bool held = false;  // data holds the member
 };
 
+// The shard a member listed by list_shard is in ("" for a name that is
+// none), and how many of the shard's members are inputs.
+std::string shard_of(const std::string& name, uint64_t* inputs = nullptr);
 // Whether name is a member listed by list_shard (an input or beside one).
 bool is_shard_member(const std::string& name);
 // Its size as its header declares (0 for a name that is none).

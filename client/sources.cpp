@@ -456,6 +456,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
   auto add_file = [&](const std::string& f) {
     std::error_code ec;
     if (!is_shard_name(f) || (!is_object_name(f) && !fs::is_regular_file(f, ec))) return out.push_back(f);
+    if (options.skip_shard && options.skip_shard(f)) return;
     // --dicom-series: a tar of DICOM files is their series, one input (the server reads it whole).
     if (dicom_series && !is_object_name(f) && lower_case(f).size() > 4 && lower_case(f).compare(lower_case(f).size() - 4, 4, ".tar") == 0)
       return out.push_back(f);
@@ -551,7 +552,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& given, st
     std::vector<std::string> shards;
     for (const std::string& arg : args)
       if (is_object_name(arg) && is_shard_name(arg) && arg.find_first_of("*?[") == std::string::npos &&
-          !listed_ahead.count(arg)) {
+          !listed_ahead.count(arg) && !(options.skip_shard && options.skip_shard(arg))) {
         shards.push_back(arg);
         listed_ahead[arg];
       }

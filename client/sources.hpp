@@ -95,6 +95,8 @@ struct InputOptions {
   // it, or nullopt where no server may (the client then lists it with its
   // own credentials). Unset: the client lists.
   std::function<std::optional<std::vector<std::string>>(const std::string& prefix)> list_on_server;
+  // Shards left out whole, not listed (--resume: an earlier pass did them).
+  std::function<bool(const std::string& shard)> skip_shard;
 };
 
 // WebDataset's key of a file or member: its path up to the first dot of its

@@ -443,6 +443,26 @@ def check_shards(client_bin, server_bin, folder, names, front, env, port, cert, 
     untimed = [[{k: v for k, v in json.loads(line).items() if k not in TIMES} for line in o.stdout.splitlines() if line.strip()]
                for o in (a, b)]
     equal(untimed[0], untimed[1], "shards in a bucket: --aggregate against the same shards on disk")
+    # --resume over shards in a bucket: a shard done whole is kept by its name,
+    # and a pass that goes on does not list (download) it again.
+    state = os.path.join(work, "shards.resume")
+    if os.path.exists(state):
+        os.remove(state)
+    two = s3 + "shard-{000000..000001}.tar"
+    first = run(client_bin, ["--server", address], "--aggregate", "--resume", state, two, env=env)
+    before = {k: front.seen.get("shards/" + k, 0) for k in kinds}
+    again = run(client_bin, ["--server", address], "--aggregate", "--resume", state, two, env=env)
+    equal({k: front.seen.get("shards/" + k, 0) for k in kinds}, before, "--resume: shards done whole not read again")
+    untimed = [[{k: v for k, v in json.loads(line).items() if k not in TIMES} for line in o.stdout.splitlines() if line.strip()]
+               for o in (first, again)]
+    equal(untimed[1], untimed[0], f"--resume: the answer of a pass with nothing left ({again.stderr[-200:]})")
+    more = run(client_bin, ["--server", address], "--aggregate", "--resume", state, two, s3 + kinds[2], env=env)
+    equal({k: front.seen.get("shards/" + k, 0) for k in kinds[:2]}, {k: before[k] for k in kinds[:2]},
+          "--resume: the shards done not read again beside a new one")
+    whole = run(client_bin, ["--server", address], "--aggregate", *[os.path.join(out_dir, k) for k in kinds[:3]])
+    untimed = [[{k: v for k, v in json.loads(line).items() if k not in TIMES} for line in o.stdout.splitlines() if line.strip()]
+               for o in (more, whole)]
+    equal(untimed[0], untimed[1], "--resume: two shards done, a third added, against one pass over the three on disk")
     # A connection cut mid-shard is resumed; a shard replaced mid-read is DATA_LOSS, never a mixed answer.
     with open(os.path.join(out_dir, kinds[1]), "rb") as f:
         plain = f.read()
