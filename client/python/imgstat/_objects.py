@@ -39,36 +39,33 @@ _HTTP_CODES = {400: "INVALID_ARGUMENT", 401: "PERMISSION_DENIED", 403: "PERMISSI
 def read_object(name, timeout):
     """The object's bytes; an Error as the CLI names it (NOT_FOUND,
     PERMISSION_DENIED, UNAVAILABLE, RESOURCE_EXHAUSTED past OBJECT_MAX_BYTES)."""
-    if name[:5].lower() == "s3://":
-        return _read_s3(name)
-    try:
-        with urllib.request.urlopen(urllib.request.Request(name, headers={"User-Agent": "imgstat-python"}),
-                                    timeout=timeout) as r:
-            data = r.read(OBJECT_MAX_BYTES + 1)
-    except urllib.error.HTTPError as e:
-        code = _HTTP_CODES.get(e.code, "UNAVAILABLE" if e.code >= 500 else "INVALID_ARGUMENT")
-        raise Error(code, f"HTTP {e.code} {e.reason}", name) from None
-    except (urllib.error.URLError, OSError) as e:
-        raise Error("UNAVAILABLE", f"cannot read it: {getattr(e, 'reason', e)}", name) from None
+    with open_object(name, timeout) as f:
+        try:
+            data = f.read(OBJECT_MAX_BYTES + 1)
+        except OSError as e:
+            raise Error("UNAVAILABLE", f"cannot read it: {e}", name) from None
     if len(data) > OBJECT_MAX_BYTES:
         raise Error("RESOURCE_EXHAUSTED", f"more than {OBJECT_MAX_BYTES >> 20} MiB", name)
     return data
 
 
 def open_object(name, timeout=60):
-    """A stream of the object's bytes (a shard read as it comes)."""
+    """A stream of the object's bytes (a shard read as it comes): http(s)
+    with urllib, s3 through fsspec and s3fs; an Error as read_object's."""
     if name[:5].lower() == "s3://":
         try:
             import fsspec
-            return fsspec.open(name, "rb").open()
         except ImportError:
-            raise Error("FAILED_PRECONDITION", "s3:// is read here through fsspec and s3fs, which are not installed",
+            raise Error("FAILED_PRECONDITION", "s3:// is read here through fsspec and s3fs, which are not installed; "
+                        "or start the server with --fetch-allow covering it, and it reads the object itself",
                         name) from None
+        try:
+            return fsspec.open(name, "rb").open()
         except FileNotFoundError:
             raise Error("NOT_FOUND", "no such object", name) from None
         except PermissionError as e:
             raise Error("PERMISSION_DENIED", str(e), name) from None
-        except ValueError as e:  # no s3fs behind fsspec
+        except (ImportError, ValueError) as e:  # no s3fs behind fsspec
             raise Error("FAILED_PRECONDITION", f"fsspec cannot read s3:// here: {e}", name) from None
         except OSError as e:
             raise Error("UNAVAILABLE", str(e), name) from None
@@ -104,29 +101,6 @@ def list_objects_here(prefix):
     except OSError as e:
         raise Error("UNAVAILABLE", str(e), prefix) from None
     return sorted("s3://" + k for k in found if k.startswith(bare) and not k.endswith("/"))
-
-
-def _read_s3(name):
-    try:
-        import fsspec
-    except ImportError:
-        raise Error("FAILED_PRECONDITION", "s3:// is read here through fsspec and s3fs, which are not installed; "
-                    "or start the server with --fetch-allow covering it, and it reads the object itself",
-                    name) from None
-    try:
-        with fsspec.open(name, "rb") as f:
-            data = f.read(OBJECT_MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise Error("NOT_FOUND", "no such object", name) from None
-    except PermissionError as e:
-        raise Error("PERMISSION_DENIED", str(e), name) from None
-    except (ImportError, ValueError) as e:  # no s3fs behind fsspec
-        raise Error("FAILED_PRECONDITION", f"fsspec cannot read s3:// here: {e}", name) from None
-    except OSError as e:
-        raise Error("UNAVAILABLE", str(e), name) from None
-    if len(data) > OBJECT_MAX_BYTES:
-        raise Error("RESOURCE_EXHAUSTED", f"more than {OBJECT_MAX_BYTES >> 20} MiB", name)
-    return data
 
 
 def file_object_bytes(x):
