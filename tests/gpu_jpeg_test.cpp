@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <cstring>
 #include <future>
+#include <random>
 #include <thread>
 
 #include "core/analyzer.hpp"
@@ -18,6 +20,8 @@
 #include "decode/decode.hpp"
 #include "decode/jpeg/gpu.hpp"
 #include "decode/jpeg/verify.hpp"
+#include <google/protobuf/util/message_differencer.h>
+
 #include "jpeg_samples.hpp"
 #include "test_images.hpp"
 
@@ -453,6 +457,67 @@ TEST_F(GpuJpegTest, TheAnalyzerSaysWhichDecoderRanAndHonoursTheChoice) {
     }
   }
   EXPECT_GE(gpu_answers, 8);
+}
+
+// Masks, labels and tiles of a JPEG the GPU decodes are counted there from
+// its pixels: the whole answer equals the one from libjpeg-turbo's pixels on
+// the host, field for field (only the decoder and the times differ).
+TEST_F(GpuJpegTest, PartsOfGpuDecodedJpegsAnswerAsTheCpuDecodersPixels) {
+  Analyzer analyzer(engine_, Limits{}, decoder_);
+  std::mt19937_64 rng(52);
+  int compared = 0;
+  for (const auto& path : corpus_jpegs()) {
+    v1::AnalyzeRequest req;
+    req.mutable_input()->set_data(slurp_file(path.string()));
+    v1::AnalyzeResponse whole;
+    try {
+      whole = analyzer.analyze(req);
+    } catch (const Error&) {
+      continue;  // refused alike (TheAnalyzerSaysWhichDecoderRanAndHonoursTheChoice)
+    }
+    if (whole.decoder().rfind("nvjpeg", 0) != 0) continue;
+    const uint32_t w = whole.width(), h = whole.height();
+    std::string mask(uint64_t{w} * h, '\0'), labels(uint64_t{w} * h * 2, '\0');
+    for (char& m : mask) m = static_cast<char>(rng() % 2 ? 255 : 0);
+    for (uint64_t i = 0; i < uint64_t{w} * h; ++i) {
+      const uint16_t v = static_cast<uint16_t>(rng() % 7 + (i % w) / std::max(1u, w / 3) * 100);
+      std::memcpy(&labels[i * 2], &v, 2);
+    }
+    auto raw_map = [&](v1::Input* map, const std::string& bytes, v1::SampleType type) {
+      map->set_kind(v1::INPUT_KIND_RAW);
+      map->mutable_raw()->set_width(w);
+      map->mutable_raw()->set_height(h);
+      map->mutable_raw()->set_channels(1);
+      map->mutable_raw()->set_sample_type(type);
+      map->set_data(bytes);
+    };
+    std::vector<v1::AnalyzeRequest> asked(3, req);
+    raw_map(asked[0].mutable_options()->mutable_parts()->mutable_mask()->mutable_image(), mask, v1::SAMPLE_TYPE_UINT8);
+    raw_map(asked[1].mutable_options()->mutable_parts()->mutable_labels()->mutable_image(), labels,
+            v1::SAMPLE_TYPE_UINT16);
+    asked[1].mutable_options()->mutable_parts()->mutable_labels()->set_ignore(3);
+    asked[2].mutable_options()->mutable_parts()->mutable_tiles()->set_columns(std::min(w, 5u));
+    asked[2].mutable_options()->mutable_parts()->mutable_tiles()->set_rows(std::min(h, 3u));
+    for (v1::AnalyzeRequest& a : asked) {
+      SCOPED_TRACE(path.string() + " " + a.options().parts().ShortDebugString().substr(0, 40));
+      a.mutable_options()->set_decoder(v1::DECODER_CHOICE_GPU);
+      v1::AnalyzeResponse gpu = analyzer.analyze(a);
+      a.mutable_options()->set_decoder(v1::DECODER_CHOICE_CPU);
+      v1::AnalyzeResponse cpu = analyzer.analyze(a);
+      EXPECT_EQ(gpu.decoder(), whole.decoder());
+      EXPECT_NE(cpu.decoder().find("libjpeg"), std::string::npos);
+      EXPECT_GT(gpu.channels(0).count(), 0u);
+      for (v1::AnalyzeResponse* r : {&gpu, &cpu}) {
+        r->clear_decoder();
+        r->clear_decode_time();
+        r->clear_compute_time();
+      }
+      EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(gpu, cpu))
+          << gpu.ShortDebugString().substr(0, 400) << "\n" << cpu.ShortDebugString().substr(0, 400);
+    }
+    if (++compared == 12) break;
+  }
+  EXPECT_GE(compared, 8);
 }
 
 }  // namespace

@@ -213,4 +213,8 @@ Result Engine::analyze_device(const DeviceImageView&, const StatsRequest&) {
   fail(ErrorCode::kFailedPrecondition, "the " + info().kind + " engine does not take images in GPU memory");
 }
 
+Result Engine::analyze_parts_device(const DeviceImageView&, const Parts&, const StatsRequest&) {
+  fail(ErrorCode::kFailedPrecondition, "the " + info().kind + " engine does not take images in GPU memory");
+}
+
 }  // namespace imgstat

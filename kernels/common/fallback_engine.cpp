@@ -108,6 +108,18 @@ Result FallbackEngine::analyze_device(const DeviceImageView& image, const StatsR
   }
 }
 
+Result FallbackEngine::analyze_parts_device(const DeviceImageView& image, const Parts& parts,
+                                            const StatsRequest& request) {
+  try {
+    return primary_->analyze_parts_device(image, parts, request);
+  } catch (const Error& e) {
+    // Limits (kResourceExhausted) and bad parts are the request's, as on the host.
+    if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kResourceExhausted) throw;
+    if (e.code() != ErrorCode::kUnimplemented) primary_failed(e);
+    fail(ErrorCode::kUnavailable, std::string("the GPU could not analyze the decoded image's parts (") + e.what() + ")");
+  }
+}
+
 namespace {
 
 // A feed may carry the kept pixels past checkpoint_bytes by its own size

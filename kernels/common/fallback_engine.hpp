@@ -64,6 +64,7 @@ class FallbackEngine final : public Engine {
   bool takes_device_images() const override { return !lost_ && primary_->takes_device_images(); }
   EngineUsage usage() const override;
   Result analyze_device(const DeviceImageView& image, const StatsRequest& request) override;
+  Result analyze_parts_device(const DeviceImageView& image, const Parts& parts, const StatsRequest& request) override;
   std::shared_ptr<void> pin_host_memory(const void* data, size_t bytes) override {
     return lost_ ? nullptr : primary_->pin_host_memory(data, bytes);
   }

@@ -133,6 +133,12 @@ class PlacedEngine final : public Engine {
                     [&](Engine& e) { return e.analyze_device(image, request); });
   }
 
+  Result analyze_parts_device(const DeviceImageView& image, const Parts& parts, const StatsRequest& request) override {
+    const int device = image.device >= 0 ? image.device : first_device();
+    return computed([&](size_t slot) { return placement_->device(slot) == device; },
+                    [&](Engine& e) { return e.analyze_parts_device(image, parts, request); });
+  }
+
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override {
     return on_a_slot({}, [&](size_t slot, Placement::Hold hold) -> std::unique_ptr<StreamAnalysis> {
       return std::make_unique<PlacedStream>(*this, std::move(hold), engines_[slot]->open_stream(layout, request));

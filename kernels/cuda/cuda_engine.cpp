@@ -354,6 +354,21 @@ class CudaEngine final : public Engine {
     return result;
   }
 
+  Result analyze_parts_device(const DeviceImageView& image, const Parts& parts, const StatsRequest& request) override {
+    if (parts.kind == PartsKind::kWhole) return analyze_device(image, request);
+    validate(image.layout, request);
+    refuse_channel_hists(request);
+    if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
+    if (image.device >= 0 && image.device != options_.device)
+      fail(ErrorCode::kFailedPrecondition, "pixels on GPU " + std::to_string(image.device) +
+                                               " given to the engine of GPU " + std::to_string(options_.device));
+    validate(image.layout, parts);
+    if (parts.kind == PartsKind::kRects || !part_kernels_take(image.layout, parts))
+      fail(ErrorCode::kUnimplemented, "rectangles, parts of float images and tiles of volumes in GPU memory");
+    IMGSTAT_CUDA(cudaSetDevice(options_.device));
+    return analyze_device_parts_on_gpu(gpu_, image, parts, request);
+  }
+
   // The luminance channel of pixels in device memory, computed there.
   ChannelStats device_luminance(const DeviceImageView& image, const StatsRequest& request) {
     const Layout plane{image.layout.width, image.layout.height, 1, luminance_type(image.layout.type), 0};

@@ -202,12 +202,15 @@ bool part_kernels_take(const Layout& layout, const Parts& parts) {
           (parts.kind == PartsKind::kTiles && !parts.slabs));
 }
 
-Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const Parts& parts,
-                            const StatsRequest& asked) {
+namespace {
+
+// The parts of pixels on the host (host) or already on this device
+// (device, packed rows 16-byte aligned): the host's go up first.
+Result parts_on_gpu(const GpuContext& gpu, const void* host, const uint8_t* device, const Layout& source,
+                    const Parts& parts, const StatsRequest& asked) {
   DeviceBudget& budget = *gpu.budget;
   // A colour space: the image goes up as it is and is converted on the
   // device; the parts are then of the converted image (measured_layout()).
-  const Layout& source = image.layout;
   const Layout l = measured_layout(source, asked);
   const StatsRequest request = measured_request(asked, source);
   const PartIndex index(l, parts);
@@ -219,16 +222,20 @@ Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const
   const cudaStream_t stream = cudaStreamPerThread;
   TraceRange range("gpu parts");
 
-  const DeviceBuffer staged(budget, source.pixels() * source.pixel_bytes(), "the image's pixels for its parts");
-  stage_to_device(gpu, static_cast<const uint8_t*>(image.data), source.height, source.row_bytes(), source.stride(),
-                  static_cast<uint8_t*>(staged.data()));
+  std::optional<DeviceBuffer> staged;
+  if (!device) {
+    staged.emplace(budget, source.pixels() * source.pixel_bytes(), "the image's pixels for its parts");
+    stage_to_device(gpu, static_cast<const uint8_t*>(host), source.height, source.row_bytes(), source.stride(),
+                    static_cast<uint8_t*>(staged->data()));
+    device = static_cast<const uint8_t*>(staged->data());
+  }
   std::optional<DeviceBuffer> converted;
   if (asked.colour_space != ColourSpace::kNone) {
     converted.emplace(budget, l.pixels() * l.pixel_bytes(), "the image's pixels in a colour space");
-    launch_convert(static_cast<const uint8_t*>(staged.data()), source.pixels(), source.channels, source.type,
-                   asked.colour_space, asked.rgb, static_cast<uint8_t*>(converted->data()), gpu.info, stream);
+    launch_convert(device, source.pixels(), source.channels, source.type, asked.colour_space, asked.rgb,
+                   static_cast<uint8_t*>(converted->data()), gpu.info, stream);
   }
-  const DeviceBuffer& pixels = converted ? *converted : staged;
+  const uint8_t* pixels = converted ? static_cast<const uint8_t*>(converted->data()) : device;
 
   const uint64_t accums = uint64_t{count} * l.channels;
   const DeviceBuffer acc(budget, std::max<uint64_t>(1, accums * sizeof(PartAccum)), "the parts' moments");
@@ -249,7 +256,7 @@ Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const
     out.joint_counts = static_cast<unsigned long long*>(joint->data());
     out.joint_outside = out.joint_counts + uint64_t{count} * joint_bins;
   }
-  launch_parts(gpu, static_cast<const uint8_t*>(pixels.data()), l, parts, index, request, counts, out, held, stream);
+  launch_parts(gpu, pixels, l, parts, index, request, counts, out, held, stream);
 
   std::vector<uint64_t> host_joint(joint ? uint64_t{count} * (joint_bins + 1) : 0);
   if (joint)
@@ -266,6 +273,31 @@ Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const
   Result r = result_of_parts(counts, index, parts, l, request, "cuda");
   if (joint) attach_joint(host_joint, count, parts, request.joint, r);
   return r;
+}
+
+}  // namespace
+
+Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const Parts& parts,
+                            const StatsRequest& request) {
+  return parts_on_gpu(gpu, image.data, nullptr, image.layout, parts, request);
+}
+
+Result analyze_device_parts_on_gpu(const GpuContext& gpu, const DeviceImageView& image, const Parts& parts,
+                                   const StatsRequest& request) {
+  // Padded rows, or a start the kernels' loads cannot take: packed first,
+  // device to device.
+  std::optional<DeviceBuffer> packed;
+  Layout layout = image.layout;
+  const uint8_t* pixels = static_cast<const uint8_t*>(image.data);
+  if ((layout.row_stride != 0 && layout.row_stride != layout.row_bytes()) || reinterpret_cast<uintptr_t>(pixels) % 16) {
+    layout.row_stride = 0;
+    packed.emplace(*gpu.budget, layout.pixels() * layout.pixel_bytes(), "a packed copy of a device image");
+    IMGSTAT_CUDA(cudaMemcpy2DAsync(packed->data(), layout.row_bytes(), pixels, image.layout.stride(), layout.row_bytes(),
+                                   layout.height, cudaMemcpyDeviceToDevice, cudaStreamPerThread));
+    pixels = static_cast<const uint8_t*>(packed->data());
+  }
+  layout.row_stride = 0;
+  return parts_on_gpu(gpu, nullptr, pixels, layout, parts, request);
 }
 
 }  // namespace imgstat::cuda

@@ -20,5 +20,9 @@ bool part_kernels_take(const Layout& layout, const Parts& parts);
 // for the call.
 Result analyze_parts_on_gpu(const GpuContext& gpu, const ImageView& image, const Parts& parts,
                             const StatsRequest& request);
+// The same of pixels already in this device's memory (a GPU-decoded JPEG):
+// nothing goes up but the map.
+Result analyze_device_parts_on_gpu(const GpuContext& gpu, const DeviceImageView& image, const Parts& parts,
+                                   const StatsRequest& request);
 
 }  // namespace imgstat::cuda

@@ -4,6 +4,7 @@
 
 #include "core/arriving.hpp"
 
+#include <spdlog/spdlog.h>
 #include <tbb/task_arena.h>
 
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "core/validate.hpp"
 #include "decode/decode.hpp"
 #include "decode/facts.hpp"
+#include "decode/large_buffers.hpp"
 #include "decode/sniff.hpp"
 #include "imgstat/trace.hpp"
 
@@ -37,6 +39,9 @@ Analyzer::Analyzer(std::shared_ptr<Engine> engine, Limits limits, std::shared_pt
   spool_ = std::make_unique<Spool>(limits_.spool_dir == "none" ? "" : limits_.spool_dir, limits_.max_spool_bytes);
   arriving_ = std::make_unique<ArrivingDecodes>(engine_->info().threads);
   configure_decoders(limits_.max_pixels);
+  // Every OpenCV matrix of the process: large ones outlive a request in the
+  // cache, so the next large image does not fault its pages in again.
+  use_large_buffer_cache(limits_.idle_decode_buffers);
 }
 
 Analyzer::~Analyzer() = default;
@@ -398,10 +403,36 @@ v1::AnalyzeResponse Analyzer::analyze_series(const v1::AnalyzeRequest& request, 
       working_memory(asked, plan.with_parts() ? &parts : nullptr, px.d.layout,
                      px.lease.bytes() || map.lease.bytes() || data.lease.bytes(), call, t0);
   const auto t1 = Clock::now();
-  Result result = plan.with_parts() ? engine_->analyze_parts(px.view, parts, asked)
-                  : data.on_device  ? engine_->analyze_device(DeviceImageView{px.view.data, px.view.layout}, asked)
-                                    : engine_->analyze(px.view, asked);
-  if (plan.with_parts() && parts.kind != PartsKind::kMask) {
+  std::optional<Result> counted;
+  if (px.on_gpu()) {
+    try {
+      TraceRange range("analyze device image's parts");
+      counted = engine_->analyze_parts_device(px.gpu.view, parts, asked);
+      if (parts.kind != PartsKind::kMask) {
+        Result whole = engine_->analyze_device(px.gpu.view, asked);
+        whole.parts = std::move(counted->parts);
+        counted = std::move(whole);
+      }
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kResourceExhausted) throw;
+      // A failing GPU: the pixels are out of reach, decoded again on the CPU.
+      spdlog::warn("parts of a GPU-decoded JPEG: {}; decoded again on the CPU", e.what());
+      counted.reset();
+      px.gpu = GpuDecodedImage{};
+      px.lease = budget_->acquire(px.plan.memory_bytes, "this JPEG", call, memory_wait_until(call, t0));
+      DecodeOptions options;
+      options.max_pixels = limits_.max_pixels;
+      options.allow_truncated = request.options().allow_truncated();
+      options.cancelled = call.cancelled;
+      px.decoded = decode_image(data.data, data.size(), px.plan, options);
+      px.view = px.decoded.view;
+    }
+  }
+  Result result = counted             ? std::move(*counted)
+                  : plan.with_parts() ? engine_->analyze_parts(px.view, parts, asked)
+                  : data.on_device    ? engine_->analyze_device(DeviceImageView{px.view.data, px.view.layout}, asked)
+                                      : engine_->analyze(px.view, asked);
+  if (plan.with_parts() && parts.kind != PartsKind::kMask && !counted) {
     // The object keeps its own channels, the whole image's, and gains the parts.
     Result whole = engine_->analyze(px.view, asked);
     whole.parts = std::move(result.parts);
@@ -424,7 +455,7 @@ v1::AnalyzeResponse Analyzer::analyze_series(const v1::AnalyzeRequest& request, 
     fill_facts(r, data.data, data.size(), px.d.layout, release);
     fill_plane_facts(r, px.plan, px.d.planes);
   }
-  r.set_decoder(px.decoded.decoder);
+  r.set_decoder(px.on_gpu() ? px.gpu.decoder : px.decoded.decoder);
   set_duration(r.mutable_decode_time(), t1 - t0);
   set_duration(r.mutable_compute_time(), t2 - t1);
   return r;
@@ -528,10 +559,24 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
                               call, waited_until);
   call.check("before decoding");
   const v1::DecoderChoice choice = request.options().decoder();
-  if (with_parts && choice == v1::DECODER_CHOICE_GPU)
-    fail(ErrorCode::kFailedPrecondition,
-         "decoder GPU was asked for, but parts of an image are computed from the CPU decoder's pixels");
-  if (decode.format == "JPEG" && choice != v1::DECODER_CHOICE_CPU && !with_parts) {
+  if (decode.format == "JPEG" && choice != v1::DECODER_CHOICE_CPU && with_parts) {
+    // Masks, labels and tiles of a JPEG decoded on the GPU are counted there
+    // (analyze_parts_device); rectangles are the CPU's.
+    std::string why = "rectangles of an image are computed from the CPU decoder's pixels";
+    if (plan.parts.kind != PartsKind::kRects) {
+      if (std::optional<GpuDecodedImage> image = decode_on_gpu(bytes, data.size(), options, call, &why)) {
+        px.gpu = std::move(*image);
+        px.lease.release();  // the pixels are in device memory, in the engine's budget
+        px.d = describe_pixels("JPEG", px.gpu.view.layout);
+        px.plan = decode;
+        px.view = ImageView{nullptr, px.gpu.view.layout};
+        for (const std::string& w : px.gpu.check.warnings) r.add_warnings(w);
+        call.check("after decoding");
+        return true;
+      }
+    }
+    if (choice == v1::DECODER_CHOICE_GPU) fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but " + why);
+  } else if (decode.format == "JPEG" && choice != v1::DECODER_CHOICE_CPU) {
     std::string why;
     if (analyze_on_gpu(bytes, data.size(), options, stats_request, plan.planes.each, call, r, &why)) return false;
     if (choice == v1::DECODER_CHOICE_GPU) fail(ErrorCode::kFailedPrecondition, "decoder GPU was asked for, but " + why);
@@ -661,18 +706,16 @@ void Analyzer::read_map(const v1::Input& input, const char* what, const Describe
                          map_type_of(l.type), l.row_stride};
 }
 
-bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options,
-                              const StatsRequest& request, bool each_plane, const CallContext& call,
-                              v1::AnalyzeResponse& r, std::string* why) const {
+std::optional<GpuDecodedImage> Analyzer::decode_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options,
+                                                       const CallContext& call, std::string* why) const {
   if (!gpu_jpeg_) {
     *why = "this server has no GPU JPEG decoder";
-    return false;
+    return std::nullopt;
   }
   if (!engine_->takes_device_images()) {
     *why = "the GPU engine is not in use";
-    return false;
+    return std::nullopt;
   }
-  const auto t0 = Clock::now();
   std::unique_ptr<GpuJpegDecoder::Ticket> ticket = gpu_jpeg_->announce();
   call.check("before decoding");
   GpuDecodedImage image;
@@ -681,15 +724,25 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
     image = gpu_jpeg_->decode(*ticket, data, size);
   } catch (const Error& e) {
     *why = e.what();
-    return false;
+    return std::nullopt;
   }
   ticket.reset();
   // The GPU's check gives libjpeg's verdict: the CPU path's answers.
   enforce_jpeg_check(image.check, options.allow_truncated);
   if (image.check.truncated) {
     *why = "a truncated JPEG is analyzed as libjpeg fills it in, on the CPU";
-    return false;
+    return std::nullopt;
   }
+  return image;
+}
+
+bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options,
+                              const StatsRequest& request, bool each_plane, const CallContext& call,
+                              v1::AnalyzeResponse& r, std::string* why) const {
+  const auto t0 = Clock::now();
+  std::optional<GpuDecodedImage> decoded = decode_on_gpu(data, size, options, call, why);
+  if (!decoded) return false;
+  const GpuDecodedImage& image = *decoded;
   const JpegCheck& check = image.check;
   call.check("after decoding");
   const auto t1 = Clock::now();

@@ -125,6 +125,10 @@ class Analyzer {
     DecodedImage decoded;
     MemoryBudget::Lease lease;
     DecodePlan plan;  // an encoded input's
+    // A JPEG decoded on the GPU for its parts: the pixels stay there (view
+    // has no data then).
+    GpuDecodedImage gpu;
+    bool on_gpu() const { return gpu.memory != nullptr; }
   };
   // An encoded input decoded into px; false when r is the whole answer
   // already (decoded on the GPU, or on the CPU in bands into the engine).
@@ -165,6 +169,10 @@ class Analyzer {
 
   // The GPU path for one JPEG; false (with *why) when it should go to the CPU.
   // *check keeps libjpeg's check pass for the CPU path to reuse.
+  // A JPEG decoded on the GPU and checked there (libjpeg's verdict);
+  // nothing where it cannot be (why says so): the CPU decodes it.
+  std::optional<GpuDecodedImage> decode_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options,
+                                               const CallContext& call, std::string* why) const;
   bool analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOptions& options, const StatsRequest& request,
                       bool each_plane, const CallContext& call, v1::AnalyzeResponse& r, std::string* why) const;
   // A streamed decode (decode_in_bands: Gray or YCbCr JPEG, plain PNG, TIFF

@@ -47,6 +47,9 @@ void add_limit_flags(CLI::App& app, Limits& l) {
   app.add_option("--max-decode-memory", l.max_decode_memory,
                  "bytes all decodes in progress may hold; 0: half of the machine's memory")
       ->envname("IMGSTAT_MAX_DECODE_MEMORY")->capture_default_str();
+  app.add_option("--idle-decode-buffers", l.idle_decode_buffers,
+                 "bytes of freed large pixel buffers kept for the next images (each at most 10 s); 0: none")
+      ->envname("IMGSTAT_IDLE_DECODE_BUFFERS")->capture_default_str();
   app.add_option("--max-concurrent", l.max_concurrent, "calls in progress at once; 0: 64 per thread")
       ->envname("IMGSTAT_MAX_CONCURRENT")->capture_default_str();
   app.add_option("--max-queue", l.max_queue, "work items waiting for a thread")

@@ -37,6 +37,11 @@ struct Limits {
   // decode waits for room (see queue_timeout) or is refused when it alone is
   // larger. 0: half of the machine's (or the container's) memory.
   uint64_t max_decode_memory = 0;
+  // --idle-decode-buffers: bytes of freed large pixel buffers (32 MiB and
+  // more: an image decoded whole, a map, a converted copy) kept for the next
+  // image, each for at most 10 s (decode/large_buffers.hpp); outside the
+  // decode memory, which counts buffers in use. 0: none kept.
+  uint64_t idle_decode_buffers = uint64_t{512} << 20;
   // --max-concurrent: calls of imgstat.v1 in progress at once; more are
   // refused with RESOURCE_EXHAUSTED. 0: 64 per worker thread.
   uint32_t max_concurrent = 0;

@@ -399,6 +399,10 @@ class Engine {
   // engines without a GPU and kUnavailable when the GPU fails (the pixels
   // are then out of reach: the caller decodes again on the CPU).
   virtual Result analyze_device(const DeviceImageView& image, const StatsRequest& request);
+  // analyze_parts() of pixels in device memory (the map in host memory),
+  // the same answers; throws as analyze_device() does, and kUnimplemented
+  // for parts the GPU does not compute (floats, rectangles, a volume's tiles).
+  virtual Result analyze_parts_device(const DeviceImageView& image, const Parts& parts, const StatsRequest& request);
   // Host memory that stays put and is read often (a shared-memory region):
   // a GPU engine page-locks it for DMA, read-only, so analyze() sends it at
   // the pinned-copy rate without staging. The registration lasts while the
