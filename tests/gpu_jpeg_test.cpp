@@ -506,7 +506,7 @@ TEST_F(GpuJpegTest, PartsOfGpuDecodedJpegsAnswerAsTheCpuDecodersPixels) {
       v1::AnalyzeResponse cpu = analyzer.analyze(a);
       EXPECT_EQ(gpu.decoder(), whole.decoder());
       EXPECT_NE(cpu.decoder().find("libjpeg"), std::string::npos);
-      EXPECT_GT(gpu.channels(0).count(), 0u);
+      if (a.options().parts().has_tiles()) EXPECT_EQ(gpu.parts_size(), a.options().parts().tiles().columns() * a.options().parts().tiles().rows());
       for (v1::AnalyzeResponse* r : {&gpu, &cpu}) {
         r->clear_decoder();
         r->clear_decode_time();

@@ -369,6 +369,11 @@ v1::AnalyzeResponse Analyzer::analyze_series(const v1::AnalyzeRequest& request, 
   v1::AnalyzeResponse r;
   Pixels px;
   const auto t0 = Clock::now();
+  MapInput map;  // the mask or label image, held until the engine is done
+  // A JPEG's mask or label image is read while the JPEG decodes: its size
+  // is in the JPEG's header. Declared after map: waited for before it goes.
+  Described early;
+  std::future<void> early_map = read_map_early(request, plan, data, arrived, call, early, map);
   switch (kind_of(input)) {
     case v1::INPUT_KIND_RAW:
       px.d = describe_raw(input.raw(), limits_.max_planes);
@@ -396,8 +401,13 @@ v1::AnalyzeResponse Analyzer::analyze_series(const v1::AnalyzeRequest& request, 
     parts.slabs = std::max<uint32_t>(parts.slabs, 1);
     parts.plane_height = px.d.plane_height();
   }
-  MapInput map;  // the mask or label image, held until the engine is done
-  if (plan.with_parts()) parts.map = map_of(request.options().parts(), px, call, map);
+  bool map_read = false;
+  if (early_map.valid()) {
+    early_map.get();  // the map's own error, after the image's
+    map_read = px.d.layout.width == early.layout.width && px.d.layout.height == early.layout.height && px.d.planes == 1;
+    if (!map_read) map = MapInput{};  // not the size the header said (cannot be for a JPEG): read again
+  }
+  if (plan.with_parts()) parts.map = map_read ? map.view : map_of(request.options().parts(), px, call, map);
   const StatsRequest asked = with_rgb(plan.stats, px.d.order);
   MemoryBudget::Lease working =
       working_memory(asked, plan.with_parts() ? &parts : nullptr, px.d.layout,
@@ -596,6 +606,31 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
     px.decoded = decode_image(bytes, data.size(), decode, options);
   }
   return taken();
+}
+
+std::future<void> Analyzer::read_map_early(const v1::AnalyzeRequest& request, const RequestPlan& plan,
+                                           const InputBytes& data, const std::function<uint64_t(uint64_t)>& arrived,
+                                           const CallContext& call, Described& image, MapInput& map) const {
+  const v1::Parts& p = request.options().parts();
+  const bool read = p.has_labels() || (p.has_mask() && p.mask().source_case() != v1::Mask::kAlpha);
+  // Only a JPEG wholly here: its header gives the size, and it is one plane.
+  if (!plan.with_parts() || !read || arrived || kind_of(request.input()) != v1::INPUT_KIND_ENCODED || data.size() < 3 ||
+      data.data[0] != 0xff || data.data[1] != 0xd8 || data.data[2] != 0xff)
+    return {};
+  DecodePlan header;
+  try {
+    DecodeOptions options;
+    options.max_pixels = limits_.max_pixels;
+    header = plan_decode(data.data, data.size(), options);
+  } catch (const Error&) {
+    return {};  // the image's own error comes from its decode
+  }
+  if (header.format != "JPEG" || header.chosen_planes() != 1) return {};
+  image = describe_pixels("JPEG", Layout{header.width, header.height, 1, SampleType::kUint8, 0});
+  return std::async(std::launch::async, [this, &p, &image, header, &call, &map] {
+    read_map(p.has_mask() ? p.mask().image() : p.labels().image(), p.has_mask() ? "mask" : "label image", image,
+             header, call, map);
+  });
 }
 
 PartMapView Analyzer::map_of(const v1::Parts& p, const Pixels& px, const CallContext& call, MapInput& map) const {

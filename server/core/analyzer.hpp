@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -153,6 +155,13 @@ class Analyzer {
   void read_map(const v1::Input& input, const char* what, const Described& image, const DecodePlan& image_plan,
                 const CallContext& call,
                 MapInput& out) const;
+  // A JPEG's mask or label image read into map on a thread of its own while
+  // the JPEG decodes (image: the size its header gives); invalid where the
+  // map is read after the image (other formats, an alpha mask, bytes still
+  // arriving).
+  std::future<void> read_map_early(const v1::AnalyzeRequest& request, const RequestPlan& plan, const InputBytes& data,
+                                   const std::function<uint64_t(uint64_t)>& arrived, const CallContext& call,
+                                   Described& image, MapInput& map) const;
   // The parts' map for the image: its own alpha, or a mask or label image read into map.
   PartMapView map_of(const v1::Parts& parts, const Pixels& px, const CallContext& call, MapInput& map) const;
   // How long a call may wait for decode memory: its deadline, or the queue
