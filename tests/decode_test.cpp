@@ -21,6 +21,7 @@
 #include "corpus.hpp"
 #include "decode/decode.hpp"
 #include "decode/facts.hpp"
+#include "decode/large_buffers.hpp"
 #include "decode/jpeg/check.hpp"
 #include "decode/library_messages.hpp"
 #include "decode/sniff.hpp"
@@ -641,3 +642,53 @@ TEST(LibraryMessages, ALibrarysReasonJoinsTheErrorAndNothingLeaksRaw) {
 
 }  // namespace
 }  // namespace imgstat
+
+namespace imgstat::testing {
+namespace {
+
+// Large pixel buffers outlive their image in a bounded cache: the next
+// image of about that size takes one (no pages faulted in again), a small
+// image does not pin a huge one, the cap and 0 are honoured, and the
+// buffers hold what is written to them through OpenCV's own operations.
+TEST(LargeBuffers, ReusedWithinTheirCapAndNeverForSmallImages) {
+  if (!large_buffers_cached()) GTEST_SKIP() << "a sanitized build: every buffer is malloc's, watched by the sanitizer";
+  use_large_buffer_cache(uint64_t{64} << 20);
+  release_idle_large_buffers();
+  const LargeBufferUsage start = large_buffer_usage();
+  {
+    cv::Mat m(6000, 2000, CV_8UC3);  // 36 MB: cached
+    m.setTo(cv::Scalar(1, 2, 3));
+    cv::Mat copy = m.clone();  // another large buffer, OpenCV's clone through the same allocator
+    EXPECT_EQ(copy.at<cv::Vec3b>(5999, 1999), cv::Vec3b(1, 2, 3));
+    EXPECT_EQ(large_buffer_usage().mapped, start.mapped + 2);
+  }
+  EXPECT_GE(large_buffer_usage().idle_bytes, uint64_t{36000000});
+  EXPECT_LE(large_buffer_usage().idle_bytes, uint64_t{64} << 20);  // two of 36 MB: the older one given back
+  {
+    cv::Mat again(6000, 2000, CV_8UC3);
+    EXPECT_EQ(large_buffer_usage().reused, start.reused + 1);
+    again.setTo(cv::Scalar(9, 9, 9));  // a reused buffer is written as any
+    EXPECT_EQ(again.at<cv::Vec3b>(0, 0), cv::Vec3b(9, 9, 9));
+    cv::Mat small(100, 100, CV_8UC3);  // malloc's, not the cache's
+    EXPECT_EQ(large_buffer_usage().reused, start.reused + 1);
+    cv::Mat huge(6000, 8000, CV_8UC3);  // 144 MB: no idle buffer of its size
+    EXPECT_EQ(large_buffer_usage().reused, start.reused + 1);
+    EXPECT_EQ(large_buffer_usage().mapped, start.mapped + 3);
+  }
+  // The 144 MB one is over the cap: given back at once.
+  EXPECT_LE(large_buffer_usage().idle_bytes, uint64_t{64} << 20);
+  {
+    cv::Mat quarter(1000, 1000, CV_8UC(40));  // 40 MB: an idle 36 MB buffer is too small, a 144 MB one too large
+    (void)quarter;
+  }
+  use_large_buffer_cache(0);
+  EXPECT_EQ(large_buffer_usage().idle_bytes, 0u);
+  {
+    cv::Mat m(6000, 2000, CV_8UC3);
+    (void)m;
+  }
+  EXPECT_EQ(large_buffer_usage().idle_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace imgstat::testing

@@ -9,6 +9,7 @@
 
 #include "core/analyzer.hpp"
 #include "core/validate.hpp"
+#include "decode/decode.hpp"
 #include "error_code.hpp"
 #include "jpeg_samples.hpp"
 #include "raw_request.hpp"
@@ -295,6 +296,95 @@ TEST_F(PartsRequest, MapsThatFollowTheirInputInAStreamAnswerAsInOneMessage) {
       no_parts.mutable_options()->clear_parts();
       refused(no_parts, all, "names no mask or label image");
     }
+}
+
+// A JPEG's mask or label image is decoded beside the JPEG (its size from
+// the JPEG's header): the answers are those of the JPEG's own pixels sent
+// raw with the same maps, and errors are those of one after the other: the
+// image's first, then the map's, a map of another size refused by name.
+TEST_F(PartsRequest, AJpegsMapsReadBesideItAnswerAsItsPixelsDo) {
+  const uint32_t w = 211, h = 97;
+  const std::string jpeg = write_jpeg(w, h, jpeg_samplings()[1], 0, 85, 5);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(jpeg.data());
+  DecodeOptions o;
+  o.max_pixels = 1 << 22;
+  const DecodedImage pixels = decode_image(bytes, jpeg.size(), plan_decode(bytes, jpeg.size(), o), o);
+  TestImage img;
+  img.view = pixels.view;
+  ASSERT_EQ(img.view.layout.width, w);
+  std::mt19937_64 rng(52);
+  std::vector<uint8_t> mask(w * h);
+  std::vector<uint16_t> labels(w * h);
+  for (uint32_t i = 0; i < w * h; ++i) {
+    mask[i] = rng() % 3 ? 0 : 200;
+    labels[i] = static_cast<uint16_t>(rng() % 5 + 1000 * (i % w / 70));
+  }
+  const std::string mask_png = gray_png(w, h, 8, [&](uint32_t x, uint32_t y) { return mask[y * w + x]; });
+  const std::string labels_png = gray_png(w, h, 16, [&](uint32_t x, uint32_t y) { return labels[y * w + x]; });
+  auto same = [](const v1::ChannelStats& a, const v1::ChannelStats& b) {
+    EXPECT_EQ(a.count(), b.count());
+    EXPECT_EQ(a.min(), b.min());
+    EXPECT_EQ(a.max(), b.max());
+    EXPECT_EQ(a.sum_int(), b.sum_int());
+    EXPECT_EQ(a.stddev(), b.stddev());
+    EXPECT_EQ(a.histogram().SerializeAsString(), b.histogram().SerializeAsString());
+  };
+  for (int kind = 0; kind < 3; ++kind) {
+    SCOPED_TRACE("map " + std::to_string(kind));
+    v1::AnalyzeRequest enc;
+    enc.mutable_input()->set_data(jpeg);
+    v1::AnalyzeRequest raw = raw_request(img);
+    for (v1::AnalyzeRequest* r : {&enc, &raw}) {
+      v1::Parts* p = r->mutable_options()->mutable_parts();
+      if (kind == 0) p->mutable_mask()->mutable_image()->set_data(mask_png);
+      if (kind == 1) {
+        p->mutable_labels()->mutable_image()->set_data(labels_png);
+        p->mutable_labels()->set_ignore(1002);
+      }
+      if (kind == 2) {  // a raw mask
+        v1::Input* m = p->mutable_mask()->mutable_image();
+        m->set_kind(v1::INPUT_KIND_RAW);
+        m->mutable_raw()->set_width(w);
+        m->mutable_raw()->set_height(h);
+        m->mutable_raw()->set_channels(1);
+        m->mutable_raw()->set_sample_type(v1::SAMPLE_TYPE_UINT8);
+        m->set_data(std::string(mask.begin(), mask.end()));
+      }
+    }
+    const v1::AnalyzeResponse got = analyzer_->analyze(enc), want = analyzer_->analyze(raw);
+    ASSERT_EQ(got.channels_size(), want.channels_size());
+    for (int c = 0; c < got.channels_size(); ++c) same(got.channels(c), want.channels(c));
+    ASSERT_EQ(got.parts_size(), want.parts_size());
+    if (kind == 1) EXPECT_EQ(got.parts_size(), 4 * 5 - 1);  // 0-4, 1000-1004 but 1002, 2000-2004, 3000-3004 (column 210)
+    for (int i = 0; i < got.parts_size(); ++i) {
+      EXPECT_EQ(got.parts(i).label(), want.parts(i).label());
+      ASSERT_EQ(got.parts(i).channels_size(), want.parts(i).channels_size());
+      for (int c = 0; c < got.parts(i).channels_size(); ++c) same(got.parts(i).channels(c), want.parts(i).channels(c));
+    }
+  }
+  // A map of another size, named with the JPEG's.
+  ErrorCode code{};
+  v1::AnalyzeRequest r;
+  r.mutable_input()->set_data(jpeg);
+  r.mutable_options()->mutable_parts()->mutable_mask()->mutable_image()->set_data(
+      gray_png(w - 1, h, 8, [](uint32_t x, uint32_t) { return x; }));
+  std::string e = error_of(r, &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(e.find("210x97"), std::string::npos) << e;
+  EXPECT_NE(e.find("211x97"), std::string::npos) << e;
+  // A damaged map with a sound JPEG: the map's error.
+  r.mutable_options()->mutable_parts()->mutable_mask()->mutable_image()->set_data(mask_png.substr(0, mask_png.size() / 2));
+  e = error_of(r, &code);
+  EXPECT_NE(e.find("mask"), std::string::npos) << e;
+  // A cut JPEG with a sound map: the JPEG's error, as without parts.
+  v1::AnalyzeRequest cut;
+  cut.mutable_input()->set_data(jpeg.substr(0, jpeg.size() / 2));
+  ErrorCode alone{};
+  const std::string alone_error = error_of(cut, &alone);
+  ASSERT_FALSE(alone_error.empty());
+  cut.mutable_options()->mutable_parts()->mutable_mask()->mutable_image()->set_data(mask_png);
+  EXPECT_EQ(error_of(cut, &code), alone_error);
+  EXPECT_EQ(code, alone);
 }
 
 TEST_F(PartsRequest, BadMapsSizesAndLimitsAreClearErrors) {

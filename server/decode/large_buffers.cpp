@@ -13,6 +13,20 @@
 namespace imgstat {
 namespace {
 
+// Under AddressSanitizer every buffer stays malloc's, so that its
+// redzones catch a decoder writing past an image (the fuzz targets).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kCached = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kCached = false;
+#else
+constexpr bool kCached = true;
+#endif
+#else
+constexpr bool kCached = true;
+#endif
+
 using Clock = std::chrono::steady_clock;
 constexpr size_t kHugePage = size_t{2} << 20;
 
@@ -34,7 +48,7 @@ class LargeBufferAllocator final : public cv::MatAllocator {
       total *= static_cast<size_t>(sizes[i]);
     }
     uint8_t* data = static_cast<uint8_t*>(data0);
-    if (!data) data = total >= kLargeBufferBytes ? take(total) : static_cast<uint8_t*>(cv::fastMalloc(total));
+    if (!data) data = kCached && total >= kLargeBufferBytes ? take(total) : static_cast<uint8_t*>(cv::fastMalloc(total));
     auto* u = new cv::UMatData(this);
     u->data = u->origdata = data;
     u->size = total;
@@ -180,6 +194,8 @@ void use_large_buffer_cache(uint64_t idle_bytes) {
 cv::MatAllocator* large_buffer_allocator() { return &instance(); }
 
 LargeBufferUsage large_buffer_usage() { return instance().usage(); }
+
+bool large_buffers_cached() { return kCached; }
 
 void release_idle_large_buffers() { instance().release_idle(); }
 

@@ -17,7 +17,8 @@ class MatAllocator;
 
 namespace imgstat {
 
-// Buffers at least this large are cached; smaller ones are OpenCV's own
+// Buffers at least this large are cached (not under AddressSanitizer:
+// large_buffers_cached()); smaller ones are OpenCV's own
 // (malloc keeps and reuses those).
 inline constexpr uint64_t kLargeBufferBytes = uint64_t{32} << 20;
 // How long a buffer stays unused before it goes back to the system (what
@@ -39,6 +40,8 @@ struct LargeBufferUsage {
   uint64_t mapped = 0;       // allocations that mapped new memory
 };
 LargeBufferUsage large_buffer_usage();
+// False in a sanitized build, whose buffers are all malloc's.
+bool large_buffers_cached();
 // Unmaps every idle buffer.
 void release_idle_large_buffers();
 
