@@ -217,10 +217,22 @@ void add_measure_options(CLI::App& app, CliOptions& o) {
   app.add_option("--range", o.range_spec, "explicit histogram range LO:HI (default automatic)");
   app.add_option("--stats", o.stats,
                  "statistics to report (default: min_max,sum,stddev,histogram,distribution,shape,summary); also "
-                 "positions, unique_colors, luminance, or all")
+                 "positions, unique_colors, luminance, robust (sigma-clipped, as astropy's sigma_clipped_stats), or all")
       ->delimiter(',')->allow_extra_args(false)
       ->check(CLI::IsMember({"min_max", "sum", "stddev", "histogram", "distribution", "shape", "positions",
-                             "unique_colors", "luminance", "summary", "all"}));
+                             "unique_colors", "luminance", "summary", "robust", "all"}));
+  app.add_option("--sigma", o.sigma, "with --stats robust: clip at this many spreads from the centre (default 3)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--sigma-lower", o.sigma_lower, "with --stats robust: below the centre (default --sigma)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--sigma-upper", o.sigma_upper, "with --stats robust: above the centre (default --sigma)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--maxiters", o.maxiters, "with --stats robust: rounds of clipping at most (default 5; -1: until none is left out)")
+      ->check(CLI::Range(-1, 1 << 30));
+  app.add_option("--cenfunc", o.cenfunc, "with --stats robust: the centre, median or mean")
+      ->check(CLI::IsMember({"median", "mean"}))->capture_default_str();
+  app.add_option("--stdfunc", o.stdfunc, "with --stats robust: the spread, std or mad_std")
+      ->check(CLI::IsMember({"std", "mad_std"}))->capture_default_str();
   app.add_option("--percentiles", o.percentiles, "percentiles to report with the distribution, 0 to 100")
       ->delimiter(',')->allow_extra_args(false)->check(CLI::Range(0.0, 100.0))->capture_default_str();
   app.add_flag("--allow-truncated", o.allow_truncated, "analyze truncated JPEGs (libjpeg fills the rest with gray)");
@@ -463,8 +475,17 @@ void set_statistics(const CliOptions& o, Request& request) {
       {"distribution", v1::STATISTIC_DISTRIBUTION}, {"shape", v1::STATISTIC_SHAPE},
       {"positions", v1::STATISTIC_POSITIONS},   {"unique_colors", v1::STATISTIC_UNIQUE_COLORS},
       {"luminance", v1::STATISTIC_LUMINANCE},   {"summary", v1::STATISTIC_SUMMARY},
-      {"all", v1::STATISTIC_ALL}};
+      {"robust", v1::STATISTIC_ROBUST},         {"all", v1::STATISTIC_ALL}};
   for (const std::string& s : stats) request.options.add_statistics(kStatistics.at(s));
+  if (o.sigma || o.sigma_lower || o.sigma_upper || o.maxiters || o.cenfunc != "median" || o.stdfunc != "std") {
+    v1::SigmaClip* c = request.options.mutable_sigma_clip();
+    c->set_sigma(o.sigma);
+    c->set_sigma_lower(o.sigma_lower);
+    c->set_sigma_upper(o.sigma_upper);
+    c->set_maxiters(o.maxiters);
+    c->set_centre(o.cenfunc == "mean" ? v1::SigmaClip::CENTRE_MEAN : v1::SigmaClip::CENTRE_MEDIAN);
+    c->set_spread(o.stdfunc == "mad_std" ? v1::SigmaClip::SPREAD_MAD_STD : v1::SigmaClip::SPREAD_STD);
+  }
   for (double p : o.percentiles) request.options.add_percentiles(p);
 }
 

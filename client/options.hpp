@@ -27,6 +27,10 @@ struct CliOptions {
   uint32_t bins = 256;
   std::vector<std::string> stats;
   std::vector<double> percentiles{5, 25, 75, 95};
+  // --stats robust: sigma clipping as astropy's (0: its defaults).
+  double sigma = 0, sigma_lower = 0, sigma_upper = 0;
+  int32_t maxiters = 0;
+  std::string cenfunc = "median", stdfunc = "std";
   double timeout = 120;  // a hung server must not hang the caller; a 2 GiB upload at 1 Gb/s fits
   unsigned jobs = 0;     // 0: not given
   // Parts, one kind at a time.

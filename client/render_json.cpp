@@ -88,6 +88,22 @@ std::string channel_text(const v1::ChannelStats& c, bool flt, bool float_samples
     ch.f64("skewness", c.skewness());
     ch.f64("kurtosis", c.kurtosis());
   }
+  if (c.has_robust()) {
+    const v1::RobustStats& q = c.robust();
+    Fields r;
+    r.f64("mean", q.mean());
+    r.f64("median", q.median());
+    r.f64("stddev", q.stddev());
+    r.u64("count", q.count());
+    r.u64("clipped_low", q.clipped_low());
+    r.u64("clipped_high", q.clipped_high());
+    r.u64("iterations", q.iterations());
+    r.f64("lower_bound", q.lower_bound());
+    r.f64("upper_bound", q.upper_bound());
+    r.f64("mad", q.mad());
+    r.f64("mad_std", q.mad_std());
+    ch.raw("robust", r.text());
+  }
   if (c.has_min_position()) {
     auto at = [stack](const v1::Position& p) {
       return "{\"x\":" + std::to_string(p.x()) + ",\"y\":" + std::to_string(p.y()) +

@@ -307,6 +307,24 @@ std::string described_rows(const std::vector<const v1::ChannelStats*>& rows, boo
   return out;
 }
 
+// Sigma-clipped statistics, where asked for.
+std::string robust_rows(const std::vector<const v1::ChannelStats*>& rows) {
+  std::string out;
+  char line[512];
+  for (const v1::ChannelStats* c : rows) {
+    if (!c->has_robust()) continue;
+    const v1::RobustStats& q = c->robust();
+    std::snprintf(line, sizeof line,
+                  "  %-7s sigma-clipped mean %.10g median %.10g stddev %.10g (%llu kept, %llu low and %llu high left "
+                  "out, %u rounds); MAD %.10g, MAD-std %.10g\n",
+                  c->name().c_str(), q.mean(), q.median(), q.stddev(), static_cast<unsigned long long>(q.count()),
+                  static_cast<unsigned long long>(q.clipped_low()), static_cast<unsigned long long>(q.clipped_high()),
+                  q.iterations(), q.mad(), q.mad_std());
+    out += line;
+  }
+  return out;
+}
+
 std::string position_rows(const std::vector<const v1::ChannelStats*>& rows, bool stack) {
   std::string out;
   char line[512];
@@ -364,6 +382,7 @@ std::string render_table(const Outcome& o, bool color) {
   std::vector<const v1::ChannelStats*> rows;
   out += moment_rows(r, flt, &rows);
   out += described_rows(rows, flt, s);
+  out += robust_rows(rows);
   out += position_rows(rows, r.facts().planes_answered() > 1);
   if (r.has_unique_colors()) out += "  unique colors: " + std::to_string(r.unique_colors()) + "\n";
   if (r.has_joint()) out += joint_table(r.joint());

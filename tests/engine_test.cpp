@@ -4,7 +4,9 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cfloat>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -350,6 +352,152 @@ TEST_P(EngineTest, CountsBeyond32Bits) {
   EXPECT_EQ(total, n);
   EXPECT_EQ(stats[0].sum_int, static_cast<int64_t>(sum));
   EXPECT_EQ(stats[0].max, 250);
+}
+
+// astropy.stats.sigma_clipped_stats and mad_std, written out over the
+// samples as numpy computes them: the reference for ChannelStats::robust.
+struct RobustReference {
+  double mean = 0, median = 0, stddev = 0, mad = 0;
+  uint64_t count = 0, low = 0, high = 0;
+  uint32_t iterations = 0;
+};
+double np_median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+double np_mean(const std::vector<double>& v) {
+  long double s = 0;
+  for (double x : v) s += x;
+  return static_cast<double>(s / v.size());
+}
+double np_std(const std::vector<double>& v) {
+  const long double m = np_mean(v);
+  long double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return static_cast<double>(std::sqrt(s / v.size()));
+}
+double np_mad(const std::vector<double>& v) {
+  const double m = np_median(v);
+  std::vector<double> d;
+  for (double x : v) d.push_back(std::fabs(x - m));
+  return np_median(d);
+}
+RobustReference sigma_clipped(const std::vector<double>& data, const SigmaClipSpec& c) {
+  RobustReference r;
+  r.mad = np_mad(data);
+  std::vector<double> kept = data;
+  double lo = 0, hi = 0;
+  while (c.maxiters < 0 || r.iterations < static_cast<uint32_t>(c.maxiters)) {
+    ++r.iterations;
+    const double centre = c.centre_mean ? np_mean(kept) : np_median(kept);
+    const double spread = c.spread_mad_std ? np_mad(kept) * kMadStdScale : np_std(kept);
+    lo = centre - spread * c.sigma_lower;
+    hi = centre + spread * c.sigma_upper;
+    std::vector<double> next;
+    for (double x : kept)
+      if (x >= lo && x <= hi) next.push_back(x);
+    const bool changed = next.size() != kept.size();
+    kept = std::move(next);
+    if (!changed || kept.empty()) break;
+  }
+  r.count = kept.size();
+  if (kept.empty()) return r;
+  const double kmin = *std::min_element(kept.begin(), kept.end()), kmax = *std::max_element(kept.begin(), kept.end());
+  for (double x : data) r.low += x < kmin, r.high += x > kmax;
+  r.mean = np_mean(kept);
+  r.median = np_median(kept);
+  r.stddev = np_std(kept);
+  return r;
+}
+
+void expect_robust(const ChannelStats& got, const RobustReference& want) {
+  ASSERT_TRUE(got.has_robust);
+  const ChannelStats::Robust& q = got.robust;
+  EXPECT_EQ(q.count, want.count);
+  EXPECT_EQ(q.iterations, want.iterations);
+  EXPECT_EQ(q.mad, want.mad);
+  EXPECT_EQ(q.mad_std, want.mad * kMadStdScale);
+  if (want.count == 0) {
+    EXPECT_TRUE(std::isnan(q.mean) && std::isnan(q.median) && std::isnan(q.stddev));
+    return;
+  }
+  EXPECT_EQ(q.clipped_low, want.low);
+  EXPECT_EQ(q.clipped_high, want.high);
+  EXPECT_EQ(q.median, want.median);
+  EXPECT_NEAR(q.mean, want.mean, 1e-12 * std::max(1.0, std::fabs(want.mean)));
+  EXPECT_NEAR(q.stddev, want.stddev, 1e-12 * std::max(1.0, want.stddev));
+}
+
+// Sigma-clipped statistics of every integer type, odd sizes, strides and
+// unaligned starts, outliers at the type's extremes, constant data and one
+// pixel, under astropy's defaults and other clippings: as astropy computes
+// them over the samples; per tile as over the tile's samples; floats refused.
+TEST_P(EngineTest, RobustStatisticsAsAstropysSigmaClippedStats) {
+  std::mt19937_64 rng(53);
+  std::vector<SigmaClipSpec> clips(4);
+  clips[1].sigma_lower = clips[1].sigma_upper = 2;
+  clips[1].maxiters = -1;
+  clips[2].sigma_lower = 1.5;
+  clips[2].sigma_upper = 4;
+  clips[2].centre_mean = true;
+  clips[3].spread_mad_std = true;
+  clips[3].maxiters = 10;
+  struct Size { uint64_t w, h; uint64_t pad; size_t offset; };
+  const Size sizes[] = {{1, 1, 0, 0}, {211, 13, 0, 0}, {67, 31, 5, 3}};
+  for (SampleType t : {SampleType::kUint8, SampleType::kInt8, SampleType::kUint16, SampleType::kInt16}) {
+    const double tlo = type_lo(t), thi = type_lo(t) + std::ldexp(1.0, static_cast<int>(type_bits(t))) - 1;
+    for (const Size& sz : sizes)
+      for (uint32_t c : {1u, 3u})
+        for (int kind = 0; kind < 3; ++kind) {  // spread with outliers, constant, two values at the extremes
+          std::normal_distribution<double> normal((tlo + thi) / 2, (thi - tlo) / 40);
+          std::vector<double> vals(sz.w * sz.h * c);
+          for (double& v : vals) {
+            const uint64_t u = rng() % 100;
+            v = kind == 1 ? tlo + 7 : kind == 2 ? (u < 50 ? tlo : thi)
+                : u < 3 ? thi : u < 5 ? tlo : std::clamp(std::round(normal(rng)), tlo, thi);
+          }
+          TestImage img = make_image(rng, sz.w, sz.h, c, t, sz.pad, sz.offset, [&](uint64_t i) { return vals[i]; });
+          for (const SigmaClipSpec& clip : clips) {
+            SCOPED_TRACE(std::string(to_string(t)) + " " + std::to_string(sz.w) + "x" + std::to_string(sz.h) + "x" +
+                         std::to_string(c) + " data " + std::to_string(kind) + " centre_mean " +
+                         std::to_string(clip.centre_mean) + " maxiters " + std::to_string(clip.maxiters));
+            StatsRequest req;
+            req.robust = true;
+            req.sigma_clip = clip;
+            const Result r = engine_->analyze(img.view, req);
+            for (uint32_t ch = 0; ch < c; ++ch) {
+              std::vector<double> samples;
+              for (size_t i = ch; i < vals.size(); i += c) samples.push_back(vals[i]);
+              expect_robust(r.channels[ch], sigma_clipped(samples, clip));
+            }
+            if (sz.w < 60 || clip.maxiters != 5) continue;
+            Parts tiles;
+            tiles.kind = PartsKind::kTiles;
+            tiles.columns = 3;
+            tiles.rows = 2;
+            const Result parts = engine_->analyze_parts(img.view, tiles, req);
+            ASSERT_EQ(parts.parts.size(), 6u);
+            for (const PartStats& p : parts.parts)
+              for (uint32_t ch = 0; ch < c; ++ch) {
+                std::vector<double> samples;
+                for (uint64_t y = p.roi.y; y < p.roi.y + p.roi.height; ++y)
+                  for (uint64_t x = p.roi.x; x < p.roi.x + p.roi.width; ++x) samples.push_back(vals[(y * sz.w + x) * c + ch]);
+                expect_robust(p.channels[ch], sigma_clipped(samples, clip));
+              }
+          }
+        }
+  }
+  TestImage floats = random_image(rng, 17, 5, 1, SampleType::kFloat32, 0, 0);
+  StatsRequest req;
+  req.robust = true;
+  try {
+    engine_->analyze(floats.view, req);
+    ADD_FAILURE() << "float samples' robust statistics answered";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+    EXPECT_NE(std::string(e.what()).find("float32"), std::string::npos) << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, EngineTest, ::testing::Values("cpu", "cuda"),

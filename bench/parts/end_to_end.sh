@@ -28,7 +28,10 @@ print(f"mask keeps {np.count_nonzero(mask) / mask.size:.2f} of the pixels", file
 PY
 fi
 log=$work/server.log
-"$server" --listen 127.0.0.1:0 --engine "${ENGINE:-cpu}" --region-socket off 2>"$log" & pid=$!
+# REGIONS=1: the server takes files from this host as shared memory (its
+# region socket); else they go as messages, as from another host.
+if [ "${REGIONS:-0}" = 1 ]; then regions=(--region-socket "$work/regions.sock"); else regions=(--region-socket off); fi
+"$server" --listen 127.0.0.1:0 --engine "${ENGINE:-cpu}" "${regions[@]}" 2>"$log" & pid=$!
 trap 'kill $pid 2>/dev/null' EXIT
 for _ in $(seq 300); do grep -q "listening on" "$log" && break; sleep 0.1; done
 addr=127.0.0.1:$(grep -o "listening on [^ ]*" "$log" | grep -o "[0-9]*$")

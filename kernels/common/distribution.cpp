@@ -1,6 +1,7 @@
 #include "common/distribution.hpp"
 
 #include <cmath>
+#include <limits>
 
 #include "common/moments.hpp"
 
@@ -77,6 +78,151 @@ void set_shape(long double n, long double m2, long double m3, long double m4, Ch
   s.kurtosis = static_cast<double>(m4 / n / (var * var) - 3);
 }
 
+// Statistics of the samples of values [a, b] (indices into counts, value
+// lo + i), as numpy computes them over those samples in float64: what
+// astropy's sigma clipping computes each round.
+class ValueRange {
+ public:
+  ValueRange(const std::vector<uint64_t>& counts, int64_t lo) : counts_(counts), lo_(lo) {}
+
+  double value(size_t i) const { return static_cast<double>(lo_ + static_cast<int64_t>(i)); }
+
+  uint64_t count(size_t a, size_t b) const {
+    uint64_t n = 0;
+    for (size_t i = a; i <= b; ++i) n += counts_[i];
+    return n;
+  }
+  double mean(size_t a, size_t b, uint64_t n) const {
+    __int128 sum = 0;  // exact: at most 2^40 samples of 16 bits
+    for (size_t i = a; i <= b; ++i) sum += static_cast<__int128>(counts_[i]) * (lo_ + static_cast<int64_t>(i));
+    return static_cast<double>(static_cast<long double>(sum) / static_cast<long double>(n));
+  }
+  double stddev(size_t a, size_t b, uint64_t n) const {
+    const long double m = mean(a, b, n);
+    long double m2 = 0;
+    for (size_t i = a; i <= b; ++i) {
+      if (!counts_[i]) continue;
+      const long double d = static_cast<long double>(value(i)) - m;
+      m2 += static_cast<long double>(counts_[i]) * d * d;
+    }
+    return static_cast<double>(std::sqrt(m2 / static_cast<long double>(n)));
+  }
+  // The k-th smallest sample (1-based) of [a, b].
+  size_t at_rank(size_t a, size_t b, uint64_t k) const {
+    uint64_t seen = 0;
+    for (size_t i = a; i <= b; ++i) {
+      seen += counts_[i];
+      if (seen >= k) return i;
+    }
+    return b;
+  }
+  // numpy's median: the middle sample, or the mean of the two middle ones.
+  double median(size_t a, size_t b, uint64_t n) const {
+    if (n % 2) return value(at_rank(a, b, n / 2 + 1));
+    return (value(at_rank(a, b, n / 2)) + value(at_rank(a, b, n / 2 + 1))) / 2;
+  }
+  // numpy's median of |v - centre| over [a, b]: deviations taken in
+  // increasing order, outwards from the centre.
+  double median_deviation(size_t a, size_t b, uint64_t n, double centre) const {
+    auto kth = [&](uint64_t k) {
+      // left: the highest index at or below the centre; right: the lowest above.
+      int64_t left = static_cast<int64_t>(a) - 1, right = static_cast<int64_t>(b) + 1;
+      for (size_t i = a; i <= b; ++i) {
+        if (value(i) <= centre) {
+          left = static_cast<int64_t>(i);
+        } else {
+          right = static_cast<int64_t>(i);
+          break;
+        }
+      }
+      uint64_t seen = 0;
+      for (;;) {
+        while (left >= static_cast<int64_t>(a) && !counts_[static_cast<size_t>(left)]) --left;
+        while (right <= static_cast<int64_t>(b) && !counts_[static_cast<size_t>(right)]) ++right;
+        const bool has_left = left >= static_cast<int64_t>(a), has_right = right <= static_cast<int64_t>(b);
+        if (!has_left && !has_right) return 0.0;
+        const double dl = has_left ? centre - value(static_cast<size_t>(left)) : INFINITY;
+        const double dr = has_right ? value(static_cast<size_t>(right)) - centre : INFINITY;
+        const bool take_left = dl <= dr;
+        seen += counts_[static_cast<size_t>(take_left ? left : right)];
+        if (seen >= k) return take_left ? dl : dr;
+        if (take_left) {
+          --left;
+        } else {
+          ++right;
+        }
+      }
+    };
+    if (n % 2) return kth(n / 2 + 1);
+    return (kth(n / 2) + kth(n / 2 + 1)) / 2;
+  }
+
+ private:
+  const std::vector<uint64_t>& counts_;
+  int64_t lo_;
+};
+
+// astropy.stats.sigma_clipped_stats over the counts: rounds of bounds from
+// the kept samples' centre and spread until a round leaves none out or
+// maxiters have run, then the kept samples' mean, median and std; and the
+// MAD of all of them. Exact but for the float64 rounding of the centre and
+// spread, which numpy rounds too.
+void describe_robust(const std::vector<uint64_t>& counts, int64_t value_lo, uint64_t n, const SigmaClipSpec& clip,
+                     ChannelStats& s) {
+  const ValueRange r(counts, value_lo);
+  size_t a = 0, b = counts.size() - 1;
+  while (!counts[a]) ++a;
+  while (!counts[b]) --b;
+  ChannelStats::Robust& out = s.robust;
+  s.has_robust = true;
+  out.mad = r.median_deviation(a, b, n, r.median(a, b, n));
+  out.mad_std = out.mad * kMadStdScale;
+  uint64_t kept = n;
+  bool empty = false;
+  uint32_t rounds = 0;
+  while (clip.maxiters < 0 || rounds < static_cast<uint32_t>(clip.maxiters)) {
+    ++rounds;
+    const double centre = clip.centre_mean ? r.mean(a, b, kept) : r.median(a, b, kept);
+    const double spread =
+        clip.spread_mad_std ? r.median_deviation(a, b, kept, r.median(a, b, kept)) * kMadStdScale : r.stddev(a, b, kept);
+    // As astropy: max = centre; min = max - spread * sigma_lower; max += spread * sigma_upper.
+    const double lower = centre - spread * clip.sigma_lower;
+    double upper = centre;
+    upper += spread * clip.sigma_upper;
+    out.lower_bound = lower;
+    out.upper_bound = upper;
+    // The kept samples are those of one range of values: its new ends.
+    size_t na = a, nb = b;
+    while (na < b && !(counts[na] && r.value(na) >= lower)) ++na;
+    while (nb > na && !(counts[nb] && r.value(nb) <= upper)) --nb;
+    if (!counts[na] || !(r.value(na) >= lower) || !(r.value(nb) <= upper)) {  // every sample left out
+      empty = true;
+      kept = 0;
+      break;
+    }
+    const uint64_t now = r.count(na, nb);
+    const bool changed = now != kept;
+    a = na, b = nb, kept = now;
+    if (!changed) break;
+  }
+  out.iterations = rounds;
+  out.count = kept;
+  if (empty) {  // as astropy's: NaN statistics of no samples
+    out.mean = out.median = out.stddev = std::numeric_limits<double>::quiet_NaN();
+    uint64_t low = 0;
+    for (size_t i = 0; i < counts.size(); ++i)
+      if (counts[i] && r.value(i) < out.lower_bound) low += counts[i];
+    out.clipped_low = low;
+    out.clipped_high = n - low;
+    return;
+  }
+  out.clipped_low = a ? r.count(0, a - 1) : 0;
+  out.clipped_high = b + 1 < counts.size() ? r.count(b + 1, counts.size() - 1) : 0;
+  out.mean = r.mean(a, b, kept);
+  out.median = r.median(a, b, kept);
+  out.stddev = r.stddev(a, b, kept);
+}
+
 }  // namespace
 
 void describe_values(const std::vector<uint64_t>& counts, int64_t value_lo, const StatsRequest& request,
@@ -99,6 +245,7 @@ void describe_values(const std::vector<uint64_t>& counts, int64_t value_lo, cons
     s.entropy = entropy_bits(each, n);
     s.bin_error = 0;
   }
+  if (request.robust) describe_robust(counts, value_lo, n, request.sigma_clip, s);
   if (request.shape) {
     // Two passes over at most 65536 values in long double: the same numbers
     // on every engine, since the counts are.

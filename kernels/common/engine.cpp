@@ -84,6 +84,16 @@ void validate(const Layout& layout, const StatsRequest& request) {
             std::to_string(request.percentiles.size()));
   for (double p : request.percentiles)
     if (!(p >= 0 && p <= 100)) invalid("percentiles must be 0 to 100, got " + std::to_string(p));
+  if (request.robust) {
+    const SigmaClipSpec& c = request.sigma_clip;
+    if (!(c.sigma_lower > 0 && c.sigma_upper > 0 && std::isfinite(c.sigma_lower) && std::isfinite(c.sigma_upper)))
+      invalid("sigma clipping's sigmas must be finite and above 0, got " + std::to_string(c.sigma_lower) + " and " +
+              std::to_string(c.sigma_upper));
+    const SampleType t = request.colour_space == ColourSpace::kNone ? layout.type : measured_layout(layout, request).type;
+    if (is_float(t) || sample_size(t) > 2)
+      fail(ErrorCode::kUnimplemented, std::string("robust statistics (sigma clipping) are computed for 8- and 16-bit "
+                                                  "integer samples; ") + to_string(t) + " samples are not yet");
+  }
   if (request.colour_space != ColourSpace::kNone) {
     const std::string space = to_string(request.colour_space);
     if (layout.channels < 3)

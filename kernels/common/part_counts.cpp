@@ -18,7 +18,7 @@ namespace {
 // is every value anyway (8-bit samples, 256 bins over the type's range):
 // the moments then follow from the counts, and nothing else need be counted.
 bool wants_values(SampleType type, const StatsRequest& request) {
-  return request.distribution || request.shape || request.merge_state || !request.channel_hists.empty() ||
+  return counts_every_value(request) || !request.channel_hists.empty() ||
          (request.histogram && !request.hist.explicit_range && request.hist.bins == (uint32_t{1} << type_bits(type)));
 }
 }  // namespace

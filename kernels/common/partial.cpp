@@ -13,7 +13,7 @@ ChannelPartial partial_of_values(const uint64_t* counts, SampleType type, const 
   ChannelPartial p;
   p.ints = moments_of_values(counts, values, type_lo(type));
   if (request.histogram) p.histogram = bin_values(counts, values, type, hist_of(request, channel));
-  if (request.distribution || request.shape || request.merge_state) p.values.assign(counts, counts + values);
+  if (counts_every_value(request)) p.values.assign(counts, counts + values);
   return p;
 }
 

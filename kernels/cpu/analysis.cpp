@@ -17,7 +17,7 @@ namespace imgstat::cpu {
 
 bool counts_only(SampleType type, const StatsRequest& r) {
   return !is_float(type) && !r.min_max && !r.sum && !r.stddev && !r.histogram && !r.distribution && !r.shape &&
-         !r.merge_state && !r.summary;
+         !r.merge_state && !r.robust && !r.summary;
 }
 
 namespace {

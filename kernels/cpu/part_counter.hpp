@@ -24,7 +24,7 @@ class PartCounter {
  public:
   PartCounter(const ImageView& image, const PartIndex& index, const StatsRequest& request)
       : image_(image), index_(index), request_(request) {
-    if (!request.distribution && !request.shape && !request.merge_state && request.channel_hists.empty() &&
+    if (!counts_every_value(request) && request.channel_hists.empty() &&
         request.histogram)
       bin_of_ = bin_table(image.layout.type, request.hist);
   }

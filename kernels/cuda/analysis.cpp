@@ -34,7 +34,7 @@ GpuAnalysis::GpuAnalysis(const GpuContext& gpu, const Layout& layout, const Stat
   pixel_bytes_ = source_.pixel_bytes();
   chunk_pixels_ = std::max<uint64_t>(16, kSlotBytes / pixel_bytes_ / 16 * 16);
   direct_pixels_ = std::max<uint64_t>(16, kDeviceSlotBytes / pixel_bytes_ / 16 * 16);
-  values_ = sample_size(layout_.type) == 2 && (request_.distribution || request_.shape || request_.merge_state);
+  values_ = sample_size(layout_.type) == 2 && counts_every_value(request_);
   try {
     const bool floats = is_float(layout_.type);
     if (session) first_ = session->first;

@@ -43,6 +43,21 @@ void fill_channel(v1::ChannelStats* c, const ChannelStats& s, const StatsRequest
     c->set_skewness(s.skewness);
     c->set_kurtosis(s.kurtosis);
   }
+  if (s.has_robust) {
+    const ChannelStats::Robust& q = s.robust;
+    v1::RobustStats* o = c->mutable_robust();
+    o->set_mean(q.mean);
+    o->set_median(q.median);
+    o->set_stddev(q.stddev);
+    o->set_count(q.count);
+    o->set_clipped_low(q.clipped_low);
+    o->set_clipped_high(q.clipped_high);
+    o->set_iterations(q.iterations);
+    o->set_lower_bound(q.lower_bound);
+    o->set_upper_bound(q.upper_bound);
+    o->set_mad(q.mad);
+    o->set_mad_std(q.mad_std);
+  }
   if (s.has_positions && width > 0) {
     auto place = [&frame, width](v1::Position* p, uint64_t at) {
       const uint64_t row = at / width;

@@ -67,6 +67,7 @@ StatsRequest stats_request_of(const v1::Options& o) {
         case v1::STATISTIC_LUMINANCE: r.luminance = true; break;
         case v1::STATISTIC_SUMMARY: r.summary = true; break;
         case v1::STATISTIC_MERGE_STATE: r.merge_state = true; break;
+        case v1::STATISTIC_ROBUST: r.robust = true; break;
         case v1::STATISTIC_ALL:
           r.min_max = r.sum = r.stddev = r.histogram = r.distribution = r.shape = r.positions = r.unique_colors =
               r.luminance = r.summary = true;
@@ -74,6 +75,24 @@ StatsRequest stats_request_of(const v1::Options& o) {
         default: invalid("options.statistics: unknown statistic " + std::to_string(s));
       }
     }
+  }
+  if (o.has_sigma_clip()) {
+    const v1::SigmaClip& c = o.sigma_clip();
+    auto sigma = [](double v, const char* name) {
+      if (!(v >= 0 && std::isfinite(v))) invalid(std::string("options.sigma_clip.") + name + " must be finite and 0 or more (0: the default), got " + std::to_string(v));
+    };
+    sigma(c.sigma(), "sigma");
+    sigma(c.sigma_lower(), "sigma_lower");
+    sigma(c.sigma_upper(), "sigma_upper");
+    if (c.maxiters() < -1) invalid("options.sigma_clip.maxiters must be -1 (until nothing is left out), 0 (5) or more, got " + std::to_string(c.maxiters()));
+    if (!v1::SigmaClip::Centre_IsValid(c.centre())) invalid("options.sigma_clip.centre " + std::to_string(c.centre()) + " is not a known centre");
+    if (!v1::SigmaClip::Spread_IsValid(c.spread())) invalid("options.sigma_clip.spread " + std::to_string(c.spread()) + " is not a known spread");
+    const double s = c.sigma() > 0 ? c.sigma() : 3;
+    r.sigma_clip.sigma_lower = c.sigma_lower() > 0 ? c.sigma_lower() : s;
+    r.sigma_clip.sigma_upper = c.sigma_upper() > 0 ? c.sigma_upper() : s;
+    r.sigma_clip.maxiters = c.maxiters() == 0 ? 5 : c.maxiters();
+    r.sigma_clip.centre_mean = c.centre() == v1::SigmaClip::CENTRE_MEAN;
+    r.sigma_clip.spread_mad_std = c.spread() == v1::SigmaClip::SPREAD_MAD_STD;
   }
   if (!v1::DecoderChoice_IsValid(o.decoder()))
     invalid("options.decoder must be DECODER_CHOICE_AUTO, _CPU or _GPU, got " + std::to_string(o.decoder()));

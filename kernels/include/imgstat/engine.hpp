@@ -67,6 +67,19 @@ struct HistogramSpec {
   double hi = 0;
 };
 
+// Sigma clipping as astropy's sigma_clip (proto SigmaClip); maxiters < 0:
+// until no sample is left out.
+struct SigmaClipSpec {
+  double sigma_lower = 3;
+  double sigma_upper = 3;
+  int32_t maxiters = 5;
+  bool centre_mean = false;   // else the median
+  bool spread_mad_std = false;  // else the standard deviation
+};
+
+// astropy's mad_std: the median absolute deviation times 1 / Phi^-1(3/4).
+constexpr double kMadStdScale = 1.482602218505602;
+
 // Which statistics to produce; counts of finite, NaN and Inf samples always are.
 struct StatsRequest {
   bool min_max = true;
@@ -89,6 +102,10 @@ struct StatsRequest {
   // what merging it with other images' gives, exactly, the statistics of all
   // their pixels at once.
   bool merge_state = false;
+  // Sigma-clipped mean, median, stddev and the MAD (ChannelStats::robust):
+  // 8- and 16-bit integer samples, from the count of every value.
+  bool robust = false;
+  SigmaClipSpec sigma_clip;
   // In what: the image's channels, or a colour space's (RGB and RGBA
   // images, uint8 or float32; alpha stays the last channel), in which every
   // statistic above is taken; histograms of a space's channels default to
@@ -161,7 +178,23 @@ struct ChannelStats {
   bool has_merge_state = false;
   std::vector<uint64_t> value_counts;
   FloatMoments moments;
+  // robust: of the samples sigma clipping keeps (RobustStats in the proto).
+  struct Robust {
+    double mean = 0, median = 0, stddev = 0;
+    uint64_t count = 0, clipped_low = 0, clipped_high = 0;
+    uint32_t iterations = 0;
+    double lower_bound = 0, upper_bound = 0;
+    double mad = 0, mad_std = 0;
+  };
+  bool has_robust = false;
+  Robust robust;
 };
+
+// Whether a request needs the count of every integer value (distribution,
+// shape, merge state, robust statistics).
+inline bool counts_every_value(const StatsRequest& r) {
+  return r.distribution || r.shape || r.merge_state || r.robust;
+}
 
 // Where in an image to measure. kWhole: every pixel. kRects: each
 // rectangle, one answer each, in the order given (they may overlap).
