@@ -101,6 +101,9 @@ std::vector<ChannelStats> finalize(const Partial& partial, const StatsRequest& r
   for (uint32_t c = 0; c < partial.channels.size(); ++c) {
     const ChannelPartial& p = partial.channels[c];
     const bool floats = is_float(partial.type);
+    if (floats && request.robust)  // merged images' (--aggregate); a single image's is refused by validate()
+      fail(ErrorCode::kUnimplemented, std::string("robust statistics (sigma clipping) are computed for 8- and 16-bit "
+                                                  "integer samples; ") + to_string(partial.type) + " samples are not yet");
     ChannelStats s = floats ? finalize(p.floats, request) : finalize(p.ints, request);
     if (floats) {
       describe_fine(p.fine, p.floats, request, s);

@@ -29,6 +29,12 @@ class _Request:
         self.distribution = every or STATISTICS["distribution"] in s
         self.shape = every or STATISTICS["shape"] in s
         self.summary = every or STATISTICS["summary"] in s
+        self.robust = STATISTICS["robust"] in s  # not part of "all", as on the server
+        clip = options.sigma_clip
+        sigma = clip.sigma or 3.0
+        self.sigma_lower, self.sigma_upper = clip.sigma_lower or sigma, clip.sigma_upper or sigma
+        self.maxiters = clip.maxiters or 5
+        self.centre_mean, self.spread_mad_std = clip.centre == 1, clip.spread == 1
         self.bins = options.bins or 256
         self.explicit = options.HasField("range")
         self.lo, self.hi = (options.range.lo, options.range.hi) if self.explicit else (0.0, 0.0)
@@ -197,6 +203,8 @@ def _fill_ints(c, counts, lo_value, req, histogram=True):
         prob = k.astype(np.longdouble) / np.longdouble(n)
         c.entropy = float(-(prob * np.log2(prob)).sum())
         c.bin_error = 0.0
+    if req.robust:
+        _fill_robust(c.robust, values, k, req)
     if req.shape:
         nd = np.longdouble(n)
         mean = np.longdouble(total) / nd
@@ -207,7 +215,86 @@ def _fill_ints(c, counts, lo_value, req, histogram=True):
     return total
 
 
+_MAD_STD_SCALE = 1.482602218505602
+
+
+def _fill_robust(r, values, k, req):
+    """RobustStats r from the distinct values (ascending) and their counts,
+    step for step as kernels/common/distribution.cpp's describe_robust (long
+    double sums in the same order): the CLI's numbers to the bit."""
+    v = values.astype(np.float64)
+    w = k.astype(np.uint64)
+
+    def count(a, b):
+        return int(w[a:b + 1].sum(dtype=np.uint64))
+
+    def mean(a, b, n):
+        total = sum(int(x) * int(c) for x, c in zip(values[a:b + 1], w[a:b + 1]))
+        return float(np.longdouble(total) / np.longdouble(n))
+
+    def stddev(a, b, n):
+        m = np.longdouble(mean(a, b, n))
+        d = v[a:b + 1].astype(np.longdouble) - m
+        terms = (w[a:b + 1].astype(np.longdouble) * d) * d
+        return float(np.sqrt(np.cumsum(terms)[-1] / np.longdouble(n)))
+
+    def at_rank(a, b, rank):
+        return a + int(np.searchsorted(np.cumsum(w[a:b + 1], dtype=np.uint64), np.uint64(rank)))
+
+    def median(a, b, n):
+        if n % 2:
+            return float(v[at_rank(a, b, n // 2 + 1)])
+        return (float(v[at_rank(a, b, n // 2)]) + float(v[at_rank(a, b, n // 2 + 1)])) / 2
+
+    def median_deviation(a, b, n, centre):
+        dev = np.abs(v[a:b + 1] - centre)
+        order = np.argsort(dev, kind="stable")
+        cum = np.cumsum(w[a:b + 1][order], dtype=np.uint64)
+
+        def kth(rank):
+            return float(dev[order[int(np.searchsorted(cum, np.uint64(rank)))]])
+        return kth(n // 2 + 1) if n % 2 else (kth(n // 2) + kth(n // 2 + 1)) / 2
+
+    a, b, n = 0, len(v) - 1, count(0, len(v) - 1)
+    r.mad = median_deviation(a, b, n, median(a, b, n))
+    r.mad_std = r.mad * _MAD_STD_SCALE
+    kept, rounds, empty = n, 0, False
+    while req.maxiters < 0 or rounds < req.maxiters:
+        rounds += 1
+        centre = mean(a, b, kept) if req.centre_mean else median(a, b, kept)
+        spread = (median_deviation(a, b, kept, median(a, b, kept)) * _MAD_STD_SCALE if req.spread_mad_std
+                  else stddev(a, b, kept))
+        lower = centre - spread * req.sigma_lower
+        upper = centre
+        upper += spread * req.sigma_upper
+        r.lower_bound, r.upper_bound = lower, upper
+        inside = np.flatnonzero((v[a:b + 1] >= lower) & (v[a:b + 1] <= upper))
+        if inside.size == 0:
+            empty = True
+            break
+        na, nb = a + int(inside[0]), a + int(inside[-1])
+        now = count(na, nb)
+        changed = now != kept
+        a, b, kept = na, nb, now
+        if not changed:
+            break
+    r.iterations = rounds
+    if empty:
+        r.count = 0
+        r.mean = r.median = r.stddev = math.nan
+        r.clipped_low = int(w[v < r.lower_bound].sum(dtype=np.uint64))
+        r.clipped_high = n - r.clipped_low
+        return
+    r.count = kept
+    r.clipped_low = count(0, a - 1) if a else 0
+    r.clipped_high = count(b + 1, len(v) - 1) if b + 1 < len(v) else 0
+    r.mean, r.median, r.stddev = mean(a, b, kept), median(a, b, kept), stddev(a, b, kept)
+
+
 def _fill_floats(c, f, req, hist=None):
+    if req.robust:
+        raise Error("UNIMPLEMENTED", "robust statistics (sigma clipping) are computed for 8- and 16-bit integer samples; "
+                    "float samples are not yet")
     c.count = f.n
     c.nan_count, c.posinf_count, c.neginf_count = f.nan, f.posinf, f.neginf
     if hist is not None:

@@ -6,7 +6,7 @@ import numpy as np
 from ._errors import Error
 
 STATISTICS = {"min_max": 1, "sum": 2, "stddev": 3, "histogram": 4, "distribution": 5, "shape": 6, "positions": 7,
-              "unique_colors": 8, "luminance": 9, "summary": 10, "all": 11, "merge_state": 12}
+              "unique_colors": 8, "luminance": 9, "summary": 10, "all": 11, "merge_state": 12, "robust": 13}
 # The CLI's defaults, so that a default call answers what `imgstat-client --json` does.
 DEFAULT_STATS = ("min_max", "sum", "stddev", "histogram", "distribution", "shape", "summary")
 DEFAULT_PERCENTILES = (5, 25, 75, 95)
@@ -16,7 +16,9 @@ COLOUR_CHANNELS = {"hsv": "HSV", "hsv-full": "HSV", "hls": "HLS", "lab": "Lab", 
 SAMPLE_TYPES = {"uint8": 1, "uint16": 2, "int8": 3, "int16": 4, "float32": 5, "float64": 6, "uint32": 7, "int32": 8}
 ANALYZE_OPTIONS = ("stats", "bins", "range", "percentiles", "decoder", "allow_truncated", "colour_space", "joint",
                    "joint_range", "roi", "tiles", "mask", "labels", "ignore_label", "max_labels", "planes", "level",
-                   "series", "stored_values")
+                   "series", "stored_values", "sigma_clip")
+# sigma_clip's keys, astropy's names and defaults (sigma_clipped_stats).
+SIGMA_CLIP_KEYS = ("sigma", "sigma_lower", "sigma_upper", "maxiters", "cenfunc", "stdfunc")
 
 
 def _bad(message):
@@ -66,10 +68,36 @@ def _joint(pb, spec, ranges, colour_space, out):
             out.ranges.add(lo=lo, hi=hi)
 
 
+def _sigma_clip(spec, out):
+    """astropy's sigma_clip keywords (sigma 3, maxiters 5 or None, cenfunc
+    'median' or 'mean', stdfunc 'std' or 'mad_std') into a SigmaClip."""
+    if not isinstance(spec, dict) or set(spec) - set(SIGMA_CLIP_KEYS):
+        raise _bad(f"sigma_clip wants a dict of {', '.join(SIGMA_CLIP_KEYS)}; got {spec!r}")
+    for key in ("sigma", "sigma_lower", "sigma_upper"):
+        v = spec.get(key)
+        if v is not None:
+            if not (isinstance(v, (int, float, np.integer, np.floating)) and 0 < float(v) < float("inf")):
+                raise _bad(f"sigma_clip {key} must be a finite number above 0; got {v!r}")
+            setattr(out, key, float(v))
+    if "maxiters" in spec:
+        m = spec["maxiters"]
+        if m is None:
+            out.maxiters = -1
+        elif isinstance(m, (int, np.integer)) and not isinstance(m, bool) and 1 <= m < 1 << 31:
+            out.maxiters = int(m)
+        else:
+            raise _bad(f"sigma_clip maxiters must be 1 or more, or None (until nothing is left out); got {m!r}")
+    centre, spread = spec.get("cenfunc", "median"), spec.get("stdfunc", "std")
+    if centre not in ("median", "mean") or spread not in ("std", "mad_std"):
+        raise _bad(f"sigma_clip cenfunc is 'median' or 'mean' and stdfunc 'std' or 'mad_std'; got {centre!r}, {spread!r}")
+    out.centre = 1 if centre == "mean" else 0
+    out.spread = 1 if spread == "mad_std" else 0
+
+
 def build_options(pb, make_input, stats=None, bins=256, range=None, percentiles=None, decoder="auto",
                   allow_truncated=False, colour_space=None, joint=None, joint_range=None, roi=None, tiles=None,
                   mask=None, labels=None, ignore_label=None, max_labels=0, planes=None, level=0,
-                  series=None, stored_values=False):
+                  series=None, stored_values=False, sigma_clip=None):
     """pb: the imgstat_pb2 module; make_input(x, labels) turns a mask or label
     image (a path, bytes, an array) into an Input."""
     o = pb.Options()
@@ -125,6 +153,8 @@ def build_options(pb, make_input, stats=None, bins=256, range=None, percentiles=
         if ignore_label is not None:
             o.parts.labels.ignore = int(ignore_label)
         o.parts.labels.max_labels = int(max_labels)
+    if sigma_clip is not None:
+        _sigma_clip(sigma_clip, o.sigma_clip)
     if planes is not None and planes is not False:
         _planes(planes, o.planes)
     if level:

@@ -18,6 +18,14 @@ def _ms(d):
     return d.seconds * 1e3 + d.nanos * 1e-6
 
 
+
+def _robust_dict(q):
+    """RobustStats as the CLI's --json writes it (NaN: None)."""
+    return {"mean": _num(q.mean), "median": _num(q.median), "stddev": _num(q.stddev), "count": q.count,
+            "clipped_low": q.clipped_low, "clipped_high": q.clipped_high, "iterations": q.iterations,
+            "lower_bound": _num(q.lower_bound), "upper_bound": _num(q.upper_bound), "mad": _num(q.mad),
+            "mad_std": _num(q.mad_std)}
+
 class Channel:
     """One channel's statistics. Sample values (min, max, median, mode,
     percentiles) are ints for integer images; ``sum`` is the exact sum, a
@@ -107,6 +115,13 @@ class Channel:
     skewness = property(lambda self: self._c.skewness if self._c.HasField("skewness") else None)
     kurtosis = property(lambda self: self._c.kurtosis if self._c.HasField("kurtosis") else None)
 
+    @property
+    def robust(self):
+        """Sigma-clipped statistics (stats="robust"), as a dict: mean, median,
+        stddev, count, clipped_low, clipped_high, iterations, lower_bound,
+        upper_bound, mad, mad_std; None where not asked for."""
+        return _robust_dict(self._c.robust) if self._c.HasField("robust") else None
+
     def _position(self, p):
         return (p.x, p.y, p.plane) if self._stack else (p.x, p.y)
 
@@ -148,6 +163,8 @@ class Channel:
         if c.HasField("skewness"):
             d["skewness"] = _num(c.skewness)
             d["kurtosis"] = _num(c.kurtosis)
+        if c.HasField("robust"):
+            d["robust"] = _robust_dict(c.robust)
         if c.HasField("min_position"):
             for key, p in (("min_position", c.min_position), ("max_position", c.max_position)):
                 d[key] = {"x": p.x, "y": p.y, "plane": p.plane} if self._stack else {"x": p.x, "y": p.y}
