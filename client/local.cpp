@@ -72,7 +72,7 @@ Outcome Local::analyze(Source& source, const Request& request) {
     // takes them: no copy of the whole file in memory, and 16 MiB held
     // (256 MiB took 2.1 s whole, 0.3 s in chunks, on 2 cores). The luminance
     // is computed on whole images only: those up to 256 MiB are read whole.
-    const bool whole = stats_request_of(request.options).luminance && source.size() <= (uint64_t{256} << 20);
+    const bool whole = needs_whole_image(stats_request_of(request.options)) && source.size() <= (uint64_t{256} << 20);
     // Parts need the whole image at once: raw pixels with parts are read
     // where the file's pages lie too, not copied.
     const bool parts = request.options.has_parts();

@@ -217,10 +217,11 @@ void add_measure_options(CLI::App& app, CliOptions& o) {
   app.add_option("--range", o.range_spec, "explicit histogram range LO:HI (default automatic)");
   app.add_option("--stats", o.stats,
                  "statistics to report (default: min_max,sum,stddev,histogram,distribution,shape,summary); also "
-                 "positions, unique_colors, luminance, robust (sigma-clipped, as astropy's sigma_clipped_stats), or all")
+                 "positions, unique_colors, luminance, robust (sigma-clipped, as astropy's sigma_clipped_stats), quality "
+                 "(sharpness, contrast, colourfulness, exposure, cleanvision's issues), or all")
       ->delimiter(',')->allow_extra_args(false)
       ->check(CLI::IsMember({"min_max", "sum", "stddev", "histogram", "distribution", "shape", "positions",
-                             "unique_colors", "luminance", "summary", "robust", "all"}));
+                             "unique_colors", "luminance", "summary", "robust", "quality", "all"}));
   app.add_option("--sigma", o.sigma, "with --stats robust: clip at this many spreads from the centre (default 3)")
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--sigma-lower", o.sigma_lower, "with --stats robust: below the centre (default --sigma)")
@@ -475,7 +476,8 @@ void set_statistics(const CliOptions& o, Request& request) {
       {"distribution", v1::STATISTIC_DISTRIBUTION}, {"shape", v1::STATISTIC_SHAPE},
       {"positions", v1::STATISTIC_POSITIONS},   {"unique_colors", v1::STATISTIC_UNIQUE_COLORS},
       {"luminance", v1::STATISTIC_LUMINANCE},   {"summary", v1::STATISTIC_SUMMARY},
-      {"robust", v1::STATISTIC_ROBUST},         {"all", v1::STATISTIC_ALL}};
+      {"robust", v1::STATISTIC_ROBUST},         {"quality", v1::STATISTIC_QUALITY},
+      {"all", v1::STATISTIC_ALL}};
   for (const std::string& s : stats) request.options.add_statistics(kStatistics.at(s));
   if (o.sigma || o.sigma_lower || o.sigma_upper || o.maxiters || o.cenfunc != "median" || o.stdfunc != "std") {
     v1::SigmaClip* c = request.options.mutable_sigma_clip();

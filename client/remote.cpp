@@ -385,7 +385,7 @@ bool Remote::in_one_message(const Source& source, const Request& request,
   // luminance, which a stream does not compute.
   const bool pixels = request.input.kind() == v1::INPUT_KIND_RAW || request.input.kind() == v1::INPUT_KIND_BYTES;
   const uint64_t bytes = source.size() + map_size(request);
-  const bool whole = bytes <= kStreamChunk || (pixels && stats_request_of(request.options).luminance);
+  const bool whole = bytes <= kStreamChunk || (pixels && needs_whole_image(stats_request_of(request.options)));
   return !request.force_stream && whole && bytes + kEnvelope <= message_limit(until);
 }
 

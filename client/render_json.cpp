@@ -46,6 +46,52 @@ class Fields {
   std::vector<std::pair<std::string_view, std::string>> fields_;
 };
 
+// STATISTIC_QUALITY's measures; the per-channel shares keyed by channel
+// name are the channels' own (in their order).
+std::string quality_text(const v1::QualityStats& q) {
+  Fields o;
+  o.f64("laplacian_variance", q.laplacian_variance());
+  o.f64("rms_contrast", q.rms_contrast());
+  if (q.has_colourfulness()) o.f64("colourfulness", q.colourfulness());
+  auto list = [](const auto& v) {
+    std::string s = "[";
+    for (double x : v) s += (s.size() > 1 ? "," : "") + nlohmann::json(x).dump();
+    return s + "]";
+  };
+  o.raw("share_at_min", list(q.share_at_min()));
+  o.raw("share_at_max", list(q.share_at_max()));
+  if (q.has_cleanvision()) {
+    const v1::CleanvisionProperties& c = q.cleanvision();
+    Fields v;
+    v.f64("brightness", c.brightness());
+    for (const v1::Percentile& p : c.brightness_percentiles()) {
+      static const char* kNames[] = {"brightness_perc_1", "brightness_perc_5", "brightness_perc_10",
+                                     "brightness_perc_15", "brightness_perc_90", "brightness_perc_95",
+                                     "brightness_perc_99"};
+      for (const char* name : kNames)
+        if (std::string(name) == "brightness_perc_" + std::to_string(static_cast<int>(p.p()))) v.f64(name, p.value());
+    }
+    v.f64("dark_score", c.dark_score());
+    v.raw("is_dark_issue", c.is_dark_issue() ? "true" : "false");
+    v.f64("light_score", c.light_score());
+    v.raw("is_light_issue", c.is_light_issue() ? "true" : "false");
+    v.f64("blurriness", c.blurriness());
+    v.f64("blurriness_grayscale_std", c.blurriness_grayscale_std());
+    v.f64("blurry_score", c.blurry_score());
+    v.raw("is_blurry_issue", c.is_blurry_issue() ? "true" : "false");
+    v.f64("entropy", c.entropy());
+    v.f64("low_information_score", c.low_information_score());
+    v.raw("is_low_information_issue", c.is_low_information_issue() ? "true" : "false");
+    v.f64("aspect_ratio", c.aspect_ratio());
+    v.f64("odd_aspect_ratio_score", c.aspect_ratio());
+    v.raw("is_odd_aspect_ratio_issue", c.is_odd_aspect_ratio_issue() ? "true" : "false");
+    v.f64("size", c.size());
+    v.raw("is_grayscale_issue", c.is_grayscale_issue() ? "true" : "false");
+    o.raw("cleanvision", v.text());
+  }
+  return o.text();
+}
+
 // A channel's object. flt: values print as floats; float_samples: NaN and
 // Inf counts apply; exact_sum, where given, is the sum's digits (--aggregate's
 // exact sums, which may pass 64 bits: JSON integers have no size limit).
@@ -293,6 +339,7 @@ std::string render_json(const Outcome& o) {
   if (r.has_unique_colors()) j.u64("unique_colors", r.unique_colors());
   if (r.has_luminance()) j.raw("luminance", channel_text(r.luminance(), flt, float_samples));
   if (r.has_summary()) j.raw("summary", channel_text(r.summary(), flt, float_samples));
+  if (r.has_quality()) j.raw("quality", quality_text(r.quality()));
   if (r.has_joint()) j.raw("joint", joint_json(r.joint()).dump());
   if (r.parts_size() || o.parts) j.raw("parts", parts_text(r, flt));
   if (r.planes_size()) {

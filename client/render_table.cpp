@@ -325,6 +325,43 @@ std::string robust_rows(const std::vector<const v1::ChannelStats*>& rows) {
   return out;
 }
 
+// Quality measures, where asked for: the measures, then cleanvision's
+// issues by name.
+std::string quality_rows(const v1::AnalyzeResponse& r) {
+  if (!r.has_quality()) return "";
+  const v1::QualityStats& q = r.quality();
+  char line[512];
+  std::snprintf(line, sizeof line, "  quality: sharpness (Laplacian variance) %.6g, RMS contrast %.4g", q.laplacian_variance(),
+                q.rms_contrast());
+  std::string out = line;
+  if (q.has_colourfulness()) {
+    std::snprintf(line, sizeof line, ", colourfulness %.4g", q.colourfulness());
+    out += line;
+  }
+  out += "\n  at the type's min / max:";
+  for (int i = 0; i < q.share_at_min_size() && i < r.channels_size(); ++i) {
+    std::snprintf(line, sizeof line, " %s %.3g%% / %.3g%%", r.channels(i).name().c_str(), 100 * q.share_at_min(i),
+                  100 * q.share_at_max(i));
+    out += line;
+  }
+  out += "\n";
+  if (q.has_cleanvision()) {
+    const v1::CleanvisionProperties& c = q.cleanvision();
+    std::string issues;
+    for (const auto& [on, name] : {std::pair{c.is_dark_issue(), "dark"}, {c.is_light_issue(), "light"},
+                                   {c.is_blurry_issue(), "blurry"}, {c.is_low_information_issue(), "low_information"},
+                                   {c.is_odd_aspect_ratio_issue(), "odd_aspect_ratio"}, {c.is_grayscale_issue(), "grayscale"}})
+      if (on) issues += std::string(issues.empty() ? "" : ", ") + name;
+    std::snprintf(line, sizeof line,
+                  "  cleanvision: dark %.3f, light %.3f, blurry %.3f, low information %.3f, aspect ratio %.3f; "
+                  "issues: %s\n",
+                  c.dark_score(), c.light_score(), c.blurry_score(), c.low_information_score(), c.aspect_ratio(),
+                  issues.empty() ? "none" : issues.c_str());
+    out += line;
+  }
+  return out;
+}
+
 std::string position_rows(const std::vector<const v1::ChannelStats*>& rows, bool stack) {
   std::string out;
   char line[512];
@@ -384,6 +421,7 @@ std::string render_table(const Outcome& o, bool color) {
   out += described_rows(rows, flt, s);
   out += robust_rows(rows);
   out += position_rows(rows, r.facts().planes_answered() > 1);
+  out += quality_rows(r);
   if (r.has_unique_colors()) out += "  unique colors: " + std::to_string(r.unique_colors()) + "\n";
   if (r.has_joint()) out += joint_table(r.joint());
   out += histogram_rows(r, flt, s);

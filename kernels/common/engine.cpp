@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/parts.hpp"
+#include "common/quality.hpp"
 #include "imgstat/binning.hpp"
 #include "imgstat/engine.hpp"
 
@@ -94,6 +95,9 @@ void validate(const Layout& layout, const StatsRequest& request) {
       fail(ErrorCode::kUnimplemented, std::string("robust statistics (sigma clipping) are computed for 8- and 16-bit "
                                                   "integer samples; ") + to_string(t) + " samples are not yet");
   }
+  if (request.quality && !quality_measured(layout.type))
+    fail(ErrorCode::kUnimplemented, std::string("quality measures are computed for 8- and 16-bit unsigned samples; ") +
+                                        to_string(layout.type) + " samples are not yet");
   if (request.colour_space != ColourSpace::kNone) {
     const std::string space = to_string(request.colour_space);
     if (layout.channels < 3)

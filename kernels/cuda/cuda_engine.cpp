@@ -14,6 +14,7 @@
 #include "cuda/analysis.hpp"
 #include "cuda/cuda_check.hpp"
 #include "common/parts.hpp"
+#include "common/quality.hpp"
 #include "cuda/dispatch/dispatch.hpp"
 #include "cuda/parts.hpp"
 #include "cuda/stream.hpp"
@@ -170,8 +171,12 @@ class CudaEngine final : public Engine {
     refuse_channel_hists(request);
     if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
-    if (has_luminance(image.layout, request)) return analyze_uploaded(image, request);
-    return analyze_streamed(image, request);
+    Result result =
+        has_luminance(image.layout, request) ? analyze_uploaded(image, request) : analyze_streamed(image, request);
+    // Quality measures are the host's for now (common/quality.cpp): the
+    // same code, so the same bits, as the CPU engine.
+    add_quality(image, request, result);
+    return result;
   }
 
   // Through the staging ring, chunk by chunk: the image is never whole on the device.
@@ -350,6 +355,11 @@ class CudaEngine final : public Engine {
     if (has_luminance(image.layout, request)) {
       result.has_luminance = true;
       result.luminance = device_luminance(image, request);
+    }
+    if (request.quality) {  // measured on the host (see analyze()), from a copy of the pixels
+      std::vector<uint8_t> host(image.layout.pixels() * image.layout.pixel_bytes());
+      IMGSTAT_CUDA(cudaMemcpy(host.data(), image.data, host.size(), cudaMemcpyDeviceToHost));
+      add_quality(ImageView{host.data(), image.layout}, request, result);
     }
     return result;
   }

@@ -54,7 +54,7 @@ namespace {
 // Raw pixels and bytes in a region that is read go to the engine in chunks,
 // unless a statistic needs the whole image (the luminance).
 bool streams_from_region(const v1::Input& input, const StatsRequest& stats, bool parts) {
-  return kind_of(input) != v1::INPUT_KIND_ENCODED && !stats.luminance && !parts;
+  return kind_of(input) != v1::INPUT_KIND_ENCODED && !needs_whole_image(stats) && !parts;
 }
 
 // A PNG or TIFF in a region that is read goes to the spool as an upload
@@ -512,8 +512,8 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
       fail(ErrorCode::kUnimplemented, "rectangles of a file of several planes are not computed yet (this " +
                                           decode.format + " has " + std::to_string(decode.planes) +
                                           "): choose one plane (planes, --planes N), or give tiles, a mask or a label stack");
-    if (stats_request.luminance)
-      fail(ErrorCode::kUnimplemented, "the luminance is computed for one plane at a time (this " + decode.format +
+    if (needs_whole_image(stats_request))
+      fail(ErrorCode::kUnimplemented, "the luminance and quality measures are computed for one plane at a time (this " + decode.format +
                                           " has " + std::to_string(decode.planes) + "): choose one (planes, --planes N)");
     if (options.arrived) {
       options.arrived(data.size());
@@ -530,8 +530,8 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
     }
     return taken();
   }
-  if (stack && stats_request.luminance)
-    fail(ErrorCode::kUnimplemented, "the luminance is computed for one plane at a time (this " + decode.format + " has " +
+  if (stack && needs_whole_image(stats_request))
+    fail(ErrorCode::kUnimplemented, "the luminance and quality measures are computed for one plane at a time (this " + decode.format + " has " +
                                         std::to_string(decode.planes) + "): choose one (planes, --planes N)");
   if (stack && decode.band_memory_bytes == 0)
     fail(ErrorCode::kInternal, decode.format + ": a stack of planes the streamed decoder does not take");
@@ -539,7 +539,7 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
   // or the engine's stream would keep every pixel anyway (floats binned
   // over their own range, on the CPU): then the whole image, in its budget.
   const Layout& bands = decode.band_layout;
-  bool in_bands = decode.band_memory_bytes > 0 && !stats_request.luminance && !with_parts && bands.channels > 0;
+  bool in_bands = decode.band_memory_bytes > 0 && !needs_whole_image(stats_request) && !with_parts && bands.channels > 0;
   uint64_t kept_bytes = 0;  // what a stack's streams keep (floats on the CPU)
   // Planes read again where they lie (decode.readable) keep nothing.
   if (in_bands && is_float(bands.type) && !decode.readable) {  // only floats are kept (a TIFF's: its layout is exact)

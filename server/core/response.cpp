@@ -7,6 +7,45 @@
 
 namespace imgstat {
 
+namespace {
+
+// Channels in the answer's order (d.order), as the channels are.
+void fill_quality(v1::QualityStats* o, const QualityStats& q, const Described& d) {
+  o->set_laplacian_variance(q.laplacian_variance);
+  o->set_rms_contrast(q.rms_contrast);
+  if (q.has_colourfulness) o->set_colourfulness(q.colourfulness);
+  for (uint32_t i : d.order) {
+    o->add_share_at_min(q.share_at_min.at(i));
+    o->add_share_at_max(q.share_at_max.at(i));
+  }
+  if (!q.has_cleanvision) return;
+  const QualityStats::Cleanvision& c = q.cleanvision;
+  v1::CleanvisionProperties* v = o->mutable_cleanvision();
+  v->set_brightness(c.brightness);
+  for (const auto& [p, value] : c.brightness_percentiles) {
+    v1::Percentile* e = v->add_brightness_percentiles();
+    e->set_p(p);
+    e->set_value(value);
+  }
+  v->set_dark_score(c.dark_score);
+  v->set_is_dark_issue(c.is_dark_issue);
+  v->set_light_score(c.light_score);
+  v->set_is_light_issue(c.is_light_issue);
+  v->set_blurriness(c.blurriness);
+  v->set_blurriness_grayscale_std(c.blurriness_grayscale_std);
+  v->set_blurry_score(c.blurry_score);
+  v->set_is_blurry_issue(c.is_blurry_issue);
+  v->set_entropy(c.entropy);
+  v->set_low_information_score(c.low_information_score);
+  v->set_is_low_information_issue(c.is_low_information_issue);
+  v->set_aspect_ratio(c.aspect_ratio);
+  v->set_is_odd_aspect_ratio_issue(c.is_odd_aspect_ratio_issue);
+  v->set_size(c.size);
+  v->set_is_grayscale_issue(c.is_grayscale_issue);
+}
+
+}  // namespace
+
 void fill_channel(v1::ChannelStats* c, const ChannelStats& s, const StatsRequest& request, SampleType type,
                   const PositionFrame& frame) {
   const uint64_t width = frame.width;
@@ -314,6 +353,12 @@ void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result&
                                                " channel" + (d.layout.channels == 1 ? "" : "s") + ", not R, G, B"
                    : parts ? "no luminance: it is not computed for parts of an image"
                            : "no luminance: it is not computed for streamed uploads");
+  }
+  if (result.has_quality) {
+    fill_quality(r.mutable_quality(), result.quality, d);
+  } else if (request.quality) {
+    r.add_warnings(parts ? "no quality measures: they are not computed for parts of an image"
+                         : "no quality measures: they are not computed for streamed uploads");
   }
   if (parts && request.unique_colors && !result.has_unique_colors)
     r.add_warnings("no unique colours: they are not computed for parts of an image");

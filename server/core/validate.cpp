@@ -68,6 +68,7 @@ StatsRequest stats_request_of(const v1::Options& o) {
         case v1::STATISTIC_SUMMARY: r.summary = true; break;
         case v1::STATISTIC_MERGE_STATE: r.merge_state = true; break;
         case v1::STATISTIC_ROBUST: r.robust = true; break;
+        case v1::STATISTIC_QUALITY: r.quality = true; break;
         case v1::STATISTIC_ALL:
           r.min_max = r.sum = r.stddev = r.histogram = r.distribution = r.shape = r.positions = r.unique_colors =
               r.luminance = r.summary = true;
@@ -76,6 +77,9 @@ StatsRequest stats_request_of(const v1::Options& o) {
       }
     }
   }
+  if (r.quality && o.has_parts())
+    fail(ErrorCode::kUnimplemented, "quality measures are computed for whole images, not parts: ask for them "
+                                    "without parts");
   if (o.has_sigma_clip()) {
     const v1::SigmaClip& c = o.sigma_clip();
     auto sigma = [](double v, const char* name) {

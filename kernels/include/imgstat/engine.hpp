@@ -106,6 +106,9 @@ struct StatsRequest {
   // 8- and 16-bit integer samples, from the count of every value.
   bool robust = false;
   SigmaClipSpec sigma_clip;
+  // Measures of the image's quality (Result::quality): whole 8- and 16-bit
+  // images of one plane, not parts.
+  bool quality = false;
   // In what: the image's channels, or a colour space's (RGB and RGBA
   // images, uint8 or float32; alpha stays the last channel), in which every
   // statistic above is taken; histograms of a space's channels default to
@@ -189,6 +192,40 @@ struct ChannelStats {
   bool has_robust = false;
   Robust robust;
 };
+
+// Quality measures of a whole image (StatsRequest::quality); how each is
+// computed, and whose it is, in common/quality.hpp.
+struct QualityStats {
+  double laplacian_variance = 0;  // of the grey image
+  double rms_contrast = 0;        // the grey image's stddev / the type's largest value
+  bool has_colourfulness = false;  // 3 and 4 channel images
+  double colourfulness = 0;
+  // Per channel, in stored order: the share of samples at the type's
+  // lowest and highest value.
+  std::vector<double> share_at_min, share_at_max;
+  // cleanvision's image properties, scores and issues at its defaults
+  // (8-bit images), named as it names them.
+  struct Cleanvision {
+    double brightness = 0;
+    std::vector<std::pair<double, double>> brightness_percentiles;  // (p, value)
+    double dark_score = 0, light_score = 0;
+    bool is_dark_issue = false, is_light_issue = false;
+    double blurriness = 0, blurriness_grayscale_std = 0, blurry_score = 0;
+    bool is_blurry_issue = false;
+    double entropy = 0, low_information_score = 0;
+    bool is_low_information_issue = false;
+    double aspect_ratio = 0;  // min(w / h, h / w): the odd_aspect_ratio score
+    bool is_odd_aspect_ratio_issue = false;
+    double size = 0;  // sqrt(w) sqrt(h): odd_size is a dataset's verdict
+    bool is_grayscale_issue = false;
+  };
+  bool has_cleanvision = false;
+  Cleanvision cleanvision;
+};
+
+// Whether a request needs the whole image at once, not bands or a stream
+// (the luminance, the quality measures).
+inline bool needs_whole_image(const StatsRequest& r) { return r.luminance || r.quality; }
 
 // Whether a request needs the count of every integer value (distribution,
 // shape, merge state, robust statistics).
@@ -328,6 +365,9 @@ struct Result {
   // StatsRequest::joint, of the image (a mask: of its pixels).
   bool has_joint = false;
   JointHistogram joint;
+  // StatsRequest::quality.
+  bool has_quality = false;
+  QualityStats quality;
 };
 
 struct EngineInfo {

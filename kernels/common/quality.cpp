@@ -1,0 +1,527 @@
+#include "common/quality.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_reduce.h>
+
+namespace imgstat {
+
+namespace {
+
+// OpenCV 4's RGB2Gray for 8 and 16 bits: its 15-bit fixed point.
+constexpr uint32_t kGreyR = 9798, kGreyG = 19235, kGreyB = 3735, kGreyShift = 15;
+
+// cleanvision's defaults (ImagePropertyIssueManager.get_default_params,
+// constants.py).
+constexpr double kDarkThreshold = 0.32;
+constexpr double kLightThreshold = 0.05;
+constexpr double kOddAspectRatioThreshold = 0.35;
+constexpr double kLowInformationThreshold = 0.3, kLowInformationNormalizing = 0.1;
+constexpr double kBlurryThreshold = 0.29, kBlurryNormalizing = 0.01, kBlurryColorThreshold = 0.18;
+constexpr double kBlurryMaxResolution = 64;
+constexpr int kBrightnessPercentiles[] = {1, 5, 10, 15, 90, 95, 99};
+
+template <class T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// OpenCV's borderInterpolate for BORDER_REFLECT_101 one step outside.
+inline uint64_t reflect101(int64_t i, uint64_t n) {
+  if (n == 1) return 0;
+  if (i < 0) return 1;
+  if (static_cast<uint64_t>(i) >= n) return n - 2;
+  return static_cast<uint64_t>(i);
+}
+
+// (n sum_sq - sum^2) / n^2: a population variance from exact integer sums.
+double variance_of(__int128 sum, __int128 sum_sq, uint64_t n) {
+  const __int128 num = static_cast<__int128>(n) * sum_sq - sum * sum;
+  const long double nn = static_cast<long double>(n);
+  return static_cast<double>(static_cast<long double>(num) / (nn * nn));
+}
+
+struct Sums {
+  __int128 grey = 0, grey_sq = 0, lap = 0, lap_sq = 0, rg = 0, rg_sq = 0, yb2 = 0, yb2_sq = 0;
+  std::array<__int128, 4> channel{};
+  std::array<uint64_t, 4> at_min{}, at_max{};
+  bool equal_rgb = true;
+  void add(const Sums& o) {
+    grey += o.grey, grey_sq += o.grey_sq, lap += o.lap, lap_sq += o.lap_sq;
+    rg += o.rg, rg_sq += o.rg_sq, yb2 += o.yb2, yb2_sq += o.yb2_sq;
+    for (int c = 0; c < 4; ++c) channel[c] += o.channel[c], at_min[c] += o.at_min[c], at_max[c] += o.at_max[c];
+    equal_rgb = equal_rgb && o.equal_rgb;
+  }
+};
+
+// ---- cleanvision's pieces, as PIL and numpy compute them ----
+
+// Python's float floor division (float_floor_div).
+double py_floordiv(double vx, double wx) {
+  double mod = std::fmod(vx, wx);
+  double div = (vx - mod) / wx;
+  if (mod != 0) {
+    if ((wx < 0) != (mod < 0)) div -= 1.0;
+  }
+  if (div != 0) {
+    double f = std::floor(div);
+    if (div - f > 0.5) f += 1.0;
+    return f;
+  }
+  return std::copysign(0.0, vx / wx);
+}
+
+// numpy's pairwise summation of float64 (pairwise_sum in loops_utils).
+double numpy_pairwise_sum(const double* a, uint64_t n) {
+  if (n < 8) {
+    double res = 0.;
+    for (uint64_t i = 0; i < n; ++i) res += a[i];
+    return res;
+  }
+  if (n <= 128) {
+    double r[8];
+    for (int j = 0; j < 8; ++j) r[j] = a[j];
+    uint64_t i;
+    for (i = 8; i < n - (n % 8); i += 8)
+      for (int j = 0; j < 8; ++j) r[j] += a[i + j];
+    double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; ++i) res += a[i];
+    return res;
+  }
+  uint64_t n2 = n / 2;
+  n2 -= n2 % 8;
+  return numpy_pairwise_sum(a, n2) + numpy_pairwise_sum(a + n2, n - n2);
+}
+
+// numpy's np.std of integer counts (ddof 0).
+double numpy_std(const std::vector<uint64_t>& v) {
+  std::vector<double> x(v.begin(), v.end());
+  const double mean = numpy_pairwise_sum(x.data(), x.size()) / static_cast<double>(x.size());
+  for (double& e : x) e = (e - mean) * (e - mean);
+  return std::sqrt(numpy_pairwise_sum(x.data(), x.size()) / static_cast<double>(x.size()));
+}
+
+// numpy's _lerp for the linear method.
+double numpy_lerp(double a, double b, double t) {
+  const double d = b - a;
+  return t >= 0.5 ? b - d * (1 - t) : a + d * t;
+}
+
+// PIL's bicubic resampling (Resample.c, 8 bits per channel): coefficients
+// normalized in double, then in fixed point of 22 bits.
+constexpr int kPilPrecisionBits = 32 - 8 - 2;
+
+double pil_bicubic(double x) {
+  constexpr double a = -0.5;
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
+struct PilCoeffs {
+  int ksize = 0;
+  std::vector<int> bounds;  // xmin, count per output
+  std::vector<int32_t> k;
+};
+
+PilCoeffs pil_coeffs(int in_size, int out_size) {
+  const float in0 = 0.f, in1 = static_cast<float>(in_size);
+  double scale = static_cast<double>(in1 - in0) / out_size;
+  double filterscale = scale < 1.0 ? 1.0 : scale;
+  const double support = 2.0 * filterscale;
+  PilCoeffs c;
+  c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  c.bounds.resize(static_cast<size_t>(out_size) * 2);
+  c.k.assign(static_cast<size_t>(out_size) * c.ksize, 0);
+  std::vector<double> kk(c.ksize);
+  for (int xx = 0; xx < out_size; ++xx) {
+    const double center = in0 + (xx + 0.5) * scale;
+    double ww = 0.0;
+    const double ss = 1.0 / filterscale;
+    int xmin = static_cast<int>(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = static_cast<int>(center + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    xmax -= xmin;
+    for (int x = 0; x < xmax; ++x) {
+      const double w = pil_bicubic((x + xmin - center + 0.5) * ss);
+      kk[x] = w;
+      ww += w;
+    }
+    for (int x = 0; x < xmax; ++x)
+      if (ww != 0.0) kk[x] /= ww;
+    for (int x = 0; x < xmax; ++x)
+      c.k[static_cast<size_t>(xx) * c.ksize + x] = kk[x] < 0
+                                                        ? static_cast<int32_t>(-0.5 + kk[x] * (1 << kPilPrecisionBits))
+                                                        : static_cast<int32_t>(0.5 + kk[x] * (1 << kPilPrecisionBits));
+    c.bounds[xx * 2] = xmin;
+    c.bounds[xx * 2 + 1] = xmax;
+  }
+  return c;
+}
+
+inline uint8_t pil_clip8(int32_t v) {
+  const int32_t s = v >> kPilPrecisionBits;
+  return static_cast<uint8_t>(s < 0 ? 0 : s > 255 ? 255 : s);
+}
+
+// A PIL image of `bands` interleaved 8-bit channels.
+struct PilImage {
+  int w = 0, h = 0, bands = 1;
+  std::vector<uint8_t> px;
+  uint8_t& at(int x, int y, int b) { return px[(static_cast<size_t>(y) * w + x) * bands + b]; }
+  uint8_t at(int x, int y, int b) const { return px[(static_cast<size_t>(y) * w + x) * bands + b]; }
+};
+
+// Image.resize(size) with PIL's default (bicubic) filter: a horizontal
+// pass over the rows the vertical one reads, then the vertical pass.
+PilImage pil_resize(const PilImage& in, int xsize, int ysize) {
+  const bool horizontal = xsize != in.w, vertical = ysize != in.h;
+  const PilCoeffs ch = pil_coeffs(in.w, xsize), cv = pil_coeffs(in.h, ysize);
+  const int ybox_first = cv.bounds[0];
+  const int ybox_last = cv.bounds[ysize * 2 - 2] + cv.bounds[ysize * 2 - 1];
+  PilImage cur = in;
+  std::vector<int> vbounds = cv.bounds;
+  if (horizontal) {
+    for (int i = 0; i < ysize; ++i) vbounds[i * 2] -= ybox_first;
+    PilImage t;
+    t.w = xsize, t.h = ybox_last - ybox_first, t.bands = in.bands;
+    t.px.resize(static_cast<size_t>(t.w) * t.h * t.bands);
+    for (int yy = 0; yy < t.h; ++yy)
+      for (int xx = 0; xx < xsize; ++xx) {
+        const int xmin = ch.bounds[xx * 2], xmax = ch.bounds[xx * 2 + 1];
+        const int32_t* k = &ch.k[static_cast<size_t>(xx) * ch.ksize];
+        for (int b = 0; b < in.bands; ++b) {
+          int32_t ss = 1 << (kPilPrecisionBits - 1);
+          for (int x = 0; x < xmax; ++x) ss += in.at(x + xmin, yy + ybox_first, b) * k[x];
+          t.at(xx, yy, b) = pil_clip8(ss);
+        }
+      }
+    cur = std::move(t);
+  }
+  if (vertical) {
+    PilImage o;
+    o.w = cur.w, o.h = ysize, o.bands = cur.bands;
+    o.px.resize(static_cast<size_t>(o.w) * o.h * o.bands);
+    for (int yy = 0; yy < ysize; ++yy) {
+      const int ymin = vbounds[yy * 2], ymax = vbounds[yy * 2 + 1];
+      const int32_t* k = &cv.k[static_cast<size_t>(yy) * cv.ksize];
+      for (int xx = 0; xx < o.w; ++xx)
+        for (int b = 0; b < o.bands; ++b) {
+          int32_t ss = 1 << (kPilPrecisionBits - 1);
+          for (int y = 0; y < ymax; ++y) ss += cur.at(xx, y + ymin, b) * k[y];
+          o.at(xx, yy, b) = pil_clip8(ss);
+        }
+    }
+    cur = std::move(o);
+  }
+  return cur;
+}
+
+// PIL's RGB(A) to L: ITU-R 601-2 in 16-bit fixed point.
+inline uint8_t pil_l(uint32_t r, uint32_t g, uint32_t b) {
+  return static_cast<uint8_t>((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
+}
+
+// cleanvision's blurriness and blurriness_grayscale_std of an 8-bit image.
+void pil_blurriness(const ImageView& image, const uint32_t* rgb, QualityStats::Cleanvision& out) {
+  const Layout& l = image.layout;
+  const auto* base = static_cast<const uint8_t*>(image.data);
+  const bool colour = l.channels >= 3;
+  const bool alpha = l.channels == 4;
+  // As PIL holds it: RGB, RGBA (alpha premultiplied for the resize, as
+  // Image.resize does with RGBa), or L (gray+alpha's gray).
+  PilImage im;
+  im.w = static_cast<int>(l.width), im.h = static_cast<int>(l.height), im.bands = colour ? (alpha ? 4 : 3) : 1;
+  im.px.resize(static_cast<size_t>(im.w) * im.h * im.bands);
+  const double ratio = static_cast<double>(std::max(l.width, l.height)) / kBlurryMaxResolution;
+  const bool resize = ratio > 1;
+  for (uint64_t y = 0; y < l.height; ++y) {
+    const uint8_t* row = base + y * l.stride();
+    for (uint64_t x = 0; x < l.width; ++x) {
+      const uint8_t* p = row + x * l.channels;
+      uint8_t* o = &im.px[(y * l.width + x) * im.bands];
+      if (!colour) {
+        o[0] = p[0];
+        continue;
+      }
+      o[0] = p[rgb[0]], o[1] = p[rgb[1]], o[2] = p[rgb[2]];
+      if (alpha) {
+        const uint32_t a = p[3];
+        o[3] = static_cast<uint8_t>(a);
+        if (resize)
+          for (int b = 0; b < 3; ++b) {
+            const uint32_t tmp = o[b] * a + 128;
+            o[b] = static_cast<uint8_t>(((tmp >> 8) + tmp) >> 8);
+          }
+      }
+    }
+  }
+  if (resize) {
+    const int xs = std::max(static_cast<int>(py_floordiv(static_cast<double>(l.width), ratio)), 1);
+    const int ys = std::max(static_cast<int>(py_floordiv(static_cast<double>(l.height), ratio)), 1);
+    if (xs != im.w || ys != im.h) im = pil_resize(im, xs, ys);
+    if (alpha)  // back from premultiplied (RGBa to RGBA)
+      for (size_t i = 0; i < im.px.size(); i += 4) {
+        const uint32_t a = im.px[i + 3];
+        if (a == 255 || a == 0) continue;
+        for (int b = 0; b < 3; ++b) im.px[i + b] = static_cast<uint8_t>(std::min<uint32_t>(255, (255 * im.px[i + b]) / a));
+      }
+  }
+  std::vector<uint8_t> grey(static_cast<size_t>(im.w) * im.h);
+  for (size_t i = 0; i < grey.size(); ++i) {
+    const uint8_t* p = &im.px[i * im.bands];
+    grey[i] = im.bands == 1 ? p[0] : pil_l(p[0], p[1], p[2]);
+  }
+  // FIND_EDGES: 8 c - the 8 neighbours, clipped to 0..255; the first and
+  // last rows and columns copied; an image under 3x3 copied whole.
+  std::vector<uint8_t> edges = grey;
+  if (im.w >= 3 && im.h >= 3)
+    for (int y = 1; y < im.h - 1; ++y)
+      for (int x = 1; x < im.w - 1; ++x) {
+        int s = 0;
+        for (int dy = -1; dy <= 1; ++dy)
+          for (int dx = -1; dx <= 1; ++dx) s -= grey[static_cast<size_t>(y + dy) * im.w + (x + dx)];
+        s += 9 * grey[static_cast<size_t>(y) * im.w + x];
+        edges[static_cast<size_t>(y) * im.w + x] = static_cast<uint8_t>(s <= 0 ? 0 : s >= 255 ? 255 : s);
+      }
+  // ImageStat.Stat(edges).var[0] from the histogram, in Python floats.
+  std::vector<uint64_t> eh(256, 0), gh(256, 0);
+  for (uint8_t v : edges) ++eh[v];
+  for (uint8_t v : grey) ++gh[v];
+  double sum = 0, sum2 = 0;
+  for (int j = 0; j < 256; ++j) {
+    sum += static_cast<double>(j) * static_cast<double>(eh[j]);
+    sum2 += static_cast<double>(j * j) * static_cast<double>(eh[j]);
+  }
+  const double n = static_cast<double>(edges.size());
+  const double var = (sum2 - (sum * sum) / n) / n;
+  out.blurriness = std::sqrt(var);
+  out.blurriness_grayscale_std = numpy_std(gh);
+  const double blur_score = 1 - std::exp(-1 * out.blurriness * kBlurryNormalizing);
+  double std_score = 1 - std::exp(-1 * out.blurriness_grayscale_std * kBlurryNormalizing);
+  if (std_score <= kBlurryColorThreshold) std_score = 0;
+  out.blurry_score = std::min(blur_score + std_score, 1.0);
+  out.is_blurry_issue = out.blurry_score < kBlurryThreshold;
+}
+
+// cleanvision's brightness of one pixel, in its order of float operations.
+inline double cv_brightness(double r, double g, double b) {
+  return std::sqrt(0.241 * (r * r) + 0.691 * (g * g) + 0.068 * (b * b)) / 255;
+}
+
+// np.percentile(brightness, [1, 5, ...]) over every pixel. Colour: the
+// order of the brightness values is the order of the integer keys
+// 241 R^2 + 691 G^2 + 68 B^2 (keys one apart differ far more than the
+// floats' rounding); the needed ranks are found from counts of key buckets
+// and the keys of those buckets alone.
+std::vector<double> brightness_percentiles(const ImageView& image, const uint32_t* rgb,
+                                           const std::vector<uint64_t>& grey_counts) {
+  const Layout& l = image.layout;
+  const uint64_t n = l.pixels();
+  const auto* base = static_cast<const uint8_t*>(image.data);
+  std::vector<uint64_t> ranks;
+  for (int p : kBrightnessPercentiles) {
+    const double vi = static_cast<double>(n - 1) * (p / 100.0);
+    const uint64_t lo = static_cast<uint64_t>(std::floor(vi));
+    ranks.push_back(std::min(lo, n - 1));
+    ranks.push_back(std::min(lo + 1, n - 1));
+  }
+  std::vector<double> at(ranks.size());
+  if (l.channels < 3) {
+    std::vector<uint64_t> cum(257, 0);
+    for (int v = 0; v < 256; ++v) cum[v + 1] = cum[v] + grey_counts[v];
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const int v = static_cast<int>(std::upper_bound(cum.begin(), cum.end(), ranks[i]) - cum.begin()) - 1;
+      at[i] = v / 255.0;
+    }
+  } else {
+    constexpr int kShift = 10;
+    constexpr uint32_t kBuckets = (1000u * 255 * 255 >> kShift) + 1;
+    auto key = [&](const uint8_t* p) {
+      const uint32_t r = p[rgb[0]], g = p[rgb[1]], b = p[rgb[2]];
+      return 241 * r * r + 691 * g * g + 68 * b * b;
+    };
+    std::vector<uint64_t> counts(kBuckets, 0);
+    for (uint64_t y = 0; y < l.height; ++y) {
+      const uint8_t* row = base + y * l.stride();
+      for (uint64_t x = 0; x < l.width; ++x) ++counts[key(row + x * l.channels) >> kShift];
+    }
+    std::vector<uint64_t> first(kBuckets + 1, 0);  // rank of each bucket's first key
+    for (uint32_t b = 0; b < kBuckets; ++b) first[b + 1] = first[b] + counts[b];
+    std::vector<uint32_t> bucket_of(ranks.size());
+    std::vector<int> wanted(kBuckets, -1);
+    std::vector<std::vector<uint64_t>> keys;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      bucket_of[i] = static_cast<uint32_t>(std::upper_bound(first.begin(), first.end(), ranks[i]) - first.begin()) - 1;
+      if (wanted[bucket_of[i]] < 0) {
+        wanted[bucket_of[i]] = static_cast<int>(keys.size());
+        keys.emplace_back();
+      }
+    }
+    for (uint64_t y = 0; y < l.height; ++y) {
+      const uint8_t* row = base + y * l.stride();
+      for (uint64_t x = 0; x < l.width; ++x) {
+        const uint8_t* p = row + x * l.channels;
+        const uint32_t k = key(p);
+        const int w = wanted[k >> kShift];
+        if (w >= 0)
+          keys[w].push_back(uint64_t{k} << 24 | uint64_t{p[rgb[0]]} << 16 | uint64_t{p[rgb[1]]} << 8 | p[rgb[2]]);
+      }
+    }
+    for (auto& k : keys) std::sort(k.begin(), k.end());
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const uint64_t k = keys[wanted[bucket_of[i]]][ranks[i] - first[bucket_of[i]]];
+      at[i] = cv_brightness(static_cast<double>(k >> 16 & 255), static_cast<double>(k >> 8 & 255),
+                            static_cast<double>(k & 255));
+    }
+  }
+  std::vector<double> out;
+  for (size_t j = 0; j < std::size(kBrightnessPercentiles); ++j) {
+    const double vi = static_cast<double>(n - 1) * (kBrightnessPercentiles[j] / 100.0);
+    const double lo = std::floor(vi);
+    out.push_back(numpy_lerp(at[2 * j], at[2 * j + 1], vi >= static_cast<double>(n - 1) ? 0.0 : vi - lo));
+  }
+  return out;
+}
+
+template <class T>
+QualityStats measure(const ImageView& image, const uint32_t* rgb) {
+  const Layout& l = image.layout;
+  const auto* base = static_cast<const uint8_t*>(image.data);
+  const uint64_t w = l.width, h = l.height, n = l.pixels();
+  const uint32_t ch = l.channels;
+  const bool colour = ch >= 3;
+  constexpr uint32_t kMax = std::numeric_limits<T>::max();
+  auto sample = [&](uint64_t x, uint64_t y, uint32_t c) {
+    return static_cast<int64_t>(load<T>(base + y * l.stride() + (x * ch + c) * sizeof(T)));
+  };
+  // The grey plane, rows in parallel.
+  std::vector<T> grey(n);
+  tbb::parallel_for(uint64_t{0}, h, [&](uint64_t y) {
+    for (uint64_t x = 0; x < w; ++x)
+      grey[y * w + x] = colour ? static_cast<T>((kGreyR * sample(x, y, rgb[0]) + kGreyG * sample(x, y, rgb[1]) +
+                                                 kGreyB * sample(x, y, rgb[2]) + (1u << (kGreyShift - 1))) >>
+                                                kGreyShift)
+                               : static_cast<T>(sample(x, y, 0));
+  });
+  auto g = [&](uint64_t x, uint64_t y) { return static_cast<int64_t>(grey[y * w + x]); };
+  const Sums s = tbb::parallel_reduce(
+      tbb::blocked_range<uint64_t>(0, h), Sums{},
+      [&](const tbb::blocked_range<uint64_t>& rows, Sums acc) {
+        for (uint64_t y = rows.begin(); y != rows.end(); ++y) {
+          const uint64_t up = reflect101(static_cast<int64_t>(y) - 1, h), down = reflect101(static_cast<int64_t>(y) + 1, h);
+          for (uint64_t x = 0; x < w; ++x) {
+            const int64_t v = g(x, y);
+            const int64_t lap = g(reflect101(static_cast<int64_t>(x) - 1, w), y) +
+                                g(reflect101(static_cast<int64_t>(x) + 1, w), y) + g(x, up) + g(x, down) - 4 * v;
+            acc.grey += v, acc.grey_sq += v * v, acc.lap += lap, acc.lap_sq += static_cast<__int128>(lap) * lap;
+            for (uint32_t c = 0; c < ch; ++c) {
+              const int64_t s = sample(x, y, c);
+              acc.channel[c] += s;
+              acc.at_min[c] += s == 0;
+              acc.at_max[c] += s == kMax;
+            }
+            if (colour) {
+              const int64_t r = sample(x, y, rgb[0]), gg = sample(x, y, rgb[1]), b = sample(x, y, rgb[2]);
+              const int64_t rg = r - gg, yb2 = r + gg - 2 * b;
+              acc.rg += rg, acc.rg_sq += rg * rg, acc.yb2 += yb2, acc.yb2_sq += yb2 * yb2;
+              acc.equal_rgb = acc.equal_rgb && r == gg && gg == b;
+            }
+          }
+        }
+        return acc;
+      },
+      [](Sums a, const Sums& b) {
+        a.add(b);
+        return a;
+      });
+  QualityStats q;
+  const double nd = static_cast<double>(n);
+  q.laplacian_variance = variance_of(s.lap, s.lap_sq, n);
+  q.rms_contrast = std::sqrt(variance_of(s.grey, s.grey_sq, n)) / kMax;
+  if (colour) {
+    q.has_colourfulness = true;
+    const double var = variance_of(s.rg, s.rg_sq, n) + variance_of(s.yb2, s.yb2_sq, n) / 4;
+    const double mrg = static_cast<double>(static_cast<long double>(s.rg) / n);
+    const double myb = static_cast<double>(static_cast<long double>(s.yb2) / (2.0L * n));
+    q.colourfulness = std::sqrt(var) + 0.3 * std::sqrt(mrg * mrg + myb * myb);
+  }
+  for (uint32_t c = 0; c < ch; ++c) {
+    q.share_at_min.push_back(static_cast<double>(s.at_min[c]) / nd);
+    q.share_at_max.push_back(static_cast<double>(s.at_max[c]) / nd);
+  }
+  if constexpr (sizeof(T) == 1) {
+    q.has_cleanvision = true;
+    QualityStats::Cleanvision& cv = q.cleanvision;
+    // ImageStat's means: (R, G, B) of an RGB image, else the first band's
+    // thrice (cleanvision's fallback where the means are not three).
+    auto mean = [&](uint32_t c) { return static_cast<double>(static_cast<uint64_t>(s.channel[c])) / nd; };
+    cv.brightness = ch == 3 ? cv_brightness(mean(rgb[0]), mean(rgb[1]), mean(rgb[2]))
+                            : cv_brightness(mean(colour ? rgb[0] : 0), mean(colour ? rgb[0] : 0),
+                                            mean(colour ? rgb[0] : 0));
+    // Every channel's histogram: PIL's entropy and the grey percentiles.
+    std::vector<std::vector<uint64_t>> hist(ch, std::vector<uint64_t>(256, 0));
+    for (uint64_t y = 0; y < h; ++y) {
+      const uint8_t* row = base + y * l.stride();
+      for (uint64_t x = 0; x < w * ch; x += ch)
+        for (uint32_t c = 0; c < ch; ++c) ++hist[c][row[x + c]];
+    }
+    const std::vector<double> perc = brightness_percentiles(image, rgb, hist[0]);
+    for (size_t j = 0; j < perc.size(); ++j) cv.brightness_percentiles.emplace_back(kBrightnessPercentiles[j], perc[j]);
+    cv.dark_score = perc.back();
+    cv.is_dark_issue = cv.dark_score < kDarkThreshold;
+    cv.light_score = 1 - perc[1];
+    cv.is_light_issue = cv.light_score < kLightThreshold;
+    pil_blurriness(image, rgb, cv);
+    // PIL's entropy: over the bands' histograms laid end to end, R G B (A).
+    const double total = static_cast<double>(n * ch);
+    double e = 0.0;
+    const uint32_t order[4] = {colour ? rgb[0] : 0, colour ? rgb[1] : 1, colour ? rgb[2] : 2, 3};
+    for (uint32_t c = 0; c < ch; ++c)
+      for (uint64_t count : hist[order[c]])
+        if (count) {
+          const double p = static_cast<double>(count) / total;
+          e += p * (std::log(p) * M_LOG2E);
+        }
+    cv.entropy = -e;
+    cv.low_information_score = std::min(kLowInformationNormalizing * cv.entropy, 1.0);
+    cv.is_low_information_issue = cv.low_information_score < kLowInformationThreshold;
+    const double wd = static_cast<double>(w), hd = static_cast<double>(h);
+    cv.aspect_ratio = std::min(wd / hd, hd / wd);
+    cv.is_odd_aspect_ratio_issue = cv.aspect_ratio < kOddAspectRatioThreshold;
+    cv.size = std::sqrt(wd) * std::sqrt(hd);
+    cv.is_grayscale_issue = !colour || s.equal_rgb;
+  }
+  return q;
+}
+
+}  // namespace
+
+QualityStats measure_quality(const ImageView& image, const uint32_t* rgb) {
+  switch (image.layout.type) {
+    case SampleType::kUint8: return measure<uint8_t>(image, rgb);
+    case SampleType::kUint16: return measure<uint16_t>(image, rgb);
+    default:
+      fail(ErrorCode::kUnimplemented, std::string("quality measures are computed for 8- and 16-bit unsigned samples; ") +
+                                          to_string(image.layout.type) + " samples are not yet");
+  }
+}
+
+void add_quality(const ImageView& image, const StatsRequest& request, Result& result) {
+  if (!request.quality) return;
+  result.quality = measure_quality(image, request.rgb);
+  result.has_quality = true;
+}
+
+}  // namespace imgstat
