@@ -500,6 +500,95 @@ TEST_P(EngineTest, RobustStatisticsAsAstropysSigmaClippedStats) {
   }
 }
 
+// Quality measures of 8- and 16-bit images of 1 to 4 channels, odd sizes,
+// padded rows and unaligned starts, random, constant and two-valued: the
+// Laplacian variance, contrast, colourfulness and exposure equal to those
+// computed here in long double from the pixels (OpenCV's grey, its
+// Laplacian with reflected borders), the same bits whatever the layout, and
+// every field the CPU engine's on this engine. Floats refused.
+TEST_P(EngineTest, QualityMeasuresAsComputedFromThePixels) {
+  std::mt19937_64 rng(531);
+  const auto cpu = make_cpu_engine();
+  struct Size { uint64_t w, h; uint64_t pad; size_t offset; };
+  const Size sizes[] = {{1, 1, 0, 0}, {2, 5, 0, 0}, {3, 3, 7, 1}, {97, 61, 0, 0}, {211, 13, 5, 3}, {500, 7, 0, 1}};
+  for (SampleType t : {SampleType::kUint8, SampleType::kUint16})
+    for (const Size& sz : sizes)
+      for (uint32_t c = 1; c <= 4; ++c)
+        for (int kind = 0; kind < 3; ++kind) {  // random, constant, the type's two ends
+          const double top = t == SampleType::kUint8 ? 255 : 65535;
+          std::vector<double> vals(sz.w * sz.h * c);
+          for (double& v : vals)
+            v = kind == 0 ? static_cast<double>(rng() % (static_cast<uint64_t>(top) + 1)) : kind == 1 ? 77 : (rng() % 2) * top;
+          SCOPED_TRACE(std::string(to_string(t)) + " " + std::to_string(sz.w) + "x" + std::to_string(sz.h) + "x" +
+                       std::to_string(c) + " data " + std::to_string(kind));
+          const TestImage img = make_image(rng, sz.w, sz.h, c, t, sz.pad, sz.offset, [&](uint64_t i) { return vals[i]; });
+          const TestImage packed = make_image(rng, sz.w, sz.h, c, t, 0, 0, [&](uint64_t i) { return vals[i]; });
+          StatsRequest req;
+          req.quality = true;
+          req.rgb[0] = 2, req.rgb[1] = 1, req.rgb[2] = 0;  // stored B, G, R as OpenCV stores them
+          const Result r = engine_->analyze(img.view, req);
+          ASSERT_TRUE(r.has_quality);
+          const QualityStats& q = r.quality;
+          // The grey image, its Laplacian and the sums, here.
+          const uint64_t w = sz.w, h = sz.h, n = w * h;
+          auto at = [&](uint64_t x, uint64_t y, uint32_t ch) { return vals[(y * w + x) * c + ch]; };
+          std::vector<long double> grey(n);
+          for (uint64_t y = 0; y < h; ++y)
+            for (uint64_t x = 0; x < w; ++x)
+              grey[y * w + x] = c >= 3 ? std::floor((9798 * at(x, y, 2) + 19235 * at(x, y, 1) + 3735 * at(x, y, 0) + 16384) / 32768)
+                                       : at(x, y, 0);
+          auto g = [&](int64_t x, int64_t y) {
+            auto reflect = [](int64_t i, int64_t len) { return len == 1 ? 0 : i < 0 ? 1 : i >= len ? len - 2 : i; };
+            return grey[reflect(y, static_cast<int64_t>(h)) * w + reflect(x, static_cast<int64_t>(w))];
+          };
+          long double ls = 0, lsq = 0, gs = 0, gsq = 0;
+          for (int64_t y = 0; y < static_cast<int64_t>(h); ++y)
+            for (int64_t x = 0; x < static_cast<int64_t>(w); ++x) {
+              const long double lap = g(x - 1, y) + g(x + 1, y) + g(x, y - 1) + g(x, y + 1) - 4 * g(x, y);
+              ls += lap, lsq += lap * lap, gs += g(x, y), gsq += g(x, y) * g(x, y);
+            }
+          const long double nn = static_cast<long double>(n);
+          EXPECT_NEAR(q.laplacian_variance, static_cast<double>(lsq / nn - (ls / nn) * (ls / nn)),
+                      1e-9 * (1 + q.laplacian_variance));
+          EXPECT_NEAR(q.rms_contrast, static_cast<double>(std::sqrt(std::max(0.0L, gsq / nn - (gs / nn) * (gs / nn))) / top),
+                      1e-9);
+          if (kind == 1) EXPECT_EQ(q.laplacian_variance, 0.0);
+          ASSERT_EQ(q.share_at_min.size(), c);
+          for (uint32_t ch = 0; ch < c; ++ch) {
+            uint64_t lo = 0, hi = 0;
+            for (uint64_t i = ch; i < vals.size(); i += c) lo += vals[i] == 0, hi += vals[i] == top;
+            EXPECT_EQ(q.share_at_min[ch], static_cast<double>(lo) / static_cast<double>(n));
+            EXPECT_EQ(q.share_at_max[ch], static_cast<double>(hi) / static_cast<double>(n));
+          }
+          EXPECT_EQ(q.has_colourfulness, c >= 3);
+          EXPECT_EQ(q.has_cleanvision, t == SampleType::kUint8);
+          if (t == SampleType::kUint8) EXPECT_EQ(q.cleanvision.is_grayscale_issue, c < 3 || kind == 1);
+          // The same bits packed and aligned, and from the CPU engine.
+          for (const Result& other : {engine_->analyze(packed.view, req), cpu->analyze(img.view, req)}) {
+            const QualityStats& o = other.quality;
+            EXPECT_EQ(o.laplacian_variance, q.laplacian_variance);
+            EXPECT_EQ(o.rms_contrast, q.rms_contrast);
+            EXPECT_EQ(o.colourfulness, q.colourfulness);
+            EXPECT_EQ(o.share_at_min, q.share_at_min);
+            EXPECT_EQ(o.share_at_max, q.share_at_max);
+            EXPECT_EQ(o.cleanvision.brightness_percentiles, q.cleanvision.brightness_percentiles);
+            EXPECT_EQ(o.cleanvision.blurriness, q.cleanvision.blurriness);
+            EXPECT_EQ(o.cleanvision.entropy, q.cleanvision.entropy);
+            EXPECT_EQ(o.cleanvision.brightness, q.cleanvision.brightness);
+          }
+        }
+  TestImage floats = random_image(rng, 17, 5, 3, SampleType::kFloat32, 0, 0);
+  StatsRequest req;
+  req.quality = true;
+  try {
+    engine_->analyze(floats.view, req);
+    ADD_FAILURE() << "float samples' quality answered";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+    EXPECT_NE(std::string(e.what()).find("float32"), std::string::npos) << e.what();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, EngineTest, ::testing::Values("cpu", "cuda"),
                          [](const auto& info) { return info.param; });
 

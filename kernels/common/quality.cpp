@@ -54,14 +54,23 @@ struct Sums {
   __int128 grey = 0, grey_sq = 0, lap = 0, lap_sq = 0, rg = 0, rg_sq = 0, yb2 = 0, yb2_sq = 0;
   std::array<__int128, 4> channel{};
   std::array<uint64_t, 4> at_min{}, at_max{};
+  // 8-bit images: each channel's histogram (their sums, ends and PIL's
+  // entropy come from it).
+  std::vector<std::array<uint64_t, 256>> hist;
   bool equal_rgb = true;
   void add(const Sums& o) {
     grey += o.grey, grey_sq += o.grey_sq, lap += o.lap, lap_sq += o.lap_sq;
     rg += o.rg, rg_sq += o.rg_sq, yb2 += o.yb2, yb2_sq += o.yb2_sq;
     for (int c = 0; c < 4; ++c) channel[c] += o.channel[c], at_min[c] += o.at_min[c], at_max[c] += o.at_max[c];
+    for (size_t c = 0; c < hist.size() && c < o.hist.size(); ++c)
+      for (int v = 0; v < 256; ++v) hist[c][v] += o.hist[c][v];
     equal_rgb = equal_rgb && o.equal_rgb;
   }
 };
+
+// Sums of one stretch of a row, in 64-bit integers: at most this many
+// pixels, so that 16-bit squares cannot overflow them.
+constexpr uint64_t kStretch = 1 << 16;
 
 // ---- cleanvision's pieces, as PIL and numpy compute them ----
 
@@ -197,16 +206,25 @@ PilImage pil_resize(const PilImage& in, int xsize, int ysize) {
     PilImage t;
     t.w = xsize, t.h = ybox_last - ybox_first, t.bands = in.bands;
     t.px.resize(static_cast<size_t>(t.w) * t.h * t.bands);
-    for (int yy = 0; yy < t.h; ++yy)
-      for (int xx = 0; xx < xsize; ++xx) {
+    const int bands = in.bands;
+    for (int yy = 0; yy < t.h; ++yy) {
+      const uint8_t* row = &in.px[static_cast<size_t>(yy + ybox_first) * in.w * bands];
+      uint8_t* out = &t.px[static_cast<size_t>(yy) * xsize * bands];
+      for (int xx = 0; xx < xsize; ++xx, out += bands) {
         const int xmin = ch.bounds[xx * 2], xmax = ch.bounds[xx * 2 + 1];
         const int32_t* k = &ch.k[static_cast<size_t>(xx) * ch.ksize];
-        for (int b = 0; b < in.bands; ++b) {
-          int32_t ss = 1 << (kPilPrecisionBits - 1);
-          for (int x = 0; x < xmax; ++x) ss += in.at(x + xmin, yy + ybox_first, b) * k[x];
-          t.at(xx, yy, b) = pil_clip8(ss);
+        const uint8_t* p = row + static_cast<size_t>(xmin) * bands;
+        int32_t ss[4] = {1 << (kPilPrecisionBits - 1), 1 << (kPilPrecisionBits - 1), 1 << (kPilPrecisionBits - 1),
+                         1 << (kPilPrecisionBits - 1)};
+        if (bands == 3) {
+          for (int x = 0; x < xmax; ++x, p += 3) ss[0] += p[0] * k[x], ss[1] += p[1] * k[x], ss[2] += p[2] * k[x];
+        } else {
+          for (int x = 0; x < xmax; ++x, p += bands)
+            for (int b = 0; b < bands; ++b) ss[b] += p[b] * k[x];
         }
+        for (int b = 0; b < bands; ++b) out[b] = pil_clip8(ss[b]);
       }
+    }
     cur = std::move(t);
   }
   if (vertical) {
@@ -326,7 +344,7 @@ inline double cv_brightness(double r, double g, double b) {
 // floats' rounding); the needed ranks are found from counts of key buckets
 // and the keys of those buckets alone.
 std::vector<double> brightness_percentiles(const ImageView& image, const uint32_t* rgb,
-                                           const std::vector<uint64_t>& grey_counts) {
+                                           const std::array<uint64_t, 256>& grey_counts) {
   const Layout& l = image.layout;
   const uint64_t n = l.pixels();
   const auto* base = static_cast<const uint8_t*>(image.data);
@@ -346,7 +364,7 @@ std::vector<double> brightness_percentiles(const ImageView& image, const uint32_
       at[i] = v / 255.0;
     }
   } else {
-    constexpr int kShift = 10;
+    constexpr int kShift = 12;
     constexpr uint32_t kBuckets = (1000u * 255 * 255 >> kShift) + 1;
     auto key = [&](const uint8_t* p) {
       const uint32_t r = p[rgb[0]], g = p[rgb[1]], b = p[rgb[2]];
@@ -402,41 +420,86 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb) {
   const uint64_t w = l.width, h = l.height, n = l.pixels();
   const uint32_t ch = l.channels;
   const bool colour = ch >= 3;
-  constexpr uint32_t kMax = std::numeric_limits<T>::max();
-  auto sample = [&](uint64_t x, uint64_t y, uint32_t c) {
-    return static_cast<int64_t>(load<T>(base + y * l.stride() + (x * ch + c) * sizeof(T)));
-  };
-  // The grey plane, rows in parallel.
+  constexpr bool k8 = sizeof(T) == 1;
+  constexpr int64_t kMax = std::numeric_limits<T>::max();
+  // Packed, aligned copies of the rows: the grey plane, and the pixels
+  // where a row of them is not aligned for T.
   std::vector<T> grey(n);
-  tbb::parallel_for(uint64_t{0}, h, [&](uint64_t y) {
-    for (uint64_t x = 0; x < w; ++x)
-      grey[y * w + x] = colour ? static_cast<T>((kGreyR * sample(x, y, rgb[0]) + kGreyG * sample(x, y, rgb[1]) +
-                                                 kGreyB * sample(x, y, rgb[2]) + (1u << (kGreyShift - 1))) >>
-                                                kGreyShift)
-                               : static_cast<T>(sample(x, y, 0));
+  const bool aligned = reinterpret_cast<uintptr_t>(base) % alignof(T) == 0 && l.stride() % alignof(T) == 0;
+  std::vector<T> pixels(aligned ? 0 : n * ch);
+  auto row_of = [&](uint64_t y) {
+    return aligned ? reinterpret_cast<const T*>(base + y * l.stride()) : pixels.data() + y * w * ch;
+  };
+  tbb::parallel_for(tbb::blocked_range<uint64_t>(0, h), [&](const tbb::blocked_range<uint64_t>& rows) {
+    for (uint64_t y = rows.begin(); y != rows.end(); ++y) {
+      if (!aligned) std::memcpy(pixels.data() + y * w * ch, base + y * l.stride(), w * ch * sizeof(T));
+      const T* p = row_of(y);
+      T* out = grey.data() + y * w;
+      if (!colour) {
+        for (uint64_t x = 0; x < w; ++x) out[x] = p[x * ch];
+      } else {
+        const uint32_t r = rgb[0], g = rgb[1], b = rgb[2];
+        for (uint64_t x = 0; x < w; ++x, p += ch)
+          out[x] = static_cast<T>((kGreyR * p[r] + kGreyG * p[g] + kGreyB * p[b] + (1u << (kGreyShift - 1))) >> kGreyShift);
+      }
+    }
   });
-  auto g = [&](uint64_t x, uint64_t y) { return static_cast<int64_t>(grey[y * w + x]); };
+  Sums init;
+  if constexpr (k8) init.hist.assign(ch, {});
   const Sums s = tbb::parallel_reduce(
-      tbb::blocked_range<uint64_t>(0, h), Sums{},
+      tbb::blocked_range<uint64_t>(0, h), init,
       [&](const tbb::blocked_range<uint64_t>& rows, Sums acc) {
         for (uint64_t y = rows.begin(); y != rows.end(); ++y) {
-          const uint64_t up = reflect101(static_cast<int64_t>(y) - 1, h), down = reflect101(static_cast<int64_t>(y) + 1, h);
-          for (uint64_t x = 0; x < w; ++x) {
-            const int64_t v = g(x, y);
-            const int64_t lap = g(reflect101(static_cast<int64_t>(x) - 1, w), y) +
-                                g(reflect101(static_cast<int64_t>(x) + 1, w), y) + g(x, up) + g(x, down) - 4 * v;
-            acc.grey += v, acc.grey_sq += v * v, acc.lap += lap, acc.lap_sq += static_cast<__int128>(lap) * lap;
-            for (uint32_t c = 0; c < ch; ++c) {
-              const int64_t s = sample(x, y, c);
-              acc.channel[c] += s;
-              acc.at_min[c] += s == 0;
-              acc.at_max[c] += s == kMax;
+          const T* mid = grey.data() + y * w;
+          const T* up = grey.data() + reflect101(static_cast<int64_t>(y) - 1, h) * w;
+          const T* down = grey.data() + reflect101(static_cast<int64_t>(y) + 1, h) * w;
+          const T* px = row_of(y);
+          for (uint64_t x0 = 0; x0 < w; x0 += kStretch) {
+            const uint64_t x1 = std::min(w, x0 + kStretch);
+            int64_t gs = 0, gsq = 0, ls = 0, lsq = 0;
+            auto lap_at = [&](uint64_t x, int64_t left, int64_t right) {
+              const int64_t v = mid[x];
+              const int64_t lap = left + right + up[x] + down[x] - 4 * v;
+              gs += v, gsq += v * v, ls += lap, lsq += lap * lap;
+            };
+            uint64_t x = x0;
+            if (x == 0) {  // the left border, reflected (a one-pixel row: the pixel itself)
+              const int64_t side = w > 1 ? mid[1] : mid[0];
+              lap_at(0, side, side);
+              x = 1;
+            }
+            const uint64_t inner_end = std::min(x1, w - 1);
+            for (; x < inner_end; ++x) lap_at(x, mid[x - 1], mid[x + 1]);
+            if (x1 == w && w > 1) lap_at(w - 1, mid[w - 2], mid[w - 2]);
+            acc.grey += gs, acc.grey_sq += gsq, acc.lap += ls, acc.lap_sq += lsq;
+            const T* p = px + x0 * ch;
+            if constexpr (k8) {
+              for (uint64_t i = 0; i < (x1 - x0); ++i, p += ch)
+                for (uint32_t c = 0; c < ch; ++c) ++acc.hist[c][p[c]];
+            } else {
+              std::array<int64_t, 4> cs{};
+              for (uint64_t i = 0; i < (x1 - x0); ++i, p += ch)
+                for (uint32_t c = 0; c < ch; ++c) {
+                  const int64_t v = p[c];
+                  cs[c] += v;
+                  acc.at_min[c] += v == 0;
+                  acc.at_max[c] += v == kMax;
+                }
+              for (uint32_t c = 0; c < ch; ++c) acc.channel[c] += cs[c];
             }
             if (colour) {
-              const int64_t r = sample(x, y, rgb[0]), gg = sample(x, y, rgb[1]), b = sample(x, y, rgb[2]);
-              const int64_t rg = r - gg, yb2 = r + gg - 2 * b;
-              acc.rg += rg, acc.rg_sq += rg * rg, acc.yb2 += yb2, acc.yb2_sq += yb2 * yb2;
-              acc.equal_rgb = acc.equal_rgb && r == gg && gg == b;
+              const uint32_t ri = rgb[0], gi = rgb[1], bi = rgb[2];
+              int64_t rg = 0, rgq = 0, yb = 0, ybq = 0;
+              bool equal = true;
+              p = px + x0 * ch;
+              for (uint64_t i = 0; i < (x1 - x0); ++i, p += ch) {
+                const int64_t r = p[ri], g = p[gi], b = p[bi];
+                const int64_t d = r - g, e = r + g - 2 * b;
+                rg += d, rgq += d * d, yb += e, ybq += e * e;
+                equal &= (d == 0) & (e == 0);
+              }
+              acc.rg += rg, acc.rg_sq += rgq, acc.yb2 += yb, acc.yb2_sq += ybq;
+              acc.equal_rgb = acc.equal_rgb && equal;
             }
           }
         }
@@ -446,6 +509,15 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb) {
         a.add(b);
         return a;
       });
+  std::array<__int128, 4> channel_sum = s.channel;
+  std::array<uint64_t, 4> at_min = s.at_min, at_max = s.at_max;
+  if constexpr (k8)
+    for (uint32_t c = 0; c < ch; ++c) {
+      channel_sum[c] = 0;
+      for (int v = 0; v < 256; ++v) channel_sum[c] += static_cast<__int128>(v) * s.hist[c][v];
+      at_min[c] = s.hist[c][0];
+      at_max[c] = s.hist[c][255];
+    }
   QualityStats q;
   const double nd = static_cast<double>(n);
   q.laplacian_variance = variance_of(s.lap, s.lap_sq, n);
@@ -458,25 +530,19 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb) {
     q.colourfulness = std::sqrt(var) + 0.3 * std::sqrt(mrg * mrg + myb * myb);
   }
   for (uint32_t c = 0; c < ch; ++c) {
-    q.share_at_min.push_back(static_cast<double>(s.at_min[c]) / nd);
-    q.share_at_max.push_back(static_cast<double>(s.at_max[c]) / nd);
+    q.share_at_min.push_back(static_cast<double>(at_min[c]) / nd);
+    q.share_at_max.push_back(static_cast<double>(at_max[c]) / nd);
   }
   if constexpr (sizeof(T) == 1) {
     q.has_cleanvision = true;
     QualityStats::Cleanvision& cv = q.cleanvision;
     // ImageStat's means: (R, G, B) of an RGB image, else the first band's
     // thrice (cleanvision's fallback where the means are not three).
-    auto mean = [&](uint32_t c) { return static_cast<double>(static_cast<uint64_t>(s.channel[c])) / nd; };
+    auto mean = [&](uint32_t c) { return static_cast<double>(static_cast<uint64_t>(channel_sum[c])) / nd; };
     cv.brightness = ch == 3 ? cv_brightness(mean(rgb[0]), mean(rgb[1]), mean(rgb[2]))
                             : cv_brightness(mean(colour ? rgb[0] : 0), mean(colour ? rgb[0] : 0),
                                             mean(colour ? rgb[0] : 0));
-    // Every channel's histogram: PIL's entropy and the grey percentiles.
-    std::vector<std::vector<uint64_t>> hist(ch, std::vector<uint64_t>(256, 0));
-    for (uint64_t y = 0; y < h; ++y) {
-      const uint8_t* row = base + y * l.stride();
-      for (uint64_t x = 0; x < w * ch; x += ch)
-        for (uint32_t c = 0; c < ch; ++c) ++hist[c][row[x + c]];
-    }
+    const auto& hist = s.hist;
     const std::vector<double> perc = brightness_percentiles(image, rgb, hist[0]);
     for (size_t j = 0; j < perc.size(); ++j) cv.brightness_percentiles.emplace_back(kBrightnessPercentiles[j], perc[j]);
     cv.dark_score = perc.back();

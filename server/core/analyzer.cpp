@@ -513,7 +513,7 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
                                           decode.format + " has " + std::to_string(decode.planes) +
                                           "): choose one plane (planes, --planes N), or give tiles, a mask or a label stack");
     if (needs_whole_image(stats_request))
-      fail(ErrorCode::kUnimplemented, "the luminance and quality measures are computed for one plane at a time (this " + decode.format +
+      fail(ErrorCode::kUnimplemented, std::string(stats_request.luminance ? "the luminance is" : "quality measures are") + " computed for one plane at a time (this " + decode.format +
                                           " has " + std::to_string(decode.planes) + "): choose one (planes, --planes N)");
     if (options.arrived) {
       options.arrived(data.size());
@@ -531,7 +531,7 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
     return taken();
   }
   if (stack && needs_whole_image(stats_request))
-    fail(ErrorCode::kUnimplemented, "the luminance and quality measures are computed for one plane at a time (this " + decode.format + " has " +
+    fail(ErrorCode::kUnimplemented, std::string(stats_request.luminance ? "the luminance is" : "quality measures are") + " computed for one plane at a time (this " + decode.format + " has " +
                                         std::to_string(decode.planes) + "): choose one (planes, --planes N)");
   if (stack && decode.band_memory_bytes == 0)
     fail(ErrorCode::kInternal, decode.format + ": a stack of planes the streamed decoder does not take");

@@ -219,7 +219,7 @@ try:
                 continue
             if not got.get("ok"):
                 # OpenCV reads a file of several planes as its first: imgstat refuses the quality of a stack.
-                if "one plane at a time" in got.get("error", ""):
+                if "computed for one plane at a time" in got.get("error", ""):
                     continue
                 fail(f"{where} {path}: {got.get('error')}")
                 continue

@@ -26,6 +26,33 @@ def _robust_dict(q):
             "lower_bound": _num(q.lower_bound), "upper_bound": _num(q.upper_bound), "mad": _num(q.mad),
             "mad_std": _num(q.mad_std)}
 
+_PERCENTILE_NAMES = {1: "brightness_perc_1", 5: "brightness_perc_5", 10: "brightness_perc_10",
+                     15: "brightness_perc_15", 90: "brightness_perc_90", 95: "brightness_perc_95",
+                     99: "brightness_perc_99"}
+
+
+def _quality_dict(q):
+    """QualityStats as the CLI's --json writes it; cleanvision's properties
+    under their cleanvision names."""
+    d = {"laplacian_variance": q.laplacian_variance, "rms_contrast": q.rms_contrast,
+         "share_at_min": list(q.share_at_min), "share_at_max": list(q.share_at_max)}
+    if q.HasField("colourfulness"):
+        d["colourfulness"] = q.colourfulness
+    if q.HasField("cleanvision"):
+        c = q.cleanvision
+        v = {"brightness": c.brightness}
+        for p in c.brightness_percentiles:
+            v[_PERCENTILE_NAMES[int(p.p)]] = p.value
+        for k in ("dark_score", "is_dark_issue", "light_score", "is_light_issue", "blurriness",
+                  "blurriness_grayscale_std", "blurry_score", "is_blurry_issue", "entropy", "low_information_score",
+                  "is_low_information_issue", "aspect_ratio", "is_odd_aspect_ratio_issue", "size",
+                  "is_grayscale_issue"):
+            v[k] = getattr(c, k)
+        v["odd_aspect_ratio_score"] = c.aspect_ratio
+        d["cleanvision"] = dict(sorted(v.items()))
+    return dict(sorted(d.items()))
+
+
 class Channel:
     """One channel's statistics. Sample values (min, max, median, mode,
     percentiles) are ints for integer images; ``sum`` is the exact sum, a
@@ -362,6 +389,14 @@ class Result:
         return Channel(self.proto.luminance, self._float) if self.proto.HasField("luminance") else None
 
     @property
+    def quality(self):
+        """Quality measures (stats="quality"), as a dict: laplacian_variance,
+        rms_contrast, colourfulness (colour images), share_at_min and
+        share_at_max per channel, and for 8-bit images cleanvision's
+        properties, scores and issues under its names; else None."""
+        return _quality_dict(self.proto.quality) if self.proto.HasField("quality") else None
+
+    @property
     def parts(self):
         stack = self.proto.HasField("facts") and self.proto.facts.planes_answered > 1
         return [Part(p, self._float, stack) for p in self.proto.parts]
@@ -431,6 +466,8 @@ class Result:
             d["unique_colors"] = r.unique_colors
         if r.HasField("luminance"):
             d["luminance"] = self.luminance.to_dict()
+        if r.HasField("quality"):
+            d["quality"] = self.quality
         self._wholes_and_parts(d)
         if len(r.planes):
             d["planes"] = [p.to_dict() for p in self.planes]
