@@ -564,7 +564,10 @@ TEST_P(EngineTest, QualityMeasuresAsComputedFromThePixels) {
           EXPECT_EQ(q.has_cleanvision, t == SampleType::kUint8);
           if (t == SampleType::kUint8) EXPECT_EQ(q.cleanvision.is_grayscale_issue, c < 3 || kind == 1);
           // The same bits packed and aligned, and from the CPU engine.
-          for (const Result& other : {engine_->analyze(packed.view, req), cpu->analyze(img.view, req)}) {
+          StatsRequest with_histograms = req;  // 8-bit: the engine's histograms reused
+          with_histograms.histogram = true;
+          for (const Result& other : {engine_->analyze(packed.view, req), cpu->analyze(img.view, req),
+                                      engine_->analyze(img.view, with_histograms)}) {
             const QualityStats& o = other.quality;
             EXPECT_EQ(o.laplacian_variance, q.laplacian_variance);
             EXPECT_EQ(o.rms_contrast, q.rms_contrast);

@@ -4,10 +4,12 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <limits>
 #include <vector>
 
 #include <tbb/blocked_range.h>
+#include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_reduce.h>
 
@@ -71,6 +73,30 @@ struct Sums {
 // Sums of one stretch of a row, in 64-bit integers: at most this many
 // pixels, so that 16-bit squares cannot overflow them.
 constexpr uint64_t kStretch = 1 << 16;
+
+// A buffer of this thread's kept for its next image where small: mapping
+// and unmapping them image after image cost more than their work.
+constexpr size_t kKeptScratchBytes = size_t{16} << 20;
+
+template <class T, int kSlot>
+class Scratch {
+ public:
+  explicit Scratch(size_t n) {
+    thread_local std::vector<T> kept;
+    if (n * sizeof(T) <= kKeptScratchBytes) {
+      buffer_ = &kept;
+    } else {
+      own_ = std::make_unique<std::vector<T>>();
+      buffer_ = own_.get();
+    }
+    if (buffer_->size() < n) buffer_->resize(n);
+  }
+  T* data() { return buffer_->data(); }
+
+ private:
+  std::vector<T>* buffer_ = nullptr;
+  std::unique_ptr<std::vector<T>> own_;
+};
 
 // ---- cleanvision's pieces, as PIL and numpy compute them ----
 
@@ -192,58 +218,94 @@ struct PilImage {
   uint8_t at(int x, int y, int b) const { return px[(static_cast<size_t>(y) * w + x) * bands + b]; }
 };
 
+// One row of PIL's horizontal pass: output row `out` from input row `row`.
+void horizontal_row(const uint8_t* row, int bands, const PilCoeffs& ch, int xsize, uint8_t* out) {
+  for (int xx = 0; xx < xsize; ++xx, out += bands) {
+    const int xmin = ch.bounds[xx * 2], xmax = ch.bounds[xx * 2 + 1];
+    const int32_t* k = &ch.k[static_cast<size_t>(xx) * ch.ksize];
+    const uint8_t* p = row + static_cast<size_t>(xmin) * bands;
+    int32_t ss[4] = {1 << (kPilPrecisionBits - 1), 1 << (kPilPrecisionBits - 1), 1 << (kPilPrecisionBits - 1),
+                     1 << (kPilPrecisionBits - 1)};
+    if (bands == 3) {
+      for (int x = 0; x < xmax; ++x, p += 3) ss[0] += p[0] * k[x], ss[1] += p[1] * k[x], ss[2] += p[2] * k[x];
+    } else {
+      for (int x = 0; x < xmax; ++x, p += bands)
+        for (int b = 0; b < bands; ++b) ss[b] += p[b] * k[x];
+    }
+    for (int b = 0; b < bands; ++b) out[b] = pil_clip8(ss[b]);
+  }
+}
+
+// Eight rows of the horizontal pass at once, a row in each lane of a
+// vector: the taps are the same for every row, and integer sums in any
+// order are PIL's. in_rows: the first input row; stride: bytes a row.
+typedef int32_t Lanes8 __attribute__((vector_size(32), aligned(4)));
+
+__attribute__((target("avx2"))) void horizontal_rows8(const uint8_t* in_rows, size_t stride, int w, int bands,
+                                                       const PilCoeffs& ch, int xsize, uint8_t* out_rows,
+                                                       size_t out_stride, std::vector<int32_t>& lanes) {
+  lanes.resize(static_cast<size_t>(w) * bands * 8);
+  for (int x = 0; x < w; ++x)
+    for (int b = 0; b < bands; ++b)
+      for (int r = 0; r < 8; ++r) lanes[(static_cast<size_t>(x) * bands + b) * 8 + r] = in_rows[r * stride + x * bands + b];
+  const Lanes8* col = reinterpret_cast<const Lanes8*>(lanes.data());
+  for (int xx = 0; xx < xsize; ++xx) {
+    const int xmin = ch.bounds[xx * 2], xmax = ch.bounds[xx * 2 + 1];
+    const int32_t* k = &ch.k[static_cast<size_t>(xx) * ch.ksize];
+    Lanes8 acc[4];
+    for (int b = 0; b < 4; ++b) acc[b] = Lanes8{} + (1 << (kPilPrecisionBits - 1));
+    const Lanes8* c = col + static_cast<size_t>(xmin) * bands;
+    for (int x = 0; x < xmax; ++x) {
+      const Lanes8 kv = Lanes8{} + k[x];
+      for (int b = 0; b < bands; ++b) acc[b] += c[x * bands + b] * kv;
+    }
+    for (int b = 0; b < bands; ++b)
+      for (int r = 0; r < 8; ++r) out_rows[r * out_stride + static_cast<size_t>(xx) * bands + b] = pil_clip8(acc[b][r]);
+  }
+}
+
 // Image.resize(size) with PIL's default (bicubic) filter: a horizontal
 // pass over the rows the vertical one reads, then the vertical pass.
 PilImage pil_resize(const PilImage& in, int xsize, int ysize) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
   const bool horizontal = xsize != in.w, vertical = ysize != in.h;
   const PilCoeffs ch = pil_coeffs(in.w, xsize), cv = pil_coeffs(in.h, ysize);
   const int ybox_first = cv.bounds[0];
   const int ybox_last = cv.bounds[ysize * 2 - 2] + cv.bounds[ysize * 2 - 1];
-  PilImage cur = in;
+  const PilImage* cur = &in;
+  PilImage t;
   std::vector<int> vbounds = cv.bounds;
   if (horizontal) {
     for (int i = 0; i < ysize; ++i) vbounds[i * 2] -= ybox_first;
-    PilImage t;
-    t.w = xsize, t.h = ybox_last - ybox_first, t.bands = in.bands;
-    t.px.resize(static_cast<size_t>(t.w) * t.h * t.bands);
     const int bands = in.bands;
-    for (int yy = 0; yy < t.h; ++yy) {
-      const uint8_t* row = &in.px[static_cast<size_t>(yy + ybox_first) * in.w * bands];
-      uint8_t* out = &t.px[static_cast<size_t>(yy) * xsize * bands];
-      for (int xx = 0; xx < xsize; ++xx, out += bands) {
-        const int xmin = ch.bounds[xx * 2], xmax = ch.bounds[xx * 2 + 1];
-        const int32_t* k = &ch.k[static_cast<size_t>(xx) * ch.ksize];
-        const uint8_t* p = row + static_cast<size_t>(xmin) * bands;
-        int32_t ss[4] = {1 << (kPilPrecisionBits - 1), 1 << (kPilPrecisionBits - 1), 1 << (kPilPrecisionBits - 1),
-                         1 << (kPilPrecisionBits - 1)};
-        if (bands == 3) {
-          for (int x = 0; x < xmax; ++x, p += 3) ss[0] += p[0] * k[x], ss[1] += p[1] * k[x], ss[2] += p[2] * k[x];
-        } else {
-          for (int x = 0; x < xmax; ++x, p += bands)
-            for (int b = 0; b < bands; ++b) ss[b] += p[b] * k[x];
-        }
-        for (int b = 0; b < bands; ++b) out[b] = pil_clip8(ss[b]);
+    t.w = xsize, t.h = ybox_last - ybox_first, t.bands = bands;
+    t.px.resize(static_cast<size_t>(t.w) * t.h * bands);
+    const size_t in_stride = static_cast<size_t>(in.w) * bands, out_stride = static_cast<size_t>(xsize) * bands;
+    int yy = 0;
+    if (avx2) {
+      thread_local std::vector<int32_t> lanes;
+      for (; yy + 8 <= t.h; yy += 8)
+        horizontal_rows8(&in.px[(yy + ybox_first) * in_stride], in_stride, in.w, bands, ch, xsize, &t.px[yy * out_stride],
+                         out_stride, lanes);
+    }
+    for (; yy < t.h; ++yy) horizontal_row(&in.px[(yy + ybox_first) * in_stride], bands, ch, xsize, &t.px[yy * out_stride]);
+    cur = &t;
+  }
+  if (!vertical) return *cur;
+  PilImage o;
+  o.w = cur->w, o.h = ysize, o.bands = cur->bands;
+  o.px.resize(static_cast<size_t>(o.w) * o.h * o.bands);
+  for (int yy = 0; yy < ysize; ++yy) {
+    const int ymin = vbounds[yy * 2], ymax = vbounds[yy * 2 + 1];
+    const int32_t* k = &cv.k[static_cast<size_t>(yy) * cv.ksize];
+    for (int xx = 0; xx < o.w; ++xx)
+      for (int b = 0; b < o.bands; ++b) {
+        int32_t ss = 1 << (kPilPrecisionBits - 1);
+        for (int y = 0; y < ymax; ++y) ss += cur->at(xx, y + ymin, b) * k[y];
+        o.at(xx, yy, b) = pil_clip8(ss);
       }
-    }
-    cur = std::move(t);
   }
-  if (vertical) {
-    PilImage o;
-    o.w = cur.w, o.h = ysize, o.bands = cur.bands;
-    o.px.resize(static_cast<size_t>(o.w) * o.h * o.bands);
-    for (int yy = 0; yy < ysize; ++yy) {
-      const int ymin = vbounds[yy * 2], ymax = vbounds[yy * 2 + 1];
-      const int32_t* k = &cv.k[static_cast<size_t>(yy) * cv.ksize];
-      for (int xx = 0; xx < o.w; ++xx)
-        for (int b = 0; b < o.bands; ++b) {
-          int32_t ss = 1 << (kPilPrecisionBits - 1);
-          for (int y = 0; y < ymax; ++y) ss += cur.at(xx, y + ymin, b) * k[y];
-          o.at(xx, yy, b) = pil_clip8(ss);
-        }
-    }
-    cur = std::move(o);
-  }
-  return cur;
+  return o;
 }
 
 // PIL's RGB(A) to L: ITU-R 601-2 in 16-bit fixed point.
@@ -261,7 +323,10 @@ void pil_blurriness(const ImageView& image, const uint32_t* rgb, QualityStats::C
   // Image.resize does with RGBa), or L (gray+alpha's gray).
   PilImage im;
   im.w = static_cast<int>(l.width), im.h = static_cast<int>(l.height), im.bands = colour ? (alpha ? 4 : 3) : 1;
-  im.px.resize(static_cast<size_t>(im.w) * im.h * im.bands);
+  const size_t bytes = static_cast<size_t>(im.w) * im.h * im.bands;
+  thread_local std::vector<uint8_t> kept;  // the next image's, where small
+  if (bytes <= kKeptScratchBytes) im.px.swap(kept);
+  im.px.resize(bytes);
   const double ratio = static_cast<double>(std::max(l.width, l.height)) / kBlurryMaxResolution;
   const bool resize = ratio > 1;
   for (uint64_t y = 0; y < l.height; ++y) {
@@ -288,7 +353,11 @@ void pil_blurriness(const ImageView& image, const uint32_t* rgb, QualityStats::C
   if (resize) {
     const int xs = std::max(static_cast<int>(py_floordiv(static_cast<double>(l.width), ratio)), 1);
     const int ys = std::max(static_cast<int>(py_floordiv(static_cast<double>(l.height), ratio)), 1);
-    if (xs != im.w || ys != im.h) im = pil_resize(im, xs, ys);
+    if (xs != im.w || ys != im.h) {
+      PilImage small = pil_resize(im, xs, ys);
+      if (bytes <= kKeptScratchBytes) kept.swap(im.px);
+      im = std::move(small);
+    }
     if (alpha)  // back from premultiplied (RGBa to RGBA)
       for (size_t i = 0; i < im.px.size(); i += 4) {
         const uint32_t a = im.px[i + 3];
@@ -343,8 +412,13 @@ inline double cv_brightness(double r, double g, double b) {
 // 241 R^2 + 691 G^2 + 68 B^2 (keys one apart differ far more than the
 // floats' rounding); the needed ranks are found from counts of key buckets
 // and the keys of those buckets alone.
+constexpr int kBrightnessShift = 12;
+constexpr uint32_t kBrightnessBuckets = (1000u * 255 * 255 >> kBrightnessShift) + 1;
+inline uint32_t brightness_key(uint32_t r, uint32_t g, uint32_t b) { return 241 * r * r + 691 * g * g + 68 * b * b; }
+
 std::vector<double> brightness_percentiles(const ImageView& image, const uint32_t* rgb,
-                                           const std::array<uint64_t, 256>& grey_counts) {
+                                           const std::array<uint64_t, 256>& grey_counts,
+                                           const std::vector<uint64_t>& counts) {
   const Layout& l = image.layout;
   const uint64_t n = l.pixels();
   const auto* base = static_cast<const uint8_t*>(image.data);
@@ -364,26 +438,17 @@ std::vector<double> brightness_percentiles(const ImageView& image, const uint32_
       at[i] = v / 255.0;
     }
   } else {
-    constexpr int kShift = 12;
-    constexpr uint32_t kBuckets = (1000u * 255 * 255 >> kShift) + 1;
-    auto key = [&](const uint8_t* p) {
-      const uint32_t r = p[rgb[0]], g = p[rgb[1]], b = p[rgb[2]];
-      return 241 * r * r + 691 * g * g + 68 * b * b;
-    };
-    std::vector<uint64_t> counts(kBuckets, 0);
-    for (uint64_t y = 0; y < l.height; ++y) {
-      const uint8_t* row = base + y * l.stride();
-      for (uint64_t x = 0; x < l.width; ++x) ++counts[key(row + x * l.channels) >> kShift];
-    }
+    constexpr int kShift = kBrightnessShift;
+    constexpr uint32_t kBuckets = kBrightnessBuckets;
     std::vector<uint64_t> first(kBuckets + 1, 0);  // rank of each bucket's first key
     for (uint32_t b = 0; b < kBuckets; ++b) first[b + 1] = first[b] + counts[b];
     std::vector<uint32_t> bucket_of(ranks.size());
-    std::vector<int> wanted(kBuckets, -1);
-    std::vector<std::vector<uint64_t>> keys;
+    std::vector<int8_t> wanted(kBuckets, -1);  // small: read for every pixel
+    std::vector<std::vector<double>> keys;
     for (size_t i = 0; i < ranks.size(); ++i) {
       bucket_of[i] = static_cast<uint32_t>(std::upper_bound(first.begin(), first.end(), ranks[i]) - first.begin()) - 1;
       if (wanted[bucket_of[i]] < 0) {
-        wanted[bucket_of[i]] = static_cast<int>(keys.size());
+        wanted[bucket_of[i]] = static_cast<int8_t>(keys.size());
         keys.emplace_back();
       }
     }
@@ -391,17 +456,16 @@ std::vector<double> brightness_percentiles(const ImageView& image, const uint32_
       const uint8_t* row = base + y * l.stride();
       for (uint64_t x = 0; x < l.width; ++x) {
         const uint8_t* p = row + x * l.channels;
-        const uint32_t k = key(p);
-        const int w = wanted[k >> kShift];
-        if (w >= 0)
-          keys[w].push_back(uint64_t{k} << 24 | uint64_t{p[rgb[0]]} << 16 | uint64_t{p[rgb[1]]} << 8 | p[rgb[2]]);
+        const uint32_t r = p[rgb[0]], g = p[rgb[1]], b = p[rgb[2]];
+        const int w = wanted[brightness_key(r, g, b) >> kShift];
+        // numpy's order is the floats': equal keys of other colours may
+        // round an ulp apart.
+        if (w >= 0) keys[w].push_back(cv_brightness(r, g, b));
       }
     }
     for (auto& k : keys) std::sort(k.begin(), k.end());
     for (size_t i = 0; i < ranks.size(); ++i) {
-      const uint64_t k = keys[wanted[bucket_of[i]]][ranks[i] - first[bucket_of[i]]];
-      at[i] = cv_brightness(static_cast<double>(k >> 16 & 255), static_cast<double>(k >> 8 & 255),
-                            static_cast<double>(k & 255));
+      at[i] = keys[wanted[bucket_of[i]]][ranks[i] - first[bucket_of[i]]];
     }
   }
   std::vector<double> out;
@@ -413,8 +477,24 @@ std::vector<double> brightness_percentiles(const ImageView& image, const uint32_
   return out;
 }
 
+// The engine's 256-bin histograms of an 8-bit image's own channels, when
+// the result has them: the same counts the pass would make.
+bool engine_histograms(const Result& result, const Layout& l, const StatsRequest& request,
+                       std::vector<std::array<uint64_t, 256>>* out) {
+  if (l.type != SampleType::kUint8 || !request.histogram || request.hist.explicit_range || request.hist.bins != 256 ||
+      request.colour_space != ColourSpace::kNone || !request.channel_hists.empty() || result.channels.size() != l.channels)
+    return false;
+  out->assign(l.channels, {});
+  for (uint32_t c = 0; c < l.channels; ++c) {
+    const std::vector<uint64_t>& h = result.channels[c].histogram.counts;
+    if (h.size() != 256) return false;
+    std::copy(h.begin(), h.end(), (*out)[c].begin());
+  }
+  return true;
+}
+
 template <class T>
-QualityStats measure(const ImageView& image, const uint32_t* rgb) {
+QualityStats measure(const ImageView& image, const uint32_t* rgb, const std::vector<std::array<uint64_t, 256>>* known) {
   const Layout& l = image.layout;
   const auto* base = static_cast<const uint8_t*>(image.data);
   const uint64_t w = l.width, h = l.height, n = l.pixels();
@@ -424,7 +504,8 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb) {
   constexpr int64_t kMax = std::numeric_limits<T>::max();
   // Packed, aligned copies of the rows: the grey plane, and the pixels
   // where a row of them is not aligned for T.
-  std::vector<T> grey(n);
+  Scratch<T, 0> grey_buffer(n);
+  T* const grey = grey_buffer.data();
   const bool aligned = reinterpret_cast<uintptr_t>(base) % alignof(T) == 0 && l.stride() % alignof(T) == 0;
   std::vector<T> pixels(aligned ? 0 : n * ch);
   auto row_of = [&](uint64_t y) {
@@ -434,7 +515,7 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb) {
     for (uint64_t y = rows.begin(); y != rows.end(); ++y) {
       if (!aligned) std::memcpy(pixels.data() + y * w * ch, base + y * l.stride(), w * ch * sizeof(T));
       const T* p = row_of(y);
-      T* out = grey.data() + y * w;
+      T* out = grey + y * w;
       if (!colour) {
         for (uint64_t x = 0; x < w; ++x) out[x] = p[x * ch];
       } else {
@@ -444,15 +525,20 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb) {
       }
     }
   });
+  const bool count_hist = k8 && !known;
   Sums init;
-  if constexpr (k8) init.hist.assign(ch, {});
+  if (count_hist) init.hist.assign(ch, {});
+  // cleanvision's brightness keys in buckets, per thread (colour, 8-bit).
+  const bool bucket_keys = k8 && colour;
+  tbb::enumerable_thread_specific<std::vector<uint64_t>> key_buckets(
+      [&] { return std::vector<uint64_t>(bucket_keys ? kBrightnessBuckets : 0, 0); });
   const Sums s = tbb::parallel_reduce(
       tbb::blocked_range<uint64_t>(0, h), init,
       [&](const tbb::blocked_range<uint64_t>& rows, Sums acc) {
         for (uint64_t y = rows.begin(); y != rows.end(); ++y) {
-          const T* mid = grey.data() + y * w;
-          const T* up = grey.data() + reflect101(static_cast<int64_t>(y) - 1, h) * w;
-          const T* down = grey.data() + reflect101(static_cast<int64_t>(y) + 1, h) * w;
+          const T* mid = grey + y * w;
+          const T* up = grey + reflect101(static_cast<int64_t>(y) - 1, h) * w;
+          const T* down = grey + reflect101(static_cast<int64_t>(y) + 1, h) * w;
           const T* px = row_of(y);
           for (uint64_t x0 = 0; x0 < w; x0 += kStretch) {
             const uint64_t x1 = std::min(w, x0 + kStretch);
@@ -473,10 +559,10 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb) {
             if (x1 == w && w > 1) lap_at(w - 1, mid[w - 2], mid[w - 2]);
             acc.grey += gs, acc.grey_sq += gsq, acc.lap += ls, acc.lap_sq += lsq;
             const T* p = px + x0 * ch;
-            if constexpr (k8) {
+            if (count_hist) {
               for (uint64_t i = 0; i < (x1 - x0); ++i, p += ch)
                 for (uint32_t c = 0; c < ch; ++c) ++acc.hist[c][p[c]];
-            } else {
+            } else if constexpr (!k8) {
               std::array<int64_t, 4> cs{};
               for (uint64_t i = 0; i < (x1 - x0); ++i, p += ch)
                 for (uint32_t c = 0; c < ch; ++c) {
@@ -500,6 +586,12 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb) {
               }
               acc.rg += rg, acc.rg_sq += rgq, acc.yb2 += yb, acc.yb2_sq += ybq;
               acc.equal_rgb = acc.equal_rgb && equal;
+              if (bucket_keys) {
+                uint64_t* buckets = key_buckets.local().data();
+                p = px + x0 * ch;
+                for (uint64_t i = 0; i < (x1 - x0); ++i, p += ch)
+                  ++buckets[brightness_key(p[ri], p[gi], p[bi]) >> kBrightnessShift];
+              }
             }
           }
         }
@@ -511,12 +603,13 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb) {
       });
   std::array<__int128, 4> channel_sum = s.channel;
   std::array<uint64_t, 4> at_min = s.at_min, at_max = s.at_max;
+  const std::vector<std::array<uint64_t, 256>>& hist = known ? *known : s.hist;
   if constexpr (k8)
     for (uint32_t c = 0; c < ch; ++c) {
       channel_sum[c] = 0;
-      for (int v = 0; v < 256; ++v) channel_sum[c] += static_cast<__int128>(v) * s.hist[c][v];
-      at_min[c] = s.hist[c][0];
-      at_max[c] = s.hist[c][255];
+      for (int v = 0; v < 256; ++v) channel_sum[c] += static_cast<__int128>(v) * hist[c][v];
+      at_min[c] = hist[c][0];
+      at_max[c] = hist[c][255];
     }
   QualityStats q;
   const double nd = static_cast<double>(n);
@@ -542,8 +635,10 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb) {
     cv.brightness = ch == 3 ? cv_brightness(mean(rgb[0]), mean(rgb[1]), mean(rgb[2]))
                             : cv_brightness(mean(colour ? rgb[0] : 0), mean(colour ? rgb[0] : 0),
                                             mean(colour ? rgb[0] : 0));
-    const auto& hist = s.hist;
-    const std::vector<double> perc = brightness_percentiles(image, rgb, hist[0]);
+    std::vector<uint64_t> buckets(bucket_keys ? kBrightnessBuckets : 0, 0);
+    for (const std::vector<uint64_t>& local : key_buckets)
+      for (size_t i = 0; i < buckets.size(); ++i) buckets[i] += local[i];
+    const std::vector<double> perc = brightness_percentiles(image, rgb, hist[0], buckets);
     for (size_t j = 0; j < perc.size(); ++j) cv.brightness_percentiles.emplace_back(kBrightnessPercentiles[j], perc[j]);
     cv.dark_score = perc.back();
     cv.is_dark_issue = cv.dark_score < kDarkThreshold;
@@ -574,10 +669,11 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb) {
 
 }  // namespace
 
-QualityStats measure_quality(const ImageView& image, const uint32_t* rgb) {
+QualityStats measure_quality(const ImageView& image, const uint32_t* rgb,
+                             const std::vector<std::array<uint64_t, 256>>* histograms) {
   switch (image.layout.type) {
-    case SampleType::kUint8: return measure<uint8_t>(image, rgb);
-    case SampleType::kUint16: return measure<uint16_t>(image, rgb);
+    case SampleType::kUint8: return measure<uint8_t>(image, rgb, histograms);
+    case SampleType::kUint16: return measure<uint16_t>(image, rgb, nullptr);
     default:
       fail(ErrorCode::kUnimplemented, std::string("quality measures are computed for 8- and 16-bit unsigned samples; ") +
                                           to_string(image.layout.type) + " samples are not yet");
@@ -586,7 +682,9 @@ QualityStats measure_quality(const ImageView& image, const uint32_t* rgb) {
 
 void add_quality(const ImageView& image, const StatsRequest& request, Result& result) {
   if (!request.quality) return;
-  result.quality = measure_quality(image, request.rgb);
+  std::vector<std::array<uint64_t, 256>> known;
+  const bool have = engine_histograms(result, image.layout, request, &known);
+  result.quality = measure_quality(image, request.rgb, have ? &known : nullptr);
   result.has_quality = true;
 }
 

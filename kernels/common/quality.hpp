@@ -33,15 +33,19 @@
 //   pixel (cleanvision itself flags only PIL's mode L).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <vector>
 
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
 
 // Of uint8 and uint16 images (kUnimplemented for other types); rgb: the
-// channels holding R, G and B.
-QualityStats measure_quality(const ImageView& image, const uint32_t* rgb);
+// channels holding R, G and B; histograms: an 8-bit image's 256-bin
+// histogram of each channel where already counted (else null).
+QualityStats measure_quality(const ImageView& image, const uint32_t* rgb,
+                             const std::vector<std::array<uint64_t, 256>>* histograms = nullptr);
 
 // Sets result.quality when the request asks for it.
 void add_quality(const ImageView& image, const StatsRequest& request, Result& result);
