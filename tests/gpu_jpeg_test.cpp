@@ -155,6 +155,19 @@ TEST_F(GpuJpegTest, EngineOnDeviceImagesMatchesTheCpuEngineOnTheSamePixels) {
       EXPECT_EQ(on_gpu.engine, "cuda");
       expect_same_stats(on_gpu, cpu->analyze(ImageView{px.data(), gpu.view.layout}, r), SampleType::kUint8);
     }
+    // Quality measures of the pixels on the device: the CPU engine's bits.
+    StatsRequest q;
+    q.quality = true;
+    const Result qg = engine_->analyze_device(gpu.view, q);
+    const Result qc = cpu->analyze(ImageView{px.data(), gpu.view.layout}, q);
+    ASSERT_TRUE(qg.has_quality && qc.has_quality) << path;
+    EXPECT_EQ(qg.quality.laplacian_variance, qc.quality.laplacian_variance) << path;
+    EXPECT_EQ(qg.quality.rms_contrast, qc.quality.rms_contrast) << path;
+    EXPECT_EQ(qg.quality.colourfulness, qc.quality.colourfulness) << path;
+    EXPECT_EQ(qg.quality.share_at_max, qc.quality.share_at_max) << path;
+    EXPECT_EQ(qg.quality.cleanvision.brightness_percentiles, qc.quality.cleanvision.brightness_percentiles) << path;
+    EXPECT_EQ(qg.quality.cleanvision.blurriness, qc.quality.cleanvision.blurriness) << path;
+    EXPECT_EQ(qg.quality.cleanvision.entropy, qc.quality.cleanvision.entropy) << path;
     if (++n == 40) break;
   }
   EXPECT_GT(n, 10);
