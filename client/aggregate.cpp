@@ -46,6 +46,8 @@ Aggregation::Aggregation(const v1::Options& options) : request_(stats_request_of
   part_options_.clear_statistics();
   part_options_.add_statistics(v1::STATISTIC_MERGE_STATE);
   if (part.histogram) part_options_.add_statistics(v1::STATISTIC_HISTOGRAM);
+  // Each image's quality measures: QualitySummary's, not the merge's.
+  if (request_.quality) part_options_.add_statistics(v1::STATISTIC_QUALITY);
   part_options_.clear_percentiles();
   made_with_ = made_with_of(options);
 }

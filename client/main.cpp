@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "aggregate.hpp"
+#include "quality_summary.hpp"
 #include "calls.hpp"
 #include "core/abseil_tuning.hpp"
 #include "core/address.hpp"
@@ -182,6 +183,11 @@ class Run {
       for (const std::string& note : aggregation_->notes()) err_ << "imgstat-client: note: " << note << "\n";
       const std::vector<client::Outcome> merged = aggregation_->outcomes();
       for (size_t i = 0; i < merged.size(); ++i) show(merged[i], i, merged.size());
+      if (!quality_.empty() && o_.json)
+        std::cout << quality_.json() << "\n";
+      else if (!quality_.empty() && !o_.csv)
+        std::cout << quality_.table();
+      std::cout.flush();
       std::string why;
       if (!o_.partial_out.empty() && !client::write_partial(o_.partial_out, aggregation_->partial(), &why)) {
         err_ << "imgstat-client: --partial-out " << why << "\n";
@@ -363,6 +369,7 @@ class Run {
         o.code = "INTERNAL";
         o.error = "its answer cannot be merged: " + why;
       }
+      if (o.ok) quality_.add(o.file, o.response);
       if (!o.ok) fail(o);
       if (!o.ok && transient)
         for (const char* c : {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "CANCELLED", "ABORTED", "INTERNAL", "UNKNOWN"})
@@ -443,6 +450,7 @@ class Run {
   std::string dicom_list_;                // and its name
   const client::LabelFolder& labels_;
   std::optional<client::Aggregation> aggregation_;
+  client::QualitySummary quality_;  // --aggregate --stats quality: the dataset's verdicts
   std::ostream& err_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::vector<std::string> inputs_, missing_;

@@ -12,7 +12,8 @@ Images written here: random RGB, RGBA (every alpha), gray and 16-bit ones
 of odd sizes (1x1, 2x5, prime widths, a 1000x7 strip, sizes PIL shrinks for
 the blurriness), constant black and white, gray stored as RGB, a blurred
 photo-like image; then every 8- and 16-bit PNG and JPEG of the corpus of one
-plane. Integer-built measures equal to 1e-12 relative (the Laplacian
+plane; and --aggregate's dataset verdicts (issue counts, the images
+flagged, odd sizes by cleanvision's SizeProperty). Integer-built measures equal to 1e-12 relative (the Laplacian
 variance, the contrast), cleanvision's properties to 1e-12 and its issues
 equal. Floats and parts are refused (UNIMPLEMENTED).
 """
@@ -229,6 +230,35 @@ try:
                 if k.startswith("is_") and v:
                     issues.add(k)
             checked += 1
+    # --aggregate: cleanvision's verdicts over the dataset (issue counts,
+    # the images flagged, odd sizes from every image's size as
+    # SizeProperty.get_scores judges them).
+    eight = [p for p in files if local.get(p, {}).get("ok") and "cleanvision" in local[p]["quality"]]
+    out = subprocess.run([client_bin, "--json", "--local", "--aggregate", "--stats", "quality", *eight],
+                         capture_output=True, text=True, timeout=300)
+    summary = [json.loads(x) for x in out.stdout.splitlines() if x.startswith('{"dataset_quality"')]
+    if len(summary) != 1:
+        fail(f"--aggregate --stats quality: no dataset_quality line: {out.stderr[:300]}")
+    else:
+        dq = summary[0]["dataset_quality"]
+        want_flagged = {}
+        for p in eight:
+            for k, v in expected(made[p])["cleanvision"].items():
+                if k.startswith("is_") and v:
+                    want_flagged.setdefault(k[3:-6], set()).add(p)
+        size = np.array([expected(made[p])["cleanvision"]["size"] for p in eight])
+        q1, q3 = np.percentile(size, [25, 75])
+        lo, hi = q1 - 3.0 * (q3 - q1), q3 + 3.0 * (q3 - q1)
+        mid, gap = (lo + hi) / 2, hi - lo
+        score = 1 - np.clip(np.absolute(size - mid) / (gap if gap > 0 else mid), 0, 1)
+        want_flagged["odd_size"] = {p for p, sc in zip(eight, score) if sc < (0.5 if gap > 0 else 1.0)}
+        equal(dq["images"], len(eight), "--aggregate images with cleanvision's properties")
+        for name in ("dark", "light", "blurry", "low_information", "odd_aspect_ratio", "grayscale", "odd_size"):
+            equal(dq["issues"][name], len(want_flagged.get(name, ())), f"--aggregate {name} count")
+            equal(set(dq["flagged"].get(name, [])), want_flagged.get(name, set()), f"--aggregate {name} images")
+        if not want_flagged["odd_size"]:
+            fail("no odd size among the images: the check of it proves nothing")
+        close(dq["odd_size"]["q1"], float(q1), REL, "--aggregate size q1")
     # Every issue is met at least once, so none of them is a test that cannot fail.
     for k in ("is_dark_issue", "is_light_issue", "is_blurry_issue", "is_low_information_issue",
               "is_odd_aspect_ratio_issue", "is_grayscale_issue"):
