@@ -1,5 +1,7 @@
 #include "aggregate.hpp"
 
+#include "core/status_name.hpp"
+
 #include "core/response.hpp"
 #include "core/validate.hpp"
 
@@ -246,6 +248,25 @@ void Aggregation::add_joint(Group& g, const v1::JointHistogram& h) {
 std::vector<Outcome> Aggregation::outcomes() const {
   std::vector<Outcome> out;
   for (const Group& g : groups_) {
+    // A kind whose statistics cannot be merged (float samples' robust
+    // statistics) fails alone, named; the other kinds answer.
+    try {
+      group_outcomes(g, out);
+    } catch (const Error& e) {
+      Outcome o;
+      o.ok = false;
+      o.code = status_code_name(static_cast<int>(e.code()));
+      o.error = e.what();
+      o.file = "all " + std::string(to_string(sample_type_of(g.type))) + " images of " +
+               std::to_string(g.names.size()) + " channel" + (g.names.size() == 1 ? "" : "s");
+      out.push_back(std::move(o));
+    }
+  }
+  return out;
+}
+
+void Aggregation::group_outcomes(const Group& g, std::vector<Outcome>& out) const {
+  {
     if (!g.labels.empty()) {  // each label over every file, in ascending order
       const SampleType type = sample_type_of(g.type);
       Outcome o;
@@ -270,7 +291,7 @@ std::vector<Outcome> Aggregation::outcomes() const {
       }
       out.push_back(std::move(o));
     }
-    if (g.merger.images() == 0) continue;
+    if (g.merger.images() == 0) return;
     const Result merged = g.merger.result();
     const StatsRequest& request = g.merger.request();
     const SampleType type = sample_type_of(g.type);
@@ -304,7 +325,6 @@ std::vector<Outcome> Aggregation::outcomes() const {
     }
     out.push_back(std::move(o));
   }
-  return out;
 }
 
 std::vector<std::string> Aggregation::notes() const {

@@ -65,6 +65,8 @@ class Aggregation {
     std::vector<uint64_t> joint_counts;
   };
   static uint64_t check_joint(const Group& g, const v1::JointHistogram& h);
+  // A group's outcomes (by label, then whole images), added to out.
+  void group_outcomes(const Group& g, std::vector<Outcome>& out) const;
   void add_joint(Group& g, const v1::JointHistogram& h);
   StatsRequest request_;
   v1::Options part_options_;

@@ -81,11 +81,14 @@ void set_shape(long double n, long double m2, long double m3, long double m4, Ch
 // Statistics of the samples of values [a, b] (indices into counts, value
 // lo + i), as numpy computes them over those samples in float64: what
 // astropy's sigma clipping computes each round.
+// counts[i] samples of value(i): the integer lo + i, or values[i] (float
+// samples: their distinct values, ascending).
 class ValueRange {
  public:
-  ValueRange(const std::vector<uint64_t>& counts, int64_t lo) : counts_(counts), lo_(lo) {}
+  ValueRange(const std::vector<uint64_t>& counts, int64_t lo, const std::vector<double>* values = nullptr)
+      : counts_(counts), lo_(lo), values_(values) {}
 
-  double value(size_t i) const { return static_cast<double>(lo_ + static_cast<int64_t>(i)); }
+  double value(size_t i) const { return values_ ? (*values_)[i] : static_cast<double>(lo_ + static_cast<int64_t>(i)); }
 
   uint64_t count(size_t a, size_t b) const {
     uint64_t n = 0;
@@ -93,6 +96,11 @@ class ValueRange {
     return n;
   }
   double mean(size_t a, size_t b, uint64_t n) const {
+    if (values_) {
+      long double sum = 0;
+      for (size_t i = a; i <= b; ++i) sum += static_cast<long double>(counts_[i]) * (*values_)[i];
+      return static_cast<double>(sum / static_cast<long double>(n));
+    }
     __int128 sum = 0;  // exact: at most 2^40 samples of 16 bits
     for (size_t i = a; i <= b; ++i) sum += static_cast<__int128>(counts_[i]) * (lo_ + static_cast<int64_t>(i));
     return static_cast<double>(static_cast<long double>(sum) / static_cast<long double>(n));
@@ -160,6 +168,7 @@ class ValueRange {
  private:
   const std::vector<uint64_t>& counts_;
   int64_t lo_;
+  const std::vector<double>* values_;
 };
 
 // astropy.stats.sigma_clipped_stats over the counts: rounds of bounds from
@@ -168,8 +177,8 @@ class ValueRange {
 // MAD of all of them. Exact but for the float64 rounding of the centre and
 // spread, which numpy rounds too.
 void describe_robust(const std::vector<uint64_t>& counts, int64_t value_lo, uint64_t n, const SigmaClipSpec& clip,
-                     ChannelStats& s) {
-  const ValueRange r(counts, value_lo);
+                     ChannelStats& s, const std::vector<double>* values = nullptr) {
+  const ValueRange r(counts, value_lo, values);
   size_t a = 0, b = counts.size() - 1;
   while (!counts[a]) ++a;
   while (!counts[b]) --b;
@@ -224,6 +233,21 @@ void describe_robust(const std::vector<uint64_t>& counts, int64_t value_lo, uint
 }
 
 }  // namespace
+
+void describe_robust_samples(const std::vector<double>& sorted, const SigmaClipSpec& clip, ChannelStats& s) {
+  if (sorted.empty()) return;
+  std::vector<double> values;
+  std::vector<uint64_t> counts;
+  for (double v : sorted) {
+    if (!values.empty() && values.back() == v) {
+      ++counts.back();
+    } else {
+      values.push_back(v);
+      counts.push_back(1);
+    }
+  }
+  describe_robust(counts, 0, sorted.size(), clip, s, &values);
+}
 
 void describe_values(const std::vector<uint64_t>& counts, int64_t value_lo, const StatsRequest& request,
                      ChannelStats& s) {

@@ -23,6 +23,11 @@ struct FineBin {
 void describe_values(const std::vector<uint64_t>& counts, int64_t value_lo, const StatsRequest& request,
                      ChannelStats& s);
 
+// Sigma-clipped statistics (ChannelStats::robust) of float samples: every
+// finite one, ascending. As the integer samples' from their counts, over
+// the distinct values.
+void describe_robust_samples(const std::vector<double>& sorted, const SigmaClipSpec& clip, ChannelStats& s);
+
 // Median, percentiles, mode and entropy of float samples from the non-empty
 // of kFineBins bins over [m.min, m.max], in bin order.
 void describe_fine(const std::vector<FineBin>& fine, const FloatMoments& m, const StatsRequest& request,

@@ -91,9 +91,9 @@ void validate(const Layout& layout, const StatsRequest& request) {
       invalid("sigma clipping's sigmas must be finite and above 0, got " + std::to_string(c.sigma_lower) + " and " +
               std::to_string(c.sigma_upper));
     const SampleType t = request.colour_space == ColourSpace::kNone ? layout.type : measured_layout(layout, request).type;
-    if (is_float(t) || sample_size(t) > 2)
+    if (!is_float(t) && sample_size(t) > 2)
       fail(ErrorCode::kUnimplemented, std::string("robust statistics (sigma clipping) are computed for 8- and 16-bit "
-                                                  "integer samples; ") + to_string(t) + " samples are not yet");
+                                                  "integer and float samples; ") + to_string(t) + " samples are not yet");
   }
   if (request.quality && !quality_measured(layout.type))
     fail(ErrorCode::kUnimplemented, std::string("quality measures are computed for 8- and 16-bit unsigned samples; ") +

@@ -81,6 +81,11 @@ void merge(Partial& into, const Partial& from) {
     a.histogram.overflow += b.histogram.overflow;
     add_counts(a.values, b.values, "value counts");
     if (!b.fine.empty()) fail(ErrorCode::kInternal, "fine bins of floats cannot be merged");
+    if (!b.samples.empty()) {  // the samples of both, still ascending
+      const size_t mid = a.samples.size();
+      a.samples.insert(a.samples.end(), b.samples.begin(), b.samples.end());
+      std::inplace_merge(a.samples.begin(), a.samples.begin() + static_cast<std::ptrdiff_t>(mid), a.samples.end());
+    }
     merge(a.extremes, b.extremes);
   }
   or_words(into.colors, from.colors);
@@ -101,12 +106,14 @@ std::vector<ChannelStats> finalize(const Partial& partial, const StatsRequest& r
   for (uint32_t c = 0; c < partial.channels.size(); ++c) {
     const ChannelPartial& p = partial.channels[c];
     const bool floats = is_float(partial.type);
-    if (floats && request.robust)  // merged images' (--aggregate); a single image's is refused by validate()
-      fail(ErrorCode::kUnimplemented, std::string("robust statistics (sigma clipping) are computed for 8- and 16-bit "
-                                                  "integer samples; ") + to_string(partial.type) + " samples are not yet");
+    if (floats && request.robust && p.samples.size() != p.floats.n)  // merged images' (--aggregate), or a part's
+      fail(ErrorCode::kUnimplemented, std::string("robust statistics (sigma clipping) of ") + to_string(partial.type) +
+                                          " samples are computed for one whole image at a time, not merged over "
+                                          "images or parts (integer samples are)");
     ChannelStats s = floats ? finalize(p.floats, request) : finalize(p.ints, request);
     if (floats) {
       describe_fine(p.fine, p.floats, request, s);
+      if (request.robust) describe_robust_samples(p.samples, request.sigma_clip, s);
       if (request.shape) describe_shape(p.floats, s);
     } else {
       describe_values(p.values, type_lo(partial.type), request, s);

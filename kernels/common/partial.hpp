@@ -27,6 +27,9 @@ struct ChannelPartial {
   // bins over [min, max], in bin order. Kept sparse because a small part's
   // few samples would otherwise cost all 65536 bins to zero, add and scan.
   std::vector<FineBin> fine;
+  // Float samples with robust statistics asked for: every finite sample of
+  // one image, ascending (a merge of images' partials has none: refused).
+  std::vector<double> samples;
   Extremes extremes;  // positions asked for
 };
 

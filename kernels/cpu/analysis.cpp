@@ -2,9 +2,12 @@
 
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_sort.h>
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -94,7 +97,9 @@ class FloatAnalysis final : public Analysis {
       tbb::parallel_for(size_t{0}, groups.size(), body);
   }
 
-  bool wants_second_pass() const override { return (request_.histogram && !explicit_) || request_.distribution; }
+  bool wants_second_pass() const override {
+    return (request_.histogram && !explicit_) || request_.distribution || request_.robust;
+  }
 
   const StatsRequest& request() const override { return request_; }
 
@@ -119,6 +124,8 @@ class FloatAnalysis final : public Analysis {
         fine_ = std::make_unique<tbb::enumerable_thread_specific<Counter>>(
             [this] { return Counter(fine_binners_, false, kFineBins); });
     }
+    // Sigma clipping needs every finite sample (sorted in counted()).
+    if (request_.robust) samples_ = std::make_unique<tbb::enumerable_thread_specific<std::array<std::vector<double>, C>>>();
     second_begun_ = true;
   }
 
@@ -129,10 +136,20 @@ class FloatAnalysis final : public Analysis {
       Counter* bins = pass2_ ? &pass2_->local() : nullptr;
       Counter* fine = fine_ ? &fine_->local() : nullptr;
       BinList<T, C>* listed = fine_list_ ? &fine_list_->local() : nullptr;
+      std::array<std::vector<double>, C>* samples = samples_ ? &samples_->local() : nullptr;
       for (uint64_t r = 0; r < pc.rows; ++r) {
         if (bins) bins->add(pc.base + r * pc.stride, pc.pixels);
         if (fine) fine->add(pc.base + r * pc.stride, pc.pixels);
         if (listed) listed->add(pc.base + r * pc.stride, pc.pixels);
+        if (samples) {
+          const uint8_t* p = pc.base + r * pc.stride;
+          for (uint64_t i = 0; i < pc.pixels; ++i)
+            for (uint32_t c = 0; c < C; ++c) {
+              T v;
+              std::memcpy(&v, p + (i * C + c) * sizeof(T), sizeof v);
+              if (std::isfinite(v)) (*samples)[c].push_back(static_cast<double>(v));
+            }
+        }
       }
     };
     if (pieces.size() == 1)
@@ -158,6 +175,11 @@ class FloatAnalysis final : public Analysis {
         p.fine = fine_bins_of(dense.data(), kFineBins);
       }
       if (fine_list_) p.fine = listed_fine_bins(c);
+      if (samples_) {
+        for (std::array<std::vector<double>, C>& local : *samples_)
+          p.samples.insert(p.samples.end(), local[c].begin(), local[c].end());
+        tbb::parallel_sort(p.samples.begin(), p.samples.end());
+      }
       if (!request_.histogram) continue;
       Histogram& h = p.histogram;
       if (auto* bins_from = explicit_ ? pass1_bins_.get() : pass2_.get())
@@ -223,6 +245,7 @@ class FloatAnalysis final : public Analysis {
   std::unique_ptr<tbb::enumerable_thread_specific<Counter>> pass2_;
   std::unique_ptr<tbb::enumerable_thread_specific<Counter>> fine_;
   std::unique_ptr<tbb::enumerable_thread_specific<BinList<T, C>>> fine_list_;
+  std::unique_ptr<tbb::enumerable_thread_specific<std::array<std::vector<double>, C>>> samples_;
 };
 
 // Integer samples when no statistic of a channel's values is asked for (a

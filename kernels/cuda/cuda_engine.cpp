@@ -165,10 +165,18 @@ class CudaEngine final : public Engine {
   static void refuse_channel_hists(const StatsRequest& request) {
     if (!request.channel_hists.empty()) fail(ErrorCode::kUnimplemented, "per-channel histograms are the CPU's");
   }
+  // What only the CPU engine computes (kUnimplemented: the fallback engine
+  // takes it there, as no fault): per-channel histograms, and sigma
+  // clipping of float samples, which needs every sample sorted.
+  static void refuse_cpu_only(const Layout& layout, const StatsRequest& request) {
+    refuse_channel_hists(request);
+    if (request.robust && is_float(measured_layout(layout, request).type))
+      fail(ErrorCode::kUnimplemented, "sigma clipping of float samples is the CPU's");
+  }
 
   Result analyze(const ImageView& image, const StatsRequest& request) override {
     validate(image.layout, request);
-    refuse_channel_hists(request);
+    refuse_cpu_only(image.layout, request);
     if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
     Result result =
@@ -202,7 +210,7 @@ class CudaEngine final : public Engine {
     if (layout.stride() != layout.row_bytes() || has_luminance(layout, request))
       return Engine::analyze_read(layout, request, read);
     validate(layout, request);
-    refuse_channel_hists(request);
+    refuse_cpu_only(layout, request);
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
     GpuAnalysis analysis(gpu_, layout, request, kAnalyzeWait);
     analysis.add_read(read, 0, layout.pixels());
@@ -230,7 +238,7 @@ class CudaEngine final : public Engine {
   Result analyze_parts(const ImageView& image, const Parts& parts, const StatsRequest& request) override {
     if (parts.kind == PartsKind::kWhole) return analyze(image, request);
     validate(image.layout, request);
-    refuse_channel_hists(request);
+    refuse_cpu_only(image.layout, request);
     if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     validate(image.layout, parts);
     IMGSTAT_CUDA(cudaSetDevice(options_.device));
@@ -325,7 +333,7 @@ class CudaEngine final : public Engine {
 
   Result analyze_device(const DeviceImageView& given, const StatsRequest& request) override {
     validate(given.layout, request);
-    refuse_channel_hists(request);
+    refuse_cpu_only(given.layout, request);
     if (!given.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     if (given.device >= 0 && given.device != options_.device)
       fail(ErrorCode::kFailedPrecondition, "pixels on GPU " + std::to_string(given.device) +
@@ -367,7 +375,7 @@ class CudaEngine final : public Engine {
   Result analyze_parts_device(const DeviceImageView& image, const Parts& parts, const StatsRequest& request) override {
     if (parts.kind == PartsKind::kWhole) return analyze_device(image, request);
     validate(image.layout, request);
-    refuse_channel_hists(request);
+    refuse_cpu_only(image.layout, request);
     if (!image.data) fail(ErrorCode::kInvalidArgument, "image data is null");
     if (image.device >= 0 && image.device != options_.device)
       fail(ErrorCode::kFailedPrecondition, "pixels on GPU " + std::to_string(image.device) +
@@ -403,7 +411,7 @@ class CudaEngine final : public Engine {
 
 std::unique_ptr<StreamAnalysis> CudaEngine::open_stream(const Layout& layout, const StatsRequest& request) {
   validate(layout, request);
-  refuse_channel_hists(request);
+  refuse_cpu_only(layout, request);
   IMGSTAT_CUDA(cudaSetDevice(options_.device));
   return open_cuda_stream(gpu_, layout, request);
 }

@@ -10,7 +10,8 @@ outliers at the type's ends, constant, one pixel) and every 8- and 16-bit
 PNG and PNM of the corpus whose channels OpenCV reads as imgstat does, under
 astropy's defaults and other clippings (sigma 2 until nothing is left out;
 mean and MAD-std); the kept count, rounds and median equal, mean and std
-within 1e-12 relative. Float samples are refused as not yet computed.
+within 1e-12 relative. Float32 images (FITS; a TIFF with NaN, infinities and
+outliers) too; merging float samples over images is refused (UNIMPLEMENTED).
 """
 import json
 import os
@@ -50,12 +51,14 @@ def run(args):
 def channels_of(path):
     """The file's samples per channel as imgstat names them, or None."""
     a = cv2.imread(path, cv2.IMREAD_UNCHANGED)
-    if a is None or a.dtype not in (np.uint8, np.uint16, np.int16):
+    if a is None or a.dtype not in (np.uint8, np.uint16, np.int16, np.float32):
         return None
+    def finite(v):  # NaN and infinities are never samples
+        return v[np.isfinite(v)] if v.dtype == np.float32 else v
     if a.ndim == 2:
-        return [a.ravel()]
+        return [finite(a.ravel())]
     order = {3: [2, 1, 0], 4: [2, 1, 0, 3]}.get(a.shape[2])
-    return [a[:, :, i].ravel() for i in order] if order else None
+    return [finite(a[:, :, i].ravel()) for i in order] if order else None
 
 
 def check(label, where, path, samples, flags, kw):
@@ -111,7 +114,15 @@ made.append("one.png")
 i16 = np.clip(rng.normal(-200, 400, (37, 53)), -32768, 32767).astype(np.int16)
 i16[rng.random(i16.shape) < 0.02] = -32768
 fits.PrimaryHDU(i16).writeto(os.path.join(work, "int16.fits"), overwrite=True)
-fits.PrimaryHDU(rng.normal(0, 1, (9, 11)).astype(np.float32)).writeto(os.path.join(work, "float.fits"), overwrite=True)
+f32 = rng.normal(0, 1, (9, 11)).astype(np.float32)
+fits.PrimaryHDU(f32).writeto(os.path.join(work, "float.fits"), overwrite=True)
+# float32 with NaN, infinities and outliers, as a TIFF
+sky = rng.normal(1000, 30, (73, 101)).astype(np.float32)
+sky[rng.random(sky.shape) < 0.03] = 1e6
+sky[rng.random(sky.shape) < 0.01] = np.nan
+sky[rng.random(sky.shape) < 0.005] = np.inf
+cv2.imwrite(os.path.join(work, "sky.tiff"), sky)
+made.append("sky.tiff")
 
 n = 0
 for name in made:
@@ -121,7 +132,8 @@ for name in made:
         n += 1
 for flags, kw in CLIPS:  # FITS int16 (BZERO 0): the stored values are the values
     check("int16.fits", ["--local"], os.path.join(work, "int16.fits"), [i16.ravel()], flags, kw)
-    n += 1
+    check("float.fits", ["--local"], os.path.join(work, "float.fits"), [f32.ravel()], flags, kw)
+    n += 2
 for folder in ("png", "pnm"):
     for name in sorted(os.listdir(os.path.join(corpus, folder))):
         path = os.path.join(corpus, folder, name)
@@ -157,9 +169,14 @@ try:
         equal((r["count"], r["median"], r["mad"]), (int(kept.size), float(np.median(kept)),
                                                     float(median_absolute_deviation(x))), "--aggregate of two images")
         close(r["stddev"], float(np.std(kept)), 1e-12, "--aggregate's stddev")
-    refused = run(["--server", address, os.path.join(work, "float.fits")])
+    for flags, kw in CLIPS:
+        check("sky.tiff (server)", ["--server", address], os.path.join(work, "sky.tiff"),
+              channels_of(os.path.join(work, "sky.tiff")), flags, kw)
+        n += 1
+    # Float samples merged over images are refused, clearly.
+    refused = run(["--server", address, "--aggregate", os.path.join(work, "float.fits"), os.path.join(work, "float.fits")])
     equal(refused.returncode != 0 and "UNIMPLEMENTED" in refused.stderr + refused.stdout and "float32" in refused.stderr + refused.stdout,
-          True, "float samples refused as not yet computed: " + (refused.stderr + refused.stdout)[:300])
+          True, "float samples' robust statistics merged over images refused: " + (refused.stderr + refused.stdout)[:300])
 finally:
     server.terminate()
     server.wait()

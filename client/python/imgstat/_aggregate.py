@@ -293,8 +293,8 @@ def _fill_robust(r, values, k, req):
 
 def _fill_floats(c, f, req, hist=None):
     if req.robust:
-        raise Error("UNIMPLEMENTED", "robust statistics (sigma clipping) are computed for 8- and 16-bit integer samples; "
-                    "float samples are not yet")
+        raise Error("UNIMPLEMENTED", "robust statistics (sigma clipping) of float samples are computed for one whole "
+                    "image at a time, not merged over images or parts (integer samples are)")
     c.count = f.n
     c.nan_count, c.posinf_count, c.neginf_count = f.nan, f.posinf, f.neginf
     if hist is not None:

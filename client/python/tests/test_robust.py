@@ -64,10 +64,26 @@ def test_robust_aggregate_answers_as_the_cli_to_the_bit(client, cli):
         assert any(q for _, q in robust)
 
 
+def test_robust_statistics_of_float_arrays_leave_nan_out(client):
+    rng = np.random.default_rng(13)
+    a = rng.normal(50, 2, (41, 37)).astype(np.float32)
+    a[rng.random(a.shape) < 0.04] = 900
+    a[rng.random(a.shape) < 0.02] = np.nan
+    a[0, 0] = -np.inf
+    got = client.analyze(a, stats="robust").channels[0].robust
+    x = a[np.isfinite(a)].astype(np.float64)
+    kept = clipped(x)
+    assert got["count"] == kept.size and got["clipped_high"] > 0
+    assert got["median"] == float(np.median(kept))
+    assert math.isclose(got["mean"], float(np.mean(kept)), rel_tol=1e-12)
+    assert math.isclose(got["stddev"], float(np.std(kept)), rel_tol=1e-12)
+    assert got["mad"] == float(np.median(np.abs(x - np.median(x))))
+
+
 def test_robust_statistics_refused_clearly(client):
     with pytest.raises(imgstat.Error) as e:
-        client.analyze(np.zeros((4, 4), np.float32) + 1, stats="robust")
-    assert e.value.code == "UNIMPLEMENTED" and "float32" in str(e.value)
+        client.aggregate([np.zeros((4, 4), np.float32) + 1] * 2, stats="robust")
+    assert e.value.code == "UNIMPLEMENTED" and "float" in str(e.value)
     for bad in (dict(sigma=-1), dict(maxiters=0), dict(cenfunc="mode"), dict(sigmas=3)):
         with pytest.raises(imgstat.Error) as e:
             client.analyze(np.zeros((4, 4), np.uint8), stats="robust", sigma_clip=bad)

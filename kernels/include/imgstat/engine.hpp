@@ -103,7 +103,8 @@ struct StatsRequest {
   // their pixels at once.
   bool merge_state = false;
   // Sigma-clipped mean, median, stddev and the MAD (ChannelStats::robust):
-  // 8- and 16-bit integer samples, from the count of every value.
+  // 8- and 16-bit integer samples from the count of every value; float
+  // samples of one whole image from every finite sample, sorted.
   bool robust = false;
   SigmaClipSpec sigma_clip;
   // Measures of the image's quality (Result::quality): whole 8- and 16-bit
