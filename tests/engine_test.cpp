@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
+#include <atomic>
 
 #include "imgstat/engine.hpp"
 #include "test_images.hpp"
@@ -622,6 +624,39 @@ TEST_P(EngineTest, QualityMeasuresAsComputedFromThePixels) {
     EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
     EXPECT_NE(std::string(e.what()).find("float32"), std::string::npos) << e.what();
   }
+}
+
+// Many callers at once on one engine, as a server's requests or a pass's
+// lanes are: more threads than the engine's arena has places, so that a
+// thread waiting in one image's parallel loop runs another caller's whole
+// analysis (arena.execute enqueues it). Each image's quality measures are
+// the ones it gets alone (the buffers a thread kept between images were
+// once shared by such nested calls: one image's grey plane overwrote
+// another's, or was freed under it).
+TEST_P(EngineTest, QualityOfManyCallersAtOnceEachAsAlone) {
+  std::mt19937_64 rng(77);
+  std::vector<TestImage> images;
+  std::vector<Result> alone;
+  StatsRequest req;
+  req.quality = true;
+  for (int i = 0; i < 24; ++i) {
+    images.push_back(random_image(rng, 40 + rng() % 400, 100 + rng() % 500, 3, SampleType::kUint8, 0, 0));
+    alone.push_back(engine_->analyze(images.back().view, req));
+  }
+  std::vector<std::thread> callers;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 8; ++t)
+    callers.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round)
+        for (size_t i = t % 3; i < images.size(); i += 2) {
+          const Result r = engine_->analyze(images[i].view, req);
+          wrong += r.quality.laplacian_variance != alone[i].quality.laplacian_variance ||
+                   r.quality.cleanvision.blurriness != alone[i].quality.cleanvision.blurriness ||
+                   r.quality.cleanvision.brightness_percentiles != alone[i].quality.cleanvision.brightness_percentiles;
+        }
+    });
+  for (std::thread& c : callers) c.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, EngineTest, ::testing::Values("cpu", "cuda"),

@@ -81,21 +81,27 @@ constexpr size_t kKeptScratchBytes = size_t{16} << 20;
 template <class T, int kSlot>
 class Scratch {
  public:
-  explicit Scratch(size_t n) {
-    thread_local std::vector<T> kept;
-    if (n * sizeof(T) <= kKeptScratchBytes) {
-      buffer_ = &kept;
-    } else {
-      own_ = std::make_unique<std::vector<T>>();
-      buffer_ = own_.get();
-    }
-    if (buffer_->size() < n) buffer_->resize(n);
+  // The thread's kept buffer is taken, not shared: a task TBB runs on this
+  // thread while this one waits in a parallel loop (another image's) finds
+  // none and makes its own.
+  explicit Scratch(size_t n) : keep_(n * sizeof(T) <= kKeptScratchBytes) {
+    if (keep_) buffer_.swap(kept());
+    if (buffer_.size() < n) buffer_.resize(n);
   }
-  T* data() { return buffer_->data(); }
+  ~Scratch() {
+    if (keep_) kept().swap(buffer_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  T* data() { return buffer_.data(); }
 
  private:
-  std::vector<T>* buffer_ = nullptr;
-  std::unique_ptr<std::vector<T>> own_;
+  static std::vector<T>& kept() {
+    thread_local std::vector<T> k;
+    return k;
+  }
+  bool keep_;
+  std::vector<T> buffer_;
 };
 
 // ---- cleanvision's pieces, as PIL and numpy compute them ----
