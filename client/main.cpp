@@ -28,6 +28,7 @@
 #include "decode/library_messages.hpp"
 #include "options.hpp"
 #include "pass.hpp"
+#include "background_map.hpp"
 #include "plot.hpp"
 #include "render.hpp"
 #include "shards.hpp"
@@ -418,6 +419,24 @@ class Run {
     }
   }
 
+  // --background-map and --background-mesh's files (NAME-i.ext of several).
+  void write_maps(client::Outcome& o, size_t i, size_t count) {
+    for (const bool at_image_size : {true, false}) {
+      const std::string& path = at_image_size ? o_.background_map : o_.background_mesh;
+      if (path.empty() || !o.ok) continue;
+      std::string to = path, why;
+      if (count > 1) {
+        const size_t dot = path.rfind('.');
+        to = path.substr(0, dot) + "-" + std::to_string(i + 1) + (dot == std::string::npos ? "" : path.substr(dot));
+      }
+      if (!client::write_background_map(o.response, to, at_image_size, &why)) {
+        o.ok = false;
+        o.code = "INVALID_ARGUMENT";
+        o.error = (at_image_size ? "--background-map: " : "--background-mesh: ") + why;
+      }
+    }
+  }
+
   // One answer as asked: a plot, JSON, CSV or the table; `count` answers in
   // all. A file's series are shown one after another.
   void show(client::Outcome whole, size_t i, size_t count) {
@@ -428,6 +447,7 @@ class Run {
 
   void show_one(client::Outcome o, size_t i, size_t count) {
     if (!o_.plot.empty() && o.ok) draw(o, i, count);
+    write_maps(o, i, count);
     if (o_.normalized && !o.normalized) client::normalize(o);
     o.parts = parts_asked();
     if (!o.ok) fail(o);

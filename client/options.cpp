@@ -234,6 +234,22 @@ void add_measure_options(CLI::App& app, CliOptions& o) {
       ->check(CLI::IsMember({"median", "mean"}))->capture_default_str();
   app.add_option("--stdfunc", o.stdfunc, "with --stats robust: the spread, std or mad_std")
       ->check(CLI::IsMember({"std", "mad_std"}))->capture_default_str();
+  app.add_option("--background", o.background_spec,
+                 "background and background RMS meshes as photutils' Background2D makes them, boxes of N or WxH pixels");
+  app.add_option("--background-filter", o.background_filter,
+                 "with --background: the median filter over the mesh, N or WxH boxes, odd (1: none)")
+      ->capture_default_str();
+  app.add_option("--background-estimator", o.background_estimator,
+                 "with --background: sextractor (2.5 median - 1.5 mean, or the median), median or mean")
+      ->check(CLI::IsMember({"sextractor", "median", "mean"}))->capture_default_str();
+  app.add_option("--background-exclude", o.background_exclude,
+                 "with --background: leave out boxes with more than this percentage of their pixels masked or clipped")
+      ->check(CLI::Range(0.0, 100.0))->capture_default_str();
+  app.add_option("--background-map", o.background_map,
+                 "with --background: write the background and RMS maps at the image's size (photutils' interpolation) "
+                 "to FILE.fits or FILE.tif, float32");
+  app.add_option("--background-mesh", o.background_mesh,
+                 "with --background: write the meshes, one pixel a box, to FILE.fits or FILE.tif, float32");
   app.add_option("--percentiles", o.percentiles, "percentiles to report with the distribution, 0 to 100")
       ->delimiter(',')->allow_extra_args(false)->check(CLI::Range(0.0, 100.0))->capture_default_str();
   app.add_flag("--allow-truncated", o.allow_truncated, "analyze truncated JPEGs (libjpeg fills the rest with gray)");
@@ -491,6 +507,35 @@ void set_statistics(const CliOptions& o, Request& request) {
   for (double p : o.percentiles) request.options.add_percentiles(p);
 }
 
+// --background and its companions into Options.background.
+void set_background(const CliOptions& o, Request& request) {
+  if (o.background_spec.empty()) {
+    if (!o.background_map.empty() || !o.background_mesh.empty())
+      throw std::runtime_error("--background-map and --background-mesh go with --background BOX");
+    return;
+  }
+  static const std::regex re("([0-9]{1,9})(?:x([0-9]{1,9}))?");
+  std::smatch m;
+  if (!std::regex_match(o.background_spec, m, re))
+    throw std::runtime_error("--background wants the box in pixels, N or WxH, e.g. 64 or 128x64; got \"" +
+                             o.background_spec + "\"");
+  v1::BackgroundOptions* b = request.options.mutable_background();
+  b->set_box_columns(std::stoull(m[1].str()));
+  b->set_box_rows(m[2].matched ? std::stoull(m[2].str()) : b->box_columns());
+  std::smatch f;
+  if (!std::regex_match(o.background_filter, f, re))
+    throw std::runtime_error("--background-filter wants N or WxH boxes, odd, e.g. 3 or 5x3; got \"" +
+                             o.background_filter + "\"");
+  b->set_filter_columns(static_cast<uint32_t>(std::stoul(f[1].str())));
+  b->set_filter_rows(f[2].matched ? static_cast<uint32_t>(std::stoul(f[2].str())) : b->filter_columns());
+  b->set_exclude_percentile(o.background_exclude);
+  b->set_estimator(o.background_estimator == "median" ? v1::BackgroundOptions::ESTIMATOR_MEDIAN
+                   : o.background_estimator == "mean" ? v1::BackgroundOptions::ESTIMATOR_MEAN
+                                                      : v1::BackgroundOptions::ESTIMATOR_SEXTRACTOR);
+  if (request.options.has_sigma_clip()) *b->mutable_sigma_clip() = request.options.sigma_clip();
+  if (o.aggregate) throw std::runtime_error("--background meshes are each image's own: not with --aggregate");
+}
+
 }  // namespace
 
 std::string build_request(const CliOptions& o, Request& request, LabelFolder& folder) {
@@ -502,6 +547,11 @@ std::string build_request(const CliOptions& o, Request& request, LabelFolder& fo
     return e.what();
   }
   set_statistics(o, request);
+  try {
+    set_background(o, request);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
   if ((!o.partial_out.empty() || !o.resume.empty()) && !o.aggregate && !o.merge)
     return "--partial-out and --resume go with --aggregate (--partial-out also with --merge)";
   if (o.merge && (o.aggregate || !o.range_spec.empty() || o.bins != 256 || !o.colour_space.empty() ||

@@ -31,6 +31,13 @@ struct CliOptions {
   double sigma = 0, sigma_lower = 0, sigma_upper = 0;
   int32_t maxiters = 0;
   std::string cenfunc = "median", stdfunc = "std";
+  // --background BOX: photutils' Background2D meshes (the sigma options
+  // above clip its boxes too, maxiters 10 by default there); the maps
+  // written as images by --background-map (the image's size) and
+  // --background-mesh (one pixel a box).
+  std::string background_spec, background_filter = "3", background_estimator = "sextractor";
+  double background_exclude = 10;
+  std::string background_map, background_mesh;
   double timeout = 120;  // a hung server must not hang the caller; a 2 GiB upload at 1 Gb/s fits
   unsigned jobs = 0;     // 0: not given
   // Parts, one kind at a time.

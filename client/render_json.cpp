@@ -46,6 +46,33 @@ class Fields {
   std::vector<std::pair<std::string_view, std::string>> fields_;
 };
 
+// Options.background's meshes, one object per channel, each mesh as rows
+// of values (photutils' background_mesh and background_rms_mesh).
+std::string background_text(const v1::AnalyzeResponse& r) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const v1::BackgroundMesh& m : r.background()) {
+    auto rows = [&](const auto& v) {
+      nlohmann::json out = nlohmann::json::array();
+      for (uint64_t i = 0; i < m.rows() && !v.empty(); ++i)
+        out.push_back(nlohmann::json::array_t(v.begin() + static_cast<int64_t>(i * m.columns()),
+                                              v.begin() + static_cast<int64_t>((i + 1) * m.columns())));
+      return out;
+    };
+    all.push_back({{"channel", m.channel()},
+                   {"rows", m.rows()},
+                   {"columns", m.columns()},
+                   {"box_rows", m.box_rows()},
+                   {"box_columns", m.box_columns()},
+                   {"background_median", m.background_median()},
+                   {"background_rms_median", m.background_rms_median()},
+                   {"boxes_excluded", m.boxes_excluded()},
+                   {"background", rows(m.background())},
+                   {"background_rms", rows(m.background_rms())},
+                   {"excluded", rows(m.excluded())}});
+  }
+  return all.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 // STATISTIC_QUALITY's measures; the per-channel shares keyed by channel
 // name are the channels' own (in their order).
 std::string quality_text(const v1::QualityStats& q) {
@@ -340,6 +367,7 @@ std::string render_json(const Outcome& o) {
   if (r.has_luminance()) j.raw("luminance", channel_text(r.luminance(), flt, float_samples));
   if (r.has_summary()) j.raw("summary", channel_text(r.summary(), flt, float_samples));
   if (r.has_quality()) j.raw("quality", quality_text(r.quality()));
+  if (r.background_size()) j.raw("background", background_text(r));
   if (r.has_joint()) j.raw("joint", joint_json(r.joint()).dump());
   if (r.parts_size() || o.parts) j.raw("parts", parts_text(r, flt));
   if (r.planes_size()) {

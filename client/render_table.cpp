@@ -325,6 +325,24 @@ std::string robust_rows(const std::vector<const v1::ChannelStats*>& rows) {
   return out;
 }
 
+// Background meshes, where asked for: each channel's medians (the full
+// meshes are in --json and --background-map's files).
+std::string background_rows(const v1::AnalyzeResponse& r) {
+  std::string out;
+  char line[512];
+  for (const v1::BackgroundMesh& m : r.background()) {
+    if (m.background().empty()) continue;
+    std::snprintf(line, sizeof line,
+                  "  background %s: median %.8g, RMS median %.6g (%llux%llu boxes of %llux%llu, %llu left out)\n",
+                  m.channel().c_str(), m.background_median(), m.background_rms_median(),
+                  static_cast<unsigned long long>(m.columns()), static_cast<unsigned long long>(m.rows()),
+                  static_cast<unsigned long long>(m.box_columns()), static_cast<unsigned long long>(m.box_rows()),
+                  static_cast<unsigned long long>(m.boxes_excluded()));
+    out += line;
+  }
+  return out;
+}
+
 // Quality measures, where asked for: the measures, then cleanvision's
 // issues by name.
 std::string quality_rows(const v1::AnalyzeResponse& r) {
@@ -422,6 +440,7 @@ std::string render_table(const Outcome& o, bool color) {
   out += robust_rows(rows);
   out += position_rows(rows, r.facts().planes_answered() > 1);
   out += quality_rows(r);
+  out += background_rows(r);
   if (r.has_unique_colors()) out += "  unique colors: " + std::to_string(r.unique_colors()) + "\n";
   if (r.has_joint()) out += joint_table(r.joint());
   out += histogram_rows(r, flt, s);

@@ -633,6 +633,105 @@ TEST_P(EngineTest, QualityMeasuresAsComputedFromThePixels) {
 // the ones it gets alone (the buffers a thread kept between images were
 // once shared by such nested calls: one image's grey plane overwrote
 // another's, or was freed under it).
+// Background meshes (photutils' Background2D, checked against photutils
+// itself in tests/background/check.py): on this engine every field is the
+// CPU engine's, whatever the layout (row padding, an unaligned start); one
+// box over the whole image, clipping nothing (sigma 1e6), no filter and the
+// mean estimator give the mean and population stddev of the finite samples,
+// computed here; a constant image gives its constant and RMS 0 everywhere.
+TEST_P(EngineTest, BackgroundMeshesAsTheCpuEnginesAndFromTheSamples) {
+  std::mt19937_64 rng(2026);
+  const auto cpu = make_cpu_engine();
+  struct Size { uint64_t w, h; uint64_t pad; size_t offset; uint64_t box_w, box_h; };
+  const Size sizes[] = {{1, 1, 0, 0, 1, 1}, {17, 5, 3, 1, 4, 2}, {97, 61, 0, 0, 10, 13}, {131, 67, 8, 3, 32, 16}};
+  const SampleType types[] = {SampleType::kUint8, SampleType::kInt8, SampleType::kUint16, SampleType::kInt16,
+                              SampleType::kFloat32, SampleType::kFloat64};
+  for (SampleType t : types)
+    for (const Size& sz : sizes)
+      for (uint32_t c : {1u, 3u}) {
+        SCOPED_TRACE(std::string(to_string(t)) + " " + std::to_string(sz.w) + "x" + std::to_string(sz.h) + "x" + std::to_string(c));
+        std::vector<double> vals(sz.w * sz.h * c);
+        std::normal_distribution<double> sky(is_float(t) ? 1000.0 : sample_size(t) == 1 ? 60.0 : 3000.0, 7.0);
+        for (double& v : vals) {
+          v = std::round(sky(rng));
+          if (is_float(t)) v += sky(rng) / 1000;
+          if (rng() % 50 == 0) v += is_float(t) ? 5000 : 60;  // sources: clipped
+          if (is_float(t) && rng() % 40 == 0) v = rng() % 2 ? NAN : INFINITY;
+          if (t == SampleType::kInt8) v -= 100;
+          if (t == SampleType::kFloat32) v = static_cast<float>(v);  // as stored
+        }
+        const TestImage img = make_image(rng, sz.w, sz.h, c, t, sz.pad, sz.offset, [&](uint64_t i) { return vals[i]; });
+        const TestImage packed = make_image(rng, sz.w, sz.h, c, t, 0, 0, [&](uint64_t i) { return vals[i]; });
+        StatsRequest req;
+        req.min_max = req.sum = req.stddev = req.histogram = false;
+        req.background.enabled = true;
+        req.background.box_columns = sz.box_w;
+        req.background.box_rows = sz.box_h;
+        const Result r = engine_->analyze(img.view, req), want = cpu->analyze(packed.view, req);
+        ASSERT_EQ(r.background.size(), c);
+        ASSERT_EQ(want.background.size(), c);
+        for (uint32_t ch = 0; ch < c; ++ch) {
+          const BackgroundMesh &g = r.background[ch], &w = want.background[ch];
+          EXPECT_EQ(g.rows, (sz.h + sz.box_h - 1) / sz.box_h);
+          EXPECT_EQ(g.columns, (sz.w + sz.box_w - 1) / sz.box_w);
+          EXPECT_EQ(g.excluded, w.excluded);
+          EXPECT_EQ(g.boxes_excluded, w.boxes_excluded);
+          EXPECT_EQ(g.background, w.background);  // bit for bit
+          EXPECT_EQ(g.rms, w.rms);
+          EXPECT_EQ(g.background_median, w.background_median);
+          EXPECT_EQ(g.rms_median, w.rms_median);
+        }
+        // One box, nothing clipped, the mean: the finite samples' mean and stddev.
+        req.background.box_columns = sz.w;
+        req.background.box_rows = sz.h;
+        req.background.filter_rows = req.background.filter_columns = 1;
+        req.background.sigma_clip.sigma_lower = req.background.sigma_clip.sigma_upper = 1e6;
+        req.background.estimator = BackgroundEstimator::kMean;
+        req.background.exclude_percentile = 100;
+        const Result one = engine_->analyze(img.view, req);
+        for (uint32_t ch = 0; ch < c; ++ch) {
+          long double sum = 0, m2 = 0;
+          uint64_t n = 0;
+          for (uint64_t i = ch; i < vals.size(); i += c)
+            if (std::isfinite(vals[i])) sum += vals[i], ++n;
+          if (n == 0) continue;
+          const long double mean = sum / n;
+          for (uint64_t i = ch; i < vals.size(); i += c)
+            if (std::isfinite(vals[i])) m2 += (vals[i] - mean) * (vals[i] - mean);
+          ASSERT_EQ(one.background[ch].background.size(), 1u);
+          EXPECT_NEAR(one.background[ch].background[0], static_cast<double>(mean), 1e-12 * std::fabs(static_cast<double>(mean)));
+          EXPECT_NEAR(one.background[ch].rms[0], std::sqrt(static_cast<double>(m2 / n)), 1e-10);
+        }
+      }
+  // Constant: the constant, RMS 0, in every box (those past the image's
+  // edge left out and filled from their neighbours: a weighted mean of the
+  // constant, within its rounding).
+  const TestImage flat = make_image(rng, 45, 31, 1, SampleType::kUint16, 0, 0, [](uint64_t) { return 4321.0; });
+  StatsRequest req;
+  req.background.enabled = true;
+  req.background.box_columns = 8, req.background.box_rows = 8;
+  const Result r = engine_->analyze(flat.view, req);
+  ASSERT_EQ(r.background.size(), 1u);
+  ASSERT_EQ(r.background[0].background.size(), 6u * 4u);
+  EXPECT_EQ(r.background[0].boxes_excluded, 4u + 6u - 1u);  // the last column and row: over 10% padding
+  for (size_t i = 0; i < 24; ++i) {
+    EXPECT_NEAR(r.background[0].background[i], 4321.0, 1e-12 * 4321) << i;
+    EXPECT_EQ(r.background[0].rms[i], 0.0) << i;
+  }
+  // Boxes past the image or of 0 pixels, an even filter: refused by name.
+  for (auto bad : {std::pair<uint64_t, uint32_t>{46, 3}, {0, 3}, {8, 2}}) {
+    req.background.box_columns = bad.first;
+    req.background.filter_rows = bad.second;
+    try {
+      engine_->analyze(flat.view, req);
+      ADD_FAILURE() << "box " << bad.first << " filter " << bad.second << " was not refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("background"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST_P(EngineTest, QualityOfManyCallersAtOnceEachAsAlone) {
   std::mt19937_64 rng(77);
   std::vector<TestImage> images;

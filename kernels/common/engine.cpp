@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/parts.hpp"
+#include "common/background.hpp"
 #include "common/quality.hpp"
 #include "imgstat/binning.hpp"
 #include "imgstat/engine.hpp"
@@ -95,6 +96,9 @@ void validate(const Layout& layout, const StatsRequest& request) {
       fail(ErrorCode::kUnimplemented, std::string("robust statistics (sigma clipping) are computed for 8- and 16-bit "
                                                   "integer and float samples; ") + to_string(t) + " samples are not yet");
   }
+  validate_background(layout, request.background);
+  if (request.background.enabled && request.colour_space != ColourSpace::kNone)
+    invalid("background meshes are of the image's own channels, not a colour space's");
   if (request.quality && !quality_measured(layout.type))
     fail(ErrorCode::kUnimplemented, std::string("quality measures are computed for 8- and 16-bit unsigned samples; ") +
                                         to_string(layout.type) + " samples are not yet");

@@ -8,6 +8,7 @@
 #include "common/colour.hpp"
 #include "common/luminance.hpp"
 #include "common/parts.hpp"
+#include "common/background.hpp"
 #include "common/quality.hpp"
 #include "cpu/analysis.hpp"
 #include "cpu/counters.hpp"
@@ -96,7 +97,10 @@ class CpuEngine final : public Engine {
     });
     Result result = analysis->finish();
     add_luminance(*this, image, request, result);
-    arena_.execute([&] { add_quality(image, request, result); });
+    arena_.execute([&] {
+      add_quality(image, request, result);
+      add_background(image, request, result);
+    });
     return result;
   }
 

@@ -51,6 +51,11 @@ void Analyzer::start_arriving_decode(std::function<void(bool)> fn, std::function
 }
 
 namespace {
+
+// What needs one whole plane, for the refusals of stacks.
+std::string whole_image_statistics(const StatsRequest& r) {
+  return r.luminance ? "the luminance is" : r.quality ? "quality measures are" : "background meshes are";
+}
 // Raw pixels and bytes in a region that is read go to the engine in chunks,
 // unless a statistic needs the whole image (the luminance).
 bool streams_from_region(const v1::Input& input, const StatsRequest& stats, bool parts) {
@@ -513,7 +518,7 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
                                           decode.format + " has " + std::to_string(decode.planes) +
                                           "): choose one plane (planes, --planes N), or give tiles, a mask or a label stack");
     if (needs_whole_image(stats_request))
-      fail(ErrorCode::kUnimplemented, std::string(stats_request.luminance ? "the luminance is" : "quality measures are") + " computed for one plane at a time (this " + decode.format +
+      fail(ErrorCode::kUnimplemented, whole_image_statistics(stats_request) + " computed for one plane at a time (this " + decode.format +
                                           " has " + std::to_string(decode.planes) + "): choose one (planes, --planes N)");
     if (options.arrived) {
       options.arrived(data.size());
@@ -531,7 +536,7 @@ bool Analyzer::decode_encoded(const v1::AnalyzeRequest& request, const RequestPl
     return taken();
   }
   if (stack && needs_whole_image(stats_request))
-    fail(ErrorCode::kUnimplemented, std::string(stats_request.luminance ? "the luminance is" : "quality measures are") + " computed for one plane at a time (this " + decode.format + " has " +
+    fail(ErrorCode::kUnimplemented, whole_image_statistics(stats_request) + " computed for one plane at a time (this " + decode.format + " has " +
                                         std::to_string(decode.planes) + "): choose one (planes, --planes N)");
   if (stack && decode.band_memory_bytes == 0)
     fail(ErrorCode::kInternal, decode.format + ": a stack of planes the streamed decoder does not take");

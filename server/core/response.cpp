@@ -360,6 +360,27 @@ void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result&
     r.add_warnings(parts ? "no quality measures: they are not computed for parts of an image"
                          : "no quality measures: they are not computed for streamed uploads");
   }
+  for (size_t i = 0; i < d.order.size() && d.order[i] < result.background.size(); ++i) {  // as the channels: reported order
+    const BackgroundMesh& m = result.background[d.order[i]];
+    v1::BackgroundMesh* o = r.add_background();
+    o->set_channel(d.names[i]);
+    o->set_rows(m.rows);
+    o->set_columns(m.columns);
+    o->set_box_rows(m.box_rows);
+    o->set_box_columns(m.box_columns);
+    *o->mutable_background() = {m.background.begin(), m.background.end()};
+    *o->mutable_background_rms() = {m.rms.begin(), m.rms.end()};
+    *o->mutable_excluded() = {m.excluded.begin(), m.excluded.end()};
+    o->set_boxes_excluded(m.boxes_excluded);
+    o->set_background_median(m.background_median);
+    o->set_background_rms_median(m.rms_median);
+    if (m.empty())
+      r.add_warnings("no background mesh for channel " + o->channel() + ": every box has more than the exclude "
+                     "percentile of its pixels masked or clipped");
+  }
+  if (request.background.enabled && result.background.empty())
+    r.add_warnings(parts ? "no background meshes: they are not computed for parts of an image"
+                         : "no background meshes: they are not computed for streamed uploads");
   if (parts && request.unique_colors && !result.has_unique_colors)
     r.add_warnings("no unique colours: they are not computed for parts of an image");
   for (const PartStats& p : result.parts) {

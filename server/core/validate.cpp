@@ -50,6 +50,34 @@ v1::InputKind kind_of(const v1::Input& input) {
   }
 }
 
+namespace {
+
+// maxiters 0: `default_maxiters` (astropy's sigma_clip: 5; Background2D: 10).
+SigmaClipSpec sigma_clip_of(const v1::SigmaClip& c, const std::string& field, int32_t default_maxiters) {
+  auto sigma = [&](double v, const char* name) {
+    if (!(v >= 0 && std::isfinite(v)))
+      invalid(field + "." + name + " must be finite and 0 or more (0: the default), got " + std::to_string(v));
+  };
+  sigma(c.sigma(), "sigma");
+  sigma(c.sigma_lower(), "sigma_lower");
+  sigma(c.sigma_upper(), "sigma_upper");
+  if (c.maxiters() < -1)
+    invalid(field + ".maxiters must be -1 (until nothing is left out), 0 (" + std::to_string(default_maxiters) +
+            ") or more, got " + std::to_string(c.maxiters()));
+  if (!v1::SigmaClip::Centre_IsValid(c.centre())) invalid(field + ".centre " + std::to_string(c.centre()) + " is not a known centre");
+  if (!v1::SigmaClip::Spread_IsValid(c.spread())) invalid(field + ".spread " + std::to_string(c.spread()) + " is not a known spread");
+  SigmaClipSpec out;
+  const double s = c.sigma() > 0 ? c.sigma() : 3;
+  out.sigma_lower = c.sigma_lower() > 0 ? c.sigma_lower() : s;
+  out.sigma_upper = c.sigma_upper() > 0 ? c.sigma_upper() : s;
+  out.maxiters = c.maxiters() == 0 ? default_maxiters : c.maxiters();
+  out.centre_mean = c.centre() == v1::SigmaClip::CENTRE_MEAN;
+  out.spread_mad_std = c.spread() == v1::SigmaClip::SPREAD_MAD_STD;
+  return out;
+}
+
+}  // namespace
+
 StatsRequest stats_request_of(const v1::Options& o) {
   StatsRequest r;
   if (o.statistics_size() > 0) {
@@ -80,23 +108,27 @@ StatsRequest stats_request_of(const v1::Options& o) {
   if (r.quality && o.has_parts())
     fail(ErrorCode::kUnimplemented, "quality measures are computed for whole images, not parts: ask for them "
                                     "without parts");
-  if (o.has_sigma_clip()) {
-    const v1::SigmaClip& c = o.sigma_clip();
-    auto sigma = [](double v, const char* name) {
-      if (!(v >= 0 && std::isfinite(v))) invalid(std::string("options.sigma_clip.") + name + " must be finite and 0 or more (0: the default), got " + std::to_string(v));
-    };
-    sigma(c.sigma(), "sigma");
-    sigma(c.sigma_lower(), "sigma_lower");
-    sigma(c.sigma_upper(), "sigma_upper");
-    if (c.maxiters() < -1) invalid("options.sigma_clip.maxiters must be -1 (until nothing is left out), 0 (5) or more, got " + std::to_string(c.maxiters()));
-    if (!v1::SigmaClip::Centre_IsValid(c.centre())) invalid("options.sigma_clip.centre " + std::to_string(c.centre()) + " is not a known centre");
-    if (!v1::SigmaClip::Spread_IsValid(c.spread())) invalid("options.sigma_clip.spread " + std::to_string(c.spread()) + " is not a known spread");
-    const double s = c.sigma() > 0 ? c.sigma() : 3;
-    r.sigma_clip.sigma_lower = c.sigma_lower() > 0 ? c.sigma_lower() : s;
-    r.sigma_clip.sigma_upper = c.sigma_upper() > 0 ? c.sigma_upper() : s;
-    r.sigma_clip.maxiters = c.maxiters() == 0 ? 5 : c.maxiters();
-    r.sigma_clip.centre_mean = c.centre() == v1::SigmaClip::CENTRE_MEAN;
-    r.sigma_clip.spread_mad_std = c.spread() == v1::SigmaClip::SPREAD_MAD_STD;
+  if (o.has_sigma_clip()) r.sigma_clip = sigma_clip_of(o.sigma_clip(), "options.sigma_clip", 5);
+  if (o.has_background()) {
+    if (o.has_parts())
+      fail(ErrorCode::kUnimplemented, "background meshes are computed for whole images, not parts: ask for them "
+                                      "without parts");
+    const v1::BackgroundOptions& b = o.background();
+    BackgroundSpec& spec = r.background;
+    spec.enabled = true;
+    if (b.box_rows() == 0) invalid("options.background.box_rows must be 1 or more (the box's height in pixels)");
+    spec.box_rows = b.box_rows();
+    spec.box_columns = b.box_columns() ? b.box_columns() : b.box_rows();
+    spec.filter_rows = b.filter_rows() ? b.filter_rows() : 3;
+    spec.filter_columns = b.filter_columns() ? b.filter_columns() : spec.filter_rows;
+    if (b.has_exclude_percentile()) spec.exclude_percentile = b.exclude_percentile();
+    if (b.has_sigma_clip()) spec.sigma_clip = sigma_clip_of(b.sigma_clip(), "options.background.sigma_clip", 10);
+    switch (b.estimator()) {
+      case v1::BackgroundOptions::ESTIMATOR_SEXTRACTOR: spec.estimator = BackgroundEstimator::kSExtractor; break;
+      case v1::BackgroundOptions::ESTIMATOR_MEDIAN: spec.estimator = BackgroundEstimator::kMedian; break;
+      case v1::BackgroundOptions::ESTIMATOR_MEAN: spec.estimator = BackgroundEstimator::kMean; break;
+      default: invalid("options.background.estimator " + std::to_string(b.estimator()) + " is not a known estimator");
+    }
   }
   if (!v1::DecoderChoice_IsValid(o.decoder()))
     invalid("options.decoder must be DECODER_CHOICE_AUTO, _CPU or _GPU, got " + std::to_string(o.decoder()));

@@ -77,6 +77,22 @@ struct SigmaClipSpec {
   bool spread_mad_std = false;  // else the standard deviation
 };
 
+// A background mesh as photutils' Background2D makes it (StatsRequest::
+// background; common/background.hpp says how, step by step).
+enum class BackgroundEstimator : uint8_t {
+  kSExtractor,  // 2.5 median - 1.5 mean, the median where (mean - median) / std >= 0.3, the mean where std = 0
+  kMedian,
+  kMean,
+};
+struct BackgroundSpec {
+  bool enabled = false;
+  uint64_t box_rows = 0, box_columns = 0;        // each 1 to the image's size
+  uint32_t filter_rows = 3, filter_columns = 3;  // odd; 1 x 1: no filter
+  double exclude_percentile = 10;                // a box with more of its pixels masked or clipped is left out
+  SigmaClipSpec sigma_clip{3, 3, 10, false, false};
+  BackgroundEstimator estimator = BackgroundEstimator::kSExtractor;
+};
+
 // astropy's mad_std: the median absolute deviation times 1 / Phi^-1(3/4).
 constexpr double kMadStdScale = 1.482602218505602;
 
@@ -110,6 +126,9 @@ struct StatsRequest {
   // Measures of the image's quality (Result::quality): whole 8- and 16-bit
   // images of one plane, not parts.
   bool quality = false;
+  // Background and background RMS meshes of each channel (Result::
+  // background): whole images of one plane, not parts.
+  BackgroundSpec background;
   // In what: the image's channels, or a colour space's (RGB and RGBA
   // images, uint8 or float32; alpha stays the last channel), in which every
   // statistic above is taken; histograms of a space's channels default to
@@ -224,9 +243,28 @@ struct QualityStats {
   Cleanvision cleanvision;
 };
 
+// One channel's background meshes (StatsRequest::background): rows x
+// columns boxes, row-major; box (i, j) covers rows [i box_rows, (i + 1)
+// box_rows) and columns likewise, the last ones padded past the image.
+struct BackgroundMesh {
+  uint64_t rows = 0, columns = 0;
+  uint64_t box_rows = 0, box_columns = 0;
+  // After the excluded boxes are filled (inverse distance weighting of the
+  // 10 nearest kept boxes) and the median filter: photutils'
+  // background_mesh and background_rms_mesh.
+  std::vector<double> background, rms;
+  // Whether each box was left out (too many of its pixels masked, not
+  // finite or clipped) and filled from its neighbours.
+  std::vector<uint8_t> excluded;
+  uint64_t boxes_excluded = 0;
+  double background_median = 0, rms_median = 0;  // of the meshes
+  // Every box left out: no meshes (the vectors empty).
+  bool empty() const { return background.empty(); }
+};
+
 // Whether a request needs the whole image at once, not bands or a stream
-// (the luminance, the quality measures).
-inline bool needs_whole_image(const StatsRequest& r) { return r.luminance || r.quality; }
+// (the luminance, the quality measures, background meshes).
+inline bool needs_whole_image(const StatsRequest& r) { return r.luminance || r.quality || r.background.enabled; }
 
 // Whether a request needs the count of every integer value (distribution,
 // shape, merge state, robust statistics).
@@ -369,6 +407,8 @@ struct Result {
   // StatsRequest::quality.
   bool has_quality = false;
   QualityStats quality;
+  // StatsRequest::background: one mesh per channel, in stored order.
+  std::vector<BackgroundMesh> background;
 };
 
 struct EngineInfo {
