@@ -195,6 +195,9 @@ class Client:
         if labels is not None:
             options = dict(options, labels=b"\0")  # a placeholder: each input's own below
         user = self._options(options)
+        if user.HasField("background"):
+            raise Error("INVALID_ARGUMENT", "background meshes are each image's own: ask analyze() or analyze_many(), "
+                                            "not a merge over images")
         per_call = part_options(pb, user)
         aggregation = Aggregation(pb, user)
 

@@ -17,9 +17,12 @@ COLOUR_CHANNELS = {"hsv": "HSV", "hsv-full": "HSV", "hls": "HLS", "lab": "Lab", 
 SAMPLE_TYPES = {"uint8": 1, "uint16": 2, "int8": 3, "int16": 4, "float32": 5, "float64": 6, "uint32": 7, "int32": 8}
 ANALYZE_OPTIONS = ("stats", "bins", "range", "percentiles", "decoder", "allow_truncated", "colour_space", "joint",
                    "joint_range", "roi", "tiles", "mask", "labels", "ignore_label", "max_labels", "planes", "level",
-                   "series", "stored_values", "sigma_clip")
+                   "series", "stored_values", "sigma_clip", "background")
 # sigma_clip's keys, astropy's names and defaults (sigma_clipped_stats).
 SIGMA_CLIP_KEYS = ("sigma", "sigma_lower", "sigma_upper", "maxiters", "cenfunc", "stdfunc")
+# background's keys, photutils' Background2D's names (sizes in (ny, nx) order).
+BACKGROUND_KEYS = ("box_size", "filter_size", "exclude_percentile", "sigma_clip", "bkg_estimator")
+BACKGROUND_ESTIMATORS = {"sextractor": 0, "median": 1, "mean": 2}
 
 
 def _bad(message):
@@ -95,10 +98,42 @@ def _sigma_clip(spec, out):
     out.spread = 1 if spread == "mad_std" else 0
 
 
+def _pair(v, what):
+    """photutils' as_pair: an int for both axes or (ny, nx)."""
+    pair = (v, v) if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else tuple(v) if isinstance(v, (tuple, list)) else None
+    if pair is None or len(pair) != 2 or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 < x < 1 << 32 for x in pair):
+        raise _bad(f"background {what} wants a positive int or (ny, nx); got {v!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def _background(spec, out):
+    """photutils' Background2D keywords (box_size, filter_size,
+    exclude_percentile, sigma_clip as astropy's keywords, bkg_estimator
+    'sextractor', 'median' or 'mean'), or the box size alone, into
+    BackgroundOptions."""
+    if not isinstance(spec, dict):
+        spec = {"box_size": spec}
+    if set(spec) - set(BACKGROUND_KEYS) or "box_size" not in spec:
+        raise _bad(f"background wants a box size or a dict of {', '.join(BACKGROUND_KEYS)} with box_size; got {spec!r}")
+    out.box_rows, out.box_columns = _pair(spec["box_size"], "box_size")
+    out.filter_rows, out.filter_columns = _pair(spec.get("filter_size", 3), "filter_size")
+    p = spec.get("exclude_percentile", 10)
+    if not (isinstance(p, (int, float, np.integer, np.floating)) and 0 <= float(p) <= 100):
+        raise _bad(f"background exclude_percentile must be 0 to 100; got {p!r}")
+    out.exclude_percentile = float(p)
+    clip = dict(spec.get("sigma_clip") or {})
+    clip.setdefault("maxiters", 10)  # Background2D's SigmaClip(sigma=3, maxiters=10)
+    _sigma_clip(clip, out.sigma_clip)
+    estimator = spec.get("bkg_estimator", "sextractor")
+    if estimator not in BACKGROUND_ESTIMATORS:
+        raise _bad(f"background bkg_estimator is one of {', '.join(BACKGROUND_ESTIMATORS)}; got {estimator!r}")
+    out.estimator = BACKGROUND_ESTIMATORS[estimator]
+
+
 def build_options(pb, make_input, stats=None, bins=256, range=None, percentiles=None, decoder="auto",
                   allow_truncated=False, colour_space=None, joint=None, joint_range=None, roi=None, tiles=None,
                   mask=None, labels=None, ignore_label=None, max_labels=0, planes=None, level=0,
-                  series=None, stored_values=False, sigma_clip=None):
+                  series=None, stored_values=False, sigma_clip=None, background=None):
     """pb: the imgstat_pb2 module; make_input(x, labels) turns a mask or label
     image (a path, bytes, an array) into an Input."""
     o = pb.Options()
@@ -156,6 +191,8 @@ def build_options(pb, make_input, stats=None, bins=256, range=None, percentiles=
         o.parts.labels.max_labels = int(max_labels)
     if sigma_clip is not None:
         _sigma_clip(sigma_clip, o.sigma_clip)
+    if background is not None:
+        _background(background, o.background)
     if planes is not None and planes is not False:
         _planes(planes, o.planes)
     if level:

@@ -31,6 +31,16 @@ _PERCENTILE_NAMES = {1: "brightness_perc_1", 5: "brightness_perc_5", 10: "bright
                      99: "brightness_perc_99"}
 
 
+def _background_dict(m):
+    def rows(v):
+        v = list(v)
+        return [v[i * m.columns:(i + 1) * m.columns] for i in range(m.rows)] if v else []
+    return {"channel": m.channel, "rows": m.rows, "columns": m.columns, "box_rows": m.box_rows,
+            "box_columns": m.box_columns, "background_median": m.background_median,
+            "background_rms_median": m.background_rms_median, "boxes_excluded": m.boxes_excluded,
+            "background": rows(m.background), "background_rms": rows(m.background_rms), "excluded": rows(m.excluded)}
+
+
 def _quality_dict(q):
     """QualityStats as the CLI's --json writes it; cleanvision's properties
     under their cleanvision names."""
@@ -397,6 +407,27 @@ class Result:
         return _quality_dict(self.proto.quality) if self.proto.HasField("quality") else None
 
     @property
+    def background(self):
+        """Background meshes (background=...), one dict per channel as
+        photutils' Background2D names them: background_mesh and
+        background_rms_mesh (numpy arrays of boxes, ny x nx), background_median,
+        background_rms_median, box_size (ny, nx), excluded (the boxes left out
+        and filled, a bool array) and channel; else None."""
+        if not len(self.proto.background):
+            return None
+        out = []
+        for m in self.proto.background:
+            shape = (m.rows, m.columns)
+            def mesh(v):
+                return np.array(v, dtype=np.float64).reshape(shape) if len(v) else None
+            out.append({"channel": m.channel, "box_size": (m.box_rows, m.box_columns),
+                        "background_mesh": mesh(m.background), "background_rms_mesh": mesh(m.background_rms),
+                        "excluded": np.array(m.excluded, dtype=bool).reshape(shape) if len(m.excluded) else None,
+                        "boxes_excluded": m.boxes_excluded, "background_median": m.background_median,
+                        "background_rms_median": m.background_rms_median})
+        return out
+
+    @property
     def parts(self):
         stack = self.proto.HasField("facts") and self.proto.facts.planes_answered > 1
         return [Part(p, self._float, stack) for p in self.proto.parts]
@@ -468,6 +499,8 @@ class Result:
             d["luminance"] = self.luminance.to_dict()
         if r.HasField("quality"):
             d["quality"] = self.quality
+        if len(r.background):  # as the CLI's --json writes it
+            d["background"] = [_background_dict(m) for m in r.background]
         self._wholes_and_parts(d)
         if len(r.planes):
             d["planes"] = [p.to_dict() for p in self.planes]
