@@ -50,6 +50,8 @@ Aggregation::Aggregation(const v1::Options& options) : request_(stats_request_of
   if (part.histogram) part_options_.add_statistics(v1::STATISTIC_HISTOGRAM);
   // Each image's quality measures: QualitySummary's, not the merge's.
   if (request_.quality) part_options_.add_statistics(v1::STATISTIC_QUALITY);
+  // And their hashes: DuplicateFinder's.
+  if (request_.hashes) part_options_.add_statistics(v1::STATISTIC_HASHES);
   part_options_.clear_percentiles();
   made_with_ = made_with_of(options);
 }

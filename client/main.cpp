@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "aggregate.hpp"
+#include "duplicates.hpp"
 #include "quality_summary.hpp"
 #include "calls.hpp"
 #include "core/abseil_tuning.hpp"
@@ -89,7 +90,8 @@ class Run {
  public:
   Run(const CliOptions& o, client::Request request, const client::LabelFolder& labels,
       std::optional<client::Aggregation> aggregation, std::ostream& err)
-      : o_(o), request_(std::move(request)), labels_(labels), aggregation_(std::move(aggregation)), err_(err) {}
+      : o_(o), request_(std::move(request)), labels_(labels), aggregation_(std::move(aggregation)), err_(err),
+        duplicates_(o.duplicates_distance) {}
 
   int run(client::Remote& remote) {
     if (o_.merge) return merge_partials();
@@ -188,6 +190,10 @@ class Run {
         std::cout << quality_.json() << "\n";
       else if (!quality_.empty() && !o_.csv)
         std::cout << quality_.table();
+      if (o_.duplicates && o_.json)
+        std::cout << duplicates_.json() << "\n";
+      else if (o_.duplicates && !o_.csv)
+        std::cout << duplicates_.table();
       std::cout.flush();
       std::string why;
       if (!o_.partial_out.empty() && !client::write_partial(o_.partial_out, aggregation_->partial(), &why)) {
@@ -371,6 +377,7 @@ class Run {
         o.error = "its answer cannot be merged: " + why;
       }
       if (o.ok) quality_.add(o.file, o.response);
+      if (o.ok && o_.duplicates) duplicates_.add(o.file, o.response);
       if (!o.ok) fail(o);
       if (!o.ok && transient)
         for (const char* c : {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "CANCELLED", "ABORTED", "INTERNAL", "UNKNOWN"})
@@ -472,6 +479,7 @@ class Run {
   std::optional<client::Aggregation> aggregation_;
   client::QualitySummary quality_;  // --aggregate --stats quality: the dataset's verdicts
   std::ostream& err_;
+  client::DuplicateFinder duplicates_;  // --aggregate --duplicates
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::vector<std::string> inputs_, missing_;
   // --resume: the inputs merged (before and now), how many of them an

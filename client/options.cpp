@@ -160,6 +160,12 @@ void add_output_and_input_options(CLI::App& app, CliOptions& o) {
   auto* resume = app.add_option("--resume", o.resume,
                                 "with --aggregate: keep the merged state and the inputs done in FILE as the pass "
                                 "goes; the same command again goes on where it stopped, each input counted once");
+  app.add_flag("--duplicates", o.duplicates,
+               "with --aggregate: the groups of exact duplicates (equal decoded pixels, whatever the format) and near "
+               "duplicates (imagehash's phash within --duplicates-distance bits) across the files");
+  app.add_option("--duplicates-distance", o.duplicates_distance,
+                 "with --duplicates: the most bits two near duplicates' phashes differ by (0: equal, as cleanvision)")
+      ->check(CLI::Range(0, 16))->capture_default_str();
   merge->excludes(resume);
   (void)partial_out;
   bytes_option->excludes(raw_option);
@@ -218,10 +224,11 @@ void add_measure_options(CLI::App& app, CliOptions& o) {
   app.add_option("--stats", o.stats,
                  "statistics to report (default: min_max,sum,stddev,histogram,distribution,shape,summary); also "
                  "positions, unique_colors, luminance, robust (sigma-clipped, as astropy's sigma_clipped_stats), quality "
-                 "(sharpness, contrast, colourfulness, exposure, cleanvision's issues), or all")
+                 "(sharpness, contrast, colourfulness, exposure, cleanvision's issues), hashes (of the pixels; "
+                 "imagehash's phash), or all")
       ->delimiter(',')->allow_extra_args(false)
       ->check(CLI::IsMember({"min_max", "sum", "stddev", "histogram", "distribution", "shape", "positions",
-                             "unique_colors", "luminance", "summary", "robust", "quality", "all"}));
+                             "unique_colors", "luminance", "summary", "robust", "quality", "hashes", "all"}));
   app.add_option("--sigma", o.sigma, "with --stats robust: clip at this many spreads from the centre (default 3)")
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--sigma-lower", o.sigma_lower, "with --stats robust: below the centre (default --sigma)")
@@ -457,6 +464,10 @@ void set_parts(const CliOptions& o, Request& request, LabelFolder& folder) {
   if ((o.ignore_label || o.max_labels) && o.labels_spec.empty())
     throw std::runtime_error("--ignore-label and --max-labels go with --labels");
   // Labels name the same part in every file; rectangles and tiles do not.
+  if (o.duplicates && !o.aggregate)
+    throw std::runtime_error("--duplicates goes with --aggregate (for each file's own hashes: --stats hashes)");
+  if (o.duplicates && (!o.partial_out.empty() || !o.resume.empty()))
+    throw std::runtime_error("--duplicates groups the files of one pass: not with --partial-out or --resume");
   if (o.aggregate && (!o.rois.empty() || !o.tiles_spec.empty()))
     throw std::runtime_error("--aggregate merges whole images, masks and labels across files; --roi and --tiles "
                              "answer each file apart (leave out --aggregate)");
@@ -493,8 +504,10 @@ void set_statistics(const CliOptions& o, Request& request) {
       {"positions", v1::STATISTIC_POSITIONS},   {"unique_colors", v1::STATISTIC_UNIQUE_COLORS},
       {"luminance", v1::STATISTIC_LUMINANCE},   {"summary", v1::STATISTIC_SUMMARY},
       {"robust", v1::STATISTIC_ROBUST},         {"quality", v1::STATISTIC_QUALITY},
+      {"hashes", v1::STATISTIC_HASHES},
       {"all", v1::STATISTIC_ALL}};
   for (const std::string& s : stats) request.options.add_statistics(kStatistics.at(s));
+  if (o.duplicates) request.options.add_statistics(v1::STATISTIC_HASHES);
   if (o.sigma || o.sigma_lower || o.sigma_upper || o.maxiters || o.cenfunc != "median" || o.stdfunc != "std") {
     v1::SigmaClip* c = request.options.mutable_sigma_clip();
     c->set_sigma(o.sigma);

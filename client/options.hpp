@@ -55,6 +55,10 @@ struct CliOptions {
   // state, --merge reads the files named as partials, --resume FILE keeps
   // the state and what is done as the pass goes.
   std::string partial_out, resume;
+  // --duplicates with --aggregate: exact and near duplicates over the pass
+  // (near: phash within duplicates_distance bits).
+  bool duplicates = false;
+  uint32_t duplicates_distance = 4;
   bool merge = false;
   std::string help;  // the usage text, for a call without files
 };

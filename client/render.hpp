@@ -47,6 +47,14 @@ std::string part_name(const v1::PartStats& part);
 // "plane 3": a plane of a stack in the table and the CSV's part column; with axes, "plane 3 (z 1, c 1, t 0)".
 std::string plane_name(const v1::PlaneStats& plane, const v1::StackAxes* axes);
 std::string render_json(const Outcome& o);  // one line, no newline
+
+// Bytes as lower-case hex (a hash's).
+inline std::string hex_of(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) out += kDigits[b >> 4], out += kDigits[b & 15];
+  return out;
+}
 // RFC 4180 CSV: the header, then a row per channel (one row for a failed
 // input), each line ending in a newline.
 std::string render_csv_header();

@@ -73,6 +73,17 @@ std::string background_text(const v1::AnalyzeResponse& r) {
   return all.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// STATISTIC_HASHES: lower-case hex, the phash as imagehash's str() writes it.
+std::string hashes_text(const v1::ImageHashes& h) {
+  nlohmann::json j = {{"pixels", hex_of(h.pixels())}};
+  if (h.has_phash()) {
+    char text[17];
+    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h.phash()));
+    j["phash"] = text;
+  }
+  return j.dump();
+}
+
 // STATISTIC_QUALITY's measures; the per-channel shares keyed by channel
 // name are the channels' own (in their order).
 std::string quality_text(const v1::QualityStats& q) {
@@ -368,6 +379,7 @@ std::string render_json(const Outcome& o) {
   if (r.has_summary()) j.raw("summary", channel_text(r.summary(), flt, float_samples));
   if (r.has_quality()) j.raw("quality", quality_text(r.quality()));
   if (r.background_size()) j.raw("background", background_text(r));
+  if (r.has_hashes()) j.raw("hashes", hashes_text(r.hashes()));
   if (r.has_joint()) j.raw("joint", joint_json(r.joint()).dump());
   if (r.parts_size() || o.parts) j.raw("parts", parts_text(r, flt));
   if (r.planes_size()) {

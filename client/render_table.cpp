@@ -441,6 +441,15 @@ std::string render_table(const Outcome& o, bool color) {
   out += position_rows(rows, r.facts().planes_answered() > 1);
   out += quality_rows(r);
   out += background_rows(r);
+  if (r.has_hashes()) {
+    out += "  hashes: pixels (XXH3-128) " + hex_of(r.hashes().pixels());
+    if (r.hashes().has_phash()) {
+      char text[40];
+      std::snprintf(text, sizeof text, ", phash %016llx", static_cast<unsigned long long>(r.hashes().phash()));
+      out += text;
+    }
+    out += "\n";
+  }
   if (r.has_unique_colors()) out += "  unique colors: " + std::to_string(r.unique_colors()) + "\n";
   if (r.has_joint()) out += joint_table(r.joint());
   out += histogram_rows(r, flt, s);

@@ -9,6 +9,7 @@
 #include "common/luminance.hpp"
 #include "common/parts.hpp"
 #include "common/background.hpp"
+#include "common/hashes.hpp"
 #include "common/quality.hpp"
 #include "cpu/analysis.hpp"
 #include "cpu/counters.hpp"
@@ -100,6 +101,7 @@ class CpuEngine final : public Engine {
     arena_.execute([&] {
       add_quality(image, request, result);
       add_background(image, request, result);
+      add_hashes(image, request, result);
     });
     return result;
   }

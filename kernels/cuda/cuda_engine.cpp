@@ -15,6 +15,7 @@
 #include "cuda/cuda_check.hpp"
 #include "common/parts.hpp"
 #include "common/background.hpp"
+#include "common/hashes.hpp"
 #include "common/quality.hpp"
 #include "cuda/dispatch/dispatch.hpp"
 #include "cuda/parts.hpp"
@@ -186,6 +187,7 @@ class CudaEngine final : public Engine {
     // same code, so the same bits, as the CPU engine.
     add_quality(image, request, result);
     add_background(image, request, result);
+    add_hashes(image, request, result);
     return result;
   }
 
@@ -366,11 +368,12 @@ class CudaEngine final : public Engine {
       result.has_luminance = true;
       result.luminance = device_luminance(image, request);
     }
-    if (request.quality || request.background.enabled) {  // measured on the host (see analyze()), from a copy of the pixels
+    if (request.quality || request.background.enabled || request.hashes) {  // measured on the host (see analyze()), from a copy of the pixels
       std::vector<uint8_t> host(image.layout.pixels() * image.layout.pixel_bytes());
       IMGSTAT_CUDA(cudaMemcpy(host.data(), image.data, host.size(), cudaMemcpyDeviceToHost));
       add_quality(ImageView{host.data(), image.layout}, request, result);
       add_background(ImageView{host.data(), image.layout}, request, result);
+      add_hashes(ImageView{host.data(), image.layout}, request, result);
     }
     return result;
   }

@@ -54,7 +54,10 @@ namespace {
 
 // What needs one whole plane, for the refusals of stacks.
 std::string whole_image_statistics(const StatsRequest& r) {
-  return r.luminance ? "the luminance is" : r.quality ? "quality measures are" : "background meshes are";
+  return r.luminance ? "the luminance is"
+         : r.quality ? "quality measures are"
+         : r.background.enabled ? "background meshes are"
+                                : "hashes are";
 }
 // Raw pixels and bytes in a region that is read go to the engine in chunks,
 // unless a statistic needs the whole image (the luminance).

@@ -378,6 +378,14 @@ void fill_response(v1::AnalyzeResponse& r, const Described& image, const Result&
       r.add_warnings("no background mesh for channel " + o->channel() + ": every box has more than the exclude "
                      "percentile of its pixels masked or clipped");
   }
+  if (result.has_hashes) {
+    v1::ImageHashes* h = r.mutable_hashes();
+    h->set_pixels(std::string(result.hashes.pixels.begin(), result.hashes.pixels.end()));
+    if (result.hashes.has_phash) h->set_phash(result.hashes.phash);
+  } else if (request.hashes) {
+    r.add_warnings(parts ? "no hashes: they are not computed for parts of an image"
+                         : "no hashes: they are not computed for streamed uploads");
+  }
   if (request.background.enabled && result.background.empty())
     r.add_warnings(parts ? "no background meshes: they are not computed for parts of an image"
                          : "no background meshes: they are not computed for streamed uploads");

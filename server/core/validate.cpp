@@ -97,6 +97,7 @@ StatsRequest stats_request_of(const v1::Options& o) {
         case v1::STATISTIC_MERGE_STATE: r.merge_state = true; break;
         case v1::STATISTIC_ROBUST: r.robust = true; break;
         case v1::STATISTIC_QUALITY: r.quality = true; break;
+        case v1::STATISTIC_HASHES: r.hashes = true; break;
         case v1::STATISTIC_ALL:
           r.min_max = r.sum = r.stddev = r.histogram = r.distribution = r.shape = r.positions = r.unique_colors =
               r.luminance = r.summary = true;
@@ -108,6 +109,8 @@ StatsRequest stats_request_of(const v1::Options& o) {
   if (r.quality && o.has_parts())
     fail(ErrorCode::kUnimplemented, "quality measures are computed for whole images, not parts: ask for them "
                                     "without parts");
+  if (r.hashes && o.has_parts())
+    fail(ErrorCode::kUnimplemented, "hashes are computed for whole images, not parts: ask for them without parts");
   if (o.has_sigma_clip()) r.sigma_clip = sigma_clip_of(o.sigma_clip(), "options.sigma_clip", 5);
   if (o.has_background()) {
     if (o.has_parts())

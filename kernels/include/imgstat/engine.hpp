@@ -2,6 +2,7 @@
 // statistics out. No gRPC, no OpenCV: the server and the CLI adapt to this.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -126,6 +127,9 @@ struct StatsRequest {
   // Measures of the image's quality (Result::quality): whole 8- and 16-bit
   // images of one plane, not parts.
   bool quality = false;
+  // Hashes of the pixels for finding duplicates (Result::hashes): whole
+  // images of one plane, not parts.
+  bool hashes = false;
   // Background and background RMS meshes of each channel (Result::
   // background): whole images of one plane, not parts.
   BackgroundSpec background;
@@ -243,6 +247,14 @@ struct QualityStats {
   Cleanvision cleanvision;
 };
 
+// An image's hashes (StatsRequest::hashes); how each is made in
+// common/hashes.hpp.
+struct ImageHashes {
+  std::array<uint8_t, 16> pixels{};  // XXH3-128 of the decoded pixels, canonical (big-endian) bytes
+  bool has_phash = false;            // 8-bit images
+  uint64_t phash = 0;                // imagehash's phash, bit 63 its first
+};
+
 // One channel's background meshes (StatsRequest::background): rows x
 // columns boxes, row-major; box (i, j) covers rows [i box_rows, (i + 1)
 // box_rows) and columns likewise, the last ones padded past the image.
@@ -263,8 +275,10 @@ struct BackgroundMesh {
 };
 
 // Whether a request needs the whole image at once, not bands or a stream
-// (the luminance, the quality measures, background meshes).
-inline bool needs_whole_image(const StatsRequest& r) { return r.luminance || r.quality || r.background.enabled; }
+// (the luminance, the quality measures, background meshes, hashes).
+inline bool needs_whole_image(const StatsRequest& r) {
+  return r.luminance || r.quality || r.background.enabled || r.hashes;
+}
 
 // Whether a request needs the count of every integer value (distribution,
 // shape, merge state, robust statistics).
@@ -409,6 +423,9 @@ struct Result {
   QualityStats quality;
   // StatsRequest::background: one mesh per channel, in stored order.
   std::vector<BackgroundMesh> background;
+  // StatsRequest::hashes.
+  bool has_hashes = false;
+  ImageHashes hashes;
 };
 
 struct EngineInfo {

@@ -1,0 +1,124 @@
+#include "common/hashes.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "common/pil_resample.hpp"
+
+namespace imgstat {
+namespace {
+
+// The reported channel order: R, G, B (rgb), then the rest as stored.
+std::vector<uint32_t> reported_order(uint32_t channels, const uint32_t* rgb) {
+  std::vector<uint32_t> order;
+  if (channels < 3) {
+    for (uint32_t c = 0; c < channels; ++c) order.push_back(c);
+    return order;
+  }
+  order = {rgb[0], rgb[1], rgb[2]};
+  for (uint32_t c = 0; c < channels; ++c)
+    if (std::find(order.begin(), order.end(), c) == order.end()) order.push_back(c);
+  return order;
+}
+
+void pixel_hash(const ImageView& image, const uint32_t* rgb, uint8_t out[16]) {
+  const Layout& l = image.layout;
+  XXH3_state_t state;
+  XXH3_128bits_reset(&state);
+  uint8_t header[20];
+  const uint64_t w = l.width, h = l.height;
+  const uint32_t c = l.channels;
+  std::memcpy(header, &w, 8);
+  std::memcpy(header + 8, &h, 8);
+  std::memcpy(header + 16, &c, 4);
+  XXH3_128bits_update(&state, header, sizeof header);
+  const char* type = to_string(l.type);
+  XXH3_128bits_update(&state, type, std::strlen(type) + 1);
+  const std::vector<uint32_t> order = reported_order(l.channels, rgb);
+  bool identity = true;
+  for (uint32_t i = 0; i < order.size(); ++i) identity &= order[i] == i;
+  const size_t sample = sample_size(l.type), pixel = l.pixel_bytes();
+  std::vector<uint8_t> row(identity ? 0 : l.row_bytes());
+  const auto* base = static_cast<const uint8_t*>(image.data);
+  for (uint64_t y = 0; y < l.height; ++y) {
+    const uint8_t* in = base + y * l.stride();
+    if (identity) {
+      XXH3_128bits_update(&state, in, l.row_bytes());
+      continue;
+    }
+    for (uint64_t x = 0; x < l.width; ++x)
+      for (uint32_t i = 0; i < order.size(); ++i)
+        std::memcpy(&row[x * pixel + i * sample], in + x * pixel + order[i] * sample, sample);
+    XXH3_128bits_update(&state, row.data(), row.size());
+  }
+  XXH128_canonical_t canonical;
+  XXH128_canonicalFromHash(&canonical, XXH3_128bits_digest(&state));
+  std::memcpy(out, canonical.digest, 16);
+}
+
+uint64_t perceptual_hash(const ImageView& image, const uint32_t* rgb) {
+  const Layout& l = image.layout;
+  constexpr int kSide = 32, kLow = 8;
+  PilImage grey;
+  grey.w = static_cast<int>(l.width), grey.h = static_cast<int>(l.height), grey.bands = 1;
+  grey.px.resize(l.pixels());
+  const auto* base = static_cast<const uint8_t*>(image.data);
+  for (uint64_t y = 0; y < l.height; ++y) {
+    const uint8_t* p = base + y * l.stride();
+    uint8_t* o = &grey.px[y * l.width];
+    for (uint64_t x = 0; x < l.width; ++x, p += l.channels)
+      o[x] = l.channels >= 3 ? pil_l(p[rgb[0]], p[rgb[1]], p[rgb[2]]) : p[0];
+  }
+  const PilImage small = grey.w == kSide && grey.h == kSide ? grey : pil_resize(grey, kSide, kSide, PilFilter::kLanczos);
+  // DCT-II along the columns (axis 0), then the rows: 2 sum x cos(pi k (2n + 1) / 2N).
+  long double cosines[kLow][kSide];
+  for (int k = 0; k < kLow; ++k)
+    for (int n = 0; n < kSide; ++n) cosines[k][n] = std::cos(static_cast<long double>(M_PI) * k * (2 * n + 1) / (2 * kSide));
+  long double columns[kLow][kSide];
+  for (int u = 0; u < kLow; ++u)
+    for (int x = 0; x < kSide; ++x) {
+      long double s = 0;
+      for (int y = 0; y < kSide; ++y) s += small.px[static_cast<size_t>(y) * kSide + x] * cosines[u][y];
+      columns[u][x] = 2 * s;
+    }
+  double low[kLow * kLow];
+  for (int u = 0; u < kLow; ++u)
+    for (int v = 0; v < kLow; ++v) {
+      long double s = 0;
+      for (int x = 0; x < kSide; ++x) s += columns[u][x] * cosines[v][x];
+      low[u * kLow + v] = static_cast<double>(2 * s);
+    }
+  double sorted[kLow * kLow];
+  std::copy(low, low + kLow * kLow, sorted);
+  std::sort(sorted, sorted + kLow * kLow);
+  const double median = (sorted[kLow * kLow / 2 - 1] + sorted[kLow * kLow / 2]) / 2;
+  uint64_t bits = 0;
+  for (int i = 0; i < kLow * kLow; ++i)
+    if (low[i] > median) bits |= uint64_t{1} << (63 - i);
+  return bits;
+}
+
+}  // namespace
+
+ImageHashes hash_image(const ImageView& image, const uint32_t* rgb) {
+  ImageHashes h;
+  pixel_hash(image, rgb, h.pixels.data());
+  if (image.layout.type == SampleType::kUint8 && image.layout.pixels() > 0) {
+    h.has_phash = true;
+    h.phash = perceptual_hash(image, rgb);
+  }
+  return h;
+}
+
+void add_hashes(const ImageView& image, const StatsRequest& request, Result& result) {
+  if (!request.hashes) return;
+  result.hashes = hash_image(image, request.rgb);
+  result.has_hashes = true;
+}
+
+}  // namespace imgstat

@@ -1,0 +1,34 @@
+// Hashes of a whole image for finding duplicates (StatsRequest::hashes,
+// ImageHashes), computed from the host's pixels for every engine.
+//
+// - pixels: XXH3-128 (xxHash 0.8) of the decoded image: its width and
+//   height (uint64, little-endian), channels (uint32), the sample type's
+//   name with its NUL ("uint8", ...), then every sample row by row, packed,
+//   in the reported channel order (R, G, B, then alpha; gray), little-endian.
+//   Equal pixels give equal hashes whatever the file's format or the
+//   decoder's channel order.
+// - phash (8-bit images): imagehash's phash at its defaults (hash_size 8,
+//   highfreq_factor 4): PIL's convert("L") (RGB and RGBA: ITU-R 601-2 in
+//   16-bit fixed point; gray+alpha: the gray), PIL's LANCZOS resize to 32x32,
+//   scipy.fftpack's DCT-II (unnormalized) along the columns and then the
+//   rows, the top-left 8x8 coefficients against their median (numpy's: the
+//   mean of the middle two): bit 63 - i set where coefficient i (row-major)
+//   is above it, as imagehash's hex string reads. The DCT here is taken in
+//   long double directly, scipy's by FFT in double: a coefficient within
+//   about 1e-9 of the median could round to the other side (a flat image's
+//   coefficients are all 0 here, scipy's noise).
+#pragma once
+
+#include <cstdint>
+
+#include "imgstat/engine.hpp"
+
+namespace imgstat {
+
+// Of any sample type; the perceptual hash of 8-bit images only.
+ImageHashes hash_image(const ImageView& image, const uint32_t* rgb);
+
+// Sets result.hashes when the request asks for them.
+void add_hashes(const ImageView& image, const StatsRequest& request, Result& result);
+
+}  // namespace imgstat

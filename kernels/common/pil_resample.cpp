@@ -1,0 +1,169 @@
+#include "common/pil_resample.hpp"
+
+#include <cmath>
+
+namespace imgstat {
+namespace {
+
+// PIL's resampling (Resample.c, 8 bits per channel): coefficients
+// normalized in double, then in fixed point of 22 bits.
+constexpr int kPilPrecisionBits = 32 - 8 - 2;
+
+double pil_bicubic(double x) {
+  constexpr double a = -0.5;
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
+double pil_sinc(double x) {
+  if (x == 0.0) return 1.0;
+  x = x * M_PI;
+  return std::sin(x) / x;
+}
+
+double pil_lanczos(double x) {  // truncated sinc
+  if (-3.0 <= x && x < 3.0) return pil_sinc(x) * pil_sinc(x / 3);
+  return 0.0;
+}
+
+struct PilCoeffs {
+  int ksize = 0;
+  std::vector<int> bounds;  // xmin, count per output
+  std::vector<int32_t> k;
+};
+
+PilCoeffs pil_coeffs(int in_size, int out_size, PilFilter filter) {
+  double (*kernel)(double) = filter == PilFilter::kLanczos ? pil_lanczos : pil_bicubic;
+  const float in0 = 0.f, in1 = static_cast<float>(in_size);
+  double scale = static_cast<double>(in1 - in0) / out_size;
+  double filterscale = scale < 1.0 ? 1.0 : scale;
+  const double support = (filter == PilFilter::kLanczos ? 3.0 : 2.0) * filterscale;
+  PilCoeffs c;
+  c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  c.bounds.resize(static_cast<size_t>(out_size) * 2);
+  c.k.assign(static_cast<size_t>(out_size) * c.ksize, 0);
+  std::vector<double> kk(c.ksize);
+  for (int xx = 0; xx < out_size; ++xx) {
+    const double center = in0 + (xx + 0.5) * scale;
+    double ww = 0.0;
+    const double ss = 1.0 / filterscale;
+    int xmin = static_cast<int>(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = static_cast<int>(center + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    xmax -= xmin;
+    for (int x = 0; x < xmax; ++x) {
+      const double w = kernel((x + xmin - center + 0.5) * ss);
+      kk[x] = w;
+      ww += w;
+    }
+    for (int x = 0; x < xmax; ++x)
+      if (ww != 0.0) kk[x] /= ww;
+    for (int x = 0; x < xmax; ++x)
+      c.k[static_cast<size_t>(xx) * c.ksize + x] = kk[x] < 0
+                                                        ? static_cast<int32_t>(-0.5 + kk[x] * (1 << kPilPrecisionBits))
+                                                        : static_cast<int32_t>(0.5 + kk[x] * (1 << kPilPrecisionBits));
+    c.bounds[xx * 2] = xmin;
+    c.bounds[xx * 2 + 1] = xmax;
+  }
+  return c;
+}
+
+inline uint8_t pil_clip8(int32_t v) {
+  const int32_t s = v >> kPilPrecisionBits;
+  return static_cast<uint8_t>(s < 0 ? 0 : s > 255 ? 255 : s);
+}
+
+// One row of PIL's horizontal pass: output row `out` from input row `row`.
+void horizontal_row(const uint8_t* row, int bands, const PilCoeffs& ch, int xsize, uint8_t* out) {
+  for (int xx = 0; xx < xsize; ++xx, out += bands) {
+    const int xmin = ch.bounds[xx * 2], xmax = ch.bounds[xx * 2 + 1];
+    const int32_t* k = &ch.k[static_cast<size_t>(xx) * ch.ksize];
+    const uint8_t* p = row + static_cast<size_t>(xmin) * bands;
+    int32_t ss[4] = {1 << (kPilPrecisionBits - 1), 1 << (kPilPrecisionBits - 1), 1 << (kPilPrecisionBits - 1),
+                     1 << (kPilPrecisionBits - 1)};
+    if (bands == 3) {
+      for (int x = 0; x < xmax; ++x, p += 3) ss[0] += p[0] * k[x], ss[1] += p[1] * k[x], ss[2] += p[2] * k[x];
+    } else {
+      for (int x = 0; x < xmax; ++x, p += bands)
+        for (int b = 0; b < bands; ++b) ss[b] += p[b] * k[x];
+    }
+    for (int b = 0; b < bands; ++b) out[b] = pil_clip8(ss[b]);
+  }
+}
+
+// Eight rows of the horizontal pass at once, a row in each lane of a
+// vector: the taps are the same for every row, and integer sums in any
+// order are PIL's. in_rows: the first input row; stride: bytes a row.
+typedef int32_t Lanes8 __attribute__((vector_size(32), aligned(4)));
+
+__attribute__((target("avx2"))) void horizontal_rows8(const uint8_t* in_rows, size_t stride, int w, int bands,
+                                                       const PilCoeffs& ch, int xsize, uint8_t* out_rows,
+                                                       size_t out_stride, std::vector<int32_t>& lanes) {
+  lanes.resize(static_cast<size_t>(w) * bands * 8);
+  for (int x = 0; x < w; ++x)
+    for (int b = 0; b < bands; ++b)
+      for (int r = 0; r < 8; ++r) lanes[(static_cast<size_t>(x) * bands + b) * 8 + r] = in_rows[r * stride + x * bands + b];
+  const Lanes8* col = reinterpret_cast<const Lanes8*>(lanes.data());
+  for (int xx = 0; xx < xsize; ++xx) {
+    const int xmin = ch.bounds[xx * 2], xmax = ch.bounds[xx * 2 + 1];
+    const int32_t* k = &ch.k[static_cast<size_t>(xx) * ch.ksize];
+    Lanes8 acc[4];
+    for (int b = 0; b < 4; ++b) acc[b] = Lanes8{} + (1 << (kPilPrecisionBits - 1));
+    const Lanes8* c = col + static_cast<size_t>(xmin) * bands;
+    for (int x = 0; x < xmax; ++x) {
+      const Lanes8 kv = Lanes8{} + k[x];
+      for (int b = 0; b < bands; ++b) acc[b] += c[x * bands + b] * kv;
+    }
+    for (int b = 0; b < bands; ++b)
+      for (int r = 0; r < 8; ++r) out_rows[r * out_stride + static_cast<size_t>(xx) * bands + b] = pil_clip8(acc[b][r]);
+  }
+}
+
+}  // namespace
+
+PilImage pil_resize(const PilImage& in, int xsize, int ysize, PilFilter filter) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  const bool horizontal = xsize != in.w, vertical = ysize != in.h;
+  const PilCoeffs ch = pil_coeffs(in.w, xsize, filter), cv = pil_coeffs(in.h, ysize, filter);
+  const int ybox_first = cv.bounds[0];
+  const int ybox_last = cv.bounds[ysize * 2 - 2] + cv.bounds[ysize * 2 - 1];
+  const PilImage* cur = &in;
+  PilImage t;
+  std::vector<int> vbounds = cv.bounds;
+  if (horizontal) {
+    for (int i = 0; i < ysize; ++i) vbounds[i * 2] -= ybox_first;
+    const int bands = in.bands;
+    t.w = xsize, t.h = ybox_last - ybox_first, t.bands = bands;
+    t.px.resize(static_cast<size_t>(t.w) * t.h * bands);
+    const size_t in_stride = static_cast<size_t>(in.w) * bands, out_stride = static_cast<size_t>(xsize) * bands;
+    int yy = 0;
+    if (avx2) {
+      thread_local std::vector<int32_t> lanes;
+      for (; yy + 8 <= t.h; yy += 8)
+        horizontal_rows8(&in.px[(yy + ybox_first) * in_stride], in_stride, in.w, bands, ch, xsize, &t.px[yy * out_stride],
+                         out_stride, lanes);
+    }
+    for (; yy < t.h; ++yy) horizontal_row(&in.px[(yy + ybox_first) * in_stride], bands, ch, xsize, &t.px[yy * out_stride]);
+    cur = &t;
+  }
+  if (!vertical) return *cur;
+  PilImage o;
+  o.w = cur->w, o.h = ysize, o.bands = cur->bands;
+  o.px.resize(static_cast<size_t>(o.w) * o.h * o.bands);
+  for (int yy = 0; yy < ysize; ++yy) {
+    const int ymin = vbounds[yy * 2], ymax = vbounds[yy * 2 + 1];
+    const int32_t* k = &cv.k[static_cast<size_t>(yy) * cv.ksize];
+    for (int xx = 0; xx < o.w; ++xx)
+      for (int b = 0; b < o.bands; ++b) {
+        int32_t ss = 1 << (kPilPrecisionBits - 1);
+        for (int y = 0; y < ymax; ++y) ss += cur->at(xx, y + ymin, b) * k[y];
+        o.at(xx, yy, b) = pil_clip8(ss);
+      }
+  }
+  return o;
+}
+
+}  // namespace imgstat

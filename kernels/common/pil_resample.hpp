@@ -1,0 +1,33 @@
+// Pillow's (9.4) Image.resize of 8-bit images, to the bit: its
+// coefficients normalized in double, then summed in fixed point of 22 bits,
+// a horizontal pass over the rows the vertical one reads, then the vertical
+// pass (Resample.c). What cleanvision's blurriness (bicubic) and
+// imagehash's perceptual hash (Lanczos) shrink images with.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace imgstat {
+
+enum class PilFilter : uint8_t { kBicubic, kLanczos };
+
+// A PIL image of `bands` interleaved 8-bit channels.
+struct PilImage {
+  int w = 0, h = 0, bands = 1;
+  std::vector<uint8_t> px;
+  uint8_t& at(int x, int y, int b) { return px[(static_cast<size_t>(y) * w + x) * bands + b]; }
+  uint8_t at(int x, int y, int b) const { return px[(static_cast<size_t>(y) * w + x) * bands + b]; }
+};
+
+// Image.resize((xsize, ysize), filter) of the whole image; no premultiplying
+// here (callers with alpha premultiply as Image.resize does).
+PilImage pil_resize(const PilImage& in, int xsize, int ysize, PilFilter filter);
+
+// PIL's RGB(A) to L: ITU-R 601-2 in 16-bit fixed point.
+inline uint8_t pil_l(uint32_t r, uint32_t g, uint32_t b) {
+  return static_cast<uint8_t>((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
+}
+
+}  // namespace imgstat
