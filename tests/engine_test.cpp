@@ -732,6 +732,50 @@ TEST_P(EngineTest, BackgroundMeshesAsTheCpuEnginesAndFromTheSamples) {
   }
 }
 
+// Hashes (common/hashes.hpp; the phash against imagehash's in
+// tests/duplicates/check.py): this engine's are the CPU engine's; the
+// pixel hash does not depend on the layout (row padding, an unaligned
+// start) nor on the stored channel order (B, G, R with rgb saying so is the
+// same image as R, G, B), and changes with one sample, the size or the
+// type; 8-bit images alone have a phash.
+TEST_P(EngineTest, HashesOfThePixelsWhateverTheLayout) {
+  std::mt19937_64 rng(15);
+  const auto cpu = make_cpu_engine();
+  for (SampleType t : {SampleType::kUint8, SampleType::kUint16, SampleType::kFloat32})
+    for (uint32_t c : {1u, 3u, 4u}) {
+      const uint64_t w = 37, h = 23;
+      std::vector<double> vals(w * h * c);
+      for (double& v : vals) v = static_cast<double>(rng() % 250);
+      SCOPED_TRACE(std::string(to_string(t)) + " x" + std::to_string(c));
+      const TestImage padded = make_image(rng, w, h, c, t, 6, 1, [&](uint64_t i) { return vals[i]; });
+      const TestImage packed = make_image(rng, w, h, c, t, 0, 0, [&](uint64_t i) { return vals[i]; });
+      StatsRequest req;
+      req.hashes = true;
+      const Result a = engine_->analyze(padded.view, req), b = cpu->analyze(packed.view, req);
+      ASSERT_TRUE(a.has_hashes);
+      EXPECT_EQ(a.hashes.pixels, b.hashes.pixels);
+      EXPECT_EQ(a.hashes.has_phash, t == SampleType::kUint8);
+      EXPECT_EQ(a.hashes.phash, b.hashes.phash);
+      if (c >= 3) {  // the same image stored B, G, R(, A)
+        const TestImage bgr = make_image(rng, w, h, c, t, 0, 0, [&](uint64_t i) {
+          const uint64_t ch = i % c;
+          return ch < 3 ? vals[i - ch + (2 - ch)] : vals[i];
+        });
+        StatsRequest swapped = req;
+        swapped.rgb[0] = 2, swapped.rgb[1] = 1, swapped.rgb[2] = 0;
+        const Result s = engine_->analyze(bgr.view, swapped);
+        EXPECT_EQ(s.hashes.pixels, b.hashes.pixels);
+        EXPECT_EQ(s.hashes.phash, b.hashes.phash);
+      }
+      std::vector<double> changed = vals;
+      changed[vals.size() / 2] += 1;
+      const TestImage one = make_image(rng, w, h, c, t, 0, 0, [&](uint64_t i) { return changed[i]; });
+      EXPECT_NE(cpu->analyze(one.view, req).hashes.pixels, b.hashes.pixels);
+      const TestImage narrower = make_image(rng, w - 1, h, c, t, 0, 0, [&](uint64_t i) { return vals[i]; });
+      EXPECT_NE(cpu->analyze(narrower.view, req).hashes.pixels, b.hashes.pixels);
+    }
+}
+
 TEST_P(EngineTest, QualityOfManyCallersAtOnceEachAsAlone) {
   std::mt19937_64 rng(77);
   std::vector<TestImage> images;

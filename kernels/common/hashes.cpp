@@ -86,13 +86,20 @@ uint64_t perceptual_hash(const ImageView& image, const uint32_t* rgb) {
       for (int y = 0; y < kSide; ++y) s += small.px[static_cast<size_t>(y) * kSide + x] * cosines[u][y];
       columns[u][x] = 2 * s;
     }
-  double low[kLow * kLow];
+  long double exact[kLow * kLow], largest = 0;
   for (int u = 0; u < kLow; ++u)
     for (int v = 0; v < kLow; ++v) {
       long double s = 0;
       for (int x = 0; x < kSide; ++x) s += columns[u][x] * cosines[v][x];
-      low[u * kLow + v] = static_cast<double>(2 * s);
+      exact[u * kLow + v] = 2 * s;
+      largest = std::max(largest, std::fabs(2 * s));
     }
+  // Coefficients that are 0 (a flat image's, a symmetric pattern's) come
+  // out as rounding noise of either sign; as 0 they compare as scipy's
+  // exact zeros do.
+  double low[kLow * kLow];
+  for (int i = 0; i < kLow * kLow; ++i)
+    low[i] = std::fabs(exact[i]) <= largest * 1e-12L ? 0.0 : static_cast<double>(exact[i]);
   double sorted[kLow * kLow];
   std::copy(low, low + kLow * kLow, sorted);
   std::sort(sorted, sorted + kLow * kLow);

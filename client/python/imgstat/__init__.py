@@ -18,7 +18,7 @@ from ._errors import Error
 
 __version__ = "@VERSION@"
 __all__ = ["Client", "Error", "Result", "Channel", "Part", "Plane", "Partial", "shared_array", "ImageStat", "aio",
-           "__version__"]
+           "find_duplicates", "__version__"]
 
 
 def __getattr__(name):
@@ -36,6 +36,9 @@ def __getattr__(name):
     if name in ("Result", "Channel", "Part", "Plane"):
         from . import _result
         return getattr(_result, name)
+    if name == "find_duplicates":
+        from . import _duplicates
+        return _duplicates.find_duplicates
     if name in ("ImageStat", "aio"):
         import importlib
         return importlib.import_module("." + name, __name__)

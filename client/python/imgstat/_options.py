@@ -7,7 +7,7 @@ from ._errors import Error
 
 STATISTICS = {"min_max": 1, "sum": 2, "stddev": 3, "histogram": 4, "distribution": 5, "shape": 6, "positions": 7,
               "unique_colors": 8, "luminance": 9, "summary": 10, "all": 11, "merge_state": 12, "robust": 13,
-              "quality": 14}
+              "quality": 14, "hashes": 15}
 # The CLI's defaults, so that a default call answers what `imgstat-client --json` does.
 DEFAULT_STATS = ("min_max", "sum", "stddev", "histogram", "distribution", "shape", "summary")
 DEFAULT_PERCENTILES = (5, 25, 75, 95)

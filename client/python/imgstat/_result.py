@@ -407,6 +407,18 @@ class Result:
         return _quality_dict(self.proto.quality) if self.proto.HasField("quality") else None
 
     @property
+    def hashes(self):
+        """Hashes (stats="hashes"), as the CLI's --json writes them: pixels
+        (XXH3-128 of the decoded pixels, hex) and, 8-bit images, phash
+        (imagehash's, hex); else None."""
+        if not self.proto.HasField("hashes"):
+            return None
+        h = {"pixels": self.proto.hashes.pixels.hex()}
+        if self.proto.hashes.HasField("phash"):
+            h["phash"] = "%016x" % self.proto.hashes.phash
+        return h
+
+    @property
     def background(self):
         """Background meshes (background=...), one dict per channel as
         photutils' Background2D names them: background_mesh and
@@ -499,6 +511,8 @@ class Result:
             d["luminance"] = self.luminance.to_dict()
         if r.HasField("quality"):
             d["quality"] = self.quality
+        if r.HasField("hashes"):
+            d["hashes"] = self.hashes
         if len(r.background):  # as the CLI's --json writes it
             d["background"] = [_background_dict(m) for m in r.background]
         self._wholes_and_parts(d)
