@@ -21,6 +21,7 @@
 
 #include "aggregate.hpp"
 #include "duplicates.hpp"
+#include "report.hpp"
 #include "quality_summary.hpp"
 #include "calls.hpp"
 #include "core/abseil_tuning.hpp"
@@ -194,6 +195,13 @@ class Run {
         std::cout << duplicates_.json() << "\n";
       else if (o_.duplicates && !o_.csv)
         std::cout << duplicates_.table();
+      if (!o_.report.empty()) {
+        std::string why;
+        if (!report_.write(o_.report, merged, quality_, o_.duplicates ? &duplicates_ : nullptr, &why)) {
+          err_ << "imgstat-client: --report: " << why << "\n";
+          ++failures_;
+        }
+      }
       std::cout.flush();
       std::string why;
       if (!o_.partial_out.empty() && !client::write_partial(o_.partial_out, aggregation_->partial(), &why)) {
@@ -378,6 +386,7 @@ class Run {
       }
       if (o.ok) quality_.add(o.file, o.response);
       if (o.ok && o_.duplicates) duplicates_.add(o.file, o.response);
+      if (o.ok && !o_.report.empty()) report_.add(o.file, o.response);
       if (!o.ok) fail(o);
       if (!o.ok && transient)
         for (const char* c : {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "CANCELLED", "ABORTED", "INTERNAL", "UNKNOWN"})
@@ -480,6 +489,7 @@ class Run {
   client::QualitySummary quality_;  // --aggregate --stats quality: the dataset's verdicts
   std::ostream& err_;
   client::DuplicateFinder duplicates_;  // --aggregate --duplicates
+  client::Report report_;               // --aggregate --report
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::vector<std::string> inputs_, missing_;
   // --resume: the inputs merged (before and now), how many of them an

@@ -163,6 +163,9 @@ void add_output_and_input_options(CLI::App& app, CliOptions& o) {
   app.add_flag("--duplicates", o.duplicates,
                "with --aggregate: the groups of exact duplicates (equal decoded pixels, whatever the format) and near "
                "duplicates (imagehash's phash within --duplicates-distance bits) across the files");
+  app.add_option("--report", o.report,
+                 "with --aggregate: write one self-contained HTML file: the dataset's statistics and histograms, "
+                 "with --stats quality the measures' distributions and the images flagged, with --duplicates the groups");
   app.add_option("--duplicates-distance", o.duplicates_distance,
                  "with --duplicates: the most bits two near duplicates' phashes differ by (0: equal, as cleanvision)")
       ->check(CLI::Range(0, 16))->capture_default_str();
@@ -464,6 +467,7 @@ void set_parts(const CliOptions& o, Request& request, LabelFolder& folder) {
   if ((o.ignore_label || o.max_labels) && o.labels_spec.empty())
     throw std::runtime_error("--ignore-label and --max-labels go with --labels");
   // Labels name the same part in every file; rectangles and tiles do not.
+  if (!o.report.empty() && !o.aggregate) throw std::runtime_error("--report goes with --aggregate");
   if (o.duplicates && !o.aggregate)
     throw std::runtime_error("--duplicates goes with --aggregate (for each file's own hashes: --stats hashes)");
   if (o.duplicates && (!o.partial_out.empty() || !o.resume.empty()))

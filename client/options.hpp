@@ -58,6 +58,7 @@ struct CliOptions {
   // --duplicates with --aggregate: exact and near duplicates over the pass
   // (near: phash within duplicates_distance bits).
   bool duplicates = false;
+  std::string report;  // --report FILE.html with --aggregate
   uint32_t duplicates_distance = 4;
   bool merge = false;
   std::string help;  // the usage text, for a call without files

@@ -27,14 +27,15 @@ class QualitySummary {
   // {"images", "issues": {name: count}, "flagged": {name: [files]}, "odd_size": {...}}
   std::string json() const;
   std::string table() const;
-
- private:
+  // Each issue's count and first kMaxListed files, odd_size included.
   struct Verdicts {
     std::map<std::string, uint64_t> counts;
     std::map<std::string, std::vector<std::string>> listed;
     double q1 = 0, q3 = 0, lower = 0, upper = 0;
   };
   Verdicts verdicts() const;
+
+ private:
   uint64_t images_ = 0;       // with cleanvision's properties (8-bit)
   uint64_t measured_ = 0;     // with quality measures at all
   std::map<std::string, uint64_t> counts_;
