@@ -11,7 +11,10 @@ made here. Timed, each the whole pass over the files, best of R (default 3):
   reads the file, Laplacian variance of the grey image, RMS contrast,
   colourfulness and exposure in numpy, and cleanvision's properties from the
   PIL image (brightness and its percentiles, blurriness of the 64-pixel
-  thumbnail, entropy, aspect ratio: cleanvision's formulas).
+  thumbnail, entropy, aspect ratio: cleanvision's formulas), an MD5 of the
+  pixels and imagehash's phash (PIL, scipy's DCT), grouped by dict;
+- imgstat-client --local --aggregate, the default statistics, and the same
+  with quality measures, hashes and --duplicates (issue 53's target pass).
 fastdup's published figure (1,002 images/s on 32 cores over ImageNet-21K
 resized, its README: 31 images/s per core) is the other baseline. Per-core
 rates: imgstat's images/s over the cores it used (os.cpu_count()), the
@@ -19,6 +22,7 @@ Python pass's over one.
 
     quality_vs_numpy.py CLIENT_BIN [N] [R] [WORK]
 """
+import hashlib
 import math
 import os
 import subprocess
@@ -27,6 +31,7 @@ import time
 
 import cv2
 import numpy as np
+import scipy.fftpack
 from PIL import Image, ImageFilter, ImageStat
 
 client = sys.argv[1]
@@ -69,7 +74,21 @@ def python_measures(path):
     out["blurriness_grayscale_std"] = np.std(gray.histogram())
     out["entropy"] = image.entropy()
     out["aspect_ratio"] = min(image.width / image.height, image.height / image.width)
+    # Duplicates as cleanvision finds them: an MD5 of the pixels, imagehash's phash.
+    out["md5"] = hashlib.md5(image.tobytes()).hexdigest()
+    low = scipy.fftpack.dct(scipy.fftpack.dct(np.asarray(image.convert("L").resize((32, 32), Image.LANCZOS)), axis=0),
+                            axis=1)[:8, :8]
+    out["phash"] = (low > np.median(low)).flatten().tobytes()
     return out
+
+
+def python_pass():
+    exact, near = {}, {}
+    for f in files:
+        m = python_measures(f)
+        exact.setdefault(m["md5"], []).append(f)
+        near.setdefault(m["phash"], []).append(f)
+    return exact, near
 
 
 def best(fn):
@@ -93,12 +112,17 @@ def imgstat(stats):
 cores = os.cpu_count()
 base = best(imgstat([]))
 quality = best(imgstat(["--stats", "min_max,sum,stddev,histogram,distribution,shape,summary,quality"]))
-python = best(lambda: [python_measures(f) for f in files])
+python = best(python_pass)
+aggregate = best(imgstat(["--aggregate"]))
+verdicts = best(imgstat(["--aggregate", "--duplicates", "--stats",
+                         "min_max,sum,stddev,histogram,distribution,shape,summary,quality,hashes"]))
 fastdup = 1002 / 32
 rows = [
     ("imgstat --local, default statistics (baseline pass)", base, cores),
     ("imgstat --local, default statistics + quality", quality, cores),
-    ("Python: OpenCV + numpy + cleanvision's PIL formulas", python, 1),
+    ("imgstat --local --aggregate, default statistics", aggregate, cores),
+    ("imgstat --local --aggregate, + quality, hashes, --duplicates", verdicts, cores),
+    ("Python: OpenCV + numpy + cleanvision's PIL formulas + hashes", python, 1),
 ]
 print(f"{count} 500x375 RGB JPEGs (q90), {cores} cores, best of {rounds}")
 print(f"{'pass':56} {'seconds':>8} {'images/s':>9} {'per core':>9}")
@@ -108,3 +132,6 @@ print(f"{'fastdup, published (1,002/s on 32 cores)':56} {'':>8} {1002:9d} {fastd
 q = count / quality / cores
 print(f"quality pass / baseline pass: {base / quality:.2f}x its rate; per core {q / fastdup:.1f}x fastdup's, "
       f"{q / (count / python):.1f}x the Python version's")
+v = count / verdicts / cores
+print(f"--aggregate with quality, hashes and duplicates / without: {aggregate / verdicts:.2f}x its rate; per core "
+      f"{v / fastdup:.1f}x fastdup's, {v / (count / python):.1f}x the Python version's")

@@ -18,7 +18,7 @@ from ._errors import Error
 
 __version__ = "@VERSION@"
 __all__ = ["Client", "Error", "Result", "Channel", "Part", "Plane", "Partial", "shared_array", "ImageStat", "aio",
-           "find_duplicates", "__version__"]
+           "find_duplicates", "dataset_quality", "__version__"]
 
 
 def __getattr__(name):
@@ -36,6 +36,9 @@ def __getattr__(name):
     if name in ("Result", "Channel", "Part", "Plane"):
         from . import _result
         return getattr(_result, name)
+    if name == "dataset_quality":
+        from . import _quality
+        return _quality.dataset_quality
     if name == "find_duplicates":
         from . import _duplicates
         return _duplicates.find_duplicates

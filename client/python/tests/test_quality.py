@@ -61,3 +61,20 @@ def test_quality_of_floats_is_refused_clearly(client):
     with pytest.raises(imgstat.Error) as e:
         client.analyze(np.zeros((5, 7), np.float32), stats="quality")
     assert e.value.code == "UNIMPLEMENTED" and "8- and 16-bit" in str(e.value)
+
+
+def test_dataset_verdicts_as_the_cli(client, cli, tmp_path):
+    """imgstat.dataset_quality over per-image results: the CLI's
+    --aggregate --stats quality dataset_quality line, field for field."""
+    import cv2
+    files = corpus_files(r"\.(png|jpg)$")[:40]
+    dark = tmp_path / "dark.png"
+    cv2.imwrite(str(dark), np.full((40, 300, 3), 5, np.uint8))  # dark, and of an odd aspect ratio
+    files.append(str(dark))
+    results = [r for r in client.analyze_many(files, stats="min_max,quality", errors="return")
+               if not isinstance(r, imgstat.Error)]
+    mine = imgstat.dataset_quality(results)
+    lines = cli("--aggregate", "--stats", "min_max,quality", *files)
+    want = [line["dataset_quality"] for line in lines if "dataset_quality" in line][0]
+    assert mine == want
+    assert mine["issues"]["dark"] >= 1 and str(dark) in mine["flagged"]["dark"]
