@@ -419,6 +419,17 @@ std::vector<BackgroundMesh> measure_background(const ImageView& image, const Bac
   return out;
 }
 
+uint64_t background_working_bytes(const Layout& l, const BackgroundSpec& spec, uint32_t threads) {
+  if (!spec.enabled || spec.box_rows == 0 || spec.box_columns == 0) return 0;
+  const uint64_t box = std::min<uint64_t>(spec.box_rows * spec.box_columns, kMaxBackgroundBoxPixels);
+  const uint64_t boxes = std::min<uint64_t>(((l.height + spec.box_rows - 1) / spec.box_rows) *
+                                                ((l.width + spec.box_columns - 1) / spec.box_columns),
+                                            kMaxBackgroundBoxes);
+  // Per box: its answer, three mesh values and a flag, the filter's and the
+  // filling's copies, per channel kept in the result.
+  return uint64_t{threads + 1} * box * 16 + boxes * 64 * (l.channels + 1);
+}
+
 void add_background(const ImageView& image, const StatsRequest& request, Result& result) {
   if (!request.background.enabled) return;
   result.background = measure_background(image, request.background);

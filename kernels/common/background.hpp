@@ -54,6 +54,10 @@ void validate_background(const Layout& layout, const BackgroundSpec& spec);
 // inside the engine's arena.
 std::vector<BackgroundMesh> measure_background(const ImageView& image, const BackgroundSpec& spec);
 
+// Host memory measure_background allocates, at most: each thread's sorted
+// box (keys, their copy, the doubles) and the meshes.
+uint64_t background_working_bytes(const Layout& layout, const BackgroundSpec& spec, uint32_t threads);
+
 // Sets result.background when the request asks for it.
 void add_background(const ImageView& image, const StatsRequest& request, Result& result);
 

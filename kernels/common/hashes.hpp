@@ -28,6 +28,9 @@ namespace imgstat {
 // Of any sample type; the perceptual hash of 8-bit images only.
 ImageHashes hash_image(const ImageView& image, const uint32_t* rgb);
 
+// Host memory hash_image allocates: a reordered row, the grey plane.
+inline uint64_t hashes_working_bytes(const Layout& layout) { return layout.row_bytes() + layout.pixels(); }
+
 // Sets result.hashes when the request asks for them.
 void add_hashes(const ImageView& image, const StatsRequest& request, Result& result);
 

@@ -526,6 +526,11 @@ QualityStats measure_quality(const ImageView& image, const uint32_t* rgb,
   }
 }
 
+uint64_t quality_working_bytes(const Layout& l, uint32_t threads) {
+  const uint64_t n = l.pixels(), sample = sample_size(l.type);
+  return n * sample + n * l.channels * sample + n * 4 + uint64_t{threads + 1} * kBrightnessBuckets * 8;
+}
+
 void add_quality(const ImageView& image, const StatsRequest& request, Result& result) {
   if (!request.quality) return;
   std::vector<std::array<uint64_t, 256>> known;

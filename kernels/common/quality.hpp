@@ -50,6 +50,11 @@ QualityStats measure_quality(const ImageView& image, const uint32_t* rgb,
 // Sets result.quality when the request asks for it.
 void add_quality(const ImageView& image, const StatsRequest& request, Result& result);
 
+// Host memory measure_quality allocates beside the image, at most: the
+// grey plane, a packed copy of unaligned pixels, PIL's copy for the
+// thumbnail, each thread's brightness buckets.
+uint64_t quality_working_bytes(const Layout& layout, uint32_t threads);
+
 // Whether a sample type has quality measures.
 inline bool quality_measured(SampleType t) { return t == SampleType::kUint8 || t == SampleType::kUint16; }
 

@@ -51,6 +51,9 @@ uint64_t cpu_working_bytes(const Layout& image, const StatsRequest& asked, const
   const uint64_t joint_bins = request.joint.axes ? request.joint.total_bins() : 0;
   bytes += joint_bins * 8 * (joint_bins > kJointPrivateBins ? 3 : 2);
   if (!parts || parts->kind == PartsKind::kWhole) {
+    if (asked.quality) bytes += quality_working_bytes(image, threads);
+    if (asked.hashes) bytes += hashes_working_bytes(image);
+    bytes += background_working_bytes(image, asked.background, threads);
     if (has_luminance(image, asked)) {
       const Layout y{image.width, image.height, 1, luminance_type(image.type), 0};
       bytes += y.pixels() * y.pixel_bytes() + counter_sets(y.pixels(), threads) * counter_bytes(y, request);

@@ -5,6 +5,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <thread>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -266,7 +267,18 @@ class CudaEngine final : public Engine {
   uint64_t working_bytes(const Layout& image, const StatsRequest& asked, const Parts* parts) const override {
     // A joint histogram's counts come back: the copy, the partial, the result.
     const uint64_t joint_counts = asked.joint.axes ? 3 * (asked.joint.total_bins() + 1) * 8 : 0;
-    if (!parts || parts->kind == PartsKind::kWhole || parts->kind == PartsKind::kRects) return joint_counts;
+    if (!parts || parts->kind == PartsKind::kWhole) {
+      // The host's measures (quality, meshes, hashes), of a device image
+      // from its copy on the host.
+      const uint32_t threads = std::thread::hardware_concurrency();
+      uint64_t host = 0;
+      if (asked.quality) host += quality_working_bytes(image, threads);
+      if (asked.hashes) host += hashes_working_bytes(image);
+      host += background_working_bytes(image, asked.background, threads);
+      if (host) host += image.pixels() * image.pixel_bytes();
+      return joint_counts + host;
+    }
+    if (parts->kind == PartsKind::kRects) return joint_counts;
     // Float parts are the CPU engine's (analyze_parts says UNIMPLEMENTED):
     // its estimate is theirs, not counts of 2^32 float values.
     if (!part_kernels_take(image, *parts)) return joint_counts;
