@@ -381,8 +381,11 @@ class CudaEngine final : public Engine {
       result.luminance = device_luminance(image, request);
     }
     if (request.quality || request.background.enabled || request.hashes) {  // measured on the host (see analyze()), from a copy of the pixels
+      // On this thread's stream: the legacy default stream's copy would wait
+      // for, and hold up, every other call's work on the device.
       std::vector<uint8_t> host(image.layout.pixels() * image.layout.pixel_bytes());
-      IMGSTAT_CUDA(cudaMemcpy(host.data(), image.data, host.size(), cudaMemcpyDeviceToHost));
+      IMGSTAT_CUDA(cudaMemcpyAsync(host.data(), image.data, host.size(), cudaMemcpyDeviceToHost, cudaStreamPerThread));
+      IMGSTAT_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
       add_quality(ImageView{host.data(), image.layout}, request, result);
       add_background(ImageView{host.data(), image.layout}, request, result);
       add_hashes(ImageView{host.data(), image.layout}, request, result);
