@@ -29,7 +29,7 @@ import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from live_server import start_server  # noqa: E402
-from verdicts import equal, fail, finish  # noqa: E402
+from verdicts import corpus_dir, equal, fail, finish  # noqa: E402
 
 try:
     import cv2
@@ -46,8 +46,7 @@ except ImportError as e:  # scripts/install-deps installs python3-photutils, -as
 warnings.simplefilter("ignore")
 server_bin, client_bin, work = sys.argv[1:4]
 os.makedirs(work, exist_ok=True)
-corpus = os.environ.get("IMGSTAT_CORPUS", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
-                                                        "shared", "corpus"))
+corpus = corpus_dir()
 
 
 class RowMajorNearest:

@@ -27,7 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from live_server import start_server  # noqa: E402
-from verdicts import equal, fail, finish  # noqa: E402
+from verdicts import corpus_dir, equal, fail, finish  # noqa: E402
 
 try:
     import numpy as np
@@ -39,8 +39,7 @@ except ImportError as e:  # scripts/install-deps installs python3-pil, -scipy, -
 
 server_bin, client_bin, work = sys.argv[1:4]
 os.makedirs(work, exist_ok=True)
-corpus = os.environ.get("IMGSTAT_CORPUS", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
-                                                        "shared", "corpus"))
+corpus = corpus_dir()
 
 
 def phash_of(path):

@@ -26,3 +26,10 @@ def finish(done):
         print(f"{len(failures)} failures")
         sys.exit(1)
     print(done)
+
+
+def corpus_dir():
+    """The test corpus: $IMGSTAT_CORPUS, else ../shared/corpus beside the checkout."""
+    import os
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.environ.get("IMGSTAT_CORPUS", os.path.join(here, "..", "..", "..", "shared", "corpus"))
