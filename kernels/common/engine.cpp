@@ -8,6 +8,7 @@
 
 #include "common/parts.hpp"
 #include "common/background.hpp"
+#include "common/hashes.hpp"
 #include "common/quality.hpp"
 #include "imgstat/binning.hpp"
 #include "imgstat/engine.hpp"
@@ -186,6 +187,12 @@ void read_in_pieces(const ByteReader& read, uint64_t at, uint64_t n, uint8_t* ou
 
 Result Engine::analyze_read(const Layout& layout, const StatsRequest& request, const ByteReader& read) {
   return read_into(*open_stream(layout, request), layout, read);
+}
+
+void add_host_measures(const ImageView& image, const StatsRequest& request, Result& result) {
+  add_quality(image, request, result);
+  add_background(image, request, result);
+  add_hashes(image, request, result);
 }
 
 uint64_t Engine::working_bytes(const Layout&, const StatsRequest&, const Parts*) const { return 0; }

@@ -101,11 +101,7 @@ class CpuEngine final : public Engine {
     });
     Result result = analysis->finish();
     add_luminance(*this, image, request, result);
-    arena_.execute([&] {
-      add_quality(image, request, result);
-      add_background(image, request, result);
-      add_hashes(image, request, result);
-    });
+    arena_.execute([&] { add_host_measures(image, request, result); });
     return result;
   }
 

@@ -186,9 +186,7 @@ class CudaEngine final : public Engine {
         has_luminance(image.layout, request) ? analyze_uploaded(image, request) : analyze_streamed(image, request);
     // Quality measures are the host's for now (common/quality.cpp): the
     // same code, so the same bits, as the CPU engine.
-    add_quality(image, request, result);
-    add_background(image, request, result);
-    add_hashes(image, request, result);
+    add_host_measures(image, request, result);
     return result;
   }
 
@@ -380,15 +378,13 @@ class CudaEngine final : public Engine {
       result.has_luminance = true;
       result.luminance = device_luminance(image, request);
     }
-    if (request.quality || request.background.enabled || request.hashes) {  // measured on the host (see analyze()), from a copy of the pixels
+    if (needs_host_measures(request)) {  // measured on the host (see analyze()), from a copy of the pixels
       // On this thread's stream: the legacy default stream's copy would wait
       // for, and hold up, every other call's work on the device.
       std::vector<uint8_t> host(image.layout.pixels() * image.layout.pixel_bytes());
       IMGSTAT_CUDA(cudaMemcpyAsync(host.data(), image.data, host.size(), cudaMemcpyDeviceToHost, cudaStreamPerThread));
       IMGSTAT_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
-      add_quality(ImageView{host.data(), image.layout}, request, result);
-      add_background(ImageView{host.data(), image.layout}, request, result);
-      add_hashes(ImageView{host.data(), image.layout}, request, result);
+      add_host_measures(ImageView{host.data(), image.layout}, request, result);
     }
     return result;
   }

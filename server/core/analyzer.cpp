@@ -786,25 +786,41 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
   std::optional<GpuDecodedImage> decoded = decode_on_gpu(data, size, options, call, why);
   if (!decoded) return false;
   const GpuDecodedImage& image = *decoded;
-  const JpegCheck& check = image.check;
+  const JpegCheck check = image.check;
+  const Layout layout = image.view.layout;
+  const std::string decoder = image.decoder;
   call.check("after decoding");
   const auto t1 = Clock::now();
   Result result;
+  // The host's measures (quality, hashes, meshes) outside the engine's GPU
+  // slot: the device work, the pixels copied to the host and let go, then
+  // the measures on this thread, while the slot serves other calls.
+  const bool apart = needs_host_measures(request) && image.to_host;
+  std::vector<uint8_t> host;
   try {
     TraceRange range("analyze device image");
-    result = engine_->analyze_device(image.view, request);
+    result = engine_->analyze_device(image.view, apart ? without_host_measures(request) : request);
+    if (apart) {
+      host.resize(layout.pixels() * layout.pixel_bytes());
+      image.to_host(host.data());
+    }
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kInvalidArgument) throw;
     *why = e.what();  // a failing GPU: decoded again on the CPU
     return false;
   }
+  if (apart) {
+    decoded.reset();
+    call.check("before the host's measures");
+    add_host_measures(ImageView{host.data(), layout}, request, result);
+  }
   const auto t2 = Clock::now();
-  const Described d = describe_pixels("JPEG", image.view.layout);
+  const Described d = describe_pixels("JPEG", layout);
   fill_response(r, d, result, request);
   if (each_plane) fill_planes(r, d, {}, request);
-  fill_facts(r, data, size, image.view.layout);
+  fill_facts(r, data, size, layout);
   fill_plane_facts(r, 1, 1, 0);
-  r.set_decoder(image.decoder);
+  r.set_decoder(decoder);
   for (const std::string& w : check.warnings) r.add_warnings(w);
   set_duration(r.mutable_decode_time(), t1 - t0);
   set_duration(r.mutable_compute_time(), t2 - t1);

@@ -280,6 +280,19 @@ inline bool needs_whole_image(const StatsRequest& r) {
   return r.luminance || r.quality || r.background.enabled || r.hashes;
 }
 
+// The measures every engine takes on the host from the whole image (quality
+// measures, background meshes, hashes): whether a request has any, the
+// request without them, and adding them to a result (the same code on
+// every engine, so the same bits). A caller holding a device image may
+// analyze it without them, copy it to the host, let the device pixels go
+// and add them there (add_host_measures, below), outside the engine's GPU
+// slot.
+inline bool needs_host_measures(const StatsRequest& r) { return r.quality || r.hashes || r.background.enabled; }
+inline StatsRequest without_host_measures(StatsRequest r) {
+  r.quality = r.hashes = r.background.enabled = false;
+  return r;
+}
+
 // Whether a request needs the count of every integer value (distribution,
 // shape, merge state, robust statistics).
 inline bool counts_every_value(const StatsRequest& r) {
@@ -427,6 +440,10 @@ struct Result {
   bool has_hashes = false;
   ImageHashes hashes;
 };
+
+// Adds the host's measures a request asks for (needs_host_measures) to a
+// result, from the whole image in host memory.
+void add_host_measures(const ImageView& image, const StatsRequest& request, Result& result);
 
 struct EngineInfo {
   std::string kind;  // "cpu" or "cuda"

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +32,9 @@ struct GpuDecodedImage {
   DeviceImageView view;          // packed R,G,B or Gray, uint8
   std::shared_ptr<void> memory;  // frees the device pixels when the last holder lets go
   JpegCheck check;               // the GPU's integrity check: libjpeg's verdict
+  // Copies the pixels (view.layout, packed) to host memory; throws
+  // kUnavailable when the GPU fails.
+  std::function<void(void* host)> to_host;
 };
 
 class GpuJpegDecoder {

@@ -426,6 +426,13 @@ class NvjpegDecoder final : public GpuJpegDecoder {
         if (cudaSetDevice(device) == cudaSuccess) cudaFreeAsync(p, stream);
         cudaGetLastError();
       });
+      const size_t bytes = out.view.layout.pixels() * out.view.layout.pixel_bytes();
+      out.to_host = [pixels = job->pixels, bytes, device = options_.device](void* host) {
+        check_cuda(cudaSetDevice(device), "cudaSetDevice");
+        check_cuda(cudaMemcpyAsync(host, pixels, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread),
+                   "copying a decoded JPEG to the host");
+        check_cuda(cudaStreamSynchronize(cudaStreamPerThread), "copying a decoded JPEG to the host");
+      };
       job->pixels = nullptr;
       job->done.set_value(std::move(out));
     }
