@@ -26,6 +26,8 @@ std::vector<uint32_t> reported_order(uint32_t channels, const uint32_t* rgb) {
   return order;
 }
 
+}  // namespace
+
 void pixel_hash(const ImageView& image, const uint32_t* rgb, uint8_t out[16]) {
   const Layout& l = image.layout;
   XXH3_state_t state;
@@ -61,9 +63,11 @@ void pixel_hash(const ImageView& image, const uint32_t* rgb, uint8_t out[16]) {
   std::memcpy(out, canonical.digest, 16);
 }
 
+namespace {
+
 uint64_t perceptual_hash(const ImageView& image, const uint32_t* rgb) {
   const Layout& l = image.layout;
-  constexpr int kSide = 32, kLow = 8;
+  constexpr int kSide = kPhashSide;
   PilImage grey;
   grey.w = static_cast<int>(l.width), grey.h = static_cast<int>(l.height), grey.bands = 1;
   grey.px.resize(l.pixels());
@@ -74,7 +78,14 @@ uint64_t perceptual_hash(const ImageView& image, const uint32_t* rgb) {
     for (uint64_t x = 0; x < l.width; ++x, p += l.channels)
       o[x] = l.channels >= 3 ? pil_l(p[rgb[0]], p[rgb[1]], p[rgb[2]]) : p[0];
   }
-  const PilImage small = grey.w == kSide && grey.h == kSide ? grey : pil_resize(grey, kSide, kSide, PilFilter::kLanczos);
+  return perceptual_hash_of(grey.w == kSide && grey.h == kSide ? grey : pil_resize(grey, kSide, kSide, PilFilter::kLanczos));
+}
+
+}  // namespace
+
+uint64_t perceptual_hash_of(const PilImage& small) {
+  constexpr int kSide = kPhashSide, kLow = 8;
+  if (small.w != kSide || small.h != kSide || small.bands != 1) fail(ErrorCode::kInternal, "not a 32x32 grey image");
   // DCT-II along the columns (axis 0), then the rows: 2 sum x cos(pi k (2n + 1) / 2N).
   long double cosines[kLow][kSide];
   for (int k = 0; k < kLow; ++k)
@@ -109,8 +120,6 @@ uint64_t perceptual_hash(const ImageView& image, const uint32_t* rgb) {
     if (low[i] > median) bits |= uint64_t{1} << (63 - i);
   return bits;
 }
-
-}  // namespace
 
 ImageHashes hash_image(const ImageView& image, const uint32_t* rgb) {
   ImageHashes h;

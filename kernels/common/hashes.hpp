@@ -21,12 +21,20 @@
 
 #include <cstdint>
 
+#include "common/pil_resample.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
 
 // Of any sample type; the perceptual hash of 8-bit images only.
 ImageHashes hash_image(const ImageView& image, const uint32_t* rgb);
+
+// Its parts, for an engine that shrinks the grey image elsewhere (the GPU):
+// the pixels' hash, and the perceptual hash of the grey image shrunk to
+// kPhashSide x kPhashSide (PIL's L, then its LANCZOS resize).
+constexpr int kPhashSide = 32;
+void pixel_hash(const ImageView& image, const uint32_t* rgb, uint8_t out[16]);
+uint64_t perceptual_hash_of(const PilImage& small);
 
 // Host memory hash_image allocates: a reordered row, the grey plane.
 inline uint64_t hashes_working_bytes(const Layout& layout) { return layout.row_bytes() + layout.pixels(); }

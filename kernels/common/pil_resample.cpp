@@ -5,9 +5,6 @@
 namespace imgstat {
 namespace {
 
-// PIL's resampling (Resample.c, 8 bits per channel): coefficients
-// normalized in double, then in fixed point of 22 bits.
-constexpr int kPilPrecisionBits = 32 - 8 - 2;
 
 double pil_bicubic(double x) {
   constexpr double a = -0.5;
@@ -27,12 +24,6 @@ double pil_lanczos(double x) {  // truncated sinc
   if (-3.0 <= x && x < 3.0) return pil_sinc(x) * pil_sinc(x / 3);
   return 0.0;
 }
-
-struct PilCoeffs {
-  int ksize = 0;
-  std::vector<int> bounds;  // xmin, count per output
-  std::vector<int32_t> k;
-};
 
 PilCoeffs pil_coeffs(int in_size, int out_size, PilFilter filter) {
   double (*kernel)(double) = filter == PilFilter::kLanczos ? pil_lanczos : pil_bicubic;
@@ -124,19 +115,54 @@ __attribute__((target("avx2"))) void horizontal_rows8(const uint8_t* in_rows, si
 
 }  // namespace
 
+const PilPlan& pil_plan(int w, int h, int xsize, int ysize, PilFilter filter) {
+  thread_local PilPlan kept[2];
+  PilPlan& p = kept[filter == PilFilter::kLanczos];
+  if (p.w == w && p.h == h && p.xsize == xsize && p.ysize == ysize) return p;
+  p.w = w, p.h = h, p.xsize = xsize, p.ysize = ysize;
+  p.horizontal = pil_coeffs(w, xsize, filter);
+  p.vertical = pil_coeffs(h, ysize, filter);
+  p.first_row = p.vertical.bounds[0];
+  p.rows = p.vertical.bounds[ysize * 2 - 2] + p.vertical.bounds[ysize * 2 - 1] - p.first_row;
+  return p;
+}
+
+namespace {
+
+PilImage vertical_pass(const PilImage& cur, const PilCoeffs& cv, int first_row, int ysize) {
+  PilImage o;
+  o.w = cur.w, o.h = ysize, o.bands = cur.bands;
+  o.px.resize(static_cast<size_t>(o.w) * o.h * o.bands);
+  for (int yy = 0; yy < ysize; ++yy) {
+    const int ymin = cv.bounds[yy * 2] - first_row, ymax = cv.bounds[yy * 2 + 1];
+    const int32_t* k = &cv.k[static_cast<size_t>(yy) * cv.ksize];
+    for (int xx = 0; xx < o.w; ++xx)
+      for (int b = 0; b < o.bands; ++b) {
+        int32_t ss = 1 << (kPilPrecisionBits - 1);
+        for (int y = 0; y < ymax; ++y) ss += cur.at(xx, y + ymin, b) * k[y];
+        o.at(xx, yy, b) = pil_clip8(ss);
+      }
+  }
+  return o;
+}
+
+}  // namespace
+
+PilImage pil_vertical(const PilImage& horizontal, const PilPlan& plan) {
+  return vertical_pass(horizontal, plan.vertical, plan.first_row, plan.ysize);
+}
+
 PilImage pil_resize(const PilImage& in, int xsize, int ysize, PilFilter filter) {
   static const bool avx2 = __builtin_cpu_supports("avx2");
   const bool horizontal = xsize != in.w, vertical = ysize != in.h;
-  const PilCoeffs ch = pil_coeffs(in.w, xsize, filter), cv = pil_coeffs(in.h, ysize, filter);
-  const int ybox_first = cv.bounds[0];
-  const int ybox_last = cv.bounds[ysize * 2 - 2] + cv.bounds[ysize * 2 - 1];
+  const PilPlan& plan = pil_plan(in.w, in.h, xsize, ysize, filter);
+  const PilCoeffs& ch = plan.horizontal;
+  const int ybox_first = plan.first_row;
   const PilImage* cur = &in;
   PilImage t;
-  std::vector<int> vbounds = cv.bounds;
   if (horizontal) {
-    for (int i = 0; i < ysize; ++i) vbounds[i * 2] -= ybox_first;
     const int bands = in.bands;
-    t.w = xsize, t.h = ybox_last - ybox_first, t.bands = bands;
+    t.w = xsize, t.h = plan.rows, t.bands = bands;
     t.px.resize(static_cast<size_t>(t.w) * t.h * bands);
     const size_t in_stride = static_cast<size_t>(in.w) * bands, out_stride = static_cast<size_t>(xsize) * bands;
     int yy = 0;
@@ -150,20 +176,7 @@ PilImage pil_resize(const PilImage& in, int xsize, int ysize, PilFilter filter) 
     cur = &t;
   }
   if (!vertical) return *cur;
-  PilImage o;
-  o.w = cur->w, o.h = ysize, o.bands = cur->bands;
-  o.px.resize(static_cast<size_t>(o.w) * o.h * o.bands);
-  for (int yy = 0; yy < ysize; ++yy) {
-    const int ymin = vbounds[yy * 2], ymax = vbounds[yy * 2 + 1];
-    const int32_t* k = &cv.k[static_cast<size_t>(yy) * cv.ksize];
-    for (int xx = 0; xx < o.w; ++xx)
-      for (int b = 0; b < o.bands; ++b) {
-        int32_t ss = 1 << (kPilPrecisionBits - 1);
-        for (int y = 0; y < ymax; ++y) ss += cur->at(xx, y + ymin, b) * k[y];
-        o.at(xx, yy, b) = pil_clip8(ss);
-      }
-  }
-  return o;
+  return vertical_pass(*cur, plan.vertical, horizontal ? ybox_first : 0, ysize);
 }
 
 }  // namespace imgstat

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/pil_resample.hpp"
 #include "imgstat/engine.hpp"
 
 namespace imgstat {
@@ -54,6 +55,47 @@ void add_quality(const ImageView& image, const StatsRequest& request, Result& re
 // grey plane, a packed copy of unaligned pixels, PIL's copy for the
 // thumbnail, each thread's brightness buckets.
 uint64_t quality_working_bytes(const Layout& layout, uint32_t threads);
+
+// ---- The 8-bit measures from counts made elsewhere (the GPU's pass) ----
+
+// OpenCV 4's RGB2Gray for 8 and 16 bits: its 15-bit fixed point.
+IMGSTAT_HD uint32_t quality_grey(uint32_t r, uint32_t g, uint32_t b) {
+  return (9798 * r + 19235 * g + 3735 * b + (1u << 14)) >> 15;
+}
+
+// cleanvision's brightness percentiles, exactly: the order of the
+// brightness values is the order of the integer keys 241 R^2 + 691 G^2 +
+// 68 B^2 (keys one apart differ far more than the floats' rounding), so
+// the ranks are found from counts of key buckets, and the values from the
+// colours of the pixels in the few buckets holding those ranks.
+constexpr int kBrightnessShift = 12;
+constexpr uint32_t kBrightnessBuckets = (1000u * 255 * 255 >> kBrightnessShift) + 1;
+IMGSTAT_HD uint32_t brightness_key(uint32_t r, uint32_t g, uint32_t b) { return 241 * r * r + 691 * g * g + 68 * b * b; }
+// The buckets (ascending, at most 14) holding the percentiles' ranks among
+// n pixels, from every bucket's count.
+std::vector<uint32_t> brightness_wanted(const uint64_t* buckets, uint64_t n);
+
+// The size cleanvision shrinks an image to for its blurriness (at most 64
+// pixels a side, PIL's bicubic resize): false where it is not shrunk.
+bool blurriness_size(uint64_t width, uint64_t height, int* xs, int* ys);
+
+// What a pass over an 8-bit image of one or three channels counts, in the
+// CPU engine's words (see the file's comment): sums over every pixel of the
+// grey sample, the Laplacian, R - G, R + G - 2 B and their squares; each
+// channel's histogram; colour images: the pixels per brightness bucket
+// (kBrightnessBuckets), the colours (r | g << 8 | b << 16) of every pixel in
+// brightness_wanted()'s buckets, any order; the blurriness image (PIL's
+// bands R, G, B or L, shrunk to blurriness_size()).
+struct QualityCounts {
+  int64_t grey = 0, grey_sq = 0, lap = 0, lap_sq = 0, rg = 0, rg_sq = 0, yb2 = 0, yb2_sq = 0;
+  bool equal_rgb = true;
+  std::vector<std::array<uint64_t, 256>> hist;
+  std::vector<uint64_t> buckets;
+  std::vector<uint32_t> colours;
+  PilImage thumbnail;
+};
+// The measures from them: the bits measure_quality gives the same image.
+QualityStats quality_of_counts(const Layout& layout, const uint32_t* rgb, const QualityCounts& counts);
 
 // Whether a sample type has quality measures.
 inline bool quality_measured(SampleType t) { return t == SampleType::kUint8 || t == SampleType::kUint16; }
