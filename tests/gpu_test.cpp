@@ -410,6 +410,78 @@ TEST_F(GpuTest, EveryStatisticAgreesWithTheCpu) {
   }
 }
 
+// A JPEG decoded on the GPU keeps its pixels there: its quality measures
+// and hashes are counted by the device (measures_on_device) and finished on
+// the host by the CPU engine's code. Every field equal to the CPU engine's
+// of the same pixels in host memory: random, smooth, constant (every pixel
+// in one brightness bucket), the type's two ends, R = G = B, B and R
+// swapped, prime and odd sizes, one large image; sizes the device does not
+// take (small, 32 wide, one row) through the host copy, the same answers.
+TEST_F(GpuTest, QualityAndHashesOfDeviceImagesAsTheCpuEngines) {
+  std::mt19937_64 rng(653);
+  struct Size { uint64_t w, h; bool on_device; };
+  const Size sizes[] = {{65, 66, true},   {97, 61, true},  {500, 375, true}, {211, 1013, true}, {4001, 2999, true},
+                        {40, 30, false},  {32, 100, false}, {300, 1, false}};
+  StatsRequest req;
+  req.quality = req.hashes = true;
+  for (const Size& sz : sizes)
+    for (uint32_t c : {1u, 3u})
+      for (int kind = 0; kind < 6; ++kind) {
+        if (sz.w * sz.h > 2000000 && kind > 1) continue;
+        const uint64_t n = sz.w * sz.h * c;
+        std::vector<double> vals(n);
+        for (uint64_t i = 0; i < n; ++i) {
+          const uint64_t px = i / c, x = px % sz.w, y = px / sz.w;
+          switch (kind) {
+            case 0: vals[i] = static_cast<double>(rng() % 256); break;
+            case 1: vals[i] = static_cast<double>((x * 7 + y * 3 + (i % c) * 50 + rng() % 9) % 256); break;
+            case 2: vals[i] = 201; break;
+            case 3: vals[i] = (rng() % 2) * 255.0; break;
+            case 4: vals[i] = i % c == 0 ? static_cast<double>(rng() % 256) : vals[i - i % c]; break;  // R = G = B
+            default: vals[i] = static_cast<double>(40 + rng() % 3); break;  // a few colours: buckets of many pixels
+          }
+        }
+        for (bool swapped : {false, true}) {
+          if (swapped && c == 1) continue;
+          SCOPED_TRACE(std::to_string(sz.w) + "x" + std::to_string(sz.h) + "x" + std::to_string(c) + " data " +
+                       std::to_string(kind) + (swapped ? " BGR" : ""));
+          StatsRequest r = req;
+          if (swapped) r.rgb[0] = 2, r.rgb[2] = 0;
+          const TestImage img = make_image(rng, sz.w, sz.h, c, SampleType::kUint8, 0, 0, [&](uint64_t i) { return vals[i]; });
+          EXPECT_EQ(gpu_->measures_on_device(img.view.layout, r), sz.on_device);
+          void* device = nullptr;
+          ASSERT_EQ(cudaMalloc(&device, n), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(device, img.view.data, n, cudaMemcpyHostToDevice), cudaSuccess);
+          const Result g = gpu_->analyze_device(DeviceImageView{device, img.view.layout}, r);
+          cudaFree(device);
+          const Result want = cpu_->analyze(img.view, r);
+          ASSERT_TRUE(g.has_quality && g.has_hashes);
+          const QualityStats &a = g.quality, &b = want.quality;
+          EXPECT_EQ(a.laplacian_variance, b.laplacian_variance);
+          EXPECT_EQ(a.rms_contrast, b.rms_contrast);
+          EXPECT_EQ(a.has_colourfulness, b.has_colourfulness);
+          EXPECT_EQ(a.colourfulness, b.colourfulness);
+          EXPECT_EQ(a.share_at_min, b.share_at_min);
+          EXPECT_EQ(a.share_at_max, b.share_at_max);
+          const auto &x = a.cleanvision, &y = b.cleanvision;
+          EXPECT_EQ(x.brightness, y.brightness);
+          EXPECT_EQ(x.brightness_percentiles, y.brightness_percentiles);
+          EXPECT_EQ(x.blurriness, y.blurriness);
+          EXPECT_EQ(x.blurriness_grayscale_std, y.blurriness_grayscale_std);
+          EXPECT_EQ(x.entropy, y.entropy);
+          EXPECT_EQ(x.is_grayscale_issue, y.is_grayscale_issue);
+          EXPECT_EQ(x.is_dark_issue, y.is_dark_issue);
+          EXPECT_EQ(x.is_light_issue, y.is_light_issue);
+          EXPECT_EQ(x.is_blurry_issue, y.is_blurry_issue);
+          EXPECT_EQ(x.size, y.size);
+          EXPECT_EQ(g.hashes.pixels, want.hashes.pixels);
+          EXPECT_EQ(g.hashes.has_phash, want.hashes.has_phash);
+          EXPECT_EQ(g.hashes.phash, want.hashes.phash);
+          expect_same_stats(g, want, SampleType::kUint8);
+        }
+      }
+}
+
 TEST_F(GpuTest, OverTheMemoryLimitFallsBackToTheCpu) {
   EngineOptions o;
   o.kind = EngineKind::kCuda;

@@ -62,6 +62,9 @@ class FallbackEngine final : public Engine {
   Result analyze_read(const Layout& layout, const StatsRequest& request, const ByteReader& read) override;
   std::unique_ptr<StreamAnalysis> open_stream(const Layout& layout, const StatsRequest& request) override;
   bool takes_device_images() const override { return !lost_ && primary_->takes_device_images(); }
+  bool measures_on_device(const Layout& layout, const StatsRequest& request) const override {
+    return !lost_ && primary_->measures_on_device(layout, request);
+  }
   EngineUsage usage() const override;
   Result analyze_device(const DeviceImageView& image, const StatsRequest& request) override;
   Result analyze_parts_device(const DeviceImageView& image, const Parts& parts, const StatsRequest& request) override;

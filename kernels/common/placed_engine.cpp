@@ -151,6 +151,16 @@ class PlacedEngine final : public Engine {
     return false;
   }
 
+  bool measures_on_device(const Layout& layout, const StatsRequest& request) const override {
+    bool any = false;
+    for (size_t i = 0; i < engines_.size(); ++i)
+      if (placement_->in_service(i)) {
+        if (!engines_[i]->measures_on_device(layout, request)) return false;
+        any = true;
+      }
+    return any;
+  }
+
   // Page-locked memory is "portable": every GPU of the process reads it at
   // the pinned rate, whichever slot registered it.
   std::shared_ptr<void> pin_host_memory(const void* data, size_t bytes) override {

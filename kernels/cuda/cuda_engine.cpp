@@ -20,6 +20,7 @@
 #include "common/quality.hpp"
 #include "cuda/dispatch/dispatch.hpp"
 #include "cuda/parts.hpp"
+#include "cuda/quality.hpp"
 #include "cuda/stream.hpp"
 #include "cuda/tuning/host.hpp"
 #include "cuda/workspace.hpp"
@@ -298,6 +299,9 @@ class CudaEngine final : public Engine {
   }
 
   bool takes_device_images() const override { return !device_lost(options_.device); }
+  bool measures_on_device(const Layout& layout, const StatsRequest& request) const override {
+    return cuda::measures_on_device(layout, request);
+  }
 
   std::shared_ptr<void> pin_host_memory(const void* data, size_t bytes) override {
     if (device_lost(options_.device) || cudaSetDevice(options_.device) != cudaSuccess) {
@@ -378,7 +382,9 @@ class CudaEngine final : public Engine {
       result.has_luminance = true;
       result.luminance = device_luminance(image, request);
     }
-    if (needs_host_measures(request)) {  // measured on the host (see analyze()), from a copy of the pixels
+    if (measures_on_device(image.layout, request)) {
+      device_measures(image, request, dev_, budget_, result);
+    } else if (needs_host_measures(request)) {  // measured on the host (see analyze()), from a copy of the pixels
       // On this thread's stream: the legacy default stream's copy would wait
       // for, and hold up, every other call's work on the device.
       std::vector<uint8_t> host(image.layout.pixels() * image.layout.pixel_bytes());

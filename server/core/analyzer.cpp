@@ -792,10 +792,12 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
   call.check("after decoding");
   const auto t1 = Clock::now();
   Result result;
-  // The host's measures (quality, hashes, meshes) outside the engine's GPU
-  // slot: the device work, the pixels copied to the host and let go, then
-  // the measures on this thread, while the slot serves other calls.
-  const bool apart = needs_host_measures(request) && image.to_host;
+  // The host's measures (quality, hashes, meshes) where the engine does not
+  // take them on the device: outside the engine's GPU slot, the device work,
+  // the pixels copied to the host and let go, then the measures on this
+  // thread, while the slot serves other calls.
+  const bool apart =
+      needs_host_measures(request) && image.to_host && !engine_->measures_on_device(layout, request);
   std::vector<uint8_t> host;
   try {
     TraceRange range("analyze device image");

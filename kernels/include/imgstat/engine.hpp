@@ -547,6 +547,9 @@ class Engine {
   // engines without a GPU and kUnavailable when the GPU fails (the pixels
   // are then out of reach: the caller decodes again on the CPU).
   virtual Result analyze_device(const DeviceImageView& image, const StatsRequest& request);
+  // Whether analyze_device() computes the request's host measures (quality,
+  // hashes) of such an image on the device, with no copy of it to the host.
+  virtual bool measures_on_device(const Layout&, const StatsRequest&) const { return false; }
   // analyze_parts() of pixels in device memory (the map in host memory),
   // the same answers; throws as analyze_device() does, and kUnimplemented
   // for parts the GPU does not compute (floats, rectangles, a volume's tiles).

@@ -1,0 +1,25 @@
+// Where the quality pass (agent/quality.cuh) leaves its counts: one array
+// of unsigned long long (signed sums as two's complement), read back by the
+// host (cuda/quality.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "common/quality.hpp"
+
+namespace imgstat::cuda {
+
+constexpr uint32_t kQualitySums = 8;  // grey, grey^2, Laplacian, its square, R-G, its square, R+G-2B, its square
+constexpr uint32_t kQualityUnequalAt = kQualitySums;  // pixels whose R, G and B differ
+constexpr uint32_t kQualityHistAt = kQualityUnequalAt + 1;
+constexpr uint32_t kQualityBucketsAt = kQualityHistAt + 3 * 256;
+constexpr uint32_t kQualityCountsSize = kQualityBucketsAt + kBrightnessBuckets;
+
+// The brightness buckets whose pixels' colours are gathered (at most 14:
+// two ranks for each of seven percentiles).
+struct WantedBuckets {
+  uint32_t bucket[14];
+  uint32_t count;
+};
+
+}  // namespace imgstat::cuda

@@ -1,0 +1,62 @@
+// Launch shapes of the quality measures' and the thumbnails' kernels
+// (agent/quality.cuh): persistent grid-stride blocks, fewer for small
+// images.
+#include <algorithm>
+
+#include "cuda/agent/quality.cuh"
+#include "cuda/cuda_check.hpp"
+#include "cuda/dispatch/quality.hpp"
+
+namespace imgstat::cuda {
+namespace {
+
+unsigned grid_for(uint64_t items, const DeviceInfo& dev) {
+  const uint64_t wanted = (items + kPassThreads - 1) / kPassThreads;
+  return static_cast<unsigned>(std::clamp<uint64_t>(wanted, 1, static_cast<uint64_t>(dev.sm_count) * kBlocksPerSm));
+}
+
+}  // namespace
+
+void launch_quality_counts(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels,
+                           const uint32_t* rgb, unsigned long long* counts, const DeviceInfo& dev, cudaStream_t stream) {
+  const uint64_t n = static_cast<uint64_t>(width) * height;
+  if (n == 0) return;
+  const uint3 order = make_uint3(rgb[0], rgb[1], rgb[2]);
+  if (channels == 3) {
+    quality_counts<3><<<grid_for(n, dev), kPassThreads, 0, stream>>>(pixels, width, height, order, counts);
+  } else {
+    quality_counts<1><<<grid_for(n, dev), kPassThreads, 0, stream>>>(pixels, width, height, order, counts);
+  }
+  IMGSTAT_CUDA_LAUNCHED("quality_counts");
+}
+
+void launch_wanted_colours(const uint8_t* pixels, uint64_t count, const uint32_t* rgb, const WantedBuckets& wanted,
+                           uint32_t* out, unsigned int* next, uint32_t capacity, const DeviceInfo& dev,
+                           cudaStream_t stream) {
+  if (count == 0) return;
+  wanted_colours<<<grid_for(count, dev), kPassThreads, 0, stream>>>(pixels, count, make_uint3(rgb[0], rgb[1], rgb[2]),
+                                                                     wanted, out, next, capacity);
+  IMGSTAT_CUDA_LAUNCHED("wanted_colours");
+}
+
+void launch_pil_horizontal(const uint8_t* pixels, uint32_t width, uint32_t channels, uint32_t bands,
+                           const uint32_t* rgb, int first_row, int rows, int xsize, const int* bounds,
+                           const int32_t* k, int ksize, uint8_t* out, const DeviceInfo& dev, cudaStream_t stream) {
+  const uint64_t items = static_cast<uint64_t>(rows) * xsize;
+  if (items == 0) return;
+  const uint3 order = make_uint3(rgb[0], rgb[1], rgb[2]);
+  const unsigned grid = grid_for(items, dev);
+  if (channels == 3 && bands == 3) {
+    pil_horizontal<3, 3><<<grid, kPassThreads, 0, stream>>>(pixels, width, order, first_row, rows, xsize, bounds, k,
+                                                             ksize, out);
+  } else if (channels == 3) {
+    pil_horizontal<3, 1><<<grid, kPassThreads, 0, stream>>>(pixels, width, order, first_row, rows, xsize, bounds, k,
+                                                             ksize, out);
+  } else {
+    pil_horizontal<1, 1><<<grid, kPassThreads, 0, stream>>>(pixels, width, order, first_row, rows, xsize, bounds, k,
+                                                             ksize, out);
+  }
+  IMGSTAT_CUDA_LAUNCHED("pil_horizontal");
+}
+
+}  // namespace imgstat::cuda

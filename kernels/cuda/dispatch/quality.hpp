@@ -1,0 +1,29 @@
+// Host-side launchers of the quality measures' kernels (agent/quality.cuh)
+// for packed 8-bit device images of one or three channels; rgb: the
+// channels holding R, G and B. Each returns after its checked launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/block/quality_counts.hpp"
+#include "cuda/block/types.hpp"
+
+namespace imgstat::cuda {
+
+// Adds the pass's counts to counts (kQualityCountsSize, zeroed by the caller).
+void launch_quality_counts(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels,
+                           const uint32_t* rgb, unsigned long long* counts, const DeviceInfo& dev, cudaStream_t stream);
+// Three channels: the colours of the pixels in the wanted buckets into out
+// (at most capacity; *next counts them all).
+void launch_wanted_colours(const uint8_t* pixels, uint64_t count, const uint32_t* rgb, const WantedBuckets& wanted,
+                           uint32_t* out, unsigned int* next, uint32_t capacity, const DeviceInfo& dev,
+                           cudaStream_t stream);
+// PIL's horizontal pass of a plan (bounds and k: its device copies) into
+// rows x xsize pixels of `bands` (3: R, G, B; 1: the channel or PIL's L).
+void launch_pil_horizontal(const uint8_t* pixels, uint32_t width, uint32_t channels, uint32_t bands,
+                           const uint32_t* rgb, int first_row, int rows, int xsize, const int* bounds,
+                           const int32_t* k, int ksize, uint8_t* out, const DeviceInfo& dev, cudaStream_t stream);
+
+}  // namespace imgstat::cuda
