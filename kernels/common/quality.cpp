@@ -284,22 +284,11 @@ std::vector<uint64_t> percentile_ranks(uint64_t n) {
   return ranks;
 }
 
-// The bucket holding each rank, from the buckets' counts.
-std::vector<uint32_t> rank_buckets(const uint64_t* counts, const std::vector<uint64_t>& ranks,
-                                   std::vector<uint64_t>& first) {
-  first.resize(kBrightnessBuckets + 1);
-  first[0] = 0;
-  for (uint32_t b = 0; b < kBrightnessBuckets; ++b) first[b + 1] = first[b] + counts[b];
-  std::vector<uint32_t> of(ranks.size());
-  for (size_t i = 0; i < ranks.size(); ++i)
-    of[i] = static_cast<uint32_t>(std::upper_bound(first.begin(), first.end(), ranks[i]) - first.begin()) - 1;
-  return of;
-}
-
-// The percentiles from the colours (r | g << 8 | b << 16) of every pixel
-// in the wanted buckets, in any order. Grey images: from their histogram.
+// The percentiles from the wanted buckets (brightness_wanted()) and the
+// colours (r | g << 8 | b << 16) of every pixel in them, in any order.
+// Grey images: from their histogram.
 std::vector<double> percentiles_of(uint64_t n, bool colour, const std::array<uint64_t, 256>& grey_counts,
-                                   const uint64_t* counts, const uint32_t* colours, size_t m) {
+                                   const std::vector<BrightnessBucket>& wanted, const uint32_t* colours, size_t m) {
   const std::vector<uint64_t> ranks = percentile_ranks(n);
   std::vector<double> at(ranks.size());
   if (!colour) {
@@ -310,30 +299,26 @@ std::vector<double> percentiles_of(uint64_t n, bool colour, const std::array<uin
       at[i] = v / 255.0;
     }
   } else {
-    thread_local std::vector<uint64_t> first;
-    const std::vector<uint32_t> bucket_of = rank_buckets(counts, ranks, first);
-    std::vector<uint32_t> buckets(bucket_of);
-    std::sort(buckets.begin(), buckets.end());
-    buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
-    std::vector<std::vector<double>> keys(buckets.size());
+    std::vector<std::vector<double>> keys(wanted.size());
     for (size_t i = 0; i < m; ++i) {
       const uint32_t r = colours[i] & 255, g = (colours[i] >> 8) & 255, b = colours[i] >> 16;
       const uint32_t k = brightness_key(r, g, b) >> kBrightnessShift;
-      const size_t slot = std::lower_bound(buckets.begin(), buckets.end(), k) - buckets.begin();
-      if (slot == buckets.size() || buckets[slot] != k)
-        fail(ErrorCode::kInternal, "a colour outside the brightness buckets asked for");
+      const auto it = std::lower_bound(wanted.begin(), wanted.end(), k,
+                                       [](const BrightnessBucket& w, uint32_t key) { return w.bucket < key; });
+      if (it == wanted.end() || it->bucket != k) fail(ErrorCode::kInternal, "a colour outside the brightness buckets asked for");
       // numpy's order is the floats': equal keys of other colours may
       // round an ulp apart.
-      keys[slot].push_back(cv_brightness(r, g, b));
+      keys[it - wanted.begin()].push_back(cv_brightness(r, g, b));
     }
     for (size_t s = 0; s < keys.size(); ++s) {
-      if (keys[s].size() != counts[buckets[s]])
-        fail(ErrorCode::kInternal, "the brightness bucket's colours are not its count");
+      if (keys[s].size() != wanted[s].count) fail(ErrorCode::kInternal, "the brightness bucket's colours are not its count");
       std::sort(keys[s].begin(), keys[s].end());
     }
     for (size_t i = 0; i < ranks.size(); ++i) {
-      const size_t slot = std::lower_bound(buckets.begin(), buckets.end(), bucket_of[i]) - buckets.begin();
-      at[i] = keys[slot][ranks[i] - first[bucket_of[i]]];
+      size_t s = 0;
+      while (s < wanted.size() && !(wanted[s].first <= ranks[i] && ranks[i] < wanted[s].first + wanted[s].count)) ++s;
+      if (s == wanted.size()) fail(ErrorCode::kInternal, "a brightness rank outside the buckets asked for");
+      at[i] = keys[s][ranks[i] - wanted[s].first];
     }
   }
   std::vector<double> out;
@@ -346,12 +331,12 @@ std::vector<double> percentiles_of(uint64_t n, bool colour, const std::array<uin
 }
 
 // The colours of an 8-bit image's pixels in the wanted buckets.
-void gather_colours(const ImageView& image, const uint32_t* rgb, const std::vector<uint32_t>& wanted,
+void gather_colours(const ImageView& image, const uint32_t* rgb, const std::vector<BrightnessBucket>& wanted,
                     std::vector<uint32_t>& out) {
   const Layout& l = image.layout;
   thread_local std::vector<uint8_t> is_wanted;  // small: read for every pixel
   is_wanted.assign(kBrightnessBuckets, 0);
-  for (uint32_t b : wanted) is_wanted[b] = 1;
+  for (const BrightnessBucket& b : wanted) is_wanted[b.bucket] = 1;
   const auto* base = static_cast<const uint8_t*>(image.data);
   out.clear();
   for (uint64_t y = 0; y < l.height; ++y) {
@@ -380,8 +365,9 @@ bool engine_histograms(const Result& result, const Layout& l, const StatsRequest
 }
 
 QualityStats finish_quality(const Layout& l, const uint32_t* rgb, const Sums& s,
-                            const std::vector<std::array<uint64_t, 256>>* hist, const uint64_t* buckets,
-                            const uint32_t* colours, size_t m, const PilImage& thumbnail);
+                            const std::vector<std::array<uint64_t, 256>>* hist,
+                            const std::vector<BrightnessBucket>& wanted, const uint32_t* colours, size_t m,
+                            const PilImage& thumbnail);
 
 template <class T>
 QualityStats measure(const ImageView& image, const uint32_t* rgb, const std::vector<std::array<uint64_t, 256>>* known) {
@@ -513,11 +499,15 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb, const std::vec
     const std::vector<std::array<uint64_t, 256>>& hist = known ? *known : s.hist;
     thread_local std::vector<uint32_t> colours;
     colours.clear();
-    if (bucket_keys) gather_colours(image, rgb, brightness_wanted(buckets.data(), n), colours);
+    std::vector<BrightnessBucket> wanted;
+    if (bucket_keys) {
+      wanted = brightness_wanted(buckets.data(), n);
+      gather_colours(image, rgb, wanted, colours);
+    }
     const PilImage thumbnail = blurriness_image(image, rgb);
-    return finish_quality(l, rgb, s, &hist, buckets.data(), colours.data(), colours.size(), thumbnail);
+    return finish_quality(l, rgb, s, &hist, wanted, colours.data(), colours.size(), thumbnail);
   } else {
-    return finish_quality(l, rgb, s, nullptr, nullptr, nullptr, 0, PilImage{});
+    return finish_quality(l, rgb, s, nullptr, {}, nullptr, 0, PilImage{});
   }
 }
 
@@ -525,8 +515,9 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb, const std::vec
 // the brightness buckets, the colours of the wanted buckets' pixels and the
 // blurriness image).
 QualityStats finish_quality(const Layout& l, const uint32_t* rgb, const Sums& s,
-                            const std::vector<std::array<uint64_t, 256>>* hist, const uint64_t* buckets,
-                            const uint32_t* colours, size_t m, const PilImage& thumbnail) {
+                            const std::vector<std::array<uint64_t, 256>>* hist,
+                            const std::vector<BrightnessBucket>& wanted, const uint32_t* colours, size_t m,
+                            const PilImage& thumbnail) {
   const bool k8 = hist != nullptr;
   const uint64_t w = l.width, h = l.height, n = l.pixels();
   const uint32_t ch = l.channels;
@@ -565,7 +556,7 @@ QualityStats finish_quality(const Layout& l, const uint32_t* rgb, const Sums& s,
     cv.brightness = ch == 3 ? cv_brightness(mean(rgb[0]), mean(rgb[1]), mean(rgb[2]))
                             : cv_brightness(mean(colour ? rgb[0] : 0), mean(colour ? rgb[0] : 0),
                                             mean(colour ? rgb[0] : 0));
-    const std::vector<double> perc = percentiles_of(n, colour, (*hist)[0], buckets, colours, m);
+    const std::vector<double> perc = percentiles_of(n, colour, (*hist)[0], wanted, colours, m);
     for (size_t j = 0; j < perc.size(); ++j) cv.brightness_percentiles.emplace_back(kBrightnessPercentiles[j], perc[j]);
     cv.dark_score = perc.back();
     cv.is_dark_issue = cv.dark_score < kDarkThreshold;
@@ -596,11 +587,24 @@ QualityStats finish_quality(const Layout& l, const uint32_t* rgb, const Sums& s,
 
 }  // namespace
 
-std::vector<uint32_t> brightness_wanted(const uint64_t* buckets, uint64_t n) {
-  thread_local std::vector<uint64_t> first;
-  std::vector<uint32_t> wanted = rank_buckets(buckets, percentile_ranks(n), first);
-  std::sort(wanted.begin(), wanted.end());
-  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+std::array<uint64_t, kBrightnessRanks> brightness_ranks(uint64_t n) {
+  const std::vector<uint64_t> ranks = percentile_ranks(n);
+  std::array<uint64_t, kBrightnessRanks> out{};
+  if (ranks.size() != out.size()) fail(ErrorCode::kInternal, "brightness ranks miscounted");
+  std::copy(ranks.begin(), ranks.end(), out.begin());
+  return out;
+}
+
+std::vector<BrightnessBucket> brightness_wanted(const uint64_t* buckets, uint64_t n) {
+  std::vector<BrightnessBucket> wanted;
+  const std::vector<uint64_t> ranks = percentile_ranks(n);  // ascending
+  size_t i = 0;
+  uint64_t first = 0;
+  for (uint32_t b = 0; b < kBrightnessBuckets && i < ranks.size(); first += buckets[b], ++b) {
+    if (ranks[i] >= first + buckets[b]) continue;
+    wanted.push_back(BrightnessBucket{b, first, buckets[b]});
+    while (i < ranks.size() && ranks[i] < first + buckets[b]) ++i;
+  }
   return wanted;
 }
 
@@ -611,7 +615,7 @@ QualityStats quality_of_counts(const Layout& layout, const uint32_t* rgb, const 
   s.grey = c.grey, s.grey_sq = c.grey_sq, s.lap = c.lap, s.lap_sq = c.lap_sq;
   s.rg = c.rg, s.rg_sq = c.rg_sq, s.yb2 = c.yb2, s.yb2_sq = c.yb2_sq;
   s.equal_rgb = c.equal_rgb;
-  return finish_quality(layout, rgb, s, &c.hist, c.buckets.data(), c.colours.data(), c.colours.size(), c.thumbnail);
+  return finish_quality(layout, rgb, s, &c.hist, c.wanted, c.colours.data(), c.colours.size(), c.thumbnail);
 }
 
 QualityStats measure_quality(const ImageView& image, const uint32_t* rgb,

@@ -72,8 +72,17 @@ constexpr int kBrightnessShift = 12;
 constexpr uint32_t kBrightnessBuckets = (1000u * 255 * 255 >> kBrightnessShift) + 1;
 IMGSTAT_HD uint32_t brightness_key(uint32_t r, uint32_t g, uint32_t b) { return 241 * r * r + 691 * g * g + 68 * b * b; }
 // The buckets (ascending, at most 14) holding the percentiles' ranks among
-// n pixels, from every bucket's count.
-std::vector<uint32_t> brightness_wanted(const uint64_t* buckets, uint64_t n);
+// n pixels, from every bucket's count: each with the rank of its first
+// pixel and its pixels.
+struct BrightnessBucket {
+  uint32_t bucket = 0;
+  uint64_t first = 0, count = 0;
+};
+std::vector<BrightnessBucket> brightness_wanted(const uint64_t* buckets, uint64_t n);
+// The ranks themselves (two for each percentile, ascending), which the
+// buckets' running counts place.
+constexpr int kBrightnessRanks = 14;
+std::array<uint64_t, kBrightnessRanks> brightness_ranks(uint64_t n);
 
 // The size cleanvision shrinks an image to for its blurriness (at most 64
 // pixels a side, PIL's bicubic resize): false where it is not shrunk.
@@ -82,15 +91,14 @@ bool blurriness_size(uint64_t width, uint64_t height, int* xs, int* ys);
 // What a pass over an 8-bit image of one or three channels counts, in the
 // CPU engine's words (see the file's comment): sums over every pixel of the
 // grey sample, the Laplacian, R - G, R + G - 2 B and their squares; each
-// channel's histogram; colour images: the pixels per brightness bucket
-// (kBrightnessBuckets), the colours (r | g << 8 | b << 16) of every pixel in
-// brightness_wanted()'s buckets, any order; the blurriness image (PIL's
-// bands R, G, B or L, shrunk to blurriness_size()).
+// channel's histogram; colour images: brightness_wanted()'s buckets and the
+// colours (r | g << 8 | b << 16) of every pixel in them, any order; the
+// blurriness image (PIL's bands R, G, B or L, shrunk to blurriness_size()).
 struct QualityCounts {
   int64_t grey = 0, grey_sq = 0, lap = 0, lap_sq = 0, rg = 0, rg_sq = 0, yb2 = 0, yb2_sq = 0;
   bool equal_rgb = true;
   std::vector<std::array<uint64_t, 256>> hist;
-  std::vector<uint64_t> buckets;
+  std::vector<BrightnessBucket> wanted;
   std::vector<uint32_t> colours;
   PilImage thumbnail;
 };

@@ -1,5 +1,6 @@
 #include "cuda/quality.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -42,37 +43,78 @@ class CallMemory {
 
 uint64_t aligned(uint64_t bytes) { return (bytes + 255) & ~uint64_t{255}; }
 
+// Page-locked host memory kept by a thread for its next image, up to
+// kKeptPinnedBytes (larger: its own allocation, for that call). Copies from
+// pageable memory go through the driver's staging buffers one at a time:
+// with a server's threads copying at once, that was most of a small
+// image's measures.
+constexpr size_t kKeptPinnedBytes = size_t{16} << 20;
+
+class Pinned {
+ public:
+  ~Pinned() { release(); }
+  uint8_t* get(size_t bytes) {
+    if (bytes > capacity_) {
+      release();
+      const size_t want = std::max(bytes, size_t{1} << 20);
+      IMGSTAT_CUDA(cudaHostAlloc(&data_, want, cudaHostAllocPortable));
+      capacity_ = want;
+    }
+    return static_cast<uint8_t*>(data_);
+  }
+  // What the call leaves is kept only up to the limit.
+  void trim() {
+    if (capacity_ > kKeptPinnedBytes) release();
+  }
+
+ private:
+  void release() {
+    if (data_ && cudaFreeHost(data_) != cudaSuccess) cudaGetLastError();  // at exit, perhaps after the context
+    data_ = nullptr, capacity_ = 0;
+  }
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+// The thread's staging for what the device's work brings back.
+Pinned& pinned(int which) {
+  thread_local Pinned kept[1];
+  return kept[which];
+}
+
 // A thumbnail's horizontal pass on the device: its plan's coefficients up,
 // the pass's rows back (copied by finish()).
 struct Thumbnail {
   const PilPlan* plan = nullptr;
   uint32_t bands = 1;
-  uint64_t coeff_at = 0, out_at = 0;
-  std::vector<uint8_t> host;
+  uint64_t coeff_at = 0, out_at = 0;  // on the device and, the same offsets, in the pinned staging
+  const uint8_t* host = nullptr;
 
   uint64_t coeff_bytes() const {
     return aligned(plan->horizontal.bounds.size() * sizeof(int)) + aligned(plan->horizontal.k.size() * sizeof(int32_t));
   }
   uint64_t out_bytes() const { return aligned(static_cast<uint64_t>(plan->rows) * plan->xsize * bands); }
 
-  void launch(const DeviceImageView& image, const uint32_t* rgb, uint8_t* base, const DeviceInfo& dev,
-              cudaStream_t stream) {
+  void launch(const DeviceImageView& image, const uint32_t* rgb, uint8_t* base, uint8_t* staging,
+              const DeviceInfo& dev, cudaStream_t stream) {
     const PilCoeffs& c = plan->horizontal;
-    int* bounds = reinterpret_cast<int*>(base + coeff_at);
-    int32_t* k = reinterpret_cast<int32_t*>(base + coeff_at + aligned(c.bounds.size() * sizeof(int)));
-    IMGSTAT_CUDA(cudaMemcpyAsync(bounds, c.bounds.data(), c.bounds.size() * sizeof(int), cudaMemcpyHostToDevice, stream));
-    IMGSTAT_CUDA(cudaMemcpyAsync(k, c.k.data(), c.k.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+    const uint64_t k_at = coeff_at + aligned(c.bounds.size() * sizeof(int));
+    std::memcpy(staging + coeff_at, c.bounds.data(), c.bounds.size() * sizeof(int));
+    std::memcpy(staging + k_at, c.k.data(), c.k.size() * sizeof(int32_t));
+    IMGSTAT_CUDA(cudaMemcpyAsync(base + coeff_at, staging + coeff_at, coeff_bytes(), cudaMemcpyHostToDevice, stream));
     launch_pil_horizontal(static_cast<const uint8_t*>(image.data), static_cast<uint32_t>(image.layout.width),
-                          image.layout.channels, bands, rgb, plan->first_row, plan->rows, plan->xsize, bounds, k,
+                          image.layout.channels, bands, rgb, plan->first_row, plan->rows, plan->xsize,
+                          reinterpret_cast<const int*>(base + coeff_at), reinterpret_cast<const int32_t*>(base + k_at),
                           c.ksize, base + out_at, dev, stream);
-    host.resize(static_cast<size_t>(plan->rows) * plan->xsize * bands);
-    IMGSTAT_CUDA(cudaMemcpyAsync(host.data(), base + out_at, host.size(), cudaMemcpyDeviceToHost, stream));
+    host = staging + out_at;
+    IMGSTAT_CUDA(cudaMemcpyAsync(staging + out_at, base + out_at, rows_bytes(), cudaMemcpyDeviceToHost, stream));
   }
+  size_t rows_bytes() const { return static_cast<size_t>(plan->rows) * plan->xsize * bands; }
 
   PilImage finish() const {
     PilImage t;
     t.w = plan->xsize, t.h = plan->rows, t.bands = static_cast<int>(bands);
-    t.px = host;
+    t.px.assign(host, host + rows_bytes());
     return pil_vertical(t, *plan);
   }
 };
@@ -102,10 +144,15 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
   const int w = static_cast<int>(l.width), h = static_cast<int>(l.height);
   const bool colour = l.channels == 3;
 
-  // One allocation: the counts, each thumbnail's coefficients and rows.
-  uint64_t bytes = 0;
-  const uint64_t counts_at = 0;
-  if (r.quality) bytes += aligned(kQualityCountsSize * sizeof(unsigned long long));
+  // One device allocation, mirrored by the thread's pinned staging up to
+  // the colours' first part: the counts, the gather's buckets and count
+  // (zeroed with them), each thumbnail's coefficients and rows; then the
+  // colours (room for every pixel; the staging: kColoursFirstBack), and in
+  // the staging alone the pixels for their hash.
+  const uint64_t counts_bytes = kQualityCountsSize * sizeof(unsigned long long);
+  const uint64_t wanted_at = counts_bytes, next_at = wanted_at + sizeof(WantedBuckets);
+  const uint64_t zeroed = next_at + sizeof(unsigned int);
+  uint64_t bytes = r.quality ? aligned(zeroed) : 0;
   Thumbnail blur, phash;
   if (r.quality) {
     int xs = 0, ys = 0;
@@ -120,58 +167,75 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
     phash.coeff_at = bytes, bytes += phash.coeff_bytes();
     phash.out_at = bytes, bytes += phash.out_bytes();
   }
-  CallMemory memory(budget, bytes, stream);
+  const bool gather = r.quality && colour;
+  const uint64_t colours_at = bytes;
+  const uint64_t first_back = gather ? std::min<uint64_t>(n, kColoursFirstBack) : 0;
+  const uint64_t device_bytes = bytes + (gather ? aligned(n * sizeof(uint32_t)) : 0);
+  const uint64_t pixels_at = bytes + aligned(first_back * sizeof(uint32_t));
+  const uint64_t staging_bytes = pixels_at + (r.hashes ? n * l.channels : 0);
+  CallMemory memory(budget, device_bytes, stream);
   uint8_t* base = memory.data();
-  auto* counts = reinterpret_cast<unsigned long long*>(base + counts_at);
-  std::vector<unsigned long long> host_counts;
+  uint8_t* staging = pinned(0).get(staging_bytes);
   if (r.quality) {
-    IMGSTAT_CUDA(cudaMemsetAsync(counts, 0, kQualityCountsSize * sizeof(unsigned long long), stream));
+    auto* counts = reinterpret_cast<unsigned long long*>(base);
+    IMGSTAT_CUDA(cudaMemsetAsync(base, 0, zeroed, stream));
     launch_quality_counts(px, static_cast<uint32_t>(w), static_cast<uint32_t>(h), l.channels, r.rgb, counts, dev,
                           stream);
-    blur.launch(image, r.rgb, base, dev, stream);
-    host_counts.resize(kQualityCountsSize);
-    IMGSTAT_CUDA(cudaMemcpyAsync(host_counts.data(), counts, host_counts.size() * sizeof(unsigned long long),
-                                 cudaMemcpyDeviceToHost, stream));
+    if (gather) {
+      BrightnessRanks ranks{};
+      const auto wanted_ranks = brightness_ranks(n);
+      for (int i = 0; i < kBrightnessRanks; ++i) ranks.rank[i] = wanted_ranks[i];
+      launch_wanted_colours(px, n, r.rgb, counts + kQualityBucketsAt, ranks,
+                            reinterpret_cast<WantedBuckets*>(base + wanted_at),
+                            reinterpret_cast<uint32_t*>(base + colours_at),
+                            reinterpret_cast<unsigned int*>(base + next_at), dev, stream);
+    }
+    blur.launch(image, r.rgb, base, staging, dev, stream);
+    // Back: the sums and histograms, the wanted buckets; not every bucket.
+    IMGSTAT_CUDA(cudaMemcpyAsync(staging, base, kQualityBucketsAt * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                                 stream));
+    IMGSTAT_CUDA(cudaMemcpyAsync(staging + wanted_at, base + wanted_at, zeroed - wanted_at, cudaMemcpyDeviceToHost,
+                                 stream));
+    if (gather)
+      IMGSTAT_CUDA(cudaMemcpyAsync(staging + colours_at, base + colours_at, first_back * sizeof(uint32_t),
+                                   cudaMemcpyDeviceToHost, stream));
   }
-  if (r.hashes) phash.launch(image, r.rgb, base, dev, stream);
-  std::vector<uint8_t> pixels;
-  if (r.hashes) {  // the pixel hash's copy, behind the kernels on the stream
-    pixels.resize(n * l.channels);
-    IMGSTAT_CUDA(cudaMemcpyAsync(pixels.data(), px, pixels.size(), cudaMemcpyDeviceToHost, stream));
+  if (r.hashes) {
+    phash.launch(image, r.rgb, base, staging, dev, stream);
+    // The pixel hash's copy, behind the kernels on the stream.
+    IMGSTAT_CUDA(cudaMemcpyAsync(staging + pixels_at, px, n * l.channels, cudaMemcpyDeviceToHost, stream));
   }
   IMGSTAT_CUDA(cudaStreamSynchronize(stream));
 
   if (r.quality) {
     QualityCounts q;
-    const auto* sums = reinterpret_cast<const long long*>(host_counts.data());
+    const auto* host_counts = reinterpret_cast<const unsigned long long*>(staging);
+    const auto* sums = reinterpret_cast<const long long*>(host_counts);
     q.grey = sums[0], q.grey_sq = sums[1], q.lap = sums[2], q.lap_sq = sums[3];
     q.rg = sums[4], q.rg_sq = sums[5], q.yb2 = sums[6], q.yb2_sq = sums[7];
     q.equal_rgb = host_counts[kQualityUnequalAt] == 0;
     q.hist.assign(l.channels, {});
     for (uint32_t c = 0; c < l.channels; ++c)
       for (int v = 0; v < 256; ++v) q.hist[c][v] = host_counts[kQualityHistAt + c * 256 + v];
-    if (colour) {
-      q.buckets.assign(host_counts.begin() + kQualityBucketsAt, host_counts.end());
-      const std::vector<uint32_t> wanted = brightness_wanted(q.buckets.data(), n);
-      WantedBuckets device_wanted{};
-      uint64_t m = 0;
-      for (uint32_t b : wanted) {
-        device_wanted.bucket[device_wanted.count++] = b;
-        m += q.buckets[b];
-      }
-      // At most every pixel: within 4/3 of the image's own bytes.
-      CallMemory gathered(budget, aligned(m * sizeof(uint32_t)) + sizeof(unsigned int), stream);
-      auto* next = reinterpret_cast<unsigned int*>(gathered.data() + aligned(m * sizeof(uint32_t)));
-      IMGSTAT_CUDA(cudaMemsetAsync(next, 0, sizeof(unsigned int), stream));
-      launch_wanted_colours(px, n, r.rgb, device_wanted, reinterpret_cast<uint32_t*>(gathered.data()), next,
-                            static_cast<uint32_t>(m), dev, stream);
-      q.colours.resize(m);
+    if (gather) {
+      WantedBuckets wanted;
       unsigned int found = 0;
-      IMGSTAT_CUDA(cudaMemcpyAsync(q.colours.data(), gathered.data(), m * sizeof(uint32_t), cudaMemcpyDeviceToHost,
-                                   stream));
-      IMGSTAT_CUDA(cudaMemcpyAsync(&found, next, sizeof found, cudaMemcpyDeviceToHost, stream));
-      IMGSTAT_CUDA(cudaStreamSynchronize(stream));
+      std::memcpy(&wanted, staging + wanted_at, sizeof wanted);
+      std::memcpy(&found, staging + next_at, sizeof found);
+      uint64_t m = 0;
+      for (uint32_t i = 0; i < wanted.count; ++i) {
+        q.wanted.push_back(BrightnessBucket{wanted.bucket[i], wanted.first[i], wanted.pixels[i]});
+        m += wanted.pixels[i];
+      }
       if (found != m) fail(ErrorCode::kInternal, "the brightness buckets' pixels are not their counts");
+      const auto* first = reinterpret_cast<const uint32_t*>(staging + colours_at);
+      q.colours.assign(first, first + std::min(m, first_back));
+      if (m > first_back) {  // many: the rest in a second round trip
+        q.colours.resize(m);
+        IMGSTAT_CUDA(cudaMemcpyAsync(q.colours.data() + first_back, base + colours_at + first_back * sizeof(uint32_t),
+                                     (m - first_back) * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream));
+        IMGSTAT_CUDA(cudaStreamSynchronize(stream));
+      }
     }
     q.thumbnail = blur.finish();
     result.quality = quality_of_counts(l, r.rgb, q);
@@ -179,12 +243,13 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
   }
   if (r.hashes) {
     ImageHashes hashes;
-    pixel_hash(ImageView{pixels.data(), l}, r.rgb, hashes.pixels.data());
+    pixel_hash(ImageView{staging + pixels_at, l}, r.rgb, hashes.pixels.data());
     hashes.has_phash = true;
     hashes.phash = perceptual_hash_of(phash.finish());
     result.hashes = hashes;
     result.has_hashes = true;
   }
+  pinned(0).trim();
 }
 
 }  // namespace imgstat::cuda

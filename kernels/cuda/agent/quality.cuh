@@ -7,6 +7,7 @@
 // host's finishing code then gives the CPU engine's bits.
 #pragma once
 
+#include <cub/block/block_scan.cuh>
 #include <cub/warp/warp_reduce.cuh>
 
 #include <cstdint>
@@ -75,11 +76,53 @@ __global__ void __launch_bounds__(kPassThreads)
     if (hist[i]) atomicAdd(&out[kQualityHistAt + i], static_cast<unsigned long long>(hist[i]));
 }
 
+// One block: the buckets holding the ranks (as brightness_wanted() finds
+// them from the running counts), ascending and distinct, and their pixels.
+constexpr int kWantedThreads = 1024;
+constexpr int kWantedItems = (kBrightnessBuckets + kWantedThreads - 1) / kWantedThreads;
+__global__ void __launch_bounds__(kWantedThreads)
+    find_wanted(const unsigned long long* __restrict__ buckets, BrightnessRanks ranks, WantedBuckets* wanted) {
+  using Scan = cub::BlockScan<unsigned long long, kWantedThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  __shared__ uint32_t of_rank[kBrightnessRanks];
+  __shared__ unsigned long long first_of_rank[kBrightnessRanks];
+  unsigned long long mine[kWantedItems], total = 0;
+  const uint32_t first = threadIdx.x * kWantedItems;
+#pragma unroll
+  for (int j = 0; j < kWantedItems; ++j) {
+    mine[j] = first + j < kBrightnessBuckets ? buckets[first + j] : 0;
+    total += mine[j];
+  }
+  unsigned long long start = 0;
+  Scan(temp).ExclusiveSum(total, start);
+#pragma unroll
+  for (int j = 0; j < kWantedItems; ++j) {
+    for (int i = 0; i < kBrightnessRanks; ++i)
+      if (start <= ranks.rank[i] && ranks.rank[i] < start + mine[j]) of_rank[i] = first + j, first_of_rank[i] = start;
+    start += mine[j];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    WantedBuckets w{};
+    for (int i = 0; i < kBrightnessRanks; ++i) {  // ranks ascend: so do their buckets
+      if (w.count && w.bucket[w.count - 1] == of_rank[i]) continue;
+      w.bucket[w.count] = of_rank[i];
+      w.first[w.count] = first_of_rank[i];
+      w.pixels[w.count] = buckets[of_rank[i]];
+      ++w.count;
+    }
+    *wanted = w;
+  }
+}
+
 // The colours (r | g << 8 | b << 16) of the pixels in the wanted buckets,
-// in any order; the host sized `out` from the buckets' counts.
+// in any order, into out (room for every pixel).
 __global__ void __launch_bounds__(kPassThreads)
-    wanted_colours(const uint8_t* __restrict__ px, uint64_t n, uint3 rgb, WantedBuckets wanted,
-                   uint32_t* __restrict__ out, unsigned int* next, uint32_t capacity) {
+    wanted_colours(const uint8_t* __restrict__ px, uint64_t n, uint3 rgb, const WantedBuckets* __restrict__ given,
+                   uint32_t* __restrict__ out, unsigned int* next) {
+  __shared__ WantedBuckets wanted;
+  if (threadIdx.x == 0) wanted = *given;
+  __syncthreads();
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const uint8_t* p = px + i * 3;
@@ -88,8 +131,7 @@ __global__ void __launch_bounds__(kPassThreads)
     bool hit = false;
     for (uint32_t j = 0; j < wanted.count; ++j) hit |= wanted.bucket[j] == k;
     if (!hit) continue;
-    const unsigned int at = atomicAdd(next, 1u);
-    if (at < capacity) out[at] = r | g << 8 | b << 16;
+    out[atomicAdd(next, 1u)] = r | g << 8 | b << 16;
   }
 }
 

@@ -30,12 +30,14 @@ void launch_quality_counts(const uint8_t* pixels, uint32_t width, uint32_t heigh
   IMGSTAT_CUDA_LAUNCHED("quality_counts");
 }
 
-void launch_wanted_colours(const uint8_t* pixels, uint64_t count, const uint32_t* rgb, const WantedBuckets& wanted,
-                           uint32_t* out, unsigned int* next, uint32_t capacity, const DeviceInfo& dev,
-                           cudaStream_t stream) {
+void launch_wanted_colours(const uint8_t* pixels, uint64_t count, const uint32_t* rgb,
+                           const unsigned long long* buckets, const BrightnessRanks& ranks, WantedBuckets* wanted,
+                           uint32_t* out, unsigned int* next, const DeviceInfo& dev, cudaStream_t stream) {
+  find_wanted<<<1, kWantedThreads, 0, stream>>>(buckets, ranks, wanted);
+  IMGSTAT_CUDA_LAUNCHED("find_wanted");
   if (count == 0) return;
   wanted_colours<<<grid_for(count, dev), kPassThreads, 0, stream>>>(pixels, count, make_uint3(rgb[0], rgb[1], rgb[2]),
-                                                                     wanted, out, next, capacity);
+                                                                     wanted, out, next);
   IMGSTAT_CUDA_LAUNCHED("wanted_colours");
 }
 

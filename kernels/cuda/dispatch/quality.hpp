@@ -15,11 +15,12 @@ namespace imgstat::cuda {
 // Adds the pass's counts to counts (kQualityCountsSize, zeroed by the caller).
 void launch_quality_counts(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels,
                            const uint32_t* rgb, unsigned long long* counts, const DeviceInfo& dev, cudaStream_t stream);
-// Three channels: the colours of the pixels in the wanted buckets into out
-// (at most capacity; *next counts them all).
-void launch_wanted_colours(const uint8_t* pixels, uint64_t count, const uint32_t* rgb, const WantedBuckets& wanted,
-                           uint32_t* out, unsigned int* next, uint32_t capacity, const DeviceInfo& dev,
-                           cudaStream_t stream);
+// Three channels, after launch_quality_counts: the buckets holding the
+// ranks into *wanted (on the device), and the colours of their pixels into
+// out (room for every pixel; *next, zeroed by the caller, counts them).
+void launch_wanted_colours(const uint8_t* pixels, uint64_t count, const uint32_t* rgb,
+                           const unsigned long long* buckets, const BrightnessRanks& ranks, WantedBuckets* wanted,
+                           uint32_t* out, unsigned int* next, const DeviceInfo& dev, cudaStream_t stream);
 // PIL's horizontal pass of a plan (bounds and k: its device copies) into
 // rows x xsize pixels of `bands` (3: R, G, B; 1: the channel or PIL's L).
 void launch_pil_horizontal(const uint8_t* pixels, uint32_t width, uint32_t channels, uint32_t bands,
