@@ -148,10 +148,6 @@ PilImage vertical_pass(const PilImage& cur, const PilCoeffs& cv, int first_row, 
 
 }  // namespace
 
-PilImage pil_vertical(const PilImage& horizontal, const PilPlan& plan) {
-  return vertical_pass(horizontal, plan.vertical, plan.first_row, plan.ysize);
-}
-
 PilImage pil_resize(const PilImage& in, int xsize, int ysize, PilFilter filter) {
   static const bool avx2 = __builtin_cpu_supports("avx2");
   const bool horizontal = xsize != in.w, vertical = ysize != in.h;

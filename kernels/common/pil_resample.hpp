@@ -48,10 +48,6 @@ const PilPlan& pil_plan(int w, int h, int xsize, int ysize, PilFilter filter);
 // here (callers with alpha premultiply as Image.resize does).
 PilImage pil_resize(const PilImage& in, int xsize, int ysize, PilFilter filter);
 
-// The vertical pass of a plan whose sizes both change, over the horizontal
-// pass's plan.rows rows of plan.xsize pixels (made elsewhere: the GPU).
-PilImage pil_vertical(const PilImage& horizontal, const PilPlan& plan);
-
 // PIL's RGB(A) to L: ITU-R 601-2 in 16-bit fixed point.
 IMGSTAT_HD uint8_t pil_l(uint32_t r, uint32_t g, uint32_t b) {
   return static_cast<uint8_t>((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);

@@ -87,35 +87,50 @@ Pinned& pinned(int which) {
 struct Thumbnail {
   const PilPlan* plan = nullptr;
   uint32_t bands = 1;
-  uint64_t coeff_at = 0, out_at = 0;  // on the device and, the same offsets, in the pinned staging
+  // On the device and, the same offsets, in the pinned staging: both
+  // passes' coefficients (bounds, taps), the horizontal pass's rows, the
+  // thumbnail.
+  uint64_t coeff_at = 0, rows_at = 0, out_at = 0;
   const uint8_t* host = nullptr;
 
-  uint64_t coeff_bytes() const {
-    return aligned(plan->horizontal.bounds.size() * sizeof(int)) + aligned(plan->horizontal.k.size() * sizeof(int32_t));
+  static uint64_t pass_bytes(const PilCoeffs& c) {
+    return aligned(c.bounds.size() * sizeof(int)) + aligned(c.k.size() * sizeof(int32_t));
   }
-  uint64_t out_bytes() const { return aligned(static_cast<uint64_t>(plan->rows) * plan->xsize * bands); }
+  uint64_t coeff_bytes() const { return pass_bytes(plan->horizontal) + pass_bytes(plan->vertical); }
+  uint64_t rows_bytes() const { return aligned(static_cast<uint64_t>(plan->rows) * plan->xsize * bands); }
+  size_t thumbnail_bytes() const { return static_cast<size_t>(plan->ysize) * plan->xsize * bands; }
+  // Lays itself out from `at` on.
+  uint64_t place(uint64_t at) {
+    coeff_at = at, rows_at = coeff_at + coeff_bytes(), out_at = rows_at + rows_bytes();
+    return out_at + aligned(thumbnail_bytes());
+  }
 
   void launch(const DeviceImageView& image, const uint32_t* rgb, uint8_t* base, uint8_t* staging,
               const DeviceInfo& dev, cudaStream_t stream) {
-    const PilCoeffs& c = plan->horizontal;
-    const uint64_t k_at = coeff_at + aligned(c.bounds.size() * sizeof(int));
-    std::memcpy(staging + coeff_at, c.bounds.data(), c.bounds.size() * sizeof(int));
-    std::memcpy(staging + k_at, c.k.data(), c.k.size() * sizeof(int32_t));
+    const PilCoeffs &ch = plan->horizontal, &cv = plan->vertical;
+    const uint64_t hk_at = coeff_at + aligned(ch.bounds.size() * sizeof(int));
+    const uint64_t vb_at = coeff_at + pass_bytes(ch), vk_at = vb_at + aligned(cv.bounds.size() * sizeof(int));
+    std::memcpy(staging + coeff_at, ch.bounds.data(), ch.bounds.size() * sizeof(int));
+    std::memcpy(staging + hk_at, ch.k.data(), ch.k.size() * sizeof(int32_t));
+    std::memcpy(staging + vb_at, cv.bounds.data(), cv.bounds.size() * sizeof(int));
+    std::memcpy(staging + vk_at, cv.k.data(), cv.k.size() * sizeof(int32_t));
     IMGSTAT_CUDA(cudaMemcpyAsync(base + coeff_at, staging + coeff_at, coeff_bytes(), cudaMemcpyHostToDevice, stream));
     launch_pil_horizontal(static_cast<const uint8_t*>(image.data), static_cast<uint32_t>(image.layout.width),
                           image.layout.channels, bands, rgb, plan->first_row, plan->rows, plan->xsize,
-                          reinterpret_cast<const int*>(base + coeff_at), reinterpret_cast<const int32_t*>(base + k_at),
-                          c.ksize, base + out_at, dev, stream);
+                          reinterpret_cast<const int*>(base + coeff_at), reinterpret_cast<const int32_t*>(base + hk_at),
+                          ch.ksize, base + rows_at, dev, stream);
+    launch_pil_vertical(base + rows_at, bands, plan->first_row, plan->xsize, plan->ysize,
+                        reinterpret_cast<const int*>(base + vb_at), reinterpret_cast<const int32_t*>(base + vk_at),
+                        cv.ksize, base + out_at, dev, stream);
     host = staging + out_at;
-    IMGSTAT_CUDA(cudaMemcpyAsync(staging + out_at, base + out_at, rows_bytes(), cudaMemcpyDeviceToHost, stream));
+    IMGSTAT_CUDA(cudaMemcpyAsync(staging + out_at, base + out_at, thumbnail_bytes(), cudaMemcpyDeviceToHost, stream));
   }
-  size_t rows_bytes() const { return static_cast<size_t>(plan->rows) * plan->xsize * bands; }
 
   PilImage finish() const {
     PilImage t;
-    t.w = plan->xsize, t.h = plan->rows, t.bands = static_cast<int>(bands);
-    t.px.assign(host, host + rows_bytes());
-    return pil_vertical(t, *plan);
+    t.w = plan->xsize, t.h = plan->ysize, t.bands = static_cast<int>(bands);
+    t.px.assign(host, host + thumbnail_bytes());
+    return t;
   }
 };
 
@@ -159,13 +174,11 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
     blurriness_size(l.width, l.height, &xs, &ys);
     blur.plan = &pil_plan(w, h, xs, ys, PilFilter::kBicubic);
     blur.bands = colour ? 3 : 1;
-    blur.coeff_at = bytes, bytes += blur.coeff_bytes();
-    blur.out_at = bytes, bytes += blur.out_bytes();
+    bytes = blur.place(bytes);
   }
   if (r.hashes) {
     phash.plan = &pil_plan(w, h, kPhashSide, kPhashSide, PilFilter::kLanczos);
-    phash.coeff_at = bytes, bytes += phash.coeff_bytes();
-    phash.out_at = bytes, bytes += phash.out_bytes();
+    bytes = phash.place(bytes);
   }
   const bool gather = r.quality && colour;
   const uint64_t colours_at = bytes;

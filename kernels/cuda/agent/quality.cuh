@@ -169,4 +169,23 @@ __global__ void __launch_bounds__(kPassThreads)
   }
 }
 
+// PIL's vertical pass over the horizontal pass's rows (the plan's rows from
+// first_row on) into ysize x xsize pixels of B bands.
+template <int B>
+__global__ void __launch_bounds__(kPassThreads)
+    pil_vertical(const uint8_t* __restrict__ rows, int first_row, int xsize, int ysize, const int* __restrict__ bounds,
+                 const int32_t* __restrict__ k, int ksize, uint8_t* __restrict__ out) {
+  const uint64_t total = static_cast<uint64_t>(ysize) * xsize * B;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int b = static_cast<int>(i % B), xx = static_cast<int>((i / B) % xsize), yy = static_cast<int>(i / B / xsize);
+    const int ymin = bounds[2 * yy] - first_row, ymax = bounds[2 * yy + 1];
+    const int32_t* kk = k + static_cast<size_t>(yy) * ksize;
+    int32_t ss = 1 << (kPilPrecisionBits - 1);
+    for (int y = 0; y < ymax; ++y) ss += rows[(static_cast<uint64_t>(y + ymin) * xsize + xx) * B + b] * kk[y];
+    const int32_t v = ss >> kPilPrecisionBits;
+    out[i] = static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+  }
+}
+
 }  // namespace imgstat::cuda

@@ -61,4 +61,18 @@ void launch_pil_horizontal(const uint8_t* pixels, uint32_t width, uint32_t chann
   IMGSTAT_CUDA_LAUNCHED("pil_horizontal");
 }
 
+void launch_pil_vertical(const uint8_t* rows, uint32_t bands, int first_row, int xsize, int ysize, const int* bounds,
+                         const int32_t* k, int ksize, uint8_t* out, const DeviceInfo& dev, cudaStream_t stream) {
+  const uint64_t items = static_cast<uint64_t>(ysize) * xsize * bands;
+  if (items == 0) return;
+  if (bands == 3) {
+    pil_vertical<3><<<grid_for(items, dev), kPassThreads, 0, stream>>>(rows, first_row, xsize, ysize, bounds, k, ksize,
+                                                                        out);
+  } else {
+    pil_vertical<1><<<grid_for(items, dev), kPassThreads, 0, stream>>>(rows, first_row, xsize, ysize, bounds, k, ksize,
+                                                                        out);
+  }
+  IMGSTAT_CUDA_LAUNCHED("pil_vertical");
+}
+
 }  // namespace imgstat::cuda

@@ -27,4 +27,9 @@ void launch_pil_horizontal(const uint8_t* pixels, uint32_t width, uint32_t chann
                            const uint32_t* rgb, int first_row, int rows, int xsize, const int* bounds,
                            const int32_t* k, int ksize, uint8_t* out, const DeviceInfo& dev, cudaStream_t stream);
 
+// Then its vertical pass over those rows (the plan's from first_row on)
+// into ysize x xsize pixels of `bands`.
+void launch_pil_vertical(const uint8_t* rows, uint32_t bands, int first_row, int xsize, int ysize, const int* bounds,
+                         const int32_t* k, int ksize, uint8_t* out, const DeviceInfo& dev, cudaStream_t stream);
+
 }  // namespace imgstat::cuda
