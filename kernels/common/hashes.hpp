@@ -1,5 +1,6 @@
 // Hashes of a whole image for finding duplicates (StatsRequest::hashes,
-// ImageHashes), computed from the host's pixels for every engine.
+// ImageHashes), from the host's pixels, or (the perceptual hash) from a grey
+// thumbnail another engine made.
 //
 // - pixels: XXH3-128 (xxHash 0.8) of the decoded image: its width and
 //   height (uint64, little-endian), channels (uint32), the sample type's

@@ -1,7 +1,8 @@
 // Quality measures of a whole image (StatsRequest::quality, QualityStats),
-// computed from the host's pixels for every engine, in integer arithmetic
-// wherever the measure is built from integer sums, so that engines agree to
-// the bit.
+// in integer arithmetic wherever the measure is built from integer sums,
+// and finished by the same code on every engine (from the host's pixels, or
+// from the counts another engine made: QualityCounts below), so that
+// engines agree to the bit.
 //
 // - grey: OpenCV's cvtColor(..., COLOR_RGB2GRAY) for 8 and 16 bits,
 //   (9798 R + 19235 G + 3735 B + 16384) >> 15; an image of one or two channels
