@@ -602,16 +602,7 @@ TEST_P(EngineTest, QualityMeasuresAsComputedFromThePixels) {
           with_histograms.histogram = true;
           for (const Result& other : {engine_->analyze(packed.view, req), cpu->analyze(img.view, req),
                                       engine_->analyze(img.view, with_histograms)}) {
-            const QualityStats& o = other.quality;
-            EXPECT_EQ(o.laplacian_variance, q.laplacian_variance);
-            EXPECT_EQ(o.rms_contrast, q.rms_contrast);
-            EXPECT_EQ(o.colourfulness, q.colourfulness);
-            EXPECT_EQ(o.share_at_min, q.share_at_min);
-            EXPECT_EQ(o.share_at_max, q.share_at_max);
-            EXPECT_EQ(o.cleanvision.brightness_percentiles, q.cleanvision.brightness_percentiles);
-            EXPECT_EQ(o.cleanvision.blurriness, q.cleanvision.blurriness);
-            EXPECT_EQ(o.cleanvision.entropy, q.cleanvision.entropy);
-            EXPECT_EQ(o.cleanvision.brightness, q.cleanvision.brightness);
+            expect_same_quality(other.quality, q);
           }
         }
   TestImage floats = random_image(rng, 17, 5, 3, SampleType::kFloat32, 0, 0);

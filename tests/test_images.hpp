@@ -204,6 +204,30 @@ inline void expect_same_channel(const ChannelStats& a, const ChannelStats& b, Sa
   EXPECT_EQ(a.max_at, b.max_at);
 }
 
+// Every quality measure to the bit (engines and paths must agree).
+inline void expect_same_quality(const QualityStats& a, const QualityStats& b) {
+  EXPECT_EQ(a.laplacian_variance, b.laplacian_variance);
+  EXPECT_EQ(a.rms_contrast, b.rms_contrast);
+  EXPECT_EQ(a.has_colourfulness, b.has_colourfulness);
+  EXPECT_EQ(a.colourfulness, b.colourfulness);
+  EXPECT_EQ(a.share_at_min, b.share_at_min);
+  EXPECT_EQ(a.share_at_max, b.share_at_max);
+  EXPECT_EQ(a.has_cleanvision, b.has_cleanvision);
+  const auto &x = a.cleanvision, &y = b.cleanvision;
+  EXPECT_EQ(x.brightness, y.brightness);
+  EXPECT_EQ(x.brightness_percentiles, y.brightness_percentiles);
+  EXPECT_EQ(x.blurriness, y.blurriness);
+  EXPECT_EQ(x.blurriness_grayscale_std, y.blurriness_grayscale_std);
+  EXPECT_EQ(x.blurry_score, y.blurry_score);
+  EXPECT_EQ(x.entropy, y.entropy);
+  EXPECT_EQ(x.size, y.size);
+  EXPECT_EQ(x.is_grayscale_issue, y.is_grayscale_issue);
+  EXPECT_EQ(x.is_dark_issue, y.is_dark_issue);
+  EXPECT_EQ(x.is_light_issue, y.is_light_issue);
+  EXPECT_EQ(x.is_blurry_issue, y.is_blurry_issue);
+  EXPECT_EQ(x.is_low_information_issue, y.is_low_information_issue);
+}
+
 inline void expect_same_stats(const Result& g, const Result& c, SampleType t) {
   ASSERT_EQ(g.channels.size(), c.channels.size());
   for (size_t i = 0; i < g.channels.size(); ++i) {
