@@ -82,8 +82,8 @@ Pinned& pinned(int which) {
   return kept[which];
 }
 
-// A thumbnail's horizontal pass on the device: its plan's coefficients up,
-// the pass's rows back (copied by finish()).
+// A thumbnail made on the device: its plan's coefficients up, PIL's two
+// passes, the thumbnail back (finish() reads it after the stream's sync).
 struct Thumbnail {
   const PilPlan* plan = nullptr;
   uint32_t bands = 1;
