@@ -271,25 +271,12 @@ inline double cv_brightness(double r, double g, double b) {
   return std::sqrt(0.241 * (r * r) + 0.691 * (g * g) + 0.068 * (b * b)) / 255;
 }
 
-// np.percentile(brightness, [1, 5, ...]) over every pixel: the two ranks
-// each percentile lies between (numpy's linear method).
-std::vector<uint64_t> percentile_ranks(uint64_t n) {
-  std::vector<uint64_t> ranks;
-  for (int p : kBrightnessPercentiles) {
-    const double vi = static_cast<double>(n - 1) * (p / 100.0);
-    const uint64_t lo = static_cast<uint64_t>(std::floor(vi));
-    ranks.push_back(std::min(lo, n - 1));
-    ranks.push_back(std::min(lo + 1, n - 1));
-  }
-  return ranks;
-}
-
 // The percentiles from the wanted buckets (brightness_wanted()) and the
 // colours (r | g << 8 | b << 16) of every pixel in them, in any order.
 // Grey images: from their histogram.
 std::vector<double> percentiles_of(uint64_t n, bool colour, const std::array<uint64_t, 256>& grey_counts,
                                    const std::vector<BrightnessBucket>& wanted, const uint32_t* colours, size_t m) {
-  const std::vector<uint64_t> ranks = percentile_ranks(n);
+  const auto ranks = brightness_ranks(n);
   std::vector<double> at(ranks.size());
   if (!colour) {
     std::vector<uint64_t> cum(257, 0);
@@ -588,16 +575,20 @@ QualityStats finish_quality(const Layout& l, const uint32_t* rgb, const Sums& s,
 }  // namespace
 
 std::array<uint64_t, kBrightnessRanks> brightness_ranks(uint64_t n) {
-  const std::vector<uint64_t> ranks = percentile_ranks(n);
-  std::array<uint64_t, kBrightnessRanks> out{};
-  if (ranks.size() != out.size()) fail(ErrorCode::kInternal, "brightness ranks miscounted");
-  std::copy(ranks.begin(), ranks.end(), out.begin());
-  return out;
+  static_assert(std::size(kBrightnessPercentiles) * 2 == kBrightnessRanks);
+  std::array<uint64_t, kBrightnessRanks> ranks{};
+  for (size_t j = 0; j < std::size(kBrightnessPercentiles); ++j) {
+    const double vi = static_cast<double>(n - 1) * (kBrightnessPercentiles[j] / 100.0);
+    const uint64_t lo = static_cast<uint64_t>(std::floor(vi));
+    ranks[2 * j] = std::min(lo, n - 1);
+    ranks[2 * j + 1] = std::min(lo + 1, n - 1);
+  }
+  return ranks;
 }
 
 std::vector<BrightnessBucket> brightness_wanted(const uint64_t* buckets, uint64_t n) {
   std::vector<BrightnessBucket> wanted;
-  const std::vector<uint64_t> ranks = percentile_ranks(n);  // ascending
+  const auto ranks = brightness_ranks(n);  // ascending
   size_t i = 0;
   uint64_t first = 0;
   for (uint32_t b = 0; b < kBrightnessBuckets && i < ranks.size(); first += buckets[b], ++b) {

@@ -80,8 +80,8 @@ struct BrightnessBucket {
   uint64_t first = 0, count = 0;
 };
 std::vector<BrightnessBucket> brightness_wanted(const uint64_t* buckets, uint64_t n);
-// The ranks themselves (two for each percentile, ascending), which the
-// buckets' running counts place.
+// The ranks themselves (numpy's linear method: the two each percentile
+// lies between, ascending), which the buckets' running counts place.
 constexpr int kBrightnessRanks = 14;
 std::array<uint64_t, kBrightnessRanks> brightness_ranks(uint64_t n);
 

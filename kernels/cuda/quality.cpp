@@ -77,9 +77,9 @@ class Pinned {
 };
 
 // The thread's staging for what the device's work brings back.
-Pinned& pinned(int which) {
-  thread_local Pinned kept[1];
-  return kept[which];
+Pinned& staging_of_thread() {
+  thread_local Pinned kept;
+  return kept;
 }
 
 // A thumbnail made on the device: its plan's coefficients up, PIL's two
@@ -188,7 +188,7 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
   const uint64_t staging_bytes = pixels_at + (r.hashes ? n * l.channels : 0);
   CallMemory memory(budget, device_bytes, stream);
   uint8_t* base = memory.data();
-  uint8_t* staging = pinned(0).get(staging_bytes);
+  uint8_t* staging = staging_of_thread().get(staging_bytes);
   if (r.quality) {
     auto* counts = reinterpret_cast<unsigned long long*>(base);
     IMGSTAT_CUDA(cudaMemsetAsync(base, 0, zeroed, stream));
@@ -262,7 +262,7 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
     result.hashes = hashes;
     result.has_hashes = true;
   }
-  pinned(0).trim();
+  staging_of_thread().trim();
 }
 
 }  // namespace imgstat::cuda
