@@ -87,9 +87,16 @@ uint64_t perceptual_hash_of(const PilImage& small) {
   constexpr int kSide = kPhashSide, kLow = 8;
   if (small.w != kSide || small.h != kSide || small.bands != 1) fail(ErrorCode::kInternal, "not a 32x32 grey image");
   // DCT-II along the columns (axis 0), then the rows: 2 sum x cos(pi k (2n + 1) / 2N).
-  long double cosines[kLow][kSide];
-  for (int k = 0; k < kLow; ++k)
-    for (int n = 0; n < kSide; ++n) cosines[k][n] = std::cos(static_cast<long double>(M_PI) * k * (2 * n + 1) / (2 * kSide));
+  // Made once: 256 long double cosines cost as much as the transform.
+  struct Cosines {
+    long double at[kLow][kSide];
+    Cosines() {
+      for (int k = 0; k < kLow; ++k)
+        for (int n = 0; n < kSide; ++n) at[k][n] = std::cos(static_cast<long double>(M_PI) * k * (2 * n + 1) / (2 * kSide));
+    }
+  };
+  static const Cosines table;
+  const auto& cosines = table.at;
   long double columns[kLow][kSide];
   for (int u = 0; u < kLow; ++u)
     for (int x = 0; x < kSide; ++x) {

@@ -335,22 +335,6 @@ void gather_colours(const ImageView& image, const uint32_t* rgb, const std::vect
   }
 }
 
-// The engine's 256-bin histograms of an 8-bit image's own channels, when
-// the result has them: the same counts the pass would make.
-bool engine_histograms(const Result& result, const Layout& l, const StatsRequest& request,
-                       std::vector<std::array<uint64_t, 256>>* out) {
-  if (l.type != SampleType::kUint8 || !request.histogram || request.hist.explicit_range || request.hist.bins != 256 ||
-      request.colour_space != ColourSpace::kNone || !request.channel_hists.empty() || result.channels.size() != l.channels)
-    return false;
-  out->assign(l.channels, {});
-  for (uint32_t c = 0; c < l.channels; ++c) {
-    const std::vector<uint64_t>& h = result.channels[c].histogram.counts;
-    if (h.size() != 256) return false;
-    std::copy(h.begin(), h.end(), (*out)[c].begin());
-  }
-  return true;
-}
-
 QualityStats finish_quality(const Layout& l, const uint32_t* rgb, const Sums& s,
                             const std::vector<std::array<uint64_t, 256>>* hist,
                             const std::vector<BrightnessBucket>& wanted, const uint32_t* colours, size_t m,
@@ -597,6 +581,20 @@ std::vector<BrightnessBucket> brightness_wanted(const uint64_t* buckets, uint64_
     while (i < ranks.size() && ranks[i] < first + buckets[b]) ++i;
   }
   return wanted;
+}
+
+bool engine_histograms(const Result& result, const Layout& l, const StatsRequest& request,
+                       std::vector<std::array<uint64_t, 256>>* out) {
+  if (l.type != SampleType::kUint8 || !request.histogram || request.hist.explicit_range || request.hist.bins != 256 ||
+      request.colour_space != ColourSpace::kNone || !request.channel_hists.empty() || result.channels.size() != l.channels)
+    return false;
+  out->assign(l.channels, {});
+  for (uint32_t c = 0; c < l.channels; ++c) {
+    const std::vector<uint64_t>& h = result.channels[c].histogram.counts;
+    if (h.size() != 256) return false;
+    std::copy(h.begin(), h.end(), (*out)[c].begin());
+  }
+  return true;
 }
 
 QualityStats quality_of_counts(const Layout& layout, const uint32_t* rgb, const QualityCounts& c) {

@@ -82,56 +82,53 @@ Pinned& staging_of_thread() {
   return kept;
 }
 
-// A thumbnail made on the device: its plan's coefficients up, PIL's two
-// passes, the thumbnail back (finish() reads it after the stream's sync).
+// A thumbnail made on the device: its plan's coefficients (copied up with
+// the other's), PIL's two passes, the thumbnail (copied back with the rest).
 struct Thumbnail {
   const PilPlan* plan = nullptr;
   uint32_t bands = 1;
-  // On the device and, the same offsets, in the pinned staging: both
+  // Offsets on the device and, the same, in the pinned staging: both
   // passes' coefficients (bounds, taps), the horizontal pass's rows, the
   // thumbnail.
   uint64_t coeff_at = 0, rows_at = 0, out_at = 0;
-  const uint8_t* host = nullptr;
 
   static uint64_t pass_bytes(const PilCoeffs& c) {
     return aligned(c.bounds.size() * sizeof(int)) + aligned(c.k.size() * sizeof(int32_t));
   }
-  uint64_t coeff_bytes() const { return pass_bytes(plan->horizontal) + pass_bytes(plan->vertical); }
-  uint64_t rows_bytes() const { return aligned(static_cast<uint64_t>(plan->rows) * plan->xsize * bands); }
-  size_t thumbnail_bytes() const { return static_cast<size_t>(plan->ysize) * plan->xsize * bands; }
-  // Lays itself out from `at` on.
-  uint64_t place(uint64_t at) {
-    coeff_at = at, rows_at = coeff_at + coeff_bytes(), out_at = rows_at + rows_bytes();
-    return out_at + aligned(thumbnail_bytes());
-  }
+  uint64_t coeff_bytes() const { return plan ? pass_bytes(plan->horizontal) + pass_bytes(plan->vertical) : 0; }
+  uint64_t rows_bytes() const { return plan ? aligned(static_cast<uint64_t>(plan->rows) * plan->xsize * bands) : 0; }
+  size_t thumbnail_bytes() const { return plan ? static_cast<size_t>(plan->ysize) * plan->xsize * bands : 0; }
 
-  void launch(const DeviceImageView& image, const uint32_t* rgb, uint8_t* base, uint8_t* staging,
-              const DeviceInfo& dev, cudaStream_t stream) {
+  // The coefficients into the staging, for the one copy up.
+  void stage(uint8_t* staging) const {
     const PilCoeffs &ch = plan->horizontal, &cv = plan->vertical;
-    const uint64_t hk_at = coeff_at + aligned(ch.bounds.size() * sizeof(int));
-    const uint64_t vb_at = coeff_at + pass_bytes(ch), vk_at = vb_at + aligned(cv.bounds.size() * sizeof(int));
     std::memcpy(staging + coeff_at, ch.bounds.data(), ch.bounds.size() * sizeof(int));
-    std::memcpy(staging + hk_at, ch.k.data(), ch.k.size() * sizeof(int32_t));
-    std::memcpy(staging + vb_at, cv.bounds.data(), cv.bounds.size() * sizeof(int));
-    std::memcpy(staging + vk_at, cv.k.data(), cv.k.size() * sizeof(int32_t));
-    IMGSTAT_CUDA(cudaMemcpyAsync(base + coeff_at, staging + coeff_at, coeff_bytes(), cudaMemcpyHostToDevice, stream));
+    std::memcpy(staging + hk_at(), ch.k.data(), ch.k.size() * sizeof(int32_t));
+    std::memcpy(staging + vb_at(), cv.bounds.data(), cv.bounds.size() * sizeof(int));
+    std::memcpy(staging + vk_at(), cv.k.data(), cv.k.size() * sizeof(int32_t));
+  }
+  void launch(const DeviceImageView& image, const uint32_t* rgb, uint8_t* base, const DeviceInfo& dev,
+              cudaStream_t stream) const {
+    const PilCoeffs &ch = plan->horizontal, &cv = plan->vertical;
     launch_pil_horizontal(static_cast<const uint8_t*>(image.data), static_cast<uint32_t>(image.layout.width),
                           image.layout.channels, bands, rgb, plan->first_row, plan->rows, plan->xsize,
-                          reinterpret_cast<const int*>(base + coeff_at), reinterpret_cast<const int32_t*>(base + hk_at),
+                          reinterpret_cast<const int*>(base + coeff_at), reinterpret_cast<const int32_t*>(base + hk_at()),
                           ch.ksize, base + rows_at, dev, stream);
     launch_pil_vertical(base + rows_at, bands, plan->first_row, plan->xsize, plan->ysize,
-                        reinterpret_cast<const int*>(base + vb_at), reinterpret_cast<const int32_t*>(base + vk_at),
+                        reinterpret_cast<const int*>(base + vb_at()), reinterpret_cast<const int32_t*>(base + vk_at()),
                         cv.ksize, base + out_at, dev, stream);
-    host = staging + out_at;
-    IMGSTAT_CUDA(cudaMemcpyAsync(staging + out_at, base + out_at, thumbnail_bytes(), cudaMemcpyDeviceToHost, stream));
   }
-
-  PilImage finish() const {
+  PilImage finish(const uint8_t* staging) const {
     PilImage t;
     t.w = plan->xsize, t.h = plan->ysize, t.bands = static_cast<int>(bands);
-    t.px.assign(host, host + thumbnail_bytes());
+    t.px.assign(staging + out_at, staging + out_at + thumbnail_bytes());
     return t;
   }
+
+ private:
+  uint64_t hk_at() const { return coeff_at + aligned(plan->horizontal.bounds.size() * sizeof(int)); }
+  uint64_t vb_at() const { return coeff_at + pass_bytes(plan->horizontal); }
+  uint64_t vk_at() const { return vb_at() + aligned(plan->vertical.bounds.size() * sizeof(int)); }
 };
 
 }  // namespace
@@ -160,80 +157,90 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
   const bool colour = l.channels == 3;
 
   // One device allocation, mirrored by the thread's pinned staging up to
-  // the colours' first part: the counts, the gather's buckets and count
-  // (zeroed with them), each thumbnail's coefficients and rows; then the
-  // colours (room for every pixel; the staging: kColoursFirstBack), and in
-  // the staging alone the pixels for their hash.
-  const uint64_t counts_bytes = kQualityCountsSize * sizeof(unsigned long long);
-  const uint64_t wanted_at = counts_bytes, next_at = wanted_at + sizeof(WantedBuckets);
-  const uint64_t zeroed = next_at + sizeof(unsigned int);
-  uint64_t bytes = r.quality ? aligned(zeroed) : 0;
+  // the colours' first part, laid out so that one copy takes each way:
+  //   the gather's buckets and count, the counts (zeroed; the buckets, past
+  //   the counts' head, stay on the device) | both thumbnails' coefficients
+  //   (up) | their horizontal passes' rows | the thumbnails, then the colours
+  //   (back as far as kColoursFirstBack; room for every pixel)
+  // and in the staging alone the pixels for their hash.
+  const uint64_t next_at = sizeof(WantedBuckets), counts_at = aligned(next_at + sizeof(unsigned int));
+  const uint64_t zeroed = r.quality ? counts_at + kQualityCountsSize * sizeof(unsigned long long) : 0;
   Thumbnail blur, phash;
   if (r.quality) {
     int xs = 0, ys = 0;
     blurriness_size(l.width, l.height, &xs, &ys);
     blur.plan = &pil_plan(w, h, xs, ys, PilFilter::kBicubic);
     blur.bands = colour ? 3 : 1;
-    bytes = blur.place(bytes);
   }
-  if (r.hashes) {
-    phash.plan = &pil_plan(w, h, kPhashSide, kPhashSide, PilFilter::kLanczos);
-    bytes = phash.place(bytes);
-  }
+  if (r.hashes) phash.plan = &pil_plan(w, h, kPhashSide, kPhashSide, PilFilter::kLanczos);
+  const uint64_t coeff_at = aligned(zeroed);
+  blur.coeff_at = coeff_at, phash.coeff_at = blur.coeff_at + blur.coeff_bytes();
+  const uint64_t rows_at = phash.coeff_at + phash.coeff_bytes();
+  blur.rows_at = rows_at, phash.rows_at = blur.rows_at + blur.rows_bytes();
+  const uint64_t out_at = phash.rows_at + phash.rows_bytes();
+  blur.out_at = out_at, phash.out_at = blur.out_at + aligned(blur.thumbnail_bytes());
   const bool gather = r.quality && colour;
-  const uint64_t colours_at = bytes;
+  const uint64_t colours_at = phash.out_at + aligned(phash.thumbnail_bytes());
   const uint64_t first_back = gather ? std::min<uint64_t>(n, kColoursFirstBack) : 0;
-  const uint64_t device_bytes = bytes + (gather ? aligned(n * sizeof(uint32_t)) : 0);
-  const uint64_t pixels_at = bytes + aligned(first_back * sizeof(uint32_t));
+  const uint64_t device_bytes = colours_at + (gather ? aligned(n * sizeof(uint32_t)) : 0);
+  const uint64_t back_end = colours_at + first_back * sizeof(uint32_t);
+  const uint64_t pixels_at = aligned(back_end);
   const uint64_t staging_bytes = pixels_at + (r.hashes ? n * l.channels : 0);
+  // The statistics pass's histograms where it counted them (256 bins of
+  // every channel), else the quality pass counts them.
+  std::vector<std::array<uint64_t, 256>> known;
+  const bool have_histograms = r.quality && engine_histograms(result, l, r, &known);
   CallMemory memory(budget, device_bytes, stream);
   uint8_t* base = memory.data();
   uint8_t* staging = staging_of_thread().get(staging_bytes);
+  if (blur.plan) blur.stage(staging);
+  if (phash.plan) phash.stage(staging);
+  IMGSTAT_CUDA(cudaMemcpyAsync(base + coeff_at, staging + coeff_at, rows_at - coeff_at, cudaMemcpyHostToDevice, stream));
+  auto* counts = reinterpret_cast<unsigned long long*>(base + counts_at);
   if (r.quality) {
-    auto* counts = reinterpret_cast<unsigned long long*>(base);
     IMGSTAT_CUDA(cudaMemsetAsync(base, 0, zeroed, stream));
-    launch_quality_counts(px, static_cast<uint32_t>(w), static_cast<uint32_t>(h), l.channels, r.rgb, counts, dev,
-                          stream);
+    launch_quality_counts(px, static_cast<uint32_t>(w), static_cast<uint32_t>(h), l.channels, r.rgb,
+                          !have_histograms, counts, dev, stream);
     if (gather) {
       BrightnessRanks ranks{};
       const auto wanted_ranks = brightness_ranks(n);
       for (int i = 0; i < kBrightnessRanks; ++i) ranks.rank[i] = wanted_ranks[i];
-      launch_wanted_colours(px, n, r.rgb, counts + kQualityBucketsAt, ranks,
-                            reinterpret_cast<WantedBuckets*>(base + wanted_at),
+      launch_wanted_colours(px, n, r.rgb, counts + kQualityBucketsAt, ranks, reinterpret_cast<WantedBuckets*>(base),
                             reinterpret_cast<uint32_t*>(base + colours_at),
                             reinterpret_cast<unsigned int*>(base + next_at), dev, stream);
     }
-    blur.launch(image, r.rgb, base, staging, dev, stream);
-    // Back: the sums and histograms, the wanted buckets; not every bucket.
-    IMGSTAT_CUDA(cudaMemcpyAsync(staging, base, kQualityBucketsAt * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
-                                 stream));
-    IMGSTAT_CUDA(cudaMemcpyAsync(staging + wanted_at, base + wanted_at, zeroed - wanted_at, cudaMemcpyDeviceToHost,
-                                 stream));
-    if (gather)
-      IMGSTAT_CUDA(cudaMemcpyAsync(staging + colours_at, base + colours_at, first_back * sizeof(uint32_t),
-                                   cudaMemcpyDeviceToHost, stream));
+    blur.launch(image, r.rgb, base, dev, stream);
+    // Back: the gather's buckets and count, the sums and histograms; not
+    // every bucket.
+    IMGSTAT_CUDA(cudaMemcpyAsync(staging, base, counts_at + kQualityBucketsAt * sizeof(unsigned long long),
+                                 cudaMemcpyDeviceToHost, stream));
   }
-  if (r.hashes) {
-    phash.launch(image, r.rgb, base, staging, dev, stream);
-    // The pixel hash's copy, behind the kernels on the stream.
+  if (r.hashes) phash.launch(image, r.rgb, base, dev, stream);
+  // The thumbnails and the first colours.
+  IMGSTAT_CUDA(cudaMemcpyAsync(staging + out_at, base + out_at, back_end - out_at, cudaMemcpyDeviceToHost, stream));
+  // The pixel hash's copy, behind the kernels on the stream.
+  if (r.hashes)
     IMGSTAT_CUDA(cudaMemcpyAsync(staging + pixels_at, px, n * l.channels, cudaMemcpyDeviceToHost, stream));
-  }
   IMGSTAT_CUDA(cudaStreamSynchronize(stream));
 
   if (r.quality) {
     QualityCounts q;
-    const auto* host_counts = reinterpret_cast<const unsigned long long*>(staging);
+    const auto* host_counts = reinterpret_cast<const unsigned long long*>(staging + counts_at);
     const auto* sums = reinterpret_cast<const long long*>(host_counts);
     q.grey = sums[0], q.grey_sq = sums[1], q.lap = sums[2], q.lap_sq = sums[3];
     q.rg = sums[4], q.rg_sq = sums[5], q.yb2 = sums[6], q.yb2_sq = sums[7];
     q.equal_rgb = host_counts[kQualityUnequalAt] == 0;
-    q.hist.assign(l.channels, {});
-    for (uint32_t c = 0; c < l.channels; ++c)
-      for (int v = 0; v < 256; ++v) q.hist[c][v] = host_counts[kQualityHistAt + c * 256 + v];
+    if (have_histograms) {
+      q.hist = std::move(known);
+    } else {
+      q.hist.assign(l.channels, {});
+      for (uint32_t c = 0; c < l.channels; ++c)
+        for (int v = 0; v < 256; ++v) q.hist[c][v] = host_counts[kQualityHistAt + c * 256 + v];
+    }
     if (gather) {
       WantedBuckets wanted;
       unsigned int found = 0;
-      std::memcpy(&wanted, staging + wanted_at, sizeof wanted);
+      std::memcpy(&wanted, staging, sizeof wanted);
       std::memcpy(&found, staging + next_at, sizeof found);
       uint64_t m = 0;
       for (uint32_t i = 0; i < wanted.count; ++i) {
@@ -250,7 +257,7 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
         IMGSTAT_CUDA(cudaStreamSynchronize(stream));
       }
     }
-    q.thumbnail = blur.finish();
+    q.thumbnail = blur.finish(staging);
     result.quality = quality_of_counts(l, r.rgb, q);
     result.has_quality = true;
   }
@@ -258,7 +265,7 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
     ImageHashes hashes;
     pixel_hash(ImageView{staging + pixels_at, l}, r.rgb, hashes.pixels.data());
     hashes.has_phash = true;
-    hashes.phash = perceptual_hash_of(phash.finish());
+    hashes.phash = perceptual_hash_of(phash.finish(staging));
     result.hashes = hashes;
     result.has_hashes = true;
   }

@@ -29,39 +29,73 @@ __device__ __forceinline__ int grey_at(const uint8_t* __restrict__ px, uint32_t 
   }
 }
 
-// Borders as OpenCV's BORDER_REFLECT_101 (a side of one pixel: itself).
-template <int C>
-__global__ void __launch_bounds__(kPassThreads)
-    quality_counts(const uint8_t* __restrict__ px, uint32_t w, uint32_t h, uint3 rgb, unsigned long long* out) {
-  __shared__ unsigned int hist[C * 256];
-  for (uint32_t i = threadIdx.x; i < C * 256; i += blockDim.x) hist[i] = 0;
-  __syncthreads();
+// OpenCV's borderInterpolate for BORDER_REFLECT_101 one step outside 0 .. n-1
+// (a side of one pixel: itself).
+__device__ __forceinline__ uint32_t reflect101(long long i, uint32_t n) {
+  if (n == 1) return 0;
+  if (i < 0) return 1;
+  if (i >= n) return n - 2;
+  return static_cast<uint32_t>(i);
+}
+
+// A block: the strip of columns blockIdx.x down bands of band_rows rows
+// (blockIdx.y, grid-stride). Each thread holds its column's grey values of
+// the rows above, at and below the row (computed once each as the band
+// moves down); the row's are shared for the left and right neighbours, the
+// strip's edges reflected as OpenCV's BORDER_REFLECT_101. A thread's sums
+// of a band fit 32 bits (band_rows <= kQualityMaxBandRows). kHist: the
+// channels' histograms too (else the statistics pass's are used).
+template <int C, bool kHist>
+__global__ void __launch_bounds__(kQualityStripWidth)
+    quality_counts(const uint8_t* __restrict__ px, uint32_t w, uint32_t h, uint32_t band_rows, uint3 rgb,
+                   unsigned long long* out) {
+  __shared__ unsigned int hist[kHist ? C * 256 : 1];
+  __shared__ int row[kQualityStripWidth + 2];
+  if constexpr (kHist) {
+    for (uint32_t i = threadIdx.x; i < C * 256; i += blockDim.x) hist[i] = 0;
+  }
+  const uint32_t x0 = blockIdx.x * kQualityStripWidth, x = x0 + threadIdx.x;
+  const bool inside = x < w;
+  const uint32_t last = min(w - x0, static_cast<uint32_t>(kQualityStripWidth)) - 1;  // the strip's last column
+  const uint32_t xs = inside ? x : w - 1;  // columns past the image read one and add nothing
   long long s[kQualitySums] = {};
   unsigned long long unequal = 0;
-  const uint64_t n = static_cast<uint64_t>(w) * h;
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const uint32_t y = static_cast<uint32_t>(i / w), x = static_cast<uint32_t>(i - static_cast<uint64_t>(y) * w);
-    const long long v = grey_at<C>(px, w, x, y, rgb);
-    const long long left = x > 0 ? grey_at<C>(px, w, x - 1, y, rgb) : w > 1 ? grey_at<C>(px, w, 1, y, rgb) : v;
-    const long long right = x + 1 < w ? grey_at<C>(px, w, x + 1, y, rgb) : w > 1 ? grey_at<C>(px, w, w - 2, y, rgb) : v;
-    const long long up = y > 0 ? grey_at<C>(px, w, x, y - 1, rgb) : h > 1 ? grey_at<C>(px, w, x, 1, rgb) : v;
-    const long long down = y + 1 < h ? grey_at<C>(px, w, x, y + 1, rgb) : h > 1 ? grey_at<C>(px, w, x, h - 2, rgb) : v;
-    const long long lap = left + right + up + down - 4 * v;
-    s[0] += v, s[1] += v * v, s[2] += lap, s[3] += lap * lap;
-    const uint8_t* p = px + i * C;
+  for (uint32_t y0 = blockIdx.y * band_rows; y0 < h; y0 += gridDim.y * band_rows) {
+    const uint32_t y1 = min(h, y0 + band_rows);
+    int up = grey_at<C>(px, w, xs, reflect101(static_cast<long long>(y0) - 1, h), rgb);
+    int mid = grey_at<C>(px, w, xs, y0, rgb);
+    int gs = 0, ls = 0, rg = 0, yb = 0;
+    uint32_t gsq = 0, lsq = 0, rgq = 0, ybq = 0, uneq = 0;
+    for (uint32_t y = y0; y < y1; ++y) {
+      const int down = grey_at<C>(px, w, xs, reflect101(static_cast<long long>(y) + 1, h), rgb);
+      __syncthreads();  // the last row's neighbours are read
+      row[threadIdx.x + 1] = mid;
+      if (threadIdx.x == 0) row[0] = grey_at<C>(px, w, reflect101(static_cast<long long>(x0) - 1, w), y, rgb);
+      if (threadIdx.x == last) row[last + 2] = grey_at<C>(px, w, reflect101(static_cast<long long>(x) + 1, w), y, rgb);
+      __syncthreads();
+      if (inside) {
+        const int lap = row[threadIdx.x] + row[threadIdx.x + 2] + up + down - 4 * mid;
+        gs += mid, gsq += static_cast<uint32_t>(mid * mid), ls += lap, lsq += static_cast<uint32_t>(lap * lap);
+        const uint8_t* p = px + (static_cast<uint64_t>(y) * w + x) * C;
+        if constexpr (kHist) {
 #pragma unroll
-    for (int c = 0; c < C; ++c) atomicAdd(&hist[c * 256 + p[c]], 1u);
-    if constexpr (C == 3) {
-      const uint32_t r = p[rgb.x], g = p[rgb.y], b = p[rgb.z];
-      const long long d = static_cast<long long>(r) - g, e = static_cast<long long>(r) + g - 2 * static_cast<long long>(b);
-      s[4] += d, s[5] += d * d, s[6] += e, s[7] += e * e;
-      unequal += (d != 0) | (e != 0);
-      atomicAdd(&out[kQualityBucketsAt + (brightness_key(r, g, b) >> kBrightnessShift)], 1ull);
+          for (int c = 0; c < C; ++c) atomicAdd(&hist[c * 256 + p[c]], 1u);
+        }
+        if constexpr (C == 3) {
+          const int r = p[rgb.x], g = p[rgb.y], b = p[rgb.z];
+          const int d = r - g, e = r + g - 2 * b;
+          rg += d, rgq += static_cast<uint32_t>(d * d), yb += e, ybq += static_cast<uint32_t>(e * e);
+          uneq += (d != 0) | (e != 0);
+          atomicAdd(&out[kQualityBucketsAt + (brightness_key(r, g, b) >> kBrightnessShift)], 1ull);
+        }
+      }
+      up = mid, mid = down;
     }
+    s[0] += gs, s[1] += gsq, s[2] += ls, s[3] += lsq, s[4] += rg, s[5] += rgq, s[6] += yb, s[7] += ybq;
+    unequal += uneq;
   }
   using WarpSum = cub::WarpReduce<long long>;
-  __shared__ typename WarpSum::TempStorage temp[kPassThreads / 32];
+  __shared__ typename WarpSum::TempStorage temp[kQualityStripWidth / 32];
   const int warp = threadIdx.x / 32;
 #pragma unroll
   for (uint32_t k = 0; k < kQualitySums; ++k) {
@@ -71,9 +105,11 @@ __global__ void __launch_bounds__(kPassThreads)
   }
   const long long u = WarpSum(temp[warp]).Sum(static_cast<long long>(unequal));
   if (threadIdx.x % 32 == 0 && u != 0) atomicAdd(&out[kQualityUnequalAt], static_cast<unsigned long long>(u));
-  __syncthreads();
-  for (uint32_t i = threadIdx.x; i < C * 256; i += blockDim.x)
-    if (hist[i]) atomicAdd(&out[kQualityHistAt + i], static_cast<unsigned long long>(hist[i]));
+  if constexpr (kHist) {
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < C * 256; i += blockDim.x)
+      if (hist[i]) atomicAdd(&out[kQualityHistAt + i], static_cast<unsigned long long>(hist[i]));
+  }
 }
 
 // One block: the buckets holding the ranks (as brightness_wanted() finds

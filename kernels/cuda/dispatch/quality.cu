@@ -18,14 +18,30 @@ unsigned grid_for(uint64_t items, const DeviceInfo& dev) {
 }  // namespace
 
 void launch_quality_counts(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels,
-                           const uint32_t* rgb, unsigned long long* counts, const DeviceInfo& dev, cudaStream_t stream) {
-  const uint64_t n = static_cast<uint64_t>(width) * height;
-  if (n == 0) return;
+                           const uint32_t* rgb, bool histograms, unsigned long long* counts, const DeviceInfo& dev,
+                           cudaStream_t stream) {
+  if (width == 0 || height == 0) return;
   const uint3 order = make_uint3(rgb[0], rgb[1], rgb[2]);
+  // Strips across, bands down: about kQualityBlocksPerSm blocks an SM, bands
+  // of kQualityMinBandRows .. kQualityMaxBandRows rows (taller images: each
+  // block takes several bands, grid-stride).
+  const uint32_t strips = (width + kQualityStripWidth - 1) / kQualityStripWidth;
+  const uint64_t wanted_blocks = static_cast<uint64_t>(dev.sm_count) * kQualityBlocksPerSm;
+  const uint64_t bands_wanted = std::max<uint64_t>(1, wanted_blocks / strips);
+  const uint32_t band_rows = static_cast<uint32_t>(
+      std::clamp<uint64_t>((height + bands_wanted - 1) / bands_wanted, kQualityMinBandRows, kQualityMaxBandRows));
+  const uint32_t bands = static_cast<uint32_t>(std::min<uint64_t>((height + band_rows - 1) / band_rows, 65535));
+  const dim3 grid(strips, bands);
   if (channels == 3) {
-    quality_counts<3><<<grid_for(n, dev), kPassThreads, 0, stream>>>(pixels, width, height, order, counts);
+    if (histograms)
+      quality_counts<3, true><<<grid, kQualityStripWidth, 0, stream>>>(pixels, width, height, band_rows, order, counts);
+    else
+      quality_counts<3, false><<<grid, kQualityStripWidth, 0, stream>>>(pixels, width, height, band_rows, order, counts);
   } else {
-    quality_counts<1><<<grid_for(n, dev), kPassThreads, 0, stream>>>(pixels, width, height, order, counts);
+    if (histograms)
+      quality_counts<1, true><<<grid, kQualityStripWidth, 0, stream>>>(pixels, width, height, band_rows, order, counts);
+    else
+      quality_counts<1, false><<<grid, kQualityStripWidth, 0, stream>>>(pixels, width, height, band_rows, order, counts);
   }
   IMGSTAT_CUDA_LAUNCHED("quality_counts");
 }

@@ -12,9 +12,11 @@
 
 namespace imgstat::cuda {
 
-// Adds the pass's counts to counts (kQualityCountsSize, zeroed by the caller).
+// Adds the pass's counts to counts (kQualityCountsSize, zeroed by the
+// caller); the channels' histograms only where `histograms` (else left 0).
 void launch_quality_counts(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels,
-                           const uint32_t* rgb, unsigned long long* counts, const DeviceInfo& dev, cudaStream_t stream);
+                           const uint32_t* rgb, bool histograms, unsigned long long* counts, const DeviceInfo& dev,
+                           cudaStream_t stream);
 // Three channels, after launch_quality_counts: the buckets holding the
 // ranks into *wanted (on the device), and the colours of their pixels into
 // out (room for every pixel; *next, zeroed by the caller, counts them).

@@ -40,5 +40,16 @@ constexpr int kJointThreads = 1024;
 constexpr int kPartThreads = 256;
 constexpr uint32_t kPartSegment = 32;
 constexpr size_t kSharedSlotBytes = 48 << 10;
+// The quality pass: a block walks a strip of kQualityStripWidth columns
+// down a band of rows, keeping the grey rows above and below in registers
+// (one grey value computed a pixel, not five), bands of at least
+// kQualityMinBandRows rows (fewer blocks to merge: a 500x375 image was 733
+// blocks each adding its histograms, 45 us of the whole GPU) and at most
+// kQualityMaxBandRows (a thread's 32-bit sums), about kQualityBlocksPerSm
+// blocks an SM for large images.
+constexpr int kQualityStripWidth = 256;
+constexpr uint32_t kQualityMinBandRows = 16;
+constexpr uint32_t kQualityMaxBandRows = 1024;
+constexpr int kQualityBlocksPerSm = 4;
 
 }  // namespace imgstat::cuda
