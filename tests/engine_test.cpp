@@ -12,6 +12,9 @@
 #include <thread>
 #include <atomic>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "imgstat/engine.hpp"
 #include "test_images.hpp"
 
@@ -745,6 +748,18 @@ TEST_P(EngineTest, HashesOfThePixelsWhateverTheLayout) {
       const Result a = engine_->analyze(padded.view, req), b = cpu->analyze(packed.view, req);
       ASSERT_TRUE(a.has_hashes);
       EXPECT_EQ(a.hashes.pixels, b.hashes.pixels);
+      {  // the hash docs/conventions.md states: XXH3-128 (xxhash's one-shot call) of the size, channels, type, samples
+        std::vector<uint8_t> bytes(20);
+        const uint32_t channels = c;
+        std::memcpy(bytes.data(), &w, 8), std::memcpy(bytes.data() + 8, &h, 8), std::memcpy(bytes.data() + 16, &channels, 4);
+        const std::string type = to_string(t);
+        bytes.insert(bytes.end(), type.c_str(), type.c_str() + type.size() + 1);
+        const auto* samples = static_cast<const uint8_t*>(packed.view.data);
+        bytes.insert(bytes.end(), samples, samples + packed.view.layout.row_bytes() * h);
+        XXH128_canonical_t want;
+        XXH128_canonicalFromHash(&want, XXH3_128bits(bytes.data(), bytes.size()));
+        EXPECT_EQ(std::memcmp(want.digest, b.hashes.pixels.data(), 16), 0);
+      }
       EXPECT_EQ(a.hashes.has_phash, t == SampleType::kUint8);
       EXPECT_EQ(a.hashes.phash, b.hashes.phash);
       if (c >= 3) {  // the same image stored B, G, R(, A)

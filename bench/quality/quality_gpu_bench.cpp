@@ -88,7 +88,9 @@ void pieces(const DeviceImageView& image, const std::vector<uint8_t>& host_px, i
   auto* colours = reinterpret_cast<uint32_t*>(scratch + 8192);
   int xs = 0, ys = 0;
   blurriness_size(l.width, l.height, &xs, &ys);
-  auto thumbnail = [&](const PilPlan& plan, uint32_t bands, uint8_t* rows, uint8_t* out, int* coeff) {
+  // Both thumbnails' coefficients up, as the engine lays them out.
+  auto place = [&](const PilPlan& plan, uint8_t* rows, uint8_t* out, int* coeff) {
+    cuda::ThumbnailPass t;
     int* hb = coeff;
     int32_t* hk = hb + plan.horizontal.bounds.size();
     int* vb = hk + plan.horizontal.k.size();
@@ -97,43 +99,54 @@ void pieces(const DeviceImageView& image, const std::vector<uint8_t>& host_px, i
     IMGSTAT_BENCH_CHECK(cudaMemcpy(hk, plan.horizontal.k.data(), plan.horizontal.k.size() * 4, cudaMemcpyHostToDevice));
     IMGSTAT_BENCH_CHECK(cudaMemcpy(vb, plan.vertical.bounds.data(), plan.vertical.bounds.size() * 4, cudaMemcpyHostToDevice));
     IMGSTAT_BENCH_CHECK(cudaMemcpy(vk, plan.vertical.k.data(), plan.vertical.k.size() * 4, cudaMemcpyHostToDevice));
-    const double hor = bench::device_median_ms(repeat, [&] {
-      cuda::launch_pil_horizontal(px, l.width, 3, bands, rgb, plan.first_row, plan.rows, plan.xsize, hb, hk,
-                                  plan.horizontal.ksize, rows, dev, 0);
-    });
-    const double ver = bench::device_median_ms(repeat, [&] {
-      cuda::launch_pil_vertical(rows, bands, plan.first_row, plan.xsize, plan.ysize, vb, vk, plan.vertical.ksize, out,
-                                dev, 0);
-    });
-    return std::make_pair(hor, ver);
+    t.h_bounds = hb, t.h_k = hk, t.v_bounds = vb, t.v_k = vk;
+    t.h_ksize = plan.horizontal.ksize, t.v_ksize = plan.vertical.ksize;
+    t.first_row = plan.first_row, t.rows = plan.rows, t.xsize = plan.xsize, t.ysize = plan.ysize;
+    t.rows_out = rows, t.out = out;
+    return t;
   };
   uint8_t* rows = scratch + l.pixels() * 4;
   int* coeff = reinterpret_cast<int*>(rows + 512 * 1024);
+  const cuda::ThumbnailPass blur =
+      place(pil_plan(w, h, xs, ys, PilFilter::kBicubic), rows, rows + 256 * 1024, coeff);
+  const cuda::ThumbnailPass phash = place(pil_plan(w, h, kPhashSide, kPhashSide, PilFilter::kLanczos),
+                                          rows + 128 * 1024, rows + 300 * 1024, coeff + 32 * 1024);
+  const cuda::ThumbnailPass none;
   const double count_ms = bench::device_median_ms(repeat, [&] {
     IMGSTAT_BENCH_CHECK(cudaMemsetAsync(counts, 0, cuda::kQualityCountsSize * 8, 0));
     cuda::launch_quality_counts(px, l.width, l.height, 3, rgb, true, counts, dev, 0);
   });
+  const double count_nohist_ms = bench::device_median_ms(repeat, [&] {
+    IMGSTAT_BENCH_CHECK(cudaMemsetAsync(counts, 0, cuda::kQualityCountsSize * 8, 0));
+    cuda::launch_quality_counts(px, l.width, l.height, 3, rgb, false, counts, dev, 0);
+  });
   const double memset_ms = bench::device_median_ms(
       repeat, [&] { IMGSTAT_BENCH_CHECK(cudaMemsetAsync(counts, 0, cuda::kQualityCountsSize * 8, 0)); });
-  const double colours_ms = bench::device_median_ms(repeat, [&] {
+  const double find_ms = bench::device_median_ms(
+      repeat, [&] { cuda::launch_find_wanted(counts + cuda::kQualityBucketsAt, ranks, wanted, 0); });
+  const double gather_ms = bench::device_median_ms(repeat, [&] {
     IMGSTAT_BENCH_CHECK(cudaMemsetAsync(next, 0, 4, 0));
-    cuda::launch_wanted_colours(px, l.pixels(), rgb, counts + cuda::kQualityBucketsAt, ranks, wanted, colours, next,
-                                dev, 0);
+    cuda::launch_measures_horizontal(px, l.width, l.height, 3, rgb, wanted, colours, next, none, none, dev, 0);
   });
-  const auto blur = thumbnail(pil_plan(w, h, xs, ys, PilFilter::kBicubic), 3, rows, rows + 256 * 1024, coeff);
-  const auto phash = thumbnail(pil_plan(w, h, kPhashSide, kPhashSide, PilFilter::kLanczos), 1, rows,
-                               rows + 256 * 1024, coeff);
+  const double horizontal_ms = bench::device_median_ms(repeat, [&] {
+    IMGSTAT_BENCH_CHECK(cudaMemsetAsync(next, 0, 4, 0));
+    cuda::launch_measures_horizontal(px, l.width, l.height, 3, rgb, wanted, colours, next, blur, phash, dev, 0);
+  });
+  const double vertical_ms =
+      bench::device_median_ms(repeat, [&] { cuda::launch_measures_vertical(3, blur, phash, dev, 0); });
   uint8_t* pinned = nullptr;
   IMGSTAT_BENCH_CHECK(cudaMallocHost(&pinned, host_px.size()));
   const double copy_ms = bench::device_median_ms(repeat, [&] {
     IMGSTAT_BENCH_CHECK(cudaMemcpyAsync(pinned, px, host_px.size(), cudaMemcpyDeviceToHost, 0));
   });
   std::printf("\none image, device time of each piece (median of %d):\n", repeat);
-  std::printf("  memset of the counts            %8.1f us\n", memset_ms * 1e3);
-  std::printf("  memset + quality_counts         %8.1f us\n", count_ms * 1e3);
-  std::printf("  find_wanted + wanted_colours    %8.1f us\n", colours_ms * 1e3);
-  std::printf("  blurriness thumbnail: H / V     %8.1f / %.1f us\n", blur.first * 1e3, blur.second * 1e3);
-  std::printf("  perceptual thumbnail: H / V     %8.1f / %.1f us\n", phash.first * 1e3, phash.second * 1e3);
+  std::printf("  memset of the counts                          %8.1f us\n", memset_ms * 1e3);
+  std::printf("  memset + quality_counts, histograms / none     %8.1f / %.1f us\n", count_ms * 1e3,
+              count_nohist_ms * 1e3);
+  std::printf("  find_wanted                                    %8.1f us\n", find_ms * 1e3);
+  std::printf("  the wanted colours alone / with the thumbnails' horizontal passes %8.1f / %.1f us\n",
+              gather_ms * 1e3, horizontal_ms * 1e3);
+  std::printf("  the thumbnails' vertical passes                %8.1f us\n", vertical_ms * 1e3);
   std::printf("  the pixels back (D2H, pinned)   %8.1f us\n", copy_ms * 1e3);
   // The host's pieces.
   const ImageView view{host_px.data(), l};

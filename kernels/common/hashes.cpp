@@ -11,7 +11,20 @@
 #include "common/pil_resample.hpp"
 
 namespace imgstat {
+
+// xxh3_avx2.cpp: the same update, compiled for AVX2.
+void xxh3_128_update_avx2(XXH3_state_t* state, const void* data, size_t bytes);
+
 namespace {
+
+// XXH3's update, by its AVX2 loop where the CPU has one (the same hash).
+void xxh3_update(XXH3_state_t* state, const void* data, size_t bytes) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2)
+    xxh3_128_update_avx2(state, data, bytes);
+  else
+    XXH3_128bits_update(state, data, bytes);
+}
 
 // The reported channel order: R, G, B (rgb), then the rest as stored.
 std::vector<uint32_t> reported_order(uint32_t channels, const uint32_t* rgb) {
@@ -38,9 +51,9 @@ void pixel_hash(const ImageView& image, const uint32_t* rgb, uint8_t out[16]) {
   std::memcpy(header, &w, 8);
   std::memcpy(header + 8, &h, 8);
   std::memcpy(header + 16, &c, 4);
-  XXH3_128bits_update(&state, header, sizeof header);
+  xxh3_update(&state, header, sizeof header);
   const char* type = to_string(l.type);
-  XXH3_128bits_update(&state, type, std::strlen(type) + 1);
+  xxh3_update(&state, type, std::strlen(type) + 1);
   const std::vector<uint32_t> order = reported_order(l.channels, rgb);
   bool identity = true;
   for (uint32_t i = 0; i < order.size(); ++i) identity &= order[i] == i;
@@ -50,13 +63,13 @@ void pixel_hash(const ImageView& image, const uint32_t* rgb, uint8_t out[16]) {
   for (uint64_t y = 0; y < l.height; ++y) {
     const uint8_t* in = base + y * l.stride();
     if (identity) {
-      XXH3_128bits_update(&state, in, l.row_bytes());
+      xxh3_update(&state, in, l.row_bytes());
       continue;
     }
     for (uint64_t x = 0; x < l.width; ++x)
       for (uint32_t i = 0; i < order.size(); ++i)
         std::memcpy(&row[x * pixel + i * sample], in + x * pixel + order[i] * sample, sample);
-    XXH3_128bits_update(&state, row.data(), row.size());
+    xxh3_update(&state, row.data(), row.size());
   }
   XXH128_canonical_t canonical;
   XXH128_canonicalFromHash(&canonical, XXH3_128bits_digest(&state));

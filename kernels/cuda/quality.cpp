@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "common/hashes.hpp"
@@ -82,6 +84,46 @@ Pinned& staging_of_thread() {
   return kept;
 }
 
+// The thread's second stream on a GPU, for the pixel hash's copy to run
+// beside the kernels (the host hashes while they run), and its event.
+class SideStream {
+ public:
+  SideStream() {
+    IMGSTAT_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    IMGSTAT_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  }
+  ~SideStream() {  // at exit, perhaps after the context
+    if (done_ && cudaEventDestroy(done_) != cudaSuccess) cudaGetLastError();
+    if (stream_ && cudaStreamDestroy(stream_) != cudaSuccess) cudaGetLastError();
+  }
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+  cudaStream_t stream() const { return stream_; }
+  cudaEvent_t done() const { return done_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+};
+
+SideStream& side_stream_of_thread() {
+  int device = 0;
+  IMGSTAT_CUDA(cudaGetDevice(&device));
+  thread_local std::map<int, std::unique_ptr<SideStream>> kept;  // streams belong to a device
+  std::unique_ptr<SideStream>& s = kept[device];
+  if (!s) s = std::make_unique<SideStream>();
+  return *s;
+}
+
+// Waits for the side copy however the call ends: the staging it writes is
+// the thread's next call's.
+struct WaitForSide {
+  cudaEvent_t event = nullptr;
+  ~WaitForSide() {
+    if (event && cudaEventSynchronize(event) != cudaSuccess) cudaGetLastError();
+  }
+};
+
 // A thumbnail made on the device: its plan's coefficients (copied up with
 // the other's), PIL's two passes, the thumbnail (copied back with the rest).
 struct Thumbnail {
@@ -107,16 +149,16 @@ struct Thumbnail {
     std::memcpy(staging + vb_at(), cv.bounds.data(), cv.bounds.size() * sizeof(int));
     std::memcpy(staging + vk_at(), cv.k.data(), cv.k.size() * sizeof(int32_t));
   }
-  void launch(const DeviceImageView& image, const uint32_t* rgb, uint8_t* base, const DeviceInfo& dev,
-              cudaStream_t stream) const {
-    const PilCoeffs &ch = plan->horizontal, &cv = plan->vertical;
-    launch_pil_horizontal(static_cast<const uint8_t*>(image.data), static_cast<uint32_t>(image.layout.width),
-                          image.layout.channels, bands, rgb, plan->first_row, plan->rows, plan->xsize,
-                          reinterpret_cast<const int*>(base + coeff_at), reinterpret_cast<const int32_t*>(base + hk_at()),
-                          ch.ksize, base + rows_at, dev, stream);
-    launch_pil_vertical(base + rows_at, bands, plan->first_row, plan->xsize, plan->ysize,
-                        reinterpret_cast<const int*>(base + vb_at()), reinterpret_cast<const int32_t*>(base + vk_at()),
-                        cv.ksize, base + out_at, dev, stream);
+  // Where its passes find and leave things on the device (none: xsize 0).
+  ThumbnailPass pass(uint8_t* base) const {
+    ThumbnailPass t;
+    if (!plan) return t;
+    t.h_bounds = reinterpret_cast<const int*>(base + coeff_at), t.h_k = reinterpret_cast<const int32_t*>(base + hk_at());
+    t.v_bounds = reinterpret_cast<const int*>(base + vb_at()), t.v_k = reinterpret_cast<const int32_t*>(base + vk_at());
+    t.h_ksize = plan->horizontal.ksize, t.v_ksize = plan->vertical.ksize;
+    t.first_row = plan->first_row, t.rows = plan->rows, t.xsize = plan->xsize, t.ysize = plan->ysize;
+    t.rows_out = base + rows_at, t.out = base + out_at;
+    return t;
   }
   PilImage finish(const uint8_t* staging) const {
     PilImage t;
@@ -193,6 +235,15 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
   CallMemory memory(budget, device_bytes, stream);
   uint8_t* base = memory.data();
   uint8_t* staging = staging_of_thread().get(staging_bytes);
+  // The pixels for their hash first, on the side stream: hashed here while
+  // the kernels run.
+  WaitForSide side_copy;
+  if (r.hashes) {
+    const SideStream& side = side_stream_of_thread();
+    IMGSTAT_CUDA(cudaMemcpyAsync(staging + pixels_at, px, n * l.channels, cudaMemcpyDeviceToHost, side.stream()));
+    IMGSTAT_CUDA(cudaEventRecord(side.done(), side.stream()));
+    side_copy.event = side.done();
+  }
   if (blur.plan) blur.stage(staging);
   if (phash.plan) phash.stage(staging);
   IMGSTAT_CUDA(cudaMemcpyAsync(base + coeff_at, staging + coeff_at, rows_at - coeff_at, cudaMemcpyHostToDevice, stream));
@@ -205,22 +256,26 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
       BrightnessRanks ranks{};
       const auto wanted_ranks = brightness_ranks(n);
       for (int i = 0; i < kBrightnessRanks; ++i) ranks.rank[i] = wanted_ranks[i];
-      launch_wanted_colours(px, n, r.rgb, counts + kQualityBucketsAt, ranks, reinterpret_cast<WantedBuckets*>(base),
-                            reinterpret_cast<uint32_t*>(base + colours_at),
-                            reinterpret_cast<unsigned int*>(base + next_at), dev, stream);
+      launch_find_wanted(counts + kQualityBucketsAt, ranks, reinterpret_cast<WantedBuckets*>(base), stream);
     }
-    blur.launch(image, r.rgb, base, dev, stream);
-    // Back: the gather's buckets and count, the sums and histograms; not
-    // every bucket.
+  }
+  launch_measures_horizontal(px, l.width, l.height, l.channels, r.rgb, reinterpret_cast<const WantedBuckets*>(base),
+                             gather ? reinterpret_cast<uint32_t*>(base + colours_at) : nullptr,
+                             reinterpret_cast<unsigned int*>(base + next_at), blur.pass(base), phash.pass(base), dev,
+                             stream);
+  launch_measures_vertical(blur.bands, blur.pass(base), phash.pass(base), dev, stream);
+  // Back: the gather's buckets and count, the sums and histograms (not
+  // every bucket); the thumbnails and the first colours.
+  if (r.quality)
     IMGSTAT_CUDA(cudaMemcpyAsync(staging, base, counts_at + kQualityBucketsAt * sizeof(unsigned long long),
                                  cudaMemcpyDeviceToHost, stream));
-  }
-  if (r.hashes) phash.launch(image, r.rgb, base, dev, stream);
-  // The thumbnails and the first colours.
   IMGSTAT_CUDA(cudaMemcpyAsync(staging + out_at, base + out_at, back_end - out_at, cudaMemcpyDeviceToHost, stream));
-  // The pixel hash's copy, behind the kernels on the stream.
-  if (r.hashes)
-    IMGSTAT_CUDA(cudaMemcpyAsync(staging + pixels_at, px, n * l.channels, cudaMemcpyDeviceToHost, stream));
+  ImageHashes hashes;
+  if (r.hashes) {
+    IMGSTAT_CUDA(cudaEventSynchronize(side_copy.event));
+    side_copy.event = nullptr;
+    pixel_hash(ImageView{staging + pixels_at, l}, r.rgb, hashes.pixels.data());
+  }
   IMGSTAT_CUDA(cudaStreamSynchronize(stream));
 
   if (r.quality) {
@@ -262,8 +317,6 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
     result.has_quality = true;
   }
   if (r.hashes) {
-    ImageHashes hashes;
-    pixel_hash(ImageView{staging + pixels_at, l}, r.rgb, hashes.pixels.data());
     hashes.has_phash = true;
     hashes.phash = perceptual_hash_of(phash.finish(staging));
     result.hashes = hashes;

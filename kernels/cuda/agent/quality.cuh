@@ -131,11 +131,16 @@ __global__ void __launch_bounds__(kWantedThreads)
   }
   unsigned long long start = 0;
   Scan(temp).ExclusiveSum(total, start);
+  // Only the few threads whose buckets hold a rank look at them one by one.
+  bool holds = false;
+  for (int i = 0; i < kBrightnessRanks; ++i) holds |= start <= ranks.rank[i] && ranks.rank[i] < start + total;
+  if (holds) {
 #pragma unroll
-  for (int j = 0; j < kWantedItems; ++j) {
-    for (int i = 0; i < kBrightnessRanks; ++i)
-      if (start <= ranks.rank[i] && ranks.rank[i] < start + mine[j]) of_rank[i] = first + j, first_of_rank[i] = start;
-    start += mine[j];
+    for (int j = 0; j < kWantedItems; ++j) {
+      for (int i = 0; i < kBrightnessRanks; ++i)
+        if (start <= ranks.rank[i] && ranks.rank[i] < start + mine[j]) of_rank[i] = first + j, first_of_rank[i] = start;
+      start += mine[j];
+    }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -152,15 +157,15 @@ __global__ void __launch_bounds__(kWantedThreads)
 }
 
 // The colours (r | g << 8 | b << 16) of the pixels in the wanted buckets,
-// in any order, into out (room for every pixel).
-__global__ void __launch_bounds__(kPassThreads)
-    wanted_colours(const uint8_t* __restrict__ px, uint64_t n, uint3 rgb, const WantedBuckets* __restrict__ given,
-                   uint32_t* __restrict__ out, unsigned int* next) {
+// in any order, into out (room for every pixel): block `block` of `blocks`.
+__device__ __forceinline__ void wanted_colours(const uint8_t* __restrict__ px, uint64_t n, uint3 rgb,
+                                               const WantedBuckets* __restrict__ given, uint32_t* __restrict__ out,
+                                               unsigned int* next, uint32_t block, uint32_t blocks) {
   __shared__ WantedBuckets wanted;
   if (threadIdx.x == 0) wanted = *given;
   __syncthreads();
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+  const uint64_t stride = static_cast<uint64_t>(blocks) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(block) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const uint8_t* p = px + i * 3;
     const uint32_t r = p[rgb.x], g = p[rgb.y], b = p[rgb.z];
     const uint32_t k = brightness_key(r, g, b) >> kBrightnessShift;
@@ -173,18 +178,18 @@ __global__ void __launch_bounds__(kPassThreads)
 
 // PIL's horizontal pass (Resample.c, 8 bits) over input rows first_row ..
 // first_row + rows into rows x xsize pixels of B bands: B = 3 the R, G, B
-// channels, B = 1 the one channel or (C = 3) PIL's L of the pixel.
+// channels, B = 1 the one channel or (C = 3) PIL's L of the pixel. Block
+// `block` of `blocks`.
 template <int C, int B>
-__global__ void __launch_bounds__(kPassThreads)
-    pil_horizontal(const uint8_t* __restrict__ px, uint32_t w, uint3 rgb, int first_row, int rows, int xsize,
-                   const int* __restrict__ bounds, const int32_t* __restrict__ k, int ksize, uint8_t* __restrict__ out) {
-  const uint64_t total = static_cast<uint64_t>(rows) * xsize;
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int yy = static_cast<int>(i / xsize), xx = static_cast<int>(i % xsize);
-    const int xmin = bounds[2 * xx], xmax = bounds[2 * xx + 1];
-    const int32_t* kk = k + static_cast<size_t>(xx) * ksize;
-    const uint8_t* q = px + (static_cast<uint64_t>(first_row + yy) * w + xmin) * C;
+__device__ __forceinline__ void pil_horizontal(const uint8_t* __restrict__ px, uint32_t w, uint3 rgb,
+                                               const ThumbnailPass& t, uint32_t block, uint32_t blocks) {
+  const uint64_t total = static_cast<uint64_t>(t.rows) * t.xsize;
+  const uint64_t stride = static_cast<uint64_t>(blocks) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(block) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int yy = static_cast<int>(i / t.xsize), xx = static_cast<int>(i % t.xsize);
+    const int xmin = t.h_bounds[2 * xx], xmax = t.h_bounds[2 * xx + 1];
+    const int32_t* kk = t.h_k + static_cast<size_t>(xx) * t.h_ksize;
+    const uint8_t* q = px + (static_cast<uint64_t>(t.first_row + yy) * w + xmin) * C;
     int32_t ss[B];
 #pragma unroll
     for (int b = 0; b < B; ++b) ss[b] = 1 << (kPilPrecisionBits - 1);
@@ -200,28 +205,59 @@ __global__ void __launch_bounds__(kPassThreads)
 #pragma unroll
     for (int b = 0; b < B; ++b) {
       const int32_t v = ss[b] >> kPilPrecisionBits;
-      out[i * B + b] = static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+      t.rows_out[i * B + b] = static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
     }
   }
 }
 
 // PIL's vertical pass over the horizontal pass's rows (the plan's rows from
-// first_row on) into ysize x xsize pixels of B bands.
+// first_row on) into ysize x xsize pixels of B bands. Block `block` of `blocks`.
 template <int B>
-__global__ void __launch_bounds__(kPassThreads)
-    pil_vertical(const uint8_t* __restrict__ rows, int first_row, int xsize, int ysize, const int* __restrict__ bounds,
-                 const int32_t* __restrict__ k, int ksize, uint8_t* __restrict__ out) {
-  const uint64_t total = static_cast<uint64_t>(ysize) * xsize * B;
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int b = static_cast<int>(i % B), xx = static_cast<int>((i / B) % xsize), yy = static_cast<int>(i / B / xsize);
-    const int ymin = bounds[2 * yy] - first_row, ymax = bounds[2 * yy + 1];
-    const int32_t* kk = k + static_cast<size_t>(yy) * ksize;
+__device__ __forceinline__ void pil_vertical(const ThumbnailPass& t, uint32_t block, uint32_t blocks) {
+  const uint64_t total = static_cast<uint64_t>(t.ysize) * t.xsize * B;
+  const uint64_t stride = static_cast<uint64_t>(blocks) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(block) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int b = static_cast<int>(i % B), xx = static_cast<int>((i / B) % t.xsize), yy = static_cast<int>(i / B / t.xsize);
+    const int ymin = t.v_bounds[2 * yy] - t.first_row, ymax = t.v_bounds[2 * yy + 1];
+    const int32_t* kk = t.v_k + static_cast<size_t>(yy) * t.v_ksize;
     int32_t ss = 1 << (kPilPrecisionBits - 1);
-    for (int y = 0; y < ymax; ++y) ss += rows[(static_cast<uint64_t>(y + ymin) * xsize + xx) * B + b] * kk[y];
+    for (int y = 0; y < ymax; ++y) ss += t.rows_out[(static_cast<uint64_t>(y + ymin) * t.xsize + xx) * B + b] * kk[y];
     const int32_t v = ss >> kPilPrecisionBits;
-    out[i] = static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+    t.out[i] = static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
   }
+}
+
+// One launch for what reads the image after the counts: the wanted
+// buckets' colours (gather_blocks, colour images), the blurriness
+// thumbnail's horizontal pass (blur: B = C bands), the perceptual one's
+// (phash: PIL's L); the blocks split between them in that order.
+template <int C>
+__global__ void __launch_bounds__(kPassThreads)
+    measures_horizontal(const uint8_t* __restrict__ px, uint32_t w, uint64_t n, uint3 rgb,
+                        const WantedBuckets* __restrict__ wanted, uint32_t* __restrict__ colours, unsigned int* next,
+                        uint32_t gather_blocks, ThumbnailPass blur, ThumbnailPass phash) {
+  uint32_t b = blockIdx.x;
+  if (b < gather_blocks) {
+    if constexpr (C == 3) wanted_colours(px, n, rgb, wanted, colours, next, b, gather_blocks);
+    return;
+  }
+  b -= gather_blocks;
+  if (b < blur.blocks) {
+    pil_horizontal<C, C>(px, w, rgb, blur, b, blur.blocks);
+    return;
+  }
+  b -= blur.blocks;
+  pil_horizontal<C, 1>(px, w, rgb, phash, b, phash.blocks);
+}
+
+// Then both thumbnails' vertical passes in one launch (blur: BlurBands).
+template <int BlurBands>
+__global__ void __launch_bounds__(kPassThreads) measures_vertical(ThumbnailPass blur, ThumbnailPass phash) {
+  if (blockIdx.x < blur.blocks) {
+    pil_vertical<BlurBands>(blur, blockIdx.x, blur.blocks);
+    return;
+  }
+  pil_vertical<1>(phash, blockIdx.x - blur.blocks, phash.blocks);
 }
 
 }  // namespace imgstat::cuda

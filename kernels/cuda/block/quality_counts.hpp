@@ -27,6 +27,22 @@ struct BrightnessRanks {
   unsigned long long rank[kBrightnessRanks];
 };
 
+// One thumbnail's pass of PIL's resampling on the device: its plan's
+// coefficients there (bounds and taps of each pass), the horizontal pass's
+// rows (rows x xsize of `bands`), the thumbnail (ysize x xsize); blocks: of
+// a launch shared with other work, this pass's (0: none).
+struct ThumbnailPass {
+  const int* h_bounds = nullptr;
+  const int32_t* h_k = nullptr;
+  const int* v_bounds = nullptr;
+  const int32_t* v_k = nullptr;
+  int h_ksize = 0, v_ksize = 0;
+  int first_row = 0, rows = 0, xsize = 0, ysize = 0;
+  uint8_t* rows_out = nullptr;
+  uint8_t* out = nullptr;
+  uint32_t blocks = 0;
+};
+
 // The colours that come back with the counts (all of them where they are
 // few, as in photos: about a hundred of a 500x375 image's pixels); more
 // take a second round trip.

@@ -46,49 +46,43 @@ void launch_quality_counts(const uint8_t* pixels, uint32_t width, uint32_t heigh
   IMGSTAT_CUDA_LAUNCHED("quality_counts");
 }
 
-void launch_wanted_colours(const uint8_t* pixels, uint64_t count, const uint32_t* rgb,
-                           const unsigned long long* buckets, const BrightnessRanks& ranks, WantedBuckets* wanted,
-                           uint32_t* out, unsigned int* next, const DeviceInfo& dev, cudaStream_t stream) {
+void launch_find_wanted(const unsigned long long* buckets, const BrightnessRanks& ranks, WantedBuckets* wanted,
+                        cudaStream_t stream) {
   find_wanted<<<1, kWantedThreads, 0, stream>>>(buckets, ranks, wanted);
   IMGSTAT_CUDA_LAUNCHED("find_wanted");
-  if (count == 0) return;
-  wanted_colours<<<grid_for(count, dev), kPassThreads, 0, stream>>>(pixels, count, make_uint3(rgb[0], rgb[1], rgb[2]),
-                                                                     wanted, out, next);
-  IMGSTAT_CUDA_LAUNCHED("wanted_colours");
 }
 
-void launch_pil_horizontal(const uint8_t* pixels, uint32_t width, uint32_t channels, uint32_t bands,
-                           const uint32_t* rgb, int first_row, int rows, int xsize, const int* bounds,
-                           const int32_t* k, int ksize, uint8_t* out, const DeviceInfo& dev, cudaStream_t stream) {
-  const uint64_t items = static_cast<uint64_t>(rows) * xsize;
-  if (items == 0) return;
+void launch_measures_horizontal(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels,
+                                const uint32_t* rgb, const WantedBuckets* wanted, uint32_t* colours,
+                                unsigned int* next, ThumbnailPass blur, ThumbnailPass phash, const DeviceInfo& dev,
+                                cudaStream_t stream) {
+  const uint64_t n = static_cast<uint64_t>(width) * height;
+  const uint32_t gather = colours && channels == 3 && n ? grid_for(n, dev) : 0;
+  blur.blocks = blur.xsize ? grid_for(static_cast<uint64_t>(blur.rows) * blur.xsize, dev) : 0;
+  phash.blocks = phash.xsize ? grid_for(static_cast<uint64_t>(phash.rows) * phash.xsize, dev) : 0;
+  const uint32_t blocks = gather + blur.blocks + phash.blocks;
+  if (blocks == 0) return;
   const uint3 order = make_uint3(rgb[0], rgb[1], rgb[2]);
-  const unsigned grid = grid_for(items, dev);
-  if (channels == 3 && bands == 3) {
-    pil_horizontal<3, 3><<<grid, kPassThreads, 0, stream>>>(pixels, width, order, first_row, rows, xsize, bounds, k,
-                                                             ksize, out);
-  } else if (channels == 3) {
-    pil_horizontal<3, 1><<<grid, kPassThreads, 0, stream>>>(pixels, width, order, first_row, rows, xsize, bounds, k,
-                                                             ksize, out);
-  } else {
-    pil_horizontal<1, 1><<<grid, kPassThreads, 0, stream>>>(pixels, width, order, first_row, rows, xsize, bounds, k,
-                                                             ksize, out);
-  }
-  IMGSTAT_CUDA_LAUNCHED("pil_horizontal");
+  if (channels == 3)
+    measures_horizontal<3><<<blocks, kPassThreads, 0, stream>>>(pixels, width, n, order, wanted, colours, next, gather,
+                                                                 blur, phash);
+  else
+    measures_horizontal<1><<<blocks, kPassThreads, 0, stream>>>(pixels, width, n, order, wanted, colours, next, 0,
+                                                                 blur, phash);
+  IMGSTAT_CUDA_LAUNCHED("measures_horizontal");
 }
 
-void launch_pil_vertical(const uint8_t* rows, uint32_t bands, int first_row, int xsize, int ysize, const int* bounds,
-                         const int32_t* k, int ksize, uint8_t* out, const DeviceInfo& dev, cudaStream_t stream) {
-  const uint64_t items = static_cast<uint64_t>(ysize) * xsize * bands;
-  if (items == 0) return;
-  if (bands == 3) {
-    pil_vertical<3><<<grid_for(items, dev), kPassThreads, 0, stream>>>(rows, first_row, xsize, ysize, bounds, k, ksize,
-                                                                        out);
-  } else {
-    pil_vertical<1><<<grid_for(items, dev), kPassThreads, 0, stream>>>(rows, first_row, xsize, ysize, bounds, k, ksize,
-                                                                        out);
-  }
-  IMGSTAT_CUDA_LAUNCHED("pil_vertical");
+void launch_measures_vertical(uint32_t blur_bands, ThumbnailPass blur, ThumbnailPass phash, const DeviceInfo& dev,
+                              cudaStream_t stream) {
+  blur.blocks = blur.xsize ? grid_for(static_cast<uint64_t>(blur.ysize) * blur.xsize * blur_bands, dev) : 0;
+  phash.blocks = phash.xsize ? grid_for(static_cast<uint64_t>(phash.ysize) * phash.xsize, dev) : 0;
+  const uint32_t blocks = blur.blocks + phash.blocks;
+  if (blocks == 0) return;
+  if (blur_bands == 3)
+    measures_vertical<3><<<blocks, kPassThreads, 0, stream>>>(blur, phash);
+  else
+    measures_vertical<1><<<blocks, kPassThreads, 0, stream>>>(blur, phash);
+  IMGSTAT_CUDA_LAUNCHED("measures_vertical");
 }
 
 }  // namespace imgstat::cuda

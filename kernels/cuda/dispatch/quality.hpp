@@ -18,20 +18,20 @@ void launch_quality_counts(const uint8_t* pixels, uint32_t width, uint32_t heigh
                            const uint32_t* rgb, bool histograms, unsigned long long* counts, const DeviceInfo& dev,
                            cudaStream_t stream);
 // Three channels, after launch_quality_counts: the buckets holding the
-// ranks into *wanted (on the device), and the colours of their pixels into
-// out (room for every pixel; *next, zeroed by the caller, counts them).
-void launch_wanted_colours(const uint8_t* pixels, uint64_t count, const uint32_t* rgb,
-                           const unsigned long long* buckets, const BrightnessRanks& ranks, WantedBuckets* wanted,
-                           uint32_t* out, unsigned int* next, const DeviceInfo& dev, cudaStream_t stream);
-// PIL's horizontal pass of a plan (bounds and k: its device copies) into
-// rows x xsize pixels of `bands` (3: R, G, B; 1: the channel or PIL's L).
-void launch_pil_horizontal(const uint8_t* pixels, uint32_t width, uint32_t channels, uint32_t bands,
-                           const uint32_t* rgb, int first_row, int rows, int xsize, const int* bounds,
-                           const int32_t* k, int ksize, uint8_t* out, const DeviceInfo& dev, cudaStream_t stream);
-
-// Then its vertical pass over those rows (the plan's from first_row on)
-// into ysize x xsize pixels of `bands`.
-void launch_pil_vertical(const uint8_t* rows, uint32_t bands, int first_row, int xsize, int ysize, const int* bounds,
-                         const int32_t* k, int ksize, uint8_t* out, const DeviceInfo& dev, cudaStream_t stream);
+// ranks into *wanted (one block, on the device).
+void launch_find_wanted(const unsigned long long* buckets, const BrightnessRanks& ranks, WantedBuckets* wanted,
+                        cudaStream_t stream);
+// In one launch, after launch_find_wanted: the colours of the wanted
+// buckets' pixels into colours (three channels; null: none; room for every
+// pixel; *next, zeroed by the caller, counts them), and the horizontal
+// passes of the thumbnails (xsize 0: none; blur of the image's channels as
+// bands, phash of PIL's L).
+void launch_measures_horizontal(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels,
+                                const uint32_t* rgb, const WantedBuckets* wanted, uint32_t* colours,
+                                unsigned int* next, ThumbnailPass blur, ThumbnailPass phash, const DeviceInfo& dev,
+                                cudaStream_t stream);
+// Then both thumbnails' vertical passes (blur of blur_bands bands).
+void launch_measures_vertical(uint32_t blur_bands, ThumbnailPass blur, ThumbnailPass phash, const DeviceInfo& dev,
+                              cudaStream_t stream);
 
 }  // namespace imgstat::cuda
