@@ -415,15 +415,15 @@ TEST_F(GpuTest, EveryStatisticAgreesWithTheCpu) {
 // the host by the CPU engine's code. Every field equal to the CPU engine's
 // of the same pixels in host memory: random, smooth, constant (every pixel
 // in one brightness bucket), the type's two ends, R = G = B, B and R
-// swapped, prime and odd sizes, a strip of one column (257 wide), one large
-// image; the histograms taken from the statistics pass or counted by the
-// quality pass (not asked for); sizes the device does not take (small, 32
-// wide, one row) through the host copy, the same answers.
+// swapped, prime and odd sizes, a last strip of one column (257 wide) and of
+// one warp (288), one large image; the histograms taken from the statistics
+// pass or counted by the quality pass (not asked for); sizes the device does
+// not take (small, 32 wide, one row) through the host copy, the same answers.
 TEST_F(GpuTest, QualityAndHashesOfDeviceImagesAsTheCpuEngines) {
   std::mt19937_64 rng(653);
   struct Size { uint64_t w, h; bool on_device; };
   const Size sizes[] = {{65, 66, true},   {97, 61, true},  {500, 375, true}, {211, 1013, true}, {257, 70, true},
-                        {4001, 2999, true},
+                        {288, 75, true},    {4001, 2999, true},
                         {40, 30, false},  {32, 100, false}, {300, 1, false}};
   StatsRequest req;
   req.quality = req.hashes = true;

@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kQualityStripWidth)
     for (uint32_t y = y0; y < y1; ++y) {
       const int down = grey_at<C>(px, w, xs, reflect101(static_cast<long long>(y) + 1, h), rgb);
       __syncthreads();  // the last row's neighbours are read
-      row[threadIdx.x + 1] = mid;
+      if (inside) row[threadIdx.x + 1] = mid;  // not past the last column: its neighbour's place
       if (threadIdx.x == 0) row[0] = grey_at<C>(px, w, reflect101(static_cast<long long>(x0) - 1, w), y, rgb);
       if (threadIdx.x == last) row[last + 2] = grey_at<C>(px, w, reflect101(static_cast<long long>(x) + 1, w), y, rgb);
       __syncthreads();
