@@ -161,42 +161,31 @@ void pieces(const DeviceImageView& image, const std::vector<uint8_t>& host_px, i
   std::printf("host time: pixel hash (XXH3-128) %.1f us, perceptual hash of the thumbnail (DCT) %.1f us, "
               "the CPU engine's whole quality measures %.1f us\n",
               xxh * 1e3, dct * 1e3, cpu_quality * 1e3);
-  // A CUDA call and its wait, from 1 and 16 threads at once.
-  for (int threads : {1, 16}) {
+  // CUDA calls and their wait, from 1 and 16 threads at once: rounds of
+  // `memsets` small memsets and a synchronize, seconds for `calls` rounds.
+  auto rounds = [](int threads, int memsets, int calls) {
     std::vector<std::thread> pool;
-    const int calls = 2000;
     const auto a = std::chrono::steady_clock::now();
     for (int t = 0; t < threads; ++t)
       pool.emplace_back([&] {
         void* d = nullptr;
         IMGSTAT_BENCH_CHECK(cudaMalloc(&d, 64));
         for (int i = 0; i < calls; ++i) {
-          IMGSTAT_BENCH_CHECK(cudaMemsetAsync(d, 0, 64, cudaStreamPerThread));
+          for (int k = 0; k < memsets; ++k) IMGSTAT_BENCH_CHECK(cudaMemsetAsync(d, 0, 64, cudaStreamPerThread));
           IMGSTAT_BENCH_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
         }
         cudaFree(d);
       });
     for (auto& th : pool) th.join();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
-    std::printf("a memset and its wait, %2d threads: %.1f us each, %.0f a second in all\n", threads,
-                s / calls * 1e6, threads * calls / s);
-    pool.clear();
-    const auto b = std::chrono::steady_clock::now();
-    for (int t = 0; t < threads; ++t)
-      pool.emplace_back([&] {
-        void* d = nullptr;
-        IMGSTAT_BENCH_CHECK(cudaMalloc(&d, 64));
-        for (int i = 0; i < calls; ++i) {
-          for (int k = 0; k < 10; ++k) IMGSTAT_BENCH_CHECK(cudaMemsetAsync(d, 0, 64, cudaStreamPerThread));
-          IMGSTAT_BENCH_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
-        }
-        cudaFree(d);
-      });
-    for (auto& th : pool) th.join();
-    const double s2 = std::chrono::duration<double>(std::chrono::steady_clock::now() - b).count();
-    std::printf("ten memsets and their wait, %2d threads: %.1f us each round, %.0f calls a second in all\n", threads,
-                s2 / calls * 1e6, threads * calls * 11 / s2);
-  }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+  };
+  const int calls = 2000;
+  for (int threads : {1, 16})
+    for (int memsets : {1, 10}) {
+      const double s = rounds(threads, memsets, calls);
+      std::printf("%2d memsets and their wait, %2d threads: %.1f us a round, %.0f calls a second in all\n", memsets,
+                  threads, s / calls * 1e6, threads * calls * (memsets + 1) / s);
+    }
   cudaFreeHost(pinned);
   cudaFree(scratch);
   cudaFree(counts);
