@@ -2,9 +2,11 @@
 // of 8-bit pixels with one or three channels, in common/quality.hpp's
 // words (QualityCounts): the pass that sums the grey image, its Laplacian
 // and the colour differences and counts the histograms and brightness
-// buckets; the colours of the wanted buckets' pixels; PIL's horizontal
-// resampling pass for the thumbnails. Integer arithmetic throughout: the
-// host's finishing code then gives the CPU engine's bits.
+// buckets (strips of columns down bands of rows); the buckets holding the
+// brightness ranks; then, in one launch, the colours of their pixels and
+// PIL's horizontal resampling pass of both thumbnails, and in another the
+// vertical passes. Integer arithmetic throughout: the host's finishing code
+// then gives the CPU engine's bits.
 #pragma once
 
 #include <cub/block/block_scan.cuh>

@@ -1,6 +1,7 @@
 // Launch shapes of the quality measures' and the thumbnails' kernels
-// (agent/quality.cuh): persistent grid-stride blocks, fewer for small
-// images.
+// (agent/quality.cuh): the counting pass's strips and bands; the other
+// passes' persistent grid-stride blocks (fewer for small images), several
+// passes' blocks side by side in one launch.
 #include <algorithm>
 
 #include "cuda/agent/quality.cuh"
