@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "common/pil_resample.hpp"
+#include "common/quality_rows.hpp"
 
 namespace imgstat {
 
@@ -85,9 +86,14 @@ uint64_t perceptual_hash(const ImageView& image, const uint32_t* rgb) {
   grey.w = static_cast<int>(l.width), grey.h = static_cast<int>(l.height), grey.bands = 1;
   grey.px.resize(l.pixels());
   const auto* base = static_cast<const uint8_t*>(image.data);
+  const QualityRows* rows8 = quality_rows(l.channels, rgb);
   for (uint64_t y = 0; y < l.height; ++y) {
     const uint8_t* p = base + y * l.stride();
     uint8_t* o = &grey.px[y * l.width];
+    if (rows8) {
+      rows8->pil_l(p, l.width, o);
+      continue;
+    }
     for (uint64_t x = 0; x < l.width; ++x, p += l.channels)
       o[x] = l.channels >= 3 ? pil_l(p[rgb[0]], p[rgb[1]], p[rgb[2]]) : p[0];
   }

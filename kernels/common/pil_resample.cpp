@@ -1,5 +1,7 @@
 #include "common/pil_resample.hpp"
 
+#include <immintrin.h>
+
 #include <cmath>
 
 namespace imgstat {
@@ -90,26 +92,57 @@ void horizontal_row(const uint8_t* row, int bands, const PilCoeffs& ch, int xsiz
 // order are PIL's. in_rows: the first input row; stride: bytes a row.
 typedef int32_t Lanes8 __attribute__((vector_size(32), aligned(4)));
 
-__attribute__((target("avx2"))) void horizontal_rows8(const uint8_t* in_rows, size_t stride, int w, int bands,
-                                                       const PilCoeffs& ch, int xsize, uint8_t* out_rows,
-                                                       size_t out_stride, std::vector<int32_t>& lanes) {
-  lanes.resize(static_cast<size_t>(w) * bands * 8);
-  for (int x = 0; x < w; ++x)
-    for (int b = 0; b < bands; ++b)
-      for (int r = 0; r < 8; ++r) lanes[(static_cast<size_t>(x) * bands + b) * 8 + r] = in_rows[r * stride + x * bands + b];
+// Bytes [i, i + 8) of eight rows, each sample's eight rows widened into
+// the eight lanes of lanes[(i + s) * 8 ...]: an 8x8 byte transpose.
+__attribute__((target("avx2"))) inline void transpose8x8(const uint8_t* in, size_t stride, int32_t* lanes) {
+  __m128i r[8];
+  for (int k = 0; k < 8; ++k) r[k] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + k * stride));
+  const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpacklo_epi8(r[2], r[3]);
+  const __m128i a2 = _mm_unpacklo_epi8(r[4], r[5]), a3 = _mm_unpacklo_epi8(r[6], r[7]);
+  const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);
+  const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
+  const __m128i c[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2), _mm_unpacklo_epi32(b1, b3),
+                        _mm_unpackhi_epi32(b1, b3)};
+  for (int k = 0; k < 4; ++k) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes + 16 * k), _mm256_cvtepu8_epi32(c[k]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes + 16 * k + 8), _mm256_cvtepu8_epi32(_mm_srli_si128(c[k], 8)));
+  }
+}
+
+template <int kBands>
+__attribute__((target("avx2"))) void horizontal_rows8_of(const uint8_t* in_rows, size_t stride, int w,
+                                                          const PilCoeffs& ch, int xsize, uint8_t* out_rows,
+                                                          size_t out_stride, std::vector<int32_t>& lanes) {
+  const size_t samples = static_cast<size_t>(w) * kBands;
+  lanes.resize(samples * 8);
+  int32_t* to = lanes.data();
+  size_t i = 0;
+  for (; i + 8 <= samples; i += 8) transpose8x8(in_rows + i, stride, to + i * 8);
+  for (; i < samples; ++i)
+    for (int r = 0; r < 8; ++r) to[i * 8 + r] = in_rows[r * stride + i];
   const Lanes8* col = reinterpret_cast<const Lanes8*>(lanes.data());
   for (int xx = 0; xx < xsize; ++xx) {
     const int xmin = ch.bounds[xx * 2], xmax = ch.bounds[xx * 2 + 1];
     const int32_t* k = &ch.k[static_cast<size_t>(xx) * ch.ksize];
-    Lanes8 acc[4];
-    for (int b = 0; b < 4; ++b) acc[b] = Lanes8{} + (1 << (kPilPrecisionBits - 1));
-    const Lanes8* c = col + static_cast<size_t>(xmin) * bands;
+    Lanes8 acc[kBands];
+    for (int b = 0; b < kBands; ++b) acc[b] = Lanes8{} + (1 << (kPilPrecisionBits - 1));
+    const Lanes8* c = col + static_cast<size_t>(xmin) * kBands;
     for (int x = 0; x < xmax; ++x) {
       const Lanes8 kv = Lanes8{} + k[x];
-      for (int b = 0; b < bands; ++b) acc[b] += c[x * bands + b] * kv;
+      for (int b = 0; b < kBands; ++b) acc[b] += c[x * kBands + b] * kv;
     }
-    for (int b = 0; b < bands; ++b)
-      for (int r = 0; r < 8; ++r) out_rows[r * out_stride + static_cast<size_t>(xx) * bands + b] = pil_clip8(acc[b][r]);
+    for (int b = 0; b < kBands; ++b)
+      for (int r = 0; r < 8; ++r) out_rows[r * out_stride + static_cast<size_t>(xx) * kBands + b] = pil_clip8(acc[b][r]);
+  }
+}
+
+void horizontal_rows8(const uint8_t* in_rows, size_t stride, int w, int bands, const PilCoeffs& ch, int xsize,
+                      uint8_t* out_rows, size_t out_stride, std::vector<int32_t>& lanes) {
+  switch (bands) {
+    case 1: return horizontal_rows8_of<1>(in_rows, stride, w, ch, xsize, out_rows, out_stride, lanes);
+    case 2: return horizontal_rows8_of<2>(in_rows, stride, w, ch, xsize, out_rows, out_stride, lanes);
+    case 3: return horizontal_rows8_of<3>(in_rows, stride, w, ch, xsize, out_rows, out_stride, lanes);
+    default: return horizontal_rows8_of<4>(in_rows, stride, w, ch, xsize, out_rows, out_stride, lanes);
   }
 }
 
@@ -129,19 +162,39 @@ const PilPlan& pil_plan(int w, int h, int xsize, int ysize, PilFilter filter) {
 
 namespace {
 
-PilImage vertical_pass(const PilImage& cur, const PilCoeffs& cv, int first_row, int ysize) {
+// One output row of the vertical pass: n samples, a whole input row a tap.
+__attribute__((always_inline)) inline void vertical_row_of(const uint8_t* rows, size_t n, const int32_t* k, int taps,
+                                                           int32_t* ss, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) ss[i] = 1 << (kPilPrecisionBits - 1);
+  for (int y = 0; y < taps; ++y) {
+    const uint8_t* row = rows + static_cast<size_t>(y) * n;
+    const int32_t kk = k[y];
+    for (size_t i = 0; i < n; ++i) ss[i] += row[i] * kk;
+  }
+  for (size_t i = 0; i < n; ++i) out[i] = pil_clip8(ss[i]);
+}
+
+__attribute__((target("avx2"))) void vertical_row_avx2(const uint8_t* rows, size_t n, const int32_t* k, int taps,
+                                                       int32_t* ss, uint8_t* out) {
+  vertical_row_of(rows, n, k, taps, ss, out);
+}
+
+void vertical_row(const uint8_t* rows, size_t n, const int32_t* k, int taps, int32_t* ss, uint8_t* out) {
+  vertical_row_of(rows, n, k, taps, ss, out);
+}
+
+PilImage vertical_pass(const PilImage& cur, const PilCoeffs& cv, int first_row, int ysize, bool avx2) {
   PilImage o;
   o.w = cur.w, o.h = ysize, o.bands = cur.bands;
-  o.px.resize(static_cast<size_t>(o.w) * o.h * o.bands);
+  const size_t n = static_cast<size_t>(o.w) * o.bands;
+  o.px.resize(n * o.h);
+  thread_local std::vector<int32_t> ss;
+  ss.resize(n);
   for (int yy = 0; yy < ysize; ++yy) {
     const int ymin = cv.bounds[yy * 2] - first_row, ymax = cv.bounds[yy * 2 + 1];
     const int32_t* k = &cv.k[static_cast<size_t>(yy) * cv.ksize];
-    for (int xx = 0; xx < o.w; ++xx)
-      for (int b = 0; b < o.bands; ++b) {
-        int32_t ss = 1 << (kPilPrecisionBits - 1);
-        for (int y = 0; y < ymax; ++y) ss += cur.at(xx, y + ymin, b) * k[y];
-        o.at(xx, yy, b) = pil_clip8(ss);
-      }
+    (avx2 ? vertical_row_avx2 : vertical_row)(&cur.px[static_cast<size_t>(ymin) * n], n, k, ymax, ss.data(),
+                                             &o.px[static_cast<size_t>(yy) * n]);
   }
   return o;
 }
@@ -172,7 +225,7 @@ PilImage pil_resize(const PilImage& in, int xsize, int ysize, PilFilter filter) 
     cur = &t;
   }
   if (!vertical) return *cur;
-  return vertical_pass(*cur, plan.vertical, horizontal ? ybox_first : 0, ysize);
+  return vertical_pass(*cur, plan.vertical, horizontal ? ybox_first : 0, ysize, avx2);
 }
 
 }  // namespace imgstat

@@ -1,6 +1,7 @@
 #include "common/quality.hpp"
 
 #include "common/pil_resample.hpp"
+#include "common/quality_rows.hpp"
 
 #include <algorithm>
 #include <array>
@@ -177,7 +178,12 @@ PilImage blurriness_image(const ImageView& image, const uint32_t* rgb) {
   im.px.resize(bytes);
   int xs = im.w, ys = im.h;
   const bool resize = blurriness_size(l.width, l.height, &xs, &ys);
+  const QualityRows* rows8 = alpha ? nullptr : quality_rows(l.channels, rgb);
   for (uint64_t y = 0; y < l.height; ++y) {
+    if (rows8) {
+      rows8->pil_rgb(base + y * l.stride(), l.width, &im.px[y * l.width * 3]);
+      continue;
+    }
     const uint8_t* row = base + y * l.stride();
     for (uint64_t x = 0; x < l.width; ++x) {
       const uint8_t* p = row + x * l.channels;
@@ -326,6 +332,21 @@ void gather_colours(const ImageView& image, const uint32_t* rgb, const std::vect
   for (const BrightnessBucket& b : wanted) is_wanted[b.bucket] = 1;
   const auto* base = static_cast<const uint8_t*>(image.data);
   out.clear();
+  if (const QualityRows* rows8 = quality_rows(l.channels, rgb)) {
+    uint16_t keys[kColourRowPiece];
+    for (uint64_t y = 0; y < l.height; ++y)
+      for (uint64_t x0 = 0; x0 < l.width; x0 += kColourRowPiece) {
+        const uint8_t* p = base + y * l.stride() + x0 * l.channels;
+        const uint64_t m = std::min(kColourRowPiece, l.width - x0);
+        rows8->keys(p, m, keys);
+        for (uint64_t i = 0; i < m; ++i)
+          if (is_wanted[keys[i]]) {
+            const uint8_t* q = p + i * l.channels;
+            out.push_back(q[rgb[0]] | q[rgb[1]] << 8 | q[rgb[2]] << 16);
+          }
+      }
+    return;
+  }
   for (uint64_t y = 0; y < l.height; ++y) {
     const uint8_t* p = base + y * l.stride();
     for (uint64_t x = 0; x < l.width; ++x, p += l.channels) {
@@ -349,6 +370,7 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb, const std::vec
   const bool colour = ch >= 3;
   constexpr bool k8 = sizeof(T) == 1;
   constexpr int64_t kMax = std::numeric_limits<T>::max();
+  const QualityRows* rows8 = k8 ? quality_rows(ch, rgb) : nullptr;
   // Packed, aligned copies of the rows: the grey plane, and the pixels
   // where a row of them is not aligned for T.
   Scratch<T, 0> grey_buffer(n);
@@ -365,6 +387,13 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb, const std::vec
       T* out = grey + y * w;
       if (!colour) {
         for (uint64_t x = 0; x < w; ++x) out[x] = p[x * ch];
+      } else if constexpr (k8) {
+        if (rows8) {
+          rows8->grey(p, w, out);
+          continue;
+        }
+        const uint32_t r = rgb[0], g = rgb[1], b = rgb[2];
+        for (uint64_t x = 0; x < w; ++x, p += ch) out[x] = static_cast<T>(quality_grey(p[r], p[g], p[b]));
       } else {
         const uint32_t r = rgb[0], g = rgb[1], b = rgb[2];
         for (uint64_t x = 0; x < w; ++x, p += ch)
@@ -383,6 +412,28 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb, const std::vec
       const T* up = grey + reflect101(static_cast<int64_t>(y) - 1, h) * w;
       const T* down = grey + reflect101(static_cast<int64_t>(y) + 1, h) * w;
       const T* px = row_of(y);
+      if constexpr (k8) {
+        if (rows8) {  // the vector loops: 3 or 4 channels, RGB or BGR
+          LaplacianRowSums ls;
+          laplacian_row(up, mid, down, w, &ls);
+          acc.grey += ls.grey, acc.grey_sq += ls.grey_sq, acc.lap += ls.lap, acc.lap_sq += ls.lap_sq;
+          ColourRowSums cs;
+          uint16_t keys[kColourRowPiece];
+          for (uint64_t x0 = 0; x0 < w; x0 += kColourRowPiece) {
+            const uint64_t m = std::min(kColourRowPiece, w - x0);
+            rows8->colour(px + x0 * ch, m, &cs, keys);
+            for (uint64_t i = 0; i < m; ++i) ++buckets[keys[i]];
+          }
+          if (count_hist) {
+            const T* p = px;
+            for (uint64_t x = 0; x < w; ++x, p += ch)
+              for (uint32_t c = 0; c < ch; ++c) ++acc.hist[c][p[c]];
+          }
+          acc.rg += cs.rg, acc.rg_sq += cs.rg_sq, acc.yb2 += cs.yb2, acc.yb2_sq += cs.yb2_sq;
+          acc.equal_rgb = acc.equal_rgb && !cs.unequal;
+          continue;
+        }
+      }
       for (uint64_t x0 = 0; x0 < w; x0 += kStretch) {
         const uint64_t x1 = std::min(w, x0 + kStretch);
         int64_t gs = 0, gsq = 0, ls = 0, lsq = 0;
@@ -585,14 +636,20 @@ std::vector<BrightnessBucket> brightness_wanted(const uint64_t* buckets, uint64_
 
 bool engine_histograms(const Result& result, const Layout& l, const StatsRequest& request,
                        std::vector<std::array<uint64_t, 256>>* out) {
-  if (l.type != SampleType::kUint8 || !request.histogram || request.hist.explicit_range || request.hist.bins != 256 ||
-      request.colour_space != ColourSpace::kNone || !request.channel_hists.empty() || result.channels.size() != l.channels)
+  if (l.type != SampleType::kUint8 || request.colour_space != ColourSpace::kNone || result.channels.size() != l.channels)
     return false;
+  // The 256-bin histograms asked for, or the value counts of a partial
+  // (--aggregate asks for those instead).
+  const bool histograms = request.histogram && !request.hist.explicit_range && request.hist.bins == 256 &&
+                          request.channel_hists.empty();
   out->assign(l.channels, {});
   for (uint32_t c = 0; c < l.channels; ++c) {
-    const std::vector<uint64_t>& h = result.channels[c].histogram.counts;
-    if (h.size() != 256) return false;
-    std::copy(h.begin(), h.end(), (*out)[c].begin());
+    const ChannelStats& stats = result.channels[c];
+    const std::vector<uint64_t>* h = histograms ? &stats.histogram.counts
+                                     : stats.has_merge_state ? &stats.value_counts
+                                                             : nullptr;
+    if (!h || h->size() != 256) return false;
+    std::copy(h->begin(), h->end(), (*out)[c].begin());
   }
   return true;
 }

@@ -103,9 +103,9 @@ struct QualityCounts {
   std::vector<uint32_t> colours;
   PilImage thumbnail;
 };
-// The statistics pass's 256-bin histograms of an 8-bit image's own
-// channels, where the result has them (the counts the quality pass would
-// make): into *out, true.
+// The statistics pass's 256-bin histograms (or value counts) of an 8-bit
+// image's own channels, where the result has them (the counts the quality
+// pass would make): into *out, true.
 bool engine_histograms(const Result& result, const Layout& layout, const StatsRequest& request,
                        std::vector<std::array<uint64_t, 256>>* out);
 // The measures from them: the bits measure_quality gives the same image.
