@@ -385,15 +385,14 @@ QualityStats measure(const ImageView& image, const uint32_t* rgb, const std::vec
       if (!aligned) std::memcpy(pixels.data() + y * w * ch, base + y * l.stride(), w * ch * sizeof(T));
       const T* p = row_of(y);
       T* out = grey + y * w;
-      if (!colour) {
-        for (uint64_t x = 0; x < w; ++x) out[x] = p[x * ch];
-      } else if constexpr (k8) {
-        if (rows8) {
+      if constexpr (k8) {
+        if (rows8) {  // the vector loop: 3 or 4 channels, RGB or BGR
           rows8->grey(p, w, out);
           continue;
         }
-        const uint32_t r = rgb[0], g = rgb[1], b = rgb[2];
-        for (uint64_t x = 0; x < w; ++x, p += ch) out[x] = static_cast<T>(quality_grey(p[r], p[g], p[b]));
+      }
+      if (!colour) {
+        for (uint64_t x = 0; x < w; ++x) out[x] = p[x * ch];
       } else {
         const uint32_t r = rgb[0], g = rgb[1], b = rgb[2];
         for (uint64_t x = 0; x < w; ++x, p += ch)
