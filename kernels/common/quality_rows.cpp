@@ -1,5 +1,7 @@
 #include "common/quality_rows.hpp"
 
+#include "common/quality.hpp"
+
 namespace imgstat {
 
 const QualityRows* quality_rows_avx2(uint32_t channels, const uint32_t* rgb);
@@ -8,6 +10,8 @@ void laplacian_inner_avx2(const uint8_t* up, const uint8_t* mid, const uint8_t* 
 
 namespace {
 #include "common/quality_rows_impl.hpp"
+
+static_assert(kBucketShift == kBrightnessShift, "the loops' brightness buckets are quality.hpp's");
 
 bool avx2() {
   static const bool has = __builtin_cpu_supports("avx2");
