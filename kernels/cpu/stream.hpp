@@ -75,13 +75,14 @@ class CpuStream final : public CheckpointStream {
   void second_pass_from(const ByteReader& read) {
     Destrider again(layout_);
     const uint64_t total = layout_.min_bytes(), pixel_bytes = layout_.pixel_bytes();
-    std::vector<uint8_t> chunk;
+    // Not value-initialized: the reads fill it (read_into says why).
+    const std::unique_ptr<uint8_t[]> chunk(new uint8_t[static_cast<size_t>(std::min(kReadChunkBytes, total))]);
     for (uint64_t at = 0; at < total; at += kReadChunkBytes) {
-      chunk.resize(static_cast<size_t>(std::min(kReadChunkBytes, total - at)));
-      read_in_pieces(read, at, chunk.size(), chunk.data(), kReadPieceBytes);
+      const uint64_t n = std::min(kReadChunkBytes, total - at);
+      read_in_pieces(read, at, n, chunk.get(), kReadPieceBytes);
       std::vector<Piece> runs;
       std::deque<std::array<uint8_t, 32>> split;  // pixels cut by a chunk's edge, whole again
-      again.feed(chunk.data(), chunk.size(), [&](const uint8_t* p, uint64_t pixels, bool transient) {
+      again.feed(chunk.get(), n, [&](const uint8_t* p, uint64_t pixels, bool transient) {
         if (transient) {
           split.emplace_back();
           std::memcpy(split.back().data(), p, pixel_bytes);

@@ -511,9 +511,11 @@ void read_in_pieces(const ByteReader& read, uint64_t at, uint64_t n, uint8_t* ou
 
 // A read image goes to a stream in chunks, the next read while the last is
 // counted; a chunk is read in pieces on several threads (one core copies
-// from the page cache at about 4 GB/s, sixteen at 40).
-inline constexpr uint64_t kReadChunkBytes = uint64_t{16} << 20;
-inline constexpr uint64_t kReadPieceBytes = uint64_t{4} << 20;
+// from the page cache at about 4 GB/s, sixteen at 40). Two chunks of 4 MiB
+// stay in cache and fault few fresh pages: 16 MiB ones cost a 64 MiB FITS
+// frame's min_max 0.24 s instead of 0.18 on 2 cores.
+inline constexpr uint64_t kReadChunkBytes = uint64_t{4} << 20;
+inline constexpr uint64_t kReadPieceBytes = uint64_t{1} << 20;
 
 // Feeds layout.min_bytes() from read() to stream that way, and finishes it.
 Result read_into(StreamAnalysis& stream, const Layout& layout, const ByteReader& read);
