@@ -119,21 +119,38 @@ double median_of(const double* x, size_t a, size_t b) {
   return n % 2 ? x[a + n / 2] : (x[a + n / 2 - 1] + x[a + n / 2]) / 2;
 }
 
-double mean_of(const double* x, size_t a, size_t b) {
-  long double sum = 0;
-  for (size_t i = a; i < b; ++i) sum += x[i];
-  return static_cast<double>(sum / static_cast<long double>(b - a));
-}
-
-// numpy's std (ddof 0): about the mean, rounded to float64 as numpy's is.
-double stddev_of(const double* x, size_t a, size_t b, double mean) {
-  long double m2 = 0;
-  for (size_t i = a; i < b; ++i) {
-    const long double d = static_cast<long double>(x[i]) - mean;
-    m2 += d * d;
+// The sums of a box's sorted samples less one of them, as prefixes: the
+// mean and std of any range [a, b) in constant time, however many rounds
+// the clipping takes (summing the range again each round was most of the
+// meshes' time). In long double and about a sample of the box, so that the
+// differences keep what a double holds (a constant box's std: exactly 0).
+class RangeSums {
+ public:
+  void of(const double* x, size_t n) {
+    ref_ = n ? x[n / 2] : 0;
+    s_.resize(n + 1);
+    q_.resize(n + 1);
+    s_[0] = q_[0] = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const long double d = static_cast<long double>(x[i]) - ref_;
+      s_[i + 1] = s_[i] + d;
+      q_[i + 1] = q_[i] + d * d;
+    }
   }
-  return static_cast<double>(std::sqrt(m2 / static_cast<long double>(b - a)));
-}
+  double mean(size_t a, size_t b) const {
+    return static_cast<double>(ref_ + (s_[b] - s_[a]) / static_cast<long double>(b - a));
+  }
+  // numpy's std (ddof 0), rounded to float64 as numpy's is.
+  double stddev(size_t a, size_t b) const {
+    const long double n = static_cast<long double>(b - a), s = s_[b] - s_[a];
+    const long double m2 = std::max<long double>(0, (q_[b] - q_[a]) - s * s / n);
+    return static_cast<double>(std::sqrt(m2 / n));
+  }
+
+ private:
+  long double ref_ = 0;
+  std::vector<long double> s_, q_;
+};
 
 struct BoxAnswer {
   bool kept = false;
@@ -141,9 +158,11 @@ struct BoxAnswer {
 };
 
 // Steps 2 to 4 of background.hpp for one box's finite samples, sorted.
-BoxAnswer measure_box(const double* x, size_t n, uint64_t box_pixels, double threshold, const BackgroundSpec& spec) {
+BoxAnswer measure_box(const double* x, size_t n, uint64_t box_pixels, double threshold, const BackgroundSpec& spec,
+                      RangeSums& sums) {
   BoxAnswer out;
   if (n == 0 || static_cast<double>(box_pixels - n) > threshold) return out;
+  sums.of(x, n);
   // As astropy's fast sigma clipping along an axis (what Background2D
   // calls): rounds narrow the samples kept; the last round's bounds then
   // keep every finite sample inside them, those an earlier round left out
@@ -157,7 +176,7 @@ BoxAnswer measure_box(const double* x, size_t n, uint64_t box_pixels, double thr
       lower = upper = std::numeric_limits<double>::quiet_NaN();
       break;
     }
-    const double median = median_of(x, a, b), mean = mean_of(x, a, b);
+    const double median = median_of(x, a, b), mean = sums.mean(a, b);
     const double centre = clip.centre_mean ? mean : median;
     double spread;
     if (clip.spread_mad_std) {  // astropy's mad_std: the median of |x - median|, whatever the centre
@@ -166,7 +185,7 @@ BoxAnswer measure_box(const double* x, size_t n, uint64_t box_pixels, double thr
       std::sort(d.begin(), d.end());
       spread = median_of(d.data(), 0, d.size()) * kMadStdScale;
     } else {
-      spread = stddev_of(x, a, b, mean);
+      spread = sums.stddev(a, b);
     }
     lower = centre - clip.sigma_lower * spread;
     upper = centre + clip.sigma_upper * spread;
@@ -185,7 +204,7 @@ BoxAnswer measure_box(const double* x, size_t n, uint64_t box_pixels, double thr
   const size_t kept = b - a;
   if (kept == 0 || static_cast<double>(box_pixels - kept) > threshold) return out;
   out.kept = true;
-  const double median = median_of(x, a, b), mean = mean_of(x, a, b), std = stddev_of(x, a, b, mean);
+  const double median = median_of(x, a, b), mean = sums.mean(a, b), std = sums.stddev(a, b);
   switch (spec.estimator) {
     case BackgroundEstimator::kMedian: out.background = median; break;
     case BackgroundEstimator::kMean: out.background = mean; break;
@@ -286,13 +305,14 @@ BackgroundMesh measure_channel(const ImageView& image, uint32_t channel, const B
   std::vector<BoxAnswer> answers(boxes);
   tbb::parallel_for(tbb::blocked_range<uint64_t>(0, boxes), [&](const tbb::blocked_range<uint64_t>& r) {
     BoxSorter sorter;
+    RangeSums sums;
     std::vector<double> x;
     for (uint64_t box = r.begin(); box != r.end(); ++box) {
       const uint64_t bi = box / m.columns, bj = box % m.columns;
       const uint64_t y0 = bi * spec.box_rows, y1 = std::min(l.height, y0 + spec.box_rows);
       const uint64_t x0 = bj * spec.box_columns, x1 = std::min(l.width, x0 + spec.box_columns);
       sorter.gather(image, channel, y0, y1, x0, x1, x);
-      answers[box] = measure_box(x.data(), x.size(), box_pixels, threshold, spec);
+      answers[box] = measure_box(x.data(), x.size(), box_pixels, threshold, spec, sums);
     }
   });
   m.excluded.assign(boxes, 0);

@@ -167,24 +167,59 @@ class BinCounter {
 
   void add(const uint8_t* p, uint64_t pixels) {
     for (uint32_t c = 0; c < C; ++c) {
-      const RangeBinner& binner = binners_[c];
-      Bins& out = bins_[c];
-      each_bin<T, C>(binner, p, pixels, c, [&](double v) {
-        if (explicit_) {
-          if (v < binner.lo) return ++out.underflow, false;
-          if (v >= binner.hi) return ++out.overflow, false;
-        }
-        return true;
-      }, [&](uint32_t bin) { ++out.counts[bin]; });
+      if (explicit_)
+        add_channel<true>(p, pixels, c);
+      else
+        add_channel<false>(p, pixels, c);
     }
   }
 
   Bins& bins(uint32_t c) { return bins_[c]; }
 
  private:
+  // Samples of real data fall in few bins, so that consecutive ones add to
+  // the same count, each add waiting for the last one's store: spread over
+  // kLanes copies of the counts in turn (few bins: folded after each run).
+  static constexpr uint32_t kLanes = 4;
+  static constexpr uint32_t kLaneMaxBins = 4096;
+  static constexpr uint64_t kLaneMinPixels = 8192;
+
+  template <bool kExplicit>
+  void add_channel(const uint8_t* p, uint64_t pixels, uint32_t c) {
+    const RangeBinner binner = binners_[c];  // a copy: the counts' stores cannot change it
+    Bins& out = bins_[c];
+    uint64_t under = 0, over = 0;
+    auto keep = [&](double v) {
+      if constexpr (kExplicit) {
+        if (v < binner.lo) return ++under, false;
+        if (v >= binner.hi) return ++over, false;
+      }
+      return true;
+    };
+    const uint32_t bins = static_cast<uint32_t>(out.counts.size());
+    if (bins <= kLaneMaxBins && pixels >= kLaneMinPixels) {
+      lanes_.assign(static_cast<size_t>(kLanes) * bins, 0);
+      uint64_t* lanes = lanes_.data();
+      uint32_t lane = 0;
+      each_bin<T, C>(binner, p, pixels, c, keep, [&](uint32_t bin) {
+        ++lanes[lane + bin * kLanes];
+        lane = (lane + 1) % kLanes;
+      });
+      uint64_t* counts = out.counts.data();
+      for (uint32_t b = 0; b < bins; ++b)
+        for (uint32_t k = 0; k < kLanes; ++k) counts[b] += lanes[b * kLanes + k];
+    } else {
+      uint64_t* counts = out.counts.data();
+      each_bin<T, C>(binner, p, pixels, c, keep, [&](uint32_t bin) { ++counts[bin]; });
+    }
+    out.underflow += under;
+    out.overflow += over;
+  }
+
   const RangeBinner* binners_;
   bool explicit_;
   Bins bins_[C];
+  std::vector<uint64_t> lanes_;
 };
 
 // The bin of every finite sample, listed by one thread in any order (few
