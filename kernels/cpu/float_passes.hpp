@@ -72,35 +72,42 @@ class GroupMoments {
     double max = -std::numeric_limits<double>::infinity();
     uint64_t n = 0, nan = 0, posinf = 0, neginf = 0;
 
-    // m samples of one channel, C apart.
+    // m samples of one channel, C apart. The sums are kept in locals: the
+    // samples are read through a byte pointer, which may alias members, so
+    // members would be stored and loaded again each sample (3x slower).
     void add(const uint8_t* p, uint64_t m) {
+      bool any_ = any;
+      double shift_ = shift, s1_ = s1, s2_ = s2, s3_ = s3, s4_ = s4, sum_ = sum, min_ = min, max_ = max;
+      uint64_t n_ = n, nan_ = nan, posinf_ = posinf, neginf_ = neginf;
       for (uint64_t i = 0; i < m; ++i) {
         T t;
         std::memcpy(&t, p + i * C * sizeof(T), sizeof(T));
         const double v = static_cast<double>(t);
         if (std::isfinite(v)) {
-          if (!any) {
-            shift = v;
-            any = true;
+          if (!any_) {
+            shift_ = v;
+            any_ = true;
           }
-          ++n;
-          sum += v;
-          const double d = v - shift;
+          ++n_;
+          sum_ += v;
+          const double d = v - shift_;
           const double d2 = d * d;
-          s1 += d;
-          s2 += d2;
-          s3 += d2 * d;
-          s4 += d2 * d2;
-          min = v < min ? v : min;
-          max = v > max ? v : max;
+          s1_ += d;
+          s2_ += d2;
+          s3_ += d2 * d;
+          s4_ += d2 * d2;
+          min_ = v < min_ ? v : min_;
+          max_ = v > max_ ? v : max_;
         } else if (std::isnan(v)) {
-          ++nan;
+          ++nan_;
         } else if (v > 0) {
-          ++posinf;
+          ++posinf_;
         } else {
-          ++neginf;
+          ++neginf_;
         }
       }
+      any = any_, shift = shift_, s1 = s1_, s2 = s2_, s3 = s3_, s4 = s4_, sum = sum_, min = min_, max = max_;
+      n = n_, nan = nan_, posinf = posinf_, neginf = neginf_;
     }
 
     FloatMoments moments() const {
