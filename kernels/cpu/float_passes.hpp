@@ -17,10 +17,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "common/moments.hpp"
 #include "common/pieces.hpp"
+#include "cpu/float_bins.hpp"
 #include "imgstat/binning.hpp"
 
 namespace imgstat::cpu {
@@ -187,7 +189,7 @@ class BinCounter {
   // Samples of real data fall in few bins, so that consecutive ones add to
   // the same count, each add waiting for the last one's store: spread over
   // kLanes copies of the counts in turn (few bins: folded after each run).
-  static constexpr uint32_t kLanes = 4;
+  static constexpr uint32_t kLanes = kFloatBinLanes;
   static constexpr uint32_t kLaneMaxBins = 4096;
   static constexpr uint64_t kLaneMinPixels = 8192;
 
@@ -207,11 +209,23 @@ class BinCounter {
     if (bins <= kLaneMaxBins && pixels >= kLaneMinPixels) {
       lanes_.assign(static_cast<size_t>(kLanes) * bins, 0);
       uint64_t* lanes = lanes_.data();
-      uint32_t lane = 0;
-      each_bin<T, C>(binner, p, pixels, c, keep, [&](uint32_t bin) {
-        ++lanes[lane + bin * kLanes];
-        lane = (lane + 1) % kLanes;
-      });
+      if constexpr (std::is_same_v<T, float> && C == 1) {
+        if (!binner.wide()) {
+          float_bins(p, pixels, binner, kExplicit, lanes, &under, &over);
+        } else {
+          uint32_t lane = 0;
+          each_bin<T, C>(binner, p, pixels, c, keep, [&](uint32_t bin) {
+            ++lanes[lane + bin * kLanes];
+            lane = (lane + 1) % kLanes;
+          });
+        }
+      } else {
+        uint32_t lane = 0;
+        each_bin<T, C>(binner, p, pixels, c, keep, [&](uint32_t bin) {
+          ++lanes[lane + bin * kLanes];
+          lane = (lane + 1) % kLanes;
+        });
+      }
       uint64_t* counts = out.counts.data();
       for (uint32_t b = 0; b < bins; ++b)
         for (uint32_t k = 0; k < kLanes; ++k) counts[b] += lanes[b * kLanes + k];
