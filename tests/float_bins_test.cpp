@@ -37,7 +37,7 @@ using Binner = void (*)(const uint8_t*, uint64_t, const RangeBinner&, bool, uint
 Counts counted(Binner f, const std::vector<float>& v, size_t offset, const RangeBinner& b, bool explicit_range) {
   // The samples copied to `offset` bytes past an aligned start: unaligned loads.
   std::vector<uint8_t> bytes(v.size() * 4 + offset + 16);
-  std::memcpy(bytes.data() + offset, v.data(), v.size() * 4);
+  if (!v.empty()) std::memcpy(bytes.data() + offset, v.data(), v.size() * 4);
   std::vector<uint64_t> lanes(size_t{b.bins} * kFloatBinLanes);
   Counts c{std::vector<uint64_t>(b.bins), 0, 0};
   f(bytes.data() + offset, v.size(), b, explicit_range, lanes.data(), &c.under, &c.over);
