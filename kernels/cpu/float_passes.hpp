@@ -209,17 +209,14 @@ class BinCounter {
     if (bins <= kLaneMaxBins && pixels >= kLaneMinPixels) {
       lanes_.assign(static_cast<size_t>(kLanes) * bins, 0);
       uint64_t* lanes = lanes_.data();
+      bool binned = false;  // four at a time where it can be (float_bins.hpp)
       if constexpr (std::is_same_v<T, float> && C == 1) {
         if (!binner.wide()) {
           float_bins(p, pixels, binner, kExplicit, lanes, &under, &over);
-        } else {
-          uint32_t lane = 0;
-          each_bin<T, C>(binner, p, pixels, c, keep, [&](uint32_t bin) {
-            ++lanes[lane + bin * kLanes];
-            lane = (lane + 1) % kLanes;
-          });
+          binned = true;
         }
-      } else {
+      }
+      if (!binned) {
         uint32_t lane = 0;
         each_bin<T, C>(binner, p, pixels, c, keep, [&](uint32_t bin) {
           ++lanes[lane + bin * kLanes];
