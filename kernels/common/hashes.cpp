@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "common/pil_resample.hpp"
+#include "common/xxh3_long.hpp"
 #include "common/quality_rows.hpp"
 
 namespace imgstat {
@@ -42,19 +43,35 @@ std::vector<uint32_t> reported_order(uint32_t channels, const uint32_t* rgb) {
 
 }  // namespace
 
+std::vector<uint8_t> pixel_hash_header(const Layout& l) {
+  std::vector<uint8_t> header(20);
+  const uint64_t w = l.width, h = l.height;
+  const uint32_t c = l.channels;
+  std::memcpy(header.data(), &w, 8);
+  std::memcpy(header.data() + 8, &h, 8);
+  std::memcpy(header.data() + 16, &c, 4);
+  const char* type = to_string(l.type);
+  header.insert(header.end(), type, type + std::strlen(type) + 1);
+  return header;
+}
+
+const uint8_t* xxh3_default_secret() {
+  static_assert(sizeof(XXH3_kSecret) == kXxh3SecretSize);
+  return XXH3_kSecret;
+}
+
+void pixel_hash_bytes(uint64_t low, uint64_t high, uint8_t out[16]) {
+  XXH128_canonical_t canonical;
+  XXH128_canonicalFromHash(&canonical, XXH128_hash_t{low, high});
+  std::memcpy(out, canonical.digest, 16);
+}
+
 void pixel_hash(const ImageView& image, const uint32_t* rgb, uint8_t out[16]) {
   const Layout& l = image.layout;
   XXH3_state_t state;
   XXH3_128bits_reset(&state);
-  uint8_t header[20];
-  const uint64_t w = l.width, h = l.height;
-  const uint32_t c = l.channels;
-  std::memcpy(header, &w, 8);
-  std::memcpy(header + 8, &h, 8);
-  std::memcpy(header + 16, &c, 4);
-  xxh3_update(&state, header, sizeof header);
-  const char* type = to_string(l.type);
-  xxh3_update(&state, type, std::strlen(type) + 1);
+  const std::vector<uint8_t> header = pixel_hash_header(l);
+  xxh3_update(&state, header.data(), header.size());
   const std::vector<uint32_t> order = reported_order(l.channels, rgb);
   bool identity = true;
   for (uint32_t i = 0; i < order.size(); ++i) identity &= order[i] == i;

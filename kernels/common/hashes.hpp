@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "common/pil_resample.hpp"
 #include "imgstat/engine.hpp"
@@ -35,6 +36,13 @@ ImageHashes hash_image(const ImageView& image, const uint32_t* rgb);
 // kPhashSide x kPhashSide (PIL's L, then its LANCZOS resize).
 constexpr int kPhashSide = 32;
 void pixel_hash(const ImageView& image, const uint32_t* rgb, uint8_t out[16]);
+// For an engine that hashes the pixels elsewhere (common/xxh3_long.hpp):
+// the bytes hashed before the samples (size, channels, type name), XXH3's
+// default secret (kXxh3SecretSize bytes), and the hash's 16 bytes from its
+// low and high halves.
+std::vector<uint8_t> pixel_hash_header(const Layout& layout);
+const uint8_t* xxh3_default_secret();
+void pixel_hash_bytes(uint64_t low, uint64_t high, uint8_t out[16]);
 uint64_t perceptual_hash_of(const PilImage& small);
 
 // Host memory hash_image allocates: a reordered row, the grey plane.
