@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "common/hashes.hpp"
 #include "cuda/dispatch/dispatch.hpp"
 #include "imgstat/engine.hpp"
 #include "test_images.hpp"
@@ -467,6 +468,52 @@ TEST_F(GpuTest, QualityAndHashesOfDeviceImagesAsTheCpuEngines) {
           expect_same_stats(g, want, SampleType::kUint8);
         }
       }
+}
+
+// The pixel hash on the device (common/xxh3_long.hpp's pieces) at every
+// input length from the short ones the host hashes (up to 240 bytes with
+// the header) past several of XXH3's 1,024-byte blocks, one and three
+// channels, R and B swapped: the CPU engine's hash each time, and
+// one sample changed changes it.
+TEST_F(GpuTest, PixelHashOfDeviceImagesAtEveryLengthAsTheCpuEngines) {
+  std::mt19937_64 rng(8128);
+  StatsRequest req;
+  req.hashes = true;
+  int wrong = 0, checked = 0;
+  for (uint32_t c : {1u, 3u})
+    for (uint64_t w = 2; w * 2 * c <= 3 * 1024 + 200; ++w) {
+      if (w == kPhashSide) continue;  // the host's
+      const uint64_t h = 2, n = w * h * c;
+      std::vector<uint8_t> px(n);
+      for (uint8_t& b : px) b = static_cast<uint8_t>(rng());
+      void* device = nullptr;
+      ASSERT_EQ(cudaMalloc(&device, n), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(device, px.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+      const Layout l{w, h, c, SampleType::kUint8};
+      for (bool swapped : {false, true}) {
+        if (swapped && c == 1) continue;
+        StatsRequest r = req;
+        if (swapped) r.rgb[0] = 2, r.rgb[2] = 0;
+        EXPECT_TRUE(gpu_->measures_on_device(l, r));
+        const Result g = gpu_->analyze_device(DeviceImageView{device, l}, r);
+        const Result want = cpu_->analyze(ImageView{px.data(), l}, r);
+        if (g.hashes.pixels != want.hashes.pixels || g.hashes.phash != want.hashes.phash) {
+          if (++wrong < 5) ADD_FAILURE() << w << "x" << h << "x" << c << (swapped ? " BGR" : "");
+        }
+        ++checked;
+      }
+      if (w % 97 == 0) {  // one sample changed
+        const uint64_t at = rng() % n;
+        px[at] ^= 1;
+        ASSERT_EQ(cudaMemcpy(device, px.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+        const Result g = gpu_->analyze_device(DeviceImageView{device, l}, req);
+        EXPECT_EQ(g.hashes.pixels, cpu_->analyze(ImageView{px.data(), l}, req).hashes.pixels);
+        px[at] ^= 1;
+        EXPECT_NE(g.hashes.pixels, cpu_->analyze(ImageView{px.data(), l}, req).hashes.pixels);
+      }
+      cudaFree(device);
+    }
+  EXPECT_EQ(wrong, 0) << "of " << checked;
 }
 
 TEST_F(GpuTest, OverTheMemoryLimitFallsBackToTheCpu) {

@@ -22,6 +22,7 @@
 #include "common/hashes.hpp"
 #include "common/pil_resample.hpp"
 #include "common/quality.hpp"
+#include "common/xxh3_long.hpp"
 #include "cuda/dispatch/quality.hpp"
 #include "gpu_timing.hpp"
 #include "imgstat/engine.hpp"
@@ -114,11 +115,12 @@ void pieces(const DeviceImageView& image, const std::vector<uint8_t>& host_px, i
   const cuda::ThumbnailPass none;
   const double count_ms = bench::device_median_ms(repeat, [&] {
     IMGSTAT_BENCH_CHECK(cudaMemsetAsync(counts, 0, cuda::kQualityCountsSize * 8, 0));
-    cuda::launch_quality_counts(px, l.width, l.height, 3, rgb, true, counts, dev, 0);
+    cuda::launch_quality_counts(px, l.width, l.height, 3, rgb, true, counts, counts + cuda::kQualityBucketsAt, dev, 0);
   });
   const double count_nohist_ms = bench::device_median_ms(repeat, [&] {
     IMGSTAT_BENCH_CHECK(cudaMemsetAsync(counts, 0, cuda::kQualityCountsSize * 8, 0));
-    cuda::launch_quality_counts(px, l.width, l.height, 3, rgb, false, counts, dev, 0);
+    cuda::launch_quality_counts(px, l.width, l.height, 3, rgb, false, counts, counts + cuda::kQualityBucketsAt, dev,
+                                0);
   });
   const double memset_ms = bench::device_median_ms(
       repeat, [&] { IMGSTAT_BENCH_CHECK(cudaMemsetAsync(counts, 0, cuda::kQualityCountsSize * 8, 0)); });
@@ -126,14 +128,33 @@ void pieces(const DeviceImageView& image, const std::vector<uint8_t>& host_px, i
       repeat, [&] { cuda::launch_find_wanted(counts + cuda::kQualityBucketsAt, ranks, wanted, 0); });
   const double gather_ms = bench::device_median_ms(repeat, [&] {
     IMGSTAT_BENCH_CHECK(cudaMemsetAsync(next, 0, 4, 0));
-    cuda::launch_measures_horizontal(px, l.width, l.height, 3, rgb, wanted, colours, next, none, none, dev, 0);
+    cuda::launch_measures_horizontal(px, l.width, l.height, 3, rgb, wanted, colours, next, none, none, cuda::PixelHashPass{}, dev, 0);
   });
   const double horizontal_ms = bench::device_median_ms(repeat, [&] {
     IMGSTAT_BENCH_CHECK(cudaMemsetAsync(next, 0, 4, 0));
-    cuda::launch_measures_horizontal(px, l.width, l.height, 3, rgb, wanted, colours, next, blur, phash, dev, 0);
+    cuda::launch_measures_horizontal(px, l.width, l.height, 3, rgb, wanted, colours, next, blur, phash, cuda::PixelHashPass{}, dev,
+                                     0);
   });
-  const double vertical_ms =
-      bench::device_median_ms(repeat, [&] { cuda::launch_measures_vertical(3, blur, phash, dev, 0); });
+  const double vertical_ms = bench::device_median_ms(
+      repeat, [&] { cuda::launch_measures_vertical(3, blur, phash, cuda::PixelHashPass{}, dev, 0); });
+  // The pixel hash on the device: its pieces alone, then their chain.
+  const std::vector<uint8_t> header = pixel_hash_header(l);
+  uint8_t* hash_in = nullptr;
+  IMGSTAT_BENCH_CHECK(cudaMalloc(&hash_in, kXxh3SecretSize + header.size()));
+  IMGSTAT_BENCH_CHECK(cudaMemcpy(hash_in, xxh3_default_secret(), kXxh3SecretSize, cudaMemcpyHostToDevice));
+  IMGSTAT_BENCH_CHECK(cudaMemcpy(hash_in + kXxh3SecretSize, header.data(), header.size(), cudaMemcpyHostToDevice));
+  cuda::PixelHashPass hash;
+  hash.input.header = hash_in + kXxh3SecretSize, hash.input.header_bytes = static_cast<uint32_t>(header.size());
+  hash.input.px = px, hash.input.channels = 3;
+  hash.len = header.size() + l.pixels() * 3, hash.secret = hash_in;
+  unsigned long long* hash_out = nullptr;
+  IMGSTAT_BENCH_CHECK(cudaMalloc(&hash_out, (xxh3_pieces(hash.len) * kXxh3Lanes + 2) * 8));
+  hash.out = hash_out, hash.adds = hash_out + 2;
+  const double hash_pieces_ms = bench::device_median_ms(repeat, [&] {
+    cuda::launch_measures_horizontal(px, l.width, l.height, 3, rgb, wanted, nullptr, next, none, none, hash, dev, 0);
+  });
+  const double hash_chain_ms =
+      bench::device_median_ms(repeat, [&] { cuda::launch_measures_vertical(3, none, none, hash, dev, 0); });
   uint8_t* pinned = nullptr;
   IMGSTAT_BENCH_CHECK(cudaMallocHost(&pinned, host_px.size()));
   const double copy_ms = bench::device_median_ms(repeat, [&] {
@@ -147,6 +168,8 @@ void pieces(const DeviceImageView& image, const std::vector<uint8_t>& host_px, i
   std::printf("  the wanted colours alone / with the thumbnails' horizontal passes %8.1f / %.1f us\n",
               gather_ms * 1e3, horizontal_ms * 1e3);
   std::printf("  the thumbnails' vertical passes                %8.1f us\n", vertical_ms * 1e3);
+  std::printf("  the pixel hash's pieces / their chain           %8.1f / %.1f us\n", hash_pieces_ms * 1e3,
+              hash_chain_ms * 1e3);
   std::printf("  the pixels back (D2H, pinned)   %8.1f us\n", copy_ms * 1e3);
   // The host's pieces.
   const ImageView view{host_px.data(), l};
@@ -189,6 +212,8 @@ void pieces(const DeviceImageView& image, const std::vector<uint8_t>& host_px, i
   cudaFreeHost(pinned);
   cudaFree(scratch);
   cudaFree(counts);
+  cudaFree(hash_in);
+  cudaFree(hash_out);
 }
 
 }  // namespace

@@ -4,11 +4,13 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "common/hashes.hpp"
 #include "common/pil_resample.hpp"
 #include "common/quality.hpp"
+#include "common/xxh3_long.hpp"
 #include "cuda/block/quality_counts.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/dispatch/quality.hpp"
@@ -16,29 +18,84 @@
 namespace imgstat::cuda {
 namespace {
 
-// Device memory of one call in one stream-ordered allocation: no device
-// synchronization (cudaFree has one) between images.
+// The device memory a call's measures hold, counted against the budget
+// while they run.
+class BudgetHold {
+ public:
+  BudgetHold(DeviceBudget& budget, uint64_t bytes) : budget_(budget), bytes_(bytes) {
+    budget_.take(bytes_, "the quality measures' counts and thumbnails");
+  }
+  ~BudgetHold() { budget_.give(bytes_); }
+  BudgetHold(const BudgetHold&) = delete;
+  BudgetHold& operator=(const BudgetHold&) = delete;
+
+ private:
+  DeviceBudget& budget_;
+  uint64_t bytes_;
+};
+
+// Device memory kept by a thread on one GPU for its next image, up to
+// kKeptDeviceBytes (larger: a stream-ordered allocation of that call's).
+// The driver serializes CUDA calls across the server's threads, so each
+// call an image makes counts: an allocation and its free were two of some
+// fifteen. Its first kBrightnessBuckets counts are the brightness buckets,
+// which find_wanted leaves zeroed: cleared only when fresh or after a call
+// that did not end.
+constexpr uint64_t kKeptDeviceBytes = uint64_t{16} << 20;
+constexpr uint64_t kBucketsBytes = uint64_t{kBrightnessBuckets} * sizeof(unsigned long long);
+
+class DeviceScratch {
+ public:
+  ~DeviceScratch() {  // at exit, perhaps after the context
+    if (data_ && cudaFree(data_) != cudaSuccess) cudaGetLastError();
+  }
+  // Room for `bytes` (at most kKeptDeviceBytes); zeroed_: its buckets are 0.
+  uint8_t* get(uint64_t bytes) {
+    if (bytes > capacity_) {
+      if (data_ && cudaFree(data_) != cudaSuccess) cudaGetLastError();
+      data_ = nullptr, capacity_ = 0, zeroed = false;
+      const uint64_t want = std::max<uint64_t>(bytes, uint64_t{1} << 20);
+      if (cudaMalloc(&data_, want) != cudaSuccess) {
+        cudaGetLastError();
+        data_ = nullptr;
+        fail(ErrorCode::kResourceExhausted, "GPU out of memory for the quality measures");
+      }
+      capacity_ = want;
+    }
+    return static_cast<uint8_t*>(data_);
+  }
+  bool zeroed = false;
+
+ private:
+  void* data_ = nullptr;
+  uint64_t capacity_ = 0;
+};
+
+DeviceScratch& scratch_of_thread() {
+  int device = 0;
+  IMGSTAT_CUDA(cudaGetDevice(&device));
+  thread_local std::map<int, std::unique_ptr<DeviceScratch>> kept;  // memory belongs to a device
+  std::unique_ptr<DeviceScratch>& s = kept[device];
+  if (!s) s = std::make_unique<DeviceScratch>();
+  return *s;
+}
+
+// A larger call's own memory, freed in stream order.
 class CallMemory {
  public:
-  CallMemory(DeviceBudget& budget, uint64_t bytes, cudaStream_t stream) : budget_(budget), bytes_(bytes), stream_(stream) {
-    budget_.take(bytes_, "the quality measures' counts and thumbnails");
-    if (cudaMallocAsync(&data_, bytes_, stream_) != cudaSuccess) {
+  CallMemory(uint64_t bytes, cudaStream_t stream) : stream_(stream) {
+    if (cudaMallocAsync(&data_, bytes, stream_) != cudaSuccess) {
       cudaGetLastError();
-      budget_.give(bytes_);
+      data_ = nullptr;
       fail(ErrorCode::kResourceExhausted, "GPU out of memory for the quality measures");
     }
   }
-  ~CallMemory() {
-    IMGSTAT_CUDA_REPORT(cudaFreeAsync(data_, stream_));
-    budget_.give(bytes_);
-  }
+  ~CallMemory() { IMGSTAT_CUDA_REPORT(cudaFreeAsync(data_, stream_)); }
   CallMemory(const CallMemory&) = delete;
   CallMemory& operator=(const CallMemory&) = delete;
   uint8_t* data() const { return static_cast<uint8_t*>(data_); }
 
  private:
-  DeviceBudget& budget_;
-  uint64_t bytes_;
   cudaStream_t stream_;
   void* data_ = nullptr;
 };
@@ -83,46 +140,6 @@ Pinned& staging_of_thread() {
   thread_local Pinned kept;
   return kept;
 }
-
-// The thread's second stream on a GPU, for the pixel hash's copy to run
-// beside the kernels (the host hashes while they run), and its event.
-class SideStream {
- public:
-  SideStream() {
-    IMGSTAT_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    IMGSTAT_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-  }
-  ~SideStream() {  // at exit, perhaps after the context
-    if (done_ && cudaEventDestroy(done_) != cudaSuccess) cudaGetLastError();
-    if (stream_ && cudaStreamDestroy(stream_) != cudaSuccess) cudaGetLastError();
-  }
-  SideStream(const SideStream&) = delete;
-  SideStream& operator=(const SideStream&) = delete;
-  cudaStream_t stream() const { return stream_; }
-  cudaEvent_t done() const { return done_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t done_ = nullptr;
-};
-
-SideStream& side_stream_of_thread() {
-  int device = 0;
-  IMGSTAT_CUDA(cudaGetDevice(&device));
-  thread_local std::map<int, std::unique_ptr<SideStream>> kept;  // streams belong to a device
-  std::unique_ptr<SideStream>& s = kept[device];
-  if (!s) s = std::make_unique<SideStream>();
-  return *s;
-}
-
-// Waits for the side copy however the call ends: the staging it writes is
-// the thread's next call's.
-struct WaitForSide {
-  cudaEvent_t event = nullptr;
-  ~WaitForSide() {
-    if (event && cudaEventSynchronize(event) != cudaSuccess) cudaGetLastError();
-  }
-};
 
 // A thumbnail made on the device: its plan's coefficients (copied up with
 // the other's), PIL's two passes, the thumbnail (copied back with the rest).
@@ -198,15 +215,15 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
   const int w = static_cast<int>(l.width), h = static_cast<int>(l.height);
   const bool colour = l.channels == 3;
 
-  // One device allocation, mirrored by the thread's pinned staging up to
-  // the colours' first part, laid out so that one copy takes each way:
-  //   the gather's buckets and count, the counts (zeroed; the buckets, past
-  //   the counts' head, stay on the device) | both thumbnails' coefficients
-  //   (up) | their horizontal passes' rows | the thumbnails, then the colours
-  //   (back as far as kColoursFirstBack; room for every pixel)
-  // and in the staging alone the pixels for their hash.
-  const uint64_t next_at = sizeof(WantedBuckets), counts_at = aligned(next_at + sizeof(unsigned int));
-  const uint64_t zeroed = r.quality ? counts_at + kQualityCountsSize * sizeof(unsigned long long) : 0;
+  // One device allocation, mirrored by the thread's pinned staging from
+  // the copy up to the end of the copy back, so that one copy takes each way:
+  //   the brightness buckets (zero between calls) | up: both thumbnails'
+  //   coefficients, XXH3's secret, the pixel hash's header | up and back:
+  //   the gather's buckets and count, the counts' head (zeros up) | back:
+  //   the thumbnails, the pixel hash, the first colours (kColoursFirstBack)
+  //   | the other colours (room for every pixel), the horizontal passes'
+  //   rows, the pixel hash's pieces
+  // and, in the staging alone, a short input's pixels for the host to hash.
   Thumbnail blur, phash;
   if (r.quality) {
     int xs = 0, ys = 0;
@@ -215,68 +232,92 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
     blur.bands = colour ? 3 : 1;
   }
   if (r.hashes) phash.plan = &pil_plan(w, h, kPhashSide, kPhashSide, PilFilter::kLanczos);
-  const uint64_t coeff_at = aligned(zeroed);
-  blur.coeff_at = coeff_at, phash.coeff_at = blur.coeff_at + blur.coeff_bytes();
-  const uint64_t rows_at = phash.coeff_at + phash.coeff_bytes();
-  blur.rows_at = rows_at, phash.rows_at = blur.rows_at + blur.rows_bytes();
-  const uint64_t out_at = phash.rows_at + phash.rows_bytes();
+  const std::vector<uint8_t> header = r.hashes ? pixel_hash_header(l) : std::vector<uint8_t>{};
+  const uint64_t hash_len = header.size() + n * l.channels;
+  const bool hash_here = r.hashes && hash_len > kXxh3LongAfter;  // else the host hashes the few bytes
+  const uint64_t up_at = aligned(kBucketsBytes);
+  blur.coeff_at = up_at, phash.coeff_at = blur.coeff_at + blur.coeff_bytes();
+  const uint64_t secret_at = phash.coeff_at + phash.coeff_bytes(), header_at = secret_at + kXxh3SecretSize;
+  const uint64_t head_at = aligned(header_at + header.size());  // the gather's buckets, their count, the counts
+  const uint64_t next_at = head_at + sizeof(WantedBuckets), counts_at = aligned(next_at + sizeof(unsigned int));
+  const uint64_t out_at = aligned(counts_at + kQualityBucketsAt * sizeof(unsigned long long));
   blur.out_at = out_at, phash.out_at = blur.out_at + aligned(blur.thumbnail_bytes());
+  const uint64_t hash_at = phash.out_at + aligned(phash.thumbnail_bytes());
+  const uint64_t colours_at = aligned(hash_at + 2 * sizeof(unsigned long long));
   const bool gather = r.quality && colour;
-  const uint64_t colours_at = phash.out_at + aligned(phash.thumbnail_bytes());
   const uint64_t first_back = gather ? std::min<uint64_t>(n, kColoursFirstBack) : 0;
-  const uint64_t device_bytes = colours_at + (gather ? aligned(n * sizeof(uint32_t)) : 0);
   const uint64_t back_end = colours_at + first_back * sizeof(uint32_t);
+  const uint64_t rows_at = colours_at + (gather ? aligned(n * sizeof(uint32_t)) : 0);
+  blur.rows_at = rows_at, phash.rows_at = blur.rows_at + blur.rows_bytes();
+  const uint64_t adds_at = phash.rows_at + phash.rows_bytes();
+  const uint64_t device_bytes = adds_at + (hash_here ? xxh3_pieces(hash_len) * kXxh3Lanes * sizeof(uint64_t) : 0);
   const uint64_t pixels_at = aligned(back_end);
-  const uint64_t staging_bytes = pixels_at + (r.hashes ? n * l.channels : 0);
+  const uint64_t staging_bytes = pixels_at + (r.hashes && !hash_here ? n * l.channels : 0);
   // The statistics pass's histograms where it counted them (256 bins of
   // every channel), else the quality pass counts them.
   std::vector<std::array<uint64_t, 256>> known;
   const bool have_histograms = r.quality && engine_histograms(result, l, r, &known);
-  CallMemory memory(budget, device_bytes, stream);
-  uint8_t* base = memory.data();
-  uint8_t* staging = staging_of_thread().get(staging_bytes);
-  // The pixels for their hash first, on the side stream: hashed here while
-  // the kernels run.
-  WaitForSide side_copy;
-  if (r.hashes) {
-    const SideStream& side = side_stream_of_thread();
-    IMGSTAT_CUDA(cudaMemcpyAsync(staging + pixels_at, px, n * l.channels, cudaMemcpyDeviceToHost, side.stream()));
-    IMGSTAT_CUDA(cudaEventRecord(side.done(), side.stream()));
-    side_copy.event = side.done();
+  BudgetHold hold(budget, device_bytes);
+  std::optional<CallMemory> own;
+  DeviceScratch* kept = nullptr;
+  uint8_t* base = nullptr;
+  if (device_bytes <= kKeptDeviceBytes) {
+    kept = &scratch_of_thread();
+    base = kept->get(device_bytes);
+  } else {
+    own.emplace(device_bytes, stream);
+    base = own->data();
   }
+  const bool buckets_zeroed = kept && kept->zeroed;
+  if (kept) kept->zeroed = false;  // until this call ends
+  uint8_t* staging = staging_of_thread().get(staging_bytes);
   if (blur.plan) blur.stage(staging);
   if (phash.plan) phash.stage(staging);
-  IMGSTAT_CUDA(cudaMemcpyAsync(base + coeff_at, staging + coeff_at, rows_at - coeff_at, cudaMemcpyHostToDevice, stream));
-  auto* counts = reinterpret_cast<unsigned long long*>(base + counts_at);
+  std::memcpy(staging + secret_at, xxh3_default_secret(), kXxh3SecretSize);
+  if (!header.empty()) std::memcpy(staging + header_at, header.data(), header.size());
+  std::memset(staging + head_at, 0, out_at - head_at);
+  IMGSTAT_CUDA(cudaMemcpyAsync(base + up_at, staging + up_at, out_at - up_at, cudaMemcpyHostToDevice, stream));
+  auto* buckets = reinterpret_cast<unsigned long long*>(base);
+  if (gather && !buckets_zeroed) IMGSTAT_CUDA(cudaMemsetAsync(buckets, 0, kBucketsBytes, stream));
+  auto* wanted = reinterpret_cast<WantedBuckets*>(base + head_at);
   if (r.quality) {
-    IMGSTAT_CUDA(cudaMemsetAsync(base, 0, zeroed, stream));
     launch_quality_counts(px, static_cast<uint32_t>(w), static_cast<uint32_t>(h), l.channels, r.rgb,
-                          !have_histograms, counts, dev, stream);
+                          !have_histograms, reinterpret_cast<unsigned long long*>(base + counts_at), buckets, dev,
+                          stream);
     if (gather) {
       BrightnessRanks ranks{};
       const auto wanted_ranks = brightness_ranks(n);
       for (int i = 0; i < kBrightnessRanks; ++i) ranks.rank[i] = wanted_ranks[i];
-      launch_find_wanted(counts + kQualityBucketsAt, ranks, reinterpret_cast<WantedBuckets*>(base), stream);
+      launch_find_wanted(buckets, ranks, wanted, stream);
     }
   }
-  launch_measures_horizontal(px, l.width, l.height, l.channels, r.rgb, reinterpret_cast<const WantedBuckets*>(base),
+  PixelHashPass hash;
+  if (hash_here) {
+    hash.input.header = base + header_at, hash.input.header_bytes = static_cast<uint32_t>(header.size());
+    hash.input.px = px, hash.input.channels = l.channels;
+    if (colour) hash.input.order0 = r.rgb[0], hash.input.order1 = r.rgb[1], hash.input.order2 = r.rgb[2];
+    hash.len = hash_len, hash.secret = base + secret_at;
+    hash.adds = reinterpret_cast<unsigned long long*>(base + adds_at);
+    hash.out = reinterpret_cast<unsigned long long*>(base + hash_at);
+  }
+  launch_measures_horizontal(px, l.width, l.height, l.channels, r.rgb, wanted,
                              gather ? reinterpret_cast<uint32_t*>(base + colours_at) : nullptr,
-                             reinterpret_cast<unsigned int*>(base + next_at), blur.pass(base), phash.pass(base), dev,
-                             stream);
-  launch_measures_vertical(blur.bands, blur.pass(base), phash.pass(base), dev, stream);
-  // Back: the gather's buckets and count, the sums and histograms (not
-  // every bucket); the thumbnails and the first colours.
-  if (r.quality)
-    IMGSTAT_CUDA(cudaMemcpyAsync(staging, base, counts_at + kQualityBucketsAt * sizeof(unsigned long long),
-                                 cudaMemcpyDeviceToHost, stream));
-  IMGSTAT_CUDA(cudaMemcpyAsync(staging + out_at, base + out_at, back_end - out_at, cudaMemcpyDeviceToHost, stream));
+                             reinterpret_cast<unsigned int*>(base + next_at), blur.pass(base), phash.pass(base), hash,
+                             dev, stream);
+  launch_measures_vertical(blur.bands, blur.pass(base), phash.pass(base), hash, dev, stream);
+  IMGSTAT_CUDA(cudaMemcpyAsync(staging + head_at, base + head_at, back_end - head_at, cudaMemcpyDeviceToHost, stream));
+  if (r.hashes && !hash_here)
+    IMGSTAT_CUDA(cudaMemcpyAsync(staging + pixels_at, px, n * l.channels, cudaMemcpyDeviceToHost, stream));
+  IMGSTAT_CUDA(cudaStreamSynchronize(stream));
+  if (kept) kept->zeroed = gather || buckets_zeroed;
   ImageHashes hashes;
-  if (r.hashes) {
-    IMGSTAT_CUDA(cudaEventSynchronize(side_copy.event));
-    side_copy.event = nullptr;
+  if (hash_here) {
+    uint64_t halves[2];
+    std::memcpy(halves, staging + hash_at, sizeof halves);
+    pixel_hash_bytes(halves[0], halves[1], hashes.pixels.data());
+  } else if (r.hashes) {
     pixel_hash(ImageView{staging + pixels_at, l}, r.rgb, hashes.pixels.data());
   }
-  IMGSTAT_CUDA(cudaStreamSynchronize(stream));
 
   if (r.quality) {
     QualityCounts q;
@@ -295,7 +336,7 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
     if (gather) {
       WantedBuckets wanted;
       unsigned int found = 0;
-      std::memcpy(&wanted, staging, sizeof wanted);
+      std::memcpy(&wanted, staging + head_at, sizeof wanted);
       std::memcpy(&found, staging + next_at, sizeof found);
       uint64_t m = 0;
       for (uint32_t i = 0; i < wanted.count; ++i) {

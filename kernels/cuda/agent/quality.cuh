@@ -3,10 +3,11 @@
 // words (QualityCounts): the pass that sums the grey image, its Laplacian
 // and the colour differences and counts the histograms and brightness
 // buckets (strips of columns down bands of rows); the buckets holding the
-// brightness ranks; then, in one launch, the colours of their pixels and
-// PIL's horizontal resampling pass of both thumbnails, and in another the
-// vertical passes. Integer arithmetic throughout: the host's finishing code
-// then gives the CPU engine's bits.
+// brightness ranks; then, in one launch, the colours of their pixels,
+// PIL's horizontal resampling pass of both thumbnails and the pixel hash's
+// pieces, and in another the vertical passes and the hash's chain. Integer
+// arithmetic throughout: the host's finishing code then gives the CPU
+// engine's bits.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -50,7 +51,7 @@ __device__ __forceinline__ uint32_t reflect101(long long i, uint32_t n) {
 template <int C, bool kHist>
 __global__ void __launch_bounds__(kQualityStripWidth)
     quality_counts(const uint8_t* __restrict__ px, uint32_t w, uint32_t h, uint32_t band_rows, uint3 rgb,
-                   unsigned long long* out) {
+                   unsigned long long* out, unsigned long long* buckets) {
   __shared__ unsigned int hist[kHist ? C * 256 : 1];
   __shared__ int row[kQualityStripWidth + 2];
   if constexpr (kHist) {
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(kQualityStripWidth)
           const int d = r - g, e = r + g - 2 * b;
           rg += d, rgq += static_cast<uint32_t>(d * d), yb += e, ybq += static_cast<uint32_t>(e * e);
           uneq += (d != 0) | (e != 0);
-          atomicAdd(&out[kQualityBucketsAt + (brightness_key(r, g, b) >> kBrightnessShift)], 1ull);
+          atomicAdd(&buckets[brightness_key(r, g, b) >> kBrightnessShift], 1ull);
         }
       }
       up = mid, mid = down;
@@ -115,20 +116,22 @@ __global__ void __launch_bounds__(kQualityStripWidth)
 }
 
 // One block: the buckets holding the ranks (as brightness_wanted() finds
-// them from the running counts), ascending and distinct, and their pixels.
+// them from the running counts), ascending and distinct, and their pixels;
+// the buckets left zeroed for the next image.
 constexpr int kWantedThreads = 1024;
 constexpr int kWantedItems = (kBrightnessBuckets + kWantedThreads - 1) / kWantedThreads;
 __global__ void __launch_bounds__(kWantedThreads)
-    find_wanted(const unsigned long long* __restrict__ buckets, BrightnessRanks ranks, WantedBuckets* wanted) {
+    find_wanted(unsigned long long* __restrict__ buckets, BrightnessRanks ranks, WantedBuckets* wanted) {
   using Scan = cub::BlockScan<unsigned long long, kWantedThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ uint32_t of_rank[kBrightnessRanks];
-  __shared__ unsigned long long first_of_rank[kBrightnessRanks];
+  __shared__ unsigned long long first_of_rank[kBrightnessRanks], pixels_of_rank[kBrightnessRanks];
   unsigned long long mine[kWantedItems], total = 0;
   const uint32_t first = threadIdx.x * kWantedItems;
 #pragma unroll
   for (int j = 0; j < kWantedItems; ++j) {
     mine[j] = first + j < kBrightnessBuckets ? buckets[first + j] : 0;
+    if (mine[j]) buckets[first + j] = 0;
     total += mine[j];
   }
   unsigned long long start = 0;
@@ -140,7 +143,8 @@ __global__ void __launch_bounds__(kWantedThreads)
 #pragma unroll
     for (int j = 0; j < kWantedItems; ++j) {
       for (int i = 0; i < kBrightnessRanks; ++i)
-        if (start <= ranks.rank[i] && ranks.rank[i] < start + mine[j]) of_rank[i] = first + j, first_of_rank[i] = start;
+        if (start <= ranks.rank[i] && ranks.rank[i] < start + mine[j])
+          of_rank[i] = first + j, first_of_rank[i] = start, pixels_of_rank[i] = mine[j];
       start += mine[j];
     }
   }
@@ -151,7 +155,7 @@ __global__ void __launch_bounds__(kWantedThreads)
       if (w.count && w.bucket[w.count - 1] == of_rank[i]) continue;
       w.bucket[w.count] = of_rank[i];
       w.first[w.count] = first_of_rank[i];
-      w.pixels[w.count] = buckets[of_rank[i]];
+      w.pixels[w.count] = pixels_of_rank[i];
       ++w.count;
     }
     *wanted = w;
@@ -229,15 +233,50 @@ __device__ __forceinline__ void pil_vertical(const ThumbnailPass& t, uint32_t bl
   }
 }
 
+// The pixel hash's additions (PixelHashPass): one item a piece and lane,
+// grid-stride over block `block` of `blocks`, the secret read from shared
+// memory.
+__device__ __forceinline__ void pixel_hash_adds(const PixelHashPass& p, uint32_t block, uint32_t blocks) {
+  __shared__ uint8_t secret[kXxh3SecretSize];
+  for (uint32_t i = threadIdx.x; i < kXxh3SecretSize; i += blockDim.x) secret[i] = p.secret[i];
+  __syncthreads();
+  const uint64_t items = xxh3_pieces(p.len) * kXxh3Lanes;
+  const uint64_t stride = static_cast<uint64_t>(blocks) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(block) * blockDim.x + threadIdx.x; i < items; i += stride)
+    p.adds[i] = xxh3_piece_add(p.input, p.len, secret, i / kXxh3Lanes, static_cast<int>(i % kXxh3Lanes));
+}
+
+// Then one block: each accumulator's chain over the pieces (a thread each),
+// and the finish.
+__device__ __forceinline__ void pixel_hash_chain(const PixelHashPass& p) {
+  __shared__ uint64_t acc[kXxh3Lanes];
+  if (threadIdx.x < kXxh3Lanes) {
+    const int lane = static_cast<int>(threadIdx.x);
+    const uint64_t key = xxh3_scramble_key(p.secret, lane), blocks = xxh3_full_blocks(p.len);
+    uint64_t a = xxh3_init_acc(lane);
+    const unsigned long long* adds = p.adds + lane;
+#pragma unroll 8
+    for (uint64_t b = 0; b < blocks; ++b) a = xxh3_chain_step(a, adds[b * kXxh3Lanes], key);
+    acc[lane] = a + adds[blocks * kXxh3Lanes];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint64_t low = 0, high = 0;
+    xxh3_finish(acc, p.len, p.secret, &low, &high);
+    p.out[0] = low, p.out[1] = high;
+  }
+}
+
 // One launch for what reads the image after the counts: the wanted
 // buckets' colours (gather_blocks, colour images), the blurriness
 // thumbnail's horizontal pass (blur: B = C bands), the perceptual one's
-// (phash: PIL's L); the blocks split between them in that order.
+// (phash: PIL's L), the pixel hash's additions; the blocks split between
+// them in that order.
 template <int C>
 __global__ void __launch_bounds__(kPassThreads)
     measures_horizontal(const uint8_t* __restrict__ px, uint32_t w, uint64_t n, uint3 rgb,
                         const WantedBuckets* __restrict__ wanted, uint32_t* __restrict__ colours, unsigned int* next,
-                        uint32_t gather_blocks, ThumbnailPass blur, ThumbnailPass phash) {
+                        uint32_t gather_blocks, ThumbnailPass blur, ThumbnailPass phash, PixelHashPass hash) {
   uint32_t b = blockIdx.x;
   if (b < gather_blocks) {
     if constexpr (C == 3) wanted_colours(px, n, rgb, wanted, colours, next, b, gather_blocks);
@@ -249,17 +288,29 @@ __global__ void __launch_bounds__(kPassThreads)
     return;
   }
   b -= blur.blocks;
-  pil_horizontal<C, 1>(px, w, rgb, phash, b, phash.blocks);
-}
-
-// Then both thumbnails' vertical passes in one launch (blur: BlurBands).
-template <int BlurBands>
-__global__ void __launch_bounds__(kPassThreads) measures_vertical(ThumbnailPass blur, ThumbnailPass phash) {
-  if (blockIdx.x < blur.blocks) {
-    pil_vertical<BlurBands>(blur, blockIdx.x, blur.blocks);
+  if (b < phash.blocks) {
+    pil_horizontal<C, 1>(px, w, rgb, phash, b, phash.blocks);
     return;
   }
-  pil_vertical<1>(phash, blockIdx.x - blur.blocks, phash.blocks);
+  pixel_hash_adds(hash, b - phash.blocks, hash.blocks);
+}
+
+// Then both thumbnails' vertical passes in one launch (blur: BlurBands),
+// the pixel hash's chain in its last block (hash.blocks: 1).
+template <int BlurBands>
+__global__ void __launch_bounds__(kPassThreads)
+    measures_vertical(ThumbnailPass blur, ThumbnailPass phash, PixelHashPass hash) {
+  uint32_t b = blockIdx.x;
+  if (b < blur.blocks) {
+    pil_vertical<BlurBands>(blur, b, blur.blocks);
+    return;
+  }
+  b -= blur.blocks;
+  if (b < phash.blocks) {
+    pil_vertical<1>(phash, b, phash.blocks);
+    return;
+  }
+  pixel_hash_chain(hash);
 }
 
 }  // namespace imgstat::cuda

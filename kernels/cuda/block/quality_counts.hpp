@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/quality.hpp"
+#include "common/xxh3_long.hpp"
 
 namespace imgstat::cuda {
 
@@ -40,6 +41,20 @@ struct ThumbnailPass {
   int first_row = 0, rows = 0, xsize = 0, ysize = 0;
   uint8_t* rows_out = nullptr;
   uint8_t* out = nullptr;
+  uint32_t blocks = 0;
+};
+
+// The pixel hash of an input longer than kXxh3LongAfter bytes
+// (common/xxh3_long.hpp): the secret and the input's header on the device,
+// each piece's additions (xxh3_pieces(len) x kXxh3Lanes) summed by the
+// horizontal launch's blocks, then chained and finished by one block of
+// the vertical launch into out (low, high). len 0: none.
+struct PixelHashPass {
+  PixelHashInput input;
+  uint64_t len = 0;
+  const uint8_t* secret = nullptr;
+  unsigned long long* adds = nullptr;
+  unsigned long long* out = nullptr;
   uint32_t blocks = 0;
 };
 
