@@ -19,23 +19,16 @@
 namespace imgstat {
 namespace {
 
-// The GPU's order of work, one step at a time: every piece's additions
-// (here last piece first), then each accumulator's chain, then the finish.
+// The GPU's order of work: every piece's additions (here last piece
+// first), then the host's chain and finish.
 template <class Read8>
 XXH128_hash_t by_pieces(const Read8& read8, uint64_t len) {
   const uint8_t* secret = xxh3_default_secret();
   const uint64_t pieces = xxh3_pieces(len);
   std::vector<uint64_t> adds(pieces * kXxh3Lanes);
   for (uint64_t i = adds.size(); i-- > 0;) adds[i] = xxh3_piece_add(read8, len, secret, i / kXxh3Lanes, i % kXxh3Lanes);
-  uint64_t acc[kXxh3Lanes];
-  for (int lane = 0; lane < kXxh3Lanes; ++lane) {
-    acc[lane] = xxh3_init_acc(lane);
-    const uint64_t key = xxh3_scramble_key(secret, lane);
-    for (uint64_t p = 0; p + 1 < pieces; ++p) acc[lane] = xxh3_chain_step(acc[lane], adds[p * kXxh3Lanes + lane], key);
-    acc[lane] += adds[(pieces - 1) * kXxh3Lanes + lane];
-  }
   XXH128_hash_t h;
-  xxh3_finish(acc, len, secret, &h.low64, &h.high64);
+  xxh3_from_adds(adds.data(), len, secret, &h.low64, &h.high64);
   return h;
 }
 
@@ -80,7 +73,7 @@ TEST(Xxh3Long, PixelHashInputIsTheCpuEnginesPixelHash) {
                        std::to_string(rgb[0]));
           PixelHashInput in;
           in.header = header.data(), in.header_bytes = static_cast<uint32_t>(header.size());
-          in.px = px.data(), in.channels = c;
+          in.px = px.data(), in.sample_bytes = px.size(), in.channels = c;
           if (c == 3) in.order0 = rgb[0], in.order1 = rgb[1], in.order2 = rgb[2];
           const XXH128_hash_t got = by_pieces(in, len);
           uint8_t got_bytes[16], want[16];

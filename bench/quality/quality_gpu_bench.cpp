@@ -113,31 +113,9 @@ void pieces(const DeviceImageView& image, const std::vector<uint8_t>& host_px, i
   const cuda::ThumbnailPass phash = place(pil_plan(w, h, kPhashSide, kPhashSide, PilFilter::kLanczos),
                                           rows + 128 * 1024, rows + 300 * 1024, coeff + 32 * 1024);
   const cuda::ThumbnailPass none;
-  const double count_ms = bench::device_median_ms(repeat, [&] {
-    IMGSTAT_BENCH_CHECK(cudaMemsetAsync(counts, 0, cuda::kQualityCountsSize * 8, 0));
-    cuda::launch_quality_counts(px, l.width, l.height, 3, rgb, true, counts, counts + cuda::kQualityBucketsAt, dev, 0);
-  });
-  const double count_nohist_ms = bench::device_median_ms(repeat, [&] {
-    IMGSTAT_BENCH_CHECK(cudaMemsetAsync(counts, 0, cuda::kQualityCountsSize * 8, 0));
-    cuda::launch_quality_counts(px, l.width, l.height, 3, rgb, false, counts, counts + cuda::kQualityBucketsAt, dev,
-                                0);
-  });
-  const double memset_ms = bench::device_median_ms(
-      repeat, [&] { IMGSTAT_BENCH_CHECK(cudaMemsetAsync(counts, 0, cuda::kQualityCountsSize * 8, 0)); });
-  const double find_ms = bench::device_median_ms(
-      repeat, [&] { cuda::launch_find_wanted(counts + cuda::kQualityBucketsAt, ranks, wanted, 0); });
-  const double gather_ms = bench::device_median_ms(repeat, [&] {
-    IMGSTAT_BENCH_CHECK(cudaMemsetAsync(next, 0, 4, 0));
-    cuda::launch_measures_horizontal(px, l.width, l.height, 3, rgb, wanted, colours, next, none, none, cuda::PixelHashPass{}, dev, 0);
-  });
-  const double horizontal_ms = bench::device_median_ms(repeat, [&] {
-    IMGSTAT_BENCH_CHECK(cudaMemsetAsync(next, 0, 4, 0));
-    cuda::launch_measures_horizontal(px, l.width, l.height, 3, rgb, wanted, colours, next, blur, phash, cuda::PixelHashPass{}, dev,
-                                     0);
-  });
-  const double vertical_ms = bench::device_median_ms(
-      repeat, [&] { cuda::launch_measures_vertical(3, blur, phash, cuda::PixelHashPass{}, dev, 0); });
-  // The pixel hash on the device: its pieces alone, then their chain.
+  cuda::QualityCountsPass counting;
+  counting.out = counts, counting.buckets = counts + cuda::kQualityBucketsAt;
+  // The pixel hash's pieces: the secret and the header on the device.
   const std::vector<uint8_t> header = pixel_hash_header(l);
   uint8_t* hash_in = nullptr;
   IMGSTAT_BENCH_CHECK(cudaMalloc(&hash_in, kXxh3SecretSize + header.size()));
@@ -145,16 +123,39 @@ void pieces(const DeviceImageView& image, const std::vector<uint8_t>& host_px, i
   IMGSTAT_BENCH_CHECK(cudaMemcpy(hash_in + kXxh3SecretSize, header.data(), header.size(), cudaMemcpyHostToDevice));
   cuda::PixelHashPass hash;
   hash.input.header = hash_in + kXxh3SecretSize, hash.input.header_bytes = static_cast<uint32_t>(header.size());
-  hash.input.px = px, hash.input.channels = 3;
+  hash.input.px = px, hash.input.sample_bytes = l.pixels() * 3, hash.input.channels = 3;
   hash.len = header.size() + l.pixels() * 3, hash.secret = hash_in;
-  unsigned long long* hash_out = nullptr;
-  IMGSTAT_BENCH_CHECK(cudaMalloc(&hash_out, (xxh3_pieces(hash.len) * kXxh3Lanes + 2) * 8));
-  hash.out = hash_out, hash.adds = hash_out + 2;
-  const double hash_pieces_ms = bench::device_median_ms(repeat, [&] {
-    cuda::launch_measures_horizontal(px, l.width, l.height, 3, rgb, wanted, nullptr, next, none, none, hash, dev, 0);
+  unsigned long long* hash_adds = nullptr;
+  IMGSTAT_BENCH_CHECK(cudaMalloc(&hash_adds, xxh3_pieces(hash.len) * kXxh3Lanes * 8));
+  hash.adds = hash_adds;
+  const cuda::PixelHashPass no_hash;
+  const cuda::QualityCountsPass no_counts;
+  auto first = [&](const cuda::QualityCountsPass& c, bool hist, const cuda::ThumbnailPass& b,
+                   const cuda::ThumbnailPass& p, const cuda::PixelHashPass& x) {
+    return bench::device_median_ms(repeat, [&] {
+      if (c.out) IMGSTAT_BENCH_CHECK(cudaMemsetAsync(counts, 0, cuda::kQualityCountsSize * 8, 0));
+      cuda::launch_measures_first(px, l.width, l.height, 3, rgb, c, hist, b, p, x, dev, 0);
+    });
+  };
+  const double count_ms = first(counting, true, none, none, no_hash);
+  const double count_nohist_ms = first(counting, false, none, none, no_hash);
+  const double horizontal_ms = first(no_counts, false, blur, phash, no_hash);
+  const double hash_ms = first(no_counts, false, none, none, hash);
+  const double first_ms = first(counting, false, blur, phash, hash);
+  const double memset_ms = bench::device_median_ms(
+      repeat, [&] { IMGSTAT_BENCH_CHECK(cudaMemsetAsync(counts, 0, cuda::kQualityCountsSize * 8, 0)); });
+  const double find_ms = bench::device_median_ms(repeat, [&] {
+    cuda::launch_measures_second(counts + cuda::kQualityBucketsAt, ranks, wanted, 3, none, none, dev, 0);
   });
-  const double hash_chain_ms =
-      bench::device_median_ms(repeat, [&] { cuda::launch_measures_vertical(3, none, none, hash, dev, 0); });
+  const double vertical_ms = bench::device_median_ms(
+      repeat, [&] { cuda::launch_measures_second(nullptr, ranks, wanted, 3, blur, phash, dev, 0); });
+  const double second_ms = bench::device_median_ms(repeat, [&] {
+    cuda::launch_measures_second(counts + cuda::kQualityBucketsAt, ranks, wanted, 3, blur, phash, dev, 0);
+  });
+  const double gather_ms = bench::device_median_ms(repeat, [&] {
+    IMGSTAT_BENCH_CHECK(cudaMemsetAsync(next, 0, 4, 0));
+    cuda::launch_measures_colours(px, l.pixels(), rgb, wanted, colours, next, dev, 0);
+  });
   uint8_t* pinned = nullptr;
   IMGSTAT_BENCH_CHECK(cudaMallocHost(&pinned, host_px.size()));
   const double copy_ms = bench::device_median_ms(repeat, [&] {
@@ -162,14 +163,14 @@ void pieces(const DeviceImageView& image, const std::vector<uint8_t>& host_px, i
   });
   std::printf("\none image, device time of each piece (median of %d):\n", repeat);
   std::printf("  memset of the counts                          %8.1f us\n", memset_ms * 1e3);
-  std::printf("  memset + quality_counts, histograms / none     %8.1f / %.1f us\n", count_ms * 1e3,
+  std::printf("  first launch: memset + counting pass, histograms / none %8.1f / %.1f us\n", count_ms * 1e3,
               count_nohist_ms * 1e3);
-  std::printf("  find_wanted                                    %8.1f us\n", find_ms * 1e3);
-  std::printf("  the wanted colours alone / with the thumbnails' horizontal passes %8.1f / %.1f us\n",
-              gather_ms * 1e3, horizontal_ms * 1e3);
-  std::printf("  the thumbnails' vertical passes                %8.1f us\n", vertical_ms * 1e3);
-  std::printf("  the pixel hash's pieces / their chain           %8.1f / %.1f us\n", hash_pieces_ms * 1e3,
-              hash_chain_ms * 1e3);
+  std::printf("                thumbnails' horizontal passes / pixel hash's pieces %8.1f / %.1f us\n",
+              horizontal_ms * 1e3, hash_ms * 1e3);
+  std::printf("                all of them (no histograms) %8.1f us\n", first_ms * 1e3);
+  std::printf("  second launch: find_wanted / vertical passes / both %8.1f / %.1f / %.1f us\n", find_ms * 1e3,
+              vertical_ms * 1e3, second_ms * 1e3);
+  std::printf("  third launch: the wanted colours                %8.1f us\n", gather_ms * 1e3);
   std::printf("  the pixels back (D2H, pinned)   %8.1f us\n", copy_ms * 1e3);
   // The host's pieces.
   const ImageView view{host_px.data(), l};
@@ -213,7 +214,7 @@ void pieces(const DeviceImageView& image, const std::vector<uint8_t>& host_px, i
   cudaFree(scratch);
   cudaFree(counts);
   cudaFree(hash_in);
-  cudaFree(hash_out);
+  cudaFree(hash_adds);
 }
 
 }  // namespace

@@ -3,9 +3,8 @@
 // order: within each 1,024-byte block of the input, XXH3 only adds to its
 // eight accumulators (modulo 2^64); the blocks' scrambles are the one
 // sequential part. So an engine with many threads (the GPU) sums every
-// block's additions at once (xxh3_piece_add), then one thread per
-// accumulator chains the full blocks' (xxh3_chain_step) and adds the last
-// piece's, and one finishes (xxh3_finish). The same functions, run one after the other on the host,
+// block's additions at once (xxh3_piece_add), and the host chains them
+// (xxh3_from_adds: a few thousand steps for a photo). The same functions, run one after the other on the host,
 // give xxhash's own XXH3_128bits: tests/xxh3_long_test.cpp holds them to it.
 //
 // The input is read through `read8(offset)`: its eight bytes from `offset`,
@@ -101,6 +100,20 @@ IMGSTAT_HD void xxh3_finish(const uint64_t* acc, uint64_t len, const uint8_t* se
   *high = xxh3_merge(acc, secret + kXxh3SecretSize - 64 - 11, ~(len * 0xC2B2AE3D27D4EB4FULL));
 }
 
+// The hash from every piece's additions (xxh3_pieces(len) x kXxh3Lanes,
+// piece by piece): each accumulator's chain, then the finish.
+inline void xxh3_from_adds(const uint64_t* adds, uint64_t len, const uint8_t* secret, uint64_t* low, uint64_t* high) {
+  const uint64_t blocks = xxh3_full_blocks(len);
+  uint64_t acc[kXxh3Lanes];
+  for (int lane = 0; lane < kXxh3Lanes; ++lane) {
+    const uint64_t key = xxh3_scramble_key(secret, lane);
+    uint64_t a = xxh3_init_acc(lane);
+    for (uint64_t b = 0; b < blocks; ++b) a = xxh3_chain_step(a, adds[b * kXxh3Lanes + lane], key);
+    acc[lane] = a + adds[blocks * kXxh3Lanes + lane];
+  }
+  xxh3_finish(acc, len, secret, low, high);
+}
+
 // The pixel hash's input (common/hashes.hpp) for a packed image of 8-bit
 // samples, one channel or three: its header, then the samples with the
 // channels in the reported order (order[k]: the stored channel reported k-th).
@@ -108,6 +121,7 @@ struct PixelHashInput {
   const uint8_t* header = nullptr;
   uint32_t header_bytes = 0;
   const uint8_t* px = nullptr;
+  uint64_t sample_bytes = 0;
   uint32_t channels = 1;
   uint32_t order0 = 0, order1 = 1, order2 = 2;
 

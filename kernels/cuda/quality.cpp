@@ -220,9 +220,9 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
   //   the brightness buckets (zero between calls) | up: both thumbnails'
   //   coefficients, XXH3's secret, the pixel hash's header | up and back:
   //   the gather's buckets and count, the counts' head (zeros up) | back:
-  //   the thumbnails, the pixel hash, the first colours (kColoursFirstBack)
-  //   | the other colours (room for every pixel), the horizontal passes'
-  //   rows, the pixel hash's pieces
+  //   the thumbnails, the pixel hash's pieces (the host chains them), the
+  //   first colours (kColoursFirstBack) | the other colours (room for
+  //   every pixel), the horizontal passes' rows
   // and, in the staging alone, a short input's pixels for the host to hash.
   Thumbnail blur, phash;
   if (r.quality) {
@@ -242,15 +242,15 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
   const uint64_t next_at = head_at + sizeof(WantedBuckets), counts_at = aligned(next_at + sizeof(unsigned int));
   const uint64_t out_at = aligned(counts_at + kQualityBucketsAt * sizeof(unsigned long long));
   blur.out_at = out_at, phash.out_at = blur.out_at + aligned(blur.thumbnail_bytes());
-  const uint64_t hash_at = phash.out_at + aligned(phash.thumbnail_bytes());
-  const uint64_t colours_at = aligned(hash_at + 2 * sizeof(unsigned long long));
+  const uint64_t adds_at = phash.out_at + aligned(phash.thumbnail_bytes());
+  const uint64_t adds_bytes = hash_here ? xxh3_pieces(hash_len) * kXxh3Lanes * sizeof(uint64_t) : 0;
+  const uint64_t colours_at = aligned(adds_at + adds_bytes);
   const bool gather = r.quality && colour;
   const uint64_t first_back = gather ? std::min<uint64_t>(n, kColoursFirstBack) : 0;
   const uint64_t back_end = colours_at + first_back * sizeof(uint32_t);
   const uint64_t rows_at = colours_at + (gather ? aligned(n * sizeof(uint32_t)) : 0);
   blur.rows_at = rows_at, phash.rows_at = blur.rows_at + blur.rows_bytes();
-  const uint64_t adds_at = phash.rows_at + phash.rows_bytes();
-  const uint64_t device_bytes = adds_at + (hash_here ? xxh3_pieces(hash_len) * kXxh3Lanes * sizeof(uint64_t) : 0);
+  const uint64_t device_bytes = phash.rows_at + phash.rows_bytes();
   const uint64_t pixels_at = aligned(back_end);
   const uint64_t staging_bytes = pixels_at + (r.hashes && !hash_here ? n * l.channels : 0);
   // The statistics pass's histograms where it counted them (256 bins of
@@ -280,31 +280,31 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
   auto* buckets = reinterpret_cast<unsigned long long*>(base);
   if (gather && !buckets_zeroed) IMGSTAT_CUDA(cudaMemsetAsync(buckets, 0, kBucketsBytes, stream));
   auto* wanted = reinterpret_cast<WantedBuckets*>(base + head_at);
+  QualityCountsPass counts;
   if (r.quality) {
-    launch_quality_counts(px, static_cast<uint32_t>(w), static_cast<uint32_t>(h), l.channels, r.rgb,
-                          !have_histograms, reinterpret_cast<unsigned long long*>(base + counts_at), buckets, dev,
-                          stream);
-    if (gather) {
-      BrightnessRanks ranks{};
-      const auto wanted_ranks = brightness_ranks(n);
-      for (int i = 0; i < kBrightnessRanks; ++i) ranks.rank[i] = wanted_ranks[i];
-      launch_find_wanted(buckets, ranks, wanted, stream);
-    }
+    counts.out = reinterpret_cast<unsigned long long*>(base + counts_at);
+    counts.buckets = buckets;
   }
   PixelHashPass hash;
   if (hash_here) {
     hash.input.header = base + header_at, hash.input.header_bytes = static_cast<uint32_t>(header.size());
-    hash.input.px = px, hash.input.channels = l.channels;
+    hash.input.px = px, hash.input.sample_bytes = n * l.channels, hash.input.channels = l.channels;
     if (colour) hash.input.order0 = r.rgb[0], hash.input.order1 = r.rgb[1], hash.input.order2 = r.rgb[2];
     hash.len = hash_len, hash.secret = base + secret_at;
     hash.adds = reinterpret_cast<unsigned long long*>(base + adds_at);
-    hash.out = reinterpret_cast<unsigned long long*>(base + hash_at);
   }
-  launch_measures_horizontal(px, l.width, l.height, l.channels, r.rgb, wanted,
-                             gather ? reinterpret_cast<uint32_t*>(base + colours_at) : nullptr,
-                             reinterpret_cast<unsigned int*>(base + next_at), blur.pass(base), phash.pass(base), hash,
-                             dev, stream);
-  launch_measures_vertical(blur.bands, blur.pass(base), phash.pass(base), hash, dev, stream);
+  launch_measures_first(px, static_cast<uint32_t>(w), static_cast<uint32_t>(h), l.channels, r.rgb, counts,
+                        !have_histograms, blur.pass(base), phash.pass(base), hash, dev, stream);
+  BrightnessRanks ranks{};
+  if (gather) {
+    const auto wanted_ranks = brightness_ranks(n);
+    for (int i = 0; i < kBrightnessRanks; ++i) ranks.rank[i] = wanted_ranks[i];
+  }
+  launch_measures_second(gather ? buckets : nullptr, ranks, wanted, blur.bands, blur.pass(base), phash.pass(base), dev,
+                         stream);
+  if (gather)
+    launch_measures_colours(px, n, r.rgb, wanted, reinterpret_cast<uint32_t*>(base + colours_at),
+                            reinterpret_cast<unsigned int*>(base + next_at), dev, stream);
   IMGSTAT_CUDA(cudaMemcpyAsync(staging + head_at, base + head_at, back_end - head_at, cudaMemcpyDeviceToHost, stream));
   if (r.hashes && !hash_here)
     IMGSTAT_CUDA(cudaMemcpyAsync(staging + pixels_at, px, n * l.channels, cudaMemcpyDeviceToHost, stream));
@@ -312,9 +312,9 @@ void device_measures(const DeviceImageView& image, const StatsRequest& r, const 
   if (kept) kept->zeroed = gather || buckets_zeroed;
   ImageHashes hashes;
   if (hash_here) {
-    uint64_t halves[2];
-    std::memcpy(halves, staging + hash_at, sizeof halves);
-    pixel_hash_bytes(halves[0], halves[1], hashes.pixels.data());
+    uint64_t low = 0, high = 0;  // the staging's offsets are 256-byte aligned
+    xxh3_from_adds(reinterpret_cast<const uint64_t*>(staging + adds_at), hash_len, xxh3_default_secret(), &low, &high);
+    pixel_hash_bytes(low, high, hashes.pixels.data());
   } else if (r.hashes) {
     pixel_hash(ImageView{staging + pixels_at, l}, r.rgb, hashes.pixels.data());
   }

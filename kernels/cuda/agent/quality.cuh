@@ -3,11 +3,13 @@
 // words (QualityCounts): the pass that sums the grey image, its Laplacian
 // and the colour differences and counts the histograms and brightness
 // buckets (strips of columns down bands of rows); the buckets holding the
-// brightness ranks; then, in one launch, the colours of their pixels,
-// PIL's horizontal resampling pass of both thumbnails and the pixel hash's
-// pieces, and in another the vertical passes and the hash's chain. Integer
-// arithmetic throughout: the host's finishing code then gives the CPU
-// engine's bits.
+// brightness ranks; the colours of their pixels; PIL's resampling passes
+// of both thumbnails; the pixel hash's pieces. Three launches, by what each
+// needs of another: the counting pass, the thumbnails' horizontal passes
+// and the hash's pieces read only the image; the ranks' buckets need the
+// counts, the vertical passes the horizontal ones' rows; the colours need
+// the buckets. Integer arithmetic throughout: the host's finishing code
+// then gives the CPU engine's bits.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -41,29 +43,32 @@ __device__ __forceinline__ uint32_t reflect101(long long i, uint32_t n) {
   return static_cast<uint32_t>(i);
 }
 
-// A block: the strip of columns blockIdx.x down bands of band_rows rows
-// (blockIdx.y, grid-stride). Each thread holds its column's grey values of
+// A block: the strip of columns `strip` down bands of band_rows rows (band
+// `band` of `bands`, grid-stride). Each thread holds its column's grey values of
 // the rows above, at and below the row (computed once each as the band
 // moves down); the row's are shared for the left and right neighbours, the
 // strip's edges reflected as OpenCV's BORDER_REFLECT_101. A thread's sums
 // of a band fit 32 bits (band_rows <= kQualityMaxBandRows). kHist: the
 // channels' histograms too (else the statistics pass's are used).
 template <int C, bool kHist>
-__global__ void __launch_bounds__(kQualityStripWidth)
-    quality_counts(const uint8_t* __restrict__ px, uint32_t w, uint32_t h, uint32_t band_rows, uint3 rgb,
-                   unsigned long long* out, unsigned long long* buckets) {
+__device__ __forceinline__ void quality_strip(const uint8_t* __restrict__ px, uint32_t w, uint32_t h, uint3 rgb,
+                                              const QualityCountsPass& pass, uint32_t strip, uint32_t band) {
+  static_assert(kQualityStripWidth == kPassThreads, "the counting pass shares its launch");
+  unsigned long long* out = pass.out;
+  unsigned long long* buckets = pass.buckets;
+  const uint32_t band_rows = pass.band_rows;
   __shared__ unsigned int hist[kHist ? C * 256 : 1];
   __shared__ int row[kQualityStripWidth + 2];
   if constexpr (kHist) {
     for (uint32_t i = threadIdx.x; i < C * 256; i += blockDim.x) hist[i] = 0;
   }
-  const uint32_t x0 = blockIdx.x * kQualityStripWidth, x = x0 + threadIdx.x;
+  const uint32_t x0 = strip * kQualityStripWidth, x = x0 + threadIdx.x;
   const bool inside = x < w;
   const uint32_t last = min(w - x0, static_cast<uint32_t>(kQualityStripWidth)) - 1;  // the strip's last column
   const uint32_t xs = inside ? x : w - 1;  // columns past the image read one and add nothing
   long long s[kQualitySums] = {};
   unsigned long long unequal = 0;
-  for (uint32_t y0 = blockIdx.y * band_rows; y0 < h; y0 += gridDim.y * band_rows) {
+  for (uint32_t y0 = band * band_rows; y0 < h; y0 += pass.bands * band_rows) {
     const uint32_t y1 = min(h, y0 + band_rows);
     int up = grey_at<C>(px, w, xs, reflect101(static_cast<long long>(y0) - 1, h), rgb);
     int mid = grey_at<C>(px, w, xs, y0, rgb);
@@ -120,8 +125,8 @@ __global__ void __launch_bounds__(kQualityStripWidth)
 // the buckets left zeroed for the next image.
 constexpr int kWantedThreads = 1024;
 constexpr int kWantedItems = (kBrightnessBuckets + kWantedThreads - 1) / kWantedThreads;
-__global__ void __launch_bounds__(kWantedThreads)
-    find_wanted(unsigned long long* __restrict__ buckets, BrightnessRanks ranks, WantedBuckets* wanted) {
+__device__ __forceinline__ void find_wanted(unsigned long long* __restrict__ buckets, const BrightnessRanks& ranks,
+                                            WantedBuckets* wanted) {
   using Scan = cub::BlockScan<unsigned long long, kWantedThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ uint32_t of_rank[kBrightnessRanks];
@@ -233,6 +238,26 @@ __device__ __forceinline__ void pil_vertical(const ThumbnailPass& t, uint32_t bl
   }
 }
 
+// Eight bytes of the pixel hash's input: where they are samples stored in
+// the reported order (one channel, or R, G, B as stored) at an 8-byte
+// aligned start, by two aligned loads; else byte by byte.
+struct PixelHashWords {
+  PixelHashInput in;
+  bool words;
+  __device__ __forceinline__ uint64_t operator()(uint64_t at) const {
+    if (words && at >= in.header_bytes) {
+      const uint64_t t = at - in.header_bytes, a = t & ~uint64_t{7};
+      if (a + 16 <= in.sample_bytes) {
+        const auto* p = reinterpret_cast<const unsigned long long*>(in.px + a);
+        const unsigned long long lo = __ldg(p), hi = __ldg(p + 1);
+        const unsigned shift = static_cast<unsigned>(t & 7) * 8;
+        return shift ? (lo >> shift) | (hi << (64 - shift)) : lo;
+      }
+    }
+    return in(at);
+  }
+};
+
 // The pixel hash's additions (PixelHashPass): one item a piece and lane,
 // grid-stride over block `block` of `blocks`, the secret read from shared
 // memory.
@@ -240,49 +265,29 @@ __device__ __forceinline__ void pixel_hash_adds(const PixelHashPass& p, uint32_t
   __shared__ uint8_t secret[kXxh3SecretSize];
   for (uint32_t i = threadIdx.x; i < kXxh3SecretSize; i += blockDim.x) secret[i] = p.secret[i];
   __syncthreads();
+  const PixelHashWords read{p.input, (p.input.channels == 1 || (p.input.order0 == 0 && p.input.order1 == 1 &&
+                                                                 p.input.order2 == 2)) &&
+                                         reinterpret_cast<uintptr_t>(p.input.px) % 8 == 0};
   const uint64_t items = xxh3_pieces(p.len) * kXxh3Lanes;
   const uint64_t stride = static_cast<uint64_t>(blocks) * blockDim.x;
   for (uint64_t i = static_cast<uint64_t>(block) * blockDim.x + threadIdx.x; i < items; i += stride)
-    p.adds[i] = xxh3_piece_add(p.input, p.len, secret, i / kXxh3Lanes, static_cast<int>(i % kXxh3Lanes));
+    p.adds[i] = xxh3_piece_add(read, p.len, secret, i / kXxh3Lanes, static_cast<int>(i % kXxh3Lanes));
 }
 
-// Then one block: each accumulator's chain over the pieces (a thread each),
-// and the finish.
-__device__ __forceinline__ void pixel_hash_chain(const PixelHashPass& p) {
-  __shared__ uint64_t acc[kXxh3Lanes];
-  if (threadIdx.x < kXxh3Lanes) {
-    const int lane = static_cast<int>(threadIdx.x);
-    const uint64_t key = xxh3_scramble_key(p.secret, lane), blocks = xxh3_full_blocks(p.len);
-    uint64_t a = xxh3_init_acc(lane);
-    const unsigned long long* adds = p.adds + lane;
-#pragma unroll 8
-    for (uint64_t b = 0; b < blocks; ++b) a = xxh3_chain_step(a, adds[b * kXxh3Lanes], key);
-    acc[lane] = a + adds[blocks * kXxh3Lanes];
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint64_t low = 0, high = 0;
-    xxh3_finish(acc, p.len, p.secret, &low, &high);
-    p.out[0] = low, p.out[1] = high;
-  }
-}
-
-// One launch for what reads the image after the counts: the wanted
-// buckets' colours (gather_blocks, colour images), the blurriness
-// thumbnail's horizontal pass (blur: B = C bands), the perceptual one's
-// (phash: PIL's L), the pixel hash's additions; the blocks split between
-// them in that order.
-template <int C>
+// The first launch: what reads only the image, its blocks split in this
+// order between the counting pass, the blurriness thumbnail's horizontal
+// pass (B = C bands), the perceptual one's (PIL's L) and the pixel hash's
+// additions.
+template <int C, bool kHist>
 __global__ void __launch_bounds__(kPassThreads)
-    measures_horizontal(const uint8_t* __restrict__ px, uint32_t w, uint64_t n, uint3 rgb,
-                        const WantedBuckets* __restrict__ wanted, uint32_t* __restrict__ colours, unsigned int* next,
-                        uint32_t gather_blocks, ThumbnailPass blur, ThumbnailPass phash, PixelHashPass hash) {
+    measures_first(const uint8_t* __restrict__ px, uint32_t w, uint32_t h, uint3 rgb, QualityCountsPass counts,
+                   ThumbnailPass blur, ThumbnailPass phash, PixelHashPass hash) {
   uint32_t b = blockIdx.x;
-  if (b < gather_blocks) {
-    if constexpr (C == 3) wanted_colours(px, n, rgb, wanted, colours, next, b, gather_blocks);
+  if (b < counts.blocks) {
+    quality_strip<C, kHist>(px, w, h, rgb, counts, b % counts.strips, b / counts.strips);
     return;
   }
-  b -= gather_blocks;
+  b -= counts.blocks;
   if (b < blur.blocks) {
     pil_horizontal<C, C>(px, w, rgb, blur, b, blur.blocks);
     return;
@@ -295,22 +300,31 @@ __global__ void __launch_bounds__(kPassThreads)
   pixel_hash_adds(hash, b - phash.blocks, hash.blocks);
 }
 
-// Then both thumbnails' vertical passes in one launch (blur: BlurBands),
-// the pixel hash's chain in its last block (hash.blocks: 1).
+// The second: the buckets holding the brightness ranks (block 0 where
+// wanted_blocks is 1) and both thumbnails' vertical passes (blur:
+// BlurBands).
 template <int BlurBands>
-__global__ void __launch_bounds__(kPassThreads)
-    measures_vertical(ThumbnailPass blur, ThumbnailPass phash, PixelHashPass hash) {
+__global__ void __launch_bounds__(kWantedThreads)
+    measures_second(unsigned long long* buckets, BrightnessRanks ranks, WantedBuckets* wanted, uint32_t wanted_blocks,
+                    ThumbnailPass blur, ThumbnailPass phash) {
   uint32_t b = blockIdx.x;
+  if (b < wanted_blocks) {
+    find_wanted(buckets, ranks, wanted);
+    return;
+  }
+  b -= wanted_blocks;
   if (b < blur.blocks) {
     pil_vertical<BlurBands>(blur, b, blur.blocks);
     return;
   }
-  b -= blur.blocks;
-  if (b < phash.blocks) {
-    pil_vertical<1>(phash, b, phash.blocks);
-    return;
-  }
-  pixel_hash_chain(hash);
+  pil_vertical<1>(phash, b - blur.blocks, phash.blocks);
+}
+
+// The third, colour images' quality: the wanted buckets' colours.
+__global__ void __launch_bounds__(kPassThreads)
+    measures_colours(const uint8_t* __restrict__ px, uint64_t n, uint3 rgb, const WantedBuckets* __restrict__ wanted,
+                     uint32_t* __restrict__ colours, unsigned int* next) {
+  wanted_colours(px, n, rgb, wanted, colours, next, blockIdx.x, gridDim.x);
 }
 
 }  // namespace imgstat::cuda

@@ -44,17 +44,25 @@ struct ThumbnailPass {
   uint32_t blocks = 0;
 };
 
+// The counting pass's share of a launch: counts (kQualityBucketsAt,
+// zeroed) and, three channels, the brightness buckets (kBrightnessBuckets,
+// zeroed); strips of columns by bands of band_rows rows, a block each.
+// out null: none.
+struct QualityCountsPass {
+  unsigned long long* out = nullptr;
+  unsigned long long* buckets = nullptr;
+  uint32_t strips = 0, bands = 0, band_rows = 0, blocks = 0;
+};
+
 // The pixel hash of an input longer than kXxh3LongAfter bytes
 // (common/xxh3_long.hpp): the secret and the input's header on the device,
-// each piece's additions (xxh3_pieces(len) x kXxh3Lanes) summed by the
-// horizontal launch's blocks, then chained and finished by one block of
-// the vertical launch into out (low, high). len 0: none.
+// each piece's additions (xxh3_pieces(len) x kXxh3Lanes) into adds, which
+// the host chains. len 0: none.
 struct PixelHashPass {
   PixelHashInput input;
   uint64_t len = 0;
   const uint8_t* secret = nullptr;
   unsigned long long* adds = nullptr;
-  unsigned long long* out = nullptr;
   uint32_t blocks = 0;
 };
 

@@ -18,74 +18,70 @@ unsigned grid_for(uint64_t items, const DeviceInfo& dev) {
 
 }  // namespace
 
-void launch_quality_counts(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels,
-                           const uint32_t* rgb, bool histograms, unsigned long long* counts,
-                           unsigned long long* buckets, const DeviceInfo& dev, cudaStream_t stream) {
+void launch_measures_first(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels,
+                           const uint32_t* rgb, QualityCountsPass counts, bool histograms, ThumbnailPass blur,
+                           ThumbnailPass phash, PixelHashPass hash, const DeviceInfo& dev, cudaStream_t stream) {
   if (width == 0 || height == 0) return;
   const uint3 order = make_uint3(rgb[0], rgb[1], rgb[2]);
-  // Strips across, bands down: about kQualityBlocksPerSm blocks an SM, bands
-  // of kQualityMinBandRows .. kQualityMaxBandRows rows (taller images: each
-  // block takes several bands, grid-stride).
-  const uint32_t strips = (width + kQualityStripWidth - 1) / kQualityStripWidth;
-  const uint64_t wanted_blocks = static_cast<uint64_t>(dev.sm_count) * kQualityBlocksPerSm;
-  const uint64_t bands_wanted = std::max<uint64_t>(1, wanted_blocks / strips);
-  const uint32_t band_rows = static_cast<uint32_t>(
-      std::clamp<uint64_t>((height + bands_wanted - 1) / bands_wanted, kQualityMinBandRows, kQualityMaxBandRows));
-  const uint32_t bands = static_cast<uint32_t>(std::min<uint64_t>((height + band_rows - 1) / band_rows, 65535));
-  const dim3 grid(strips, bands);
-  if (channels == 3) {
-    if (histograms)
-      quality_counts<3, true><<<grid, kQualityStripWidth, 0, stream>>>(pixels, width, height, band_rows, order, counts, buckets);
-    else
-      quality_counts<3, false><<<grid, kQualityStripWidth, 0, stream>>>(pixels, width, height, band_rows, order, counts, buckets);
+  if (counts.out) {
+    // Strips across, bands down: about kQualityBlocksPerSm blocks an SM,
+    // bands of kQualityMinBandRows .. kQualityMaxBandRows rows (taller
+    // images: each block takes several bands, grid-stride).
+    counts.strips = (width + kQualityStripWidth - 1) / kQualityStripWidth;
+    const uint64_t wanted_blocks = static_cast<uint64_t>(dev.sm_count) * kQualityBlocksPerSm;
+    const uint64_t bands_wanted = std::max<uint64_t>(1, wanted_blocks / counts.strips);
+    counts.band_rows = static_cast<uint32_t>(
+        std::clamp<uint64_t>((height + bands_wanted - 1) / bands_wanted, kQualityMinBandRows, kQualityMaxBandRows));
+    counts.bands = static_cast<uint32_t>(std::min<uint64_t>((height + counts.band_rows - 1) / counts.band_rows, 65535));
+    counts.blocks = counts.strips * counts.bands;
   } else {
-    if (histograms)
-      quality_counts<1, true><<<grid, kQualityStripWidth, 0, stream>>>(pixels, width, height, band_rows, order, counts, buckets);
-    else
-      quality_counts<1, false><<<grid, kQualityStripWidth, 0, stream>>>(pixels, width, height, band_rows, order, counts, buckets);
+    counts.blocks = 0;
   }
-  IMGSTAT_CUDA_LAUNCHED("quality_counts");
-}
-
-void launch_find_wanted(unsigned long long* buckets, const BrightnessRanks& ranks, WantedBuckets* wanted,
-                        cudaStream_t stream) {
-  find_wanted<<<1, kWantedThreads, 0, stream>>>(buckets, ranks, wanted);
-  IMGSTAT_CUDA_LAUNCHED("find_wanted");
-}
-
-void launch_measures_horizontal(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels,
-                                const uint32_t* rgb, const WantedBuckets* wanted, uint32_t* colours,
-                                unsigned int* next, ThumbnailPass blur, ThumbnailPass phash, PixelHashPass hash,
-                                const DeviceInfo& dev, cudaStream_t stream) {
-  const uint64_t n = static_cast<uint64_t>(width) * height;
-  const uint32_t gather = colours && channels == 3 && n ? grid_for(n, dev) : 0;
   blur.blocks = blur.xsize ? grid_for(static_cast<uint64_t>(blur.rows) * blur.xsize, dev) : 0;
   phash.blocks = phash.xsize ? grid_for(static_cast<uint64_t>(phash.rows) * phash.xsize, dev) : 0;
   hash.blocks = hash.len ? grid_for(xxh3_pieces(hash.len) * kXxh3Lanes, dev) : 0;
-  const uint32_t blocks = gather + blur.blocks + phash.blocks + hash.blocks;
+  const uint32_t blocks = counts.blocks + blur.blocks + phash.blocks + hash.blocks;
   if (blocks == 0) return;
-  const uint3 order = make_uint3(rgb[0], rgb[1], rgb[2]);
-  if (channels == 3)
-    measures_horizontal<3><<<blocks, kPassThreads, 0, stream>>>(pixels, width, n, order, wanted, colours, next, gather,
-                                                                 blur, phash, hash);
-  else
-    measures_horizontal<1><<<blocks, kPassThreads, 0, stream>>>(pixels, width, n, order, wanted, colours, next, 0,
-                                                                 blur, phash, hash);
-  IMGSTAT_CUDA_LAUNCHED("measures_horizontal");
+  if (channels == 3) {
+    if (histograms)
+      measures_first<3, true><<<blocks, kPassThreads, 0, stream>>>(pixels, width, height, order, counts, blur, phash, hash);
+    else
+      measures_first<3, false><<<blocks, kPassThreads, 0, stream>>>(pixels, width, height, order, counts, blur, phash, hash);
+  } else {
+    if (histograms)
+      measures_first<1, true><<<blocks, kPassThreads, 0, stream>>>(pixels, width, height, order, counts, blur, phash, hash);
+    else
+      measures_first<1, false><<<blocks, kPassThreads, 0, stream>>>(pixels, width, height, order, counts, blur, phash, hash);
+  }
+  IMGSTAT_CUDA_LAUNCHED("measures_first");
 }
 
-void launch_measures_vertical(uint32_t blur_bands, ThumbnailPass blur, ThumbnailPass phash, PixelHashPass hash,
-                              const DeviceInfo& dev, cudaStream_t stream) {
-  blur.blocks = blur.xsize ? grid_for(static_cast<uint64_t>(blur.ysize) * blur.xsize * blur_bands, dev) : 0;
-  phash.blocks = phash.xsize ? grid_for(static_cast<uint64_t>(phash.ysize) * phash.xsize, dev) : 0;
-  hash.blocks = hash.len ? 1 : 0;
-  const uint32_t blocks = blur.blocks + phash.blocks + hash.blocks;
+void launch_measures_second(unsigned long long* buckets, const BrightnessRanks& ranks, WantedBuckets* wanted,
+                            uint32_t blur_bands, ThumbnailPass blur, ThumbnailPass phash, const DeviceInfo& dev,
+                            cudaStream_t stream) {
+  const uint32_t wanted_blocks = buckets ? 1 : 0;
+  auto grid = [&](uint64_t items) {  // blocks of kWantedThreads, as many threads an SM as grid_for's
+    const uint64_t want = (items + kWantedThreads - 1) / kWantedThreads;
+    const uint64_t most = static_cast<uint64_t>(dev.sm_count) * kBlocksPerSm * kPassThreads / kWantedThreads;
+    return static_cast<uint32_t>(std::clamp<uint64_t>(want, 1, std::max<uint64_t>(1, most)));
+  };
+  blur.blocks = blur.xsize ? grid(static_cast<uint64_t>(blur.ysize) * blur.xsize * blur_bands) : 0;
+  phash.blocks = phash.xsize ? grid(static_cast<uint64_t>(phash.ysize) * phash.xsize) : 0;
+  const uint32_t blocks = wanted_blocks + blur.blocks + phash.blocks;
   if (blocks == 0) return;
   if (blur_bands == 3)
-    measures_vertical<3><<<blocks, kPassThreads, 0, stream>>>(blur, phash, hash);
+    measures_second<3><<<blocks, kWantedThreads, 0, stream>>>(buckets, ranks, wanted, wanted_blocks, blur, phash);
   else
-    measures_vertical<1><<<blocks, kPassThreads, 0, stream>>>(blur, phash, hash);
-  IMGSTAT_CUDA_LAUNCHED("measures_vertical");
+    measures_second<1><<<blocks, kWantedThreads, 0, stream>>>(buckets, ranks, wanted, wanted_blocks, blur, phash);
+  IMGSTAT_CUDA_LAUNCHED("measures_second");
+}
+
+void launch_measures_colours(const uint8_t* pixels, uint64_t n, const uint32_t* rgb, const WantedBuckets* wanted,
+                             uint32_t* colours, unsigned int* next, const DeviceInfo& dev, cudaStream_t stream) {
+  if (n == 0) return;
+  measures_colours<<<grid_for(n, dev), kPassThreads, 0, stream>>>(pixels, n, make_uint3(rgb[0], rgb[1], rgb[2]), wanted,
+                                                                    colours, next);
+  IMGSTAT_CUDA_LAUNCHED("measures_colours");
 }
 
 }  // namespace imgstat::cuda

@@ -12,29 +12,25 @@
 
 namespace imgstat::cuda {
 
-// Adds the pass's counts to counts (kQualityBucketsAt, zeroed by the
-// caller) and, three channels, the brightness buckets' to buckets
-// (kBrightnessBuckets, zeroed); the channels' histograms only where
-// `histograms` (else left 0).
-void launch_quality_counts(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels,
-                           const uint32_t* rgb, bool histograms, unsigned long long* counts,
-                           unsigned long long* buckets, const DeviceInfo& dev, cudaStream_t stream);
-// Three channels, after launch_quality_counts: the buckets holding the
-// ranks into *wanted (one block, on the device); the buckets left zeroed.
-void launch_find_wanted(unsigned long long* buckets, const BrightnessRanks& ranks, WantedBuckets* wanted,
-                        cudaStream_t stream);
-// In one launch, after launch_find_wanted: the colours of the wanted
-// buckets' pixels into colours (three channels; null: none; room for every
-// pixel; *next, zeroed by the caller, counts them), and the horizontal
-// passes of the thumbnails (xsize 0: none; blur of the image's channels as
-// bands, phash of PIL's L), and the pixel hash's pieces (len 0: none).
-void launch_measures_horizontal(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels,
-                                const uint32_t* rgb, const WantedBuckets* wanted, uint32_t* colours,
-                                unsigned int* next, ThumbnailPass blur, ThumbnailPass phash, PixelHashPass hash,
-                                const DeviceInfo& dev, cudaStream_t stream);
-// Then both thumbnails' vertical passes (blur of blur_bands bands) and the
-// pixel hash's chain and finish.
-void launch_measures_vertical(uint32_t blur_bands, ThumbnailPass blur, ThumbnailPass phash, PixelHashPass hash,
-                              const DeviceInfo& dev, cudaStream_t stream);
+// The first launch, what reads only the image: the counting pass adds to
+// counts.out and counts.buckets (QualityCountsPass; null out: none; the
+// channels' histograms only where `histograms`, else left 0), the
+// thumbnails' horizontal passes (xsize 0: none; blur of the image's
+// channels as bands, phash of PIL's L), the pixel hash's pieces (len 0:
+// none).
+void launch_measures_first(const uint8_t* pixels, uint32_t width, uint32_t height, uint32_t channels,
+                           const uint32_t* rgb, QualityCountsPass counts, bool histograms, ThumbnailPass blur,
+                           ThumbnailPass phash, PixelHashPass hash, const DeviceInfo& dev, cudaStream_t stream);
+// The second: the buckets holding the ranks into *wanted (buckets null:
+// none; three channels), leaving the buckets zeroed; both thumbnails'
+// vertical passes (blur of blur_bands bands).
+void launch_measures_second(unsigned long long* buckets, const BrightnessRanks& ranks, WantedBuckets* wanted,
+                            uint32_t blur_bands, ThumbnailPass blur, ThumbnailPass phash, const DeviceInfo& dev,
+                            cudaStream_t stream);
+// The third, three channels' quality: the colours of the wanted buckets'
+// pixels into colours (room for every pixel; *next, zeroed by the caller,
+// counts them).
+void launch_measures_colours(const uint8_t* pixels, uint64_t n, const uint32_t* rgb, const WantedBuckets* wanted,
+                             uint32_t* colours, unsigned int* next, const DeviceInfo& dev, cudaStream_t stream);
 
 }  // namespace imgstat::cuda
