@@ -419,7 +419,8 @@ TEST_F(GpuTest, EveryStatisticAgreesWithTheCpu) {
 // swapped, prime and odd sizes, a last strip of one column (257 wide) and of
 // one warp (288), one large image; the histograms taken from the statistics
 // pass or counted by the quality pass (not asked for); sizes the device does
-// not take (small, 32 wide, one row) through the host copy, the same answers.
+// not take (small, 32 wide, one row) through the host copy, the same answers;
+// quality alone as well.
 TEST_F(GpuTest, QualityAndHashesOfDeviceImagesAsTheCpuEngines) {
   std::mt19937_64 rng(653);
   struct Size { uint64_t w, h; bool on_device; };
@@ -466,6 +467,17 @@ TEST_F(GpuTest, QualityAndHashesOfDeviceImagesAsTheCpuEngines) {
           EXPECT_EQ(g.hashes.has_phash, want.hashes.has_phash);
           EXPECT_EQ(g.hashes.phash, want.hashes.phash);
           expect_same_stats(g, want, SampleType::kUint8);
+          if (kind == 0) {  // quality alone: the device's memory laid out without the hash's pieces
+            StatsRequest q = r;
+            q.hashes = false;
+            ASSERT_EQ(cudaMalloc(&device, n), cudaSuccess);
+            ASSERT_EQ(cudaMemcpy(device, img.view.data, n, cudaMemcpyHostToDevice), cudaSuccess);
+            const Result gq = gpu_->analyze_device(DeviceImageView{device, img.view.layout}, q);
+            cudaFree(device);
+            ASSERT_TRUE(gq.has_quality);
+            EXPECT_FALSE(gq.has_hashes);
+            expect_same_quality(gq.quality, want.quality);
+          }
         }
       }
 }
