@@ -434,3 +434,71 @@ INSTANTIATE_TEST_SUITE_P(Engines, PartsTest, ::testing::Values("cpu", "cuda"));
 
 }  // namespace
 }  // namespace imgstat::testing
+
+namespace imgstat {
+namespace {
+
+// Each label's bounding box (label_boxes) over maps of runs of every length
+// (1 to past 16 samples, so that the runs found sixteen bytes at a time end
+// inside and at the edge of a vector), 8- and 16-bit, one channel and the
+// second of two (the map read sample by sample), an ignored label, a
+// stack of planes: the boxes a pixel-by-pixel scan gives.
+TEST(LabelBoxes, EveryLabelsBoxAsAPixelByPixelScan) {
+  std::mt19937_64 rng(2718);
+  for (MapType type : {MapType::kUint8, MapType::kUint16})
+    for (uint32_t channels : {1u, 2u})
+      for (uint64_t width : {1u, 15u, 16u, 17u, 77u, 300u})
+        for (bool ignore : {false, true}) {
+          const uint64_t plane_height = 5, planes = 3, height = plane_height * planes;
+          const size_t sample = type == MapType::kUint8 ? 1 : 2;
+          std::vector<uint8_t> map(width * height * channels * sample);
+          std::vector<int64_t> value(width * height);
+          for (uint64_t y = 0; y < height; ++y)
+            for (uint64_t x = 0; x < width;) {
+              const uint64_t run = 1 + rng() % (rng() % 3 == 0 ? 40 : 6);
+              const int64_t v = type == MapType::kUint8 ? static_cast<int64_t>(rng() % 7) * 37
+                                                        : static_cast<int64_t>(rng() % 7) * 9001;
+              for (uint64_t k = x; k < std::min(width, x + run); ++k) {
+                value[y * width + k] = v;
+                for (uint32_t c = 0; c < channels; ++c) {
+                  const uint64_t s = c + 1 == channels ? static_cast<uint64_t>(v) : rng();  // the last channel is the map's
+                  std::memcpy(&map[((y * width + k) * channels + c) * sample], &s, sample);
+                }
+              }
+              x += run;
+            }
+          Parts parts;
+          parts.kind = PartsKind::kLabels;
+          parts.map = PartMapView{map.data(), width, height, channels, channels - 1, type, 0};
+          const int64_t ignored = value[rng() % value.size()];
+          if (ignore) parts.ignore_label = true, parts.ignored_label = ignored;
+          const Layout layout{width, height, 1, SampleType::kUint8};
+          const std::vector<LabelBox> got = label_boxes(layout, parts, plane_height);
+          std::map<int64_t, LabelBox> want;
+          for (uint64_t row = 0; row < height; ++row)
+            for (uint64_t x = 0; x < width; ++x) {
+              const int64_t v = value[row * width + x];
+              if (ignore && v == ignored) continue;
+              const uint64_t y = row % plane_height, z = row / plane_height;
+              auto [it, fresh] = want.try_emplace(v);
+              LabelBox& b = it->second;
+              if (fresh) b.label = v, b.x = x, b.y = y, b.z = z, b.width = x, b.height = y, b.depth = z;
+              b.x = std::min(b.x, x), b.y = std::min(b.y, y), b.z = std::min(b.z, z);
+              b.width = std::max(b.width, x), b.height = std::max(b.height, y), b.depth = std::max(b.depth, z);
+            }
+          SCOPED_TRACE(std::to_string(width) + " wide, " + std::to_string(sample * 8) + "-bit, channels " +
+                       std::to_string(channels) + (ignore ? ", one ignored" : ""));
+          ASSERT_EQ(got.size(), want.size());
+          size_t i = 0;
+          for (const auto& [label, b] : want) {
+            const LabelBox& g = got[i++];
+            EXPECT_EQ(g.label, label);
+            EXPECT_EQ(std::vector<uint64_t>({g.x, g.y, g.z, g.width, g.height, g.depth}),
+                      std::vector<uint64_t>({b.x, b.y, b.z, b.width - b.x + 1, b.height - b.y + 1, b.depth - b.z + 1}))
+                << "label " << label;
+          }
+        }
+}
+
+}  // namespace
+}  // namespace imgstat

@@ -71,6 +71,10 @@ std::vector<int64_t> distinct_small(const PartMapView& m, uint64_t height, uint6
     std::vector<uint8_t>& s = seen.local();
     for (uint64_t y = b * kRowsPerBlock; y < std::min(height, (b + 1) * kRowsPerBlock); ++y) {
       const Samples<T> p = map_row<T>(m, y);
+      if (m.channels == 1) {  // a run at a time
+        for (uint64_t x = 0; x < width; x = run_end<T>(p.base, x, width)) s[p[x]] = 1;
+        continue;
+      }
       for (uint64_t x = 0; x < width; ++x) s[p[x * m.channels]] = 1;
     }
   });

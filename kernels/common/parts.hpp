@@ -10,6 +10,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "common/moments.hpp"
 #include "common/partial.hpp"
 #include "imgstat/engine.hpp"
@@ -30,6 +34,29 @@ struct Samples {
     return v;
   }
 };
+
+// The end of the run of samples equal to sample x among n packed samples
+// of type T from `row` (x < n). Label maps hold long runs: 8- and 16-bit
+// samples are compared sixteen bytes at a time.
+template <class T>
+uint64_t run_end(const uint8_t* row, uint64_t x, uint64_t n) {
+  const Samples<T> p{row};
+  const T v = p[x];
+  uint64_t i = x + 1;
+#if defined(__SSE2__)
+  if constexpr (sizeof(T) <= 2) {
+    constexpr uint64_t kLanes = 16 / sizeof(T);
+    const __m128i want = sizeof(T) == 1 ? _mm_set1_epi8(static_cast<char>(v)) : _mm_set1_epi16(static_cast<short>(v));
+    for (; i + kLanes <= n; i += kLanes) {
+      const __m128i got = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i * sizeof(T)));
+      const int same = _mm_movemask_epi8(sizeof(T) == 1 ? _mm_cmpeq_epi8(got, want) : _mm_cmpeq_epi16(got, want));
+      if (same != 0xFFFF) return i + static_cast<uint64_t>(__builtin_ctz(~same & 0xFFFF)) / sizeof(T);
+    }
+  }
+#endif
+  while (i < n && p[i] == v) ++i;
+  return i;
+}
 
 // [floor(i * extent / count), floor((i + 1) * extent / count)).
 inline uint64_t tile_edge(uint64_t i, uint64_t extent, uint64_t count) {

@@ -75,10 +75,35 @@ void unfilter_pixels(uint8_t* row, const uint8_t* prev, size_t n) {
     c = b;
   }
 }
+// Sub of pixels of 1, 2, 4 or 8 bytes: a running sum of each byte lane,
+// sixteen bytes at a time (the shifted adds of a prefix sum, the last
+// pixel of the previous sixteen carried into the first), so that a row is
+// not a chain of one add a pixel (a 16-bit label map's rows are all Sub).
+template <int kBpp>
+void unfilter_sub_prefix(uint8_t* row, size_t n) {
+  __m128i carry = _mm_setzero_si128();  // the last pixel so far, in lanes 0 .. kBpp-1
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m128i v = _mm_add_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i)), carry);
+    v = _mm_add_epi8(v, _mm_slli_si128(v, kBpp));
+    if constexpr (kBpp * 2 < 16) v = _mm_add_epi8(v, _mm_slli_si128(v, kBpp * 2));
+    if constexpr (kBpp * 4 < 16) v = _mm_add_epi8(v, _mm_slli_si128(v, kBpp * 4));
+    if constexpr (kBpp * 8 < 16) v = _mm_add_epi8(v, _mm_slli_si128(v, kBpp * 8));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(row + i), v);
+    carry = _mm_srli_si128(v, 16 - kBpp);
+  }
+  for (size_t k = i; k < n; ++k) row[k] = static_cast<uint8_t>(row[k] + (k >= kBpp ? row[k - kBpp] : 0));
+}
+
 template <int kBpp>
 bool unfilter_simd(uint8_t filter, uint8_t* row, const uint8_t* prev, size_t n) {
   switch (filter) {
-    case 1: unfilter_pixels<kBpp, Filter::kSub>(row, nullptr, n); return true;
+    case 1:
+      if constexpr (16 % kBpp == 0)
+        unfilter_sub_prefix<kBpp>(row, n);
+      else
+        unfilter_pixels<kBpp, Filter::kSub>(row, nullptr, n);
+      return true;
     case 3: unfilter_pixels<kBpp, Filter::kAvg>(row, prev, n); return true;
     case 4: unfilter_pixels<kBpp, Filter::kPaeth>(row, prev, n); return true;
   }
