@@ -226,6 +226,35 @@ bool read_dynamic(Bits& b, Code& lit, Code& dist) {
 // The run's output: marked symbols until the last `window` of them hold no
 // marker, then bytes (a copy of that last window first); buffers grown
 // without clearing them.
+// A copy of len bytes from d < 8 bytes back (the output repeats with
+// period d): as 8-byte words of the pattern where d divides 8 (16-bit
+// samples' runs: d = 2), else by memcpy of ever longer stretches already
+// repeated (d, 2d, 4d, ...). May write up to 7 bytes past the copy.
+inline void copy_short_distance(uint8_t* out, uint32_t d, uint32_t len) {
+  const uint8_t* from = out - d;
+  if (d == 2 || d == 4) {
+    uint64_t v = 0;
+    if (d == 2) {
+      uint16_t x;
+      std::memcpy(&x, from, 2);
+      v = x * 0x0001000100010001ULL;
+    } else {
+      uint32_t x;
+      std::memcpy(&x, from, 4);
+      v = x * 0x0000000100000001ULL;
+    }
+    for (uint32_t j = 0; j < len; j += 8) std::memcpy(out + j, &v, 8);
+    return;
+  }
+  uint32_t j = 0, span = d;
+  while (j < len) {
+    const uint32_t c = std::min(span, len - j);
+    std::memcpy(out + j, out + j - span, c);  // span <= j + d: its source is the pattern already there
+    j += c;
+    span *= 2;
+  }
+}
+
 class Output {
  public:
   Output(Run& run, uint32_t window, bool known_start, uint64_t max_output, uint64_t hint, Mapped<uint8_t> buffer,
@@ -374,7 +403,7 @@ class Output {
         } else if (d == 1) {
           std::memset(out, *from, len);
         } else {
-          for (uint32_t j = 0; j < len; ++j) out[j] = from[j];
+          copy_short_distance(out, d, len);
         }
         out += len;
       }
