@@ -1,6 +1,7 @@
 // Hashes of a whole image for finding duplicates (StatsRequest::hashes,
-// ImageHashes), from the host's pixels, or (the perceptual hash) from a grey
-// thumbnail another engine made.
+// ImageHashes), from the host's pixels, or from what another engine made:
+// the pixel hash's pieces (common/xxh3_long.hpp), the perceptual hash's
+// grey thumbnail.
 //
 // - pixels: XXH3-128 (xxHash 0.8) of the decoded image: its width and
 //   height (uint64, little-endian), channels (uint32), the sample type's
