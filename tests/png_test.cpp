@@ -440,6 +440,98 @@ TEST(Png, ArrivingImageDataGoesToEveryCoreWhenZlibFallsBehind) {
   }
 }
 
+// Little image data that inflates many times over (a 16-bit label map's
+// runs: kHighRatioPngRatio and kHighRatioPngRawBytes) is inflated on every
+// core, whole from the start, in chunks whose memory png_stream_memory_bytes
+// reckons; one core: zlib. The rows are libpng's either way, and a
+// damaged copy (a byte changed in the image data, the data cut short) is
+// refused as libpng refuses it.
+TEST(Png, LabelMapsInflatingManyTimesOverGoToEveryCore) {
+  std::mt19937 rng(31);
+  PngSpec p;
+  p.width = 4096, p.height = 2100, p.depth = 16, p.colour = 0;
+  p.rows.resize(p.row_bytes() * p.height);
+  std::vector<uint16_t> label(16 * 8);
+  for (uint16_t& v : label) v = static_cast<uint16_t>(rng());
+  for (uint32_t y = 0; y < p.height; ++y)
+    for (uint32_t x = 0; x < p.width; ++x) {
+      const uint16_t v = label[(y / 300) * 16 + x / 256];
+      p.rows[(size_t{y} * p.width + x) * 2] = static_cast<uint8_t>(v >> 8);
+      p.rows[(size_t{y} * p.width + x) * 2 + 1] = static_cast<uint8_t>(v);
+    }
+  p.idat_piece = 4096;
+  const std::string f = write_png(p, rng);
+  const uint64_t raw = uint64_t{p.height} * (p.row_bytes() + 1);
+  ASSERT_GE(raw, kHighRatioPngRawBytes);
+  ASSERT_GE(raw / f.size(), kHighRatioPngRatio);
+  // Its memory, reckoned before the decode, holds the inflater's chunks.
+  const uint64_t reckoned = png_stream_memory_bytes(p.width, p.height, 16, 0, false, f.size());
+  const uint64_t plain = png_stream_memory_bytes(p.width, p.height, 16, 0, false, raw / kHighRatioPngRatio + 1);
+  EXPECT_GT(reckoned, plain + (uint64_t{1} << 20));
+  EXPECT_LT(reckoned, plain + kHighRatioPngInflateMemory + (uint64_t{16} << 20));
+
+  const Answer want = libpng(f);
+  ASSERT_TRUE(want.ok);
+  auto decode = [&](const std::string& file, int cores, std::vector<uint8_t>* rows) {
+    const size_t row_bytes = size_t{p.width} * 2;
+    const uint32_t n = band_rows(row_bytes, p.height);
+    std::vector<uint8_t> band(size_t{n} * row_bytes);
+    RowSink sink;
+    sink.begin = [&](uint32_t, uint32_t, uint32_t, SampleType) { return RowBand{band.data(), n}; };
+    sink.band = [&](const uint8_t* r, uint32_t, uint32_t count) {
+      rows->insert(rows->end(), r, r + size_t{count} * row_bytes);
+      return RowBand{band.data(), n};
+    };
+    PngDecode d;
+    tbb::task_arena(cores).execute([&] { d = decode_png(bytes(file), file.size(), {}, sink, {}, {}); });
+    return d;
+  };
+  std::vector<uint8_t> one, many;
+  const PngDecode d1 = decode(f, 1, &one), d4 = decode(f, 4, &many);
+  ASSERT_TRUE(d1.taken && d4.taken);
+  EXPECT_EQ(d1.parallel_from, -1);
+  EXPECT_EQ(d4.parallel_from, 0);
+  EXPECT_EQ(one, many);
+  Answer got;
+  tbb::task_arena(4).execute([&] { got = ours(f); });
+  EXPECT_EQ(difference(got, want), "") << got.error;
+
+  // Damaged copies: a byte of the image data changed at several places,
+  // the data cut short.
+  const size_t idat_at = f.find("IDAT") + 4, idat_end = f.rfind("IEND") - 8;
+  auto fix_crc = [](std::string& file, size_t at) {  // the CRC of the chunk holding byte `at`, made right again
+    for (size_t c = 8; c + 12 <= file.size();) {
+      const auto* q = reinterpret_cast<const uint8_t*>(file.data() + c);
+      const size_t n = size_t{q[0]} << 24 | size_t{q[1]} << 16 | size_t{q[2]} << 8 | q[3];
+      if (at < c + 12 + n) {
+        const uint32_t crc = static_cast<uint32_t>(crc32(0, q + 4, static_cast<uInt>(n + 4)));
+        for (int k = 0; k < 4; ++k) file[c + 8 + n + k] = static_cast<char>(crc >> (24 - 8 * k));
+        return;
+      }
+      c += n + 12;
+    }
+  };
+  int inflate_refused = 0;
+  for (size_t at : {idat_at + 40, idat_at + (idat_end - idat_at) / 2, idat_end - 20}) {
+    std::string bad = f;
+    bad[at] = static_cast<char>(bad[at] ^ 0x21);
+    fix_crc(bad, at);
+    SCOPED_TRACE("byte " + std::to_string(at) + " changed");
+    Answer a1, a4;
+    tbb::task_arena(1).execute([&] { a1 = ours(bad); });
+    tbb::task_arena(4).execute([&] { a4 = ours(bad); });
+    const Answer b = libpng(bad);
+    EXPECT_EQ(difference(a4, b), "") << a4.error;
+    EXPECT_EQ(difference(a1, b), "") << a1.error;
+    inflate_refused += !b.ok;
+  }
+  EXPECT_GT(inflate_refused, 0);  // the damage reached the inflater, not only the chunks' checks
+  const std::string cut = f.substr(0, idat_at + (idat_end - idat_at) / 3);
+  Answer c4;
+  tbb::task_arena(4).execute([&] { c4 = ours(cut); });
+  EXPECT_EQ(difference(c4, libpng(cut)), "") << c4.error;
+}
+
 TEST(Png, CorpusFilesTakenOrNotAnswerAsLibpng) {
   if (!testing::have_corpus()) GTEST_SKIP() << "no corpus";
   setup_messages();

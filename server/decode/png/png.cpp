@@ -9,6 +9,7 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "decode/inflate/parallel_inflate.hpp"
@@ -49,6 +50,26 @@ ParallelInflateOptions png_inflate_options() {
   return o;
 }
 
+// Image data under kParallelPngInflateBytes in a whole file of file_bytes
+// that inflates to raw_bytes many times over: the parallel inflater's
+// settings for it (tasks fixed, so that the memory reckoned before the
+// decode is the decode's), or none. Each chunk may inflate to twice the
+// file's ratio (a chunk past that goes to zlib, as any), the chunks sized
+// so that kHighRatioPngTasks of them stay within kHighRatioPngInflateMemory.
+constexpr uint32_t kHighRatioPngTasks = 8;
+std::optional<ParallelInflateOptions> high_ratio_inflate_options(uint64_t raw_bytes, uint64_t file_bytes) {
+  if (file_bytes == 0 || file_bytes >= kParallelPngInflateBytes || raw_bytes < kHighRatioPngRawBytes ||
+      raw_bytes / file_bytes < kHighRatioPngRatio)
+    return std::nullopt;
+  ParallelInflateOptions o;
+  o.tasks = kHighRatioPngTasks;
+  o.max_ratio = static_cast<uint32_t>(std::min<uint64_t>(2 * (raw_bytes / file_bytes) + 1, 1100));
+  const uint64_t fits = kHighRatioPngInflateMemory / (uint64_t{2} * o.tasks * o.max_ratio);  // marked: 2 bytes a symbol
+  o.chunk_bytes = std::max<uint64_t>(4 << 10, std::min<uint64_t>(file_bytes / (2 * o.tasks) + 1, fits));
+  o.slack_bytes = std::min<uint64_t>(o.slack_bytes, file_bytes);
+  return o;
+}
+
 // One plain PNG decoded in bands. The image data is inflated (by zlib, or
 // on every core) into two chunks of filtered rows: while one fills, a
 // helper unfilters, converts and hands on the other.
@@ -86,7 +107,7 @@ class BandDecode {
   // The parallel inflater's output, copied into the chunks.
   bool take(const uint8_t* p, size_t n);
   bool far_ahead(uint64_t from) const { return !arrived_ || arrived_(0) >= from + kParallelPngInflateBytes; }
-  void inflate_in_parallel(const InflateResume* resume);
+  void inflate_in_parallel(const InflateResume* resume, ParallelInflateOptions options);
   void inflate_with_zlib();
   // Not taken after all, though rows may have gone out.
   void give_up() { out_.taken = false; }
@@ -264,15 +285,21 @@ void BandDecode::run() {
   // far behind it (a file arriving faster than one core inflates).
   idat_bytes_ = arrived_ ? size_ - idat_.offset() : 0;  // arriving: most of what is left
   for (const StreamPiece& piece : idat_.pieces()) idat_bytes_ += piece.size;
-  if (idat_bytes_ >= kParallelPngInflateBytes && far_ahead(idat_.offset()) &&
-      slot_.take(tbb::this_task_arena::max_concurrency()))
-    inflate_in_parallel(nullptr);
-  else
-    inflate_with_zlib();
+  const int cores = tbb::this_task_arena::max_concurrency();
+  if (idat_bytes_ >= kParallelPngInflateBytes && far_ahead(idat_.offset()) && slot_.take(cores)) {
+    inflate_in_parallel(nullptr, png_inflate_options());
+    return;
+  }
+  // Whole, small and inflating many times over.
+  const std::optional<ParallelInflateOptions> high = high_ratio_inflate_options(uint64_t{h_.height} * stride_, size_);
+  if (high && cores > 1 && (!arrived_ || arrived_(0) >= size_) && slot_.take(cores)) {
+    inflate_in_parallel(nullptr, *high);
+    return;
+  }
+  inflate_with_zlib();
 }
 
-void BandDecode::inflate_in_parallel(const InflateResume* resume) {
-  ParallelInflateOptions options = png_inflate_options();
+void BandDecode::inflate_in_parallel(const InflateResume* resume, ParallelInflateOptions options) {
   options.size_hint = arrived_ ? idat_bytes_ : 0;
   options.resume = resume;
   out_.parallel_from = resume ? static_cast<int64_t>(resume->bit / 8) : 0;
@@ -355,7 +382,7 @@ void BandDecode::inflate_with_zlib() {
       const uint64_t used = piece_start + (piece.size - z.avail_in);
       InflateResume resume{used * 8 - static_cast<uint64_t>(z.data_type & 7), z.total_out,
                            static_cast<uint32_t>(z.adler), window, window_size};
-      return inflate_in_parallel(&resume);
+      return inflate_in_parallel(&resume, png_inflate_options());
     }
   }
   if (!passed()) return give_up();
@@ -387,9 +414,10 @@ uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_d
   if (!png::streamable(bit_depth, colour_type, interlaced) || width == 0 || height == 0) return 0;
   const uint64_t stride = (width * png::stored_channels(colour_type) * bit_depth + 7) / 8 + 1;
   const uint64_t out_row = width * 4 * (bit_depth == 16 ? 2 : 1);
-  const uint64_t inflating = file_bytes >= kParallelPngInflateBytes
-                                 ? parallel_inflate_memory_bytes(png_inflate_options())
-                                 : uint64_t{64} << 10;  // zlib's state
+  const std::optional<ParallelInflateOptions> high = high_ratio_inflate_options(stride * height, file_bytes);
+  const uint64_t inflating = file_bytes >= kParallelPngInflateBytes ? parallel_inflate_memory_bytes(png_inflate_options())
+                             : high ? std::max<uint64_t>(parallel_inflate_memory_bytes(*high), 64 << 10)
+                                    : uint64_t{64} << 10;  // zlib's state
   // Two chunks of filtered rows (one filling, one unfiltering), a row kept
   // across chunks, two bands of pixels.
   return 2 * stride * band_rows(stride, height) + stride + 2 * out_row * band_rows(out_row, height) + inflating;

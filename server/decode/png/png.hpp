@@ -37,8 +37,9 @@ struct PngDecode {
 
 // Memory decode_png holds at once for a plain PNG of this header in a file
 // of file_bytes: two chunks of filtered rows, zlib's window or, for image
-// data of kParallelPngInflateBytes or more, the parallel inflater's chunks
-// in flight; two bands of pixels. 0
+// data of kParallelPngInflateBytes or more or inflating many times over
+// (kHighRatioPngRatio), the parallel inflater's chunks in flight; two bands
+// of pixels. 0
 // where the file will not be taken (interlaced, gray under 8 bits).
 uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_depth, uint32_t colour_type,
                                  bool interlaced, uint64_t file_bytes);
@@ -46,6 +47,15 @@ uint64_t png_stream_memory_bytes(uint64_t width, uint64_t height, uint32_t bit_d
 // Image data (IDAT bytes) from which one PNG is inflated on every core of
 // the arena (inflate/parallel_inflate.hpp); less goes through zlib on one.
 constexpr uint64_t kParallelPngInflateBytes = uint64_t{4} << 20;
+// Less image data that inflates to kHighRatioPngRawBytes or more, at
+// kHighRatioPngRatio times the file's size or more, is inflated on every
+// core too (a label map's long runs: zlib copies them a byte at a time, on
+// one core, while the photo beside it decodes on the others), in chunks
+// small enough that their outputs in flight stay within
+// kHighRatioPngInflateMemory.
+constexpr uint64_t kHighRatioPngRawBytes = uint64_t{16} << 20;
+constexpr uint64_t kHighRatioPngRatio = 32;
+constexpr uint64_t kHighRatioPngInflateMemory = uint64_t{256} << 20;
 
 // A chunk before IEND, other than IDAT, that declares more than 1 MiB of
 // data and more than the rest of the file holds: its type, offset and
