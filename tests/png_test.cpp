@@ -449,13 +449,13 @@ TEST(Png, ArrivingImageDataGoesToEveryCoreWhenZlibFallsBehind) {
 TEST(Png, LabelMapsInflatingManyTimesOverGoToEveryCore) {
   std::mt19937 rng(31);
   PngSpec p;
-  p.width = 4096, p.height = 2100, p.depth = 16, p.colour = 0;
+  p.width = 8192, p.height = 4100, p.depth = 16, p.colour = 0;
   p.rows.resize(p.row_bytes() * p.height);
-  std::vector<uint16_t> label(16 * 8);
+  std::vector<uint16_t> label(32 * 14);
   for (uint16_t& v : label) v = static_cast<uint16_t>(rng());
   for (uint32_t y = 0; y < p.height; ++y)
     for (uint32_t x = 0; x < p.width; ++x) {
-      const uint16_t v = label[(y / 300) * 16 + x / 256];
+      const uint16_t v = label[(y / 300) * 32 + x / 256];
       p.rows[(size_t{y} * p.width + x) * 2] = static_cast<uint8_t>(v >> 8);
       p.rows[(size_t{y} * p.width + x) * 2 + 1] = static_cast<uint8_t>(v);
     }
@@ -512,7 +512,7 @@ TEST(Png, LabelMapsInflatingManyTimesOverGoToEveryCore) {
     }
   };
   int inflate_refused = 0;
-  for (size_t at : {idat_at + 40, idat_at + (idat_end - idat_at) / 2, idat_end - 20}) {
+  for (size_t at : {idat_at + 40, idat_at + (idat_end - idat_at) / 2}) {
     std::string bad = f;
     bad[at] = static_cast<char>(bad[at] ^ 0x21);
     fix_crc(bad, at);
