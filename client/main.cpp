@@ -90,7 +90,7 @@ int ask_server(client::Remote& remote, const CliOptions& o, std::ostream& err) {
 class Run {
  public:
   Run(const CliOptions& o, client::Request request, const client::LabelFolder& labels,
-      std::optional<client::Aggregation> aggregation, std::ostream& err)
+      std::optional<Aggregation> aggregation, std::ostream& err)
       : o_(o), request_(std::move(request)), labels_(labels), aggregation_(std::move(aggregation)), err_(err),
         duplicates_(o.duplicates_distance) {}
 
@@ -184,8 +184,8 @@ class Run {
   // The merged answers (and --partial-out's file), then the count line.
   int finish(size_t all, const char* what) {
     if (aggregation_) {
-      for (const std::string& note : aggregation_->notes()) err_ << "imgstat-client: note: " << note << "\n";
-      const std::vector<client::Outcome> merged = aggregation_->outcomes();
+      for (const std::string& note : client::notes_of(*aggregation_)) err_ << "imgstat-client: note: " << note << "\n";
+      const std::vector<client::Outcome> merged = client::outcomes_of(*aggregation_);
       for (size_t i = 0; i < merged.size(); ++i) show(merged[i], i, merged.size());
       if (!quality_.empty() && o_.json)
         std::cout << quality_.json() << "\n";
@@ -485,7 +485,7 @@ class Run {
   std::vector<std::string> dicom_files_;  // --dicom-series: the DICOM files named, one input
   std::string dicom_list_;                // and its name
   const client::LabelFolder& labels_;
-  std::optional<client::Aggregation> aggregation_;
+  std::optional<Aggregation> aggregation_;
   client::QualitySummary quality_;  // --aggregate --stats quality: the dataset's verdicts
   std::ostream& err_;
   client::DuplicateFinder duplicates_;  // --aggregate --duplicates
@@ -554,7 +554,7 @@ int main(int argc, char** argv) {
     err << "imgstat-client: " << why << "\n";
     return 2;
   }
-  std::optional<client::Aggregation> aggregation;
+  std::optional<Aggregation> aggregation;
   if (o.aggregate) {
     try {
       aggregation.emplace(request.options);

@@ -35,7 +35,7 @@ class AggregateJoint : public ::testing::Test {
   }
   Analyzer analyzer_;
   v1::Options options_;
-  client::Aggregation merged_;
+  Aggregation merged_;
 };
 
 // Two files' joint histograms add bin by bin: equal to the joint histogram
@@ -54,7 +54,7 @@ TEST_F(AggregateJoint, JointHistogramsAddAsOneImageOfBothWould) {
   v1::AnalyzeRequest one = raw_request(both);
   *one.mutable_options() = options_;
   const v1::AnalyzeResponse want = analyzer_.analyze(one);
-  const auto outcomes = merged_.outcomes();
+  const auto outcomes = client::outcomes_of(merged_);
   ASSERT_EQ(outcomes.size(), 1u);
   const v1::JointHistogram& got = outcomes[0].response.joint();
   ASSERT_EQ(got.bins_size(), 2);
@@ -98,7 +98,7 @@ TEST_F(AggregateJoint, ForgedJointHistogramsAreRefusedWithNothingKept) {
     EXPECT_FALSE(merged_.add(r, &why));
     EXPECT_NE(why.find("joint histogram"), std::string::npos) << why;
   }
-  const auto outcomes = merged_.outcomes();
+  const auto outcomes = client::outcomes_of(merged_);
   ASSERT_EQ(outcomes.size(), 1u);
   EXPECT_EQ(outcomes[0].images, 1u);
   EXPECT_EQ(outcomes[0].response.channels(0).count(), 29u * 7u);

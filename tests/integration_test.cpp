@@ -8,6 +8,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/proto_buffer_reader.h>
+#include <google/protobuf/util/message_differencer.h>
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
@@ -785,6 +786,119 @@ TEST_F(Integration, StubCallsAllFourRpcs) {
   EXPECT_EQ(answers["broken"].error().code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(answers["broken"].error().message().find("unrecognized"), std::string::npos);
   EXPECT_EQ(answers["gif"].response().format(), "GIF");
+}
+
+// Aggregate merges on the server what the CLI's --aggregate merges from a
+// call a file: the same Partial, its groups (8-bit grey, 8-bit RGB, 16-bit
+// RGB, RGBA ...) in the order their first inputs came whatever order the
+// analyses ended in; a damaged input is named by its place and left out;
+// malformed calls are refused and the server keeps serving.
+TEST_F(Integration, AggregateMergesOnTheServerAsTheClientsMergeDoes) {
+  std::vector<std::string> files;
+  for (const char* f : {"png/skimage_camera.png", "png/skimage_coffee.png", "png/pngsuite_basn2c16.png",
+                        "png/pngsuite_basn4a08.png", "jpeg/imagers_cat.jpg", "png/pngsuite_basn0g08.png",
+                        "png/pngsuite_basn6a16.png", "gif/imagers_sample_1.gif", "jpeg/imagers_3.jpg"})
+    files.push_back(corpus(f));
+  std::vector<std::string> sent = files;
+  sent.insert(sent.end(), files.rbegin(), files.rend());
+  constexpr size_t kBroken = 5;
+  sent.insert(sent.begin() + kBroken, "");  // "not an image" goes here
+
+  auto call = [&](const std::vector<std::vector<size_t>>& messages, v1::AggregateResponse* out) {
+    grpc::ClientContext ctx;
+    auto writer = stub_->Aggregate(&ctx, out);
+    bool first = true;
+    for (const auto& indices : messages) {
+      v1::AggregateRequest m;
+      if (first) m.mutable_options()->add_statistics(v1::STATISTIC_ALL);
+      first = false;
+      for (size_t i : indices) {
+        v1::Input* in = m.add_inputs();
+        in->set_name(sent[i].empty() ? "broken" : sent[i]);
+        in->set_data(sent[i].empty() ? std::string("not an image") : read_file(sent[i]));
+      }
+      if (!writer->Write(m)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  std::vector<size_t> all(sent.size());
+  std::iota(all.begin(), all.end(), 0);
+  v1::AggregateResponse server;
+  const grpc::Status status = call({{0}, {1, 2, 3, 4, 5, 6, 7, 8, 9}, {}, std::vector<size_t>(all.begin() + 10, all.end())}, &server);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(server.inputs(), sent.size() - 1);
+  ASSERT_EQ(server.failures_size(), 1);
+  EXPECT_EQ(server.failures(0).index(), kBroken);
+  EXPECT_EQ(server.failures(0).name(), "broken");
+  EXPECT_EQ(server.failures(0).error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // The CLI's merge of a call a file over the same inputs.
+  std::vector<std::string> args = {"--aggregate", "--partial-out", temp_path("aggregate-partial")};
+  for (const std::string& f : sent)
+    if (!f.empty()) args.push_back(f);
+  const ProcessResult r = client(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  v1::Partial cli;
+  ASSERT_TRUE(cli.ParseFromString(read_file(args[2])));
+  std::filesystem::remove(args[2]);
+  cli.clear_done();
+  ASSERT_GE(cli.groups_size(), 4);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(server.partial(), cli))
+      << server.partial().ShortDebugString().substr(0, 2000) << "\n" << cli.ShortDebugString().substr(0, 2000);
+
+  // The same inputs one a message (the analyses end in another order): the same state.
+  std::vector<std::vector<size_t>> one_each;
+  for (size_t i : all) one_each.push_back({i});
+  v1::AggregateResponse again;
+  const grpc::Status again_status = call(one_each, &again);
+  ASSERT_TRUE(again_status.ok()) << again_status.error_message();
+  EXPECT_EQ(again.partial().SerializeAsString(), server.partial().SerializeAsString());
+
+  // Refused: no options first, options again, too many inputs in a message.
+  {
+    grpc::ClientContext ctx;
+    v1::AggregateResponse out;
+    auto writer = stub_->Aggregate(&ctx, &out);
+    v1::AggregateRequest m;
+    m.add_inputs()->set_data(read_file(files[0]));
+    writer->Write(m);
+    writer->WritesDone();
+    const grpc::Status s = writer->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("first message"), std::string::npos) << s.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::AggregateResponse out;
+    auto writer = stub_->Aggregate(&ctx, &out);
+    v1::AggregateRequest m;
+    m.mutable_options();
+    writer->Write(m);
+    m.add_inputs()->set_data(read_file(files[0]));
+    writer->Write(m);
+    writer->WritesDone();
+    const grpc::Status s = writer->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("first message only"), std::string::npos) << s.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::AggregateResponse out;
+    auto writer = stub_->Aggregate(&ctx, &out);
+    v1::AggregateRequest m;
+    m.mutable_options();
+    for (int i = 0; i < 1025; ++i) m.add_inputs()->set_name("x");
+    writer->Write(m);
+    writer->WritesDone();
+    const grpc::Status s = writer->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("1025 inputs (at most 1024)"), std::string::npos) << s.error_message();
+  }
+  grpc::ClientContext info_ctx;
+  v1::ServerInfo info;
+  ASSERT_TRUE(stub_->GetServerInfo(&info_ctx, v1::GetServerInfoRequest(), &info).ok());
+  EXPECT_EQ(info.limits().aggregate_inputs(), 1024u);
 }
 
 TEST_F(Integration, ErrorCodesAndTheServerKeepsServing) {

@@ -22,6 +22,8 @@ inline constexpr uint32_t kMaxLoggedNameBytes = 200;
 // Encoded uploads from this size on are spooled (Limits::spool_dir); the
 // CLI streams files from 4 MiB on.
 inline constexpr uint64_t kSpoolFromBytes = uint64_t{1} << 20;
+// Inputs one AggregateRequest may carry (its message size bounds their bytes).
+inline constexpr uint32_t kAggregateInputsPerMessage = 1024;
 
 struct Limits {
   // --max-message-bytes: largest gRPC message; larger inputs use AnalyzeStream.
@@ -56,7 +58,7 @@ struct Limits {
   double stream_idle_timeout_seconds = 30;
   // --batch-window: AnalyzeBatch requests of one call held at once, counted
   // until their answer is written: a client that never reads holds no more.
-  uint32_t batch_window = 8;
+  uint32_t batch_window = 8;  // Aggregate: inputs of one call analyzed or queued at once
   // Shared-memory regions (RegisterRegion), per caller: --max-regions held
   // at once, --max-region-bytes spanned together. The memory is the
   // caller's; these bound what the server maps and keeps.

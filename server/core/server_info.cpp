@@ -48,6 +48,7 @@ v1::ServerInfo Analyzer::server_info() const {
   l->set_max_decode_memory(limits_.max_decode_memory);
   l->set_max_concurrent(limits_.max_concurrent);
   l->set_batch_window(limits_.batch_window);
+  l->set_aggregate_inputs(kAggregateInputsPerMessage);
   l->set_max_regions(limits_.max_regions);
   l->set_max_region_bytes(limits_.max_region_bytes);
   l->set_max_parts(static_cast<uint32_t>(limits_.max_parts));

@@ -123,6 +123,16 @@ grpc::ServerBidiReactor<v1::BatchRequest, v1::BatchResponse>* ImageStatsService:
   return make_batch_reactor(ctx, env_);
 }
 
+grpc::ServerReadReactor<v1::AggregateRequest>* ImageStatsService::Aggregate(grpc::CallbackServerContext* ctx,
+                                                                            v1::AggregateResponse* response) {
+  const grpc::Status admitted = admission_.enter();
+  if (!admitted.ok()) {
+    note_refusal("Aggregate", ctx, admitted, env_);
+    return new Refusal<grpc::ServerReadReactor<v1::AggregateRequest>>(admitted);
+  }
+  return make_aggregate_reactor(ctx, response, env_);
+}
+
 grpc::ServerWriteReactor<v1::ListObjectsResponse>* ImageStatsService::ListObjects(
     grpc::CallbackServerContext* ctx, const v1::ListObjectsRequest* request) {
   const grpc::Status admitted = admission_.enter();

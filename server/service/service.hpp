@@ -27,6 +27,8 @@ class ImageStatsService final
                                                             grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<v1::BatchRequest, v1::BatchResponse>* AnalyzeBatch(
       grpc::CallbackServerContext* ctx) override;
+  grpc::ServerReadReactor<v1::AggregateRequest>* Aggregate(grpc::CallbackServerContext* ctx,
+                                                           v1::AggregateResponse* response) override;
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* ctx, const v1::GetServerInfoRequest* request,
                                           v1::ServerInfo* response) override;
   grpc::ServerWriteReactor<v1::ListObjectsResponse>* ListObjects(grpc::CallbackServerContext* ctx,
@@ -60,6 +62,8 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* make_stream_reactor(grpc::CallbackSer
                                                               grpc::ByteBuffer* response, CallEnv& env);
 grpc::ServerBidiReactor<v1::BatchRequest, v1::BatchResponse>* make_batch_reactor(grpc::CallbackServerContext* ctx,
                                                                                  CallEnv& env);
+grpc::ServerReadReactor<v1::AggregateRequest>* make_aggregate_reactor(grpc::CallbackServerContext* ctx,
+                                                                      v1::AggregateResponse* response, CallEnv& env);
 grpc::ServerWriteReactor<v1::ListObjectsResponse>* make_list_reactor(grpc::CallbackServerContext* ctx,
                                                                      const v1::ListObjectsRequest* request,
                                                                      CallEnv& env);

@@ -29,19 +29,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.add_percentiles(50);
   options.add_percentiles(99.9);
   imgstat::fuzz::expect_clean([&] {
-    imgstat::client::Aggregation merged(options);
+    imgstat::Aggregation merged(options);
     for (auto [from, to] : {std::pair<size_t, size_t>{2, cut}, {cut, size}, {2, cut}}) {
       imgstat::v1::AnalyzeResponse r;
       if (!r.ParseFromArray(data + from, static_cast<int>(to - from))) continue;
       std::string why;
       merged.add(r, &why);
     }
-    for (const auto& o : merged.outcomes()) (void)o.response.ByteSizeLong();
-    (void)merged.notes();
+    for (const auto& o : imgstat::client::outcomes_of(merged)) (void)o.response.ByteSizeLong();
+    (void)imgstat::client::notes_of(merged);
     // What merged, as a partial, merges into another aggregation whatever
     // it holds; the second message's bytes read as a partial (a file's: as
     // untrusted) merge or are refused.
-    imgstat::client::Aggregation other(options);
+    imgstat::Aggregation other(options);
     try {
       other.merge(merged.partial());
     } catch (const imgstat::Error& e) {
@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       } catch (const imgstat::Error&) {
       }
     }
-    for (const auto& o : other.outcomes()) (void)o.response.ByteSizeLong();
+    for (const auto& o : imgstat::client::outcomes_of(other)) (void)o.response.ByteSizeLong();
   });
   return 0;
 }

@@ -8,12 +8,14 @@ from __future__ import annotations
 import collections
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from ._errors import Error
 from ._inputs import ImageLike, bad, layout, map_of, prepare, rows, side_input
+from ._on_server import aggregate_on_server, jobs_for_server
 from ._objects import covered, list_objects_here, read_object
 from ._options import ANALYZE_OPTIONS, build_options, is_path, parts_asked
 from ._pump import Pump
@@ -21,6 +23,7 @@ from ._regions import Cuda, Memory, copy_into
 from ._registrations import Registrations
 from ._result import Result
 from ._shards import expand as expand_archives
+from ._shards import is_shard
 from ._transport import Transport
 from ._tuning import COPY_THREADS, REGION_MIN_BYTES
 from .v1 import imgstat_pb2 as pb
@@ -200,6 +203,13 @@ class Client:
                                             "not a merge over images")
         per_call = part_options(pb, user)
         aggregation = Aggregation(pb, user)
+        if labels is None and isinstance(inputs, (list, tuple)) and len(inputs) > 1 and \
+                not any(is_shard(x) for x in inputs):
+            jobs = jobs_for_server(self._transport, inputs)
+            if jobs is not None:  # one Aggregate call (or a few) instead of a call an input
+                for partial in self._on_server(jobs, user, errors):
+                    aggregation.merge(partial)
+                return aggregation
 
         def with_labels():
             if labels is None:
@@ -219,6 +229,22 @@ class Client:
             for one in [r] + r.other_series:  # each series joins its kind
                 aggregation.add(one.proto)
         return aggregation
+
+    def _on_server(self, jobs, user, errors):
+        """The server's partials of the jobs, in order: a contiguous slice of
+        them on each of as many Aggregate calls as keep its engine busy (each
+        holds --batch-window inputs at once), so that merging the partials in
+        order meets each kind of image where the inputs first have it."""
+        info = self._transport.known_info()
+        calls = -(-self._transport.calls_to_fill() // max(1, info.limits.batch_window))
+        calls = max(1, min(calls, len(jobs) // 64 or 1))
+        step = -(-len(jobs) // calls)
+        slices = [jobs[i:i + step] for i in range(0, len(jobs), step)]
+        if len(slices) == 1:
+            return [aggregate_on_server(self._transport, slices[0], user, errors)]
+        with ThreadPoolExecutor(max_workers=len(slices), thread_name_prefix="imgstat-aggregate") as pool:
+            futures = [pool.submit(aggregate_on_server, self._transport, s, user, errors) for s in slices]
+            return [f.result() for f in futures]  # the first slice's failure first
 
     def _list(self, prefix):
         """The names under an s3:// prefix: listed by the server where its

@@ -15,3 +15,7 @@ COPY_THREADS = min(8, os.cpu_count() or 1)
 CUDA_REGIONS = 16              # GPU allocations kept registered (most recently used)
 WORKER_THREADS = 16            # analyze_many's inputs that take the blocking way
 OBJECT_MAX_BYTES = 2 << 30     # an object read here (not by the server): the most held at once
+# Aggregate messages gather inputs up to this many bytes (a larger input goes
+# alone): a fresh 4 MiB buffer a message cost 4x the CPU of 1 MiB ones,
+# whose memory is reused (bench/NOTES.md).
+AGGREGATE_MESSAGE = 1 << 20

@@ -106,3 +106,32 @@ def test_partials_refuse_what_does_not_fit(client):
         with pytest.raises(imgstat.Error) as e:
             imgstat.Partial.from_bytes(garbage)
         assert e.value.code == "INVALID_ARGUMENT"
+
+
+def test_a_list_of_files_merges_on_the_server_as_a_call_each(client, tmp_path):
+    """A list of small files goes on the server's Aggregate call (one
+    Partial back); an iterator of the same takes a call each and merges
+    here. Every field equal, kinds in the order their first files came, a
+    damaged file raised by name or left out."""
+    files = [r.file for r in client.analyze_many(
+        [f for f in corpus_files(r"\.(png|jpe?g|gif)$") if "/bad/" not in f][:48], errors="return")
+        if not isinstance(r, imgstat.Error)]  # the corpus's refused ones (lossless JPEG) out
+    if len(files) < 8:
+        pytest.skip("no corpus")
+    assert client._transport.server_info().limits.aggregate_inputs > 0
+    files = files + files[::-1]
+    on_server = [r.to_dict() for r in client.aggregate(files, stats="all")]
+    one_each = [r.to_dict() for r in client.aggregate(iter(files), stats="all")]
+    assert len(on_server) >= 3
+    assert on_server == one_each
+    parts = [client.partial(files[:7]), client.partial(files[7:])]
+    assert [r.to_dict() for r in (parts[0] + parts[1]).result(stats="all")] == on_server
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)
+    with pytest.raises(imgstat.Error) as e:
+        client.aggregate(files[:5] + [str(broken)] + files[5:])
+    assert e.value.input == str(broken)
+    assert e.value.code == "INVALID_ARGUMENT"
+    skipped = [r.to_dict() for r in client.aggregate(files[:5] + [str(broken)] + files[5:], stats="all",
+                                                     errors="skip")]
+    assert skipped == on_server

@@ -22,10 +22,9 @@ using prometheus::Gauge;
 
 // A label value per method; anything else a caller names is "other", so a
 // stranger cannot grow the series.
-constexpr std::array<std::string_view, 11> kMethods = {"Analyze",          "AnalyzeStream",    "AnalyzeBatch",
-                                                       "GetServerInfo",    "ListObjects",      "RegisterRegion",
-                                                       "ListRegions",      "UnregisterRegion", "ServerReflection",
-                                                       "Health",           "other"};
+constexpr std::array<std::string_view, 12> kMethods = {
+    "Analyze",     "AnalyzeStream",  "AnalyzeBatch",     "Aggregate",        "GetServerInfo", "ListObjects",
+    "RegisterRegion", "ListRegions", "UnregisterRegion", "ServerReflection", "Health",        "other"};
 // The decode is also each file's check (libjpeg-turbo's one pass, the GPU's
 // entropy check beside nvJPEG): no stage of its own.
 constexpr std::array<std::string_view, 3> kStages = {"queue", "decode", "compute"};

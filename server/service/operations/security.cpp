@@ -32,7 +32,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-const char* const kMethods[] = {"Analyze", "AnalyzeStream", "AnalyzeBatch", "GetServerInfo", "ListObjects", "ServerReflection"};
+const char* const kMethods[] = {"Analyze",       "AnalyzeStream", "AnalyzeBatch",    "Aggregate",
+                                "GetServerInfo", "ListObjects",   "ServerReflection"};
 
 // "/imgstat.v1.ImageStats/Analyze" -> "Analyze"; both reflection versions
 // are "ServerReflection".
@@ -153,7 +154,8 @@ TokenTable TokenTable::load(const std::string& path) {
     for (const std::string& m : e.methods)
       if (std::find(std::begin(kMethods), std::end(kMethods), m) == std::end(kMethods))
         fail(ErrorCode::kInvalidArgument, where + ": unknown method " + m +
-                                              " (Analyze, AnalyzeStream, AnalyzeBatch, GetServerInfo, ListObjects, ServerReflection)");
+                                              " (Analyze, AnalyzeStream, AnalyzeBatch, Aggregate, GetServerInfo, ListObjects, "
+                                              "ServerReflection)");
     t.entries_.push_back(std::move(e));
   }
   if (t.entries_.empty()) fail(ErrorCode::kInvalidArgument, "--auth-token-file " + path + ": no token in it");
