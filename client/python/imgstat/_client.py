@@ -241,10 +241,11 @@ class Client:
         step = -(-len(jobs) // calls)
         slices = [jobs[i:i + step] for i in range(0, len(jobs), step)]
         if len(slices) == 1:
-            return [aggregate_on_server(self._transport, slices[0], user, errors)]
+            return aggregate_on_server(self._transport, self._regions, slices[0], user, errors)
         with ThreadPoolExecutor(max_workers=len(slices), thread_name_prefix="imgstat-aggregate") as pool:
-            futures = [pool.submit(aggregate_on_server, self._transport, s, user, errors) for s in slices]
-            return [f.result() for f in futures]  # the first slice's failure first
+            futures = [pool.submit(aggregate_on_server, self._transport, self._regions, s, user, errors)
+                       for s in slices]
+            return [p for f in futures for p in f.result()]  # the first slice's failure first
 
     def _list(self, prefix):
         """The names under an s3:// prefix: listed by the server where its

@@ -13,7 +13,8 @@ import grpc
 from ._errors import Error
 from ._inputs import file_error, prepare
 from ._transport import _failure
-from ._tuning import AGGREGATE_MESSAGE, REGION_MIN_BYTES, STREAM_CHUNK
+from ._regions import _populate
+from ._tuning import AGGREGATE_MESSAGE, AGGREGATE_REGION, REGION_MIN_BYTES, STREAM_CHUNK
 from .v1 import imgstat_pb2 as pb
 
 
@@ -97,35 +98,123 @@ def _messages(jobs, user_options, per_message, failed):
         yield b"".join(pieces)
 
 
-def aggregate_on_server(transport, jobs, user_options, errors):
-    """The server's Partial (proto) of the jobs. A failed input raises its
-    Error where errors is "raise" (the first in input order), else it is
-    left out, as the pass a call an input leaves it."""
+def _region_messages(jobs, user_options, per_message, failed, memory, region_id):
+    """As _messages, each input's bytes read into the memfd (its place the
+    sum of those before it) and named by region: only the names travel."""
+    view = memoryview(memory)
+    if memory.fresh:  # its pages made in one call, not a fault each
+        _populate(memory.address, sum(j.size for j in jobs))
+        memory.fresh = False
+    pieces = [_field(0x0A, user_options.SerializeToString())]
+    offset, count = 0, 0
+    for i, job in enumerate(jobs):
+        try:
+            if job.path is None:
+                view[offset:offset + job.size] = job.data
+            else:
+                _read_into(job, view[offset:offset + job.size])
+            ref = pb.RegionRef(region_id=region_id, offset=offset, length=job.size).SerializeToString()
+        except Error as e:
+            failed[i] = e
+            ref = b""
+        if job.size == 0:
+            ref = b""  # nothing to name: sent as an input of no bytes, refused as such
+        pieces.append(_field(0x12, job.input.SerializeToString() + (_field(0x2A, ref) if ref else b"")))
+        offset += job.size
+        count += 1
+        if count >= per_message:
+            yield b"".join(pieces)
+            pieces, count = [], 0
+    if pieces:
+        yield b"".join(pieces)
+
+
+def _read_into(job, into):
+    try:
+        fd = os.open(job.path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise file_error(job.path, e, job.name) from None
+    try:
+        if os.fstat(fd).st_size != job.size:
+            raise Error("INVALID_ARGUMENT", f"{job.path}: its size changed while the pass read it", job.name)
+        done = 0
+        while done < job.size:
+            n = os.readv(fd, [into[done:]])
+            if n <= 0:
+                raise Error("INVALID_ARGUMENT", f"{job.path}: its size changed while the pass read it", job.name)
+            done += n
+    except OSError as e:
+        raise Error("INVALID_ARGUMENT", f"{job.path}: {e.strerror}", job.name) from None
+    finally:
+        os.close(fd)
+
+
+def _by_bytes(jobs, budget):
+    """Contiguous runs of jobs of at most budget bytes together (at least one each)."""
+    start, size = 0, 0
+    for i, job in enumerate(jobs):
+        if i > start and size + job.size > budget:
+            yield start, jobs[start:i]
+            start, size = i, 0
+        size += job.size
+    if start < len(jobs):
+        yield start, jobs[start:]
+
+
+def _call(transport, messages, count):
     info = transport.known_info()
-    per_message = max(1, info.limits.aggregate_inputs)
     call = transport.channel.stream_unary("/imgstat.v1.ImageStats/Aggregate", request_serializer=None,
                                           response_deserializer=pb.AggregateResponse.FromString)
-    failed = {}
+    # Each input keeps the timeout a call of its own would have, a window of them at a time.
+    windows = -(-count // max(1, info.limits.batch_window))
+    timeout = transport.timeout * windows if transport.timeout > 0 else None
     try:
-        # Each input keeps the timeout a call of its own would have, a window of them at a time.
-        windows = -(-len(jobs) // max(1, info.limits.batch_window))
-        timeout = transport.timeout * windows if transport.timeout > 0 else None
-        response = call(_messages(jobs, user_options, per_message, failed), timeout=timeout,
-                        metadata=transport.metadata)
+        return call(messages, timeout=timeout, metadata=transport.metadata)
     except grpc.RpcError as e:
         raise _failure(e, transport.target) from None
+
+
+def aggregate_on_server(transport, regions, jobs, user_options, errors):
+    """The server's Partials (protos, in order) of the jobs: their bytes in
+    the calls' messages, or, from a server on this host, read into a kept
+    memfd that it maps (AGGREGATE_REGION bytes a call, one call after
+    another), so that no byte crosses the socket. A failed input raises its
+    Error where errors is "raise" (the first in input order), else it is
+    left out, as the pass a call an input leaves it."""
+    per_message = max(1, transport.known_info().limits.aggregate_inputs)
+    failed, failures, partials = {}, [], []
+    rest = 0  # the jobs from here on go as bytes
+    if regions is not None and regions.socket() is not None:
+        for start, group in _by_bytes(jobs, AGGREGATE_REGION):
+            memory = regions.take_scratch(max(1, sum(j.size for j in group)))
+            try:
+                region_id = regions.of_memory(memory, "imgstat-aggregate")
+                if region_id is None:  # the socket took no memfd: the bytes go in the messages
+                    break
+                here = {}
+                response = _call(transport, _region_messages(group, user_options, per_message, here, memory,
+                                                             region_id), len(group))
+            finally:
+                regions.give_scratch(memory)
+            failed.update((start + i, e) for i, e in here.items())
+            failures += [(start + f.index, f) for f in response.failures]
+            partials.append(response.partial)
+            rest = start + len(group)
+    if rest < len(jobs):
+        here = {}
+        response = _call(transport, _messages(jobs[rest:], user_options, per_message, here), len(jobs) - rest)
+        failed.update((rest + i, e) for i, e in here.items())
+        failures += [(rest + f.index, f) for f in response.failures]
+        partials.append(response.partial)
     if errors == "raise":
-        first = None
-        for f in response.failures:
-            if f.index not in failed and (first is None or f.index < first.index):
-                first = f
-        errs = sorted(failed.items())
-        if errs and (first is None or errs[0][0] < first.index):
-            raise errs[0][1]
+        first = min(((i, f) for i, f in failures if i not in failed), default=None, key=lambda x: x[0])
+        mine = min(failed.items(), default=None, key=lambda x: x[0])
+        if mine is not None and (first is None or mine[0] < first[0]):
+            raise mine[1]
         if first is not None:
-            raise Error(_status_name(first.error.code), first.error.message,
-                        jobs[first.index].name if first.index < len(jobs) else first.name)
-    return response.partial
+            i, f = first
+            raise Error(_status_name(f.error.code), f.error.message, jobs[i].name if i < len(jobs) else f.name)
+    return partials
 
 
 def _status_name(code):

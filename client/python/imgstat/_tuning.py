@@ -19,3 +19,6 @@ OBJECT_MAX_BYTES = 2 << 30     # an object read here (not by the server): the mo
 # alone): a fresh 4 MiB buffer a message cost 4x the CPU of 1 MiB ones,
 # whose memory is reused (bench/NOTES.md).
 AGGREGATE_MESSAGE = 1 << 20
+# From a server on this host, an Aggregate call's inputs are read into a kept
+# memfd of up to this many bytes, which the server maps.
+AGGREGATE_REGION = 64 << 20

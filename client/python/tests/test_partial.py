@@ -108,17 +108,22 @@ def test_partials_refuse_what_does_not_fit(client):
         assert e.value.code == "INVALID_ARGUMENT"
 
 
-def test_a_list_of_files_merges_on_the_server_as_a_call_each(client, tmp_path):
+@pytest.mark.parametrize("shm", [True, False])
+def test_a_list_of_files_merges_on_the_server_as_a_call_each(server, shm, tmp_path, monkeypatch):
     """A list of small files goes on the server's Aggregate call (one
     Partial back); an iterator of the same takes a call each and merges
     here. Every field equal, kinds in the order their first files came, a
     damaged file raised by name or left out."""
+    import imgstat._on_server
+    monkeypatch.setattr(imgstat._on_server, "AGGREGATE_REGION", 512 << 10)  # several calls, one memfd after another
+    client = imgstat.Client(server.address, shm=shm)
     files = [r.file for r in client.analyze_many(
         [f for f in corpus_files(r"\.(png|jpe?g|gif)$") if "/bad/" not in f][:48], errors="return")
         if not isinstance(r, imgstat.Error)]  # the corpus's refused ones (lossless JPEG) out
     if len(files) < 8:
         pytest.skip("no corpus")
     assert client._transport.server_info().limits.aggregate_inputs > 0
+    assert (client._regions.socket() is not None) == shm  # the files' bytes in a memfd, or in the messages
     files = files + files[::-1]
     on_server = [r.to_dict() for r in client.aggregate(files, stats="all")]
     one_each = [r.to_dict() for r in client.aggregate(iter(files), stats="all")]
@@ -135,3 +140,4 @@ def test_a_list_of_files_merges_on_the_server_as_a_call_each(client, tmp_path):
     skipped = [r.to_dict() for r in client.aggregate(files[:5] + [str(broken)] + files[5:], stats="all",
                                                      errors="skip")]
     assert skipped == on_server
+    client.close()
