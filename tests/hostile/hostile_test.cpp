@@ -722,6 +722,63 @@ TEST_F(Hostile, BatchClientThatNeverReadsHoldsAWindow) {
   EXPECT_LT(written.load(), 2000) << "flow control should have stopped the writer";
 }
 
+// Aggregate reads a message only when the last one's inputs are all on
+// their way and its window (--batch-window 4) has room: with the server's
+// threads busy, a client that floods it with 4 MiB inputs is held by flow
+// control, not buffered; and a client that sends nothing more for
+// --stream-idle-timeout is ended.
+TEST_F(Hostile, AggregateFloodIsHeldByItsWindowAndAStallIsEnded) {
+  const std::string slow = zero_png(4096, 4096, 6, 16);
+  std::vector<std::future<grpc::Status>> busy;
+  for (int i = 0; i < 4; ++i)  // two rounds of the server's two threads
+    busy.push_back(std::async(std::launch::async, [&] { return analyze(encoded(slow), nullptr, 120); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::mt19937 rng(11);
+  std::string frame(4 << 20, '\0');
+  for (char& c : frame) c = static_cast<char>(rng());
+  v1::AggregateRequest m;
+  m.mutable_options()->add_statistics(v1::STATISTIC_HISTOGRAM);
+  const double before = server_->rss_mib();
+  grpc::ClientContext ctx;
+  v1::AggregateResponse answer;
+  auto stream = stub_->Aggregate(&ctx, &answer);
+  std::atomic<int> written{0};
+  std::thread writer([&] {
+    for (int i = 0; i < 200; ++i) {
+      v1::Input* in = m.add_inputs();
+      in->set_kind(v1::INPUT_KIND_BYTES);
+      in->set_data(frame);
+      if (!stream->Write(m)) return;
+      m.Clear();
+      ++written;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the idle timeout is 1 s
+  const double grew = server_->rss_mib() - before;
+  ctx.TryCancel();
+  writer.join();
+  stream->Finish();
+  for (auto& f : busy) f.get();
+  // The slow decodes' images come and go meanwhile (up to 2 x 128 MiB): a
+  // server reading the flood ahead would hold its 800 MiB.
+  expect_rss_below(grew, 300, "MiB held for an Aggregate flood, after " + std::to_string(written.load()) + " inputs");
+  EXPECT_LT(written.load(), 50) << "flow control should have stopped the writer";
+
+  grpc::ClientContext stalled_ctx;
+  v1::AggregateResponse stalled_answer;
+  auto stalled = stub_->Aggregate(&stalled_ctx, &stalled_answer);
+  v1::AggregateRequest first;
+  first.mutable_options();
+  first.add_inputs()->set_data(zero_png(8, 8, 0, 8));
+  ASSERT_TRUE(stalled->Write(first));
+  const auto t0 = std::chrono::steady_clock::now();
+  const grpc::Status s = stalled->Finish();  // without WritesDone: the client says no more
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(s.error_code(), StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_NE(s.error_message().find("--stream-idle-timeout"), std::string::npos) << s.error_message();
+  EXPECT_LT(waited, 10.0);
+}
+
 TEST_F(Hostile, QueueIsBoundedAndDeadlinesAreHonoured) {
   // Slow work: 4096^2 RGBA 16-bit PNGs (128 MiB each decoded) on 2 threads.
   const std::string slow = zero_png(4096, 4096, 6, 16);
