@@ -136,10 +136,13 @@ class AggregateReactor final : public grpc::ServerReadReactor<v1::AggregateReque
       response = std::move(*answered);
     else if (status.ok())
       status = run_guarded([&] { response = env_.analyzer.analyze(request, call_, &input_bytes); });
-    if (status.ok()) {
+    if (status.ok()) {  // each series of a file of several joins its own kind, as the clients merge them
       std::string why;
       std::lock_guard<std::mutex> lock(merge_mu_);
-      if (aggregation_->add(response, &why, index))
+      bool added = aggregation_->add(response, &why, index);
+      for (int i = 0; added && i < response.other_series_size(); ++i)
+        added = aggregation_->add(response.other_series(i), &why, index);
+      if (added)
         ++merged_;
       else
         status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);

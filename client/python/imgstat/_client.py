@@ -61,6 +61,7 @@ class Client:
         self.target = self._transport.target
         self._regions = Registrations(self._transport)
         self._pump = Pump(self._transport, self._run)
+        self._aggregate_refused = False  # the server or the token refused Aggregate: a call an input
         self._closed = False
 
     @property
@@ -205,11 +206,19 @@ class Client:
         aggregation = Aggregation(pb, user)
         if labels is None and isinstance(inputs, (list, tuple)) and len(inputs) > 1 and \
                 not any(is_shard(x) for x in inputs):
-            jobs = jobs_for_server(self._transport, inputs)
-            if jobs is not None:  # one Aggregate call (or a few) instead of a call an input
-                for partial in self._on_server(jobs, user, errors):
-                    aggregation.merge(partial)
-                return aggregation
+            listed = None if self._aggregate_refused else jobs_for_server(self._transport, inputs)
+            if listed is not None:  # one Aggregate call (or a few) instead of a call an input
+                try:
+                    partials = self._on_server(listed, user, errors)
+                except Error as e:
+                    # A server or a token that refuses the call itself: a call an input, as before.
+                    if e.input != self._transport.target or e.code not in ("UNIMPLEMENTED", "PERMISSION_DENIED"):
+                        raise
+                    self._aggregate_refused = True
+                else:
+                    for partial in partials:
+                        aggregation.merge(partial)
+                    return aggregation
 
         def with_labels():
             if labels is None:

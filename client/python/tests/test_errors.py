@@ -88,6 +88,11 @@ def test_a_token_limited_to_analyze_still_gets_analyze_many_answered(tmp_path):
         with imgstat.Client(guarded.address, token="only-analyze-token-of-bob") as client:
             results = list(client.analyze_many([SAMPLE] * 20))
             assert len(results) == 20 and all(r.width == results[0].width for r in results)
-        assert guarded.metric("imgstat_images_total", method="Analyze") >= 20
+            # A list merged on the server is refused this token: a call a file, the same answer.
+            merged = client.aggregate([SAMPLE] * 20)
+            assert [c.count for c in merged[0].channels] == [20 * results[0].width * results[0].height] * \
+                len(results[0].channels)
+        assert guarded.metric("imgstat_images_total", method="Analyze") >= 40
+        assert guarded.metric("imgstat_requests_total", method="Aggregate", code="PERMISSION_DENIED") == 1
     finally:
         guarded.stop()
