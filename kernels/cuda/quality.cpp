@@ -14,6 +14,7 @@
 #include "cuda/block/quality_counts.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/dispatch/quality.hpp"
+#include "cuda/tuning/host.hpp"
 
 namespace imgstat::cuda {
 namespace {
@@ -35,13 +36,12 @@ class BudgetHold {
 };
 
 // Device memory kept by a thread on one GPU for its next image, up to
-// kKeptDeviceBytes (larger: a stream-ordered allocation of that call's).
-// The driver serializes CUDA calls across the server's threads, so each
-// call an image makes counts: an allocation and its free were two of some
-// fifteen. Its first kBrightnessBuckets counts are the brightness buckets,
-// which find_wanted leaves zeroed: cleared only when fresh or after a call
-// that did not end.
-constexpr uint64_t kKeptDeviceBytes = uint64_t{16} << 20;
+// kKeptDeviceBytes (cuda/tuning/host.hpp; larger: a stream-ordered
+// allocation of that call's). The driver serializes CUDA calls across the
+// server's threads, so each call an image makes counts: an allocation and
+// its free were two of some fifteen. Its first kBrightnessBuckets counts are
+// the brightness buckets, which find_wanted leaves zeroed: cleared only when
+// fresh or after a call that did not end.
 constexpr uint64_t kBucketsBytes = uint64_t{kBrightnessBuckets} * sizeof(unsigned long long);
 
 class DeviceScratch {
@@ -49,7 +49,7 @@ class DeviceScratch {
   ~DeviceScratch() {  // at exit, perhaps after the context
     if (data_ && cudaFree(data_) != cudaSuccess) cudaGetLastError();
   }
-  // Room for `bytes` (at most kKeptDeviceBytes); zeroed_: its buckets are 0.
+  // Room for `bytes` (at most kKeptDeviceBytes); zeroed: its buckets are 0.
   uint8_t* get(uint64_t bytes) {
     if (bytes > capacity_) {
       if (data_ && cudaFree(data_) != cudaSuccess) cudaGetLastError();
@@ -103,11 +103,10 @@ class CallMemory {
 uint64_t aligned(uint64_t bytes) { return (bytes + 255) & ~uint64_t{255}; }
 
 // Page-locked host memory kept by a thread for its next image, up to
-// kKeptPinnedBytes (larger: its own allocation, for that call). Copies from
-// pageable memory go through the driver's staging buffers one at a time:
-// with a server's threads copying at once, that was most of a small
-// image's measures.
-constexpr size_t kKeptPinnedBytes = size_t{16} << 20;
+// kKeptPinnedBytes (cuda/tuning/host.hpp; larger: its own allocation, for
+// that call). Copies from pageable memory go through the driver's staging
+// buffers one at a time: with a server's threads copying at once, that was
+// most of a small image's measures.
 
 class Pinned {
  public:

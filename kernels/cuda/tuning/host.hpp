@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda/dispatch/dispatch.hpp"
@@ -28,5 +29,10 @@ constexpr std::chrono::milliseconds kDeviceImageWait{10000};
 constexpr uint64_t kParallelCopyBytes = uint64_t{1} << 20;
 // A read into a slot is split across every thread, in pieces no smaller than this.
 constexpr uint64_t kReadPieceMinBytes = uint64_t{256} << 10;
+// The quality measures' memory each server thread keeps on each GPU and
+// pinned on the host for its next image (cuda/quality.cpp): larger images
+// allocate their own for the call.
+constexpr uint64_t kKeptDeviceBytes = uint64_t{16} << 20;
+constexpr size_t kKeptPinnedBytes = size_t{16} << 20;
 
 }  // namespace imgstat::cuda
