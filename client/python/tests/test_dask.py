@@ -72,11 +72,14 @@ def same(got, want):
 OPTIONS = dict(stats="all", range=(-10, 10), bins=64)
 
 
-def test_a_bag_of_files_gives_the_aggregate_of_one_process(cluster, servers, files):
+def test_a_bag_of_files_gives_the_aggregate_of_one_process(cluster, server, servers, files):
     with imgstat.Client(servers[0]) as client:
-        want = client.aggregate(files, **OPTIONS)
+        want = client.aggregate(iter(files), **OPTIONS)  # a call a file, merged here
+    calls = server.metric("imgstat_requests_total", method="Aggregate")
     bag = db.from_sequence(files, npartitions=24)
     same(imgstat.dask.aggregate(bag, servers, **OPTIONS), want)
+    # Each partition is one Aggregate call (its files in a memfd the server maps).
+    assert server.metric("imgstat_requests_total", method="Aggregate", code="OK") - calls >= 6
     same(imgstat.dask.aggregate(bag, servers[1], split_every=3, **OPTIONS), want)
     # Both servers were called: the workers (0 to 3) keep to one each, in turn.
     used = cluster.run(lambda: sorted(imgstat.dask._clients))
