@@ -856,45 +856,26 @@ TEST_F(Integration, AggregateMergesOnTheServerAsTheClientsMergeDoes) {
   EXPECT_EQ(again.partial().SerializeAsString(), server.partial().SerializeAsString());
 
   // Refused: no options first, options again, too many inputs in a message.
-  {
+  auto refused = [&](const std::vector<v1::AggregateRequest>& messages, const std::string& why) {
     grpc::ClientContext ctx;
     v1::AggregateResponse out;
     auto writer = stub_->Aggregate(&ctx, &out);
-    v1::AggregateRequest m;
-    m.add_inputs()->set_data(read_file(files[0]));
-    writer->Write(m);
+    for (const v1::AggregateRequest& m : messages) writer->Write(m);
     writer->WritesDone();
     const grpc::Status s = writer->Finish();
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_NE(s.error_message().find("first message"), std::string::npos) << s.error_message();
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::AggregateResponse out;
-    auto writer = stub_->Aggregate(&ctx, &out);
-    v1::AggregateRequest m;
-    m.mutable_options();
-    writer->Write(m);
-    m.add_inputs()->set_data(read_file(files[0]));
-    writer->Write(m);
-    writer->WritesDone();
-    const grpc::Status s = writer->Finish();
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_NE(s.error_message().find("first message only"), std::string::npos) << s.error_message();
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::AggregateResponse out;
-    auto writer = stub_->Aggregate(&ctx, &out);
-    v1::AggregateRequest m;
-    m.mutable_options();
-    for (int i = 0; i < 1025; ++i) m.add_inputs()->set_name("x");
-    writer->Write(m);
-    writer->WritesDone();
-    const grpc::Status s = writer->Finish();
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_NE(s.error_message().find("1025 inputs (at most 1024)"), std::string::npos) << s.error_message();
-  }
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << why;
+    EXPECT_NE(s.error_message().find(why), std::string::npos) << s.error_message();
+  };
+  v1::AggregateRequest options_alone, input_alone, with_both, too_many;
+  options_alone.mutable_options();
+  input_alone.add_inputs()->set_data(read_file(files[0]));
+  with_both = input_alone;
+  with_both.mutable_options();
+  too_many.mutable_options();
+  for (int i = 0; i < 1025; ++i) too_many.add_inputs()->set_name("x");
+  refused({input_alone}, "first message");
+  refused({options_alone, with_both}, "first message only");
+  refused({too_many}, "1025 inputs (at most 1024)");
   grpc::ClientContext info_ctx;
   v1::ServerInfo info;
   ASSERT_TRUE(stub_->GetServerInfo(&info_ctx, v1::GetServerInfoRequest(), &info).ok());

@@ -12,23 +12,11 @@ import grpc
 
 from ._errors import Error
 from ._inputs import file_error, prepare
+from ._pump import _field, _varint
 from ._transport import _failure
 from ._regions import _populate
 from ._tuning import AGGREGATE_MESSAGE, AGGREGATE_REGION, REGION_MIN_BYTES, STREAM_CHUNK
 from .v1 import imgstat_pb2 as pb
-
-
-def _varint(n):
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _field(tag, payload):
-    return b"".join((bytes((tag,)), _varint(len(payload)), payload))
 
 
 def jobs_for_server(transport, inputs):
