@@ -12,6 +12,7 @@
 // they are decided under the lock and called outside it.
 #include <algorithm>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,8 +40,7 @@ class AggregateReactor final : public grpc::ServerReadReactor<v1::AggregateReque
   }
 
   void OnReadDone(bool ok) override {
-    std::vector<AggregateItem> submit;
-    bool read_more = false, finish = false;
+    Next next;
     {
       std::lock_guard<std::mutex> lock(mu_);
       progress_ = Clock::now();
@@ -51,13 +51,11 @@ class AggregateReactor final : public grpc::ServerReadReactor<v1::AggregateReque
       } else if (const grpc::Status refused = take_message(); !refused.ok()) {
         error_ = refused;
       }
-      submit = take_items();
-      read_more = resume_reading();
-      finish = ready_to_finish();
+      next.items = take_items();
+      next.read_more = resume_reading();
+      next.finish = ready_to_finish();
     }
-    for (AggregateItem& item : submit) start(std::move(item));
-    if (read_more) StartRead(&request_);
-    if (finish) end();
+    launch(std::move(next));
   }
 
   void OnDone() override {
@@ -112,22 +110,43 @@ class AggregateReactor final : public grpc::ServerReadReactor<v1::AggregateReque
     return out;
   }
 
-  void start(AggregateItem item) {
-    auto request = std::make_shared<v1::AnalyzeRequest>();
-    request->mutable_input()->Swap(item.message->mutable_inputs(item.at));  // the bytes move, not copied
-    item.message.reset();
-    *request->mutable_options() = aggregation_->part_options();
-    const uint64_t index = item.index;
-    if (!env_.submit_request(call_, request.get(),
-                             [this, request, index](const grpc::Status& why_not, Clock::duration waited,
-                                                    v1::AnalyzeResponse* answered) {
-                               run(*request, index, why_not, waited, answered);
-                             }))
-      run(*request, index, queue_full_status(env_.queue), {});
+  // What an input's end lets happen next (decided under mu_, done outside it).
+  struct Next {
+    std::vector<AggregateItem> items;
+    bool read_more = false;
+    bool finish = false;
+  };
+
+  // Queues the items; one the full queue refuses at once is settled here and
+  // the items its place lets in are queued by this loop, not by recursion.
+  void launch(Next next) {
+    std::deque<AggregateItem> todo(std::make_move_iterator(next.items.begin()),
+                                   std::make_move_iterator(next.items.end()));
+    while (!todo.empty()) {
+      AggregateItem item = std::move(todo.front());
+      todo.pop_front();
+      auto request = std::make_shared<v1::AnalyzeRequest>();
+      request->mutable_input()->Swap(item.message->mutable_inputs(item.at));  // the bytes move, not copied
+      item.message.reset();
+      *request->mutable_options() = aggregation_->part_options();
+      const uint64_t index = item.index;
+      if (env_.submit_request(call_, request.get(),
+                              [this, request, index](const grpc::Status& why_not, Clock::duration waited,
+                                                     v1::AnalyzeResponse* answered) {
+                                launch(analyzed(*request, index, why_not, waited, answered));
+                              }))
+        continue;
+      Next more = analyzed(*request, index, queue_full_status(env_.queue), {}, nullptr);
+      for (AggregateItem& i : more.items) todo.push_back(std::move(i));
+      next.read_more |= more.read_more;
+      next.finish |= more.finish;
+    }
+    if (next.read_more) StartRead(&request_);
+    if (next.finish) end();
   }
 
-  void run(const v1::AnalyzeRequest& request, uint64_t index, const grpc::Status& why_not, Clock::duration waited,
-           v1::AnalyzeResponse* answered = nullptr) {
+  Next analyzed(const v1::AnalyzeRequest& request, uint64_t index, const grpc::Status& why_not, Clock::duration waited,
+                v1::AnalyzeResponse* answered) {
     const auto started = Clock::now();
     v1::AnalyzeResponse response;
     grpc::Status status = why_not;
@@ -151,27 +170,22 @@ class AggregateReactor final : public grpc::ServerReadReactor<v1::AggregateReque
     env_.record({"Aggregate", id_, ctx_->peer(), caller_of(ctx_, env_.auth), request.input().name(), input_bytes,
                  status.ok() ? &response : nullptr, status, to_ms(waited), ms_since(started), item});
 
-    std::vector<AggregateItem> submit;
-    bool read_more = false, finish = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --running_;
-      progress_ = Clock::now();
-      if (!status.ok()) {
-        v1::AggregateFailure f;
-        f.set_index(index);
-        f.set_name(request.input().name());
-        f.mutable_error()->set_code(status.error_code());
-        f.mutable_error()->set_message(status.error_message());
-        failures_.push_back(std::move(f));
-      }
-      if (!finished_) submit = take_items();
-      read_more = resume_reading();
-      finish = ready_to_finish();
+    Next next;
+    std::lock_guard<std::mutex> lock(mu_);
+    --running_;
+    progress_ = Clock::now();
+    if (!status.ok()) {
+      v1::AggregateFailure f;
+      f.set_index(index);
+      f.set_name(request.input().name());
+      f.mutable_error()->set_code(status.error_code());
+      f.mutable_error()->set_message(status.error_message());
+      failures_.push_back(std::move(f));
     }
-    for (AggregateItem& next : submit) start(std::move(next));
-    if (read_more) StartRead(&request_);
-    if (finish) end();
+    if (!finished_) next.items = take_items();
+    next.read_more = resume_reading();
+    next.finish = ready_to_finish();
+    return next;
   }
 
   // Under mu_.

@@ -785,6 +785,45 @@ TEST_F(Hostile, AggregateFloodIsHeldByItsWindowAndAStallIsEnded) {
   EXPECT_LT(waited, 10.0);
 }
 
+// An Aggregate call whose inputs meet a full work queue: each refused at
+// once (RESOURCE_EXHAUSTED, named in the answer), the next one taken in its
+// place by a loop, not a call inside a call, for all 1,024 of a message;
+// the call ends and the server serves on.
+TEST_F(Hostile, AggregateInputsMeetingAFullQueueAreNamedAndTheCallEnds) {
+  const std::string slow = zero_png(4096, 4096, 6, 16);
+  std::vector<std::future<grpc::Status>> busy;
+  for (int i = 0; i < 18; ++i)  // two running, sixteen queued (--max-queue 16)
+    busy.push_back(std::async(std::launch::async, [&] { return analyze(encoded(slow), nullptr, 120); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  v1::AggregateRequest m;
+  m.mutable_options();
+  const std::string small = zero_png(8, 8, 0, 8);
+  for (int i = 0; i < 1024; ++i) {
+    v1::Input* in = m.add_inputs();
+    in->set_name("small-" + std::to_string(i));
+    in->set_data(small);
+  }
+  grpc::ClientContext ctx;
+  v1::AggregateResponse answer;
+  auto stream = stub_->Aggregate(&ctx, &answer);
+  ASSERT_TRUE(stream->Write(m));
+  stream->WritesDone();
+  const grpc::Status s = stream->Finish();
+  const bool still_busy = busy.back().wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+  for (auto& f : busy) f.get();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(answer.inputs() + static_cast<uint64_t>(answer.failures_size()), 1024u);
+  int full = 0;
+  for (const v1::AggregateFailure& f : answer.failures()) {
+    EXPECT_EQ(f.name(), "small-" + std::to_string(f.index()));
+    full += f.error().code() == StatusCode::RESOURCE_EXHAUSTED;
+  }
+  EXPECT_EQ(full, answer.failures_size());
+  std::printf("Aggregate into a full queue: %d of 1024 refused, %llu merged (slow decodes %s)\n", full,
+              static_cast<unsigned long long>(answer.inputs()), still_busy ? "still running" : "already done");
+  if (still_busy) EXPECT_GT(full, 900) << "the queue was full for the call's inputs";
+}
+
 TEST_F(Hostile, QueueIsBoundedAndDeadlinesAreHonoured) {
   // Slow work: 4096^2 RGBA 16-bit PNGs (128 MiB each decoded) on 2 threads.
   const std::string slow = zero_png(4096, 4096, 6, 16);
