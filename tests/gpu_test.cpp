@@ -193,6 +193,85 @@ TEST_F(GpuTest, PinnedSourcesGoStraightToTheDevice) {
   }
 }
 
+// A large file read where it lies (analyze_read: FITS, NIfTI, raw regions)
+// goes in lanes, one a core, each piece read and sent by whoever takes it,
+// windows finished out of order: every statistic equals the CPU engine's
+// reading the same bytes, with 2, 3 and every core's lanes, a reader that
+// converts each value (big-endian, as a FITS file's) and cuts pieces
+// anywhere, and an error part way ends the call and leaves the engine whole.
+TEST_F(GpuTest, LargeReadsInLanesAsTheCpuEngine) {
+  std::mt19937_64 rng(41);
+  struct Case { uint64_t w, h; uint32_t c; SampleType t; };
+  // Two windows with a short last one; three; five (slots reused) of 8-byte values.
+  const Case cases[] = {{4099, 3001, 3, SampleType::kUint8}, {6007, 5003, 1, SampleType::kUint16},
+                        {3001, 2003, 4, SampleType::kFloat32}, {4099, 4001, 1, SampleType::kFloat64},
+                        {5003, 3001, 2, SampleType::kInt16}};
+  StatsRequest range;
+  range.hist.bins = 777;
+  range.hist.explicit_range = true;
+  range.hist.lo = 3;
+  range.hist.hi = 190;
+  StatsRequest all = everything();
+  all.luminance = false;
+  StatsRequest hsv;
+  hsv.colour_space = ColourSpace::kHsv;
+  std::vector<std::unique_ptr<Engine>> gpus;
+  gpus.push_back(std::move(gpu_));
+  for (uint32_t threads : {2u, 3u}) {
+    EngineOptions o;
+    o.kind = EngineKind::kCuda;
+    o.cpu_threads = threads;
+    gpus.push_back(make_engine(o));
+  }
+  for (const Case& k : cases) {
+    TestImage img = random_image(rng, k.w, k.h, k.c, k.t, 0, 0, is_float(k.t) ? 0.01 : 0);
+    const Layout& l = img.view.layout;
+    const size_t size = sample_size(k.t);
+    // The image as a big-endian file holds it; the reader turns it back.
+    std::vector<uint8_t> stored(l.min_bytes());
+    const auto* p = static_cast<const uint8_t*>(img.view.data);
+    for (uint64_t i = 0; i < stored.size(); i += size) std::reverse_copy(p + i, p + i + size, stored.data() + i);
+    std::atomic<uint64_t> reads{0};
+    const ByteReader swapped = [&](uint64_t at, uint64_t n, uint8_t* out) {
+      ASSERT_LE(at + n, stored.size());
+      reads++;
+      for (uint64_t i = at; i < at + n; ++i) {  // byte i of value i / size is byte size-1-i%size of its stored value
+        const uint64_t v = i / size * size;
+        out[i - at] = stored[v + size - 1 - (i - v)];
+      }
+    };
+    for (const StatsRequest* request : {&all, &range, &hsv}) {
+      if (request == &hsv && (k.c < 3 || k.t != SampleType::kUint8)) continue;
+      SCOPED_TRACE(describe(l) + (request == &all ? " everything" : request == &range ? " range" : " HSV"));
+      const Result want = cpu_->analyze(img.view, *request);
+      for (auto& gpu : gpus) {
+        SCOPED_TRACE(std::to_string(gpu->info().threads) + " threads");
+        reads = 0;
+        const Result got = gpu->analyze_read(l, *request, swapped);
+        EXPECT_EQ(got.engine, "cuda");
+        EXPECT_GT(reads.load(), 2u);
+        expect_same_stats(got, want, k.t);
+      }
+    }
+  }
+  // A read that fails part way: its error, and the engines compute on.
+  TestImage img = random_image(rng, 4099, 3001, 3, SampleType::kUint8, 0, 0);
+  const auto* p = static_cast<const uint8_t*>(img.view.data);
+  for (auto& gpu : gpus) {
+    std::atomic<uint64_t> read_bytes{0};
+    EXPECT_THROW(gpu->analyze_read(img.view.layout, StatsRequest{},
+                                   [&](uint64_t at, uint64_t n, uint8_t* out) {
+                                     if (read_bytes.fetch_add(n) > (uint64_t{20} << 20))
+                                       fail(ErrorCode::kDataLoss, "the file went away");
+                                     std::memcpy(out, p + at, n);
+                                   }),
+                 Error);
+    expect_same_stats(gpu->analyze_read(img.view.layout, StatsRequest{},
+                                        [&](uint64_t at, uint64_t n, uint8_t* out) { std::memcpy(out, p + at, n); }),
+                      cpu_->analyze(img.view, StatsRequest{}), SampleType::kUint8);
+  }
+}
+
 // Every form of the 8-bit histogram kernel (1 and 2 histograms a warp, one
 // block overwriting), called directly on device memory, against a plain count.
 TEST_F(GpuTest, EveryHist8KernelCountsExactly) {

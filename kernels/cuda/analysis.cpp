@@ -1,9 +1,15 @@
 #include "cuda/analysis.hpp"
 
+#include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <mutex>
 
 #include "cuda/dispatch/dispatch.hpp"
 #include "cuda/tuning/host.hpp"
@@ -246,6 +252,8 @@ void GpuAnalysis::add(const uint8_t* p, uint64_t count) {
 
 void GpuAnalysis::add_read(const ByteReader& read, uint64_t at, uint64_t count) {
   flush();
+  if (!one_block_ && count * pixel_bytes_ >= kLaneReadMinBytes && gpu_.arena->max_concurrency() > 1)
+    return add_read_in_lanes(read, at, count);
   while (count > 0) {
     IMGSTAT_CUDA(cudaEventSynchronize(ws_->slot_free[slot_]));  // the slot's last use is over
     const uint64_t n = std::min(count, chunk_pixels_);
@@ -255,6 +263,103 @@ void GpuAnalysis::add_read(const ByteReader& read, uint64_t at, uint64_t count) 
     at += n * pixel_bytes_;
     count -= n;
   }
+}
+
+// The read is cut into windows of a device slot each (or of the kept
+// buffer), taken in turn by the slot streams, and each window into pieces.
+// A lane (one a core) takes the next piece, reads it into the older of its
+// own two pinned pieces and sends it on its window's stream; whoever sends a
+// window's last piece launches the passes of every window complete by then,
+// in window order, so that each slot's sums are added in the order a single
+// thread would add them. A window's copies wait until the passes of the
+// window that last used its slot are launched on the same stream.
+void GpuAnalysis::add_read_in_lanes(const ByteReader& read, uint64_t at, uint64_t count) {
+  const int lanes = gpu_.arena->max_concurrency();
+  const uint64_t per_slot = (2 * static_cast<uint64_t>(lanes) + kSlots - 1) / kSlots;
+  const uint64_t piece_bytes = std::min(kLanePieceMaxBytes, kSlotBytes / per_slot / 4096 * 4096);
+  if (piece_bytes == 0) fail(ErrorCode::kInternal, "too many lanes for the pinned slots");
+  const uint64_t window_pixels = direct_pixels_, window_bytes = window_pixels * pixel_bytes_;
+  const uint64_t windows = (count + window_pixels - 1) / window_pixels;
+  const uint64_t pieces_per_window = (window_bytes + piece_bytes - 1) / piece_bytes;
+  const uint64_t last_pixels = count - (windows - 1) * window_pixels;
+  const uint64_t last_pieces = (last_pixels * pixel_bytes_ + piece_bytes - 1) / piece_bytes;
+  const uint64_t jobs = (windows - 1) * pieces_per_window + last_pieces;
+  const int slot0 = slot_;
+  ws_->ensure_piece_events(2 * static_cast<size_t>(lanes));
+  for (int k = 0; k < kSlots; ++k) use_stream(k);
+  // Whole-image kept pixels go straight into the kept buffer, in one piece.
+  uint8_t* kept_base = kept_ && space_ == ColourSpace::kNone ? kept_->append(count, ws_->streams[slot0]) : nullptr;
+  auto slot_of = [&](uint64_t w) { return static_cast<int>((slot0 + w) % kSlots); };
+  auto window_at = [&](uint64_t w) {
+    return kept_base ? kept_base + w * window_bytes : ws_->device_slot[slot_of(w)];
+  };
+  auto pixels_in = [&](uint64_t w) { return w + 1 == windows ? last_pixels : window_pixels; };
+
+  std::mutex mu;
+  std::condition_variable launched_more;
+  uint64_t launched = 0;  // windows whose passes are launched, the first ones
+  std::vector<char> complete(windows, 0);
+  std::vector<std::atomic<uint64_t>> sent_pieces(windows);
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> stop{false};
+  std::exception_ptr error;
+  auto stopped_by = [&](std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!error) error = e;
+    stop = true;
+    launched_more.notify_all();
+  };
+  auto lane = [&](int l) {
+    try {
+      gpu_.use();
+      int mine = 0;
+      for (;;) {
+        const uint64_t j = next.fetch_add(1);
+        if (j >= jobs || stop) return;
+        const uint64_t w = j / pieces_per_window, offset = (j % pieces_per_window) * piece_bytes;
+        const uint64_t n = std::min(piece_bytes, pixels_in(w) * pixel_bytes_ - offset);
+        const uint64_t piece = 2 * static_cast<uint64_t>(l) + mine;
+        mine ^= 1;
+        uint8_t* pinned = ws_->pinned[piece / per_slot] + (piece % per_slot) * piece_bytes;
+        cudaEvent_t free_again = ws_->piece_free[piece];
+        IMGSTAT_CUDA(cudaEventSynchronize(free_again));  // its last copy is over
+        const uint64_t from = at + w * window_bytes + offset;
+        tbb::this_task_arena::isolate([&] { read(from, n, pinned); });
+        const cudaStream_t s = ws_->streams[slot_of(w)];
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          launched_more.wait(lock, [&] { return stop || w < kSlots || launched > w - kSlots; });
+          if (stop) return;
+        }
+        IMGSTAT_CUDA(cudaMemcpyAsync(window_at(w) + offset, pinned, n, cudaMemcpyHostToDevice, s));
+        IMGSTAT_CUDA(cudaEventRecord(free_again, s));
+        if (sent_pieces[w].fetch_add(1) + 1 != (w + 1 == windows ? last_pieces : pieces_per_window)) continue;
+        std::lock_guard<std::mutex> lock(mu);
+        complete[w] = 1;
+        for (; launched < windows && complete[launched]; ++launched) {
+          const int slot = slot_of(launched);
+          launch_passes(window_at(launched), first_ + sent_ + launched * window_pixels, pixels_in(launched), slot);
+          IMGSTAT_CUDA(cudaEventRecord(ws_->slot_free[slot], ws_->streams[slot]));
+        }
+        launched_more.notify_all();
+      }
+    } catch (...) {
+      stopped_by(std::current_exception());
+    }
+  };
+  // A lane a task, so that no thread runs two lanes one after the other.
+  gpu_.arena->execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<int>(0, lanes, 1),
+        [&](const tbb::blocked_range<int>& r) {
+          for (int l = r.begin(); l != r.end(); ++l) lane(l);
+        },
+        tbb::simple_partitioner());
+  });
+  if (error) std::rethrow_exception(error);
+  if (launched != windows) fail(ErrorCode::kInternal, "a read in lanes left windows unsent");
+  sent_ += count;
+  slot_ = slot_of(windows);
 }
 
 void GpuAnalysis::add_pinned(const uint8_t* p, uint64_t count) {

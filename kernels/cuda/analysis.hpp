@@ -82,6 +82,8 @@ class GpuAnalysis {
 
  private:
   void submit(const uint8_t* host, uint64_t pixels);
+  // add_read() of a large read: in lanes over every core (kLaneReadMinBytes).
+  void add_read_in_lanes(const ByteReader& read, uint64_t at, uint64_t count);
   // The passes that run on one chunk alone: `pixels` device pixels at
   // source, the image's from `first` on, on the streams and buffers of
   // `slot`: converted to the measured space (measured()), then

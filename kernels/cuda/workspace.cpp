@@ -80,6 +80,7 @@ void Workspace::release() {
   }
   if (host_extra) IMGSTAT_CUDA_REPORT(cudaFreeHost(host_extra));
   if (reset_done) IMGSTAT_CUDA_REPORT(cudaEventDestroy(reset_done));
+  for (cudaEvent_t e : piece_free) IMGSTAT_CUDA_REPORT(cudaEventDestroy(e));
   if (device_results) IMGSTAT_CUDA_REPORT(cudaFree(device_results));
   if (host_results) IMGSTAT_CUDA_REPORT(cudaFreeHost(host_results));
   budget_->give(kWorkspaceDeviceBytes);
@@ -95,6 +96,14 @@ void Workspace::ensure_extra() {
     fail(ErrorCode::kResourceExhausted, "GPU out of memory for the distribution and colour buffers");
   }
   IMGSTAT_CUDA(cudaMallocHost(&host_extra, sizeof(ExtraBuffers)));
+}
+
+void Workspace::ensure_piece_events(size_t n) {
+  while (piece_free.size() < n) {
+    cudaEvent_t e;
+    IMGSTAT_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    piece_free.push_back(e);
+  }
 }
 
 void Workspace::touch() {

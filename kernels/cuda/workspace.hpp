@@ -80,6 +80,9 @@ struct Workspace {
 
   // The buffers of the statistics asked for less often, the first time.
   void ensure_extra();
+  // n events for the pieces of a read spread over every core (add_read's
+  // lanes), made the first time so many are asked for.
+  void ensure_piece_events(size_t n);
   // The driver maps pinned pages into the process as the CPU first touches
   // them: a server touches its workspaces at start, so that its idle
   // resident figure is what it holds, not something its first calls add.
@@ -89,6 +92,7 @@ struct Workspace {
   std::array<cudaEvent_t, kSlots> slot_free{};  // the slot's last transfer and kernels are done
   std::array<cudaEvent_t, kSlots> stream_done{};
   cudaEvent_t reset_done{};
+  std::vector<cudaEvent_t> piece_free;  // a read's pinned piece is free to fill again
   std::array<uint8_t*, kSlots> pinned{};
   std::array<uint8_t*, kSlots> device_slot{};
   std::array<FloatMoments*, kSlots> partials{};
