@@ -257,6 +257,23 @@ TEST_F(GpuTest, LargeReadsInLanesAsTheCpuEngine) {
   // A read that fails part way: its error, and the engines compute on.
   TestImage img = random_image(rng, 4099, 3001, 3, SampleType::kUint8, 0, 0);
   const auto* p = static_cast<const uint8_t*>(img.view.data);
+  // Four at once: one has the engine's large pieces, the others cut their
+  // workspaces' slots.
+  {
+    const Result want = cpu_->analyze(img.view, all);
+    std::vector<Result> got(4);
+    std::vector<std::thread> callers;
+    for (size_t i = 0; i < got.size(); ++i)
+      callers.emplace_back([&, i] {
+        got[i] = gpus[0]->analyze_read(img.view.layout, all,
+                                       [&](uint64_t at, uint64_t n, uint8_t* out) { std::memcpy(out, p + at, n); });
+      });
+    for (auto& t : callers) t.join();
+    for (const Result& r : got) {
+      EXPECT_EQ(r.engine, "cuda");
+      expect_same_stats(r, want, SampleType::kUint8);
+    }
+  }
   for (auto& gpu : gpus) {
     std::atomic<uint64_t> read_bytes{0};
     EXPECT_THROW(gpu->analyze_read(img.view.layout, StatsRequest{},

@@ -239,6 +239,8 @@ void GpuAnalysis::flush() {
 }
 
 void GpuAnalysis::add(const uint8_t* p, uint64_t count) {
+  if (staged_ == 0 && !one_block_ && count * pixel_bytes_ >= kLaneReadMinBytes && gpu_.arena->max_concurrency() > 1)
+    return add_read_in_lanes([p](uint64_t at, uint64_t n, uint8_t* out) { std::memcpy(out, p + at, n); }, 0, count);
   while (count > 0) {
     if (staged_ == 0) IMGSTAT_CUDA(cudaEventSynchronize(ws_->slot_free[slot_]));  // the slot's last use is over
     const uint64_t n = std::min(count, chunk_pixels_ - staged_);
@@ -275,8 +277,14 @@ void GpuAnalysis::add_read(const ByteReader& read, uint64_t at, uint64_t count) 
 // window that last used its slot are launched on the same stream.
 void GpuAnalysis::add_read_in_lanes(const ByteReader& read, uint64_t at, uint64_t count) {
   const int lanes = gpu_.arena->max_concurrency();
+  // The engine's larger pieces where no other read has them, else the
+  // workspace's slots shared out.
+  std::unique_lock<std::mutex> own_pieces;
+  if (gpu_.lane_pieces) own_pieces = gpu_.lane_pieces->take(lanes);
+  const LanePieces* large = own_pieces ? gpu_.lane_pieces : nullptr;
   const uint64_t per_slot = (2 * static_cast<uint64_t>(lanes) + kSlots - 1) / kSlots;
-  const uint64_t piece_bytes = std::min(kLanePieceMaxBytes, kSlotBytes / per_slot / 4096 * 4096);
+  const uint64_t piece_bytes =
+      large ? kLanePieceBytes : std::min(kLanePieceMaxBytes, kSlotBytes / per_slot / 4096 * 4096);
   if (piece_bytes == 0) fail(ErrorCode::kInternal, "too many lanes for the pinned slots");
   const uint64_t window_pixels = direct_pixels_, window_bytes = window_pixels * pixel_bytes_;
   const uint64_t windows = (count + window_pixels - 1) / window_pixels;
@@ -320,8 +328,8 @@ void GpuAnalysis::add_read_in_lanes(const ByteReader& read, uint64_t at, uint64_
         const uint64_t n = std::min(piece_bytes, pixels_in(w) * pixel_bytes_ - offset);
         const uint64_t piece = 2 * static_cast<uint64_t>(l) + mine;
         mine ^= 1;
-        uint8_t* pinned = ws_->pinned[piece / per_slot] + (piece % per_slot) * piece_bytes;
-        cudaEvent_t free_again = ws_->piece_free[piece];
+        uint8_t* pinned = large ? large->piece(piece) : ws_->pinned[piece / per_slot] + (piece % per_slot) * piece_bytes;
+        cudaEvent_t free_again = large ? large->free_again(piece) : ws_->piece_free[piece];
         IMGSTAT_CUDA(cudaEventSynchronize(free_again));  // its last copy is over
         const uint64_t from = at + w * window_bytes + offset;
         tbb::this_task_arena::isolate([&] { read(from, n, pinned); });

@@ -25,6 +25,7 @@ struct GpuContext {
   DeviceBudget* budget = nullptr;
   WorkspacePool* workspaces = nullptr;
   tbb::task_arena* arena = nullptr;
+  LanePieces* lane_pieces = nullptr;  // null: reads in lanes use their workspace's slots
 
   void use() const { IMGSTAT_CUDA(cudaSetDevice(device)); }
   // Copies n bytes, split across the arena's threads when large.
@@ -82,7 +83,7 @@ class GpuAnalysis {
 
  private:
   void submit(const uint8_t* host, uint64_t pixels);
-  // add_read() of a large read: in lanes over every core (kLaneReadMinBytes).
+  // add() and add_read() of a large source: in lanes over every core (kLaneReadMinBytes).
   void add_read_in_lanes(const ByteReader& read, uint64_t at, uint64_t count);
   // The passes that run on one chunk alone: `pixels` device pixels at
   // source, the image's from `first` on, on the streams and buffers of

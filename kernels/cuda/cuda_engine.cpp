@@ -108,7 +108,8 @@ class CudaEngine final : public Engine {
     uint64_t keep = options.memory_limit ? options.memory_limit : UINT64_MAX;
     IMGSTAT_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     pool_.emplace(options.device, dev_, budget_, options.workspaces, options.workspaces_at_start);
-    gpu_ = GpuContext{options.device, dev_, &budget_, &*pool_, &arena_};
+    lane_pieces_ = std::make_unique<LanePieces>(options.device);
+    gpu_ = GpuContext{options.device, dev_, &budget_, &*pool_, &arena_, lane_pieces_.get()};
     if (options.workspaces_at_start) warm_up();
   }
 
@@ -429,6 +430,7 @@ class CudaEngine final : public Engine {
   DeviceInfo dev_{};
   EngineInfo info_;
   std::optional<WorkspacePool> pool_;  // made once the device is set up
+  std::unique_ptr<LanePieces> lane_pieces_;
   GpuContext gpu_;
 };
 

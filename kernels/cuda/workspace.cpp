@@ -112,6 +112,42 @@ void Workspace::touch() {
   if (host_extra) std::memset(static_cast<void*>(host_extra), 0, sizeof(ExtraBuffers));
 }
 
+LanePieces::~LanePieces() {
+  if (!pinned_ && events_.empty()) return;
+  IMGSTAT_CUDA_REPORT(cudaSetDevice(device_));
+  for (cudaEvent_t e : events_) {
+    IMGSTAT_CUDA_REPORT(cudaEventSynchronize(e));
+    IMGSTAT_CUDA_REPORT(cudaEventDestroy(e));
+  }
+  if (pinned_) IMGSTAT_CUDA_REPORT(cudaFreeHost(pinned_));
+}
+
+std::unique_lock<std::mutex> LanePieces::take(int lanes) {
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock) return lock;
+  const size_t wanted = 2 * static_cast<size_t>(lanes);
+  if (pieces_ < wanted) {
+    // Larger: the pieces in flight are over (each event waited on), then freed.
+    for (cudaEvent_t e : events_) IMGSTAT_CUDA(cudaEventSynchronize(e));
+    if (pinned_) IMGSTAT_CUDA(cudaFreeHost(pinned_));
+    pinned_ = nullptr;
+    pieces_ = 0;
+    void* p = nullptr;
+    if (cudaMallocHost(&p, wanted * kLanePieceBytes) != cudaSuccess) {
+      cudaGetLastError();  // no pinned memory to spare: the workspace's slots serve
+      return {};
+    }
+    pinned_ = static_cast<uint8_t*>(p);
+    pieces_ = wanted;
+  }
+  while (events_.size() < pieces_) {
+    cudaEvent_t e;
+    IMGSTAT_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events_.push_back(e);
+  }
+  return lock;
+}
+
 WorkspacePool::WorkspacePool(int device, const DeviceInfo& info, DeviceBudget& budget, int most, bool all_at_start)
     : device_(device), info_(info), budget_(budget), most_(std::max(1, most)) {
   free_.push_back(std::make_unique<Workspace>(info_, budget_));

@@ -107,6 +107,32 @@ struct Workspace {
   DeviceBudget* budget_;
 };
 
+// Larger pinned pieces for a read in lanes (GpuAnalysis::add_read_in_lanes),
+// the engine's, made the first time a read needs them and kept: one read at
+// a time has them, others cut their workspace's slots into smaller pieces.
+// Small pieces cost the copy engine a fixed time each (a 4 GiB read in
+// 745 KiB pieces: 0.111 s against 0.085 s in 4 MiB ones).
+class LanePieces {
+ public:
+  explicit LanePieces(int device) : device_(device) {}
+  ~LanePieces();
+  LanePieces(const LanePieces&) = delete;
+  LanePieces& operator=(const LanePieces&) = delete;
+
+  // For `lanes` lanes while the returned lock is held; an empty lock where
+  // another read has them.
+  std::unique_lock<std::mutex> take(int lanes);
+  uint8_t* piece(size_t i) const { return pinned_ + i * kLanePieceBytes; }
+  cudaEvent_t free_again(size_t i) const { return events_[i]; }
+
+ private:
+  int device_;
+  std::mutex mu_;
+  uint8_t* pinned_ = nullptr;
+  size_t pieces_ = 0;
+  std::vector<cudaEvent_t> events_;  // a piece's last copy is over
+};
+
 // An engine's workspaces, lent to one analysis at a time. One is made at
 // start and the others as calls at once first need them (a process that
 // analyzes one image, as the CLI's --local, pins a quarter); or, for a

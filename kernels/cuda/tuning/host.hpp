@@ -29,14 +29,17 @@ constexpr std::chrono::milliseconds kDeviceImageWait{10000};
 constexpr uint64_t kParallelCopyBytes = uint64_t{1} << 20;
 // A read into a slot is split across every thread, in pieces no smaller than this.
 constexpr uint64_t kReadPieceMinBytes = uint64_t{256} << 10;
-// A read at least this large goes in lanes, one a core, each filling its own
+// A read (or pageable source) at least this large goes in lanes, one a core, each filling its own
 // two pieces of the pinned slots and sending them itself: one fork and join
 // a slot held every core to half the host's copy rate (a 4 GiB FITS cube on
 // the H200 host: 20 GB/s, where every core reading its own pieces reached
 // 45 GB/s, the page cache's 49).
 constexpr uint64_t kLaneReadMinBytes = uint64_t{32} << 20;
-// A lane's piece: the pinned slots shared out, at most this large.
-constexpr uint64_t kLanePieceMaxBytes = uint64_t{4} << 20;
+// A lane's piece in the engine's LanePieces (two a lane: 64 MiB pinned for
+// 16 cores); a read that finds them taken shares out its workspace's pinned
+// slots, pieces at most this large.
+constexpr uint64_t kLanePieceBytes = uint64_t{2} << 20;
+constexpr uint64_t kLanePieceMaxBytes = kLanePieceBytes;
 // The quality measures' memory each server thread keeps on each GPU and
 // pinned on the host for its next image (cuda/quality.cpp): larger images
 // allocate their own for the call.
