@@ -879,6 +879,10 @@ bool Analyzer::analyze_in_bands(const uint8_t* data, size_t size, const DecodePl
     return RowBand{buffers[next].data(), rows_per_band};
   };
   sink.takes_rows_in_place = true;  // the engine reads a file's rows where they lie when they are its pixels
+  sink.release = [&] {
+    // The feed's own error (if any) is thrown by the next band or the end.
+    if (feeding.valid()) feeding.wait();
+  };
   sink.plane = [&](uint64_t) {
     if (!each_plane) return;
     fed();

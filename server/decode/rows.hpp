@@ -35,8 +35,12 @@ struct RowSink {
   // band() may be handed rows that lie elsewhere than the band it gave (the
   // input's own bytes, where they are already the pixels), and as many as
   // a plane has left: it must not expect them in its buffer. Such rows stay
-  // readable until the decode ends.
+  // readable until the decode ends, or, for a decoder that uses the memory
+  // again (a Zarr pass buffer), until release() returns.
   bool takes_rows_in_place = false;
+  // With takes_rows_in_place: returns once the sink reads no row it was
+  // handed in place; throws nothing. Unset: rows in place stay until the end.
+  std::function<void()> release;
   // A decoder whose planes are a pure function of its input (an
   // uncompressed FITS image: its bytes converted where they lie) may hand
   // them whole instead of in bands: `planes` planes of `plane`'s packed

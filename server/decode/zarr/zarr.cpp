@@ -593,19 +593,38 @@ void decode_zarr(const ZarrArray& z, const std::vector<uint64_t>& planes, const 
   if (passes.size() > 1) slabs[1] = map_slab(slab_bytes);
   std::future<void> next;
   WaitOnExit<void> wait_next{next};
+  // A sink that takes rows in place and says when it is done with them gets
+  // each plane where it was inflated, whole (no copy, and one large feed);
+  // it is done with a pass buffer before the pass after next inflates into
+  // it, and with both before they go, however the decode ends.
+  const bool in_place = sink.takes_rows_in_place && sink.release;
+  struct Released {
+    const RowSink& sink;
+    bool on;
+    ~Released() {
+      if (on) sink.release();
+    }
+  } released{sink, in_place};
   RowBand band = sink.begin(static_cast<uint32_t>(width), static_cast<uint32_t>(height), 1, z.type);
   size_t k = 0;
   for (size_t n = 0; n < passes.size(); ++n) {
     uint8_t* slab = slabs[n % 2].get();
     if (n == 0) decode_pass(passes[0], slab);
     else next.get();
-    if (n + 1 < passes.size())
+    if (n + 1 < passes.size()) {
+      if (in_place) sink.release();
       next = std::async(std::launch::async, decode_pass, std::cref(passes[n + 1]), slabs[(n + 1) % 2].get());
+    }
     const Pass& pass = passes[n];
     // The chosen planes of this pass, in order.
     for (; k < planes.size() && planes[k] < pass.first + pass.count; ++k) {
       if (k > 0) sink.plane(k);
       const uint8_t* pixels = slab + (planes[k] - pass.first) * plane_bytes;
+      if (in_place) {
+        if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
+        band = sink.band(pixels, 0, static_cast<uint32_t>(height));
+        continue;
+      }
       for (uint64_t y = 0; y < height;) {
         if (cancelled && cancelled()) fail(ErrorCode::kCancelled, "cancelled while decoding");
         if (band.count == 0) fail(ErrorCode::kInternal, "Zarr: the sink gave a band of no rows");
