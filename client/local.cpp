@@ -85,6 +85,9 @@ Outcome Local::analyze(Source& source, const Request& request) {
       *r.mutable_options() = options_with_map(request);
       void* p = mmap(nullptr, source.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p == MAP_FAILED) throw std::runtime_error(std::string("cannot map memory: ") + std::strerror(errno));
+      // Faulted 2 MiB at a time where the kernel gives huge pages (a store
+      // of GBs: 4 KiB faults cost more than reading it on these VMs).
+      madvise(p, source.size(), MADV_HUGEPAGE);
       struct Unmap {
         void* p;
         size_t n;
