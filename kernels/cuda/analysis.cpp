@@ -297,6 +297,11 @@ void GpuAnalysis::add_read_in_lanes(const ByteReader& read, uint64_t at, uint64_
   for (int k = 0; k < kSlots; ++k) use_stream(k);
   // Whole-image kept pixels go straight into the kept buffer, in one piece.
   uint8_t* kept_base = kept_ && space_ == ColourSpace::kNone ? kept_->append(count, ws_->streams[slot0]) : nullptr;
+  if (kept_base) {  // allocated in slot0's stream order (a stream's new piece): the others copy into it after
+    IMGSTAT_CUDA(cudaEventRecord(ws_->stream_done[slot0], ws_->streams[slot0]));
+    for (int k = 0; k < kSlots; ++k)
+      if (k != slot0) IMGSTAT_CUDA(cudaStreamWaitEvent(ws_->streams[k], ws_->stream_done[slot0], 0));
+  }
   auto slot_of = [&](uint64_t w) { return static_cast<int>((slot0 + w) % kSlots); };
   auto window_at = [&](uint64_t w) {
     return kept_base ? kept_base + w * window_bytes : ws_->device_slot[slot_of(w)];
