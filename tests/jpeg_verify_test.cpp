@@ -135,6 +135,14 @@ TEST(JpegVerify, HeadersLibjpegRefusesAreLeftToIt) {
     cases.emplace_back("undefined quantization table", g);
   }
   {
+    std::string g = f;  // the scan's second and third components swapped (found by fuzz_jpeg_verify)
+    const size_t sos = find(0xda);
+    ASSERT_EQ(static_cast<uint8_t>(g[sos + 4]), 3);
+    std::swap(g[sos + 7], g[sos + 9]);
+    std::swap(g[sos + 8], g[sos + 10]);
+    cases.emplace_back("scan components out of the frame's order", g);
+  }
+  {
     std::string g = f;  // a reserved marker libjpeg does not know, with a plausible segment
     g.insert(2, std::string("\xff\xf3\x00\x04\x00\x00", 6));
     cases.emplace_back("unknown marker", g);

@@ -183,13 +183,14 @@ const char* Headers::scan(const uint8_t* seg, size_t n) {
 const char* Headers::entropy_tables(const uint8_t* seg) {
   jpeg::EntropyTables& t = s_.tables;
   int dc_slot[4] = {-1, -1, -1, -1}, ac_slot[4] = {-1, -1, -1, -1}, dc_used = 0, ac_used = 0;
-  bool seen[3] = {};
   for (uint32_t c = 0; c < s_.components; ++c) {
     const uint8_t cs = seg[1 + 2 * c], td = seg[2 + 2 * c] >> 4, ta = seg[2 + 2 * c] & 15;
     uint32_t fc = 0;
     while (fc < s_.components && ids_[fc] != cs) ++fc;
-    if (fc == s_.components || seen[fc]) return "scan components differ from the frame's";
-    seen[fc] = true;
+    if (fc == s_.components) return "scan components differ from the frame's";
+    // T.81 orders a scan's components as the frame does; libjpeg refuses
+    // them in any other order ("Invalid component ID"; fuzz_jpeg_verify).
+    if (fc != c) return "scan components in another order than the frame's";
     if (td > 3 || ta > 3 || !raw_[0][td].defined || !raw_[1][ta].defined)
       return "a scan names an undefined Huffman table";
     if (dc_slot[td] < 0) {
