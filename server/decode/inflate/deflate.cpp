@@ -573,9 +573,12 @@ void Unmap::operator()(void* p) const {
 void* map_bytes(size_t bytes) {
   void* p = mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
-  // A run's output is written front to back by one core: 2 MiB faults
-  // where the kernel gives huge pages, not 4 KiB ones.
-  if (bytes >= (size_t{2} << 20)) madvise(p, bytes, MADV_HUGEPAGE);
+  // Large arrays are each touched once, front to back: 2 MiB faults where
+  // the kernel gives huge pages, not 4 KiB ones (advice: ignored where THP
+  // is off, and for arrays under 2 MiB).
+#ifdef MADV_HUGEPAGE
+  madvise(p, std::max<size_t>(bytes, 1), MADV_HUGEPAGE);
+#endif
   return p;
 }
 

@@ -30,7 +30,7 @@ struct Unmap {
 };
 template <class T>
 using Mapped = std::unique_ptr<T[], Unmap>;
-void* map_bytes(size_t bytes);  // zero pages, touched as written; throws std::bad_alloc
+void* map_bytes(size_t bytes);  // zero pages (huge where given), touched as written; throws std::bad_alloc
 template <class T>
 Mapped<T> map_array(size_t n) {
   return Mapped<T>(static_cast<T*>(map_bytes(n * sizeof(T))), Unmap{n * sizeof(T)});

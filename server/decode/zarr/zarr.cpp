@@ -1,7 +1,5 @@
 #include "decode/zarr/zarr.hpp"
 
-#include <sys/mman.h>
-
 #include <blosc.h>
 #include <lz4.h>
 #include <tbb/enumerable_thread_specific.h>
@@ -21,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "decode/decode.hpp"
+#include "decode/inflate/deflate.hpp"
 
 namespace imgstat {
 namespace {
@@ -426,25 +425,12 @@ void fill_values(const ZarrArray& z, uint64_t n, uint8_t* dst) {
 }
 
 // A pass's buffer straight from the kernel, with transparent huge pages
-// where the system gives them: its hundreds of MiB are each touched once,
-// and faulted 4 KiB at a time they were most of a Zarr array's time (a
-// 1 GiB array: 3.6 s of system time on 2 virtual cores, 4.0 s in all).
-struct SlabUnmap {
-  size_t bytes = 0;
-  void operator()(uint8_t* p) const {
-    if (p) munmap(p, bytes);
-  }
-};
-using Slab = std::unique_ptr<uint8_t[], SlabUnmap>;
-Slab map_slab(uint64_t bytes) {
-  const size_t n = static_cast<size_t>(std::max<uint64_t>(bytes, 1));
-  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-  madvise(p, n, MADV_HUGEPAGE);  // advice: refused where THP is off, and then ignored
-#endif
-  return Slab(static_cast<uint8_t*>(p), SlabUnmap{n});
-}
+// where the system gives them (deflate::map_array): its hundreds of MiB are
+// each touched once, and faulted 4 KiB at a time they were most of a Zarr
+// array's time (a 1 GiB array: 3.6 s of system time on 2 virtual cores, 4.0
+// s in all).
+using Slab = deflate::Mapped<uint8_t>;
+Slab map_slab(uint64_t bytes) { return deflate::map_array<uint8_t>(static_cast<size_t>(bytes)); }
 
 // A chunk's stored bytes inflated into out (exactly its size, or it is damaged).
 void inflate_chunk(const ZarrArray& z, const uint8_t* src, uint64_t size, std::vector<uint8_t>& out, uint64_t index) {
