@@ -223,7 +223,8 @@ std::vector<L> random_labels(std::mt19937_64& rng, size_t n, const std::vector<L
 
 template <class L>
 void check_labels(PartsTest& test, const TestImage& img, const std::vector<L>& labels, MapType type,
-                  std::optional<int64_t> ignore, const StatsRequest& request) {
+                  std::optional<int64_t> ignore, const StatsRequest& request,
+                  const std::function<void(Parts&)>& give_index = {}) {
   const Layout& l = img.view.layout;
   Parts parts;
   parts.kind = PartsKind::kLabels;
@@ -245,6 +246,17 @@ void check_labels(PartsTest& test, const TestImage& img, const std::vector<L>& l
       g.at.push_back(y * l.width + x);
     }
   for (auto& [v, g] : present) g.view = ImageView{g.pixels.data(), Layout{g.at.size(), 1, l.channels, l.type, 0}};
+  if (give_index) {  // the boxes from the index given are the boxes found without it
+    const std::vector<LabelBox> want = label_boxes(l, parts, l.height);
+    give_index(parts);
+    ASSERT_TRUE(parts.index);
+    const std::vector<LabelBox> got = label_boxes(l, parts, l.height);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(std::vector<uint64_t>({static_cast<uint64_t>(got[i].label), got[i].x, got[i].y, got[i].width, got[i].height}),
+                std::vector<uint64_t>({static_cast<uint64_t>(want[i].label), want[i].x, want[i].y, want[i].width,
+                                       want[i].height}));
+  }
   const Result r = test.analyze(img.view, parts, request);
   ASSERT_EQ(r.parts.size(), present.size());
   size_t i = 0;
@@ -275,6 +287,59 @@ TEST_P(PartsTest, LabelsOfEveryLabelTypeIgnoredAndNearTheTypesMaximum) {
       check_labels<int32_t>(*this, img, random_labels<int32_t>(rng, n, {INT32_MIN, -1, 0, INT32_MAX}),
                             MapType::kInt32, std::nullopt, described);
     }
+}
+
+// A labels map's index found once (find_labels: the server finds it while
+// a JPEG decodes) serves the engine and the boxes; an index of another map,
+// of this map with another ignored label or none, or over another size is
+// not used: every answer is this map's own, every box too.
+TEST_P(PartsTest, LabelsFoundOnceServeTheEngineAndTheBoxesAndNoOtherMap) {
+  std::mt19937_64 rng(77);
+  const TestImage img = random_image(rng, 97, 61, 3, SampleType::kUint8, 2, 1);
+  const Layout& l = img.view.layout;
+  const size_t n = 97 * 61;
+  const std::vector<uint16_t> labels = random_labels<uint16_t>(rng, n, {0, 3, 500, 65535});
+  const std::vector<uint16_t> other = random_labels<uint16_t>(rng, n, {1, 2, 9});
+  const std::vector<int32_t> wide = random_labels<int32_t>(rng, n, {INT32_MIN, -1, 0, 7});
+  StatsRequest request = everything({0, 50, 100});
+  request.summary = request.unique_colors = request.luminance = false;
+  auto own = [&](Parts& p) { p.index = find_labels(l, p); };
+  check_labels<uint16_t>(*this, img, labels, MapType::kUint16, 3, request, own);
+  check_labels<int32_t>(*this, img, wide, MapType::kInt32, std::nullopt, request, own);
+  check_labels<uint16_t>(*this, img, labels, MapType::kUint16, 3, request, [&](Parts& p) {
+    Parts q = p;
+    q.map.data = other.data();
+    p.index = find_labels(l, q);
+  });
+  check_labels<uint16_t>(*this, img, labels, MapType::kUint16, 3, request, [&](Parts& p) {
+    Parts q = p;
+    q.ignored_label = 500;
+    p.index = find_labels(l, q);
+  });
+  check_labels<uint16_t>(*this, img, labels, MapType::kUint16, std::nullopt, request, [&](Parts& p) {
+    Parts q = p;
+    q.ignore_label = true;
+    q.ignored_label = 0;
+    p.index = find_labels(l, q);
+  });
+  check_labels<uint16_t>(*this, img, labels, MapType::kUint16, 3, request, [&](Parts& p) {
+    Parts q = p;  // the first 60 rows
+    q.map.height = 60;
+    Layout shorter = l;
+    shorter.height = 60;
+    p.index = find_labels(shorter, q);
+  });
+  // More labels than the parts allow: refused as the engine refuses them.
+  Parts few;
+  few.kind = PartsKind::kLabels;
+  few.map = PartMapView{labels.data(), l.width, l.height, 1, 0, MapType::kUint16, 0};
+  few.max_parts = 3;
+  try {
+    find_labels(l, few);
+    ADD_FAILURE() << "4 labels taken where 3 are allowed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted) << e.what();
+  }
 }
 
 // The default statistics of 8-bit images (the histogram is every value, so

@@ -590,6 +590,42 @@ TEST(Png, BandsCarryEveryRowOnceInOrder) {
   EXPECT_EQ(calls, 1u);
 }
 
+// Rows are converted on every thread of the arena, a band's worth at a
+// time: bands of any size (one row, a few, more than a chunk of filtered
+// rows, the whole image) get every row once, in order, libpng's; an image
+// whose rows are many times the chunk's (a label map) too.
+TEST(Png, RowsConvertedInParallelFillBandsOfAnySize) {
+  std::mt19937 rng(12);
+  std::vector<std::pair<std::string, uint64_t>> files;  // file, bytes a row out
+  files.emplace_back(write_png(random_png(1500, 1601, 16, 6, rng), rng), uint64_t{1500} * 4 * 2);
+  files.emplace_back(write_png(random_png(4001, 997, 8, 2, rng), rng), uint64_t{4001} * 3);
+  for (const auto& [f, row_bytes] : files) {
+    const DecodedImage whole = decode_image(bytes(f), f.size(), DecodeOptions{});
+    ASSERT_EQ(whole.decoder, "imgstat-png");
+    const uint32_t height = static_cast<uint32_t>(whole.pixels.rows);
+    for (uint32_t rows : {1u, 7u, 300u, 1000u, height}) {
+      SCOPED_TRACE(std::to_string(row_bytes) + " bytes a row, bands of " + std::to_string(rows));
+      std::vector<uint8_t> band(size_t{rows} * row_bytes), joined;
+      uint32_t next_row = 0;
+      RowSink sink;
+      sink.begin = [&](uint32_t, uint32_t, uint32_t, SampleType) { return RowBand{band.data(), rows}; };
+      sink.band = [&](const uint8_t* r, uint32_t first, uint32_t count) {
+        EXPECT_EQ(first, next_row);
+        EXPECT_LE(count, rows);
+        next_row += count;
+        joined.insert(joined.end(), r, r + size_t{count} * row_bytes);
+        return RowBand{band.data(), rows};
+      };
+      PngDecode d;
+      tbb::task_arena(4).execute([&] { d = decode_png(bytes(f), f.size(), {}, sink); });
+      ASSERT_TRUE(d.taken);
+      EXPECT_EQ(next_row, height);
+      ASSERT_EQ(joined.size(), whole.pixels.total() * whole.pixels.elemSize());
+      EXPECT_EQ(std::memcmp(joined.data(), whole.pixels.data, joined.size()), 0);
+    }
+  }
+}
+
 // The filters as the PNG specification writes them, byte by byte.
 void unfilter_reference(int f, std::vector<uint8_t>& row, const std::vector<uint8_t>& prev, size_t bpp) {
   for (size_t i = 0; i < row.size(); ++i) {

@@ -16,7 +16,8 @@ std::vector<LabelBox> label_boxes(const Layout& layout, const Parts& parts, uint
   if (plane_height == 0 || layout.height % plane_height != 0)
     fail(ErrorCode::kInternal, "label boxes: planes of " + std::to_string(plane_height) + " rows do not divide " +
                                    std::to_string(layout.height));
-  const PartIndex index(layout, parts);
+  std::optional<PartIndex> built;
+  const PartIndex& index = index_of(layout, parts, built);
   const uint32_t n = index.count();
   LabelBox empty;
   empty.x = empty.y = empty.z = UINT64_MAX;

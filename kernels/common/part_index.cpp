@@ -185,6 +185,27 @@ PartIndex::PartIndex(const Layout& layout, const Parts& parts) : parts_(parts), 
   }
 }
 
+bool PartIndex::serves(const Layout& layout, const Parts& parts) const {
+  const PartMapView &a = parts_.map, &b = parts.map;
+  return parts_.kind == PartsKind::kLabels && parts.kind == PartsKind::kLabels && a.data == b.data &&
+         a.width == b.width && a.height == b.height && a.channels == b.channels && a.channel == b.channel &&
+         a.type == b.type && a.stride() == b.stride() && parts_.ignore_label == parts.ignore_label &&
+         (!parts.ignore_label || parts_.ignored_label == parts.ignored_label) && parts_.max_parts == parts.max_parts &&
+         layout_.width == layout.width && layout_.height == layout.height;
+}
+
+std::shared_ptr<const PartIndex> find_labels(const Layout& layout, const Parts& parts) {
+  if (parts.kind != PartsKind::kLabels) fail(ErrorCode::kInternal, "find_labels: parts are not labels");
+  Parts own = parts;
+  own.index.reset();
+  return std::make_shared<const PartIndex>(layout, own);
+}
+
+const PartIndex& index_of(const Layout& layout, const Parts& parts, std::optional<PartIndex>& built) {
+  if (parts.index && parts.index->serves(layout, parts)) return *parts.index;
+  return built.emplace(layout, parts);
+}
+
 void PartIndex::row(uint64_t y, uint64_t x0, uint64_t n, uint32_t* out) const {
   const PartMapView& m = parts_.map;
   switch (parts_.kind) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <cstring>
 #include <vector>
 
@@ -102,6 +103,9 @@ class PartIndex {
   const std::vector<uint32_t>& rows_of() const { return row_of_; }
   // The part of pixels [x0, x0 + n) of row y into out[0, n).
   void row(uint64_t y, uint64_t x0, uint64_t n, uint32_t* out) const;
+  // Whether this index is the one PartIndex(layout, parts) would build: the
+  // same labels map, read the same way, over an image of the same size.
+  bool serves(const Layout& layout, const Parts& parts) const;
 
  private:
   Parts parts_;
@@ -112,6 +116,10 @@ class PartIndex {
   std::vector<uint32_t> column_of_;
   std::vector<uint32_t> row_of_;
 };
+
+// parts.index where it serves (layout, parts), else an index built into
+// `built`.
+const PartIndex& index_of(const Layout& layout, const Parts& parts, std::optional<PartIndex>& built);
 
 // Exact integer counts per part and channel, as both engines produce them
 // for integer samples: index [part * channels + channel].

@@ -202,7 +202,8 @@ Result analyze_parts_on_cpu(const ImageView& image, const Parts& parts, const St
     check_answer_bytes(parts.kind == PartsKind::kTiles ? parts.tile_count() : parts.rects.size(), l, parts, request);
     return analyze_each_rect(image, parts, request, "cpu", true, analyze_view);
   }
-  const PartIndex index(l, parts);
+  std::optional<PartIndex> built;
+  const PartIndex& index = index_of(l, parts, built);
   if (parts.kind != PartsKind::kMask) check_answer_bytes(index.count(), l, parts, request);
   // Joint histograms per label come with each label's pixels gathered.
   if (is_float(l.type) || (request.joint.axes && parts.kind == PartsKind::kLabels))

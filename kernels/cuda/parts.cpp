@@ -213,7 +213,8 @@ Result parts_on_gpu(const GpuContext& gpu, const void* host, const uint8_t* devi
   // device; the parts are then of the converted image (measured_layout()).
   const Layout l = measured_layout(source, asked);
   const StatsRequest request = measured_request(asked, source);
-  const PartIndex index(l, parts);
+  std::optional<PartIndex> built;
+  const PartIndex& index = index_of(l, parts, built);
   const uint32_t count = index.count();
   if (parts.kind != PartsKind::kMask) check_answer_bytes(count, l, parts, request);
   check_part_count_bytes(count, l.channels, l.type, request);

@@ -416,6 +416,9 @@ v1::AnalyzeResponse Analyzer::analyze_series(const v1::AnalyzeRequest& request, 
     if (!map_read) map = MapInput{};  // not the size the header said (cannot be for a JPEG): read again
   }
   if (plan.with_parts()) parts.map = map_read ? map.view : map_of(request.options().parts(), px, call, map);
+  // A labels map's index, found once for the engine and the boxes.
+  if (parts.kind == PartsKind::kLabels)
+    parts.index = map.index ? map.index : find_labels(px.d.layout, parts);
   const StatsRequest asked = with_rgb(plan.stats, px.d.order);
   MemoryBudget::Lease working =
       working_memory(asked, plan.with_parts() ? &parts : nullptr, px.d.layout,
@@ -635,9 +638,15 @@ std::future<void> Analyzer::read_map_early(const v1::AnalyzeRequest& request, co
   }
   if (header.format != "JPEG" || header.chosen_planes() != 1) return {};
   image = describe_pixels("JPEG", Layout{header.width, header.height, 1, SampleType::kUint8, 0});
-  return std::async(std::launch::async, [this, &p, &image, header, &call, &map] {
+  return std::async(std::launch::async, [this, &p, &image, header, &call, &map, parts = plan.parts] () mutable {
     read_map(p.has_mask() ? p.mask().image() : p.labels().image(), p.has_mask() ? "mask" : "label image", image,
              header, call, map);
+    // The labels found while the JPEG still decodes, once for the engine
+    // and the boxes.
+    if (parts.kind == PartsKind::kLabels) {
+      parts.map = map.view;
+      map.index = find_labels(image.layout, parts);
+    }
   });
 }
 

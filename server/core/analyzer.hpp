@@ -151,6 +151,7 @@ class Analyzer {
     DecodedImage decoded;
     MemoryBudget::Lease lease;
     PartMapView view;
+    std::shared_ptr<const PartIndex> index;  // a labels map's, found beside the image's decode
   };
   void read_map(const v1::Input& input, const char* what, const Described& image, const DecodePlan& image_plan,
                 const CallContext& call,

@@ -341,6 +341,8 @@ struct PartMapView {
 constexpr uint64_t kDefaultMaxParts = 65536;
 constexpr uint64_t kDefaultMaxAnswerBytes = uint64_t{64} << 20;
 
+class PartIndex;
+
 struct Parts {
   PartsKind kind = PartsKind::kWhole;
   std::vector<Rect> rects;
@@ -365,6 +367,11 @@ struct Parts {
   // An answer estimated larger than this (answer_bytes()) is refused before
   // its counts are allocated.
   uint64_t max_answer_bytes = kDefaultMaxAnswerBytes;
+  // Labels: the map's index where the caller built it already (the server
+  // builds it beside the image's decode), so that neither the engine nor
+  // the label boxes look for the labels again; used where it serves these
+  // parts (PartIndex::serves), else built anew.
+  std::shared_ptr<const PartIndex> index;
 };
 
 // One part's answer. roi: the rectangle or tile; label: the label.
@@ -395,6 +402,9 @@ struct LabelBox {
 // answers them (ascending), over `layout` (its map's size) whose planes are
 // plane_height rows each. Every label answered has a pixel: no box is empty.
 std::vector<LabelBox> label_boxes(const Layout& layout, const Parts& parts, uint64_t plane_height);
+// A labels map's index for Parts::index: its distinct labels found (on
+// every thread of the caller's arena) and checked against parts.max_parts.
+std::shared_ptr<const PartIndex> find_labels(const Layout& layout, const Parts& parts);
 
 // About how many bytes `parts` answers of `channels` channels take in a
 // response: what max_answer_bytes is checked against.

@@ -201,24 +201,43 @@ void BandDecode::unfilter(uint8_t* chunk, uint32_t y0, uint32_t n) {
 }
 
 bool BandDecode::hand_on(uint8_t* chunk, uint32_t y0, uint32_t n) {
-  const int per_byte = 8 / h_.bit_depth, mask = (1 << h_.bit_depth) - 1;
-  const SampleType type = h_.bit_depth == 16 ? SampleType::kUint16 : SampleType::kUint8;
-  for (uint32_t i = 0; i < n; ++i) {
-    uint8_t* row = chunk + size_t{i} * stride_ + 1;
-    if (short_palette_) {  // an index past the palette: libpng warns at the end
+  if (short_palette_) {  // an index past the palette: libpng warns at the end
+    const int per_byte = 8 / h_.bit_depth, mask = (1 << h_.bit_depth) - 1;
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint8_t* row = chunk + size_t{i} * stride_ + 1;
       for (uint32_t x = 0; x < h_.width; ++x) {
         const int idx =
             h_.bit_depth == 8 ? row[x] : (row[x / per_byte] >> (8 - h_.bit_depth * (x % per_byte + 1))) & mask;
         if (idx >= h_.palette_size) return false;
       }
     }
+  }
+  const SampleType type = h_.bit_depth == 16 ? SampleType::kUint16 : SampleType::kUint8;
+  for (uint32_t i = 0; i < n;) {
     if (y0 == 0 && i == 0) {
       out_.taken = true;  // from here a refusal comes after rows went out: the caller drops them
       band_ = sink_.begin(h_.width, h_.height, convert_.out_channels, type);
     }
-    convert_.row(row, band_.rows + size_t{filled_} * out_row_bytes_);
-    const uint32_t y = y0 + i;
-    if (++filled_ == band_.count || y + 1 == h_.height) {
+    if (band_.count <= filled_) fail(ErrorCode::kInternal, "PNG: no room for the next rows");
+    // The rows that fit in this band, converted on every thread of the
+    // helper's arena (a whole image's band takes every chunk whole).
+    const uint32_t k = std::min(n - i, band_.count - filled_);
+    uint8_t* out = band_.rows + size_t{filled_} * out_row_bytes_;
+    const uint8_t* in = chunk + size_t{i} * stride_ + 1;
+    auto convert = [&](const tbb::blocked_range<uint32_t>& rows) {
+      for (uint32_t r = rows.begin(); r != rows.end(); ++r)
+        convert_.row(in + size_t{r} * stride_, out + size_t{r} * out_row_bytes_);
+    };
+    const uint32_t grain = static_cast<uint32_t>(std::max<size_t>(1, kParallelRowsBytes / std::max<size_t>(1, out_row_bytes_)));
+    if (k > grain && tbb::this_task_arena::max_concurrency() > 1) {
+      tbb::this_task_arena::isolate([&] { tbb::parallel_for(tbb::blocked_range<uint32_t>(0, k, grain), convert); });
+    } else {
+      convert(tbb::blocked_range<uint32_t>(0, k));
+    }
+    filled_ += k;
+    i += k;
+    const uint32_t y = y0 + i - 1;  // the last row handed on
+    if (filled_ == band_.count || y + 1 == h_.height) {
       if (cancelled_ && cancelled_()) fail(ErrorCode::kCancelled, "cancelled while decoding");
       band_ = sink_.band(band_.rows, band_first_, filled_);
       band_first_ += filled_;
