@@ -25,6 +25,7 @@ struct PngSpec {
   std::vector<std::pair<std::string, std::string>> before, after;  // extra chunks around the image data
   int window_bits = 15;
   size_t idat_piece = 8192;    // IDAT chunk size
+  int filters = 5;             // each row's filter drawn from 0 .. filters - 1 (2: None and Sub, as OpenCV's)
 
   uint32_t stored_channels() const { return colour == 2 ? 3 : colour == 4 ? 2 : colour == 6 ? 4 : 1; }
   size_t row_bytes() const { return (size_t{width} * stored_channels() * depth + 7) / 8; }
@@ -50,7 +51,7 @@ inline std::vector<uint8_t> png_filtered(const PngSpec& p, std::mt19937& rng) {
   for (uint32_t y = 0; y < p.height; ++y) {
     const uint8_t* x = p.rows.data() + y * n;
     const uint8_t* up = y ? x - n : zeros.data();
-    const int f = static_cast<int>(rng() % 5);
+    const int f = static_cast<int>(rng() % static_cast<unsigned>(p.filters));
     out.push_back(static_cast<uint8_t>(f));
     for (size_t i = 0; i < n; ++i) {
       const int a = i >= bpp ? x[i - bpp] : 0, b = up[i], c = i >= bpp ? up[i - bpp] : 0;

@@ -591,15 +591,34 @@ TEST(Png, BandsCarryEveryRowOnceInOrder) {
 }
 
 // Rows are converted on every thread of the arena, a band's worth at a
-// time: bands of any size (one row, a few, more than a chunk of filtered
-// rows, the whole image) get every row once, in order, libpng's; an image
-// whose rows are many times the chunk's (a label map) too.
+// time, and rows the parallel inflater gives whole with None and Sub
+// filters only are unfiltered where it left them: bands of any size (one
+// row, a few, more than a chunk of filtered rows, the whole image) get
+// every row once, in order, libpng's, whatever the filters; a label map
+// inflating many times over too.
 TEST(Png, RowsConvertedInParallelFillBandsOfAnySize) {
   std::mt19937 rng(12);
   std::vector<std::pair<std::string, uint64_t>> files;  // file, bytes a row out
-  files.emplace_back(write_png(random_png(1500, 1601, 16, 6, rng), rng), uint64_t{1500} * 4 * 2);
+  PngSpec photo = random_png(1500, 1601, 16, 6, rng);   // image data past kParallelPngInflateBytes
+  files.emplace_back(write_png(photo, rng), uint64_t{1500} * 4 * 2);
+  photo.filters = 2;
+  files.emplace_back(write_png(photo, rng), uint64_t{1500} * 4 * 2);
   files.emplace_back(write_png(random_png(4001, 997, 8, 2, rng), rng), uint64_t{4001} * 3);
+  PngSpec map;  // 16-bit labels in blocks, Sub and None rows: inflated in parallel from little data
+  map.width = 8192, map.height = 4100, map.depth = 16, map.colour = 0, map.filters = 2;
+  map.rows.resize(map.row_bytes() * map.height);
+  for (uint32_t y = 0; y < map.height; ++y)
+    for (uint32_t x = 0; x < map.width; ++x) {
+      const uint32_t v = (y / 300) * 977 + (x / 256) * 31 + 1;
+      map.rows[(size_t{y} * map.width + x) * 2] = static_cast<uint8_t>(v >> 8);
+      map.rows[(size_t{y} * map.width + x) * 2 + 1] = static_cast<uint8_t>(v);
+    }
+  files.emplace_back(write_png(map, rng), uint64_t{8192} * 2);
   for (const auto& [f, row_bytes] : files) {
+    Answer got;
+    tbb::task_arena(4).execute([&] { got = ours(f); });
+    EXPECT_EQ(difference(got, libpng(f)), "") << got.error;
+    EXPECT_EQ(got.decoder, "imgstat-png");
     const DecodedImage whole = decode_image(bytes(f), f.size(), DecodeOptions{});
     ASSERT_EQ(whole.decoder, "imgstat-png");
     const uint32_t height = static_cast<uint32_t>(whole.pixels.rows);
