@@ -591,11 +591,10 @@ TEST(Png, BandsCarryEveryRowOnceInOrder) {
 }
 
 // Rows are converted on every thread of the arena, a band's worth at a
-// time, and rows the parallel inflater gives whole with None and Sub
-// filters only are unfiltered where it left them: bands of any size (one
-// row, a few, more than a chunk of filtered rows, the whole image) get
-// every row once, in order, libpng's, whatever the filters; a label map
-// inflating many times over too.
+// time: bands of any size (one row, a few, more than a chunk of filtered
+// rows, the whole image) get every row once, in order, libpng's, whatever
+// the filters (every kind, or None and Sub only as OpenCV writes them:
+// every row unfiltered apart); a label map inflating many times over too.
 TEST(Png, RowsConvertedInParallelFillBandsOfAnySize) {
   std::mt19937 rng(12);
   std::vector<std::pair<std::string, uint64_t>> files;  // file, bytes a row out

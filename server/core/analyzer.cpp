@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 #include <tbb/task_arena.h>
+#include <tbb/task_group.h>
 
 #include <chrono>
 #include <cstring>
@@ -51,6 +52,32 @@ void Analyzer::start_arriving_decode(std::function<void(bool)> fn, std::function
 }
 
 namespace {
+
+// main() on this thread while side() runs on another of the arena's; both
+// are over when it returns or throws (main's error before side's).
+// Isolated: waiting here never takes up another call's work.
+template <class Main, class Side>
+auto alongside(Main&& main, Side&& side) {
+  return tbb::this_task_arena::isolate([&] {
+    tbb::task_group group;
+    group.run(side);
+    struct Wait {
+      tbb::task_group& group;
+      bool waited = false;
+      ~Wait() {
+        if (waited) return;
+        try {
+          group.wait();
+        } catch (...) {  // main's error is the one thrown
+        }
+      }
+    } wait{group};
+    auto r = main();
+    wait.waited = true;
+    group.wait();
+    return r;
+  });
+}
 
 // What needs one whole plane, for the refusals of stacks.
 std::string whole_image_statistics(const StatsRequest& r) {
@@ -424,44 +451,55 @@ v1::AnalyzeResponse Analyzer::analyze_series(const v1::AnalyzeRequest& request, 
       working_memory(asked, plan.with_parts() ? &parts : nullptr, px.d.layout,
                      px.lease.bytes() || map.lease.bytes() || data.lease.bytes(), call, t0);
   const auto t1 = Clock::now();
-  std::optional<Result> counted;
-  if (px.on_gpu()) {
-    try {
-      TraceRange range("analyze device image's parts");
-      counted = engine_->analyze_parts_device(px.gpu.view, parts, asked);
-      if (parts.kind != PartsKind::kMask) {
-        Result whole = engine_->analyze_device(px.gpu.view, asked);
-        whole.parts = std::move(counted->parts);
-        counted = std::move(whole);
+  auto count = [&]() -> Result {
+    std::optional<Result> counted;
+    if (px.on_gpu()) {
+      try {
+        TraceRange range("analyze device image's parts");
+        if (parts.kind == PartsKind::kMask) {
+          counted = engine_->analyze_parts_device(px.gpu.view, parts, asked);
+        } else {  // the whole image's passes beside the parts' on the GPU
+          Result whole;
+          counted = alongside([&] { return engine_->analyze_parts_device(px.gpu.view, parts, asked); },
+                              [&] { whole = engine_->analyze_device(px.gpu.view, asked); });
+          whole.parts = std::move(counted->parts);
+          counted = std::move(whole);
+        }
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kResourceExhausted) throw;
+        // A failing GPU: the pixels are out of reach, decoded again on the CPU.
+        spdlog::warn("parts of a GPU-decoded JPEG: {}; decoded again on the CPU", e.what());
+        counted.reset();
+        px.gpu = GpuDecodedImage{};
+        px.lease = budget_->acquire(px.plan.memory_bytes, "this JPEG", call, memory_wait_until(call, t0));
+        DecodeOptions options;
+        options.max_pixels = limits_.max_pixels;
+        options.allow_truncated = request.options().allow_truncated();
+        options.cancelled = call.cancelled;
+        px.decoded = decode_image(data.data, data.size(), px.plan, options);
+        px.view = px.decoded.view;
       }
-    } catch (const Error& e) {
-      if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kResourceExhausted) throw;
-      // A failing GPU: the pixels are out of reach, decoded again on the CPU.
-      spdlog::warn("parts of a GPU-decoded JPEG: {}; decoded again on the CPU", e.what());
-      counted.reset();
-      px.gpu = GpuDecodedImage{};
-      px.lease = budget_->acquire(px.plan.memory_bytes, "this JPEG", call, memory_wait_until(call, t0));
-      DecodeOptions options;
-      options.max_pixels = limits_.max_pixels;
-      options.allow_truncated = request.options().allow_truncated();
-      options.cancelled = call.cancelled;
-      px.decoded = decode_image(data.data, data.size(), px.plan, options);
-      px.view = px.decoded.view;
     }
-  }
-  Result result = counted             ? std::move(*counted)
-                  : plan.with_parts() ? engine_->analyze_parts(px.view, parts, asked)
-                  : data.on_device    ? engine_->analyze_device(DeviceImageView{px.view.data, px.view.layout}, asked)
-                                      : engine_->analyze(px.view, asked);
-  if (plan.with_parts() && parts.kind != PartsKind::kMask && !counted) {
-    // The object keeps its own channels, the whole image's, and gains the parts.
-    Result whole = engine_->analyze(px.view, asked);
-    whole.parts = std::move(result.parts);
-    result = std::move(whole);
-  }
+    Result result = counted             ? std::move(*counted)
+                    : plan.with_parts() ? engine_->analyze_parts(px.view, parts, asked)
+                    : data.on_device    ? engine_->analyze_device(DeviceImageView{px.view.data, px.view.layout}, asked)
+                                        : engine_->analyze(px.view, asked);
+    if (plan.with_parts() && parts.kind != PartsKind::kMask && !counted) {
+      // The object keeps its own channels, the whole image's, and gains the parts.
+      Result whole = engine_->analyze(px.view, asked);
+      whole.parts = std::move(result.parts);
+      result = std::move(whole);
+    }
+    return result;
+  };
+  // Each label's box is found on the host while the engine counts.
+  std::vector<LabelBox> boxes;
+  const Result result = parts.kind == PartsKind::kLabels
+                            ? alongside(count, [&] { boxes = label_boxes(px.d.layout, parts, px.d.plane_height()); })
+                            : count();
   const auto t2 = Clock::now();
   fill_response(r, px.d, result, plan.stats, plan.with_parts());
-  if (parts.kind == PartsKind::kLabels) fill_boxes(r, label_boxes(px.d.layout, parts, px.d.plane_height()));
+  if (parts.kind == PartsKind::kLabels) fill_boxes(r, boxes);
   if (plan.planes.each) {
     std::vector<Result> planes;  // a raw stack's, each from its rows of the view
     for (uint64_t p = 0; px.d.planes > 1 && p < px.d.planes; ++p) {

@@ -50,7 +50,6 @@ struct Run {
   uint64_t bytes_from = 0;  // where the output's bytes start in bytes[] (a window given before them)
   uint64_t byte_count = 0;
   const uint8_t* output_bytes() const { return bytes.get() + bytes_from; }
-  uint8_t* output_bytes() { return bytes.get() + bytes_from; }
   uint32_t max_back = 0;      // the farthest a marker reaches before the start
   uint64_t blocks = 0;
   uint64_t size() const { return marked_count + byte_count; }

@@ -221,7 +221,6 @@ class BufferPool {
 
 // A run's marked symbols once resolved in place: bytes.
 const uint8_t* resolved(const Run& r) { return reinterpret_cast<const uint8_t*>(r.marked.get()); }
-uint8_t* resolved(Run& r) { return reinterpret_cast<uint8_t*>(r.marked.get()); }
 
 uint32_t be32(const uint8_t* p) { return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3]; }
 
@@ -241,7 +240,7 @@ uint32_t adler_of(uint32_t adler, const uint8_t* p, size_t n) {
 // would have inflating from the start; then the checksum over the whole
 // output, and nothing after it.
 bool zlib_from(Stream& stream, uint32_t window, uint64_t bit, const Window& win, uint64_t total, uint32_t adler,
-               uint64_t expected, const std::function<bool(uint8_t*, size_t)>& sink) {
+               uint64_t expected, const std::function<bool(const uint8_t*, size_t)>& sink) {
   const Pieces& data = stream.data();
   z_stream z{};
   int bits = 0;
@@ -324,7 +323,7 @@ struct Confirmed {
 class GroupInflate {
  public:
   GroupInflate(Stream& stream, uint32_t window, uint64_t expected,
-               const std::function<bool(uint8_t*, size_t)>& sink, const ParallelInflateOptions& options)
+               const std::function<bool(const uint8_t*, size_t)>& sink, const ParallelInflateOptions& options)
       : stream_(stream), data_(stream.data()), window_(window), expected_(expected), sink_(sink), options_(options),
         chunk_(std::max<uint64_t>(options.chunk_bytes, 1024)),
         tasks_(options.tasks ? options.tasks
@@ -368,7 +367,7 @@ class GroupInflate {
   const Pieces& data_;
   const uint32_t window_;
   const uint64_t expected_;
-  const std::function<bool(uint8_t*, size_t)>& sink_;
+  const std::function<bool(const uint8_t*, size_t)>& sink_;
   const ParallelInflateOptions& options_;
   const uint64_t chunk_, tasks_, max_out_;
   uint64_t hint_ = 0;
@@ -528,17 +527,17 @@ uint64_t parallel_inflate_memory_bytes(const ParallelInflateOptions& o) {
 }
 
 bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
-                      const std::function<bool(uint8_t*, size_t)>& sink, const ParallelInflateOptions& options) {
+                      const std::function<bool(const uint8_t*, size_t)>& sink, const ParallelInflateOptions& options) {
   return parallel_inflate(std::vector<StreamPiece>{{data, size}}, expected, sink, options);
 }
 
 bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
-                      const std::function<bool(uint8_t*, size_t)>& sink, const ParallelInflateOptions& options) {
+                      const std::function<bool(const uint8_t*, size_t)>& sink, const ParallelInflateOptions& options) {
   return parallel_inflate(pieces, {}, expected, sink, options);
 }
 
 bool parallel_inflate(const std::vector<StreamPiece>& pieces, const std::function<bool(StreamPiece*)>& more,
-                      uint64_t expected, const std::function<bool(uint8_t*, size_t)>& sink,
+                      uint64_t expected, const std::function<bool(const uint8_t*, size_t)>& sink,
                       const ParallelInflateOptions& options) {
   Stream stream(pieces, more);
   const Pieces& data = stream.data();

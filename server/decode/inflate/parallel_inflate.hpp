@@ -71,17 +71,15 @@ uint64_t parallel_inflate_memory_bytes(const ParallelInflateOptions& options);
 // Inflates the zlib stream data[0, size), which must inflate to exactly
 // `expected` bytes, end there with its checksum right and nothing after it,
 // handing the output on in order: sink(bytes, n); false from the sink
-// stops (and returns false). The bytes are the inflater's own and read no
-// more once given (checksums and windows are taken before): the sink may
-// change them where they lie (a PNG's rows are unfiltered there). True: all of that, every byte given, as zlib
+// stops (and returns false). True: all of that, every byte given, as zlib
 // gives them. False: zlib refuses the stream, or it is longer or shorter,
 // or bytes follow it; the sink may have had part of the output.
 bool parallel_inflate(const uint8_t* data, size_t size, uint64_t expected,
-                      const std::function<bool(uint8_t*, size_t)>& sink,
+                      const std::function<bool(const uint8_t*, size_t)>& sink,
                       const ParallelInflateOptions& options = {});
 // The same for a stream in pieces.
 bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
-                      const std::function<bool(uint8_t*, size_t)>& sink,
+                      const std::function<bool(const uint8_t*, size_t)>& sink,
                       const ParallelInflateOptions& options = {});
 // The same for a stream whose pieces after `pieces` are found as they are
 // needed (a PNG's IDAT chunks, walked as the file arrives): more(&piece)
@@ -89,7 +87,7 @@ bool parallel_inflate(const std::vector<StreamPiece>& pieces, uint64_t expected,
 // groups of chunks, on the caller's thread, only as far as the next group
 // reads (and to the end, to see that nothing follows the stream).
 bool parallel_inflate(const std::vector<StreamPiece>& pieces, const std::function<bool(StreamPiece*)>& more,
-                      uint64_t expected, const std::function<bool(uint8_t*, size_t)>& sink,
+                      uint64_t expected, const std::function<bool(const uint8_t*, size_t)>& sink,
                       const ParallelInflateOptions& options = {});
 
 }  // namespace imgstat

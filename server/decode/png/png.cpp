@@ -105,11 +105,7 @@ class BandDecode {
   // n more bytes are in the chunk being filled; false where libpng would refuse.
   bool commit(size_t n);
   // The parallel inflater's output, copied into the chunks.
-  bool take(uint8_t* p, size_t n);
-  // Whole rows at p[0, n) that need no row above them but the last one
-  // passed on (filters None and Sub): how many, if enough to pass on where
-  // they lie, else 0.
-  uint32_t rows_in_place(const uint8_t* p, size_t n) const;
+  bool take(const uint8_t* p, size_t n);
   bool far_ahead(uint64_t from) const { return !arrived_ || arrived_(0) >= from + kParallelPngInflateBytes; }
   void inflate_in_parallel(const InflateResume* resume, ParallelInflateOptions options);
   void inflate_with_zlib();
@@ -284,29 +280,9 @@ bool BandDecode::commit(size_t n) {
   return true;
 }
 
-uint32_t BandDecode::rows_in_place(const uint8_t* p, size_t n) const {
-  if (fill_ != 0 || n < kParallelRowsBytes) return 0;
-  const auto rows = static_cast<uint32_t>(std::min<uint64_t>(n / stride_, h_.height - y0_));
-  for (uint32_t i = 0; i < rows; ++i)
-    if (p[size_t{i} * stride_] > 1) return 0;
-  return rows;
-}
-
-bool BandDecode::take(uint8_t* p, size_t n) {
+bool BandDecode::take(const uint8_t* p, size_t n) {
   while (n > 0) {
     if (y0_ == h_.height) return false;  // more image data than rows
-    // Rows the inflater gives whole whose filters need no row above them
-    // (OpenCV writes Sub everywhere) are unfiltered and converted where
-    // they lie, on every core, while the inflater waits anyway: no copy
-    // (for a 96 MB label map on the H200 host the copy alone took 13-16 ms
-    // of one core, 2026-12-04).
-    if (const uint32_t rows = rows_in_place(p, n)) {
-      if (!passed() || !pass_on(p, y0_, rows)) return false;
-      y0_ += rows;
-      p += size_t{rows} * stride_;
-      n -= size_t{rows} * stride_;
-      continue;
-    }
     const size_t step = std::min(n, want() - fill_);
     std::memcpy(filtered_[k_].get() + fill_, p, step);
     p += step;
@@ -366,7 +342,7 @@ void BandDecode::inflate_in_parallel(const InflateResume* resume, ParallelInflat
         done_before(static_cast<uint64_t>(piece.data - data_) + std::min<uint64_t>(offset - starts[i - 1], piece.size));
       }
     };
-  auto take = [this](uint8_t* p, size_t n) { return this->take(p, n); };
+  auto take = [this](const uint8_t* p, size_t n) { return this->take(p, n); };
   const bool inflated = parallel_inflate(walked, more, uint64_t{h_.height} * stride_, take, options);
   if (!passed() || !inflated || y0_ != h_.height || idat_.bad()) return give_up();
   done_before(size_);
