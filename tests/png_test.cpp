@@ -613,7 +613,9 @@ TEST(Png, RowsConvertedInParallelFillBandsOfAnySize) {
       map.rows[(size_t{y} * map.width + x) * 2 + 1] = static_cast<uint8_t>(v);
     }
   files.emplace_back(write_png(map, rng), uint64_t{8192} * 2);
-  for (const auto& [f, row_bytes] : files) {
+  for (const auto& file : files) {
+    const std::string& f = file.first;  // named, not bound: lambdas below take them (C++17)
+    const uint64_t row_bytes = file.second;
     Answer got;
     tbb::task_arena(4).execute([&] { got = ours(f); });
     EXPECT_EQ(difference(got, libpng(f)), "") << got.error;
