@@ -2,7 +2,12 @@
 // queue, checked layout arithmetic, limits and the log's escaping.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
 #include <future>
 #include <thread>
 
@@ -268,6 +273,86 @@ TEST(WorkQueue, RefusesBeyondItsLineAndRunsEverythingItTook) {
   gate.set_value();
   queue.drain();
   EXPECT_EQ(ran.load(), 4);
+}
+
+// Calls waiting on the GPU's JPEG decoder step aside: more of them wait at
+// once than there are places, which still bound the tasks using a core.
+TEST(WorkQueue, TasksSteppingAsideLetOthersInAndAtMostThePlacesRunOutside) {
+  constexpr unsigned kPlaces = 2, kWaiting = 6, kTasks = kPlaces + kWaiting;
+  WorkQueue queue(kPlaces, 100, kWaiting);
+  std::mutex mu;
+  std::condition_variable changed;
+  unsigned aside = 0, together = 0, outside = 0, most_outside = 0, done = 0;
+  auto outside_for = [&](std::chrono::milliseconds d) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      most_outside = std::max(most_outside, ++outside);
+    }
+    std::this_thread::sleep_for(d);
+    std::lock_guard<std::mutex> lock(mu);
+    --outside;
+  };
+  for (unsigned i = 0; i < kTasks; ++i)
+    ASSERT_TRUE(queue.submit([&] {
+      outside_for(3ms);
+      {
+        WorkQueue::StepAside step;
+        std::unique_lock<std::mutex> lock(mu);
+        ++aside;
+        changed.notify_all();
+        // Every task gets here only if those waiting gave their places up.
+        together += changed.wait_for(lock, 5s, [&] { return aside == kTasks; });
+      }
+      outside_for(3ms);
+      std::lock_guard<std::mutex> lock(mu);
+      ++done;
+    }));
+  queue.drain();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(together, kTasks);  // each saw every task aside at once
+  EXPECT_EQ(done, kTasks);
+  EXPECT_GE(most_outside, 1u);
+  EXPECT_LE(most_outside, kPlaces);
+}
+
+TEST(WorkQueue, ATaskComingBackGoesBeforeTasksNotYetBegun) {
+  WorkQueue queue(1, 100, 1);
+  std::promise<void> a_may_return, b_may_end;
+  std::shared_future<void> a_gate = a_may_return.get_future().share(), b_gate = b_may_end.get_future().share();
+  std::promise<void> a_aside, b_began;
+  std::mutex mu;
+  std::vector<std::string> order;
+  auto note = [&](const char* what) {
+    std::lock_guard<std::mutex> lock(mu);
+    order.push_back(what);
+  };
+  ASSERT_TRUE(queue.submit([&] {
+    {
+      WorkQueue::StepAside step;
+      a_aside.set_value();
+      a_gate.wait_for(5s);
+    }
+    note("a back");
+  }));
+  ASSERT_EQ(a_aside.get_future().wait_for(5s), std::future_status::ready);
+  ASSERT_TRUE(queue.submit([&] {  // takes the place a gave up
+    note("b began");
+    b_began.set_value();
+    b_gate.wait_for(5s);
+  }));
+  // Bounded waits: a queue that kept a's place would fail here, not hang.
+  EXPECT_EQ(b_began.get_future().wait_for(5s), std::future_status::ready);
+  ASSERT_TRUE(queue.submit([&] { note("c began"); }));
+  a_may_return.set_value();
+  std::this_thread::sleep_for(30ms);  // a now waits for the place b holds
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(order, (std::vector<std::string>{"b began"}));  // one place: a and c wait
+  }
+  b_may_end.set_value();
+  queue.drain();
+  EXPECT_EQ(order, (std::vector<std::string>{"b began", "a back", "c began"}));
+  WorkQueue::StepAside outside_any_queue;  // does nothing on a thread of none
 }
 
 TEST(ByteExtent, OverflowIsDetectedEverywhere) {

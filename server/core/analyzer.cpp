@@ -19,6 +19,7 @@
 #include "core/response.hpp"
 #include "core/uploads.hpp"
 #include "core/validate.hpp"
+#include "core/work_queue.hpp"
 #include "decode/decode.hpp"
 #include "decode/facts.hpp"
 #include "decode/large_buffers.hpp"
@@ -811,6 +812,11 @@ std::optional<GpuDecodedImage> Analyzer::decode_on_gpu(const uint8_t* data, size
   GpuDecodedImage image;
   try {
     TraceRange range("gpu jpeg decode and check (queued and batched)");
+    // No core is used while the GPU decodes a small JPEG: another call takes
+    // this place, and the next batch fills from more calls than there are
+    // threads.
+    std::optional<WorkQueue::StepAside> aside;
+    if (size <= kStepAsideJpegBytes) aside.emplace();
     image = gpu_jpeg_->decode(*ticket, data, size);
   } catch (const Error& e) {
     *why = e.what();

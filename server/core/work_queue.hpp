@@ -9,6 +9,13 @@
 //
 // The line is bounded: submit() refuses work beyond max_waiting, so a flood
 // of calls is answered RESOURCE_EXHAUSTED instead of queueing without end.
+//
+// A task waiting on other hardware (a JPEG on the GPU's decoder) holds a
+// thread but no core: with `waiting_threads` more threads than `threads`,
+// such a task steps aside (StepAside) and its place goes to the next task,
+// so that the GPU's batches fill from more calls than there are cores. At
+// most `threads` tasks run outside a StepAside at once; one coming back
+// takes the next free place before any task not yet begun.
 #pragma once
 
 #include <tbb/task_arena.h>
@@ -25,10 +32,36 @@ namespace imgstat {
 
 class WorkQueue {
  public:
-  WorkQueue(unsigned threads, size_t max_waiting)
-      : max_waiting_(max_waiting), arena_(static_cast<int>(std::max(1u, threads))) {
-    for (unsigned i = 0; i < std::max(1u, threads); ++i) threads_.emplace_back([this] { loop(); });
+  WorkQueue(unsigned threads, size_t max_waiting, unsigned waiting_threads = 0)
+      : max_waiting_(max_waiting),
+        free_places_(std::max(1u, threads)),
+        arena_(static_cast<int>(std::max(1u, threads) + waiting_threads)) {
+    for (unsigned i = 0; i < std::max(1u, threads) + waiting_threads; ++i) threads_.emplace_back([this] { loop(); });
   }
+
+  // While one lives, the task running on this thread gives its place to
+  // another: for waits that use no core. Nothing outside a queue's task.
+  class StepAside {
+   public:
+    StepAside() : queue_(t_running) {
+      if (!queue_) return;
+      std::lock_guard<std::mutex> lock(queue_->mu_);
+      queue_->free_place();
+    }
+    ~StepAside() {
+      if (!queue_) return;
+      std::unique_lock<std::mutex> lock(queue_->mu_);
+      ++queue_->returning_;
+      queue_->place_.wait(lock, [this] { return queue_->free_places_ > 0; });
+      --queue_->returning_;
+      --queue_->free_places_;
+    }
+    StepAside(const StepAside&) = delete;
+    StepAside& operator=(const StepAside&) = delete;
+
+   private:
+    WorkQueue* queue_;
+  };
 
   ~WorkQueue() {
     {
@@ -63,25 +96,48 @@ class WorkQueue {
   }
 
  private:
+  // A task may begin only where no stepped-aside task waits to come back.
+  bool can_begin() const { return !queue_.empty() && free_places_ > returning_; }
+
+  // With mu_ held.
+  void free_place() {
+    ++free_places_;
+    if (returning_ > 0)
+      place_.notify_one();
+    else if (can_begin())
+      wake_.notify_one();
+  }
+
   void loop() {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      wake_.wait(lock, [this] { return (stopping_ && queue_.empty()) || can_begin(); });
       if (queue_.empty()) return;  // stopping, nothing left
       std::function<void()> task = std::move(queue_.front());
       queue_.pop_front();
+      --free_places_;
+      if (stopping_ && queue_.empty()) wake_.notify_all();  // the others may go
       lock.unlock();
+      t_running = this;
       arena_.execute([&] { task(); });
+      t_running = nullptr;
       lock.lock();
+      ++free_places_;  // this thread looks for the next task itself
+      if (returning_ > 0) place_.notify_one();
       if (--pending_ == 0) idle_.notify_all();
     }
   }
 
+  static inline thread_local WorkQueue* t_running = nullptr;  // the queue whose task this thread runs
+
   const size_t max_waiting_;
   mutable std::mutex mu_;
   std::condition_variable wake_, idle_;
+  std::condition_variable place_;  // stepped-aside tasks waiting to come back
   std::deque<std::function<void()>> queue_;
   size_t pending_ = 0;
+  unsigned free_places_;  // tasks that may still begin or come back
+  unsigned returning_ = 0;
   bool stopping_ = false;
   tbb::task_arena arena_;
   std::vector<std::thread> threads_;  // last: they start once the rest is made

@@ -37,6 +37,12 @@ struct ServerOptions {
   double shutdown_grace_seconds = 30;  // calls in progress get this long to finish
   bool gpu_decode = true;              // JPEG on the GPU (nvJPEG) when the engine is CUDA
   GpuJpegOptions gpu_jpeg;             // its batching and lanes, on each GPU
+  // Workers beyond `threads` for calls whose small JPEG the GPU decodes:
+  // such a call gives its place up while it waits (WorkQueue::StepAside),
+  // so that the GPU's batches fill from more calls than there are threads.
+  // Off by default until its memory is measured against the hostile
+  // suite's bounds on the GPU machine (docs/performance.md).
+  unsigned gpu_waiting_threads = 0;
   // The Unix socket that takes region descriptors: "auto" (the default) puts
   // it in $XDG_RUNTIME_DIR or /tmp; "off": no regions.
   std::string region_socket = "auto";

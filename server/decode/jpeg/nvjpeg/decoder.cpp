@@ -339,9 +339,16 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       sizes.push_back(j->size);
       planes.push_back(j->planes);
     }
-    Status s = api_.batched_initialize(hw_, lane.hw_state, static_cast<int>(jobs.size()), 1, format);
-    if (s == nvjpeg::kSuccess)
+    Status s;
+    {
+      TraceRange range("nvjpeg batched initialize");
+      s = api_.batched_initialize(hw_, lane.hw_state, static_cast<int>(jobs.size()), 1, format);
+    }
+    if (s == nvjpeg::kSuccess) {
+      TraceRange range("nvjpeg decode batched");
       s = api_.decode_batched(hw_, lane.hw_state, data.data(), sizes.data(), planes.data(), lane.stream);
+    }
+    TraceRange range("nvjpeg wait for the decode");
     wait(lane, lane.stream, "nvJPEG batched decode");
     return s;
   }
@@ -349,12 +356,18 @@ class NvjpegDecoder final : public GpuJpegDecoder {
   void decode_batch(Lane& lane, std::vector<std::shared_ptr<Job>>& batch) {
     TraceRange range("nvjpeg batch");
     std::vector<Job*> ready;
-    for (auto& job : batch)
-      if (prepare(lane, *job)) ready.push_back(job.get());
+    {
+      TraceRange range("nvjpeg prepare");
+      for (auto& job : batch)
+        if (prepare(lane, *job)) ready.push_back(job.get());
+    }
     // The checks first: they run on the SMs while the JPEG engines decode.
-    lane.checks.clear();
-    for (Job* j : ready) lane.checks.add(&j->check);
-    lane.checks.launch(lane.staging, lane.check_stream, kCheckRounds);
+    {
+      TraceRange range("jpeg check launch");
+      lane.checks.clear();
+      for (Job* j : ready) lane.checks.add(&j->check);
+      lane.checks.launch(lane.staging, lane.check_stream, kCheckRounds);
+    }
     std::vector<Job*> groups[2];  // hardware: gray, color
     for (Job* job : ready) {
       if (job->hardware)
@@ -383,11 +396,20 @@ class NvjpegDecoder final : public GpuJpegDecoder {
         cudaFreeAsync(j->planes_memory, lane.stream);
         j->planes_memory = nullptr;
       }
-    wait(lane, lane.stream, "nvJPEG decode");
-    wait(lane, lane.check_stream, "JPEG check");
+    {
+      TraceRange range("nvjpeg wait for colour");
+      wait(lane, lane.stream, "nvJPEG decode");
+    }
+    {
+      TraceRange range("jpeg check wait");
+      wait(lane, lane.check_stream, "JPEG check");
+    }
     std::vector<JpegCheck> verdicts(ready.size());
     std::unique_ptr<bool[]> covered_by_check(new bool[ready.size()]());
-    lane.checks.finish(lane.check_stream, verdicts.data(), covered_by_check.get());
+    {
+      TraceRange range("jpeg check finish");
+      lane.checks.finish(lane.check_stream, verdicts.data(), covered_by_check.get());
+    }
     for (auto& job : batch) {
       bool covered = false;
       JpegCheck verdict;

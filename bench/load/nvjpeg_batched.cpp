@@ -1,0 +1,215 @@
+// nvJPEG's batched decode on the hardware backend alone: the ceiling a
+// server's JPEG rate is measured against (issue 52; scripts/gpu-jpeg-ceiling
+// runs imgstat-load over the same files in the same lease). The files'
+// bytes are in memory; each of --threads threads owns a state and a stream
+// and decodes every thread-th batch to planes in GPU memory (the server's
+// own output: Y, Cb, Cr; or interleaved RGB with --rgb), nothing counted,
+// nothing copied back. Files the hardware backend does not take in a batch
+// are left out and counted. On the H200 host (2026-12-04, nvJPEG 13.0.1)
+// every batch on the hardware backend here ends in NVJPEG_STATUS_ALLOCATOR_
+// FAILURE, batches of 1 to 1024, although the server's batches of the same
+// files decode there (its answers say nvjpeg-hardware): not yet understood,
+// so the script shows the hybrid backend and torchvision beside it.
+// Median and range of --rounds passes:
+//   imgstat-nvjpeg-bench [--batch N]... [--threads T]... [--rounds R] [--rgb] [--backend hardware|default|hybrid] DIR
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "decode/jpeg/nvjpeg/api.hpp"
+#include "decode/jpeg/verify.hpp"
+
+namespace {
+
+namespace nv = imgstat::nvjpeg;
+
+void check(nv::Status s, const char* what) {
+  if (s == nv::kSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, nv::status_name(s));
+  std::exit(1);
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
+struct Jpeg {
+  std::vector<unsigned char> bytes;
+  size_t width = 0, height = 0;
+};
+
+// One decoding thread: its own state, stream and output planes, sized for
+// the largest file (planes reused batch after batch, as a server's are not:
+// this is the decoder alone).
+struct Worker {
+  nv::State state = nullptr;
+  cudaStream_t stream = nullptr;
+  std::vector<unsigned char*> out;
+  std::vector<const unsigned char*> data;
+  std::vector<size_t> lengths;
+  std::vector<nv::Planes> planes;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it is measured, through pipes too
+  std::vector<int> batches, thread_counts;
+  int rounds = 5;
+  bool rgb = false;
+  std::string backend_name = "hardware";
+  std::string dir;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batches.push_back(std::max(1, std::atoi(argv[++i])));
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) thread_counts.push_back(std::max(1, std::atoi(argv[++i])));
+    else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--rgb")) rgb = true;
+    else if (!std::strcmp(argv[i], "--backend") && i + 1 < argc) backend_name = argv[++i];
+    else dir = argv[i];
+  }
+  if (dir.empty()) {
+    std::fprintf(stderr, "usage: %s [--batch N]... [--threads T]... [--rounds R] [--rgb] [--backend hardware|default|hybrid] DIR\n", argv[0]);
+    return 2;
+  }
+  if (batches.empty()) batches = {64, 256};
+  if (thread_counts.empty()) thread_counts = {1};
+  std::string why;
+  const nv::Api* api = nv::load(&why);
+  if (!api) {
+    std::fprintf(stderr, "no nvJPEG here: %s\n", why.c_str());
+    return 2;
+  }
+  // A current context before nvJPEG's first call, as the server has.
+  check(cudaSetDevice(0), "cudaSetDevice");
+  check(cudaFree(nullptr), "cudaFree");
+  nv::Handle handle = nullptr;
+  const nv::Backend backend = backend_name == "default" ? nv::kBackendDefault
+                              : backend_name == "hybrid" ? nv::kBackendGpuHybrid
+                                                         : nv::kBackendHardware;
+  check(api->create_ex(backend, nullptr, nullptr, 0, &handle), "nvjpegCreateEx");
+  nv::JpegStream parsed = nullptr;
+  check(api->stream_create(handle, &parsed), "nvjpegJpegStreamCreate");
+
+  std::vector<std::filesystem::path> paths;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".jpg" || e.path().extension() == ".jpeg") paths.push_back(e.path());
+  std::sort(paths.begin(), paths.end());
+  std::vector<Jpeg> jpegs;
+  size_t left_out = 0, largest = 0;
+  for (const auto& p : paths) {
+    std::ifstream in(p, std::ios::binary);
+    Jpeg j;
+    j.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    const imgstat::JpegScan scan = imgstat::parse_jpeg_scan(j.bytes.data(), j.bytes.size());
+    const bool parsed_ok =
+        api->stream_parse_header ? api->stream_parse_header(handle, j.bytes.data(), j.bytes.size(), parsed) == nv::kSuccess
+                                 : api->stream_parse(handle, j.bytes.data(), j.bytes.size(), 0, 0, parsed) == nv::kSuccess;
+    int unsupported = 1;
+    if (!scan.covered || scan.components != 3 || !parsed_ok ||
+        api->batched_supported(handle, parsed, &unsupported) != nv::kSuccess || unsupported) {
+      ++left_out;
+      continue;
+    }
+    j.width = scan.width;
+    j.height = scan.height;
+    largest = std::max(largest, j.width * j.height);
+    jpegs.push_back(std::move(j));
+  }
+  api->stream_destroy(parsed);
+  if (jpegs.empty()) {
+    std::fprintf(stderr, "no colour JPEG in %s that the hardware backend decodes in a batch\n", dir.c_str());
+    return 1;
+  }
+  std::printf("nvJPEG %s backend, batched decode to %s alone, %zu files in memory (%zu left out), median of %d "
+              "passes\n",
+              backend_name.c_str(), rgb ? "interleaved RGB" : "Y, Cb, Cr planes", jpegs.size(), left_out, rounds);
+  std::printf("%8s %8s %10s %12s %22s\n", "batch", "threads", "images", "images/s", "range");
+  const nv::OutputFormat format = rgb ? nv::kOutputRgbi : nv::kOutputYuv;
+  for (const int threads : thread_counts) {
+    std::vector<Worker> workers(threads);
+    for (Worker& w : workers) {
+      check(api->state_create(handle, &w.state), "nvjpegJpegStateCreate");
+      check(cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    }
+    for (const int batch : batches) {
+      // Whole batches only: a state's batch size is fixed when it is initialized.
+      const size_t count = jpegs.size() / batch;
+      if (count == 0) continue;
+      for (Worker& w : workers) {
+        w.out.resize(batch);
+        for (unsigned char*& o : w.out) check(cudaMalloc(&o, largest * 3), "cudaMalloc");
+        w.data.resize(batch);
+        w.lengths.resize(batch);
+        w.planes.resize(batch);
+      }
+      std::vector<double> rates;
+      std::atomic<int> failed{nv::kSuccess};
+      for (int r = 0; r <= rounds && failed == nv::kSuccess; ++r) {  // the first pass warms up
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<std::thread> running;
+        for (int t = 0; t < threads; ++t)
+          running.emplace_back([&, t] {
+            Worker& w = workers[t];
+            for (size_t b = t; b < count; b += threads) {
+              for (int k = 0; k < batch; ++k) {
+                const Jpeg& j = jpegs[b * batch + k];
+                w.data[k] = j.bytes.data();
+                w.lengths[k] = j.bytes.size();
+                w.planes[k] = nv::Planes{};
+                if (rgb) {
+                  w.planes[k].channel[0] = w.out[k];
+                  w.planes[k].pitch[0] = j.width * 3;
+                } else {  // chroma planes at most the image's size, with its pitch
+                  for (int c = 0; c < 3; ++c) {
+                    w.planes[k].channel[c] = w.out[k] + c * largest;
+                    w.planes[k].pitch[c] = j.width;
+                  }
+                }
+              }
+              // Before each batch, as the server does.
+              nv::Status st = api->batched_initialize(handle, w.state, batch, 1, format);
+              if (st == nv::kSuccess)
+                st = api->decode_batched(handle, w.state, w.data.data(), w.lengths.data(), w.planes.data(), w.stream);
+              if (st != nv::kSuccess) {
+                failed = st;
+                break;
+              }
+            }
+            check(cudaStreamSynchronize(w.stream), "cudaStreamSynchronize");
+          });
+        for (std::thread& t : running) t.join();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (r > 0) rates.push_back(static_cast<double>(count * batch) / s);
+      }
+      for (Worker& w : workers)
+        for (unsigned char* o : w.out) check(cudaFree(o), "cudaFree");
+      if (failed != nv::kSuccess) {
+        std::printf("%8d %8d nvjpegDecodeBatched: %s\n", batch, threads,
+                    nv::status_name(static_cast<nv::Status>(failed.load())));
+        continue;
+      }
+      std::sort(rates.begin(), rates.end());
+      std::printf("%8d %8d %10zu %12.0f %10.0f-%-11.0f\n", batch, threads, count * batch, rates[rates.size() / 2],
+                  rates.front(), rates.back());
+    }
+    for (Worker& w : workers) {
+      api->state_destroy(w.state);
+      cudaStreamDestroy(w.stream);
+    }
+  }
+  api->destroy(handle);
+  return 0;
+}
