@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "calls.hpp"
@@ -50,6 +51,14 @@ const char* const kUnreachable = "no server reachable: an earlier file used all 
 constexpr unsigned kCallsPerThread = 4;
 constexpr uint64_t kDefaultCalls = 16;
 constexpr uint64_t kMaxCalls = 256;
+// --aggregate on the servers' Aggregate calls (on_server.cpp): at most this
+// many calls at once; each call's files in slices, about this many a call
+// over the pass, of at least and at most these many files, and at most this
+// many bytes (a memfd's worth at a time to a server on this host).
+constexpr size_t kAggregateCalls = 64;
+constexpr size_t kAggregateSlicesPerCall = 4;
+constexpr std::pair<size_t, size_t> kAggregateSliceFiles{32, 1024};
+constexpr uint64_t kAggregateSliceBytes = uint64_t{64} << 20;
 // round_robin over every address of the target, and gRPC's own retries for
 // unary calls that never reached a server (UNAVAILABLE before any answer);
 // retry_unavailable() below covers the rest. Streaming calls get no retry

@@ -92,6 +92,39 @@ class Remote {
   std::optional<std::vector<std::string>> list_on_server(const std::string& prefix);
   // The object by its name (Input.url), answered as start() answers.
   void start_fetch(const std::string& name, const Request& request, std::function<void(Outcome)> done);
+  // --aggregate's files merged by the server itself (its Aggregate call):
+  // the largest file one such call takes whole (within a message), or 0
+  // where the server has no Aggregate call.
+  uint64_t aggregate_file_limit();
+  // Inputs a server's Aggregate call analyzes at once (its batch_window).
+  unsigned aggregate_window();
+  // A memfd that a server on this host maps, kept by one caller of
+  // aggregate() for its calls one after another: its pages are made, and
+  // mapped there, once. capacity: the most bytes of files one call takes.
+  struct AggregateMemory {
+    explicit AggregateMemory(uint64_t capacity) : capacity(capacity) {}
+    ~AggregateMemory();
+    AggregateMemory(const AggregateMemory&) = delete;
+    AggregateMemory& operator=(const AggregateMemory&) = delete;
+    const uint64_t capacity;
+    int fd = -1;  // -1: not made yet
+    bool failed = false;  // cannot be made, or no server takes it: the bytes go in the messages
+    char* data = nullptr;
+    std::string region_id;  // empty: not (or no longer) registered
+  };
+  // One Aggregate call over files (sizes: each one's, as listed; each at
+  // most aggregate_file_limit()): their bytes read into *memory where a
+  // server on this host maps it, else sent in the messages; inputs made
+  // like `like` (kind, raw layout), named by their files. A call that ends
+  // UNAVAILABLE goes again whole, as a file's would: a partial is all of
+  // its inputs or none. The server's answer (a failure's index: its file's
+  // place in files), with the files not read here in *unread; else the
+  // call's status.
+  grpc::Status aggregate(const std::vector<std::string>& files, const std::vector<uint64_t>& sizes,
+                         const v1::Input& like, const v1::Options& options, AggregateMemory* memory,
+                         v1::AggregateResponse* out, std::vector<std::pair<size_t, Outcome>>* unread);
+  // The memory's region, unregistered once its calls are done.
+  void release(AggregateMemory& memory);
   // Calls in flight that keep the server (every server of a list) busy:
   // four for each of its engine's threads, within its max_concurrent.
   unsigned calls_to_fill();
@@ -162,6 +195,12 @@ class Remote {
   bool analyze_in_region(Source& source, const Request& request, std::chrono::system_clock::time_point until,
                          Outcome* out);
   RegionSocketClient* region_socket(std::chrono::system_clock::time_point until);
+  // The memory made and registered where it can be; false: the bytes go in the messages.
+  bool ready(AggregateMemory& memory, std::chrono::system_clock::time_point until);
+  grpc::Status aggregate_once(const std::vector<std::string>& files, const std::vector<uint64_t>& sizes,
+                              const v1::Input& like, const v1::Options& options, AggregateMemory* memory,
+                              std::chrono::system_clock::time_point until, v1::AggregateResponse* out,
+                              std::vector<std::pair<size_t, Outcome>>* unread);
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ImageStats::Stub> stub_;

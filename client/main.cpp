@@ -28,6 +28,7 @@
 #include "core/address.hpp"
 #include "core/malloc_tuning.hpp"
 #include "decode/library_messages.hpp"
+#include "on_server.hpp"
 #include "options.hpp"
 #include "pass.hpp"
 #include "background_map.hpp"
@@ -89,10 +90,11 @@ int ask_server(client::Remote& remote, const CliOptions& o, std::ostream& err) {
 // shown as it comes in, with a progress bar on a terminal.
 class Run {
  public:
-  Run(const CliOptions& o, client::Request request, const client::LabelFolder& labels,
+  // asked: the options given (request's are what each file's analysis is asked instead, with --aggregate).
+  Run(const CliOptions& o, client::Request request, v1::Options asked, const client::LabelFolder& labels,
       std::optional<Aggregation> aggregation, std::ostream& err)
-      : o_(o), request_(std::move(request)), labels_(labels), aggregation_(std::move(aggregation)), err_(err),
-        duplicates_(o.duplicates_distance) {}
+      : o_(o), request_(std::move(request)), asked_(std::move(asked)), labels_(labels),
+        aggregation_(std::move(aggregation)), err_(err), duplicates_(o.duplicates_distance) {}
 
   int run(client::Remote& remote) {
     if (o_.merge) return merge_partials();
@@ -144,6 +146,10 @@ class Run {
         if (sent_.fetch_add(n) == 0)
           if (client::Pass* p = running_.load()) p->poke();  // the bar shows the upload at once, not 200 ms later
       };
+    if (merges_on_server() && on_server(remote)) {
+      bar(0, true);
+      return finish(inputs_.size() + missing_.size(), "files");
+    }
     // Each file's request: the label image of its own, with a label folder.
     auto make_request = [this](size_t i) {
       client::Request mine = request_;
@@ -365,6 +371,46 @@ class Run {
     return p;
   }
 
+  // --aggregate where nothing here needs each file's answer: the servers
+  // merge the files themselves (client/on_server.hpp).
+  bool merges_on_server() const {
+    if (!aggregation_ || o_.local || o_.per_file || o_.no_batch || !o_.resume.empty() || o_.duplicates ||
+        !o_.report.empty() || labels_.used || !request_.map_file.empty() || request_.force_stream ||
+        asked_.has_parts() || o_.dicom_series || !dicom_files_.empty() || inputs_.size() < 2)
+      return false;
+    for (int s : asked_.statistics())
+      if (s == v1::STATISTIC_QUALITY || s == v1::STATISTIC_HASHES) return false;
+    return true;
+  }
+
+  // False, nothing merged, where the inputs or the server do not allow it.
+  bool on_server(client::Remote& remote) {
+    const uint64_t limit = remote.aggregate_file_limit();
+    const std::optional<std::vector<uint64_t>> sizes = limit ? client::plain_file_sizes(inputs_, limit) : std::nullopt;
+    if (!sizes) return false;
+    client::OnServerOptions tuning;
+    tuning.jobs = o_.jobs ? o_.jobs : remote.calls_to_fill();
+    auto merge = [this](client::OnServerSlice& slice) {
+      try {
+        aggregation_->merge(slice.partial);
+      } catch (const std::exception& e) {  // counts that do not add up: none of the slice's files is merged
+        std::unordered_set<std::string> failed;
+        for (const client::Outcome& o : slice.failed) failed.insert(o.file);
+        for (size_t i = slice.first; i < slice.first + slice.count; ++i)
+          if (!failed.count(inputs_[i])) {
+            client::Outcome o;
+            o.file = inputs_[i];
+            o.code = "INTERNAL";
+            o.error = std::string("its server's partial cannot be merged: ") + e.what();
+            slice.failed.push_back(std::move(o));
+          }
+      }
+      for (const client::Outcome& o : slice.failed) fail(o);
+    };
+    return client::aggregate_on_server(remote, inputs_, *sizes, request_.input, asked_, tuning, merge,
+                                       [this](size_t done) { bar(done, false); });
+  }
+
   bool parts_asked() const { return request_.options.has_parts() && !request_.options.parts().has_mask(); }
 
   void fail(const client::Outcome& o) {
@@ -482,6 +528,7 @@ class Run {
 
   const CliOptions& o_;
   client::Request request_;
+  const v1::Options asked_;
   std::vector<std::string> dicom_files_;  // --dicom-series: the DICOM files named, one input
   std::string dicom_list_;                // and its name
   const client::LabelFolder& labels_;
@@ -555,6 +602,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::optional<Aggregation> aggregation;
+  const v1::Options asked = request.options;
   if (o.aggregate) {
     try {
       aggregation.emplace(request.options);
@@ -564,5 +612,5 @@ int main(int argc, char** argv) {
     }
     request.options = aggregation->part_options();
   }
-  return Run(o, std::move(request), labels, std::move(aggregation), err).run(*remote);
+  return Run(o, std::move(request), asked, labels, std::move(aggregation), err).run(*remote);
 }

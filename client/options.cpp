@@ -160,6 +160,10 @@ void add_output_and_input_options(CLI::App& app, CliOptions& o) {
   auto* resume = app.add_option("--resume", o.resume,
                                 "with --aggregate: keep the merged state and the inputs done in FILE as the pass "
                                 "goes; the same command again goes on where it stopped, each input counted once");
+  app.add_flag("--per-file", o.per_file,
+               "with --aggregate: a call for each file and its answer merged here, as a pass with --duplicates, "
+               "--report, --resume, parts or --stats quality goes, rather than the files merged by the servers "
+               "themselves on a few Aggregate calls");
   app.add_flag("--duplicates", o.duplicates,
                "with --aggregate: the groups of exact duplicates (equal decoded pixels, whatever the format) and near "
                "duplicates (imagehash's phash within --duplicates-distance bits) across the files");

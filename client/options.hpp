@@ -58,6 +58,8 @@ struct CliOptions {
   // --duplicates with --aggregate: exact and near duplicates over the pass
   // (near: phash within duplicates_distance bits).
   bool duplicates = false;
+  // --per-file with --aggregate: each file's answer merged here, not on the servers' Aggregate calls.
+  bool per_file = false;
   std::string report;  // --report FILE.html with --aggregate
   uint32_t duplicates_distance = 4;
   bool merge = false;

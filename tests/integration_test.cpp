@@ -834,14 +834,14 @@ TEST_F(Integration, AggregateMergesOnTheServerAsTheClientsMergeDoes) {
   EXPECT_EQ(server.failures(0).error().code(), grpc::StatusCode::INVALID_ARGUMENT);
 
   // The CLI's merge of a call a file over the same inputs.
-  std::vector<std::string> args = {"--aggregate", "--partial-out", temp_path("aggregate-partial")};
+  std::vector<std::string> args = {"--aggregate", "--per-file", "--partial-out", temp_path("aggregate-partial")};
   for (const std::string& f : sent)
     if (!f.empty()) args.push_back(f);
   const ProcessResult r = client(args);
   ASSERT_EQ(r.code, 0) << r.err;
   v1::Partial cli;
-  ASSERT_TRUE(cli.ParseFromString(read_file(args[2])));
-  std::filesystem::remove(args[2]);
+  ASSERT_TRUE(cli.ParseFromString(read_file(args[3])));
+  std::filesystem::remove(args[3]);
   cli.clear_done();
   ASSERT_GE(cli.groups_size(), 4);
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(server.partial(), cli))
@@ -880,6 +880,107 @@ TEST_F(Integration, AggregateMergesOnTheServerAsTheClientsMergeDoes) {
   v1::ServerInfo info;
   ASSERT_TRUE(stub_->GetServerInfo(&info_ctx, v1::GetServerInfoRequest(), &info).ok());
   EXPECT_EQ(info.limits().aggregate_inputs(), 1024u);
+}
+
+// The CLI's --aggregate sends its files on the server's Aggregate calls,
+// a few slices at once, and merges their partials; its answer is the one
+// a call a file gives (--per-file), byte for byte: the groups in the
+// order their first files come (a 16-bit image first met in a later
+// slice), a damaged file and an empty one named in their places, the same
+// exit status and partial, in shared memory or over the socket. A file
+// too large for one message sends the whole pass a call a file, with the
+// same answer.
+TEST_F(Integration, AggregateOnTheServersCallsAnswersAsACallAFile) {
+  const std::filesystem::path dir = temp_path("aggregate-on-server");
+  std::filesystem::create_directories(dir);
+  const std::vector<std::string> kinds = {"png/skimage_camera.png", "jpeg/imagers_cat.jpg", "png/skimage_coffee.png",
+                                          "gif/imagers_sample_1.gif"};
+  // A file that reads shorter than its size (a sysfs file says 4096 bytes):
+  // it fails here, before its call, and the server's failures after it in
+  // its slice are still named by their own places.
+  std::string shorter = "/sys/kernel/mm/transparent_hugepage/enabled";
+  {
+    std::ifstream in(shorter, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::error_code ec;
+    if (text.empty() || std::filesystem::file_size(shorter, ec) <= text.size() || ec) shorter.clear();
+  }
+  std::vector<std::string> files;
+  for (int i = 0; i < 100; ++i) {
+    const std::string name = (dir / (std::to_string(1000 + i) + "-")).string();
+    if (i == 35 && !shorter.empty()) {
+      files.push_back(shorter);
+    } else if (i == 40) {
+      files.push_back(name + "broken.png");
+      std::ofstream(files.back(), std::ios::binary) << "\x89PNG not an image";
+    } else if (i == 90) {
+      files.push_back(name + "empty.png");
+      std::ofstream(files.back(), std::ios::binary);
+    } else {
+      // Grey and alpha first in the second slice, 16-bit RGB in the third (slices of 32 files here).
+      const std::string from = corpus(i == 70   ? "png/pngsuite_basn2c16.png"
+                                      : i == 45 || i == 75 ? "png/pngsuite_basn4a08.png"
+                                                           : kinds[(i * 7) % kinds.size()]);
+      files.push_back(name + std::filesystem::path(from).filename().string());
+      std::filesystem::copy_file(from, files.back());
+    }
+  }
+  auto aggregate = [&](const std::vector<std::string>& flags, const std::vector<std::string>& inputs) {
+    const std::string partial = temp_path("aggregate-on-server-partial");
+    std::vector<std::string> args = {"--aggregate", "--json", "--stats", "all", "--partial-out", partial};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), inputs.begin(), inputs.end());
+    const size_t logged = server_->log().size();
+    ProcessResult r = client(args);
+    const std::string log = server_->log().substr(logged);
+    size_t on_server = 0;
+    for (size_t at = log.find("info Aggregate "); at != std::string::npos; at = log.find("info Aggregate ", at + 1))
+      ++on_server;
+    std::string bytes = read_file(partial);
+    std::filesystem::remove(partial);
+    return std::make_tuple(std::move(r), std::move(bytes), on_server);
+  };
+  const auto [each, each_partial, each_on_server] = aggregate({"--per-file"}, files);
+  EXPECT_EQ(each.code, 1) << each.err;
+  EXPECT_EQ(each_on_server, 0u);
+  const std::vector<json> groups = json_lines(each.out);
+  ASSERT_GE(groups.size(), 4u) << each.out;
+  EXPECT_EQ(groups[groups.size() - 2]["channel_count"], 4);  // grey and alpha (as RGBA), first met in the second slice
+  EXPECT_EQ(groups.back()["sample_type"], "uint16");         // and 16-bit RGB in the third
+  auto images = [](const std::string& out) {
+    uint64_t n = 0;
+    for (const json& g : json_lines(out)) n += g["images"].get<uint64_t>();
+    return n;
+  };
+  EXPECT_EQ(images(each.out), files.size() - (shorter.empty() ? 2 : 3));
+  if (!shorter.empty()) EXPECT_NE(each.err.find(shorter + ": NOT_FOUND: cannot read"), std::string::npos) << each.err;
+  for (const std::string bad : {"broken.png", "empty.png"})
+    EXPECT_NE(each.err.find(bad + ": INVALID_ARGUMENT"), std::string::npos) << each.err;
+  for (const std::vector<std::string>& flags : {std::vector<std::string>{}, {"--no-shm"}, {"-j", "3"}}) {
+    SCOPED_TRACE(flags.empty() ? "default" : flags[0]);
+    const auto [got, got_partial, got_on_server] = aggregate(flags, files);
+    EXPECT_EQ(got.code, each.code);
+    EXPECT_EQ(got.out, each.out);
+    EXPECT_EQ(got.err, each.err);
+    EXPECT_TRUE(got_partial == each_partial) << "the partials differ";
+    EXPECT_EQ(got_on_server, files.size() - (shorter.empty() ? 0 : 1));  // every file read on an Aggregate call
+  }
+
+  // One file over the message's limit (1 MiB here): a call a file for all.
+  cv::Mat noise(720, 720, CV_8UC3);
+  cv::randu(noise, 0, 256);
+  const std::string large = (dir / "1050-noise.png").string();
+  ASSERT_TRUE(cv::imwrite(large, noise));
+  ASSERT_GT(std::filesystem::file_size(large), kMessageLimit);
+  std::vector<std::string> with_large = files;
+  with_large.insert(with_large.begin() + 50, large);
+  const auto [large_each, large_each_partial, ignored] = aggregate({"--per-file"}, with_large);
+  const auto [large_got, large_got_partial, large_on_server] = aggregate({}, with_large);
+  EXPECT_EQ(large_on_server, 0u);
+  EXPECT_EQ(large_got.out, large_each.out);
+  EXPECT_TRUE(large_got_partial == large_each_partial) << "the partials differ";
+  EXPECT_EQ(images(large_got.out), images(each.out) + 1);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(Integration, ErrorCodesAndTheServerKeepsServing) {

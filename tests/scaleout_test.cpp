@@ -47,12 +47,12 @@ struct ThreeServers {
   }
 };
 
-// Files a server answered: its request log's lines for Analyze calls and
-// for files on AnalyzeBatch calls (the CLI's lanes).
+// Files a server answered: its request log's lines for Analyze calls, for
+// files on AnalyzeBatch calls (the CLI's lanes) and on Aggregate calls.
 size_t analyze_calls(const ServerProcess& s) {
   const std::string log = s.log();
   size_t n = 0;
-  for (const char* method : {" info Analyze ", " info AnalyzeBatch "})
+  for (const char* method : {" info Analyze ", " info AnalyzeBatch ", " info Aggregate "})
     for (size_t at = log.find(method); at != std::string::npos; at = log.find(method, at + 1)) ++n;
   return n;
 }
@@ -225,7 +225,10 @@ TEST(ManyServers, AggregateAcrossServersEqualsOneServerOverTheConcatenatedPixels
     std::thread killer;
     if (k.type == "uint8") killer = kill_after(*three.servers[2], 100, killed);
     const ProcessResult merged = run_process(argv, 300);
-    if (killer.joinable()) killer.join();
+    if (killer.joinable()) {
+      EXPECT_TRUE(killed) << "the server was not killed while the pass ran";
+      killer.join();
+    }
     ASSERT_EQ(merged.code, 0) << merged.err;
     const std::vector<json> groups = json_lines(merged.out);
     ASSERT_EQ(groups.size(), 1u) << merged.out;

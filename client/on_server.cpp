@@ -1,0 +1,165 @@
+#include "on_server.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "call_support.hpp"
+#include "core/status_name.hpp"
+#include "shards.hpp"
+#include "sources/objects.hpp"
+
+namespace imgstat::client {
+
+std::optional<std::vector<uint64_t>> plain_file_sizes(const std::vector<std::string>& inputs, uint64_t limit) {
+  std::vector<uint64_t> sizes;
+  sizes.reserve(inputs.size());
+  for (const std::string& name : inputs) {
+    const bool header = name.size() > 4 && name.compare(name.size() - 4, 4, ".hdr") == 0;
+    struct stat st {};
+    if (name == "-" || header || is_object_name(name) || is_shard_member(name) || ::stat(name.c_str(), &st) != 0 ||
+        !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > limit)
+      return std::nullopt;
+    sizes.push_back(static_cast<uint64_t>(st.st_size));
+  }
+  return sizes;
+}
+
+namespace {
+
+struct Planned {
+  size_t first = 0, count = 0;
+};
+
+// Contiguous slices of at most `files` files and `bytes` bytes (one file at least).
+std::vector<Planned> plan(const std::vector<uint64_t>& sizes, size_t files, uint64_t bytes) {
+  std::vector<Planned> out;
+  Planned at;
+  uint64_t held = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (at.count > 0 && (at.count >= files || held + sizes[i] > bytes)) {
+      out.push_back(at);
+      at = Planned{i, 0};
+      held = 0;
+    }
+    ++at.count;
+    held += sizes[i];
+  }
+  if (at.count > 0) out.push_back(at);
+  return out;
+}
+
+struct Answer {
+  grpc::Status status;
+  v1::AggregateResponse response;
+  std::vector<std::pair<size_t, Outcome>> unread;
+};
+
+}  // namespace
+
+bool aggregate_on_server(Remote& remote, const std::vector<std::string>& files, const std::vector<uint64_t>& sizes,
+                         const v1::Input& like, const v1::Options& options, const OnServerOptions& tuning,
+                         const std::function<void(OnServerSlice&)>& merge, const std::function<void(size_t)>& tick) {
+  // As many calls as keep `jobs` inputs in the servers' hands (each call
+  // analyzes its window at once), and slices enough that the calls end
+  // about together and each call's last window overlaps the others' work.
+  const unsigned window = remote.aggregate_window();
+  const size_t calls = std::clamp<size_t>((std::max(1u, tuning.jobs) + window - 1) / window, 1, kAggregateCalls);
+  const size_t per_slice = std::clamp<size_t>(files.size() / (calls * kAggregateSlicesPerCall), kAggregateSliceFiles.first,
+                                              kAggregateSliceFiles.second);
+  const uint64_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
+  const uint64_t slice_bytes = std::max(largest, std::min(kAggregateSliceBytes, tuning.bytes_in_flight / calls));
+  const std::vector<Planned> slices = plan(sizes, per_slice, slice_bytes);
+
+  std::mutex mu;
+  std::condition_variable ready, room;
+  std::vector<std::optional<Answer>> answers(slices.size());
+  size_t next = 0, merged = 0;
+  bool stop = false;
+  auto work = [&] {
+    Remote::AggregateMemory memory(slice_bytes);
+    struct Release {
+      Remote& remote;
+      Remote::AggregateMemory& memory;
+      ~Release() { remote.release(memory); }
+    } release{remote, memory};
+    for (;;) {
+      size_t k;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        // Not far ahead of the merge: answers waiting for an earlier slice are held.
+        room.wait(lock, [&] { return stop || next >= slices.size() || next < merged + 2 * calls; });
+        if (stop || next >= slices.size()) return;
+        k = next++;
+      }
+      const Planned& s = slices[k];
+      const std::vector<std::string> mine(files.begin() + s.first, files.begin() + s.first + s.count);
+      const std::vector<uint64_t> mine_sizes(sizes.begin() + s.first, sizes.begin() + s.first + s.count);
+      Answer a;
+      a.status = remote.aggregate(mine, mine_sizes, like, options, &memory, &a.response, &a.unread);
+      std::lock_guard<std::mutex> lock(mu);
+      answers[k] = std::move(a);
+      ready.notify_all();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < std::min(calls, slices.size()); ++t) threads.emplace_back(work);
+  auto end = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+      room.notify_all();
+    }
+    for (std::thread& t : threads) t.join();
+  };
+
+  size_t answered = 0;
+  for (size_t k = 0; k < slices.size(); ++k) {
+    Answer a;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      while (!answers[k]) {
+        if (!ready.wait_for(lock, std::chrono::milliseconds(200), [&] { return answers[k].has_value(); })) {
+          lock.unlock();
+          if (tick) tick(answered);
+          lock.lock();
+        }
+      }
+      a = std::move(*answers[k]);
+      answers[k].reset();
+      merged = k + 1;
+      room.notify_all();
+    }
+    const grpc::StatusCode code = a.status.error_code();
+    if (k == 0 && (code == grpc::StatusCode::UNIMPLEMENTED || code == grpc::StatusCode::PERMISSION_DENIED)) {
+      end();
+      return false;
+    }
+    const Planned& s = slices[k];
+    OnServerSlice slice;
+    slice.first = s.first;
+    slice.count = s.count;
+    if (a.status.ok()) {
+      slice.partial = std::move(*a.response.mutable_partial());
+      std::vector<std::pair<size_t, Outcome>> failed = std::move(a.unread);
+      for (const v1::AggregateFailure& f : a.response.failures())
+        failed.emplace_back(f.index(), failure(files[s.first + f.index()], status_code_name(f.error().code()),
+                                               f.error().message()));
+      std::stable_sort(failed.begin(), failed.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+      for (auto& [i, o] : failed) slice.failed.push_back(std::move(o));
+    } else {  // the call failed whole: each of its files with it, as a call of its own would
+      for (size_t i = 0; i < s.count; ++i)
+        slice.failed.push_back(failure(files[s.first + i], status_code_name(code), a.status.error_message()));
+    }
+    merge(slice);
+    answered += s.count;
+    if (tick) tick(answered);
+  }
+  end();
+  return true;
+}
+
+}  // namespace imgstat::client

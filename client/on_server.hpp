@@ -1,0 +1,47 @@
+// --aggregate merged by the servers themselves: the files go on a few
+// Aggregate calls at once, each a contiguous slice of them, and each call's
+// partial is merged here in input order. Neither side pays a call and an
+// answer a file, and this process neither parses nor merges each file's
+// answer. Taken where nothing here needs each file's answer (calls.hpp's
+// Remote::aggregate carries one slice).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "calls.hpp"
+
+namespace imgstat::client {
+
+// The inputs' sizes where every one is a plain file of at most limit bytes
+// (not standard input, an object, a shard's member, a folder or a NIfTI
+// pair's header, each of which the pass reads its own way); else nullopt.
+std::optional<std::vector<uint64_t>> plain_file_sizes(const std::vector<std::string>& inputs, uint64_t limit);
+
+// A slice's answer: the server's partial of the files it merged, and the
+// files that failed (here or there) in input order.
+struct OnServerSlice {
+  size_t first = 0;  // its first file's place among the inputs
+  size_t count = 0;
+  v1::Partial partial;
+  std::vector<Outcome> failed;
+};
+
+struct OnServerOptions {
+  unsigned jobs = 16;                            // inputs analyzed at once, over all the calls
+  uint64_t bytes_in_flight = uint64_t{256} << 20;  // files' bytes read and not yet merged, all calls together
+};
+
+// Runs the pass: merge(slice) on this thread for each slice in input order,
+// tick(files answered) every 200 ms and after each slice. False, having
+// merged nothing, where the server refused the call itself on the first
+// slice (a server without it, a token not allowed it): then the pass goes a
+// call a file.
+bool aggregate_on_server(Remote& remote, const std::vector<std::string>& files, const std::vector<uint64_t>& sizes,
+                         const v1::Input& like, const v1::Options& options, const OnServerOptions& tuning,
+                         const std::function<void(OnServerSlice&)>& merge, const std::function<void(size_t)>& tick);
+
+}  // namespace imgstat::client
