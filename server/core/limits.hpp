@@ -25,7 +25,7 @@ inline constexpr uint64_t kSpoolFromBytes = uint64_t{1} << 20;
 // Inputs one AggregateRequest may carry (its message size bounds their bytes).
 inline constexpr uint32_t kAggregateInputsPerMessage = 1024;
 // --decode-waiting-threads at most.
-inline constexpr uint32_t kMaxGpuWaitingThreads = 1024;
+inline constexpr uint32_t kMaxDecodeWaitingThreads = 1024;
 // JPEGs up to this size give their thread's place up while the GPU decodes
 // them (a thumbnail's rate is bound by calls in flight); larger ones keep it,
 // so that the memory of decodes in flight (nvJPEG's pinned bitstreams, the

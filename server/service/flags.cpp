@@ -82,11 +82,11 @@ void add_decode_flags(CLI::App& app, ServerOptions& options, FlagText& text) {
       ->envname("IMGSTAT_DECODE_BATCH_WINDOW")->check(CLI::Range(0.0, 1000.0))->capture_default_str();
   app.add_option("--decode-batch-max", options.gpu_jpeg.batch_max, "most JPEGs decoded in one GPU batch")
       ->envname("IMGSTAT_DECODE_BATCH_MAX")->check(CLI::Range(1u, 1024u))->capture_default_str();
-  app.add_option("--decode-waiting-threads", options.gpu_waiting_threads,
+  app.add_option("--decode-waiting-threads", options.decode_waiting_threads,
                  "threads beyond --threads for calls whose JPEG (up to 256 KiB) the GPU decodes: each gives its "
                  "place up while it waits, so that batches fill from more calls (e.g. 128: 2 x lanes x batch max); "
                  "0: none")
-      ->envname("IMGSTAT_DECODE_WAITING_THREADS")->check(CLI::Range(0u, kMaxGpuWaitingThreads))->capture_default_str();
+      ->envname("IMGSTAT_DECODE_WAITING_THREADS")->check(CLI::Range(0u, kMaxDecodeWaitingThreads))->capture_default_str();
   app.add_option("--decode-lanes", options.gpu_jpeg.lanes,
                  "threads that gather and decode GPU JPEG batches, each with its own nvJPEG state")
       ->envname("IMGSTAT_DECODE_LANES")->check(CLI::Range(1u, 16u))->capture_default_str();

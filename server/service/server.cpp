@@ -74,9 +74,9 @@ Server::Server(const ServerOptions& options, std::shared_ptr<Engine> engine, std
         options_.limits,
         [engine = engine_](const void* data, size_t bytes) { return engine->pin_host_memory(data, bytes); },
         [engine = engine_](const std::string& handle, uint64_t bytes) { return engine->open_ipc_memory(handle, bytes); });
-  const uint32_t gpu_waiting = gpu_jpeg ? std::min(options_.gpu_waiting_threads, kMaxGpuWaitingThreads) : 0;
+  const uint32_t decode_waiting = gpu_jpeg ? std::min(options_.decode_waiting_threads, kMaxDecodeWaitingThreads) : 0;
   analyzer_ = std::make_unique<Analyzer>(engine_, options_.limits, std::move(gpu_jpeg), regions);
-  queue_ = std::make_unique<WorkQueue>(options_.threads, options_.limits.max_queue, gpu_waiting);
+  queue_ = std::make_unique<WorkQueue>(options_.threads, options_.limits.max_queue, decode_waiting);
   if (!options_.metrics_listen.empty()) {
     const std::string decoder = analyzer_->server_info().gpu_decoder();
     metrics_ = std::make_unique<Metrics>(engine_->info(), decoder.empty() ? "cpu" : decoder,

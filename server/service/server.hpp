@@ -42,7 +42,7 @@ struct ServerOptions {
   // so that the GPU's batches fill from more calls than there are threads.
   // Off by default until its memory is measured against the hostile
   // suite's bounds on the GPU machine (docs/performance.md).
-  unsigned gpu_waiting_threads = 0;
+  unsigned decode_waiting_threads = 0;
   // The Unix socket that takes region descriptors: "auto" (the default) puts
   // it in $XDG_RUNTIME_DIR or /tmp; "off": no regions.
   std::string region_socket = "auto";
