@@ -4,16 +4,16 @@
 // when the CLI goes this way).
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
+#include <stdexcept>
 #include <thread>
 
 #include "call_support.hpp"
 #include "calls.hpp"
+#include "sources.hpp"
+#include "sources/input_error.hpp"
 
 namespace imgstat::client {
 
@@ -30,31 +30,18 @@ constexpr uint64_t kAggregateMessageBytes = uint64_t{1} << 20;
 // The file's bytes into out (size of them, as it was listed); else false
 // with its failure, worded as a pass a call a file words it.
 bool read_whole(const std::string& path, char* out, uint64_t size, std::string* code, std::string* error) {
-  *code = "NOT_FOUND";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *error = std::string("cannot read: ") + std::strerror(errno);
+  try {
+    Source source(path);
+    if (source.size() != size)
+      throw std::runtime_error("its size changed since the pass listed it (" + std::to_string(size) + " bytes)");
+    source.read_at(0, out, size);
+    return true;
+  } catch (const std::exception& e) {
+    const auto* input = dynamic_cast<const imgstat::InputError*>(&e);
+    *code = input ? input->code() : "NOT_FOUND";
+    *error = std::string("cannot read: ") + e.what();
     return false;
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != size) {
-    *error = "cannot read: its size changed since the pass listed it (" + std::to_string(size) + " bytes)";
-    ::close(fd);
-    return false;
-  }
-  uint64_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pread(fd, out + done, size - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      *error = n < 0 ? std::string("cannot read: read failed: ") + std::strerror(errno)
-                     : "cannot read: read failed: the file is shorter than the " + std::to_string(size) + " bytes it had";
-      break;
-    }
-    done += static_cast<uint64_t>(n);
-  }
-  ::close(fd);
-  return done == size;
 }
 
 }  // namespace

@@ -59,6 +59,10 @@ constexpr size_t kAggregateCalls = 64;
 constexpr size_t kAggregateSlicesPerCall = 4;
 constexpr std::pair<size_t, size_t> kAggregateSliceFiles{32, 1024};
 constexpr uint64_t kAggregateSliceBytes = uint64_t{64} << 20;
+// Plain files in a row, at least, that go on those calls among inputs that
+// go a call a file (a shard's members, large files): each such run waits
+// for the one before it, and a shorter run would not fill one slice.
+constexpr size_t kAggregateRunFiles = kAggregateSliceFiles.first;
 // round_robin over every address of the target, and gRPC's own retries for
 // unary calls that never reached a server (UNAVAILABLE before any answer);
 // retry_unavailable() below covers the rest. Streaming calls get no retry

@@ -134,11 +134,9 @@ class Run {
     color_ = !o_.json && !o_.csv && isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");
     // A progress bar on a terminal, for many files or a large upload; none
     // when stderr is piped. Streamed uploads count their bytes as they go.
-    for (const std::string& f : inputs_) {
-      std::error_code ec;
-      const uint64_t n = f == "-" ? 0 : std::filesystem::file_size(f, ec);
-      if (!ec) total_bytes_ += n;
-    }
+    sizes_ = client::plain_file_sizes(inputs_);
+    for (uint64_t n : sizes_)
+      if (n != client::kNotPlainFile) total_bytes_ += n;
     progress_ = isatty(STDERR_FILENO) && (inputs_.size() > 1 || total_bytes_ >= (uint64_t{64} << 20));
     if (o_.csv) std::cout << client::render_csv_header();
     if (progress_)
@@ -150,19 +148,33 @@ class Run {
       bar(0, true);
       return finish(inputs_.size() + missing_.size(), "files");
     }
+    if (const int stopped = per_file(remote, in_process.get(), 0, inputs_.size())) return stopped;
+    if (!o_.resume.empty()) save_resume();
+    return finish(inputs_.size() + missing_.size() + resumed_, "files");
+  }
+
+ private:
+  // Inputs [first, first + count) a call a file (or analyzed here, with
+  // local), each answer merged or shown in input order. 130 where a signal
+  // stopped a --resume pass (its state saved), else 0.
+  int per_file(client::Remote& remote, client::Local* local, size_t first, size_t count) {
+    std::vector<std::string> some;
+    if (first > 0 || count < inputs_.size()) some.assign(inputs_.begin() + first, inputs_.begin() + first + count);
     // Each file's request: the label image of its own, with a label folder.
-    auto make_request = [this](size_t i) {
+    auto make_request = [this, first](size_t k) {
+      const size_t i = first + k;
       client::Request mine = request_;
       if (labels_.used) mine.map_file = labels_.file_for(inputs_[i]);
       // The DICOM files named together: one input.
       if (!dicom_files_.empty() && inputs_[i] == dicom_list_) mine.dicom_files = dicom_files_;
       return mine;
     };
-    pass_.emplace(o_.local ? nullptr : &remote, in_process.get(), inputs_, make_request, pass_options(remote));
+    pass_.emplace(local ? nullptr : &remote, local, some.empty() ? inputs_ : some, make_request, pass_options(remote));
     running_ = &*pass_;
-    for (size_t i = 0; i < inputs_.size(); ++i) {
-      client::Outcome o = pass_->next(progress_ ? std::function<void(size_t)>([&](size_t done) { bar(done, false); })
-                                                : std::function<void(size_t)>());
+    for (size_t i = first; i < first + count; ++i) {
+      client::Outcome o =
+          pass_->next(progress_ ? std::function<void(size_t)>([&](size_t done) { bar(first + done, false); })
+                                : std::function<void(size_t)>());
       bar(0, true);
       if (aggregation_) {
         bool transient = false;
@@ -182,8 +194,7 @@ class Run {
     }
     running_ = nullptr;
     pass_.reset();
-    if (!o_.resume.empty()) save_resume();
-    return finish(inputs_.size() + missing_.size() + resumed_, "files");
+    return 0;
   }
 
  private:
@@ -383,32 +394,49 @@ class Run {
     return true;
   }
 
-  // False, nothing merged, where the inputs or the server do not allow it.
+  // False, nothing merged, where no run of the inputs may go on the
+  // servers' Aggregate calls; else the whole pass, in runs: those on the
+  // calls, the rest a call a file, merged in input order.
   bool on_server(client::Remote& remote) {
-    const uint64_t limit = remote.aggregate_file_limit();
-    const std::optional<std::vector<uint64_t>> sizes = limit ? client::plain_file_sizes(inputs_, limit) : std::nullopt;
-    if (!sizes) return false;
+    const std::vector<client::OnServerRun> runs = client::on_server_runs(sizes_, remote.aggregate_file_limit());
+    if (std::none_of(runs.begin(), runs.end(), [](const client::OnServerRun& r) { return r.on_server; })) return false;
     client::OnServerOptions tuning;
     tuning.jobs = o_.jobs ? o_.jobs : remote.calls_to_fill();
-    auto merge = [this](client::OnServerSlice& slice) {
-      try {
-        aggregation_->merge(slice.partial);
-      } catch (const std::exception& e) {  // counts that do not add up: none of the slice's files is merged
-        std::unordered_set<std::string> failed;
-        for (const client::Outcome& o : slice.failed) failed.insert(o.file);
-        for (size_t i = slice.first; i < slice.first + slice.count; ++i)
-          if (!failed.count(inputs_[i])) {
-            client::Outcome o;
-            o.file = inputs_[i];
-            o.code = "INTERNAL";
-            o.error = std::string("its server's partial cannot be merged: ") + e.what();
-            slice.failed.push_back(std::move(o));
-          }
+    bool refused = false;  // by the server on a run's first slice: the rest a call a file too
+    for (const client::OnServerRun& run : runs) {
+      if (!run.on_server || refused) {
+        per_file(remote, nullptr, run.first, run.count);
+        continue;
       }
-      for (const client::Outcome& o : slice.failed) fail(o);
-    };
-    return client::aggregate_on_server(remote, inputs_, *sizes, request_.input, asked_, tuning, merge,
-                                       [this](size_t done) { bar(done, false); });
+      auto merge = [&](client::OnServerSlice& slice) {
+        const size_t first = run.first + slice.first;
+        if (slice.refused) {  // by one server of several: these files a call a file
+          per_file(remote, nullptr, first, slice.count);
+          return;
+        }
+        try {
+          aggregation_->merge(slice.partial);
+        } catch (const std::exception& e) {  // counts that do not add up: none of the slice's files is merged
+          std::unordered_set<std::string> failed;
+          for (const client::Outcome& o : slice.failed) failed.insert(o.file);
+          for (size_t i = first; i < first + slice.count; ++i)
+            if (!failed.count(inputs_[i])) {
+              client::Outcome o;
+              o.file = inputs_[i];
+              o.code = "INTERNAL";
+              o.error = std::string("its server's partial cannot be merged: ") + e.what();
+              slice.failed.push_back(std::move(o));
+            }
+        }
+        for (const client::Outcome& o : slice.failed) fail(o);
+      };
+      const std::vector<std::string> files(inputs_.begin() + run.first, inputs_.begin() + run.first + run.count);
+      const std::vector<uint64_t> sizes(sizes_.begin() + run.first, sizes_.begin() + run.first + run.count);
+      refused = !client::aggregate_on_server(remote, files, sizes, request_.input, asked_, tuning, merge,
+                                             [&](size_t done) { bar(run.first + done, false); });
+      if (refused) per_file(remote, nullptr, run.first, run.count);
+    }
+    return true;
   }
 
   bool parts_asked() const { return request_.options.has_parts() && !request_.options.parts().has_mask(); }
@@ -555,6 +583,7 @@ class Run {
   std::chrono::steady_clock::time_point next_save_;
   int failures_ = 0;
   bool color_ = false, progress_ = false;
+  std::vector<uint64_t> sizes_;  // each input's where a plain file (client::plain_file_sizes)
   uint64_t total_bytes_ = 0;
   std::atomic<uint64_t> sent_{0};
   std::optional<client::Pass> pass_;

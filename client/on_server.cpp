@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "call_support.hpp"
@@ -14,18 +15,41 @@
 
 namespace imgstat::client {
 
-std::optional<std::vector<uint64_t>> plain_file_sizes(const std::vector<std::string>& inputs, uint64_t limit) {
+std::vector<uint64_t> plain_file_sizes(const std::vector<std::string>& inputs) {
   std::vector<uint64_t> sizes;
   sizes.reserve(inputs.size());
   for (const std::string& name : inputs) {
     const bool header = name.size() > 4 && name.compare(name.size() - 4, 4, ".hdr") == 0;
     struct stat st {};
-    if (name == "-" || header || is_object_name(name) || is_shard_member(name) || ::stat(name.c_str(), &st) != 0 ||
-        !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > limit)
-      return std::nullopt;
-    sizes.push_back(static_cast<uint64_t>(st.st_size));
+    const bool plain = name != "-" && !header && !is_object_name(name) && !is_shard_member(name) &&
+                       ::stat(name.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    sizes.push_back(plain ? static_cast<uint64_t>(st.st_size) : kNotPlainFile);
   }
   return sizes;
+}
+
+std::vector<OnServerRun> on_server_runs(const std::vector<uint64_t>& sizes, uint64_t limit) {
+  std::vector<OnServerRun> runs;
+  auto add = [&](size_t first, size_t count, bool on_server) {
+    if (count == 0) return;
+    if (!runs.empty() && runs.back().on_server == on_server)
+      runs.back().count += count;
+    else
+      runs.push_back({first, count, on_server});
+  };
+  size_t i = 0;
+  while (i < sizes.size()) {
+    size_t end = i;
+    while (end < sizes.size() && limit > 0 && sizes[end] <= limit) ++end;
+    if (end > i) {  // a run the calls may take
+      add(i, end - i, end - i >= kAggregateRunFiles);
+      i = end;
+    } else {
+      add(i, 1, false);
+      ++i;
+    }
+  }
+  return runs;
 }
 
 namespace {
@@ -134,7 +158,8 @@ bool aggregate_on_server(Remote& remote, const std::vector<std::string>& files, 
       room.notify_all();
     }
     const grpc::StatusCode code = a.status.error_code();
-    if (k == 0 && (code == grpc::StatusCode::UNIMPLEMENTED || code == grpc::StatusCode::PERMISSION_DENIED)) {
+    const bool refused = code == grpc::StatusCode::UNIMPLEMENTED || code == grpc::StatusCode::PERMISSION_DENIED;
+    if (k == 0 && refused) {
       end();
       return false;
     }
@@ -142,6 +167,7 @@ bool aggregate_on_server(Remote& remote, const std::vector<std::string>& files, 
     OnServerSlice slice;
     slice.first = s.first;
     slice.count = s.count;
+    slice.refused = refused;
     if (a.status.ok()) {
       slice.partial = std::move(*a.response.mutable_partial());
       std::vector<std::pair<size_t, Outcome>> failed = std::move(a.unread);
@@ -150,7 +176,7 @@ bool aggregate_on_server(Remote& remote, const std::vector<std::string>& files, 
                                                f.error().message()));
       std::stable_sort(failed.begin(), failed.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
       for (auto& [i, o] : failed) slice.failed.push_back(std::move(o));
-    } else {  // the call failed whole: each of its files with it, as a call of its own would
+    } else if (!refused) {  // the call failed whole: each of its files with it, as a call of its own would
       for (size_t i = 0; i < s.count; ++i)
         slice.failed.push_back(failure(files[s.first + i], status_code_name(code), a.status.error_message()));
     }

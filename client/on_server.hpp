@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,10 +15,22 @@
 
 namespace imgstat::client {
 
-// The inputs' sizes where every one is a plain file of at most limit bytes
-// (not standard input, an object, a shard's member, a folder or a NIfTI
-// pair's header, each of which the pass reads its own way); else nullopt.
-std::optional<std::vector<uint64_t>> plain_file_sizes(const std::vector<std::string>& inputs, uint64_t limit);
+// Each input's size where it is a plain file, which the pass reads as it
+// lies; kNotPlainFile for the rest (standard input, an object, a shard's
+// member, a folder, a NIfTI pair's header: each read its own way). One stat
+// a file.
+constexpr uint64_t kNotPlainFile = ~uint64_t{0};
+std::vector<uint64_t> plain_file_sizes(const std::vector<std::string>& inputs);
+
+// The pass in runs, in input order: runs of at least kAggregateRunFiles
+// plain files of at most limit bytes each go on the servers' Aggregate
+// calls; every other input (and a shorter run between them, which would
+// not fill a slice) goes a call a file.
+struct OnServerRun {
+  size_t first = 0, count = 0;
+  bool on_server = false;
+};
+std::vector<OnServerRun> on_server_runs(const std::vector<uint64_t>& sizes, uint64_t limit);
 
 // A slice's answer: the server's partial of the files it merged, and the
 // files that failed (here or there) in input order.
@@ -28,6 +39,9 @@ struct OnServerSlice {
   size_t count = 0;
   v1::Partial partial;
   std::vector<Outcome> failed;
+  // The server refused the call (one of a list without it, or whose token
+  // may not make it): nothing merged, its files to go a call a file.
+  bool refused = false;
 };
 
 struct OnServerOptions {
@@ -35,11 +49,12 @@ struct OnServerOptions {
   uint64_t bytes_in_flight = uint64_t{256} << 20;  // files' bytes read and not yet merged, all calls together
 };
 
-// Runs the pass: merge(slice) on this thread for each slice in input order,
-// tick(files answered) every 200 ms and after each slice. False, having
-// merged nothing, where the server refused the call itself on the first
-// slice (a server without it, a token not allowed it): then the pass goes a
-// call a file.
+// Runs the pass over files (a run of them): merge(slice) on this thread for
+// each slice in input order, tick(files answered) every 200 ms and after
+// each slice. False, having merged nothing, where the server refused the
+// call itself on the first slice (a server without it, a token not allowed
+// it): then these files go a call a file. A later slice refused (another
+// server of a list) comes to merge marked so.
 bool aggregate_on_server(Remote& remote, const std::vector<std::string>& files, const std::vector<uint64_t>& sizes,
                          const v1::Input& like, const v1::Options& options, const OnServerOptions& tuning,
                          const std::function<void(OnServerSlice&)>& merge, const std::function<void(size_t)>& tick);

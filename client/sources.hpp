@@ -46,9 +46,11 @@ class Source {
   // Calls fn with consecutive pieces of at most chunk bytes; stops early when
   // fn returns false. fn may swap the piece's buffer away, and back.
   void for_each_chunk(size_t chunk, const std::function<bool(std::string&)>& fn);
+  // Bytes [at, at + n) of a file, a member or an object into out; throws
+  // std::runtime_error (read failed, or shorter than it was).
+  void read_at(uint64_t at, char* out, size_t n);
 
  private:
-  void read_at(uint64_t at, char* out, size_t n);
   void store_chunks(size_t chunk, const std::function<bool(std::string&)>& fn);
   struct Member {
     std::string key;   // its name in the tar

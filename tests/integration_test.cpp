@@ -887,9 +887,10 @@ TEST_F(Integration, AggregateMergesOnTheServerAsTheClientsMergeDoes) {
 // a call a file gives (--per-file), byte for byte: the groups in the
 // order their first files come (a 16-bit image first met in a later
 // slice), a damaged file and an empty one named in their places, the same
-// exit status and partial, in shared memory or over the socket. A file
-// too large for one message sends the whole pass a call a file, with the
-// same answer.
+// exit status and partial, in shared memory or over the socket. Files the
+// calls cannot take (too large for a message, a shard's members) go a call
+// a file in their places, the runs around them on the calls: the same
+// answer.
 TEST_F(Integration, AggregateOnTheServersCallsAnswersAsACallAFile) {
   const std::filesystem::path dir = temp_path("aggregate-on-server");
   std::filesystem::create_directories(dir);
@@ -966,20 +967,38 @@ TEST_F(Integration, AggregateOnTheServersCallsAnswersAsACallAFile) {
     EXPECT_EQ(got_on_server, files.size() - (shorter.empty() ? 0 : 1));  // every file read on an Aggregate call
   }
 
-  // One file over the message's limit (1 MiB here): a call a file for all.
+  // Among them a shard's members (one a kind first met there), a short run
+  // of files after it and one file over the message's limit (1 MiB here):
+  // they go a call a file, in their places, and the runs of files around
+  // them on the calls.
   cv::Mat noise(720, 720, CV_8UC3);
   cv::randu(noise, 0, 256);
   const std::string large = (dir / "1050-noise.png").string();
   ASSERT_TRUE(cv::imwrite(large, noise));
   ASSERT_GT(std::filesystem::file_size(large), kMessageLimit);
-  std::vector<std::string> with_large = files;
-  with_large.insert(with_large.begin() + 50, large);
-  const auto [large_each, large_each_partial, ignored] = aggregate({"--per-file"}, with_large);
-  const auto [large_got, large_got_partial, large_on_server] = aggregate({}, with_large);
-  EXPECT_EQ(large_on_server, 0u);
-  EXPECT_EQ(large_got.out, large_each.out);
-  EXPECT_TRUE(large_got_partial == large_each_partial) << "the partials differ";
-  EXPECT_EQ(images(large_got.out), images(each.out) + 1);
+  std::filesystem::copy_file(corpus("png/pngsuite_basn6a16.png"), dir / "rgba16.png");
+  const std::string shard = (dir / "shard.tar").string();
+  ASSERT_EQ(std::system(("tar -C " + dir.string() + " -cf " + shard + " rgba16.png " +
+                         std::filesystem::path(files[1]).filename().string())
+                            .c_str()),
+            0);
+  std::vector<std::string> mixed(files.begin(), files.begin() + 34);  // on the calls
+  mixed.push_back(shard);                                             // a call a file
+  mixed.insert(mixed.end(), files.begin() + 34, files.begin() + 44);  // a run of 10: a call a file
+  mixed.push_back(large);                                             // a call a file
+  mixed.insert(mixed.end(), files.begin() + 44, files.end());         // on the calls
+  const auto [mixed_each, mixed_each_partial, ignored] = aggregate({"--per-file"}, mixed);
+  const auto [mixed_got, mixed_got_partial, mixed_on_server] = aggregate({}, mixed);
+  const std::vector<json> mixed_groups = json_lines(mixed_each.out);
+  ASSERT_EQ(mixed_groups.size(), groups.size() + 1);
+  EXPECT_EQ(mixed_groups[groups.size() - 2]["sample_type"], "uint16");  // 16-bit RGBA, before 8-bit
+  EXPECT_EQ(mixed_groups[groups.size() - 2]["channel_count"], 4);
+  EXPECT_EQ(mixed_got.code, mixed_each.code);
+  EXPECT_EQ(mixed_got.out, mixed_each.out);
+  EXPECT_EQ(mixed_got.err, mixed_each.err);
+  EXPECT_TRUE(mixed_got_partial == mixed_each_partial) << "the partials differ";
+  EXPECT_EQ(images(mixed_got.out), images(each.out) + 3);
+  EXPECT_EQ(mixed_on_server, 34u + 56u);
   std::filesystem::remove_all(dir);
 }
 
