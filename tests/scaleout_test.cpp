@@ -254,6 +254,60 @@ TEST(ManyServers, AggregateAcrossServersEqualsOneServerOverTheConcatenatedPixels
   }
 }
 
+// Two servers behind one list, the second refusing the Aggregate call (its
+// token may not make it, as a server without the call would): --aggregate
+// is the answer a call a file gives, byte for byte, wherever the slices go.
+// The first slice refused sends the whole pass a call a file; a later one
+// refused sends its own files so, the rest staying on the calls.
+TEST(ManyServers, AggregateSlicesOneServerRefusesGoACallAFile) {
+  Folder dir;
+  std::mt19937 rng(29);
+  const std::vector<std::string> files = write_random_pngs(dir, 400, rng);
+  const std::string token = "scaleout-token-0123456789";
+  std::ofstream(dir / "all.tokens") << token << " ci\n";
+  std::ofstream(dir / "no-aggregate.tokens") << token << " ci Analyze,AnalyzeStream,AnalyzeBatch,GetServerInfo\n";
+  std::ofstream(dir / "token") << token << "\n";
+  ServerProcess takes({"--engine", "cpu", "--threads", "2", "--region-socket", "off", "--auth-token-file", dir / "all.tokens"});
+  ServerProcess refuses(
+      {"--engine", "cpu", "--threads", "2", "--region-socket", "off", "--auth-token-file", dir / "no-aggregate.tokens"});
+  const std::string list = refuses.address() + "," + takes.address();
+  auto pass = [&](const std::string& how) {
+    std::vector<std::string> argv = {client_bin(), "--server", list, "--token-file", dir / "token", "--aggregate",
+                                     "--json", "--stats", "all", "-j", "16"};
+    if (!how.empty()) argv.push_back(how);
+    argv.insert(argv.end(), files.begin(), files.end());
+    return run_process(argv, 300);
+  };
+  const ProcessResult each = pass("--per-file");
+  ASSERT_EQ(each.code, 0) << each.err;
+  auto lines = [](const ServerProcess& s, const char* method) {
+    size_t n = 0;
+    const std::string log = s.log();
+    for (size_t at = log.find(method); at != std::string::npos; at = log.find(method, at + 1)) ++n;
+    return n;
+  };
+  auto each_file = [&](const ServerProcess& s) { return lines(s, " info Analyze ") + lines(s, " info AnalyzeBatch "); };
+  // Which server the first slice meets is the channel's pick (round_robin:
+  // the refusing server, first in the list, mostly has the CLI's first
+  // call, GetServerInfo): a few passes until one merged some slices on the
+  // calls and sent the others a call a file, each file once (not a first
+  // slice refused while another's call was under way, whose partial is
+  // then dropped).
+  bool mixed = false;
+  for (int round = 0; round < 8 && !mixed; ++round) {
+    const size_t on_calls = lines(takes, " info Aggregate ");
+    const size_t one_each = each_file(takes) + each_file(refuses);
+    const ProcessResult got = pass("");
+    ASSERT_EQ(got.code, 0) << got.err;
+    EXPECT_EQ(got.out, each.out);
+    EXPECT_EQ(got.err, each.err);
+    const size_t merged_there = lines(takes, " info Aggregate ") - on_calls;
+    const size_t sent_each = each_file(takes) + each_file(refuses) - one_each;
+    mixed = merged_there > 0 && sent_each > 0 && merged_there + sent_each == files.size();
+  }
+  EXPECT_TRUE(mixed) << "no pass had slices on the calls and slices a call a file";
+}
+
 // One server, killed part way through a pass, its replacement already
 // listening on the same port (SO_REUSEPORT, as in a rolling restart): the
 // calls it dropped go again (the CLI's retries, gRPC's reconnect), every
