@@ -42,7 +42,7 @@ std::vector<OnServerRun> on_server_runs(const std::vector<uint64_t>& sizes, uint
     size_t end = i;
     while (end < sizes.size() && limit > 0 && sizes[end] <= limit) ++end;
     if (end > i) {  // a run the calls may take
-      add(i, end - i, end - i >= kAggregateRunFiles);
+      add(i, end - i, end - i >= kAggregateRunFiles || end - i == sizes.size());
       i = end;
     } else {
       add(i, 1, false);

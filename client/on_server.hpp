@@ -22,10 +22,10 @@ namespace imgstat::client {
 constexpr uint64_t kNotPlainFile = ~uint64_t{0};
 std::vector<uint64_t> plain_file_sizes(const std::vector<std::string>& inputs);
 
-// The pass in runs, in input order: runs of at least kAggregateRunFiles
-// plain files of at most limit bytes each go on the servers' Aggregate
-// calls; every other input (and a shorter run between them, which would
-// not fill a slice) goes a call a file.
+// The pass in runs, in input order: plain files of at most limit bytes each
+// go on the servers' Aggregate calls, all of them or runs of at least
+// kAggregateRunFiles among other inputs; every other input (and a shorter
+// run among them, which would not fill a slice) goes a call a file.
 struct OnServerRun {
   size_t first = 0, count = 0;
   bool on_server = false;

@@ -967,6 +967,15 @@ TEST_F(Integration, AggregateOnTheServersCallsAnswersAsACallAFile) {
     EXPECT_EQ(got_on_server, files.size() - (shorter.empty() ? 0 : 1));  // every file read on an Aggregate call
   }
 
+  // Ten files, all plain: on the calls too (the least run applies among other inputs).
+  const std::vector<std::string> few(files.begin(), files.begin() + 10);
+  const auto [few_each, few_each_partial, few_ignored] = aggregate({"--per-file"}, few);
+  const auto [few_got, few_got_partial, few_on_server] = aggregate({}, few);
+  EXPECT_EQ(few_got.code, 0) << few_got.err;
+  EXPECT_EQ(few_got.out, few_each.out);
+  EXPECT_TRUE(few_got_partial == few_each_partial) << "the partials differ";
+  EXPECT_EQ(few_on_server, few.size());
+
   // Among them a shard's members (one a kind first met there), a short run
   // of files after it and one file over the message's limit (1 MiB here):
   // they go a call a file, in their places, and the runs of files around

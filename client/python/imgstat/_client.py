@@ -15,7 +15,7 @@ import numpy as np
 
 from ._errors import Error
 from ._inputs import ImageLike, bad, layout, map_of, prepare, rows, side_input
-from ._on_server import aggregate_on_server, jobs_for_server
+from ._on_server import aggregate_on_server, runs_for_server
 from ._objects import covered, list_objects_here, read_object
 from ._options import ANALYZE_OPTIONS, build_options, is_path, parts_asked
 from ._pump import Pump
@@ -204,10 +204,38 @@ class Client:
                                             "not a merge over images")
         per_call = part_options(pb, user)
         aggregation = Aggregation(pb, user)
-        if labels is None and isinstance(inputs, (list, tuple)) and len(inputs) > 1 and \
-                not any(is_shard(x) for x in inputs):
-            listed = None if self._aggregate_refused else jobs_for_server(self._transport, inputs)
-            if listed is not None:  # one Aggregate call (or a few) instead of a call an input
+        skip = errors == "skip"
+
+        def one_each(pairs):
+            for r in self._pump.many(pairs, jobs, "return" if skip else errors):
+                if isinstance(r, Error):
+                    continue
+                for one in [r] + r.other_series:  # each series joins its kind
+                    aggregation.add(one.proto)
+
+        if labels is not None:
+            def with_labels():
+                for x, label_image in _label_pairs(inputs, labels):
+                    o = pb.Options()
+                    o.CopyFrom(per_call)
+                    o.parts.labels.image.CopyFrom(side_input(label_image, True))
+                    yield x, o
+            one_each(with_labels())
+            return aggregation
+
+        def each_of(some):
+            return ((x, per_call) for x in expand_archives(some, extensions, self._list))
+
+        runs = None
+        if isinstance(inputs, (list, tuple)) and len(inputs) > 1 and not self._aggregate_refused:
+            runs = runs_for_server(self._transport, inputs)
+        if runs is None:
+            one_each(each_of(inputs))
+            return aggregation
+        # Runs in input order: those of small files on Aggregate calls (one
+        # Partial a slice, merged here), the rest a call an input.
+        for start, end, listed in runs:
+            if listed is not None and not self._aggregate_refused:
                 try:
                     partials = self._on_server(listed, user, errors)
                 except Error as e:
@@ -218,25 +246,8 @@ class Client:
                 else:
                     for partial in partials:
                         aggregation.merge(partial)
-                    return aggregation
-
-        def with_labels():
-            if labels is None:
-                for x in expand_archives(inputs, extensions, self._list):
-                    yield x, per_call
-                return
-            for x, label_image in _label_pairs(inputs, labels):
-                o = pb.Options()
-                o.CopyFrom(per_call)
-                o.parts.labels.image.CopyFrom(side_input(label_image, True))
-                yield x, o
-
-        skip = errors == "skip"
-        for r in self._pump.many(with_labels(), jobs, "return" if skip else errors):
-            if isinstance(r, Error):
-                continue
-            for one in [r] + r.other_series:  # each series joins its kind
-                aggregation.add(one.proto)
+                    continue
+            one_each(each_of(inputs[start:end]))
         return aggregation
 
     def _on_server(self, jobs, user, errors):

@@ -3,7 +3,8 @@ each input's bytes go in messages of many inputs, and one Partial comes
 back, so that neither side pays a call an input nor the caller parses and
 merges every answer. What a Dask partition of files takes; inputs that
 cannot go whole in a message (large files, arrays, objects the server does
-not fetch, GPU memory) keep the way of a call each."""
+not fetch, GPU memory, a shard's members) keep the way of a call each, in
+their places among the runs that go on the calls."""
 from __future__ import annotations
 
 import os
@@ -15,31 +16,52 @@ from ._inputs import file_error, prepare
 from ._pump import _field, _varint
 from ._transport import _failure
 from ._regions import _populate
-from ._tuning import AGGREGATE_MESSAGE, AGGREGATE_REGION, REGION_MIN_BYTES, STREAM_CHUNK
+from ._shards import is_shard
+from ._tuning import AGGREGATE_MESSAGE, AGGREGATE_REGION, AGGREGATE_RUN, REGION_MIN_BYTES, STREAM_CHUNK
 from .v1 import imgstat_pb2 as pb
 
 
-def jobs_for_server(transport, inputs):
-    """The inputs' Jobs where every one can go whole in an Aggregate message
-    and the server takes that call; else None (the pass takes a call an input)."""
+def runs_for_server(transport, inputs):
+    """The inputs in runs, in order, as (start, end, jobs): a run of inputs
+    that can each go whole in an Aggregate message (all of them, or at least
+    AGGREGATE_RUN among others) has their Jobs, every other input (and a
+    shorter run among them) None, to take a call each. None where the server has no Aggregate call or no run
+    goes on it."""
     info = transport.known_info()
     if info is None or info.limits.aggregate_inputs == 0:
         return None  # a server from before the Aggregate call
-    jobs = []
-    for x in inputs:
-        try:
-            job = prepare(x)
-        except Error:
-            return None  # named by the other way, in its place
-        if job.cuda is not None or job.array is not None or job.size > STREAM_CHUNK or \
-                (job.size >= REGION_MIN_BYTES and transport.same_host):
-            return None
-        if job.url is not None and job.data is None:
-            return None
-        if job.path is None and job.data is None:
-            return None
-        jobs.append(job)
-    return jobs
+    jobs = [_job_for_server(transport, x) for x in inputs]
+    runs, start = [], 0
+    while start < len(jobs):
+        end = start + 1
+        while end < len(jobs) and (jobs[end] is None) == (jobs[start] is None):
+            end += 1
+        whole = start == 0 and end == len(jobs)
+        listed = jobs[start:end] if jobs[start] is not None and (end - start >= AGGREGATE_RUN or whole) else None
+        if listed is None and runs and runs[-1][2] is None:
+            runs[-1] = (runs[-1][0], end, None)  # one run a call an input
+        else:
+            runs.append((start, end, listed))
+        start = end
+    return runs if any(r[2] is not None for r in runs) else None
+
+
+def _job_for_server(transport, x):
+    """x's Job where it can go whole in an Aggregate message, else None."""
+    if is_shard(x):
+        return None  # its members, each its own input
+    try:
+        job = prepare(x)
+    except Error:
+        return None  # named by the other way, in its place
+    if job.cuda is not None or job.array is not None or job.size > STREAM_CHUNK or \
+            (job.size >= REGION_MIN_BYTES and transport.same_host):
+        return None
+    if job.url is not None and job.data is None:
+        return None
+    if job.path is None and job.data is None:
+        return None
+    return job
 
 
 def _data(job):

@@ -22,3 +22,7 @@ AGGREGATE_MESSAGE = 1 << 20
 # From a server on this host, an Aggregate call's inputs are read into a kept
 # memfd of up to this many bytes, which the server maps.
 AGGREGATE_REGION = 64 << 20
+# Inputs in a row, at least, that go on Aggregate calls among inputs that
+# take a call each (a shard's members, large files): each run waits for the
+# one before it (as the CLI's kAggregateRunFiles).
+AGGREGATE_RUN = 32

@@ -141,3 +141,42 @@ def test_a_list_of_files_merges_on_the_server_as_a_call_each(server, shm, tmp_pa
                                                      errors="skip")]
     assert skipped == on_server
     client.close()
+
+
+def test_a_shard_and_a_large_file_among_files_take_a_call_each_in_their_places(server, tmp_path):
+    """Among a list of small files, a shard (its members) and a file larger
+    than a region's threshold take a call each, in their places, and the
+    runs of files around them still go on Aggregate calls: the answer of a
+    call each, every field, kinds in the order their first inputs came."""
+    import tarfile
+
+    from PIL import Image
+
+    from imgstat._tuning import REGION_MIN_BYTES
+    client = imgstat.Client(server.address)
+    assert client._transport.same_host  # where a large file takes a region of its own
+    rng = np.random.default_rng(7)
+    small = []
+    for i in range(80):
+        p = tmp_path / f"{i:03d}.png"
+        Image.fromarray(rng.integers(0, 256, (5 + i % 7, 3 + i % 11, 3), dtype=np.uint8)).save(p)
+        small.append(str(p))
+    member = tmp_path / "grey16.png"
+    Image.fromarray(rng.integers(0, 65536, (9, 13), dtype=np.uint16)).save(member)
+    shard = tmp_path / "shard.tar"
+    with tarfile.open(shard, "w") as t:
+        t.add(member, arcname="grey16.png")
+        t.add(small[0], arcname="again.png")
+    large = tmp_path / "large.png"
+    Image.fromarray(rng.integers(0, 256, (700, 700, 3), dtype=np.uint8)).save(large)
+    assert os.path.getsize(large) >= REGION_MIN_BYTES
+    inputs = small[:40] + [str(shard)] + small[40:45] + [str(large)] + small[45:]
+    before = open(server.log_path).read().count(" info Aggregate ")
+    mixed = [r.to_dict() for r in client.aggregate(inputs, stats="all")]
+    on_calls = open(server.log_path).read().count(" info Aggregate ") - before
+    one_each = [r.to_dict() for r in client.aggregate(iter(inputs), stats="all")]
+    assert mixed == one_each
+    assert [g["sample_type"] for g in mixed] == ["uint8", "uint16"]  # the shard's 16-bit member second
+    assert sum(g["images"] for g in mixed) == len(inputs) + 1
+    assert on_calls == 40 + 35  # the run of 5 between the shard and the large file a call each
+    client.close()
