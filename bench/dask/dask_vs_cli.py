@@ -7,7 +7,7 @@ same folder. The answers must be equal (every field: integer images); the
 rate is images/s of the whole pass (the cluster started beforehand, as a
 user's is). The table comes last.
 
-    [APART=1] dask_vs_cli.py SERVER_BIN CLIENT_BIN [--files 20000] [--workers 4] [--servers 2] [--rounds 2]
+    [APART=1] [NO_PROFILE=1] dask_vs_cli.py SERVER_BIN CLIENT_BIN [--files 20000] [--workers 4] [--servers 2] [--rounds 2]
                    [--partitions 160] [--folder DIR]
 """
 import argparse
@@ -23,6 +23,10 @@ import time
 # APART=1: servers without their region socket, as on machines apart (every
 # byte over the socket); by default the workers' servers are on their host.
 APART = bool(os.environ.get("APART"))
+# NO_PROFILE=1: the workers' statistical profiler off (Dask's
+# distributed.worker.profile.enabled), which samples the stacks of a
+# worker's threads every 10 ms.
+NO_PROFILE = bool(os.environ.get("NO_PROFILE"))
 
 
 def start(server_bin, work, k):
@@ -48,6 +52,7 @@ def main():
     ap.add_argument("--partitions", type=int, default=160)
     ap.add_argument("--folder")
     a = ap.parse_args()
+    import dask
     import dask.bag as db
     import distributed
 
@@ -65,32 +70,35 @@ def main():
     servers = [start(a.server_bin, work, k) for k in range(a.servers)]
     addresses = [s[1] for s in servers]
     rows = []
+    if NO_PROFILE:
+        dask.config.set({"distributed.worker.profile.enabled": False})
     try:
-        cli_best, cli_answer = None, None
-        for _ in range(a.rounds):
+        cli_best = dask_best = results = cli_answer = None
+        ratios = []
+        # Rounds in turn, the CLI's then Dask's, so that a machine whose pace
+        # drifts weighs on both alike; the CLI's with no cluster beside it
+        # (idle, a LocalCluster's processes still take CPU), Dask's on a
+        # cluster started beforehand, as a user's is.
+        for r in range(a.rounds):
             t = time.perf_counter()
             out = subprocess.run([a.client_bin, "--server", ",".join(addresses), "--aggregate", "--json", *paths],
                                  capture_output=True, text=True, check=True)
-            s = time.perf_counter() - t
-            print(f"cli round: {s:.2f} s", flush=True)
-            cli_best = s if cli_best is None else min(cli_best, s)
+            cli = time.perf_counter() - t
             cli_answer = [json.loads(x) for x in out.stdout.splitlines() if x.strip()]
-        with distributed.LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True,
-                                      dashboard_address=None, silence_logs=40) as cluster, \
-                distributed.Client(cluster):
-            imgstat.dask.aggregate(db.from_sequence(paths[:a.workers * 4], npartitions=a.workers), addresses)
-            dask_best, results = None, None
-            for r in range(a.rounds):
-                # Each round's bag its own (the list turned by one): a graph of the same
-                # keys as the last round's would be answered from what its workers still hold.
-                bag = db.from_sequence(paths[r:] + paths[:r], npartitions=a.partitions)
+            with distributed.LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True,
+                                          dashboard_address=None, silence_logs=40) as cluster, \
+                    distributed.Client(cluster):
+                imgstat.dask.aggregate(db.from_sequence(paths[:a.workers * 4], npartitions=a.workers), addresses)
+                bag = db.from_sequence(paths, npartitions=a.partitions)
                 t = time.perf_counter()
                 results = imgstat.dask.aggregate(bag, addresses)
                 s = time.perf_counter() - t
-                print(f"dask round {r + 1}: {s:.2f} s", flush=True)
-                dask_best = s if dask_best is None else min(dask_best, s)
-            with imgstat.Client(addresses[0]) as client:
-                one_process = [r.to_dict() for r in client.aggregate(paths)]
+            print(f"round {r + 1}: cli {cli:.2f} s, dask {s:.2f} s ({cli / s:.2f}x)", flush=True)
+            ratios.append(cli / s)
+            cli_best = cli if cli_best is None else min(cli_best, cli)
+            dask_best = s if dask_best is None else min(dask_best, s)
+        with imgstat.Client(addresses[0]) as client:
+            one_process = [r.to_dict() for r in client.aggregate(paths)]
         got = [r.to_dict() for r in results]
         # Every field as one process's Client.aggregate, and the CLI's counts, sums and histograms.
         equal = got == one_process and [
@@ -98,13 +106,14 @@ def main():
             [(c["count"], c["sum"], c["histogram"]["counts"]) for c in g["channels"]] for g in got]
         n = len(paths)
         rows.append(("imgstat-client --aggregate (baseline)", cli_best, n / cli_best, 1.0, ""))
-        rows.append((f"imgstat.dask.aggregate, {a.workers} workers", dask_best, n / dask_best, cli_best / dask_best,
-                     "equal" if equal else "DIFFERENT"))
+        rows.append((f"imgstat.dask.aggregate, {a.workers} workers{', profiler off' if NO_PROFILE else ''}", dask_best,
+                     n / dask_best, cli_best / dask_best, "equal" if equal else "DIFFERENT"))
     finally:
         for p, _ in servers:
             p.terminate()
     print(f"\n{len(paths)} 500x375 JPEGs, {a.servers} CPU servers{' without regions' if APART else ''}, "
-          f"{os.cpu_count()} cores, best of {a.rounds}")
+          f"{os.cpu_count()} cores, {a.partitions} partitions, best of {a.rounds} "
+          f"(rounds in turn, each round's ratio {min(ratios):.2f}-{max(ratios):.2f}x)")
     print("| pass | s | images/s | of the CLI's rate | answer |")
     print("|---|---|---|---|---|")
     for name, s, rate, ratio, answer in rows:
