@@ -197,7 +197,6 @@ class Run {
     return 0;
   }
 
- private:
   // The merged answers (and --partial-out's file), then the count line.
   int finish(size_t all, const char* what) {
     if (aggregation_) {
