@@ -122,6 +122,9 @@ grpc::Status Remote::aggregate_once(const std::vector<std::string>& files, const
   v1::ServerInfo info;
   const int per_message =
       server_info(until, &info) ? static_cast<int>(std::max(1u, info.limits().aggregate_inputs())) : 1;
+  // The first message holds a window of inputs, each next one twice the one
+  // before: the server begins once a window's files are read, not the slice's.
+  int send_at = static_cast<int>(std::min<uint64_t>(per_message, aggregate_window()));
   // Bytes carried in one message: within the server's limit, with room for the rest of it.
   const uint64_t limit = message_limit(until);
   const uint64_t per_message_bytes = std::min(kAggregateMessageBytes, limit > kEnvelope ? limit - kEnvelope : 0);
@@ -165,10 +168,11 @@ grpc::Status Remote::aggregate_once(const std::vector<std::string>& files, const
     }
     *message.add_inputs() = std::move(input);
     sent.push_back(i);
-    if (message.inputs_size() >= per_message || bytes >= per_message_bytes) {
+    if (message.inputs_size() >= send_at || bytes >= per_message_bytes) {
       open = writer->Write(message);
       message.Clear();
       bytes = 0;
+      send_at = std::min(per_message, 2 * send_at);
     }
   }
   if (open && (message.has_options() || message.inputs_size() > 0)) open = writer->Write(message);

@@ -52,17 +52,26 @@ constexpr unsigned kCallsPerThread = 4;
 constexpr uint64_t kDefaultCalls = 16;
 constexpr uint64_t kMaxCalls = 256;
 // --aggregate on the servers' Aggregate calls (on_server.cpp): at most this
-// many calls at once; each call's files in slices, about this many a call
-// over the pass, of at least and at most these many files, and at most this
-// many bytes (a memfd's worth at a time to a server on this host).
+// many calls at once. Their slices shrink as the pass goes, as OpenMP's
+// schedule(guided): each takes 1/(kAggregateGuided x calls) of the files
+// left, so the calls end together, the last ones a short slice each
+// (fixed slices of a quarter of a call's share left a tail of calls ending
+// one by one: on a GPU server a fifth of the pass). A slice holds at least
+// kAggregateSliceWindows of the server's windows and at most
+// kAggregateSliceFiles files and kAggregateSliceBytes bytes (a memfd's worth
+// at a time to a server on this host). Answers that wait for an earlier
+// slice's are held up to 2 x calls of them, or more within
+// kAggregateHeldBytes.
 constexpr size_t kAggregateCalls = 64;
-constexpr size_t kAggregateSlicesPerCall = 4;
-constexpr std::pair<size_t, size_t> kAggregateSliceFiles{32, 1024};
+constexpr size_t kAggregateGuided = 2;
+constexpr size_t kAggregateSliceWindows = 2;
+constexpr size_t kAggregateSliceFiles = 1024;
 constexpr uint64_t kAggregateSliceBytes = uint64_t{64} << 20;
+constexpr uint64_t kAggregateHeldBytes = uint64_t{64} << 20;
 // Plain files in a row, at least, that go on those calls among inputs that
 // go a call a file (a shard's members, large files): each such run waits
-// for the one before it, and a shorter run would not fill one slice.
-constexpr size_t kAggregateRunFiles = kAggregateSliceFiles.first;
+// for the one before it, and a shorter run would fill no call's windows.
+constexpr size_t kAggregateRunFiles = 32;
 // round_robin over every address of the target, and gRPC's own retries for
 // unary calls that never reached a server (UNAVAILABLE before any answer);
 // retry_unavailable() below covers the rest. Streaming calls get no retry

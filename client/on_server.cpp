@@ -11,6 +11,7 @@
 #include "call_support.hpp"
 #include "core/status_name.hpp"
 #include "shards.hpp"
+#include "slices.hpp"
 #include "sources/objects.hpp"
 
 namespace imgstat::client {
@@ -54,28 +55,6 @@ std::vector<OnServerRun> on_server_runs(const std::vector<uint64_t>& sizes, uint
 
 namespace {
 
-struct Planned {
-  size_t first = 0, count = 0;
-};
-
-// Contiguous slices of at most `files` files and `bytes` bytes (one file at least).
-std::vector<Planned> plan(const std::vector<uint64_t>& sizes, size_t files, uint64_t bytes) {
-  std::vector<Planned> out;
-  Planned at;
-  uint64_t held = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (at.count > 0 && (at.count >= files || held + sizes[i] > bytes)) {
-      out.push_back(at);
-      at = Planned{i, 0};
-      held = 0;
-    }
-    ++at.count;
-    held += sizes[i];
-  }
-  if (at.count > 0) out.push_back(at);
-  return out;
-}
-
 struct Answer {
   grpc::Status status;
   v1::AggregateResponse response;
@@ -88,20 +67,20 @@ bool aggregate_on_server(Remote& remote, const std::vector<std::string>& files, 
                          const v1::Input& like, const v1::Options& options, const OnServerOptions& tuning,
                          const std::function<void(OnServerSlice&)>& merge, const std::function<void(size_t)>& tick) {
   // As many calls as keep `jobs` inputs in the servers' hands (each call
-  // analyzes its window at once), and slices enough that the calls end
-  // about together and each call's last window overlaps the others' work.
+  // analyzes its window at once).
   const unsigned window = remote.aggregate_window();
   const size_t calls = std::clamp<size_t>((std::max(1u, tuning.jobs) + window - 1) / window, 1, kAggregateCalls);
-  const size_t per_slice = std::clamp<size_t>(files.size() / (calls * kAggregateSlicesPerCall), kAggregateSliceFiles.first,
-                                              kAggregateSliceFiles.second);
   const uint64_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
   const uint64_t slice_bytes = std::max(largest, std::min(kAggregateSliceBytes, tuning.bytes_in_flight / calls));
-  const std::vector<Planned> slices = plan(sizes, per_slice, slice_bytes);
+  const std::vector<FileSlice> slices =
+      guided_slices(sizes, {kAggregateGuided * calls, kAggregateSliceWindows * window, kAggregateSliceFiles, slice_bytes});
 
   std::mutex mu;
   std::condition_variable ready, room;
   std::vector<std::optional<Answer>> answers(slices.size());
+  std::vector<uint64_t> answers_bytes(slices.size());
   size_t next = 0, merged = 0;
+  uint64_t held = 0;  // bytes of the answers that wait for an earlier slice's
   bool stop = false;
   auto work = [&] {
     Remote::AggregateMemory memory(slice_bytes);
@@ -115,17 +94,22 @@ bool aggregate_on_server(Remote& remote, const std::vector<std::string>& files, 
       {
         std::unique_lock<std::mutex> lock(mu);
         // Not far ahead of the merge: answers waiting for an earlier slice are held.
-        room.wait(lock, [&] { return stop || next >= slices.size() || next < merged + 2 * calls; });
+        room.wait(lock, [&] {
+          return stop || next >= slices.size() || next < merged + 2 * calls || held < kAggregateHeldBytes;
+        });
         if (stop || next >= slices.size()) return;
         k = next++;
       }
-      const Planned& s = slices[k];
+      const FileSlice& s = slices[k];
       const std::vector<std::string> mine(files.begin() + s.first, files.begin() + s.first + s.count);
       const std::vector<uint64_t> mine_sizes(sizes.begin() + s.first, sizes.begin() + s.first + s.count);
       Answer a;
       a.status = remote.aggregate(mine, mine_sizes, like, options, &memory, &a.response, &a.unread);
+      const uint64_t bytes = a.response.ByteSizeLong();
       std::lock_guard<std::mutex> lock(mu);
       answers[k] = std::move(a);
+      answers_bytes[k] = bytes;
+      held += bytes;
       ready.notify_all();
     }
   };
@@ -154,6 +138,7 @@ bool aggregate_on_server(Remote& remote, const std::vector<std::string>& files, 
       }
       a = std::move(*answers[k]);
       answers[k].reset();
+      held -= answers_bytes[k];
       merged = k + 1;
       room.notify_all();
     }
@@ -163,7 +148,7 @@ bool aggregate_on_server(Remote& remote, const std::vector<std::string>& files, 
       end();
       return false;
     }
-    const Planned& s = slices[k];
+    const FileSlice& s = slices[k];
     OnServerSlice slice;
     slice.first = s.first;
     slice.count = s.count;
