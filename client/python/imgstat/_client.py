@@ -15,7 +15,7 @@ import numpy as np
 
 from ._errors import Error
 from ._inputs import ImageLike, bad, layout, map_of, prepare, rows, side_input
-from ._on_server import aggregate_on_server, runs_for_server
+from ._on_server import aggregate_on_server, guided_slices, runs_for_server
 from ._objects import covered, list_objects_here, read_object
 from ._options import ANALYZE_OPTIONS, build_options, is_path, parts_asked
 from ._pump import Pump
@@ -25,7 +25,8 @@ from ._result import Result
 from ._shards import expand as expand_archives
 from ._shards import is_shard
 from ._transport import Transport
-from ._tuning import COPY_THREADS, REGION_MIN_BYTES
+from ._tuning import (AGGREGATE_GUIDED, AGGREGATE_SLICE_FILES, AGGREGATE_SLICE_WINDOWS, COPY_THREADS,
+                      REGION_MIN_BYTES)
 from .v1 import imgstat_pb2 as pb
 
 __all__ = ["Client", "ImageLike"]
@@ -251,21 +252,27 @@ class Client:
         return aggregation
 
     def _on_server(self, jobs, user, errors):
-        """The server's partials of the jobs, in order: a contiguous slice of
-        them on each of as many Aggregate calls as keep its engine busy (each
-        holds --batch-window inputs at once), so that merging the partials in
-        order meets each kind of image where the inputs first have it."""
-        info = self._transport.known_info()
-        calls = -(-self._transport.calls_to_fill() // max(1, info.limits.batch_window))
+        """The server's partials of the jobs, in order: contiguous slices of
+        them, shrinking as the pass goes, on as many Aggregate calls at once
+        as keep its engine busy (each holds --batch-window inputs at once),
+        so that merging the partials in order meets each kind of image where
+        the inputs first have it."""
+        window = max(1, self._transport.known_info().limits.batch_window)
+        calls = -(-self._transport.calls_to_fill() // window)
         calls = max(1, min(calls, len(jobs) // 64 or 1))
-        step = -(-len(jobs) // calls)
-        slices = [jobs[i:i + step] for i in range(0, len(jobs), step)]
-        if len(slices) == 1:
-            return aggregate_on_server(self._transport, self._regions, slices[0], user, errors)
-        with ThreadPoolExecutor(max_workers=len(slices), thread_name_prefix="imgstat-aggregate") as pool:
-            futures = [pool.submit(aggregate_on_server, self._transport, self._regions, s, user, errors)
-                       for s in slices]
-            return [p for f in futures for p in f.result()]  # the first slice's failure first
+        if calls == 1:
+            return aggregate_on_server(self._transport, self._regions, jobs, user, errors)
+        slices = guided_slices(len(jobs), AGGREGATE_GUIDED * calls, AGGREGATE_SLICE_WINDOWS * window,
+                               AGGREGATE_SLICE_FILES)
+        with ThreadPoolExecutor(max_workers=calls, thread_name_prefix="imgstat-aggregate") as pool:
+            futures = [pool.submit(aggregate_on_server, self._transport, self._regions, jobs[a:b], user, errors)
+                       for a, b in slices]
+            try:
+                return [p for f in futures for p in f.result()]  # the first slice's failure first
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
 
     def _list(self, prefix):
         """The names under an s3:// prefix: listed by the server where its

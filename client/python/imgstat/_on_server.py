@@ -159,6 +159,20 @@ def _read_into(job, into):
         os.close(fd)
 
 
+def guided_slices(count, share, least, most):
+    """(start, end) of contiguous slices of count inputs, each about 1/share
+    of those left, at least least (where that many are left), at most most
+    (the CLI's guided_slices, client/slices.cpp)."""
+    most = max(1, most)
+    least = min(max(1, least), most)
+    out, start = [], 0
+    while start < count:
+        end = start + min(max((count - start) // max(1, share), least), most, count - start)
+        out.append((start, end))
+        start = end
+    return out
+
+
 def _by_bytes(jobs, budget):
     """Contiguous runs of jobs of at most budget bytes together (at least one each)."""
     start, size = 0, 0

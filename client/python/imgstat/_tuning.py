@@ -22,6 +22,14 @@ AGGREGATE_MESSAGE = 1 << 20
 # From a server on this host, an Aggregate call's inputs are read into a kept
 # memfd of up to this many bytes, which the server maps.
 AGGREGATE_REGION = 64 << 20
+# A pass's files on Aggregate calls go in contiguous slices that shrink as
+# the pass goes (OpenMP's schedule(guided)), each 1/(AGGREGATE_GUIDED x
+# calls) of the files left, at least AGGREGATE_SLICE_WINDOWS of the server's
+# windows, at most AGGREGATE_SLICE_FILES: the calls end together (as the
+# CLI's kAggregateGuided, kAggregateSliceWindows, kAggregateSliceFiles).
+AGGREGATE_GUIDED = 2
+AGGREGATE_SLICE_WINDOWS = 2
+AGGREGATE_SLICE_FILES = 1024
 # Inputs in a row, at least, that go on Aggregate calls among inputs that
 # take a call each (a shard's members, large files): each run waits for the
 # one before it (as the CLI's kAggregateRunFiles).

@@ -180,3 +180,43 @@ def test_a_shard_and_a_large_file_among_files_take_a_call_each_in_their_places(s
     assert sum(g["images"] for g in mixed) == len(inputs) + 1
     assert on_calls == 40 + 35  # the run of 5 between the shard and the large file a call each
     client.close()
+
+
+def test_a_long_list_goes_on_several_calls_in_shrinking_slices_each_file_once(server, tmp_path):
+    """A list long enough for several Aggregate calls at once is cut into
+    slices that shrink as the pass goes (so the calls end together): each
+    file is merged once, the answer is a call each's, a 16-bit kind met late
+    comes second, and errors="raise" names the first bad file in input
+    order although a later slice may fail first."""
+    import re
+    from collections import Counter
+
+    from PIL import Image
+    client = imgstat.Client(server.address)
+    rng = np.random.default_rng(11)
+    inputs = []
+    for i in range(300):
+        p = tmp_path / f"{i:03d}.png"
+        if i in (120, 260):
+            p.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(rng.integers(0, 256, 40, dtype=np.uint8)))
+        elif i == 200:
+            Image.fromarray(rng.integers(0, 65536, (7, 9), dtype=np.uint16)).save(p)
+        else:
+            Image.fromarray(rng.integers(0, 256, (3 + i % 5, 2 + i % 13, 3), dtype=np.uint8)).save(p)
+        inputs.append(str(p))
+    before = len(open(server.log_path).read())
+    on_calls = [r.to_dict() for r in client.aggregate(inputs, errors="skip")]
+    log = open(server.log_path).read()[before:]
+    one_each = [r.to_dict() for r in client.aggregate(iter(inputs), errors="skip")]
+    assert on_calls == one_each
+    assert [g["sample_type"] for g in on_calls] == ["uint8", "uint16"]
+    assert sum(g["images"] for g in on_calls) == 298
+    merged = re.findall(r" info Aggregate id=(\w+) item=\"\d+\" peer=\S+ input=\"([^\"]+)\"", log)
+    assert sorted(name for _, name in merged) == sorted(inputs)  # each once, the two bad ones too
+    per_call = list(Counter(call for call, _ in merged).values())  # in the order the calls first answered
+    assert len(per_call) >= 4
+    assert max(per_call) > 2 * min(per_call)  # the first slices larger than the last
+    with pytest.raises(imgstat.Error) as e:
+        client.aggregate(inputs)
+    assert e.value.input == inputs[120]
+    client.close()
