@@ -86,7 +86,7 @@ void Remote::release(AggregateMemory& memory) {
   memory.region_id.clear();
 }
 
-grpc::Status Remote::aggregate(const std::vector<std::string>& files, const std::vector<uint64_t>& sizes,
+grpc::Status Remote::aggregate(std::span<const std::string> files, std::span<const uint64_t> sizes,
                                const v1::Input& like, const v1::Options& options, AggregateMemory* memory,
                                v1::AggregateResponse* out, std::vector<std::pair<size_t, Outcome>>* unread) {
   if (unreachable_now()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, kUnreachable);
@@ -115,7 +115,7 @@ grpc::Status Remote::aggregate(const std::vector<std::string>& files, const std:
   }
 }
 
-grpc::Status Remote::aggregate_once(const std::vector<std::string>& files, const std::vector<uint64_t>& sizes,
+grpc::Status Remote::aggregate_once(std::span<const std::string> files, std::span<const uint64_t> sizes,
                                     const v1::Input& like, const v1::Options& options, AggregateMemory* memory,
                                     std::chrono::system_clock::time_point until, v1::AggregateResponse* out,
                                     std::vector<std::pair<size_t, Outcome>>* unread) {

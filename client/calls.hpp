@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -120,7 +121,7 @@ class Remote {
   // its inputs or none. The server's answer (a failure's index: its file's
   // place in files), with the files not read here in *unread; else the
   // call's status.
-  grpc::Status aggregate(const std::vector<std::string>& files, const std::vector<uint64_t>& sizes,
+  grpc::Status aggregate(std::span<const std::string> files, std::span<const uint64_t> sizes,
                          const v1::Input& like, const v1::Options& options, AggregateMemory* memory,
                          v1::AggregateResponse* out, std::vector<std::pair<size_t, Outcome>>* unread);
   // The memory's region, unregistered once its calls are done.
@@ -197,7 +198,7 @@ class Remote {
   RegionSocketClient* region_socket(std::chrono::system_clock::time_point until);
   // The memory made and registered where it can be; false: the bytes go in the messages.
   bool ready(AggregateMemory& memory, std::chrono::system_clock::time_point until);
-  grpc::Status aggregate_once(const std::vector<std::string>& files, const std::vector<uint64_t>& sizes,
+  grpc::Status aggregate_once(std::span<const std::string> files, std::span<const uint64_t> sizes,
                               const v1::Input& like, const v1::Options& options, AggregateMemory* memory,
                               std::chrono::system_clock::time_point until, v1::AggregateResponse* out,
                               std::vector<std::pair<size_t, Outcome>>* unread);

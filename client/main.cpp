@@ -429,9 +429,8 @@ class Run {
         }
         for (const client::Outcome& o : slice.failed) fail(o);
       };
-      const std::vector<std::string> files(inputs_.begin() + run.first, inputs_.begin() + run.first + run.count);
-      const std::vector<uint64_t> sizes(sizes_.begin() + run.first, sizes_.begin() + run.first + run.count);
-      refused = !client::aggregate_on_server(remote, files, sizes, request_.input, asked_, tuning, merge,
+      refused = !client::aggregate_on_server(remote, std::span(inputs_).subspan(run.first, run.count),
+                                             std::span(sizes_).subspan(run.first, run.count), request_.input, asked_, tuning, merge,
                                              [&](size_t done) { bar(run.first + done, false); });
       if (refused) per_file(remote, nullptr, run.first, run.count);
     }

@@ -63,7 +63,7 @@ struct Answer {
 
 }  // namespace
 
-bool aggregate_on_server(Remote& remote, const std::vector<std::string>& files, const std::vector<uint64_t>& sizes,
+bool aggregate_on_server(Remote& remote, std::span<const std::string> files, std::span<const uint64_t> sizes,
                          const v1::Input& like, const v1::Options& options, const OnServerOptions& tuning,
                          const std::function<void(OnServerSlice&)>& merge, const std::function<void(size_t)>& tick) {
   // As many calls as keep `jobs` inputs in the servers' hands (each call
@@ -101,10 +101,9 @@ bool aggregate_on_server(Remote& remote, const std::vector<std::string>& files, 
         k = next++;
       }
       const FileSlice& s = slices[k];
-      const std::vector<std::string> mine(files.begin() + s.first, files.begin() + s.first + s.count);
-      const std::vector<uint64_t> mine_sizes(sizes.begin() + s.first, sizes.begin() + s.first + s.count);
       Answer a;
-      a.status = remote.aggregate(mine, mine_sizes, like, options, &memory, &a.response, &a.unread);
+      a.status = remote.aggregate(files.subspan(s.first, s.count), sizes.subspan(s.first, s.count), like, options,
+                                  &memory, &a.response, &a.unread);
       const uint64_t bytes = a.response.ByteSizeLong();
       std::lock_guard<std::mutex> lock(mu);
       answers[k] = std::move(a);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,7 @@ struct OnServerOptions {
 // call itself on the first slice (a server without it, a token not allowed
 // it): then these files go a call a file. A later slice refused (another
 // server of a list) comes to merge marked so.
-bool aggregate_on_server(Remote& remote, const std::vector<std::string>& files, const std::vector<uint64_t>& sizes,
+bool aggregate_on_server(Remote& remote, std::span<const std::string> files, std::span<const uint64_t> sizes,
                          const v1::Input& like, const v1::Options& options, const OnServerOptions& tuning,
                          const std::function<void(OnServerSlice&)>& merge, const std::function<void(size_t)>& tick);
 

@@ -4,7 +4,7 @@
 
 namespace imgstat::client {
 
-std::vector<FileSlice> guided_slices(const std::vector<uint64_t>& sizes, const SliceBounds& bounds) {
+std::vector<FileSlice> guided_slices(std::span<const uint64_t> sizes, const SliceBounds& bounds) {
   const size_t most = std::max<size_t>(1, bounds.most_files);
   const size_t least = std::clamp<size_t>(bounds.least_files, 1, most);
   const size_t share = std::max<size_t>(1, bounds.share);

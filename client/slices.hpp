@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace imgstat::client {
@@ -21,6 +22,6 @@ struct SliceBounds {
   uint64_t bytes = 0;      // bytes of a slice, at most (one file at least, whatever its size)
 };
 
-std::vector<FileSlice> guided_slices(const std::vector<uint64_t>& sizes, const SliceBounds& bounds);
+std::vector<FileSlice> guided_slices(std::span<const uint64_t> sizes, const SliceBounds& bounds);
 
 }  // namespace imgstat::client

@@ -58,9 +58,9 @@ TEST(GuidedSlices, BytesAndFileBoundsHold) {
   EXPECT_EQ(slices[0].count, 3u);  // 10, 0, 0: the 500 would pass the bytes
   EXPECT_EQ(slices[1].first, 3u);
   EXPECT_EQ(slices[1].count, 1u);  // the 500 alone
-  EXPECT_TRUE(guided_slices({}, b).empty());
+  EXPECT_TRUE(guided_slices(std::vector<uint64_t>{}, b).empty());
   // No byte room: one file a slice.
-  const std::vector<FileSlice> ones = guided_slices({7, 7, 7}, SliceBounds{1, 4, 8, 0});
+  const std::vector<FileSlice> ones = guided_slices(std::vector<uint64_t>{7, 7, 7}, SliceBounds{1, 4, 8, 0});
   ASSERT_EQ(ones.size(), 3u);
   for (const FileSlice& s : ones) EXPECT_EQ(s.count, 1u);
 }
