@@ -49,6 +49,7 @@ void check(cudaError_t e, const char* what) {
 struct Jpeg {
   std::vector<unsigned char> bytes;
   size_t width = 0, height = 0;
+  size_t chroma_width = 0;  // a chroma plane's row, as the server lays it out
 };
 
 // One decoding thread: its own state, stream and output planes, sized for
@@ -125,6 +126,7 @@ int main(int argc, char** argv) {
     }
     j.width = scan.width;
     j.height = scan.height;
+    j.chroma_width = (scan.width + scan.h[0] - 1) / scan.h[0];
     largest = std::max(largest, j.width * j.height);
     jpegs.push_back(std::move(j));
   }
@@ -172,10 +174,10 @@ int main(int argc, char** argv) {
                 if (rgb) {
                   w.planes[k].channel[0] = w.out[k];
                   w.planes[k].pitch[0] = j.width * 3;
-                } else {  // chroma planes at most the image's size, with its pitch
+                } else {  // chroma planes at most the image's size, their rows as the server's
                   for (int c = 0; c < 3; ++c) {
                     w.planes[k].channel[c] = w.out[k] + c * largest;
-                    w.planes[k].pitch[c] = j.width;
+                    w.planes[k].pitch[c] = c == 0 ? j.width : j.chroma_width;
                   }
                 }
               }
