@@ -74,7 +74,7 @@ bool Remote::ready(AggregateMemory& memory, std::chrono::system_clock::time_poin
   if (memory.region_id.empty()) {
     v1::Region region;
     RegionSocketClient* socket = region_socket(until);
-    memory.failed = !socket || !register_descriptor(*socket, memory.fd, 0, 0, "imgstat-aggregate", until, &region);
+    memory.failed = !socket || !register_descriptor(*socket, memory.fd, 0, 0, "imgstat-aggregate", until, &region, true);
     if (memory.failed) return false;
     memory.region_id = region.region_id();
   }

@@ -183,8 +183,9 @@ class Remote {
   bool register_file(RegionSocketClient& socket, const std::string& path, std::chrono::system_clock::time_point until,
                      v1::Region* region);
   // Bytes [offset, offset + size) of an open file (fd stays the caller's).
+  // pageable: not page-locked by a CUDA server (RegisterRegionRequest.pageable).
   bool register_descriptor(RegionSocketClient& socket, int fd, uint64_t offset, uint64_t size, const std::string& name,
-                           std::chrono::system_clock::time_point until, v1::Region* region);
+                           std::chrono::system_clock::time_point until, v1::Region* region, bool pageable = false);
   bool register_file(RegionSocketClient& socket, const std::string& path, std::chrono::system_clock::time_point until,
                      std::string* region_id);
   void unregister(const std::vector<std::string>& regions, std::chrono::system_clock::time_point until);

@@ -219,7 +219,7 @@ bool Remote::register_file(RegionSocketClient& socket, const std::string& path, 
 
 bool Remote::register_descriptor(RegionSocketClient& socket, int fd, uint64_t offset, uint64_t size,
                                  const std::string& name, std::chrono::system_clock::time_point until,
-                                 v1::Region* region) {
+                                 v1::Region* region, bool pageable) {
   // The file itself: the server reads it (it maps only sealed memfds), no copy here.
   std::string ticket;
   try {
@@ -232,6 +232,7 @@ bool Remote::register_descriptor(RegionSocketClient& socket, int fd, uint64_t of
   r.set_offset(offset);
   r.set_size(size);
   r.set_name(name);
+  r.set_pageable(pageable);
   grpc::ClientContext ctx;
   prepare(ctx, until);
   return stub_->RegisterRegion(&ctx, r, region).ok();

@@ -211,6 +211,19 @@ TEST(GpuRegions, HostRegionsArePinnedForTheCudaEngine) {
   ASSERT_TRUE(cuda.analyze(r, &a).ok());
   ASSERT_TRUE(cuda.analyze(m, &b).ok());
   expect_same_statistics(a, b, "pinned host region");
+  // Asked to leave it pageable (--aggregate's scratch of encoded files): mapped, not locked, the same answer.
+  const int again = memfd_with(bytes, F_SEAL_SHRINK);
+  reg.set_ticket(cuda.socket.pass(again));
+  close(again);
+  reg.set_pageable(true);
+  v1::Region pageable;
+  ASSERT_TRUE(cuda.register_region(reg, &pageable).ok());
+  EXPECT_FALSE(pageable.pinned());
+  EXPECT_TRUE(pageable.mapped());
+  r.mutable_input()->mutable_region()->set_region_id(pageable.region_id());
+  v1::AnalyzeResponse c;
+  ASSERT_TRUE(cuda.analyze(r, &c).ok());
+  expect_same_statistics(c, b, "pageable host region");
 }
 
 }  // namespace

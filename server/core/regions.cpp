@@ -253,7 +253,7 @@ v1::Region RegionTable::register_region(const v1::RegisterRegionRequest& request
   std::shared_ptr<void> memory(map, [map_size](void* p) { munmap(p, map_size); });
   auto region = std::make_shared<Region>(random_id("r-"), request.name().substr(0, kMaxLoggedNameBytes), owner,
                                          ticket->session, memory, static_cast<const uint8_t*>(map) + skip, size, false);
-  if (pin_) region->pinned = pin_(map, map_size);  // a second or more for tens of GiB: outside the lock
+  if (pin_ && !request.pageable()) region->pinned = pin_(map, map_size);  // a second or more for tens of GiB: outside the lock
   return admit(std::move(region));
 }
 

@@ -212,7 +212,7 @@ def aggregate_on_server(transport, regions, jobs, user_options, errors):
         for start, group in _by_bytes(jobs, AGGREGATE_REGION):
             memory = regions.take_scratch(max(1, sum(j.size for j in group)))
             try:
-                region_id = regions.of_memory(memory, "imgstat-aggregate")
+                region_id = regions.of_memory(memory, "imgstat-aggregate", pageable=True)
                 if region_id is None:  # the socket took no memfd: the bytes go in the messages
                     break
                 here = {}

@@ -69,9 +69,9 @@ class Registrations:
                 return
             self._transport.unregister(region_id)
 
-    def of_memory(self, memory, name):
-        """The region of a memfd, registered the first time; None when
-        regions cannot be had."""
+    def of_memory(self, memory, name, pageable=False):
+        """The region of a memfd, registered the first time (pageable: not
+        page-locked by a CUDA server); None when regions cannot be had."""
         entry = memory.registered.get(id(self))
         if entry is not None and entry[0]() is self:  # (an id is reused once its owner is gone)
             return entry[1]
@@ -82,7 +82,7 @@ class Registrations:
             ticket = sock.pass_fd(memory.fd)
         except OSError:
             return None
-        region_id = self._transport.register(ticket, name)
+        region_id = self._transport.register(ticket, name, pageable=pageable)
         memory.registered[id(self)] = (weakref.ref(self), region_id)
         return region_id
 

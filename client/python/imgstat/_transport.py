@@ -174,8 +174,8 @@ class Transport:
             request.input.region.length = length
         return self.analyze(request, job.name, deadline)
 
-    def register(self, ticket, name, cuda=None):
-        request = pb.RegisterRegionRequest(ticket=ticket, name=name[:200])
+    def register(self, ticket, name, cuda=None, pageable=False):
+        request = pb.RegisterRegionRequest(ticket=ticket, name=name[:200], pageable=pageable)
         if cuda is not None:
             request.cuda.CopyFrom(cuda)
         return self.invoke(lambda t: self.stub.RegisterRegion(request, timeout=t, metadata=self.metadata),
