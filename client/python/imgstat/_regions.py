@@ -40,7 +40,7 @@ class Memory(mmap.mmap):
         probe = np.frombuffer(self, dtype=np.uint8, count=1)
         self.address = probe.ctypes.data
         del probe
-        self.registered = {}  # id(Regions) -> (weakref to it, region_id)
+        self.registered = {}  # (id(Registrations), pageable) -> (weakref to it, region_id)
         weakref.finalize(self, Memory._gone, fd, self.registered)
         with _memories_lock:
             _memories[self.address] = self

@@ -72,7 +72,8 @@ class Registrations:
     def of_memory(self, memory, name, pageable=False):
         """The region of a memfd, registered the first time (pageable: not
         page-locked by a CUDA server); None when regions cannot be had."""
-        entry = memory.registered.get(id(self))
+        key = (id(self), pageable)  # a scratch serves both ways: a region each
+        entry = memory.registered.get(key)
         if entry is not None and entry[0]() is self:  # (an id is reused once its owner is gone)
             return entry[1]
         sock = self.socket()
@@ -83,7 +84,7 @@ class Registrations:
         except OSError:
             return None
         region_id = self._transport.register(ticket, name, pageable=pageable)
-        memory.registered[id(self)] = (weakref.ref(self), region_id)
+        memory.registered[key] = (weakref.ref(self), region_id)
         return region_id
 
     def of_file(self, path, name):
@@ -133,8 +134,9 @@ class Registrations:
             self._scratch.append(memory)
             while len(self._scratch) > SCRATCH_IDLE or sum(m.size for m in self._scratch) > SCRATCH_IDLE_BYTES:
                 old = self._scratch.pop(0)
-                entry = old.registered.pop(id(self), None)
-                if entry:
-                    self._forgotten.append(entry[1])
+                for pageable in (False, True):
+                    entry = old.registered.pop((id(self), pageable), None)
+                    if entry:
+                        self._forgotten.append(entry[1])
 
 
