@@ -55,8 +55,7 @@ constexpr uint64_t kMaxCalls = 256;
 // many calls at once. Their slices shrink as the pass goes, as OpenMP's
 // schedule(guided): each takes 1/(kAggregateGuided x calls) of the files
 // left, so the calls end together, the last ones a short slice each
-// (fixed slices of a quarter of a call's share left a tail of calls ending
-// one by one: on a GPU server a fifth of the pass). A slice holds at least
+// rather than a quarter of a call's share (as fixed slices did). A slice holds at least
 // kAggregateSliceWindows of the server's windows and at most
 // kAggregateSliceFiles files and kAggregateSliceBytes bytes (a memfd's worth
 // at a time to a server on this host). Answers that wait for an earlier
