@@ -210,7 +210,7 @@ def aggregate_on_server(transport, regions, jobs, user_options, errors):
     rest = 0  # the jobs from here on go as bytes
     if regions is not None and regions.socket() is not None:
         for start, group in _by_bytes(jobs, AGGREGATE_REGION):
-            memory = regions.take_scratch(max(1, sum(j.size for j in group)))
+            memory = regions.take_scratch(max(1, sum(j.size for j in group)), larger=True)
             try:
                 region_id = regions.of_memory(memory, "imgstat-aggregate", pageable=True)
                 if region_id is None:  # the socket took no memfd: the bytes go in the messages

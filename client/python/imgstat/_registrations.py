@@ -119,10 +119,15 @@ class Registrations:
                 self.forget(self._cuda.popitem(last=False)[1])
         return region_id
 
-    def take_scratch(self, nbytes):
-        """A kept memfd of at least nbytes (at most about twice), or a new one."""
+    def take_scratch(self, nbytes, larger=False):
+        """A kept memfd of at least nbytes, or a new one. At most about twice
+        nbytes, unless larger: a region is the whole memfd, and a CUDA server
+        page-locks all of it; a pageable one (the Aggregate calls' encoded
+        files, in slices that shrink) costs nothing for being larger, and a
+        fresh memfd a call (its pages made, passed, registered) cost a
+        Python caller about 7 ms of CPU a call."""
         with self._lock:
-            fits = [m for m in self._scratch if nbytes <= m.size <= 2 * nbytes + (1 << 20)]
+            fits = [m for m in self._scratch if nbytes <= m.size and (larger or m.size <= 2 * nbytes + (1 << 20))]
             if fits:
                 best = min(fits, key=lambda m: m.size)
                 self._scratch.remove(best)

@@ -220,3 +220,26 @@ def test_a_long_list_goes_on_several_calls_in_shrinking_slices_each_file_once(se
         client.aggregate(inputs)
     assert e.value.input == inputs[120]
     client.close()
+
+
+def test_the_shrinking_slices_reuse_their_calls_memory(server, tmp_path):
+    """A same-host server reads a slice's files from a memfd the client
+    registered once: slices of a tenth the bytes of the first reuse the
+    memfds of the first (a fresh memfd a slice was made, passed and
+    registered each time, and cost the caller more CPU than its files)."""
+    from PIL import Image
+    rng = np.random.default_rng(12)
+    inputs = []
+    for i in range(300):
+        p = tmp_path / f"{i:03d}.png"
+        Image.fromarray(rng.integers(0, 256, (80, 80 + i % 3, 3), dtype=np.uint8)).save(p)  # ~19 KB of noise
+        inputs.append(str(p))
+    with imgstat.Client(server.address) as client:
+        before = {m: server.metric("imgstat_requests_total", method=m) for m in ("RegisterRegion", "Aggregate")}
+        got = [r.to_dict() for r in client.aggregate(inputs)]
+        calls = server.metric("imgstat_requests_total", method="Aggregate") - before["Aggregate"]
+        registered = server.metric("imgstat_requests_total", method="RegisterRegion") - before["RegisterRegion"]
+    assert calls >= 4  # several slices, the first about 1.4 MB, the last about 0.3 MB
+    assert 1 <= registered <= 2  # a memfd for each call at once, none a slice
+    with imgstat.Client(server.address) as client:
+        assert got == [r.to_dict() for r in client.aggregate(iter(inputs))]  # a call a file
