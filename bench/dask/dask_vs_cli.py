@@ -7,7 +7,7 @@ same folder. The answers must be equal (every field: integer images); the
 rate is images/s of the whole pass (the cluster started beforehand, as a
 user's is). The table comes last.
 
-    [APART=1] [NO_PROFILE=1] dask_vs_cli.py SERVER_BIN CLIENT_BIN [--files 20000] [--workers 4] [--servers 2] [--rounds 2]
+    [APART=1] [NO_PROFILE=1] [CPU=1] dask_vs_cli.py SERVER_BIN CLIENT_BIN [--files 20000] [--workers 4] [--servers 2] [--rounds 2]
                    [--partitions 160] [--folder DIR]
 """
 import argparse
@@ -27,6 +27,26 @@ APART = bool(os.environ.get("APART"))
 # distributed.worker.profile.enabled), which samples the stacks of a
 # worker's threads every 10 ms.
 NO_PROFILE = bool(os.environ.get("NO_PROFILE"))
+# CPU=1: each round also prints the CPU seconds of the servers, of the CLI,
+# and of Dask's processes (its workers; this process: scheduler, nannies,
+# client) over the pass, and Dask's over 10 s idle before it: on 2 cores
+# every one of them the servers lose.
+CPU = bool(os.environ.get("CPU"))
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(pid):
+    """A process's user and system CPU seconds so far (0 once it is gone)."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / HZ
+
+
+def own_cpu(children=False):
+    t = os.times()
+    return t.children_user + t.children_system if children else t.user + t.system
 
 
 def start(server_bin, work, k):
@@ -79,21 +99,38 @@ def main():
         # drifts weighs on both alike; the CLI's with no cluster beside it
         # (idle, a LocalCluster's processes still take CPU), Dask's on a
         # cluster started beforehand, as a user's is.
+        def servers_cpu():
+            return sum(cpu_of(p.pid) for p, _ in servers)
+
         for r in range(a.rounds):
+            s0, c0 = servers_cpu(), own_cpu(children=True)
             t = time.perf_counter()
             out = subprocess.run([a.client_bin, "--server", ",".join(addresses), "--aggregate", "--json", *paths],
                                  capture_output=True, text=True, check=True)
             cli = time.perf_counter() - t
+            cli_cpu = (servers_cpu() - s0, own_cpu(children=True) - c0)
             cli_answer = [json.loads(x) for x in out.stdout.splitlines() if x.strip()]
             with distributed.LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True,
                                           dashboard_address=None, silence_logs=40) as cluster, \
-                    distributed.Client(cluster):
+                    distributed.Client(cluster) as client:
                 imgstat.dask.aggregate(db.from_sequence(paths[:a.workers * 4], npartitions=a.workers), addresses)
                 bag = db.from_sequence(paths, npartitions=a.partitions)
+                workers = list(client.run(os.getpid).values())
+                if CPU:  # Dask's own runtime, no task running
+                    w0, o0 = sum(cpu_of(p) for p in workers), own_cpu()
+                    time.sleep(10)
+                    print(f"  CPU s of an idle 10 s: workers {sum(cpu_of(p) for p in workers) - w0:.2f}, "
+                          f"scheduler, nannies and client {own_cpu() - o0:.2f}", flush=True)
+                w0, s0, o0 = sum(cpu_of(p) for p in workers), servers_cpu(), own_cpu()
                 t = time.perf_counter()
                 results = imgstat.dask.aggregate(bag, addresses)
                 s = time.perf_counter() - t
+                dask_cpu = (servers_cpu() - s0, sum(cpu_of(p) for p in workers) - w0, own_cpu() - o0)
             print(f"round {r + 1}: cli {cli:.2f} s, dask {s:.2f} s ({cli / s:.2f}x)", flush=True)
+            if CPU:
+                print(f"  CPU s: CLI's pass: servers {cli_cpu[0]:.1f}, CLI {cli_cpu[1]:.1f}; Dask's pass: servers "
+                      f"{dask_cpu[0]:.1f}, workers {dask_cpu[1]:.1f}, scheduler, nannies and client {dask_cpu[2]:.1f}",
+                      flush=True)
             ratios.append(cli / s)
             cli_best = cli if cli_best is None else min(cli_best, cli)
             dask_best = s if dask_best is None else min(dask_best, s)
