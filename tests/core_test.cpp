@@ -1,6 +1,8 @@
 // The request core on its own: the decoded-memory budget, the bounded work
 // queue, checked layout arithmetic, limits and the log's escaping.
 #include <gtest/gtest.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <atomic>
@@ -313,6 +315,35 @@ TEST(WorkQueue, TasksSteppingAsideLetOthersInAndAtMostThePlacesRunOutside) {
   EXPECT_EQ(done, kTasks);
   EXPECT_GE(most_outside, 1u);
   EXPECT_LE(most_outside, kPlaces);
+}
+
+// --threads bounds the threads a call's decode spreads over (and with them
+// what each holds: a band's buffers, a decoder's state), whatever the host's
+// cores and the waiting threads: on a 16-core GPU host a server of
+// --threads 2 and 128 waiting threads once ran one call's loops on all 16.
+TEST(WorkQueue, ParallelLoopsKeepToThePlacesWithWaitingThreads) {
+  tbb::global_control cores(tbb::global_control::max_allowed_parallelism, 16);  // as on a 16-core host
+  for (const unsigned waiting : {0u, 14u, 128u}) {
+    WorkQueue queue(2, 100, waiting);
+    auto widest = [&](unsigned tasks) {
+      std::atomic<int> now{0}, most{0};
+      for (unsigned t = 0; t < tasks; ++t)
+        EXPECT_TRUE(queue.submit([&] {
+          tbb::parallel_for(0, 48, [&](int) {
+            const int n = ++now;
+            int m = most.load();
+            while (n > m && !most.compare_exchange_weak(m, n)) {
+            }
+            std::this_thread::sleep_for(5ms);
+            --now;
+          });
+        }));
+      queue.drain();
+      return most.load();
+    };
+    EXPECT_EQ(widest(1), 2) << waiting << " waiting threads";
+    EXPECT_LE(widest(2), waiting ? 3 : 2) << waiting << " waiting threads";
+  }
 }
 
 TEST(WorkQueue, ATaskComingBackGoesBeforeTasksNotYetBegun) {

@@ -15,9 +15,14 @@
 // such a task steps aside (StepAside) and its place goes to the next task,
 // so that the GPU's batches fill from more calls than there are cores. At
 // most `threads` tasks run outside a StepAside at once; one coming back
-// takes the next free place before any task not yet begun.
+// takes the next free place before any task not yet begun. A task's parallel
+// loops then run on at most `threads` threads, and on fewer than 2 x
+// `threads` with several tasks' loops at once (TBB's workers take the
+// arena's threads - 1 shared slots while the queue's threads hold others).
+// Without waiting threads, at most `threads`.
 #pragma once
 
+#include <pthread.h>
 #include <tbb/task_arena.h>
 
 #include <condition_variable>
@@ -35,7 +40,11 @@ class WorkQueue {
   WorkQueue(unsigned threads, size_t max_waiting, unsigned waiting_threads = 0)
       : max_waiting_(max_waiting),
         free_places_(std::max(1u, threads)),
-        arena_(static_cast<int>(std::max(1u, threads) + waiting_threads)) {
+        // Every queue thread enters the arena, so it has a slot for each;
+        // all but threads - 1 are kept for them, so that TBB's workers
+        // (one a core) still join a task's parallel loops as they do in an
+        // arena of `threads`, not one of every thread the queue has.
+        arena_(static_cast<int>(std::max(1u, threads) + waiting_threads), waiting_threads + 1) {
     for (unsigned i = 0; i < std::max(1u, threads) + waiting_threads; ++i) threads_.emplace_back([this] { loop(); });
   }
 
@@ -109,6 +118,7 @@ class WorkQueue {
   }
 
   void loop() {
+    pthread_setname_np(pthread_self(), "imgstat-work");  // per-thread CPU in /proc and profilers
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       wake_.wait(lock, [this] { return (stopping_ && queue_.empty()) || can_begin(); });
