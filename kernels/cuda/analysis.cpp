@@ -14,6 +14,7 @@
 #include "cuda/dispatch/dispatch.hpp"
 #include "cuda/tuning/host.hpp"
 #include "cuda/workspace.hpp"
+#include "imgstat/trace.hpp"
 
 namespace imgstat::cuda {
 
@@ -435,6 +436,7 @@ std::optional<Partial> GpuAnalysis::partial() {
 Result GpuAnalysis::finish() { return result_of(finish_partial(), request_, "cuda"); }
 
 Partial GpuAnalysis::finish_partial() {
+  TraceRange range("gpu analysis finish (wait, read back)");
   if (finished_) fail(ErrorCode::kInternal, "analysis finished twice");
   finished_ = true;
   flush();

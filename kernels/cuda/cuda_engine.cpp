@@ -467,6 +467,7 @@ std::unique_ptr<Engine> make_cuda_engine(const EngineOptions& options, std::stri
     o.host_threads = options.cpu_threads;
     o.wait = options.cuda_wait;
     o.workspaces_at_start = options.cuda_workspaces_at_start;
+    o.workspaces = options.cuda_workspaces;
     return cuda::make_engine(o);
   } catch (const Error& e) {
     if (why_not) *why_not = e.what();

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "cuda/cuda_check.hpp"
+#include "imgstat/trace.hpp"
 
 namespace imgstat::cuda {
 
@@ -169,6 +170,7 @@ WorkspacePool::WorkspacePool(int device, const DeviceInfo& info, DeviceBudget& b
 }
 
 Workspace* WorkspacePool::acquire(std::chrono::milliseconds wait) {
+  TraceRange range("gpu workspace wait");
   std::unique_lock<std::mutex> lock(mu_);
   if (free_.empty() && created_ < most_) {
     ++created_;

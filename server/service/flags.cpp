@@ -14,6 +14,7 @@ struct FlagText {
   std::string cuda_wait = "spin";
   std::string log_format = "text";
   double window_ms = 0;
+  std::string decode_waiting = "auto";
 };
 
 void add_transport_flags(CLI::App& app, ServerOptions& options) {
@@ -56,6 +57,10 @@ void add_engine_flags(CLI::App& app, ServerOptions& options, FlagText& text) {
   app.add_option("--cuda-memory-limit", options.cuda_memory_limit,
                  "GPU memory the engine may hold, in bytes (0: no limit); images beyond it go to the CPU")
       ->envname("IMGSTAT_CUDA_MEMORY_LIMIT")->capture_default_str();
+  app.add_option("--cuda-workspaces", options.cuda_workspaces,
+                 "images each GPU analyzes at once, each in a workspace of 24 MiB pinned host and 96 MiB GPU "
+                 "memory made at start; more wait for one")
+      ->envname("IMGSTAT_CUDA_WORKSPACES")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--cuda-wait", text.cuda_wait,
                  "how threads wait for the GPU: spin (soonest answer, a core each), yield (spin, giving the core "
                  "away under load), block (sleep: less CPU per large JPEG, slower small ones)")
@@ -82,11 +87,13 @@ void add_decode_flags(CLI::App& app, ServerOptions& options, FlagText& text) {
       ->envname("IMGSTAT_DECODE_BATCH_WINDOW")->check(CLI::Range(0.0, 1000.0))->capture_default_str();
   app.add_option("--decode-batch-max", options.gpu_jpeg.batch_max, "most JPEGs decoded in one GPU batch")
       ->envname("IMGSTAT_DECODE_BATCH_MAX")->check(CLI::Range(1u, 1024u))->capture_default_str();
-  app.add_option("--decode-waiting-threads", options.decode_waiting_threads,
+  app.add_option("--decode-waiting-threads", text.decode_waiting,
                  "threads beyond --threads for calls whose JPEG (up to 256 KiB) the GPU decodes: each gives its "
-                 "place up while it waits, so that batches fill from more calls (e.g. 128: 2 x lanes x batch max); "
-                 "0: none")
-      ->envname("IMGSTAT_DECODE_WAITING_THREADS")->check(CLI::Range(0u, kMaxDecodeWaitingThreads))->capture_default_str();
+                 "place up while it waits, so that batches fill from more calls; auto: 2 x lanes x batch max on "
+                 "each GPU; 0: none")
+      ->envname("IMGSTAT_DECODE_WAITING_THREADS")
+      ->check(CLI::IsMember({"auto"}) | CLI::Range(0u, kMaxDecodeWaitingThreads))
+      ->capture_default_str();
   app.add_option("--decode-lanes", options.gpu_jpeg.lanes,
                  "threads that gather and decode GPU JPEG batches, each with its own nvJPEG state")
       ->envname("IMGSTAT_DECODE_LANES")->check(CLI::Range(1u, 16u))->capture_default_str();
@@ -135,6 +142,7 @@ int parse_server_flags(int argc, char** argv, const char* version, ServerOptions
   if (!parse_device_list(text.cuda_devices, options))
     *usage_error = "--cuda-devices wants all, or GPU ordinals 0 to 63 separated by commas; got \"" +
                    text.cuda_devices + "\"";
+  if (text.decode_waiting != "auto") options.decode_waiting_threads = static_cast<unsigned>(std::stoul(text.decode_waiting));
   options.gpu_jpeg.batch_window = std::chrono::microseconds(static_cast<int64_t>(text.window_ms * 1000));
   options.engine = text.engine == "cpu"    ? EngineKind::kCpu
                    : text.engine == "cuda" ? EngineKind::kCuda

@@ -120,6 +120,9 @@ int main(int argc, char** argv) {
     auto gpu_jpeg = imgstat::choose_gpu_jpeg(options, *engine, &decode_note);
     if (!decode_note.empty()) spdlog::info("{}", decode_note);
     imgstat::Server server(options, std::move(engine), std::move(gpu_jpeg));
+    if (server.decode_waiting_threads())
+      spdlog::info("{} threads more for calls whose small JPEG the GPU decodes (--decode-waiting-threads)",
+                   server.decode_waiting_threads());
     server.start();
     log_listening(server, options);
     const int sig = serve_until_stopped(server, signals);

@@ -30,10 +30,16 @@ std::shared_ptr<Engine> choose_engine(const ServerOptions& options, std::string*
   e.every_cuda_device = options.every_cuda_device;
   e.cuda_memory_limit = options.cuda_memory_limit;
   e.cuda_wait = options.cuda_wait;
+  e.cuda_workspaces = options.cuda_workspaces;
   e.cuda_workspaces_at_start = true;  // no caller can make it commit more than its idle figure
   e.on_fallback = [](const std::string& why) { spdlog::warn("{}", why); };
   e.on_error = [](const std::string& what) { spdlog::error("{}", what); };
   return make_engine(e, note, gpu_absent);
+}
+
+unsigned default_decode_waiting_threads(const GpuJpegOptions& jpeg, size_t gpus) {
+  const uint64_t n = uint64_t{2} * jpeg.lanes * jpeg.batch_max * std::max<size_t>(1, gpus);
+  return static_cast<unsigned>(std::min<uint64_t>(n, kMaxDecodeWaitingThreads));
 }
 
 std::shared_ptr<GpuJpegDecoder> choose_gpu_jpeg(const ServerOptions& options, const Engine& engine, std::string* note) {
@@ -74,9 +80,14 @@ Server::Server(const ServerOptions& options, std::shared_ptr<Engine> engine, std
         options_.limits,
         [engine = engine_](const void* data, size_t bytes) { return engine->pin_host_memory(data, bytes); },
         [engine = engine_](const std::string& handle, uint64_t bytes) { return engine->open_ipc_memory(handle, bytes); });
-  const uint32_t decode_waiting = gpu_jpeg ? std::min(options_.decode_waiting_threads, kMaxDecodeWaitingThreads) : 0;
+  if (gpu_jpeg) {
+    const std::shared_ptr<Placement> placement = engine_->placement();
+    decode_waiting_threads_ = std::min(options_.decode_waiting_threads.value_or(default_decode_waiting_threads(
+                                  options_.gpu_jpeg, placement ? placement->size() : 1)),
+                              kMaxDecodeWaitingThreads);
+  }
   analyzer_ = std::make_unique<Analyzer>(engine_, options_.limits, std::move(gpu_jpeg), regions);
-  queue_ = std::make_unique<WorkQueue>(options_.threads, options_.limits.max_queue, decode_waiting);
+  queue_ = std::make_unique<WorkQueue>(options_.threads, options_.limits.max_queue, decode_waiting_threads_);
   if (!options_.metrics_listen.empty()) {
     const std::string decoder = analyzer_->server_info().gpu_decoder();
     metrics_ = std::make_unique<Metrics>(engine_->info(), decoder.empty() ? "cpu" : decoder,

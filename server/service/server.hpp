@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct ServerOptions {
   std::vector<int> cuda_devices;
   bool every_cuda_device = false;
   uint64_t cuda_memory_limit = 0;  // device bytes, per GPU; 0: no limit
+  int cuda_workspaces = 4;          // images each GPU analyzes at once
   CudaWait cuda_wait = CudaWait::kSpin;
   Limits limits;
   unsigned threads = 0;  // workers for decoding and computing; 0: one per core
@@ -40,9 +42,9 @@ struct ServerOptions {
   // Workers beyond `threads` for calls whose small JPEG the GPU decodes:
   // such a call gives its place up while it waits (WorkQueue::StepAside),
   // so that the GPU's batches fill from more calls than there are threads.
-  // Off by default until its memory is measured against the hostile
-  // suite's bounds on the GPU machine (docs/performance.md).
-  unsigned decode_waiting_threads = 0;
+  // Unset: enough to fill every lane's batch twice over on every GPU
+  // (default_decode_waiting_threads); 0: none.
+  std::optional<unsigned> decode_waiting_threads;
   // The Unix socket that takes region descriptors: "auto" (the default) puts
   // it in $XDG_RUNTIME_DIR or /tmp; "off": no regions.
   std::string region_socket = "auto";
@@ -51,6 +53,11 @@ struct ServerOptions {
 // nvJPEG for each of the engine's GPUs, when it has any and libnvjpeg
 // loads; else null with *note saying why JPEG decodes on the CPU.
 std::shared_ptr<GpuJpegDecoder> choose_gpu_jpeg(const ServerOptions& options, const Engine& engine, std::string* note);
+
+// --decode-waiting-threads when unset: two batches of every lane on each of
+// `gpus` GPUs (one decoding while the next gathers), at most
+// kMaxDecodeWaitingThreads.
+unsigned default_decode_waiting_threads(const GpuJpegOptions& jpeg, size_t gpus);
 
 // The engine the options ask for; with kAuto, CUDA when a device is usable,
 // else the CPU engine, with *note saying why.
@@ -76,6 +83,8 @@ class Server {
   int port() const { return port_; }
   int health_port() const { return health_port_; }
   int metrics_port() const;
+  // Workers beyond --threads for calls whose small JPEG the GPU decodes.
+  unsigned decode_waiting_threads() const { return decode_waiting_threads_; }
   // What the log should say about transport security, once started.
   const std::string& security_note() const { return security_note_; }
   // SIGHUP: re-reads the token file; says what it found.
@@ -89,6 +98,7 @@ class Server {
 
  private:
   ServerOptions options_;
+  unsigned decode_waiting_threads_ = 0;
   std::shared_ptr<Engine> engine_;
   std::unique_ptr<Analyzer> analyzer_;
   std::unique_ptr<WorkQueue> queue_;

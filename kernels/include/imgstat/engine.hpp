@@ -616,6 +616,9 @@ struct EngineOptions {
   // first at start and the others when calls at once first need them (a
   // process that analyzes one image, as the CLI's --local, pins a quarter).
   bool cuda_workspaces_at_start = false;
+  // Images each GPU's engine analyzes at once, a workspace each (24 MiB of
+  // pinned host memory, 96 MiB of device memory); more wait for one.
+  int cuda_workspaces = 4;
   CudaWait cuda_wait = CudaWait::kSpin;
   // Told why, each time the CUDA engine hands an image to the CPU engine.
   std::function<void(const std::string&)> on_fallback;
