@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import tarfile
 from typing import Any, Union
 
@@ -290,29 +291,21 @@ def prepare(x, name=None, raw=None, stride=0, as_bytes=False, labels=False, axes
         job = Job(name or dicom_list_name(x), kind)
         job.data = dicom_list_tar(x, job.name)
         job.size = len(job.data)
-    elif is_path(x) and is_zarr_store(os.fspath(x)):
-        path = os.fspath(x)
-        job = Job(name or path, kind)
-        job.data = zarr_tar(path, job.name)
-        job.size = len(job.data)
-    elif is_path(x) and os.path.isdir(os.fspath(x)):
-        path = os.fspath(x)
-        job = Job(name or path, kind)
-        job.data = dicom_tar(path, job.name)
-        job.size = len(job.data)
-    elif is_path(x) and nifti_pair(os.fspath(x)):
-        path = os.fspath(x)
-        job = Job(name or path, kind)
-        job.data = files_tar(nifti_pair(path), path, job.name)
-        job.size = len(job.data)
     elif is_path(x):
         path = os.fspath(x)
         job = Job(name or path, kind)
         try:
-            st = os.stat(path)
+            st = os.stat(path)  # once: a dataset's pass prepares every file
         except OSError as e:
             raise file_error(path, e, job.name) from None
-        job.path, job.size = path, st.st_size
+        if stat.S_ISDIR(st.st_mode):  # a Zarr store, else a DICOM series
+            job.data = zarr_tar(path, job.name) if is_zarr_store(path) else dicom_tar(path, job.name)
+            job.size = len(job.data)
+        elif path.endswith(".hdr") and nifti_pair(path):
+            job.data = files_tar(nifti_pair(path), path, job.name)
+            job.size = len(job.data)
+        else:
+            job.path, job.size = path, st.st_size
     elif isinstance(x, (bytes, bytearray, memoryview)):
         job = Job(name or "<bytes>", kind)
         job.data = memoryview(x).cast("B") if not isinstance(x, bytes) else x
