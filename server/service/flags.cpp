@@ -14,7 +14,7 @@ struct FlagText {
   std::string cuda_wait = "spin";
   std::string log_format = "text";
   double window_ms = 0;
-  std::string decode_waiting = "auto";
+  std::string decode_waiting = "0";
 };
 
 void add_transport_flags(CLI::App& app, ServerOptions& options) {
@@ -142,7 +142,8 @@ int parse_server_flags(int argc, char** argv, const char* version, ServerOptions
   if (!parse_device_list(text.cuda_devices, options))
     *usage_error = "--cuda-devices wants all, or GPU ordinals 0 to 63 separated by commas; got \"" +
                    text.cuda_devices + "\"";
-  if (text.decode_waiting != "auto") options.decode_waiting_threads = static_cast<unsigned>(std::stoul(text.decode_waiting));
+  if (text.decode_waiting == "auto") options.decode_waiting_threads.reset();
+  else options.decode_waiting_threads = static_cast<unsigned>(std::stoul(text.decode_waiting));
   options.gpu_jpeg.batch_window = std::chrono::microseconds(static_cast<int64_t>(text.window_ms * 1000));
   options.engine = text.engine == "cpu"    ? EngineKind::kCpu
                    : text.engine == "cuda" ? EngineKind::kCuda

@@ -42,9 +42,11 @@ struct ServerOptions {
   // Workers beyond `threads` for calls whose small JPEG the GPU decodes:
   // such a call gives its place up while it waits (WorkQueue::StepAside),
   // so that the GPU's batches fill from more calls than there are threads.
-  // Unset: enough to fill every lane's batch twice over on every GPU
-  // (default_decode_waiting_threads); 0: none.
-  std::optional<unsigned> decode_waiting_threads;
+  // Unset (auto): enough to fill every lane's batch twice over on every GPU
+  // (default_decode_waiting_threads). None by default until its memory is
+  // measured within the hostile suite's bound on a GPU host since the
+  // queue's arena keeps loops to --threads (docs/performance.md).
+  std::optional<unsigned> decode_waiting_threads = 0;
   // The Unix socket that takes region descriptors: "auto" (the default) puts
   // it in $XDG_RUNTIME_DIR or /tmp; "off": no regions.
   std::string region_socket = "auto";
