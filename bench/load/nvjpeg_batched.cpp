@@ -5,11 +5,8 @@
 // and decodes every thread-th batch to planes in GPU memory (the server's
 // own output: Y, Cb, Cr; or interleaved RGB with --rgb), nothing counted,
 // nothing copied back. Files the hardware backend does not take in a batch
-// are left out and counted. On the H200 host (2026-12-04, nvJPEG 13.0.1)
-// every batch on the hardware backend here ends in NVJPEG_STATUS_ALLOCATOR_
-// FAILURE, batches of 1 to 1024, although the server's batches of the same
-// files decode there (its answers say nvjpeg-hardware): not yet understood,
-// so the script shows the hybrid backend and torchvision beside it.
+// are left out and counted; the hybrid backend and torchvision are shown
+// beside it by scripts/gpu-jpeg-ceiling.
 // Median and range of --rounds passes:
 //   imgstat-nvjpeg-bench [--batch N]... [--threads T]... [--rounds R] [--rgb] [--backend hardware|default|hybrid] DIR
 #include <cuda_runtime.h>
@@ -165,6 +162,11 @@ int main(int argc, char** argv) {
         for (int t = 0; t < threads; ++t)
           running.emplace_back([&, t] {
             Worker& w = workers[t];
+            // The hardware backend allocates through the driver on the calling
+            // thread: without a current context there (a new thread has none
+            // until its first runtime call) every batch ends in
+            // NVJPEG_STATUS_ALLOCATOR_FAILURE. The server's lanes set it first.
+            check(cudaSetDevice(0), "cudaSetDevice");
             for (size_t b = t; b < count; b += threads) {
               for (int k = 0; k < batch; ++k) {
                 const Jpeg& j = jpegs[b * batch + k];
