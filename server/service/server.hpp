@@ -43,9 +43,9 @@ struct ServerOptions {
   // such a call gives its place up while it waits (WorkQueue::StepAside),
   // so that the GPU's batches fill from more calls than there are threads.
   // Unset (auto): enough to fill every lane's batch twice over on every GPU
-  // (default_decode_waiting_threads). None by default until its memory is
-  // measured within the hostile suite's bound on a GPU host since the
-  // queue's arena keeps loops to --threads (docs/performance.md).
+  // (default_decode_waiting_threads). None by default: under the hostile
+  // suite on a GPU host they raised the server's peak memory by 67 MiB,
+  // over the suite's bound (docs/performance.md).
   std::optional<unsigned> decode_waiting_threads = 0;
   // The Unix socket that takes region descriptors: "auto" (the default) puts
   // it in $XDG_RUNTIME_DIR or /tmp; "off": no regions.
