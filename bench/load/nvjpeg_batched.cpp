@@ -7,8 +7,12 @@
 // nothing copied back. Files the hardware backend does not take in a batch
 // are left out and counted; the hybrid backend and torchvision are shown
 // beside it by scripts/gpu-jpeg-ceiling.
-// Median and range of --rounds passes:
-//   imgstat-nvjpeg-bench [--batch N]... [--threads T]... [--rounds R] [--rgb] [--backend hardware|default|hybrid] DIR
+// --sync waits for each batch before the next, as a server's lane does
+// (without it a thread queues its next batch while the last decodes);
+// --handle-per-thread gives each thread its own handle (the server's lanes
+// share one unless told otherwise). Median and range of --rounds passes:
+//   imgstat-nvjpeg-bench [--batch N]... [--threads T]... [--rounds R] [--rgb] [--sync] [--handle-per-thread]
+//                        [--backend hardware|default|hybrid] DIR
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -53,6 +57,7 @@ struct Jpeg {
 // the largest file (planes reused batch after batch, as a server's are not:
 // this is the decoder alone).
 struct Worker {
+  nv::Handle handle = nullptr;  // the shared one, or the thread's own
   nv::State state = nullptr;
   cudaStream_t stream = nullptr;
   std::vector<unsigned char*> out;
@@ -67,7 +72,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it is measured, through pipes too
   std::vector<int> batches, thread_counts;
   int rounds = 5;
-  bool rgb = false;
+  bool rgb = false, sync = false, handle_per_thread = false;
   std::string backend_name = "hardware";
   std::string dir;
   for (int i = 1; i < argc; ++i) {
@@ -75,6 +80,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) thread_counts.push_back(std::max(1, std::atoi(argv[++i])));
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--rgb")) rgb = true;
+    else if (!std::strcmp(argv[i], "--sync")) sync = true;
+    else if (!std::strcmp(argv[i], "--handle-per-thread")) handle_per_thread = true;
     else if (!std::strcmp(argv[i], "--backend") && i + 1 < argc) backend_name = argv[++i];
     else dir = argv[i];
   }
@@ -133,14 +140,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("nvJPEG %s backend, batched decode to %s alone, %zu files in memory (%zu left out), median of %d "
-              "passes\n",
-              backend_name.c_str(), rgb ? "interleaved RGB" : "Y, Cb, Cr planes", jpegs.size(), left_out, rounds);
+              "passes%s%s\n",
+              backend_name.c_str(), rgb ? "interleaved RGB" : "Y, Cb, Cr planes", jpegs.size(), left_out, rounds,
+              sync ? ", each batch waited for" : "", handle_per_thread ? ", a handle per thread" : "");
   std::printf("%8s %8s %10s %12s %22s\n", "batch", "threads", "images", "images/s", "range");
   const nv::OutputFormat format = rgb ? nv::kOutputRgbi : nv::kOutputYuv;
   for (const int threads : thread_counts) {
     std::vector<Worker> workers(threads);
     for (Worker& w : workers) {
-      check(api->state_create(handle, &w.state), "nvjpegJpegStateCreate");
+      w.handle = handle;
+      if (handle_per_thread && &w != &workers[0]) check(api->create_ex(backend, nullptr, nullptr, 0, &w.handle), "nvjpegCreateEx");
+      check(api->state_create(w.handle, &w.state), "nvjpegJpegStateCreate");
       check(cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking), "cudaStreamCreate");
     }
     for (const int batch : batches) {
@@ -184,13 +194,14 @@ int main(int argc, char** argv) {
                 }
               }
               // Before each batch, as the server does.
-              nv::Status st = api->batched_initialize(handle, w.state, batch, 1, format);
+              nv::Status st = api->batched_initialize(w.handle, w.state, batch, 1, format);
               if (st == nv::kSuccess)
-                st = api->decode_batched(handle, w.state, w.data.data(), w.lengths.data(), w.planes.data(), w.stream);
+                st = api->decode_batched(w.handle, w.state, w.data.data(), w.lengths.data(), w.planes.data(), w.stream);
               if (st != nv::kSuccess) {
                 failed = st;
                 break;
               }
+              if (sync) check(cudaStreamSynchronize(w.stream), "cudaStreamSynchronize");
             }
             check(cudaStreamSynchronize(w.stream), "cudaStreamSynchronize");
           });
@@ -212,6 +223,7 @@ int main(int argc, char** argv) {
     for (Worker& w : workers) {
       api->state_destroy(w.state);
       cudaStreamDestroy(w.stream);
+      if (w.handle != handle) api->destroy(w.handle);
     }
   }
   api->destroy(handle);
