@@ -1,12 +1,16 @@
-// The nvJPEG decoder: one thread owns the library's handles and states and
-// decodes what callers queue, in batches. It takes the files whose pixels
-// and integrity it can vouch for (jpeg/verify.hpp: baseline Huffman, one
-// scan, gray or YCbCr); the rest decode on the CPU. Files the hardware
-// backend takes go to it together in one call, the rest one by one to the
-// GPU hybrid backend (batching does not pay there). Beside the decode, on
-// the SMs while the JPEG engines work, the entropy-coded data is checked as
-// libjpeg checks it; colour comes out as planes and is made RGB by
-// libjpeg-turbo's own upsampling and conversion (gpu_check.cu).
+// The nvJPEG decoder: lanes, threads that each own an nvJPEG state, decode
+// what callers queue, in batches. It takes the files whose pixels and
+// integrity it can vouch for (jpeg/verify.hpp: baseline Huffman, one scan,
+// gray or YCbCr); the rest decode on the CPU. The caller's own thread reads
+// the headers and unstuffs a small file's data for the check, so that a
+// lane's time, the decoder's throughput, goes on the GPU's work. Files the
+// hardware backend takes go to it together in one call, the rest one by one
+// to the GPU hybrid backend (batching does not pay there). Beside the
+// decode, on the SMs while the JPEG engines work, the entropy-coded data is
+// checked as libjpeg checks it, and each lane's answering thread waits for
+// those verdicts while the lane decodes its next batch; colour comes out as
+// planes and is made RGB by libjpeg-turbo's own upsampling and conversion
+// (gpu_check.cu).
 #include <cuda_runtime.h>
 #include <pthread.h>
 
@@ -37,6 +41,15 @@ constexpr int kCheckRounds = 3;
 // is over sooner (and waking costs tens of microseconds), a batch of
 // camera photos takes tens of milliseconds that a spinning core would burn.
 constexpr std::chrono::microseconds kSpinBeforeSleep{2000};
+// Files up to this size are unstuffed for the check by the calling thread,
+// into a copy of their own, while the lanes decode other batches; larger
+// ones by the lane, in its staging (no second copy of a large file).
+constexpr size_t kCallerUnstuffsBytes = size_t{256} << 10;
+// Batches a lane holds at once, decoded or waiting for their check: each
+// has its pinned staging, as large as its files, kept for the next batch
+// up to kStagingKeptBytes (a batch of small files fits).
+constexpr int kSlotsPerLane = 3;
+constexpr size_t kStagingKeptBytes = size_t{16} << 20;
 using nvjpeg::Status;
 
 std::string cuda_text(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
@@ -69,24 +82,40 @@ struct Job {
   int width = 0, height = 0, channels = 0;
   bool hardware = false;
   uint8_t* pixels = nullptr;      // packed output
-  uint8_t* planes_memory = nullptr;  // Y, Cb, Cr as nvJPEG writes them (colour files)
   nvjpeg::PendingCheck check;  // this file's part of the lane's CheckBatch
   nvjpeg::Planes planes{};
   Status status = nvjpeg::kSuccess;
   std::string error;  // set: refused before decoding
 };
 
-// What one decoding thread owns: nvJPEG's states and parsed streams are not
+// A batch between its decode and its answers: its check still running on
+// the SMs while the lane decodes the next batch, and its lane's answering
+// thread waits for the verdicts.
+struct Slot {
+  nvjpeg::CheckStaging staging;  // in use until the check's records are back
+  nvjpeg::CheckBatch checks;
+  cudaEvent_t checked = nullptr;  // after the batch's check on the lane's check stream
+  std::vector<std::shared_ptr<Job>> batch;
+  uint8_t* planes = nullptr;  // the colour files' Y, Cb, Cr as nvJPEG writes them, one allocation, until made RGB
+};
+
+// What one decoding thread owns: nvJPEG's states are not
 // thread-safe (its handles are), and a stream of its own lets one lane's
 // batch run on the JPEG engines while another lane parses the next.
 struct Lane {
   cudaStream_t stream = nullptr;
   cudaStream_t check_stream = nullptr;  // the integrity check, beside the decode
   cudaEvent_t done = nullptr;           // blocking-sync: a lane that waits long sleeps
-  nvjpeg::CheckStaging staging;
-  nvjpeg::CheckBatch checks;
+  Slot slots[kSlotsPerLane];
+  bool hw_in_flight = false;  // a batched decode on hw_state not yet waited for
+  // Slots free for the lane, and decoded ones for its answering thread.
+  std::mutex slots_mu;
+  std::condition_variable slots_changed;
+  std::vector<Slot*> free_slots;
+  std::deque<Slot*> decoded;
+  bool lane_done = false;  // no more slots will be decoded
+  std::thread answering;
   nvjpeg::State hw_state = nullptr, gpu_state = nullptr;
-  nvjpeg::JpegStream parsed = nullptr;
   std::thread thread;
 };
 
@@ -103,7 +132,9 @@ class NvjpegDecoder final : public GpuJpegDecoder {
     }
     for (auto& lane : lanes_) {
       Lane* l = lane.get();
+      for (Slot& slot : l->slots) l->free_slots.push_back(&slot);
       l->thread = std::thread([this, l] { run(*l); });
+      l->answering = std::thread([this, l] { answer_all(*l); });
     }
   }
 
@@ -113,8 +144,10 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       stopping_ = true;
     }
     changed_.notify_all();
-    for (auto& l : lanes_)
+    for (auto& l : lanes_) {
       if (l->thread.joinable()) l->thread.join();
+      if (l->answering.joinable()) l->answering.join();
+    }
     release();
   }
 
@@ -131,16 +164,16 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       check_cuda(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking), "cudaStreamCreate");
       check_cuda(cudaStreamCreateWithFlags(&l.check_stream, cudaStreamNonBlocking), "cudaStreamCreate");
       check_cuda(cudaEventCreateWithFlags(&l.done, cudaEventBlockingSync | cudaEventDisableTiming), "cudaEventCreate");
+      for (Slot& slot : l.slots)
+        check_cuda(cudaEventCreateWithFlags(&slot.checked, cudaEventBlockingSync | cudaEventDisableTiming),
+                   "cudaEventCreate");
       check(api_.state_create(gpu_, &l.gpu_state), "nvjpegJpegStateCreate");
       if (hardware_states)
-        hardware_states = api_.state_create(hw_, &l.hw_state) == nvjpeg::kSuccess &&
-                          api_.stream_create(hw_, &l.parsed) == nvjpeg::kSuccess;
+        hardware_states = api_.state_create(hw_, &l.hw_state) == nvjpeg::kSuccess;
     }
     if (hardware_ && !hardware_states) {  // the hybrid backend alone, then
       for (auto& l : lanes_) {
-        if (l->parsed) api_.stream_destroy(l->parsed);
         if (l->hw_state) api_.state_destroy(l->hw_state);
-        l->parsed = nullptr;
         l->hw_state = nullptr;
       }
       hardware_ = false;
@@ -154,13 +187,15 @@ class NvjpegDecoder final : public GpuJpegDecoder {
 
   void release() {
     for (auto& l : lanes_) {
-      if (l->parsed) api_.stream_destroy(l->parsed);
       if (l->hw_state) api_.state_destroy(l->hw_state);
       if (l->gpu_state) api_.state_destroy(l->gpu_state);
       if (l->stream) cudaStreamDestroy(l->stream);
       if (l->check_stream) cudaStreamDestroy(l->check_stream);
       if (l->done) cudaEventDestroy(l->done);
+      for (Slot& slot : l->slots)
+        if (slot.checked) cudaEventDestroy(slot.checked);
     }
+    for (nvjpeg::JpegStream s : free_streams_) api_.stream_destroy(s);
     if (hw_) api_.destroy(hw_);
     if (gpu_) api_.destroy(gpu_);
   }
@@ -178,6 +213,9 @@ class NvjpegDecoder final : public GpuJpegDecoder {
     job->size = size;
     job->ticket = &static_cast<NvjpegTicket&>(ticket);
     std::future<GpuDecodedImage> result = job->done.get_future();
+    // What needs no lane is done here, on the caller's thread: a lane's time
+    // is the decoder's throughput.
+    if (!admit(*job)) fail(ErrorCode::kUnimplemented, job->error);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) fail(ErrorCode::kUnavailable, "the GPU JPEG decoder is shutting down");
@@ -232,28 +270,89 @@ class NvjpegDecoder final : public GpuJpegDecoder {
     const cudaError_t device = cudaSetDevice(options_.device);
     for (;;) {
       std::vector<std::shared_ptr<Job>> batch = next_batch();
-      if (batch.empty()) return;
+      if (batch.empty()) break;
+      Slot* slot = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(lane.slots_mu);
+        lane.slots_changed.wait(lock, [&] { return !lane.free_slots.empty(); });
+        slot = lane.free_slots.back();
+        lane.free_slots.pop_back();
+      }
+      slot->batch = std::move(batch);
+      bool decoded = false;
       try {
         if (device != cudaSuccess) fail(ErrorCode::kUnavailable, "cudaSetDevice: " + cuda_text(device));
-        decode_batch(lane, batch);
+        decode_batch(lane, *slot);
+        decoded = true;
       } catch (const Error& e) {
-        // Nothing of this batch was answered yet: every caller decodes on the CPU.
-        for (auto& job : batch) {
-          if (job->pixels) cudaFreeAsync(job->pixels, lane.stream);
-          if (job->planes_memory) cudaFreeAsync(job->planes_memory, lane.stream);
-          job->done.set_exception(std::make_exception_ptr(e));
-        }
-        lane.checks.abandon(lane.check_stream);
+        fail_slot(lane, *slot, e);
         cudaStreamSynchronize(lane.stream);
         cudaStreamSynchronize(lane.check_stream);
         cudaGetLastError();
+        lane.hw_in_flight = false;
       }
+      {
+        std::lock_guard<std::mutex> lock(lane.slots_mu);
+        if (decoded) lane.decoded.push_back(slot);
+        else lane.free_slots.push_back(slot);
+      }
+      lane.slots_changed.notify_all();
+    }
+    {
+      std::lock_guard<std::mutex> lock(lane.slots_mu);
+      lane.lane_done = true;
+    }
+    lane.slots_changed.notify_all();
+  }
+
+  // The lane's answering thread: each decoded batch answered once its check
+  // is over, while the lane decodes the next.
+  void answer_all(Lane& lane) {
+    pthread_setname_np(pthread_self(), "nvjpeg-answers");
+    const cudaError_t device = cudaSetDevice(options_.device);
+    for (;;) {
+      Slot* slot = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(lane.slots_mu);
+        lane.slots_changed.wait(lock, [&] { return !lane.decoded.empty() || lane.lane_done; });
+        if (lane.decoded.empty()) return;
+        slot = lane.decoded.front();
+        lane.decoded.pop_front();
+      }
+      try {
+        if (device != cudaSuccess) fail(ErrorCode::kUnavailable, "cudaSetDevice: " + cuda_text(device));
+        finish_batch(lane, *slot);
+        slot->staging.shrink_to(kStagingKeptBytes);  // the check is over: nothing reads it
+      } catch (const Error& e) {
+        fail_slot(lane, *slot, e);  // finish_batch answers no one before its verdicts are in
+        cudaGetLastError();
+      }
+      slot->batch.clear();
+      {
+        std::lock_guard<std::mutex> lock(lane.slots_mu);
+        lane.free_slots.push_back(slot);
+      }
+      lane.slots_changed.notify_all();
     }
   }
 
-  // Size, channels, backend and device memory for one job; false when nvJPEG
-  // will not take it.
-  bool prepare(Lane& lane, Job& job) {
+  // Nothing of the slot's batch was answered yet: every caller decodes on
+  // the CPU. Its memory is let go in stream order.
+  void fail_slot(Lane& lane, Slot& slot, const Error& e) {
+    for (auto& job : slot.batch) {
+      if (job->pixels) cudaFreeAsync(job->pixels, lane.stream);
+      job->pixels = nullptr;
+      job->done.set_exception(std::make_exception_ptr(e));
+    }
+    slot.batch.clear();
+    if (slot.planes) cudaFreeAsync(slot.planes, lane.stream);
+    slot.planes = nullptr;
+    slot.checks.abandon(lane.check_stream);
+  }
+
+  // Size, channels, backend and the check's unstuffed data for one job,
+  // on the caller's thread; false (job.error set) when nvJPEG will not take it.
+  bool admit(Job& job) {
     // Our header read decides what the GPU takes (nvJPEG then parses only
     // the headers of what the hardware backend gets).
     job.check.scan = parse_jpeg_scan(job.data, job.size);
@@ -282,30 +381,81 @@ class NvjpegDecoder final : public GpuJpegDecoder {
     if (hardware_) {
       // The headers say whether the hardware takes it; parsing the whole
       // stream here would read every byte once more than the decode does.
-      const Status parsed = api_.stream_parse_header
-                                ? api_.stream_parse_header(hw_, job.data, job.size, lane.parsed)
-                                : api_.stream_parse(hw_, job.data, job.size, 0, 0, lane.parsed);
+      ParsedStream parsed(*this);
+      const Status status = api_.stream_parse_header
+                                ? api_.stream_parse_header(hw_, job.data, job.size, parsed.stream)
+                                : api_.stream_parse(hw_, job.data, job.size, 0, 0, parsed.stream);
       int unsupported = 1;
-      if (parsed == nvjpeg::kSuccess && api_.batched_supported(hw_, lane.parsed, &unsupported) == nvjpeg::kSuccess)
+      if (status == nvjpeg::kSuccess && api_.batched_supported(hw_, parsed.stream, &unsupported) == nvjpeg::kSuccess)
         job.hardware = unsupported == 0;
     }
-    const size_t w = static_cast<size_t>(job.width), h = static_cast<size_t>(job.height);
-    check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&job.pixels), w * h * job.channels, lane.stream),
-               "cudaMallocAsync for decoded pixels");
-    if (job.channels == 1) {
-      job.planes.channel[0] = job.pixels;
-      job.planes.pitch[0] = w;
-    } else {
-      const size_t cw = (w + scan.h[0] - 1) / scan.h[0], ch = (h + scan.v[0] - 1) / scan.v[0];
-      check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&job.planes_memory), w * h + 2 * cw * ch, lane.stream),
-                 "cudaMallocAsync for decoded planes");
-      job.planes.channel[0] = job.planes_memory;
-      job.planes.pitch[0] = w;
-      job.planes.channel[1] = job.planes_memory + w * h;
-      job.planes.channel[2] = job.planes_memory + w * h + cw * ch;
-      job.planes.pitch[1] = job.planes.pitch[2] = cw;
+    if (job.size <= kCallerUnstuffsBytes) {
+      job.check.unstuffed.resize(job.size);
+      job.check.segments = unstuff_jpeg_scan(scan, job.data, job.size, job.check.unstuffed.data());
     }
     return true;
+  }
+
+  // One of the decoder's parsed-stream objects, for one caller at a time
+  // (nvJPEG's are not thread-safe): made when none is free, kept for the
+  // next caller.
+  struct ParsedStream {
+    explicit ParsedStream(NvjpegDecoder& d) : d(d) {
+      {
+        std::lock_guard<std::mutex> lock(d.streams_mu_);
+        if (!d.free_streams_.empty()) {
+          stream = d.free_streams_.back();
+          d.free_streams_.pop_back();
+          return;
+        }
+      }
+      check(d.api_.stream_create(d.hw_, &stream), "nvjpegJpegStreamCreate");
+    }
+    ~ParsedStream() {
+      std::lock_guard<std::mutex> lock(d.streams_mu_);
+      d.free_streams_.push_back(stream);
+    }
+    NvjpegDecoder& d;
+    nvjpeg::JpegStream stream = nullptr;
+  };
+
+  // A colour job's planes: Y, then Cb and Cr at their stored resolution.
+  static size_t plane_bytes(const Job& job) {
+    const JpegScan& scan = job.check.scan;
+    const size_t w = static_cast<size_t>(job.width), h = static_cast<size_t>(job.height);
+    const size_t cw = (w + scan.h[0] - 1) / scan.h[0], ch = (h + scan.v[0] - 1) / scan.v[0];
+    return (w * h + 2 * cw * ch + 255) / 256 * 256;  // each job's at a 256-byte boundary
+  }
+
+  // Device memory for the batch's pixels, each job's its own (its caller
+  // lets go of it), and the colour files' planes in one piece, on the lane's
+  // stream.
+  void allocate(Lane& lane, Slot& slot) {
+    size_t planes = 0;
+    for (const auto& job : slot.batch)
+      if (job->channels == 3) planes += plane_bytes(*job);
+    if (planes)
+      check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&slot.planes), planes, lane.stream),
+                 "cudaMallocAsync for decoded planes");
+    uint8_t* next = slot.planes;
+    for (const auto& job : slot.batch) {
+      const size_t w = static_cast<size_t>(job->width), h = static_cast<size_t>(job->height);
+      check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&job->pixels), w * h * job->channels, lane.stream),
+                 "cudaMallocAsync for decoded pixels");
+      if (job->channels == 1) {
+        job->planes.channel[0] = job->pixels;
+        job->planes.pitch[0] = w;
+        continue;
+      }
+      const JpegScan& scan = job->check.scan;
+      const size_t cw = (w + scan.h[0] - 1) / scan.h[0], ch = (h + scan.v[0] - 1) / scan.v[0];
+      job->planes.channel[0] = next;
+      job->planes.pitch[0] = w;
+      job->planes.channel[1] = next + w * h;
+      job->planes.channel[2] = next + w * h + cw * ch;
+      job->planes.pitch[1] = job->planes.pitch[2] = cw;
+      next += plane_bytes(*job);
+    }
   }
 
   // A lane's state serves each of its calls in turn and its buffers are
@@ -320,14 +470,17 @@ class NvjpegDecoder final : public GpuJpegDecoder {
   // Waits for the work queued on stream: spins a while, then sleeps.
   static void wait(Lane& lane, cudaStream_t stream, const char* what) {
     check_cuda(cudaEventRecord(lane.done, stream), what);
+    wait_for(lane.done, what);
+  }
+  static void wait_for(cudaEvent_t event, const char* what) {
     const auto until = std::chrono::steady_clock::now() + kSpinBeforeSleep;
     for (;;) {
-      const cudaError_t e = cudaEventQuery(lane.done);
+      const cudaError_t e = cudaEventQuery(event);
       if (e == cudaSuccess) return;
       if (e != cudaErrorNotReady) check_cuda(e, what);
       if (std::chrono::steady_clock::now() >= until) break;
     }
-    check_cuda(cudaEventSynchronize(lane.done), what);
+    check_cuda(cudaEventSynchronize(event), what);
   }
 
   Status decode_hardware(Lane& lane, const std::vector<Job*>& jobs, nvjpeg::OutputFormat format) {
@@ -339,6 +492,10 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       sizes.push_back(j->size);
       planes.push_back(j->planes);
     }
+    if (lane.hw_in_flight) {  // the state's buffers serve one batch at a time
+      wait(lane, lane.stream, "nvJPEG batched decode");
+      lane.hw_in_flight = false;
+    }
     Status s;
     {
       TraceRange range("nvjpeg batched initialize");
@@ -348,25 +505,33 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       TraceRange range("nvjpeg decode batched");
       s = api_.decode_batched(hw_, lane.hw_state, data.data(), sizes.data(), planes.data(), lane.stream);
     }
-    TraceRange range("nvjpeg wait for the decode");
-    wait(lane, lane.stream, "nvJPEG batched decode");
+    // A failed batch is retried file by file on the same state: its work
+    // must be over first. A decoded one is waited for with its colour.
+    if (s != nvjpeg::kSuccess) {
+      TraceRange range("nvjpeg wait for the decode");
+      wait(lane, lane.stream, "nvJPEG batched decode");
+    }
+    lane.hw_in_flight = s == nvjpeg::kSuccess;
     return s;
   }
 
-  void decode_batch(Lane& lane, std::vector<std::shared_ptr<Job>>& batch) {
+  // Decodes the slot's batch into its callers' device memory and queues its
+  // check; finish_batch answers it.
+  void decode_batch(Lane& lane, Slot& slot) {
     TraceRange range("nvjpeg batch");
     std::vector<Job*> ready;
     {
-      TraceRange range("nvjpeg prepare");
-      for (auto& job : batch)
-        if (prepare(lane, *job)) ready.push_back(job.get());
+      TraceRange range("nvjpeg allocate");
+      allocate(lane, slot);
+      for (auto& job : slot.batch) ready.push_back(job.get());
     }
     // The checks first: they run on the SMs while the JPEG engines decode.
     {
       TraceRange range("jpeg check launch");
-      lane.checks.clear();
-      for (Job* j : ready) lane.checks.add(&j->check);
-      lane.checks.launch(lane.staging, lane.check_stream, kCheckRounds);
+      slot.checks.clear();
+      for (Job* j : ready) slot.checks.add(&j->check);
+      slot.checks.launch(slot.staging, lane.check_stream, kCheckRounds);
+      check_cuda(cudaEventRecord(slot.checked, lane.check_stream), "JPEG check");
     }
     std::vector<Job*> groups[2];  // hardware: gray, color
     for (Job* job : ready) {
@@ -391,33 +556,33 @@ class NvjpegDecoder final : public GpuJpegDecoder {
                                 static_cast<uint32_t>(j->width), static_cast<uint32_t>(j->height), j->check.scan.h[0],
                                 j->check.scan.v[0], j->pixels, lane.stream);
     }
-    for (Job* j : ready)
-      if (j->planes_memory) {
-        cudaFreeAsync(j->planes_memory, lane.stream);
-        j->planes_memory = nullptr;
-      }
+    if (slot.planes) cudaFreeAsync(slot.planes, lane.stream);
+    slot.planes = nullptr;
     {
       TraceRange range("nvjpeg wait for colour");
       wait(lane, lane.stream, "nvJPEG decode");
+      lane.hw_in_flight = false;
     }
+  }
+
+  // The slot's verdicts once its check is over, and its callers' answers.
+  void finish_batch(Lane& lane, Slot& slot) {
+    TraceRange range("nvjpeg answer");
     {
       TraceRange range("jpeg check wait");
-      wait(lane, lane.check_stream, "JPEG check");
+      wait_for(slot.checked, "JPEG check");
     }
-    std::vector<JpegCheck> verdicts(ready.size());
-    std::unique_ptr<bool[]> covered_by_check(new bool[ready.size()]());
+    const std::vector<std::shared_ptr<Job>>& batch = slot.batch;
+    std::vector<JpegCheck> verdicts(batch.size());
+    std::unique_ptr<bool[]> covered_by_check(new bool[batch.size()]());
     {
       TraceRange range("jpeg check finish");
-      lane.checks.finish(lane.check_stream, verdicts.data(), covered_by_check.get());
+      slot.checks.finish(lane.check_stream, verdicts.data(), covered_by_check.get());
     }
-    for (auto& job : batch) {
-      bool covered = false;
-      JpegCheck verdict;
-      const auto at = std::find(ready.begin(), ready.end(), job.get());
-      if (at != ready.end()) {
-        verdict = std::move(verdicts[at - ready.begin()]);
-        covered = covered_by_check[at - ready.begin()];
-      }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Job* job = batch[i].get();
+      JpegCheck verdict = std::move(verdicts[i]);
+      const bool covered = covered_by_check[i];
       if (job->error.empty() && !covered)
         job->error = "the GPU's check leaves this JPEG to libjpeg (bytes past its last block, or markers inside its data)";
       if (!job->error.empty()) {
@@ -472,6 +637,9 @@ class NvjpegDecoder final : public GpuJpegDecoder {
   std::condition_variable changed_;
   std::deque<std::shared_ptr<Job>> queue_;
   uint32_t expected_ = 0;  // announced and not yet taken
+
+  std::mutex streams_mu_;
+  std::vector<nvjpeg::JpegStream> free_streams_;  // ParsedStream's
   bool stopping_ = false;
 };
 

@@ -146,6 +146,13 @@ void CheckStaging::reserve(size_t bytes) {
   capacity_ = want;
 }
 
+void CheckStaging::shrink_to(size_t bytes) {
+  if (capacity_ <= bytes) return;
+  cudaFreeHost(base_);
+  base_ = nullptr;
+  capacity_ = used_ = 0;
+}
+
 uint8_t* CheckStaging::take(size_t bytes) {
   const size_t n = aligned(bytes);
   if (used_ + n > capacity_) fail(ErrorCode::kInternal, "JPEG check staging overrun");
@@ -191,7 +198,8 @@ void CheckBatch::launch(CheckStaging& staging, cudaStream_t stream, int rounds) 
   };
   for (PendingCheck* p : files_) {
     uint8_t* data = staging.take(p->size);
-    p->segments = unstuff_jpeg_scan(p->scan, p->data, p->size, data);
+    if (p->unstuffed.empty()) p->segments = unstuff_jpeg_scan(p->scan, p->data, p->size, data);
+    else std::memcpy(data, p->unstuffed.data(), p->segments.bytes);
     const JpegSegments& g = p->segments;
     p->subsequences = g.sub_first.back();
     p->first_record = records_;

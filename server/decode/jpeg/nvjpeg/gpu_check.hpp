@@ -20,6 +20,9 @@ struct PendingCheck {
   JpegSegments segments;
   const uint8_t* data = nullptr;  // the file, as the caller holds it
   size_t size = 0;
+  // Its data unstuffed already (segments set), by the calling thread: the
+  // lane then only copies it.
+  std::vector<uint8_t> unstuffed;
   uint64_t subsequences = 0;
   uint64_t first_record = 0;  // its records' place among the batch's
 };
@@ -30,6 +33,9 @@ class CheckStaging {
   ~CheckStaging();
   // Room for a batch's files; only between batches (nothing in flight).
   void reserve(size_t bytes);
+  // Lets the memory go when it holds more than `bytes` (between batches):
+  // a batch of large files does not keep its pinned memory for good.
+  void shrink_to(size_t bytes);
   uint8_t* take(size_t bytes);  // 256-byte aligned pieces of the reserve, in order
   uint8_t* base() const { return base_; }
   size_t used() const { return used_; }
