@@ -419,12 +419,21 @@ class NvjpegDecoder final : public GpuJpegDecoder {
     nvjpeg::JpegStream stream = nullptr;
   };
 
-  // A colour job's planes: Y, then Cb and Cr at their stored resolution.
-  static size_t plane_bytes(const Job& job) {
+  // Lays a colour job's planes out from `at` (Y, then Cb and Cr at their
+  // stored resolution; null: sizing only) and returns the bytes they take,
+  // rounded to 256 so that the next job's start on that boundary.
+  static size_t place_planes(Job& job, uint8_t* at) {
     const JpegScan& scan = job.check.scan;
     const size_t w = static_cast<size_t>(job.width), h = static_cast<size_t>(job.height);
     const size_t cw = (w + scan.h[0] - 1) / scan.h[0], ch = (h + scan.v[0] - 1) / scan.v[0];
-    return (w * h + 2 * cw * ch + 255) / 256 * 256;  // each job's at a 256-byte boundary
+    if (at) {
+      job.planes.channel[0] = at;
+      job.planes.pitch[0] = w;
+      job.planes.channel[1] = at + w * h;
+      job.planes.channel[2] = at + w * h + cw * ch;
+      job.planes.pitch[1] = job.planes.pitch[2] = cw;
+    }
+    return (w * h + 2 * cw * ch + 255) / 256 * 256;
   }
 
   // Device memory for the batch's pixels, each job's its own (its caller
@@ -433,7 +442,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
   void allocate(Lane& lane, Slot& slot) {
     size_t planes = 0;
     for (const auto& job : slot.batch)
-      if (job->channels == 3) planes += plane_bytes(*job);
+      if (job->channels == 3) planes += place_planes(*job, nullptr);
     if (planes)
       check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&slot.planes), planes, lane.stream),
                  "cudaMallocAsync for decoded planes");
@@ -447,14 +456,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
         job->planes.pitch[0] = w;
         continue;
       }
-      const JpegScan& scan = job->check.scan;
-      const size_t cw = (w + scan.h[0] - 1) / scan.h[0], ch = (h + scan.v[0] - 1) / scan.v[0];
-      job->planes.channel[0] = next;
-      job->planes.pitch[0] = w;
-      job->planes.channel[1] = next + w * h;
-      job->planes.channel[2] = next + w * h + cw * ch;
-      job->planes.pitch[1] = job->planes.pitch[2] = cw;
-      next += plane_bytes(*job);
+      next += place_planes(*job, next);
     }
   }
 
@@ -519,24 +521,22 @@ class NvjpegDecoder final : public GpuJpegDecoder {
   // check; finish_batch answers it.
   void decode_batch(Lane& lane, Slot& slot) {
     TraceRange range("nvjpeg batch");
-    std::vector<Job*> ready;
     {
       TraceRange range("nvjpeg allocate");
       allocate(lane, slot);
-      for (auto& job : slot.batch) ready.push_back(job.get());
     }
     // The checks first: they run on the SMs while the JPEG engines decode.
     {
       TraceRange range("jpeg check launch");
       slot.checks.clear();
-      for (Job* j : ready) slot.checks.add(&j->check);
+      for (auto& j : slot.batch) slot.checks.add(&j->check);
       slot.checks.launch(slot.staging, lane.check_stream, kCheckRounds);
       check_cuda(cudaEventRecord(slot.checked, lane.check_stream), "JPEG check");
     }
     std::vector<Job*> groups[2];  // hardware: gray, color
-    for (Job* job : ready) {
+    for (auto& job : slot.batch) {
       if (job->hardware)
-        groups[job->channels == 1 ? 0 : 1].push_back(job);
+        groups[job->channels == 1 ? 0 : 1].push_back(job.get());
       else
         decode_one(lane, *job);
     }
@@ -550,7 +550,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
       for (Job* j : jobs)
         if (jobs.size() == 1 || decode_hardware(lane, {j}, format) != nvjpeg::kSuccess) decode_one(lane, *j);
     }
-    for (Job* j : ready) {
+    for (auto& j : slot.batch) {
       if (j->channels != 3 || j->status != nvjpeg::kSuccess) continue;
       nvjpeg::launch_ycc_to_rgb(j->planes.channel[0], j->planes.channel[1], j->planes.channel[2],
                                 static_cast<uint32_t>(j->width), static_cast<uint32_t>(j->height), j->check.scan.h[0],
