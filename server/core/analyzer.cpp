@@ -870,6 +870,7 @@ bool Analyzer::analyze_on_gpu(const uint8_t* data, size_t size, const DecodeOpti
     add_host_measures(ImageView{host.data(), layout}, request, result);
   }
   const auto t2 = Clock::now();
+  TraceRange range("device image's response");
   const Described d = describe_pixels("JPEG", layout);
   fill_response(r, d, result, request);
   if (each_plane) fill_planes(r, d, {}, request);

@@ -33,6 +33,8 @@
 #include <thread>
 #include <vector>
 
+#include "imgstat/trace.hpp"
+
 namespace imgstat {
 
 class WorkQueue {
@@ -129,7 +131,10 @@ class WorkQueue {
       if (stopping_ && queue_.empty()) wake_.notify_all();  // the others may go
       lock.unlock();
       t_running = this;
-      arena_.execute([&] { task(); });
+      arena_.execute([&] {
+        TraceRange range("queue task");
+        task();
+      });
       t_running = nullptr;
       lock.lock();
       ++free_places_;  // this thread looks for the next task itself

@@ -12,6 +12,7 @@
 #include "core/text.hpp"
 #include "core/validate.hpp"
 #include "imgstat/error.hpp"
+#include "imgstat/trace.hpp"
 
 namespace imgstat {
 
@@ -121,6 +122,7 @@ double to_ms(Clock::duration d) { return std::chrono::duration<double, std::mill
 double ms_since(Clock::time_point t) { return to_ms(Clock::now() - t); }
 
 void CallEnv::record(const RequestRecord& r) const {
+  TraceRange range("request log and metrics");
   log_request(r);
   if (metrics) metrics->image(r.method, r.status.error_code(), r.input_bytes, r.queue_ms / 1e3, r.response);
 }

@@ -215,7 +215,10 @@ class NvjpegDecoder final : public GpuJpegDecoder {
     std::future<GpuDecodedImage> result = job->done.get_future();
     // What needs no lane is done here, on the caller's thread: a lane's time
     // is the decoder's throughput.
-    if (!admit(*job)) fail(ErrorCode::kUnimplemented, job->error);
+    {
+      TraceRange range("jpeg admit");
+      if (!admit(*job)) fail(ErrorCode::kUnimplemented, job->error);
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) fail(ErrorCode::kUnavailable, "the GPU JPEG decoder is shutting down");
