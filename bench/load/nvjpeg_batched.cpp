@@ -10,8 +10,16 @@
 // --sync waits for each batch before the next, as a server's lane does
 // (without it a thread queues its next batch while the last decodes);
 // --handle-per-thread gives each thread its own handle (the server's lanes
-// share one unless told otherwise). Median and range of --rounds passes:
+// share one unless told otherwise); --states N gives each thread N states
+// taken in turn, a batch waited for only before its state's next batch
+// (instead of --sync); --fresh-output decodes each batch into device memory
+// allocated for it (cudaMallocAsync, as a server's callers' pixels are),
+// --pool-output into buffers kept from batch to batch but taken from the
+// stream-ordered pool instead of cudaMalloc; --copy-input reads each
+// batch's files from fresh copies (as a server gets them from its calls;
+// implies --sync). Median and range of --rounds passes:
 //   imgstat-nvjpeg-bench [--batch N]... [--threads T]... [--rounds R] [--rgb] [--sync] [--handle-per-thread]
+//                        [--states N] [--fresh-output] [--pool-output] [--copy-input]
 //                        [--backend hardware|default|hybrid] DIR
 #include <cuda_runtime.h>
 
@@ -58,7 +66,8 @@ struct Jpeg {
 // this is the decoder alone).
 struct Worker {
   nv::Handle handle = nullptr;  // the shared one, or the thread's own
-  nv::State state = nullptr;
+  std::vector<nv::State> states;
+  std::vector<cudaEvent_t> state_free;  // after each state's last batch
   cudaStream_t stream = nullptr;
   std::vector<unsigned char*> out;
   std::vector<const unsigned char*> data;
@@ -73,6 +82,8 @@ int main(int argc, char** argv) {
   std::vector<int> batches, thread_counts;
   int rounds = 5;
   bool rgb = false, sync = false, handle_per_thread = false;
+  int states = 1;
+  bool fresh_output = false, copy_input = false, pool_output = false;
   std::string backend_name = "hardware";
   std::string dir;
   for (int i = 1; i < argc; ++i) {
@@ -82,6 +93,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--rgb")) rgb = true;
     else if (!std::strcmp(argv[i], "--sync")) sync = true;
     else if (!std::strcmp(argv[i], "--handle-per-thread")) handle_per_thread = true;
+    else if (!std::strcmp(argv[i], "--fresh-output")) fresh_output = true;
+    else if (!std::strcmp(argv[i], "--pool-output")) pool_output = true;
+    else if (!std::strcmp(argv[i], "--copy-input")) copy_input = sync = true;
+    else if (!std::strcmp(argv[i], "--states") && i + 1 < argc) states = std::clamp(std::atoi(argv[++i]), 1, 8);
     else if (!std::strcmp(argv[i], "--backend") && i + 1 < argc) backend_name = argv[++i];
     else dir = argv[i];
   }
@@ -89,6 +104,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s [--batch N]... [--threads T]... [--rounds R] [--rgb] [--backend hardware|default|hybrid] DIR\n", argv[0]);
     return 2;
   }
+  if (copy_input) states = 1;  // a batch's copies live until it is waited for
   if (batches.empty()) batches = {64, 256};
   if (thread_counts.empty()) thread_counts = {1};
   std::string why;
@@ -143,6 +159,11 @@ int main(int argc, char** argv) {
               "passes%s%s\n",
               backend_name.c_str(), rgb ? "interleaved RGB" : "Y, Cb, Cr planes", jpegs.size(), left_out, rounds,
               sync ? ", each batch waited for" : "", handle_per_thread ? ", a handle per thread" : "");
+  if (states > 1) std::printf("%d states a thread, a batch waited for before its state's next\n", states);
+  if (fresh_output || pool_output || copy_input)
+    std::printf("%s%s%s\n", fresh_output ? "each batch into fresh device memory; " : "",
+                pool_output ? "output kept, from the stream-ordered pool; " : "",
+                copy_input ? "each batch from fresh copies" : "");
   std::printf("%8s %8s %10s %12s %22s\n", "batch", "threads", "images", "images/s", "range");
   const nv::OutputFormat format = rgb ? nv::kOutputRgbi : nv::kOutputYuv;
   for (const int threads : thread_counts) {
@@ -150,7 +171,12 @@ int main(int argc, char** argv) {
     for (Worker& w : workers) {
       w.handle = handle;
       if (handle_per_thread && &w != &workers[0]) check(api->create_ex(backend, nullptr, nullptr, 0, &w.handle), "nvjpegCreateEx");
-      check(api->state_create(w.handle, &w.state), "nvjpegJpegStateCreate");
+      w.states.resize(states);
+      w.state_free.resize(states);
+      for (int k = 0; k < states; ++k) {
+        check(api->state_create(w.handle, &w.states[k]), "nvjpegJpegStateCreate");
+        check(cudaEventCreateWithFlags(&w.state_free[k], cudaEventDisableTiming), "cudaEventCreate");
+      }
       check(cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking), "cudaStreamCreate");
     }
     for (const int batch : batches) {
@@ -158,8 +184,12 @@ int main(int argc, char** argv) {
       const size_t count = jpegs.size() / batch;
       if (count == 0) continue;
       for (Worker& w : workers) {
-        w.out.resize(batch);
-        for (unsigned char*& o : w.out) check(cudaMalloc(&o, largest * 3), "cudaMalloc");
+        w.out.resize(static_cast<size_t>(batch) * states);  // each state's batch its own planes
+        for (unsigned char*& o : w.out)
+          check(pool_output ? cudaMallocAsync(reinterpret_cast<void**>(&o), largest * 3, w.stream)
+                            : cudaMalloc(&o, largest * 3),
+                "cudaMalloc");
+        check(cudaStreamSynchronize(w.stream), "cudaStreamSynchronize");
         w.data.resize(batch);
         w.lengths.resize(batch);
         w.planes.resize(batch);
@@ -177,31 +207,45 @@ int main(int argc, char** argv) {
             // until its first runtime call) every batch ends in
             // NVJPEG_STATUS_ALLOCATOR_FAILURE. The server's lanes set it first.
             check(cudaSetDevice(0), "cudaSetDevice");
-            for (size_t b = t; b < count; b += threads) {
+            int s = 0;
+            for (size_t b = t; b < count; b += threads, s = (s + 1) % states) {
+              if (states > 1) check(cudaEventSynchronize(w.state_free[s]), "cudaEventSynchronize");
+              unsigned char* const* out = w.out.data() + static_cast<size_t>(s) * batch;
+              std::vector<unsigned char*> fresh;
+              std::vector<std::vector<unsigned char>> copies;
+              if (fresh_output) {
+                fresh.resize(batch);
+                for (int k = 0; k < batch; ++k)
+                  check(cudaMallocAsync(reinterpret_cast<void**>(&fresh[k]), largest * 3, w.stream), "cudaMallocAsync");
+                out = fresh.data();
+              }
               for (int k = 0; k < batch; ++k) {
                 const Jpeg& j = jpegs[b * batch + k];
-                w.data[k] = j.bytes.data();
+                if (copy_input) copies.push_back(j.bytes);
+                w.data[k] = copy_input ? copies.back().data() : j.bytes.data();
                 w.lengths[k] = j.bytes.size();
                 w.planes[k] = nv::Planes{};
                 if (rgb) {
-                  w.planes[k].channel[0] = w.out[k];
+                  w.planes[k].channel[0] = out[k];
                   w.planes[k].pitch[0] = j.width * 3;
                 } else {  // chroma planes at most the image's size, their rows as the server's
                   for (int c = 0; c < 3; ++c) {
-                    w.planes[k].channel[c] = w.out[k] + c * largest;
+                    w.planes[k].channel[c] = out[k] + c * largest;
                     w.planes[k].pitch[c] = c == 0 ? j.width : j.chroma_width;
                   }
                 }
               }
               // Before each batch, as the server does.
-              nv::Status st = api->batched_initialize(w.handle, w.state, batch, 1, format);
+              nv::Status st = api->batched_initialize(w.handle, w.states[s], batch, 1, format);
               if (st == nv::kSuccess)
-                st = api->decode_batched(w.handle, w.state, w.data.data(), w.lengths.data(), w.planes.data(), w.stream);
+                st = api->decode_batched(w.handle, w.states[s], w.data.data(), w.lengths.data(), w.planes.data(), w.stream);
+              if (st == nv::kSuccess && states > 1) check(cudaEventRecord(w.state_free[s], w.stream), "cudaEventRecord");
+              for (unsigned char* o : fresh) check(cudaFreeAsync(o, w.stream), "cudaFreeAsync");
               if (st != nv::kSuccess) {
                 failed = st;
                 break;
               }
-              if (sync) check(cudaStreamSynchronize(w.stream), "cudaStreamSynchronize");
+              if (sync && states == 1) check(cudaStreamSynchronize(w.stream), "cudaStreamSynchronize");
             }
             check(cudaStreamSynchronize(w.stream), "cudaStreamSynchronize");
           });
@@ -221,7 +265,10 @@ int main(int argc, char** argv) {
                   rates.front(), rates.back());
     }
     for (Worker& w : workers) {
-      api->state_destroy(w.state);
+      for (int k = 0; k < states; ++k) {
+        api->state_destroy(w.states[k]);
+        cudaEventDestroy(w.state_free[k]);
+      }
       cudaStreamDestroy(w.stream);
       if (w.handle != handle) api->destroy(w.handle);
     }
