@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--handle-per-thread")) handle_per_thread = true;
     else if (!std::strcmp(argv[i], "--fresh-output")) fresh_output = true;
     else if (!std::strcmp(argv[i], "--pool-output")) pool_output = true;
-    else if (!std::strcmp(argv[i], "--copy-input")) copy_input = sync = true;
+    else if (!std::strcmp(argv[i], "--copy-input")) copy_input = true;
     else if (!std::strcmp(argv[i], "--states") && i + 1 < argc) states = std::clamp(std::atoi(argv[++i]), 1, 8);
     else if (!std::strcmp(argv[i], "--backend") && i + 1 < argc) backend_name = argv[++i];
     else dir = argv[i];
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s [--batch N]... [--threads T]... [--rounds R] [--rgb] [--backend hardware|default|hybrid] DIR\n", argv[0]);
     return 2;
   }
-  if (copy_input) states = 1;  // a batch's copies live until it is waited for
+  if (copy_input) sync = true, states = 1;  // a batch's copies live until it is waited for
   if (batches.empty()) batches = {64, 256};
   if (thread_counts.empty()) thread_counts = {1};
   std::string why;
@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
               }
               for (int k = 0; k < batch; ++k) {
                 const Jpeg& j = jpegs[b * batch + k];
-                if (copy_input) copies.push_back(j.bytes);
+                if (copy_input) copies.push_back(j.bytes);  // moved on growth: each copy keeps its bytes
                 w.data[k] = copy_input ? copies.back().data() : j.bytes.data();
                 w.lengths[k] = j.bytes.size();
                 w.planes[k] = nv::Planes{};
