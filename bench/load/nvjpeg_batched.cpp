@@ -17,10 +17,15 @@
 // --pool-output into buffers kept from batch to batch but taken from the
 // stream-ordered pool instead of cudaMalloc; --copy-input reads each
 // batch's files from fresh copies (as a server gets them from its calls;
-// implies --sync). Median and range of --rounds passes:
+// implies --sync). --side-threads N runs N more threads beside the
+// decoding ones, each doing what a server's call does on the device with
+// its decoded image (a reset, a read-back of results to pinned memory and a
+// wait, on a stream of its own), then sleeping --side-gap-us: whether other
+// threads' CUDA calls make nvJPEG's own host work dearer. Median and range
+// of --rounds passes:
 //   imgstat-nvjpeg-bench [--batch N]... [--threads T]... [--rounds R] [--rgb] [--sync] [--handle-per-thread]
 //                        [--states N] [--fresh-output] [--pool-output] [--copy-input]
-//                        [--backend hardware|default|hybrid] DIR
+//                        [--side-threads N] [--side-gap-us U] [--backend hardware|default|hybrid] DIR
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,6 +43,7 @@
 
 #include "decode/jpeg/nvjpeg/api.hpp"
 #include "decode/jpeg/verify.hpp"
+#include "imgstat/trace.hpp"
 
 namespace {
 
@@ -84,6 +90,9 @@ int main(int argc, char** argv) {
   bool rgb = false, sync = false, handle_per_thread = false;
   int states = 1;
   bool fresh_output = false, copy_input = false, pool_output = false;
+  int side_threads = 0, side_gap_us = 0;
+  bool side_parse = false;
+  int vary_batch = 0;
   std::string backend_name = "hardware";
   std::string dir;
   for (int i = 1; i < argc; ++i) {
@@ -97,6 +106,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--pool-output")) pool_output = true;
     else if (!std::strcmp(argv[i], "--copy-input")) copy_input = true;
     else if (!std::strcmp(argv[i], "--states") && i + 1 < argc) states = std::clamp(std::atoi(argv[++i]), 1, 8);
+    else if (!std::strcmp(argv[i], "--side-threads") && i + 1 < argc) side_threads = std::clamp(std::atoi(argv[++i]), 0, 1024);
+    else if (!std::strcmp(argv[i], "--side-gap-us") && i + 1 < argc) side_gap_us = std::max(0, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--side-parse")) side_parse = true;
+    else if (!std::strcmp(argv[i], "--vary-batch") && i + 1 < argc) vary_batch = std::clamp(std::atoi(argv[++i]), 0, 64);
     else if (!std::strcmp(argv[i], "--backend") && i + 1 < argc) backend_name = argv[++i];
     else dir = argv[i];
   }
@@ -164,7 +177,53 @@ int main(int argc, char** argv) {
     std::printf("%s%s%s\n", fresh_output ? "each batch into fresh device memory; " : "",
                 pool_output ? "output kept, from the stream-ordered pool; " : "",
                 copy_input ? "each batch from fresh copies" : "");
-  std::printf("%8s %8s %10s %12s %22s\n", "batch", "threads", "images", "images/s", "range");
+  if (side_threads)
+    std::printf("%d side threads, each %s, then %d us asleep\n", side_threads,
+                side_parse ? "parsing a file's headers on the shared handle and asking whether it is batched"
+                           : "a reset, a read-back and a wait on its own stream",
+                side_gap_us);
+  if (vary_batch)
+    std::printf("each batch of the size given less 0 to %d files (as a server's batches vary), state initialized each "
+                "time\n",
+                vary_batch);
+  // The side threads run through every measurement; their rate is printed with each.
+  std::atomic<bool> side_stop{false};
+  std::atomic<uint64_t> side_ops{0};
+  std::vector<std::thread> side;
+  for (int t = 0; t < side_threads; ++t)
+    side.emplace_back([&] {
+      constexpr size_t kResultBytes = 16 << 10;  // about a call's results: counts of 3 channels and their sums
+      check(cudaSetDevice(0), "cudaSetDevice");
+      cudaStream_t s = nullptr;
+      void* dev = nullptr;
+      void* host = nullptr;
+      check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+      check(cudaMalloc(&dev, kResultBytes), "cudaMalloc");
+      check(cudaMallocHost(&host, kResultBytes), "cudaMallocHost");
+      nv::JpegStream own = nullptr;
+      if (side_parse) check(api->stream_create(handle, &own), "nvjpegJpegStreamCreate");
+      for (size_t k = 0; !side_stop.load(std::memory_order_relaxed); ++k) {
+        if (side_parse) {  // what a server's callers do before queueing: the headers on the shared handle
+          const Jpeg& j = jpegs[k % jpegs.size()];
+          int unsupported = 1;
+          if (api->stream_parse_header) api->stream_parse_header(handle, j.bytes.data(), j.bytes.size(), own);
+          else api->stream_parse(handle, j.bytes.data(), j.bytes.size(), 0, 0, own);
+          api->batched_supported(handle, own, &unsupported);
+        } else {
+          check(cudaMemsetAsync(dev, 0, kResultBytes, s), "cudaMemsetAsync");
+          check(cudaMemcpyAsync(host, dev, kResultBytes, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
+          check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+        }
+        side_ops.fetch_add(1, std::memory_order_relaxed);
+        if (side_gap_us) std::this_thread::sleep_for(std::chrono::microseconds(side_gap_us));
+      }
+      if (own) api->stream_destroy(own);
+      cudaFreeHost(host);
+      cudaFree(dev);
+      cudaStreamDestroy(s);
+    });
+  std::printf("%8s %8s %10s %12s %22s%s\n", "batch", "threads", "images", "images/s", "range",
+              side_threads ? "   side ops/s" : "");
   const nv::OutputFormat format = rgb ? nv::kOutputRgbi : nv::kOutputYuv;
   for (const int threads : thread_counts) {
     std::vector<Worker> workers(threads);
@@ -196,8 +255,16 @@ int main(int argc, char** argv) {
       }
       std::vector<double> rates;
       std::atomic<int> failed{nv::kSuccess};
+      uint64_t side_before = 0;
+      std::atomic<uint64_t> decoded{0};
+      auto measured_from = std::chrono::steady_clock::now();
       for (int r = 0; r <= rounds && failed == nv::kSuccess; ++r) {  // the first pass warms up
         const auto t0 = std::chrono::steady_clock::now();
+        decoded = 0;
+        if (r == 1) {
+          side_before = side_ops.load();
+          measured_from = t0;
+        }
         std::vector<std::thread> running;
         for (int t = 0; t < threads; ++t)
           running.emplace_back([&, t] {
@@ -209,6 +276,10 @@ int main(int argc, char** argv) {
             check(cudaSetDevice(0), "cudaSetDevice");
             int s = 0;
             for (size_t b = t; b < count; b += threads, s = (s + 1) % states) {
+              // A fixed pseudo-random size for batch b, the same in every pass.
+              const int n = vary_batch ? batch - static_cast<int>((b * 2654435761u >> 7) % std::min(vary_batch + 1, batch))
+                                       : batch;
+              decoded += n;
               if (states > 1) check(cudaEventSynchronize(w.state_free[s]), "cudaEventSynchronize");
               unsigned char* const* out = w.out.data() + static_cast<size_t>(s) * batch;
               std::vector<unsigned char*> fresh;
@@ -219,7 +290,7 @@ int main(int argc, char** argv) {
                   check(cudaMallocAsync(reinterpret_cast<void**>(&fresh[k]), largest * 3, w.stream), "cudaMallocAsync");
                 out = fresh.data();
               }
-              for (int k = 0; k < batch; ++k) {
+              for (int k = 0; k < n; ++k) {
                 const Jpeg& j = jpegs[b * batch + k];
                 if (copy_input) copies.push_back(j.bytes);  // moved on growth: each copy keeps its bytes
                 w.data[k] = copy_input ? copies.back().data() : j.bytes.data();
@@ -236,22 +307,27 @@ int main(int argc, char** argv) {
                 }
               }
               // Before each batch, as the server does.
-              nv::Status st = api->batched_initialize(w.handle, w.states[s], batch, 1, format);
-              if (st == nv::kSuccess)
+              nv::Status st = api->batched_initialize(w.handle, w.states[s], n, 1, format);
+              if (st == nv::kSuccess) {  // the server's range of the same name, for NVTX sums side by side
+                imgstat::TraceRange range("nvjpeg decode batched");
                 st = api->decode_batched(w.handle, w.states[s], w.data.data(), w.lengths.data(), w.planes.data(), w.stream);
+              }
               if (st == nv::kSuccess && states > 1) check(cudaEventRecord(w.state_free[s], w.stream), "cudaEventRecord");
               for (unsigned char* o : fresh) check(cudaFreeAsync(o, w.stream), "cudaFreeAsync");
               if (st != nv::kSuccess) {
                 failed = st;
                 break;
               }
-              if (sync && states == 1) check(cudaStreamSynchronize(w.stream), "cudaStreamSynchronize");
+              if (sync && states == 1) {
+                imgstat::TraceRange range("nvjpeg wait for the batch");
+                check(cudaStreamSynchronize(w.stream), "cudaStreamSynchronize");
+              }
             }
             check(cudaStreamSynchronize(w.stream), "cudaStreamSynchronize");
           });
         for (std::thread& t : running) t.join();
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (r > 0) rates.push_back(static_cast<double>(count * batch) / s);
+        if (r > 0) rates.push_back(static_cast<double>(decoded.load()) / s);
       }
       for (Worker& w : workers)
         for (unsigned char* o : w.out) check(cudaFree(o), "cudaFree");
@@ -260,9 +336,14 @@ int main(int argc, char** argv) {
                     nv::status_name(static_cast<nv::Status>(failed.load())));
         continue;
       }
+      const double side_rate =
+          static_cast<double>(side_ops.load() - side_before) /
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - measured_from).count();
       std::sort(rates.begin(), rates.end());
-      std::printf("%8d %8d %10zu %12.0f %10.0f-%-11.0f\n", batch, threads, count * batch, rates[rates.size() / 2],
+      std::printf("%8d %8d %10zu %12.0f %10.0f-%-11.0f", batch, threads, count * batch, rates[rates.size() / 2],
                   rates.front(), rates.back());
+      if (side_threads) std::printf(" %12.0f", side_rate);
+      std::printf("\n");
     }
     for (Worker& w : workers) {
       for (int k = 0; k < states; ++k) {
@@ -273,6 +354,8 @@ int main(int argc, char** argv) {
       if (w.handle != handle) api->destroy(w.handle);
     }
   }
+  side_stop = true;
+  for (std::thread& t : side) t.join();
   api->destroy(handle);
   return 0;
 }
