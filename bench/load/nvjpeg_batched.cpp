@@ -21,11 +21,16 @@
 // decoding ones, each doing what a server's call does on the device with
 // its decoded image (a reset, a read-back of results to pinned memory and a
 // wait, on a stream of its own), then sleeping --side-gap-us: whether other
-// threads' CUDA calls make nvJPEG's own host work dearer. Median and range
-// of --rounds passes:
+// threads' CUDA calls make nvJPEG's own host work dearer; with --side-parse
+// they parse files' headers on the shared handle instead (as a server's
+// callers do). --vary-batch K makes each batch 0 to K files short of its
+// size (a state initialized for each, as a server's batches vary). nvJPEG's
+// call and the wait for a batch are NVTX ranges named as the server's.
+// Median and range of --rounds passes:
 //   imgstat-nvjpeg-bench [--batch N]... [--threads T]... [--rounds R] [--rgb] [--sync] [--handle-per-thread]
 //                        [--states N] [--fresh-output] [--pool-output] [--copy-input]
-//                        [--side-threads N] [--side-gap-us U] [--backend hardware|default|hybrid] DIR
+//                        [--vary-batch K] [--side-threads N] [--side-gap-us U] [--side-parse]
+//                        [--backend hardware|default|hybrid] DIR
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -114,7 +119,11 @@ int main(int argc, char** argv) {
     else dir = argv[i];
   }
   if (dir.empty()) {
-    std::fprintf(stderr, "usage: %s [--batch N]... [--threads T]... [--rounds R] [--rgb] [--backend hardware|default|hybrid] DIR\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s [--batch N]... [--threads T]... [--rounds R] [--rgb] [--sync] [--handle-per-thread]\n"
+                 "       [--states N] [--fresh-output] [--pool-output] [--copy-input] [--vary-batch K]\n"
+                 "       [--side-threads N] [--side-gap-us U] [--side-parse] [--backend hardware|default|hybrid] DIR\n",
+                 argv[0]);
     return 2;
   }
   if (copy_input) sync = true, states = 1;  // a batch's copies live until it is waited for
