@@ -206,11 +206,14 @@ int main(int argc, char** argv) {
       cudaStream_t s = nullptr;
       void* dev = nullptr;
       void* host = nullptr;
-      check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-      check(cudaMalloc(&dev, kResultBytes), "cudaMalloc");
-      check(cudaMallocHost(&host, kResultBytes), "cudaMallocHost");
       nv::JpegStream own = nullptr;
-      if (side_parse) check(api->stream_create(handle, &own), "nvjpegJpegStreamCreate");
+      if (side_parse) {
+        check(api->stream_create(handle, &own), "nvjpegJpegStreamCreate");
+      } else {
+        check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+        check(cudaMalloc(&dev, kResultBytes), "cudaMalloc");
+        check(cudaMallocHost(&host, kResultBytes), "cudaMallocHost");
+      }
       for (size_t k = 0; !side_stop.load(std::memory_order_relaxed); ++k) {
         if (side_parse) {  // what a server's callers do before queueing: the headers on the shared handle
           const Jpeg& j = jpegs[k % jpegs.size()];
@@ -227,9 +230,9 @@ int main(int argc, char** argv) {
         if (side_gap_us) std::this_thread::sleep_for(std::chrono::microseconds(side_gap_us));
       }
       if (own) api->stream_destroy(own);
-      cudaFreeHost(host);
-      cudaFree(dev);
-      cudaStreamDestroy(s);
+      if (host) cudaFreeHost(host);
+      if (dev) cudaFree(dev);
+      if (s) cudaStreamDestroy(s);
     });
   std::printf("%8s %8s %10s %12s %22s%s\n", "batch", "threads", "images", "images/s", "range",
               side_threads ? "   side ops/s" : "");
