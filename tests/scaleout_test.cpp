@@ -270,15 +270,16 @@ TEST(ManyServers, AggregateSlicesOneServerRefusesGoACallAFile) {
   ServerProcess takes({"--engine", "cpu", "--threads", "2", "--region-socket", "off", "--auth-token-file", dir / "all.tokens"});
   ServerProcess refuses(
       {"--engine", "cpu", "--threads", "2", "--region-socket", "off", "--auth-token-file", dir / "no-aggregate.tokens"});
-  const std::string list = refuses.address() + "," + takes.address();
-  auto pass = [&](const std::string& how) {
+  const std::string refuses_first = refuses.address() + "," + takes.address();
+  const std::string takes_first = takes.address() + "," + refuses.address();
+  auto pass = [&](const std::string& how, const std::string& list) {
     std::vector<std::string> argv = {client_bin(), "--server", list, "--token-file", dir / "token", "--aggregate",
                                      "--json", "--stats", "all", "-j", "16"};
     if (!how.empty()) argv.push_back(how);
     argv.insert(argv.end(), files.begin(), files.end());
     return run_process(argv, 300);
   };
-  const ProcessResult each = pass("--per-file");
+  const ProcessResult each = pass("--per-file", refuses_first);
   ASSERT_EQ(each.code, 0) << each.err;
   auto lines = [](const ServerProcess& s, const char* method) {
     size_t n = 0;
@@ -287,25 +288,27 @@ TEST(ManyServers, AggregateSlicesOneServerRefusesGoACallAFile) {
     return n;
   };
   auto each_file = [&](const ServerProcess& s) { return lines(s, " info Analyze ") + lines(s, " info AnalyzeBatch "); };
-  // Which server the first slice meets is the channel's pick (round_robin:
-  // the refusing server, first in the list, mostly has the CLI's first
-  // call, GetServerInfo): a few passes until one merged some slices on the
-  // calls and sent the others a call a file, each file once (not a first
-  // slice refused while another's call was under way, whose partial is
-  // then dropped).
+  // Which server the first slice meets is the channel's pick (round_robin
+  // over the servers that are connected by then: on a loaded machine the
+  // early calls may all meet the first one listed): a few passes, the list
+  // in both orders, until one merged some slices on the calls and sent the
+  // others a call a file, each file once (not a first slice refused while
+  // another's call was under way, whose partial is then dropped).
   bool mixed = false;
-  for (int round = 0; round < 8 && !mixed; ++round) {
+  std::string rounds;  // each pass's (merged on the calls, sent a call a file), for a failure's message
+  for (int round = 0; round < 16 && !mixed; ++round) {
     const size_t on_calls = lines(takes, " info Aggregate ");
     const size_t one_each = each_file(takes) + each_file(refuses);
-    const ProcessResult got = pass("");
+    const ProcessResult got = pass("", round % 2 ? takes_first : refuses_first);
     ASSERT_EQ(got.code, 0) << got.err;
     EXPECT_EQ(got.out, each.out);
     EXPECT_EQ(got.err, each.err);
     const size_t merged_there = lines(takes, " info Aggregate ") - on_calls;
     const size_t sent_each = each_file(takes) + each_file(refuses) - one_each;
     mixed = merged_there > 0 && sent_each > 0 && merged_there + sent_each == files.size();
+    rounds += " (" + std::to_string(merged_there) + ", " + std::to_string(sent_each) + ")";
   }
-  EXPECT_TRUE(mixed) << "no pass had slices on the calls and slices a call a file";
+  EXPECT_TRUE(mixed) << "no pass had slices on the calls and slices a call a file:" << rounds;
 }
 
 // One server, killed part way through a pass, its replacement already
